@@ -1,0 +1,22 @@
+r"""pyro_dp: differentially private MCMC for Pyro models.
+
+>>> import pyro_dp
+>>> sorted(n for n in pyro_dp.__all__ if n.startswith("DP"))
+['DPKernel', 'DPPenalty']
+"""
+from .kernels import BudgetExhaustedWarning, DPKernel, DPPenalty
+from .likelihood import PrivateLikelihood
+from .mechanisms import PrivacyLedger
+from .run import get_epsilon, get_ledger
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DPKernel",
+    "DPPenalty",
+    "BudgetExhaustedWarning",
+    "PrivateLikelihood",
+    "PrivacyLedger",
+    "get_epsilon",
+    "get_ledger",
+]

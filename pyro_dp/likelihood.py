@@ -1,0 +1,403 @@
+r"""A Pyro model seen as private per-example terms: **the only module that touches data**.
+
+:class:`PrivateLikelihood` takes a Pyro model and its arguments and exposes
+
+* the latent sites as one flat vector in Pyro's unconstrained space (transforms from
+  :func:`torch.distributions.biject_to`, exactly as :func:`pyro.infer.mcmc.util.initialize_model`
+  builds them),
+* the data-free log prior density in that space (prior + log-Jacobian),
+* the per-example log-likelihood vector :math:`\ell_i(\theta)` of the observed sites in the
+  data :class:`pyro.plate`, for all rows or an index subset, and
+* per-example gradients :math:`\nabla_\theta \ell_i(\theta)` through :mod:`torch.func`.
+
+Nothing in this module adds noise or releases anything: kernels pass what it returns
+through :func:`pyro_dp.mechanisms.clipped_sum_with_noise`.
+
+Construction is **data-free**: the model is traced once with latent values drawn from the
+prior (``init_strategy``) under a forked RNG, and no likelihood is evaluated. (This is why
+we do not call :func:`~pyro.infer.mcmc.util.initialize_model`: it evaluates the log density
+of its prototype trace, and may search for a starting point using the likelihood.)
+
+Conventions
+-----------
+* The returned per-example terms are **untempered**. A kernel multiplies the *released*
+  (clipped, noised) sum by ``temperature`` — post-processing — so clip bounds and
+  sensitivities always refer to untempered terms (Räisä 2021 thesis, Alg. 3:
+  :math:`g = T(\sum_i \mathrm{clip}(\nabla\ell_i) + \xi)`).
+* The data plate's size :math:`N` is public.
+* The prior must not depend on the data (it is evaluated without privacy cost). This
+  cannot be checked automatically; it is the user's contract.
+
+Example
+-------
+>>> import torch, pyro, pyro.distributions as dist
+>>> def model(y):
+...     mu = pyro.sample("mu", dist.Normal(0., 10.))
+...     with pyro.plate("data", len(y)) as idx:
+...         pyro.sample("obs", dist.Normal(mu, 1.), obs=y[idx])
+>>> y = torch.tensor([0.5, -0.2, 1.0])
+>>> lik = PrivateLikelihood(model, (y,), seed=0)
+>>> lik.num_rows, lik.dim, lik.latent_names, lik.data_plate
+(3, 1, ('mu',), 'data')
+>>> z = torch.zeros(1)
+>>> lik.per_example_loglik(z).shape, lik.per_example_grad(z)[1].shape
+(torch.Size([3]), torch.Size([3, 1]))
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import warnings
+from typing import Callable, Dict, Optional, Sequence, Tuple
+
+import pyro
+import pyro.poutine as poutine
+import torch
+from pyro.infer.autoguide.initialization import InitMessenger, init_to_sample
+from pyro.poutine.subsample_messenger import _Subsample
+from torch.distributions import biject_to
+from torch.func import grad_and_value, jacfwd, vmap
+
+__all__ = ["PrivateLikelihood"]
+
+
+@contextlib.contextmanager
+def _forked_rng(seed: Optional[int]):
+    """Run a block with torch's global RNG seeded and restored afterwards (no hidden
+    global state leaks out, and the block is reproducible from ``seed``)."""
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    with torch.random.fork_rng(devices=devices):
+        if seed is not None:
+            torch.manual_seed(int(seed))
+        yield
+
+
+def _iter_tensors(obj):
+    if torch.is_tensor(obj):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _iter_tensors(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _iter_tensors(v)
+
+
+def _batch_shape(site) -> torch.Size:
+    """Batch shape of an observed site's value (its shape without the event dims)."""
+    value = site["value"]
+    return value.shape[: value.dim() - site["fn"].event_dim]
+
+
+class PrivateLikelihood:
+    r"""Private per-example terms of a Pyro model.
+
+    :param model: a Pyro model whose observed sites all lie in one vectorised
+        :class:`pyro.plate` over the rows (the *data plate*). To allow minibatches and
+        the fast per-example gradient path, index the data with the plate's indices:
+        ``with pyro.plate("data", N) as idx: pyro.sample("y", ..., obs=y[idx])``.
+    :param tuple model_args: positional arguments of ``model`` (the data).
+    :param dict model_kwargs: keyword arguments of ``model``.
+    :param str data_plate: name of the data plate; by default the single plate that
+        encloses every observed site.
+    :param float temperature: :math:`T > 0`, stored for kernels (see module doc).
+    :param dict transforms: optional ``{site: transform}`` to unconstrained space
+        (defaults to ``biject_to(support).inv`` as in Pyro's HMC).
+    :param init_strategy: Pyro init strategy used to draw the prototype (and default
+        initial) latent values; it must be data-free (default
+        :func:`~pyro.infer.autoguide.initialization.init_to_sample`, a prior draw).
+    :param int seed: seed of the prototype draw (the global RNG is forked and restored).
+    :param int vmap_chunk_size: optional chunk size for the per-example ``vmap``.
+    """
+
+    def __init__(
+        self,
+        model: Callable,
+        model_args: Sequence = (),
+        model_kwargs: Optional[dict] = None,
+        *,
+        data_plate: Optional[str] = None,
+        temperature: float = 1.0,
+        transforms: Optional[dict] = None,
+        init_strategy: Callable = init_to_sample,
+        seed: Optional[int] = None,
+        vmap_chunk_size: Optional[int] = None,
+    ):
+        if not callable(model):
+            raise TypeError(f"model must be callable, got {type(model).__name__}")
+        t = float(temperature)
+        if not (t > 0 and math.isfinite(t)):
+            raise ValueError(f"temperature must be positive and finite, got {temperature!r}")
+        self.model = model
+        self.model_args = tuple(model_args)
+        self.model_kwargs = dict(model_kwargs or {})
+        self.temperature = t
+        self.vmap_chunk_size = vmap_chunk_size
+        self._init_strategy = init_strategy
+        self._check_finite_inputs()
+        with _forked_rng(seed), poutine.block():
+            trace = poutine.trace(InitMessenger(init_strategy)(model)).get_trace(
+                *self.model_args, **self.model_kwargs
+            )
+        self._parse_trace(trace, data_plate, transforms)
+        self._indexable = self._probe_indexing()
+        if not self._indexable:
+            warnings.warn(
+                f"The model does not index its data with the indices of plate "
+                f"{self.data_plate!r}; per-example gradients fall back to a slower "
+                "forward-mode Jacobian and minibatch kernels are unavailable. Write "
+                f"`with pyro.plate({self.data_plate!r}, N) as idx: ... obs=y[idx]` to enable them.",
+                stacklevel=2,
+            )
+
+    # ------------------------------------------------------------------ set-up (data-free)
+    def _check_finite_inputs(self):
+        # Domain contract: rows are finite reals. Checked once, before any likelihood is
+        # evaluated; this is input validation of the data domain, not a release.
+        for tensor in _iter_tensors((self.model_args, self.model_kwargs)):
+            if tensor.is_floating_point() or tensor.is_complex():
+                if not bool(torch.isfinite(tensor).all()):
+                    raise ValueError("the data contain NaN or infinite values; remove or impute them first")
+
+    def _parse_trace(self, trace, data_plate, transforms):
+        latents, observed, plates = [], [], {}
+        for name, site in trace.nodes.items():
+            if site["type"] != "sample":
+                continue
+            fn = site["fn"]
+            if isinstance(fn, _Subsample):
+                plates[name] = fn
+                continue
+            if site["is_observed"]:
+                observed.append(name)
+            else:
+                latents.append(name)
+        if not observed:
+            raise ValueError("the model has no observed sample site (pass the data with obs=...)")
+        if not latents:
+            raise ValueError("the model has no latent sample site to infer")
+
+        # ---- the data plate
+        def frames(name):
+            return {f.name: f for f in trace.nodes[name]["cond_indep_stack"]}
+
+        common = None
+        for name in observed:
+            fr = set(frames(name))
+            common = fr if common is None else common & fr
+        if data_plate is not None:
+            if data_plate not in plates:
+                raise ValueError(f"data_plate={data_plate!r} is not a plate of the model (plates: {sorted(plates)})")
+            for name in observed:
+                if data_plate not in frames(name):
+                    raise ValueError(f"observed site {name!r} is outside the data plate {data_plate!r}")
+        else:
+            for name in observed:
+                if not frames(name):
+                    raise ValueError(
+                        f"observed site {name!r} is not inside any pyro.plate; put every observed "
+                        "site inside one plate over the data rows"
+                    )
+            if not common:
+                raise ValueError(
+                    f"no single plate encloses every observed site ({observed}); "
+                    "put them in one plate over the rows or pass data_plate="
+                )
+            if len(common) > 1:
+                raise ValueError(
+                    f"more than one plate encloses every observed site ({sorted(common)}); "
+                    "choose one with data_plate="
+                )
+            data_plate = next(iter(common))
+        frame = frames(observed[0])[data_plate]
+        if not frame.vectorized:
+            raise ValueError(f"plate {data_plate!r} is sequential; use a vectorised pyro.plate")
+        sub = plates[data_plate]
+        if sub.subsample_size is not None and sub.subsample_size < sub.size:
+            raise ValueError(
+                f"plate {data_plate!r} declares subsample_size; declare it without one: "
+                "pyro_dp chooses which rows each step reads"
+            )
+        self.data_plate = data_plate
+        self.num_rows = int(frame.size)
+        self._plate_dim = frame.dim
+
+        for name in latents:
+            site = trace.nodes[name]
+            if data_plate in frames(name):
+                raise ValueError(
+                    f"latent site {name!r} is inside the data plate {data_plate!r}: per-row "
+                    "(local) latents are not supported by DP MCMC"
+                )
+            fn = site["fn"]
+            if fn.has_enumerate_support or getattr(fn.support, "is_discrete", False):
+                raise TypeError(f"latent site {name!r} is discrete; pyro_dp kernels need continuous latents")
+        for name in observed:
+            site = trace.nodes[name]
+            if site["scale"] != 1.0:
+                raise ValueError(
+                    f"observed site {name!r} is scaled (poutine.scale); use the kernel's "
+                    "temperature= instead so that sensitivities stay correct"
+                )
+            batch = _batch_shape(site)
+            d = self._plate_dim
+            if len(batch) < -d or batch[d] != self.num_rows:
+                raise ValueError(
+                    f"observed site {name!r} has batch shape {tuple(batch)}, which does not match "
+                    f"plate {data_plate!r} of size {self.num_rows} at dim {d}"
+                )
+
+        # ---- latents, transforms and the flat layout
+        transforms = dict(transforms or {})
+        self.latent_names: Tuple[str, ...] = tuple(latents)
+        self.observed_names: Tuple[str, ...] = tuple(observed)
+        self.transforms: Dict[str, object] = {}
+        self._shapes, self._sizes, unconstrained = {}, {}, {}
+        for name in latents:
+            site = trace.nodes[name]
+            tf = transforms.get(name, biject_to(site["fn"].support).inv)
+            self.transforms[name] = tf
+            u = tf(site["value"].detach())
+            unconstrained[name] = u
+            self._shapes[name] = u.shape
+            self._sizes[name] = u.numel()
+        self.dim = sum(self._sizes.values())
+        # dtype: the latents' promoted with the data's (float64 data => float64 chain);
+        # device: the latents'.
+        dtype = unconstrained[latents[0]].dtype
+        for t in list(unconstrained.values()) + list(_iter_tensors((self.model_args, self.model_kwargs))):
+            if t.is_floating_point():
+                dtype = torch.promote_types(dtype, t.dtype)
+        self.dtype, self.device = dtype, unconstrained[latents[0]].device
+        # data-free prior draw, unconstrained
+        self.prototype_params = {k: v.to(dtype) for k, v in unconstrained.items()}
+
+    def _probe_indexing(self) -> bool:
+        """Does the model read only the rows named by the plate's indices? (Shapes only.)"""
+        if self.num_rows < 2:
+            return False
+        idx = torch.tensor([0, 1], device=self.device)
+        try:
+            with poutine.block(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                tr, _ = self._trace(self.flatten(self.prototype_params), idx)
+            for name in self.observed_names:
+                b = _batch_shape(tr.nodes[name])
+                if len(b) < -self._plate_dim or b[self._plate_dim] != 2:
+                    return False
+            return True
+        except Exception:
+            return False
+
+    # ------------------------------------------------------------------ flat <-> sites
+    def flatten(self, params: Dict[str, torch.Tensor]) -> torch.Tensor:
+        """Unconstrained ``{site: tensor}`` → flat vector of length :attr:`dim`."""
+        try:
+            return torch.cat([params[n].reshape(-1) for n in self.latent_names])
+        except KeyError as e:
+            raise KeyError(f"missing latent site {e.args[0]!r} in params") from None
+
+    def unravel(self, z: torch.Tensor) -> Dict[str, torch.Tensor]:
+        """Flat unconstrained vector → ``{site: unconstrained tensor}``."""
+        out, pos = {}, 0
+        for n in self.latent_names:
+            k = self._sizes[n]
+            out[n] = z[pos : pos + k].reshape(self._shapes[n])
+            pos += k
+        return out
+
+    def constrain(self, z: torch.Tensor) -> Dict[str, torch.Tensor]:
+        """Flat unconstrained vector → ``{site: constrained value}``."""
+        return {n: self.transforms[n].inv(u) for n, u in self.unravel(z).items()}
+
+    # ------------------------------------------------------------------ evaluation
+    def _trace(self, z, idx=None):
+        values, logdet = {}, 0.0
+        for n, u in self.unravel(z).items():
+            tf = self.transforms[n]
+            x = tf.inv(u)
+            values[n] = x
+            # log |d x / d u| = -log |d u / d x|
+            logdet = logdet - tf.log_abs_det_jacobian(x, u).sum()
+        if idx is not None:
+            values[self.data_plate] = idx
+        tr = poutine.trace(poutine.condition(self.model, data=values)).get_trace(
+            *self.model_args, **self.model_kwargs
+        )
+        return tr, logdet
+
+    def _terms(self, z, idx=None) -> Tuple[torch.Tensor, torch.Tensor]:
+        tr, lp = self._trace(z, idx)
+        for n in self.latent_names:
+            site = tr.nodes[n]
+            lp = lp + site["fn"].log_prob(site["value"]).sum()
+        ll = 0.0
+        d = self._plate_dim
+        for n in self.observed_names:
+            site = tr.nodes[n]
+            term = site["fn"].log_prob(site["value"])
+            if site["mask"] is not None:
+                term = torch.where(site["mask"], term, torch.zeros_like(term))
+            batch = _batch_shape(site)
+            size = batch[d]
+            # broadcast to the value's batch shape so the plate dim is materialised
+            term = term.expand(torch.broadcast_shapes(term.shape, batch))
+            term = torch.movedim(term, d, 0).reshape(size, -1).sum(-1)
+            ll = ll + term
+        return ll, lp
+
+    def _check_idx(self, idx):
+        if idx is None:
+            return None
+        idx = torch.as_tensor(idx, device=self.device)
+        if idx.dim() != 1 or idx.dtype in (torch.float16, torch.float32, torch.float64, torch.bool):
+            raise ValueError("idx must be a 1-d integer tensor of row indices")
+        if not self._indexable:
+            raise ValueError(
+                f"subset evaluation needs a model that indexes its data by the indices of plate {self.data_plate!r}"
+            )
+        return idx
+
+    def log_prior(self, z: torch.Tensor) -> torch.Tensor:
+        r"""Data-free :math:`\log p(\theta) + \log|\det J|` at unconstrained ``z``."""
+        idx = torch.zeros(1, dtype=torch.long, device=self.device) if self._indexable else None
+        return self._terms(z, idx)[1]
+
+    def grad_log_prior(self, z: torch.Tensor) -> torch.Tensor:
+        """Gradient of :meth:`log_prior` (data-free)."""
+        return torch.func.grad(self.log_prior)(z)
+
+    def per_example_loglik(self, z: torch.Tensor, idx=None) -> torch.Tensor:
+        r"""Untempered :math:`\ell_i(\theta)` for every row (``idx=None``) or rows ``idx``."""
+        return self.loglik_and_prior(z, idx)[0]
+
+    def loglik_and_prior(self, z: torch.Tensor, idx=None) -> Tuple[torch.Tensor, torch.Tensor]:
+        """``(per-example log-likelihoods, log prior)`` from one model evaluation."""
+        idx = self._check_idx(idx)
+        with torch.no_grad():
+            return self._terms(z, idx)
+
+    def per_example_grad(self, z: torch.Tensor, idx=None) -> Tuple[torch.Tensor, torch.Tensor]:
+        r"""``(ℓ_i(θ) [B], ∇_θ ℓ_i(θ) [B, D])`` for every row or rows ``idx``.
+
+        Uses ``vmap(grad_and_value)`` over injected row indices when the model indexes its
+        data by the plate (FACTS: ~0.05 s for N=1e4, D=11), else a forward-mode Jacobian
+        of the full vector (``jacfwd``; slower, documented fallback).
+        """
+        idx = self._check_idx(idx)
+        if self._indexable:
+            rows = idx if idx is not None else torch.arange(self.num_rows, device=self.device)
+
+            def one(zz, i):
+                return self._terms(zz, i)[0].sum()
+
+            g, v = vmap(grad_and_value(one), in_dims=(None, 0), chunk_size=self.vmap_chunk_size)(
+                z, rows.unsqueeze(-1)
+            )
+            return v.detach(), g.detach()
+        def full(zz):
+            ll = self._terms(zz, None)[0]
+            return ll, ll
+
+        jac, ll = jacfwd(full, has_aux=True)(z)
+        return ll.detach(), jac.detach()

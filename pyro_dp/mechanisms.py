@@ -1,0 +1,445 @@
+r"""Privacy mechanisms as values, the ledger that records them, and the one audited
+function that releases a clipped, noised sum.
+
+Every time a kernel touches data it releases the output of a *mechanism*. The
+mechanism is described by a frozen, hashable *event* record (in the spirit of
+``dp_accounting.dp_event``): what kind of mechanism, with which noise relative to
+its sensitivity, how many times. Events go into a :class:`PrivacyLedger`; an
+accountant (:mod:`pyro_dp.accounting`) composes the ledger into an
+:math:`(\varepsilon, \delta)` statement and knows nothing about MCMC.
+
+Conventions
+-----------
+* Neighbouring relation: **substitute one row** (the papers'), unless a ledger is
+  created with ``relation="add_remove"``.
+* ``noise_multiplier`` is always :math:`\sigma / \Delta_2`: the standard deviation of
+  the Gaussian noise divided by the :math:`\ell_2`-sensitivity of the released query
+  *under the ledger's neighbouring relation*. For a sum of per-example terms each
+  clipped to norm :math:`b`, the substitute sensitivity is :math:`2b`
+  (Räisä 2021 thesis, §3.1: :math:`c(\theta,\theta') \le 2L\|\theta-\theta'\|`).
+
+Example
+-------
+>>> import torch
+>>> from pyro_dp.mechanisms import NoiseSource, clipped_sum_with_noise, PrivacyLedger
+>>> ledger = PrivacyLedger()
+>>> noise = NoiseSource(seed=0)
+>>> values = torch.tensor([[3.0, 4.0], [0.3, 0.4]], dtype=torch.float64)
+>>> out = clipped_sum_with_noise(values, clip=1.0, noise_multiplier=0.0, noise=noise)
+>>> out.value  # (0.6, 0.8) + (0.3, 0.4), no noise
+tensor([0.9000, 1.2000], dtype=torch.float64)
+>>> out.clipped_fraction
+0.5
+>>> ledger.record(GaussianEvent(noise_multiplier=2.0))
+>>> ledger.record(GaussianEvent(noise_multiplier=2.0))
+>>> ledger.entries
+(LedgerEntry(event=GaussianEvent(noise_multiplier=2.0), count=2),)
+"""
+from __future__ import annotations
+
+import math
+import os
+import secrets
+from dataclasses import dataclass, field
+from typing import Iterable, NamedTuple, Optional, Tuple, Union
+
+import torch
+
+__all__ = [
+    "RELATIONS",
+    "PrivacyEvent",
+    "GaussianEvent",
+    "SubsampledGaussianEvent",
+    "PureDPEvent",
+    "ApproxDPEvent",
+    "RDPCurveEvent",
+    "NonPrivateEvent",
+    "LedgerEntry",
+    "PrivacyLedger",
+    "NoiseSource",
+    "NoisyRelease",
+    "clip_rows",
+    "clip_scalars",
+    "clipped_sum_with_noise",
+]
+
+#: Neighbouring relations a ledger can be stated under.
+RELATIONS = ("substitute", "add_remove")
+
+
+def _check_positive(name: str, value, allow_inf: bool = False) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a real number, got {value!r}") from None
+    if math.isnan(v) or v <= 0 or (math.isinf(v) and not allow_inf):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return v
+
+
+# --------------------------------------------------------------------------- events
+
+
+class PrivacyEvent:
+    """Base class of all privacy events. Subclasses are frozen dataclasses."""
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True)
+class GaussianEvent(PrivacyEvent):
+    r"""One release of the Gaussian mechanism :math:`f(X) + \mathcal N(0, \sigma^2 I)`.
+
+    :param noise_multiplier: :math:`\sigma/\Delta_2` with :math:`\Delta_2` the
+        sensitivity of ``f`` under the ledger's neighbouring relation. ``math.inf``
+        denotes a release that carries no information about the data.
+    """
+
+    noise_multiplier: float
+
+    def __post_init__(self):
+        object.__setattr__(
+            self, "noise_multiplier", _check_positive("noise_multiplier", self.noise_multiplier, True)
+        )
+
+
+@dataclass(frozen=True)
+class SubsampledGaussianEvent(PrivacyEvent):
+    r"""A Gaussian mechanism applied to a random subsample of the rows.
+
+    :param sample_rate: ``q``: Poisson inclusion probability (``scheme="poisson"``) or
+        ``b/N`` for a fixed-size batch drawn without replacement
+        (``scheme="without_replacement"``).
+    :param noise_multiplier: :math:`\sigma/\Delta_2` of the Gaussian on the batch.
+    :param scheme: ``"poisson"`` or ``"without_replacement"``.
+    """
+
+    sample_rate: float
+    noise_multiplier: float
+    scheme: str = "poisson"
+
+    def __post_init__(self):
+        q = float(self.sample_rate)
+        if not (0.0 < q <= 1.0):
+            raise ValueError(f"sample_rate must be in (0, 1], got {self.sample_rate!r}")
+        object.__setattr__(self, "sample_rate", q)
+        object.__setattr__(
+            self, "noise_multiplier", _check_positive("noise_multiplier", self.noise_multiplier, True)
+        )
+        if self.scheme not in ("poisson", "without_replacement"):
+            raise ValueError(f"scheme must be 'poisson' or 'without_replacement', got {self.scheme!r}")
+
+
+@dataclass(frozen=True)
+class PureDPEvent(PrivacyEvent):
+    r"""A mechanism known only to be :math:`\varepsilon`-DP."""
+
+    epsilon: float
+
+    def __post_init__(self):
+        object.__setattr__(self, "epsilon", _check_positive("epsilon", self.epsilon))
+
+
+@dataclass(frozen=True)
+class ApproxDPEvent(PrivacyEvent):
+    r"""A mechanism known only to be :math:`(\varepsilon, \delta)`-DP."""
+
+    epsilon: float
+    delta: float
+
+    def __post_init__(self):
+        eps = float(self.epsilon)
+        if not (eps >= 0 and math.isfinite(eps)):
+            raise ValueError(f"epsilon must be finite and >= 0, got {self.epsilon!r}")
+        d = float(self.delta)
+        if not (0.0 <= d < 1.0):
+            raise ValueError(f"delta must be in [0, 1), got {self.delta!r}")
+        object.__setattr__(self, "epsilon", eps)
+        object.__setattr__(self, "delta", d)
+
+
+@dataclass(frozen=True)
+class RDPCurveEvent(PrivacyEvent):
+    r"""A mechanism analysed only in Rényi DP: it is :math:`(\alpha, \varepsilon(\alpha))`-RDP
+    for each listed order and **no claim is made for other orders** (an accountant must
+    not interpolate optimistically).
+
+    :param orders: tuple of RDP orders :math:`\alpha > 1`, increasing.
+    :param rdp: tuple of the same length, :math:`\varepsilon(\alpha) \ge 0`.
+    """
+
+    orders: Tuple[float, ...]
+    rdp: Tuple[float, ...]
+
+    def __post_init__(self):
+        orders = tuple(float(a) for a in self.orders)
+        rdp = tuple(float(e) for e in self.rdp)
+        if len(orders) == 0 or len(orders) != len(rdp):
+            raise ValueError("orders and rdp must be non-empty and of the same length")
+        if any(not (a > 1) for a in orders) or any(b <= a for a, b in zip(orders, orders[1:])):
+            raise ValueError("RDP orders must be > 1 and strictly increasing")
+        if any(not (e >= 0) for e in rdp):
+            raise ValueError("RDP values must be >= 0 (NaN is not allowed)")
+        object.__setattr__(self, "orders", orders)
+        object.__setattr__(self, "rdp", rdp)
+
+
+@dataclass(frozen=True)
+class NonPrivateEvent(PrivacyEvent):
+    r"""A release without noise (the documented non-private test mode). Any ledger that
+    contains one has :math:`\varepsilon = \infty` under every accountant."""
+
+
+# --------------------------------------------------------------------------- ledger
+
+
+class LedgerEntry(NamedTuple):
+    """``count`` consecutive releases of the same ``event``."""
+
+    event: PrivacyEvent
+    count: int
+
+
+@dataclass
+class PrivacyLedger:
+    r"""An ordered, append-only record of every mechanism released.
+
+    Consecutive identical events are merged into one :class:`LedgerEntry`. The ledger
+    is picklable and mergeable: a kernel returns its chain's ledger from
+    ``diagnostics()`` and :func:`pyro_dp.get_epsilon` composes the ledgers of all
+    chains.
+
+    :param relation: the neighbouring relation every event's sensitivity refers to.
+    """
+
+    relation: str = "substitute"
+    _entries: list = field(default_factory=list, repr=False)
+
+    def __post_init__(self):
+        if self.relation not in RELATIONS:
+            raise ValueError(f"relation must be one of {RELATIONS}, got {self.relation!r}")
+
+    def record(self, event: PrivacyEvent, count: int = 1) -> None:
+        """Append ``count`` releases of ``event``."""
+        if not isinstance(event, PrivacyEvent):
+            raise TypeError(f"expected a PrivacyEvent, got {type(event).__name__}")
+        if int(count) != count or count < 0:
+            raise ValueError(f"count must be a non-negative integer, got {count!r}")
+        count = int(count)
+        if count == 0:
+            return
+        if self._entries and self._entries[-1].event == event:
+            last = self._entries[-1]
+            self._entries[-1] = LedgerEntry(last.event, last.count + count)
+        else:
+            self._entries.append(LedgerEntry(event, count))
+
+    def extend(self, other: Union["PrivacyLedger", Iterable[LedgerEntry]]) -> None:
+        """Append every entry of ``other`` (another ledger of the same relation)."""
+        if isinstance(other, PrivacyLedger):
+            if other.relation != self.relation:
+                raise ValueError(
+                    f"cannot merge a {other.relation!r} ledger into a {self.relation!r} ledger"
+                )
+            other = other.entries
+        for entry in other:
+            self.record(entry.event, entry.count)
+
+    @property
+    def entries(self) -> Tuple[LedgerEntry, ...]:
+        """The entries, oldest first."""
+        return tuple(self._entries)
+
+    def aggregate(self) -> dict:
+        """``{event: total count}``; composition is commutative for every accountant here."""
+        out: dict = {}
+        for e in self._entries:
+            out[e.event] = out.get(e.event, 0) + e.count
+        return out
+
+    @property
+    def num_releases(self) -> int:
+        """Total number of mechanism releases recorded."""
+        return sum(e.count for e in self._entries)
+
+    def __len__(self) -> int:
+        return self.num_releases
+
+    def __bool__(self) -> bool:
+        return bool(self._entries)
+
+    def copy(self) -> "PrivacyLedger":
+        new = PrivacyLedger(self.relation)
+        new._entries = list(self._entries)
+        return new
+
+    def state_dict(self) -> dict:
+        return {"relation": self.relation, "entries": list(self._entries)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.relation = state["relation"]
+        self._entries = []
+        for ev, cnt in state["entries"]:
+            self.record(ev, cnt)
+
+    def __eq__(self, other) -> bool:
+        return (
+            isinstance(other, PrivacyLedger)
+            and self.relation == other.relation
+            and self._entries == other._entries
+        )
+
+    @staticmethod
+    def merged(ledgers: Iterable["PrivacyLedger"], relation: Optional[str] = None) -> "PrivacyLedger":
+        """One ledger holding every entry of ``ledgers`` (e.g. all chains of a run)."""
+        ledgers = list(ledgers)
+        rel = relation or (ledgers[0].relation if ledgers else "substitute")
+        out = PrivacyLedger(rel)
+        for led in ledgers:
+            out.extend(led)
+        return out
+
+
+# --------------------------------------------------------------------------- noise
+
+
+def _fresh_seed() -> int:
+    return secrets.randbits(63)
+
+
+class NoiseSource:
+    r"""The dedicated source of privacy noise: a :class:`torch.Generator` that nothing
+    else draws from.
+
+    :param seed: integer seed (reproducible runs). Ignored when ``secure_mode``.
+    :param secure_mode: if ``True`` the generator is seeded from the operating system's
+        CSPRNG (``os.urandom``) and cannot be seeded by the user, and every Gaussian draw
+        is the Opacus/Holohan et al. (2021, §5.1) construction
+        :math:`(Z_1+Z_2+Z_3+Z_4)/2` in float64, which defeats the known floating-point
+        attacks on naive Gaussian sampling. **What it does not guarantee**: torch's
+        generator (Philox on CUDA, MT19937 on CPU) is not a cryptographic PRNG; an
+        attacker who can observe enough raw noise draws could in principle reconstruct
+        its state. Treat secure mode as "unpredictable seed + floating-point
+        mitigation", not as a CSPRNG.
+    :param device: device the noise is drawn on (a generator is device-bound).
+    """
+
+    def __init__(self, seed: Optional[int] = None, secure_mode: bool = False, device=None):
+        self.secure_mode = bool(secure_mode)
+        self.device = torch.device(device if device is not None else "cpu")
+        if self.secure_mode:
+            seed = int.from_bytes(os.urandom(8), "little") >> 1
+        elif seed is None:
+            seed = _fresh_seed()
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(int(seed))
+
+    def normal(self, std, shape=(), like: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Draw :math:`\\mathcal N(0, \\mathrm{std}^2)` noise of ``shape`` (dtype of ``like``)."""
+        dtype = like.dtype if like is not None else torch.get_default_dtype()
+        shape = tuple(shape)
+        if self.secure_mode:
+            z = torch.zeros(shape, dtype=torch.float64, device=self.device)
+            for _ in range(4):
+                z += torch.randn(shape, generator=self.generator, dtype=torch.float64, device=self.device)
+            return (z / 2 * std).to(dtype)
+        z = torch.randn(shape, generator=self.generator, dtype=dtype, device=self.device)
+        return z * std
+
+    # torch.Generator is not picklable: carry its state instead (needed for
+    # ``MCMC(num_chains>1)`` with a "spawn" context, which pickles kernels).
+    def __getstate__(self):
+        return {
+            "secure_mode": self.secure_mode,
+            "device": str(self.device),
+            "state": self.generator.get_state(),
+        }
+
+    def __setstate__(self, state):
+        self.secure_mode = state["secure_mode"]
+        self.device = torch.device(state["device"])
+        self.generator = torch.Generator(device=self.device)
+        self.generator.set_state(state["state"])
+
+
+# --------------------------------------------------------------------------- release
+
+
+class NoisyRelease(NamedTuple):
+    """Result of :func:`clipped_sum_with_noise`.
+
+    :ivar value: the released noisy sum (safe to use anywhere: it is in the ledger).
+    :ivar event: the event to record in the ledger.
+    :ivar noise_std: standard deviation of the noise that was added.
+    :ivar clipped_fraction: fraction of rows whose norm exceeded the clip. This is a
+        statistic of the data: it is **not** private, it is for the user's own diagnostics
+        and must never feed back into the algorithm.
+    """
+
+    value: torch.Tensor
+    event: PrivacyEvent
+    noise_std: torch.Tensor
+    clipped_fraction: float
+
+
+def clip_rows(values: torch.Tensor, clip) -> Tuple[torch.Tensor, torch.Tensor]:
+    r"""Clip each row of ``values`` (shape ``[B, D]``) to L2 norm ``clip``.
+
+    Uses :math:`x \cdot \min(1, b/\|x\|)` written so that a zero row stays zero (no NaN).
+    Returns the clipped rows and a boolean mask of rows that were clipped.
+    ``clip`` may be a scalar or a 0-d tensor.
+    """
+    norms = torch.linalg.vector_norm(values, dim=-1)
+    clip_t = torch.as_tensor(clip, dtype=values.dtype, device=values.device)
+    factor = torch.clamp(clip_t / torch.clamp(norms, min=torch.finfo(values.dtype).tiny), max=1.0)
+    return values * factor.unsqueeze(-1), norms > clip_t
+
+
+def clip_scalars(values: torch.Tensor, clip) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Clip each scalar of ``values`` to ``[-clip, clip]``; returns values and clipped mask."""
+    clip_t = torch.as_tensor(clip, dtype=values.dtype, device=values.device)
+    return torch.maximum(torch.minimum(values, clip_t), -clip_t), values.abs() > clip_t
+
+
+def clipped_sum_with_noise(
+    values: torch.Tensor,
+    clip,
+    noise_multiplier: float,
+    noise: NoiseSource,
+    relation: str = "substitute",
+) -> NoisyRelease:
+    r"""Clip per example, sum, add Gaussian noise — in that order, in one audited place.
+
+    ``values`` has shape ``[B]`` (scalars, clipped to ``[-clip, clip]``) or ``[B, D]``
+    (vectors, clipped to L2 norm ``clip``). The sum over the ``B`` rows has
+    :math:`\ell_2`-sensitivity :math:`\Delta = 2\,\mathrm{clip}` under substitution of one
+    row and :math:`\mathrm{clip}` under add/remove; the noise has standard deviation
+    :math:`\sigma = \mathrm{noise\_multiplier}\cdot\Delta` (Gaussian mechanism,
+    Räisä 2021 thesis Def. 6–7, Thm 4).
+
+    ``clip`` may be a data-free tensor (e.g. :math:`b\|\theta-\theta'\|`); it must not
+    depend on the data. ``noise_multiplier = 0`` is the documented non-private test
+    mode: no noise is added and the event is :class:`NonPrivateEvent`, for which every
+    accountant reports :math:`\varepsilon = \infty`.
+    """
+    if relation not in RELATIONS:
+        raise ValueError(f"relation must be one of {RELATIONS}, got {relation!r}")
+    if values.dim() == 1:
+        clipped, mask = clip_scalars(values, clip)
+        total = clipped.sum(0)
+    elif values.dim() == 2:
+        clipped, mask = clip_rows(values, clip)
+        total = clipped.sum(0)
+    else:
+        raise ValueError(f"values must have shape [B] or [B, D], got {tuple(values.shape)}")
+    sens_factor = 2.0 if relation == "substitute" else 1.0
+    clip_t = torch.as_tensor(clip, dtype=values.dtype, device=values.device)
+    std = float(noise_multiplier) * sens_factor * clip_t
+    if noise_multiplier > 0:
+        value = total + noise.normal(1.0, total.shape, like=total).to(total.device) * std
+        event = GaussianEvent(noise_multiplier=float(noise_multiplier))
+    else:
+        value = total
+        event = NonPrivateEvent()
+    frac = float(mask.float().mean()) if mask.numel() else 0.0
+    return NoisyRelease(value, event, std, frac)

@@ -1,0 +1,54 @@
+"""Shared targets for kernel tests: a conjugate Gaussian with a closed-form posterior.
+
+Model: y_i ~ N(mu, s^2) (s known), mu ~ N(m0, s0^2); posterior N(m_n, v_n) with
+v_n = 1 / (1/s0^2 + N/s^2), m_n = v_n (m0/s0^2 + sum(y)/s^2) (Gelman et al., BDA3 §2.5).
+Data are bounded (|y| <= 3), so |l_i(mu') - l_i(mu)| = |mu'-mu| |y_i - (mu+mu')/2| / s^2
+stays below llr_clip |mu'-mu| wherever the chain goes in practice: clipping does not bind.
+"""
+import math
+
+import pyro
+import pyro.distributions as dist
+import torch
+
+S, M0, S0 = 1.0, 0.0, 3.0
+
+
+def gauss_model(y):
+    mu = pyro.sample("mu", dist.Normal(torch.tensor(M0, dtype=y.dtype), S0))
+    with pyro.plate("data", y.shape[0]) as idx:
+        pyro.sample("obs", dist.Normal(mu, S), obs=y[idx])
+
+
+def gauss_model_2d(y):
+    """Two independent coordinates (for OCU/GWMH): y_i in R^2, mu ~ N(0, S0^2 I)."""
+    mu = pyro.sample("mu", dist.Normal(torch.zeros(2, dtype=y.dtype), S0).to_event(1))
+    with pyro.plate("data", y.shape[0]) as idx:
+        pyro.sample("obs", dist.Normal(mu, S).to_event(1), obs=y[idx])
+
+
+def posterior(y):
+    """(mean, variance) per coordinate of the conjugate posterior."""
+    n = y.shape[0]
+    v = 1.0 / (1.0 / S0**2 + n / S**2)
+    m = v * (M0 / S0**2 + y.sum(0) / S**2)
+    return m, v
+
+
+def make_data(n, d=None, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    shape = (n,) if d is None else (n, d)
+    return (torch.randn(shape, generator=g, dtype=torch.float64) * 0.8 + 0.7).clamp(-3, 3)
+
+
+def mean_var_within_mcse(x, mean, var, n_sd=4.0):
+    """iid draws x [K, ...]: sample mean and variance vs truth, tolerance n_sd MC standard errors.
+
+    MCSE of the mean: sqrt(var/K); of the sample variance of Gaussian draws: var*sqrt(2/(K-1)).
+    """
+    k = x.shape[0]
+    m_hat, v_hat = x.mean(0), x.var(0)
+    ok_m = bool(((m_hat - mean).abs() <= n_sd * torch.sqrt(torch.as_tensor(var) / k)).all())
+    ok_v = bool(((v_hat - var).abs() <= n_sd * var * math.sqrt(2.0 / (k - 1))).all())
+    return ok_m and ok_v, (m_hat, v_hat)
+
