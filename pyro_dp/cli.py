@@ -1,0 +1,61 @@
+"""Command line: ``pyro-dp demo`` (also ``python -m pyro_dp demo``).
+
+>>> main(["--version"])  # doctest: +ELLIPSIS
+pyro_dp ...
+0
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pyro-dp", description="Differentially private MCMC for Pyro models.")
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = p.add_subparsers(dest="command")
+    d = sub.add_parser("demo", help="private vs non-private Bayesian logistic regression on built-in data")
+    d.add_argument("--n", type=int, default=50000, help="number of rows (default 50000)")
+    d.add_argument("--epsilon", type=float, default=4.0, help="privacy budget epsilon (default 4)")
+    d.add_argument("--delta", type=float, default=1e-5, help="privacy budget delta (default 1e-5)")
+    d.add_argument("--num-samples", type=int, default=2000)
+    d.add_argument("--warmup-steps", type=int, default=1000)
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    d.add_argument("--no-reference", action="store_true", help="skip the non-private NUTS reference")
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.version:
+        from . import __version__
+
+        print(f"pyro_dp {__version__}")
+        return 0
+    if args.command == "demo":
+        from .demo import run_demo
+
+        for name in ("n", "num_samples", "warmup_steps"):
+            if getattr(args, name) < (1 if name == "n" else 0):
+                _parser().error(f"--{name.replace('_', '-')} must be positive")
+        run_demo(
+            n=args.n,
+            epsilon=args.epsilon,
+            delta=args.delta,
+            num_samples=args.num_samples,
+            warmup_steps=args.warmup_steps,
+            seed=args.seed,
+            device=args.device,
+            reference=not args.no_reference,
+        )
+        return 0
+    _parser().print_help()
+    return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
