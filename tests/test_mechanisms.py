@@ -1,0 +1,109 @@
+"""Events, ledger, noise source and the audited clip-sum-noise release."""
+import math
+import pickle
+
+import pytest
+import torch
+
+from pyro_dp.mechanisms import (
+    ApproxDPEvent,
+    GaussianEvent,
+    NoiseSource,
+    NonPrivateEvent,
+    PrivacyLedger,
+    PureDPEvent,
+    RDPCurveEvent,
+    SubsampledGaussianEvent,
+    clip_rows,
+    clip_scalars,
+    clipped_sum_with_noise,
+)
+
+
+def test_clip_rows_zero_and_large():
+    x = torch.tensor([[0.0, 0.0], [3.0, 4.0], [0.3, 0.4]], dtype=torch.float64)
+    c, mask = clip_rows(x, 1.0)
+    assert torch.allclose(c, torch.tensor([[0.0, 0.0], [0.6, 0.8], [0.3, 0.4]], dtype=torch.float64))
+    assert mask.tolist() == [False, True, False]
+    assert torch.isfinite(c).all()
+
+
+def test_clip_scalars_handles_infinities():
+    v, mask = clip_scalars(torch.tensor([-math.inf, 0.5, 7.0]), 2.0)
+    assert v.tolist() == [-2.0, 0.5, 2.0] and mask.tolist() == [True, False, True]
+
+
+@pytest.mark.parametrize("relation, factor", [("substitute", 2.0), ("add_remove", 1.0)])
+def test_noise_std_is_multiplier_times_sensitivity(relation, factor):
+    """Empirical std of the release over many draws = nm * (2 or 1) * clip (4 MCSE)."""
+    noise = NoiseSource(seed=0)
+    vals = torch.ones(5, dtype=torch.float64)
+    draws = torch.stack(
+        [clipped_sum_with_noise(vals, 0.5, 3.0, noise, relation=relation).value for _ in range(4000)]
+    )
+    sd = 3.0 * factor * 0.5
+    assert abs(float(draws.mean()) - 2.5) < 4 * sd / math.sqrt(4000)
+    assert abs(float(draws.std()) - sd) < 4 * sd / math.sqrt(2 * 3999)
+    rel = clipped_sum_with_noise(vals, 0.5, 3.0, noise, relation=relation)
+    assert rel.event == GaussianEvent(3.0) and float(rel.noise_std) == pytest.approx(sd)
+
+
+def test_non_private_mode_records_non_private_event():
+    rel = clipped_sum_with_noise(torch.ones(3), 1.0, 0.0, NoiseSource(seed=0))
+    assert isinstance(rel.event, NonPrivateEvent) and float(rel.value) == 3.0
+
+
+def test_secure_noise_is_gaussian_and_unseedable():
+    a = NoiseSource(seed=1, secure_mode=True).normal(1.0, (20000,), like=torch.zeros((), dtype=torch.float64))
+    b = NoiseSource(seed=1, secure_mode=True).normal(1.0, (20000,), like=torch.zeros((), dtype=torch.float64))
+    assert not torch.equal(a, b)
+    assert abs(float(a.mean())) < 4 / math.sqrt(20000)
+    assert abs(float(a.std()) - 1.0) < 4 / math.sqrt(2 * 20000)
+
+
+def test_noise_source_pickles_with_its_state():
+    n = NoiseSource(seed=3)
+    n.normal(1.0, (3,))
+    m = pickle.loads(pickle.dumps(n))
+    assert torch.equal(n.normal(1.0, (4,)), m.normal(1.0, (4,)))
+
+
+def test_ledger_merges_and_round_trips():
+    led = PrivacyLedger()
+    led.record(GaussianEvent(2.0), 3)
+    led.record(GaussianEvent(2.0))
+    led.record(PureDPEvent(0.1))
+    assert led.num_releases == 5 and len(led.entries) == 2
+    other = PrivacyLedger()
+    other.load_state_dict(led.state_dict())
+    assert other == led
+    merged = PrivacyLedger.merged([led, led])
+    assert merged.aggregate() == {GaussianEvent(2.0): 8, PureDPEvent(0.1): 2}
+    with pytest.raises(ValueError, match="cannot merge"):
+        led.extend(PrivacyLedger("add_remove"))
+    assert pickle.loads(pickle.dumps(led)) == led
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: GaussianEvent(0.0), "noise_multiplier"),
+        (lambda: GaussianEvent(float("nan")), "noise_multiplier"),
+        (lambda: SubsampledGaussianEvent(1.5, 1.0), "sample_rate"),
+        (lambda: SubsampledGaussianEvent(0.1, 1.0, "bogus"), "scheme"),
+        (lambda: PureDPEvent(-1.0), "epsilon"),
+        (lambda: ApproxDPEvent(1.0, 1.0), "delta"),
+        (lambda: RDPCurveEvent((2.0, 1.5), (0.1, 0.2)), "increasing"),
+        (lambda: PrivacyLedger("neighbours"), "relation"),
+        (lambda: PrivacyLedger().record(GaussianEvent(1.0), -1), "count"),
+        (lambda: PrivacyLedger().record("gaussian"), "PrivacyEvent"),
+    ],
+)
+def test_bad_events(make, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        make()
+
+
+def test_release_shape_errors():
+    with pytest.raises(ValueError, match="shape"):
+        clipped_sum_with_noise(torch.ones(2, 2, 2), 1.0, 1.0, NoiseSource(seed=0))
