@@ -1,0 +1,167 @@
+"""Planning helpers: iteration budgets and noise calibration never overshoot, and match the
+thesis' closed forms (Räisä 2021, Thm 5, 6, 10)."""
+import math
+
+import mpmath
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from pyro_dp.accounting import (
+    calibrate,
+    calibrate_noise_multiplier,
+    max_iterations,
+    planned_epsilon,
+    planned_ledger,
+    zcdp_max_iterations_penalty,
+    zcdp_rho_budget,
+)
+from pyro_dp.mechanisms import GaussianEvent, PureDPEvent
+
+EPS = st.floats(0.05, 20.0)
+DELTA = st.integers(2, 12).map(lambda e: 10.0**-e)
+FAST = settings(max_examples=40, deadline=None)
+
+
+def dp_hmc(nm_l, nm_g, L):
+    """DP-HMC (thesis Alg. 3, reusing the released gradient): one initial gradient, then
+    per iteration one log-likelihood ratio and L gradients."""
+    return [GaussianEvent(nm_g)], [(GaussianEvent(nm_l), 1), (GaussianEvent(nm_g), L)]
+
+
+@FAST
+@given(eps=EPS, delta=DELTA, k=st.integers(1, 100_000), chains=st.integers(1, 4))
+def test_calibrate_noise_multiplier_never_overshoots_and_is_tight(eps, delta, k, chains):
+    nm = calibrate_noise_multiplier(eps, delta, k, num_chains=chains)
+    assert planned_epsilon(delta, k, GaussianEvent(nm), num_chains=chains) <= eps
+    assert planned_epsilon(delta, k, GaussianEvent(nm * (1 - 1e-9)), num_chains=chains) > eps
+
+
+@FAST
+@given(eps=EPS, delta=DELTA, k=st.integers(1, 5000), L=st.integers(1, 20), ratio=st.floats(0.2, 5.0))
+def test_calibrate_never_overshoots(eps, delta, k, L, ratio):
+    def events(s):
+        return dp_hmc(s, ratio * s, L)
+
+    s = calibrate(eps, delta, k, events, rtol=1e-9)
+    fixed, per = events(s)
+    assert planned_epsilon(delta, k, per, fixed=fixed) <= eps
+    fixed, per = events(s * (1 - 2e-9))
+    assert planned_epsilon(delta, k, per, fixed=fixed) > eps
+
+
+@FAST
+@given(eps=EPS, delta=DELTA, nm_l=st.floats(1.0, 300.0), nm_g=st.floats(1.0, 300.0),
+       L=st.integers(1, 20), chains=st.integers(1, 3))
+def test_max_iterations_fits_and_the_next_does_not(eps, delta, nm_l, nm_g, L, chains):
+    fixed, per = dp_hmc(nm_l, nm_g, L)
+    assume(planned_epsilon(delta, 0, per, fixed=fixed, num_chains=chains) <= eps)
+    k = max_iterations(eps, delta, per, fixed=fixed, num_chains=chains)
+    assert planned_epsilon(delta, k, per, fixed=fixed, num_chains=chains) <= eps
+    assert planned_epsilon(delta, k + 1, per, fixed=fixed, num_chains=chains) > eps
+
+
+@pytest.mark.parametrize("name", ["zcdp", "rdp", "prv", "dp_rdp"])
+def test_other_accountants_never_overshoot(name):
+    nm = calibrate_noise_multiplier(2.0, 1e-6, 300, accountant=name, rtol=1e-6)
+    assert planned_epsilon(1e-6, 300, GaussianEvent(nm), accountant=name) <= 2.0
+    assert planned_epsilon(1e-6, 300, GaussianEvent(nm * (1 - 2e-6)), accountant=name) > 2.0
+    assert nm >= calibrate_noise_multiplier(2.0, 1e-6, 300)  # gdp is the tightest
+    k = max_iterations(2.0, 1e-6, GaussianEvent(nm), accountant=name)
+    assert k >= 300 and planned_epsilon(1e-6, k + 1, GaussianEvent(nm), accountant=name) > 2.0
+
+
+def test_pld_planning_with_pure_dp_releases():
+    per = [(GaussianEvent(30.0), 1), (PureDPEvent(0.01), 1)]
+    k = max_iterations(1.0, 1e-5, per, accountant="pld", accountant_kwargs={"value_discretization_interval": 1e-3})
+    eps = lambda n: planned_epsilon(1e-5, n, per, accountant="pld",  # noqa: E731
+                                    accountant_kwargs={"value_discretization_interval": 1e-3})
+    assert eps(k) <= 1.0 < eps(k + 1)
+
+
+@pytest.mark.parametrize("eps", [0.3, 1.0, 4.0])
+@pytest.mark.parametrize("delta", [1e-3, 1e-6])
+@pytest.mark.parametrize("tau,n,alpha", [(1.0, 100, 0.5), (0.37, 1000, 0.5), (2.0, 50, 0.8), (0.05, 10**5, 0.3)])
+def test_thesis_theorem_5_zcdp_penalty(eps, delta, tau, n, alpha):
+    k = zcdp_max_iterations_penalty(eps, delta, tau=tau, n=n, alpha=alpha)
+    nm = tau * n**alpha  # noise std tau n^alpha c(theta, theta') on a sensitivity-c query
+    assert max_iterations(eps, delta, GaussianEvent(nm), accountant="zcdp") == k
+    # ... and the tight accountant (Thm 6) allows at least as many
+    assert max_iterations(eps, delta, GaussianEvent(nm)) >= k
+
+
+@mpmath.workdps(50)
+@pytest.mark.parametrize("eps,delta,nm", [(1.0, 1e-5, 10.0), (0.5, 1e-6, 31.6), (3.0, 1e-4, 5.0)])
+def test_thesis_theorem_6_iterations(eps, delta, nm):
+    """k from the search satisfies Thm 6's delta(eps) <= delta, k + 1 does not."""
+    def thm6(k):
+        m = mpmath.mpf(k) / (2 * mpmath.mpf(nm) ** 2)
+        s = 2 * mpmath.sqrt(m)
+        return (mpmath.erfc((eps - m) / s) - mpmath.exp(eps) * mpmath.erfc((eps + m) / s)) / 2
+
+    k = max_iterations(eps, delta, GaussianEvent(nm))
+    assert thm6(k) <= delta < thm6(k + 1)
+
+
+@pytest.mark.parametrize("L", [1, 5, 20])
+@pytest.mark.parametrize("tau_l,tau_g,n", [(0.5, 0.5, 1000), (0.1, 2.0, 500), (3.0, 0.2, 10**4)])
+def test_thesis_theorem_10_dp_hmc_zcdp(L, tau_l, tau_g, n):
+    eps, delta = 1.0, 0.1 / n
+    rho = zcdp_rho_budget(eps, delta)
+    rho_l, rho_g = 1 / (2 * tau_l**2 * n), 1 / (2 * tau_g**2 * n)
+    expected = math.floor((rho - rho_g) / (rho_l + L * rho_g))
+    fixed, per = dp_hmc(tau_l * math.sqrt(n), tau_g * math.sqrt(n), L)
+    if expected < 0:
+        with pytest.raises(ValueError, match="fixed releases alone"):
+            max_iterations(eps, delta, per, fixed=fixed, accountant="zcdp")
+    else:
+        assert max_iterations(eps, delta, per, fixed=fixed, accountant="zcdp") == expected
+
+
+@pytest.mark.parametrize("chains", [1, 2, 3, 7])
+def test_chains_compose(chains):
+    total = max_iterations(1.0, 1e-5, GaussianEvent(50.0))
+    assert max_iterations(1.0, 1e-5, GaussianEvent(50.0), num_chains=chains) == total // chains
+    nm1 = calibrate_noise_multiplier(1.0, 1e-5, 100 * chains)
+    assert calibrate_noise_multiplier(1.0, 1e-5, 100, num_chains=chains) == pytest.approx(nm1, rel=1e-12)
+
+
+def test_planned_ledger_counts():
+    fixed, per = dp_hmc(3.0, 4.0, 10)
+    ledger = planned_ledger(5, per, fixed=fixed, num_chains=2)
+    assert ledger.num_releases == 2 * (1 + 5 * 11)
+    assert ledger.aggregate() == {GaussianEvent(4.0): 2 * 51, GaussianEvent(3.0): 10}
+    assert planned_ledger(3, (GaussianEvent(1.0), GaussianEvent(2.0))).num_releases == 6
+    assert planned_ledger(3, (GaussianEvent(1.0), 4)).num_releases == 12
+
+
+@pytest.mark.parametrize(
+    "call, exc, match",
+    [
+        (lambda: max_iterations(0.0, 1e-5, GaussianEvent(1.0)), ValueError, "epsilon"),
+        (lambda: max_iterations(-1.0, 1e-5, GaussianEvent(1.0)), ValueError, "epsilon"),
+        (lambda: max_iterations(math.inf, 1e-5, GaussianEvent(1.0)), ValueError, "epsilon"),
+        (lambda: max_iterations(1.0, 0.0, GaussianEvent(1.0)), ValueError, "delta"),
+        (lambda: max_iterations(1.0, 1.0, GaussianEvent(1.0)), ValueError, "delta"),
+        (lambda: max_iterations(1.0, 1e-5, []), ValueError, "at least one"),
+        (lambda: max_iterations(1.0, 1e-5, [1.0]), TypeError, "PrivacyEvent"),
+        (lambda: max_iterations(1.0, 1e-5, [(GaussianEvent(1.0), -1)]), ValueError, "non-negative"),
+        (lambda: max_iterations(1.0, 1e-5, GaussianEvent(1.0), fixed=[(GaussianEvent(0.1), 5)]),
+         ValueError, "fixed releases alone"),
+        (lambda: max_iterations(1.0, 1e-5, GaussianEvent(math.inf)), ValueError, "unbounded"),
+        (lambda: max_iterations(1.0, 1e-5, GaussianEvent(1.0), num_chains=0), ValueError, "num_chains"),
+        (lambda: max_iterations(1.0, 1e-5, GaussianEvent(1.0), accountant="nope"), ValueError, "unknown"),
+        (lambda: calibrate_noise_multiplier(1.0, 1e-5, 0), ValueError, "num_releases"),
+        (lambda: calibrate_noise_multiplier(1.0, 1e-5, 2.5), TypeError, "num_releases"),
+        (lambda: calibrate_noise_multiplier(1.0, 2.0, 10), ValueError, "delta"),
+        (lambda: calibrate(1.0, 1e-5, 0, lambda s: ((), [GaussianEvent(s)])), ValueError, "num_iterations"),
+        (lambda: calibrate(1.0, 1e-5, 10, "gauss"), TypeError, "callable"),
+        (lambda: calibrate(1.0, 1e-5, 10, lambda s: ((), [GaussianEvent(1e3)])), ValueError, "every noise scale"),
+        (lambda: calibrate(1.0, 1e-5, 10, lambda s: ([PureDPEvent(2.0)], [GaussianEvent(s)]), accountant="zcdp"),
+         ValueError, "no noise scale"),
+        (lambda: zcdp_max_iterations_penalty(1.0, 1e-5, tau=0.0, n=10, alpha=0.5), ValueError, "tau"),
+    ],
+)
+def test_bad_inputs(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
