@@ -1,0 +1,46 @@
+"""Subsampling laws: uniform subsets and Poisson inclusion, chi-square style checks."""
+import math
+
+import torch
+import pytest
+
+from pyro_dp.kernels.subsampling import poisson_subsample, sample_without_replacement
+
+
+@pytest.mark.parametrize("n, b", [(50, 5), (50, 40), (10, 10)])
+def test_without_replacement_is_uniform(n, b):
+    g = torch.Generator().manual_seed(0)
+    reps = 4000
+    counts = torch.zeros(n)
+    for _ in range(reps):
+        idx = sample_without_replacement(g, n, b)
+        assert idx.numel() == b and torch.unique(idx).numel() == b
+        counts[idx] += 1
+    # each row is included w.p. b/n: binomial(reps, b/n) per row; 4.5 sd over n rows
+    p = b / n
+    sd = math.sqrt(reps * p * (1 - p)) if p < 1 else 0.0
+    assert float((counts - reps * p).abs().max()) <= 4.5 * sd + 1e-9
+
+
+def test_without_replacement_pairs_uniform():
+    """Second-order check: P(0 and 1 both in the subset) = b(b-1)/(n(n-1))."""
+    g = torch.Generator().manual_seed(1)
+    n, b, reps = 20, 4, 20000
+    both = sum(int(bool(((s := sample_without_replacement(g, n, b)) == 0).any() and (s == 1).any())) for _ in range(reps))
+    p = b * (b - 1) / (n * (n - 1))
+    assert abs(both - reps * p) <= 4 * math.sqrt(reps * p * (1 - p))
+
+
+def test_poisson_subsample_law():
+    g = torch.Generator().manual_seed(2)
+    n, q, reps = 1000, 0.05, 2000
+    sizes = torch.tensor([poisson_subsample(g, n, q).numel() for _ in range(reps)], dtype=torch.float64)
+    assert abs(float(sizes.mean()) - n * q) <= 4 * math.sqrt(n * q * (1 - q) / reps)
+
+
+def test_bad_arguments():
+    g = torch.Generator().manual_seed(0)
+    with pytest.raises(ValueError):
+        sample_without_replacement(g, 5, 6)
+    with pytest.raises(ValueError):
+        poisson_subsample(g, 5, 0.0)
