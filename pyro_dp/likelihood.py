@@ -326,11 +326,13 @@ class PrivateLikelihood:
         )
         return tr, logdet
 
-    def _terms(self, z, idx=None) -> Tuple[torch.Tensor, torch.Tensor]:
+    def _terms(self, z, idx=None, loglik: bool = True) -> Tuple[torch.Tensor, torch.Tensor]:
         tr, lp = self._trace(z, idx)
         for n in self.latent_names:
             site = tr.nodes[n]
             lp = lp + site["fn"].log_prob(site["value"]).sum()
+        if not loglik:  # the prior alone: no observed site's density is evaluated
+            return None, lp
         ll = 0.0
         d = self._plate_dim
         for n in self.observed_names:
@@ -361,7 +363,7 @@ class PrivateLikelihood:
     def log_prior(self, z: torch.Tensor) -> torch.Tensor:
         r"""Data-free :math:`\log p(\theta) + \log|\det J|` at unconstrained ``z``."""
         idx = torch.zeros(1, dtype=torch.long, device=self.device) if self._indexable else None
-        return self._terms(z, idx)[1]
+        return self._terms(z, idx, loglik=False)[1]
 
     def grad_log_prior(self, z: torch.Tensor) -> torch.Tensor:
         """Gradient of :meth:`log_prior` (data-free)."""

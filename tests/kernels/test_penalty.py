@@ -190,38 +190,44 @@ def test_kernel_pickles_after_setup():
 # ---------------------------------------------------------------------------- data access
 
 
-class Spy:
-    """A model that counts how many times its likelihood is built."""
+class CountingNormal(dist.Normal):
+    """A Normal likelihood that counts how often its density is evaluated on data."""
 
-    def __init__(self):
-        self.calls = 0
+    calls = 0
 
-    def __call__(self, y):
-        mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=y.dtype), 3.0))
-        with pyro.plate("data", y.shape[0]) as idx:
-            if not isinstance(idx, torch.Tensor) or idx.numel() > 1:
-                self.calls += 1
-            pyro.sample("obs", dist.Normal(mu, 1.0), obs=y[idx])
+    def log_prob(self, value):
+        CountingNormal.calls += 1
+        return super().log_prob(value)
 
 
-def test_setup_twice_costs_nothing_and_reads_no_likelihood():
+def counting_model(y):
+    mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=y.dtype), 3.0))
+    with pyro.plate("data", y.shape[0]) as idx:
+        pyro.sample("obs", CountingNormal(mu, 1.0), obs=y[idx])
+
+
+def test_setup_is_data_free_and_costs_nothing():
+    """setup() (run twice, as MCMC may) evaluates no data density and records nothing;
+    the likelihood is first read inside the first iteration's release."""
     y = make_data(30)
-    spy = Spy()
-    kernel = DPPenalty(spy, 0.2, llr_clip=1.0, noise_multiplier=3.0, seed=0)
+    kernel = DPPenalty(counting_model, 0.2, llr_clip=1.0, noise_multiplier=3.0, seed=0)
+    CountingNormal.calls = 0
     kernel.setup(10, y)
     kernel.setup(0, y)
+    assert CountingNormal.calls == 0
     assert not kernel.ledger
-    # tracing for set-up evaluates no log-probability of the data; the only model runs
-    # are the prototype trace and the two-row shape probe
-    assert kernel.diagnostics()["private iterations"] == 0
+    kernel.sample(kernel.initial_params)
+    assert CountingNormal.calls == 2  # l(theta) and l(theta'), inside one recorded release
+    assert kernel.ledger.num_releases == 1
 
 
 def test_budget_calibrates_and_stops_reading_data():
     y = make_data(30)
     kernel = DPPenalty(
-        gauss_model, 0.2, llr_clip=1.0, epsilon=1.0, delta=1e-5, num_iterations=50, seed=0
+        counting_model, 0.2, llr_clip=1.0, epsilon=1.0, delta=1e-5, num_iterations=50, seed=0
     )
     assert kernel.noise_multiplier is None
+    CountingNormal.calls = 0
     with pytest.warns(BudgetExhaustedWarning, match="STOPPED READING DATA"):
         mcmc = MCMC(kernel, num_samples=60, warmup_steps=10, disable_progbar=True)
         mcmc.run(y)
@@ -232,6 +238,7 @@ def test_budget_calibrates_and_stops_reading_data():
     diag = mcmc.diagnostics()
     assert diag["budget exhausted"]["chain 0"]
     n_priv = diag["private iterations"]["chain 0"]
+    assert CountingNormal.calls == n_priv + 1  # no data read after the budget ran out
     s = mcmc.get_samples()["mu"]
     assert s.shape == (60,)
     assert torch.all(s[n_priv - 10 :] == s[-1])  # the tail repeats the last state
