@@ -163,6 +163,18 @@ class DPKernel(MCMCKernel):
         self._steps_allowed: Optional[int] = None
         self._reset_chain_stats()
 
+    def _check_noise_multiplier(self, name: str, value) -> Optional[float]:
+        """Validate a noise multiplier; ``None`` is allowed only with a budget to calibrate
+        from, and 0 only in the ``non_private`` test mode."""
+        if value is None:
+            if self.epsilon is None or self.num_iterations is None:
+                raise ValueError(f"give {name}, or epsilon, delta and num_iterations to calibrate it")
+            return None
+        value = check_positive(name, value, allow_zero=self.non_private)
+        if self.non_private and value != 0:
+            raise ValueError(f"non_private=True is the noise-free test mode: set {name}=0")
+        return value
+
     # ------------------------------------------------------------------ subclass API
     def _per_iteration_events(self) -> Sequence[PrivacyEvent]:
         """Events one iteration releases (data-free; used for the budget)."""

@@ -23,7 +23,6 @@ from __future__ import annotations
 from typing import NamedTuple, Optional, Tuple
 
 import torch
-from pyro.infer.autoguide.initialization import init_to_sample
 
 from ..mechanisms import GaussianEvent, NonPrivateEvent, clipped_sum_with_noise
 from .base import DPKernel, check_positive
@@ -172,48 +171,12 @@ class DPPenalty(DPKernel):
         guided_walk: bool = False,
         adapt_proposal: bool = False,
         target_accept: float = 0.3,
-        temperature: float = 1.0,
-        data_plate: Optional[str] = None,
-        epsilon: Optional[float] = None,
-        delta: Optional[float] = None,
-        num_iterations: Optional[int] = None,
-        num_chains: int = 1,
-        accountant: str = "gdp",
-        reference_delta: Optional[float] = None,
-        seed: Optional[int] = None,
-        secure_mode: bool = False,
-        non_private: bool = False,
-        init_strategy=init_to_sample,
-        transforms: Optional[dict] = None,
+        **kwargs,
     ):
-        super().__init__(
-            model,
-            temperature=temperature,
-            data_plate=data_plate,
-            transforms=transforms,
-            init_strategy=init_strategy,
-            epsilon=epsilon,
-            delta=delta,
-            num_iterations=num_iterations,
-            num_chains=num_chains,
-            accountant=accountant,
-            reference_delta=reference_delta,
-            seed=seed,
-            secure_mode=secure_mode,
-            non_private=non_private,
-        )
+        super().__init__(model, **kwargs)
         self.proposal_scale = check_positive("proposal_scale", proposal_scale)
         self.llr_clip = check_positive("llr_clip", llr_clip)
-        if noise_multiplier is None:
-            if self.epsilon is None or self.num_iterations is None:
-                raise ValueError(
-                    "give noise_multiplier, or epsilon, delta and num_iterations to calibrate it"
-                )
-        else:
-            noise_multiplier = check_positive("noise_multiplier", noise_multiplier, allow_zero=self.non_private)
-            if self.non_private and noise_multiplier != 0:
-                raise ValueError("non_private=True is the noise-free test mode: set noise_multiplier=0")
-        self.noise_multiplier = noise_multiplier
+        self.noise_multiplier = self._check_noise_multiplier("noise_multiplier", noise_multiplier)
         self.guided_walk = bool(guided_walk)
         self.one_component = bool(one_component) or self.guided_walk
         self.mode = "gwmh" if self.guided_walk else ("ocu" if self.one_component else "full")
