@@ -336,3 +336,19 @@ def test_bad_models_raise_before_data_is_read(model, data, exc, match):
     with pytest.raises(exc, match=match):
         mcmc.run(data)
     assert not kernel.ledger
+
+
+def test_secure_mode_noise_is_not_reproducible_but_proposals_are():
+    """secure_mode seeds the noise from the OS: same seed, different noise; the proposal
+    stream (not privacy-relevant) still follows the seed."""
+    y = make_data(30)
+
+    def released(secure):
+        k = DPPenalty(gauss_model, 0.2, llr_clip=1.0, noise_multiplier=2.0, seed=4, secure_mode=secure)
+        k.setup(0, y)
+        return k._noise.normal(1.0, (5,), like=y), k._rng.initial_seed()
+
+    (a, ra), (b, rb) = released(True), released(True)
+    assert not torch.equal(a, b) and ra == rb
+    (c, _), (d, _) = released(False), released(False)
+    assert torch.equal(c, d)
