@@ -2,9 +2,17 @@ r"""pyro_dp: differentially private MCMC for Pyro models.
 
 >>> import pyro_dp
 >>> sorted(n for n in pyro_dp.__all__ if n.startswith("DP"))
-['DPKernel', 'DPPenalty']
+['DPExpFamPenalty', 'DPKernel', 'DPMultiPartyPenalty', 'DPPenalty', 'DPSGLD', 'DPSGNHT']
 """
-from .kernels import BudgetExhaustedWarning, DPKernel, DPPenalty
+from .kernels import (
+    BudgetExhaustedWarning,
+    DPExpFamPenalty,
+    DPKernel,
+    DPMultiPartyPenalty,
+    DPPenalty,
+    DPSGLD,
+    DPSGNHT,
+)
 from .likelihood import PrivateLikelihood
 from .mechanisms import PrivacyLedger
 from .run import get_epsilon, get_ledger
@@ -14,6 +22,10 @@ __version__ = "0.1.0"
 __all__ = [
     "DPKernel",
     "DPPenalty",
+    "DPExpFamPenalty",
+    "DPMultiPartyPenalty",
+    "DPSGLD",
+    "DPSGNHT",
     "BudgetExhaustedWarning",
     "PrivateLikelihood",
     "PrivacyLedger",

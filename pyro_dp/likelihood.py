@@ -50,7 +50,6 @@ import math
 import warnings
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
-import pyro
 import pyro.poutine as poutine
 import torch
 from pyro.infer.autoguide.initialization import InitMessenger, init_to_sample
@@ -359,6 +358,26 @@ class PrivateLikelihood:
                 f"subset evaluation needs a model that indexes its data by the indices of plate {self.data_plate!r}"
             )
         return idx
+
+    @property
+    def indexable(self) -> bool:
+        """Whether the model reads only the rows named by the data plate's indices
+        (enables row subsets, minibatches and the fast per-example gradient path)."""
+        return self._indexable
+
+    def per_example_statistic(self, statistic: Callable, idx=None) -> torch.Tensor:
+        r"""``[B, d]``: ``statistic`` applied to the observed rows of the (single) observed
+        site, for kernels that release sufficient statistics (Yıldırım & Ermiş 2019 §3.3).
+        **Reads the data**: pass the result through a mechanism."""
+        if len(self.observed_names) != 1:
+            raise ValueError(f"needs exactly one observed site, got {list(self.observed_names)}")
+        idx = self._check_idx(idx)
+        with torch.no_grad():
+            tr, _ = self._trace(self.flatten(self.prototype_params), idx)
+            site = tr.nodes[self.observed_names[0]]
+            rows = torch.movedim(site["value"], self._plate_dim - site["fn"].event_dim, 0)
+            out = statistic(rows)
+        return out.reshape(rows.shape[0], -1) if out.dim() == 1 else out
 
     def log_prior(self, z: torch.Tensor) -> torch.Tensor:
         r"""Data-free :math:`\log p(\theta) + \log|\det J|` at unconstrained ``z``."""

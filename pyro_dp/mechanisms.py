@@ -61,6 +61,7 @@ __all__ = [
     "clip_rows",
     "clip_scalars",
     "clipped_sum_with_noise",
+    "add_gaussian_noise",
 ]
 
 #: Neighbouring relations a ledger can be stated under.
@@ -432,8 +433,27 @@ def clipped_sum_with_noise(
         total = clipped.sum(0)
     else:
         raise ValueError(f"values must have shape [B] or [B, D], got {tuple(values.shape)}")
+    frac = float(mask.float().mean()) if mask.numel() else 0.0
+    return add_gaussian_noise(total, clip, noise_multiplier, noise, relation)._replace(clipped_fraction=frac)
+
+
+def add_gaussian_noise(
+    total: torch.Tensor,
+    clip,
+    noise_multiplier: float,
+    noise: NoiseSource,
+    relation: str = "substitute",
+) -> NoisyRelease:
+    r"""The noise half of :func:`clipped_sum_with_noise`: ``total`` must already be a sum
+    of per-example terms each clipped to norm ``clip`` (e.g. a cached clipped sum that is
+    released repeatedly, Yıldırım & Ermiş 2019 Alg. 3). Adds
+    :math:`\mathcal N(0, (\mathrm{nm}\cdot\Delta)^2 I)` with :math:`\Delta = 2\,\mathrm{clip}`
+    (substitute) or :math:`\mathrm{clip}` (add/remove) and returns the event.
+    """
+    if relation not in RELATIONS:
+        raise ValueError(f"relation must be one of {RELATIONS}, got {relation!r}")
     sens_factor = 2.0 if relation == "substitute" else 1.0
-    clip_t = torch.as_tensor(clip, dtype=values.dtype, device=values.device)
+    clip_t = torch.as_tensor(clip, dtype=total.dtype, device=total.device)
     std = float(noise_multiplier) * sens_factor * clip_t
     if noise_multiplier > 0:
         value = total + noise.normal(1.0, total.shape, like=total).to(total.device) * std
@@ -441,5 +461,4 @@ def clipped_sum_with_noise(
     else:
         value = total
         event = NonPrivateEvent()
-    frac = float(mask.float().mean()) if mask.numel() else 0.0
-    return NoisyRelease(value, event, std, frac)
+    return NoisyRelease(value, event, std, 0.0)

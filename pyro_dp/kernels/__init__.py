@@ -1,5 +1,20 @@
 """DP MCMC kernels: one file per algorithm, each a thin Pyro ``MCMCKernel`` over a step function."""
 from .base import BudgetExhaustedWarning, DPKernel
+from .expfam import DPExpFamPenalty, ExpFamily, bernoulli, gaussian_known_variance, poisson
+from .multiparty import DPMultiPartyPenalty
 from .penalty import DPPenalty
+from .sgmcmc import DPSGLD, DPSGNHT
 
-__all__ = ["DPKernel", "DPPenalty", "BudgetExhaustedWarning"]
+__all__ = [
+    "DPKernel",
+    "DPPenalty",
+    "DPExpFamPenalty",
+    "ExpFamily",
+    "gaussian_known_variance",
+    "bernoulli",
+    "poisson",
+    "DPMultiPartyPenalty",
+    "DPSGLD",
+    "DPSGNHT",
+    "BudgetExhaustedWarning",
+]

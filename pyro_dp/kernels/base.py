@@ -101,6 +101,8 @@ class DPKernel(MCMCKernel):
         mitigation of :class:`~pyro_dp.mechanisms.NoiseSource`.
     :param bool non_private: documented test mode: noise multipliers may be 0; such runs
         record :class:`~pyro_dp.mechanisms.NonPrivateEvent` and report ε = ∞.
+    :param str relation: neighbouring relation of the ledger (``"substitute"``, the papers',
+        or ``"add_remove"``); noise multipliers are relative to its sensitivity.
     """
 
     def __init__(
@@ -120,6 +122,7 @@ class DPKernel(MCMCKernel):
         seed: Optional[int] = None,
         secure_mode: bool = False,
         non_private: bool = False,
+        relation: str = "substitute",
     ):
         if not callable(model):
             raise TypeError(f"model must be a callable Pyro model, got {type(model).__name__}")
@@ -156,8 +159,9 @@ class DPKernel(MCMCKernel):
         self.transforms = None  # set by setup(); MCMC reads it after the run
         self._user_initial_params: Optional[Dict[str, torch.Tensor]] = None
         self._initial_params: Optional[Dict[str, torch.Tensor]] = None
+        self.relation = relation
         self._finished_ledgers: List[PrivacyLedger] = []
-        self._ledger = PrivacyLedger()
+        self._ledger = PrivacyLedger(relation)  # validates the relation
         self._chain_index = 0
         self._num_setups = 0
         self._steps_allowed: Optional[int] = None
@@ -274,6 +278,7 @@ class DPKernel(MCMCKernel):
             fixed=list(self._fixed_events()),
             accountant=self.accountant,
             num_chains=self.num_chains,
+            relation=self.relation,
         )
         if self.num_iterations is not None and self._steps_allowed < self.num_iterations:
             warnings.warn(
@@ -322,7 +327,7 @@ class DPKernel(MCMCKernel):
         """End of a chain: file its ledger with the finished chains (idempotent)."""
         if self._ledger:
             self._finished_ledgers.append(self._ledger)
-            self._ledger = PrivacyLedger()
+            self._ledger = PrivacyLedger(self.relation)
             self._chain_index += 1
         self._reset_chain_stats()
 
@@ -346,7 +351,7 @@ class DPKernel(MCMCKernel):
     @property
     def ledger(self) -> PrivacyLedger:
         """Every release of every chain this kernel ran in this process."""
-        return PrivacyLedger.merged(self._finished_ledgers + [self._ledger])
+        return PrivacyLedger.merged(self._finished_ledgers + [self._ledger], self.relation)
 
     def get_epsilon(self, delta: Optional[float] = None, accountant: Optional[str] = None) -> float:
         r"""Total ε spent so far by this kernel object, at ``delta``.

@@ -1,0 +1,543 @@
+r"""DP penalty MH for exponential families via noisy sufficient statistics
+(Yıldırım & Ermiş 2019, §3.3, Algorithm 3 and Corollary 1).
+
+For an i.i.d. likelihood :math:`p(y|\theta) = h(y)\,g(\theta)\exp(\varphi(\theta)^\top S(y))`
+the log-likelihood ratio of the whole data set is (paper eq. 7)
+
+.. math::
+    d_n(\theta,\theta') = n[\log g(\theta') - \log g(\theta)]
+                          + [\varphi(\theta') - \varphi(\theta)]^\top S_n,
+    \qquad S_n = \sum_{i=1}^n S(y_i).
+
+Each iteration releases an **independent** noisy copy :math:`\hat S_n = S_n +
+\mathcal N(0, \xi I)` (Alg. 3, step 1), plugs it into (7) and accepts with the penalty rule
+:math:`\min\{1, \exp(\hat\lambda - \sigma_n^2(\theta,\theta')/2)\}` where
+:math:`\sigma_n^2(\theta,\theta') = \|\varphi(\theta') - \varphi(\theta)\|^2\xi`
+(eq. 8; Alg. 3, step 2). The chain is exact for every :math:`\xi` (penalty method), and after
+one pass over the data (the per-row statistics are summed once) the cost of an
+iteration does not depend on :math:`n`.
+
+Privacy. Each row's statistic is centred at a public :math:`c` and clipped to the public
+norm bound :math:`b` (:math:`\|S(y) - c\| \le b` on the data domain: then nothing is
+clipped and the chain is exact). The clipped sum has substitute sensitivity :math:`2b \ge
+\nabla_2 S` (paper §3.3), the noise standard deviation is :math:`\sqrt\xi = \mathrm{nm}\cdot 2b`,
+so :math:`k` iterations are :math:`k` Gaussian mechanisms with noise multiplier ``nm``,
+composed exactly by the ``"gdp"`` accountant (tighter than Corollary 1's advanced
+composition). Adding back :math:`n c` (``n`` is public) is post-processing.
+
+Data access. The per-row statistics are the only data this kernel reads, through
+:meth:`~pyro_dp.likelihood.PrivateLikelihood.per_example_statistic` (one pass, cached privately) and released only by
+:meth:`SufficientStatistic.release`.
+"""
+from __future__ import annotations
+
+import math
+from functools import partial
+from typing import Callable, NamedTuple, Optional, Tuple
+
+import torch
+from pyro.infer.autoguide.initialization import init_to_sample
+
+from ..likelihood import _forked_rng
+from ..mechanisms import GaussianEvent, NonPrivateEvent, NoisyRelease, add_gaussian_noise, clip_rows
+from .base import DPKernel, check_positive
+from .proposals import flip_direction, penalty_accept, random_walk
+
+__all__ = [
+    "ExpFamily",
+    "gaussian_known_variance",
+    "bernoulli",
+    "poisson",
+    "SufficientStatistic",
+    "ExpFamState",
+    "ExpFamInfo",
+    "expfam_init",
+    "expfam_step",
+    "DPExpFamPenalty",
+]
+
+
+# --------------------------------------------------------------------------- families
+
+
+class ExpFamily(NamedTuple):
+    r"""An exponential family :math:`p(y|\theta) = h(y)\,g(\theta)\exp(\varphi(\theta)^\top S(y))`
+    (Yıldırım & Ermiş 2019, §3.3), with the public facts privacy needs.
+
+    :ivar statistic: :math:`S`: rows ``[n, *event_shape]`` → ``[n, d]`` (or ``[n]`` if
+        :math:`d = 1`), vectorised over rows. Applied to the data only inside
+        :meth:`~pyro_dp.likelihood.PrivateLikelihood.per_example_statistic`.
+    :ivar natural_param: :math:`\varphi`: ``{site: constrained value}`` → tensor of ``d``
+        entries (data-free).
+    :ivar log_g: :math:`\log g`: ``{site: constrained value}`` → scalar (data-free; the
+        negative log-partition :math:`-A(\theta)`).
+    :ivar bound: public :math:`b` with :math:`\|S(y) - c\|_2 \le b` for every ``y`` of the data
+        domain; rows outside are clipped to it (then the chain targets the posterior of the
+        clipped statistics). Substitute sensitivity of :math:`S_n` is :math:`2b`.
+    :ivar center: public :math:`c` (scalar or ``d`` entries), default 0.
+    :ivar dim: :math:`d`, checked against :math:`\varphi` and :math:`S`.
+
+    >>> fam = bernoulli("p")
+    >>> fam.dim, fam.bound, fam.center
+    (1, 0.5, 0.5)
+    """
+
+    statistic: Callable
+    natural_param: Callable
+    log_g: Callable
+    bound: float
+    center: object = 0.0
+    dim: Optional[int] = None
+
+
+def _make_family(statistic, natural_param, log_g, bound, center=0.0, dim=None) -> ExpFamily:
+    if bound is None:
+        raise ValueError(
+            "an exponential family needs a public bound on ||S(y) - center|| over the data domain "
+            "(bound=...): it sets the sensitivity of the released statistic"
+        )
+    bound = check_positive("bound", bound)
+    if dim is not None:
+        dim = check_positive("dim", dim, integer=True)
+    for name, f in (("statistic", statistic), ("natural_param", natural_param), ("log_g", log_g)):
+        if not callable(f):
+            raise TypeError(f"{name} must be callable, got {type(f).__name__}")
+    return ExpFamily(statistic, natural_param, log_g, bound, center, dim)
+
+
+# Module-level pieces (picklable: MCMC pickles kernels into worker processes).
+def _identity_rows(y):
+    return y.reshape(y.shape[0], -1)  # S(y) = y
+
+
+def _gauss_phi(site, s2, p):
+    return p[site].reshape(-1) / s2  # φ(μ) = μ / s²
+
+
+def _gauss_log_g(site, s2, p):
+    return -(p[site] ** 2).sum() / (2 * s2)  # log g(μ) = −‖μ‖² / (2s²)
+
+
+def _bernoulli_phi(site, logits, p):
+    v = p[site]
+    return (v if logits else torch.logit(v)).reshape(-1)  # φ = logit p
+
+
+def _bernoulli_log_g(site, logits, p):
+    return -torch.nn.functional.softplus(_bernoulli_phi(site, logits, p)).sum()  # log(1 − p)
+
+
+def _poisson_phi(site, p):
+    return torch.log(p[site]).reshape(-1)  # φ = log λ
+
+
+def _poisson_log_g(site, p):
+    return -p[site].sum()  # log g = −λ
+
+
+def gaussian_known_variance(site: str, scale: float, low: float, high: float, dim: int = 1) -> ExpFamily:
+    r""":math:`y \sim \mathcal N(\mu, s^2 I_d)` with known :math:`s`, mean at latent ``site``.
+
+    :math:`S(y) = y`, :math:`\varphi(\mu) = \mu/s^2`, :math:`\log g(\mu) = -\|\mu\|^2/(2s^2)`.
+    The public data domain is the box :math:`[\mathrm{low}, \mathrm{high}]^d`: centre
+    :math:`c = (\mathrm{low}+\mathrm{high})/2`, bound :math:`b = \sqrt d(\mathrm{high}-\mathrm{low})/2`
+    (for :math:`d=1`, :math:`2b = \nabla_2 S` exactly).
+
+    >>> fam = gaussian_known_variance("mu", scale=2.0, low=-3.0, high=3.0)
+    >>> fam.natural_param({"mu": torch.tensor([4.0])}), fam.log_g({"mu": torch.tensor([4.0])})
+    (tensor([1.]), tensor(-2.))
+    """
+    s2 = check_positive("scale", scale) ** 2
+    dim = check_positive("dim", dim, integer=True)
+    low, high = float(low), float(high)
+    if not (math.isfinite(low) and math.isfinite(high) and high > low):
+        raise ValueError(f"the data domain [low, high] must be finite and non-empty, got [{low}, {high}]")
+    return _make_family(
+        statistic=_identity_rows,
+        natural_param=partial(_gauss_phi, site, s2),
+        log_g=partial(_gauss_log_g, site, s2),
+        bound=math.sqrt(dim) * (high - low) / 2,
+        center=(high + low) / 2,
+        dim=dim,
+    )
+
+
+def bernoulli(site: str, logits: bool = False) -> ExpFamily:
+    r""":math:`y \sim \mathrm{Bernoulli}(p)`, :math:`p` (or its logit, ``logits=True``) at ``site``.
+
+    :math:`S(y) = y \in \{0,1\}`, :math:`\varphi = \mathrm{logit}\,p`,
+    :math:`\log g = \log(1-p) = -\mathrm{softplus}(\varphi)`; centre 1/2 and bound 1/2, so the
+    sensitivity is :math:`1 = \nabla_2 S`.
+    """
+    return _make_family(
+        statistic=_identity_rows,
+        natural_param=partial(_bernoulli_phi, site, bool(logits)),
+        log_g=partial(_bernoulli_log_g, site, bool(logits)),
+        bound=0.5,
+        center=0.5,
+        dim=1,
+    )
+
+
+def poisson(site: str, max_count: Optional[float] = None) -> ExpFamily:
+    r""":math:`y \sim \mathrm{Poisson}(\lambda)`, rate at ``site``; counts clipped to the public
+    ``[0, max_count]``.
+
+    :math:`S(y) = y`, :math:`\varphi = \log\lambda`, :math:`\log g = -\lambda`; centre and bound
+    ``max_count / 2`` (sensitivity ``max_count`` :math:`= \nabla_2 S` on the domain).
+    """
+    if max_count is None:
+        raise ValueError("poisson() needs a public max_count: counts are unbounded, so the sensitivity is infinite")
+    m = check_positive("max_count", max_count)
+    return _make_family(
+        statistic=_identity_rows,
+        natural_param=partial(_poisson_phi, site),
+        log_g=partial(_poisson_log_g, site),
+        bound=m / 2,
+        center=m / 2,
+        dim=1,
+    )
+
+
+# --------------------------------------------------------------------------- data access
+
+
+def _single_observed_site(lik) -> str:
+    if len(lik.observed_names) != 1:
+        raise ValueError(
+            f"the exponential-family kernel needs exactly one observed site, got {list(lik.observed_names)}"
+        )
+    return lik.observed_names[0]
+
+
+def _rows_of(site, plate_dim: int) -> torch.Tensor:
+    """Observed value of ``site`` with the data plate's dim moved first: ``[n, ...]``."""
+    value = site["value"]
+    return torch.movedim(value, plate_dim - site["fn"].event_dim, 0)
+
+
+class SufficientStatistic:
+    r"""Releases independent noisy copies of :math:`S_n` (Alg. 3, step 1).
+
+    The first :meth:`release` makes the one pass over the data: per-row statistics, centred
+    at the public :math:`c`, clipped to norm :math:`b`, summed and cached **privately**
+    (never returned). Every release adds fresh Gaussian noise of standard deviation
+    :math:`\mathrm{nm}\cdot 2b` and emits ``GaussianEvent(nm)``: cost :math:`O(d)`,
+    independent of :math:`n`.
+
+    :param lik: a :class:`~pyro_dp.likelihood.PrivateLikelihood`.
+    :param family: an :class:`ExpFamily`.
+    """
+
+    def __init__(self, lik, family: ExpFamily):
+        self._lik, self._family = lik, family
+        self._sum: Optional[torch.Tensor] = None
+        self._frac = 0.0
+
+    def _one_pass(self):
+        fam, lik = self._family, self._lik
+        rows = lik.per_example_statistic(fam.statistic)
+        if rows.dim() != 2 or rows.shape[0] != lik.num_rows or (fam.dim is not None and rows.shape[1] != fam.dim):
+            raise ValueError(
+                f"statistic returned shape {tuple(rows.shape)}; expected [{lik.num_rows}, {fam.dim}] "
+                "(one d-vector per row of the data plate)"
+            )
+        center = torch.as_tensor(fam.center, dtype=rows.dtype, device=rows.device)
+        # Per-row clipping of S(y_i) - c to norm b: substitute sensitivity 2b (mechanisms convention,
+        # Yıldırım & Ermiş 2019 §3.3: ∇₂S = sup ||S(x) - S(y)|| <= 2b).
+        clipped, mask = clip_rows(rows - center, fam.bound)
+        self._sum = clipped.sum(0)
+        self._frac = float(mask.float().mean())
+        self._center_total = lik.num_rows * center.expand(self._sum.shape)  # n c: public
+
+    def release(self, noise_multiplier: float, noise) -> NoisyRelease:
+        r""":math:`\hat S_n = \sum_i \mathrm{clip}_b(S(y_i) - c) + nc + \mathcal N(0, (\mathrm{nm}\,2b)^2 I)`."""
+        if self._sum is None:
+            self._one_pass()
+        # The cached sum of rows clipped to b gets fresh noise N(0, (nm·2b)² I_d) and emits
+        # GaussianEvent(nm) (Gaussian mechanism, paper Thm 2 / §3.3).
+        rel = add_gaussian_noise(self._sum, self._family.bound, noise_multiplier, noise)
+        return rel._replace(value=rel.value + self._center_total, clipped_fraction=self._frac)
+
+
+# --------------------------------------------------------------------------- pure core
+
+
+class ExpFamState(NamedTuple):
+    r"""State of the exponential-family penalty chain (all data-free).
+
+    :ivar z: current point, flat, unconstrained.
+    :ivar log_prior: log prior (+ log-Jacobian) at ``z``.
+    :ivar phi: :math:`\varphi(\theta)` at ``z`` (``[d]``).
+    :ivar log_g: :math:`\log g(\theta)` at ``z``.
+    :ivar direction: guided-walk directions (±1 per coordinate).
+    """
+
+    z: torch.Tensor
+    log_prior: torch.Tensor
+    phi: torch.Tensor
+    log_g: torch.Tensor
+    direction: torch.Tensor
+
+
+class ExpFamInfo(NamedTuple):
+    r"""What one iteration did.
+
+    :ivar accepted: the accept decision (post-processing of the release).
+    :ivar events: privacy events released (one Gaussian mechanism on :math:`S_n`).
+    :ivar clipped_fraction: fraction of rows whose statistic was clipped (**non-private**).
+    :ivar noise_std: :math:`T\sigma_n(\theta,\theta')`, std of the noise on the log ratio (eq. 8).
+    :ivar coord: coordinate moved by a one-component proposal (``-1``: all).
+    :ivar statistic: the released :math:`\hat S_n` (public).
+    """
+
+    accepted: bool
+    events: Tuple
+    clipped_fraction: float
+    noise_std: float
+    coord: int
+    statistic: torch.Tensor
+
+
+def _natural(lik, family: ExpFamily, z: torch.Tensor):
+    params = lik.constrain(z)
+    phi = torch.as_tensor(family.natural_param(params)).reshape(-1)
+    log_g = torch.as_tensor(family.log_g(params)).reshape(())
+    return phi, log_g
+
+
+def expfam_init(lik, family: ExpFamily, z: torch.Tensor, rng: torch.Generator) -> ExpFamState:
+    """Initial state at ``z`` (data-free)."""
+    direction = torch.where(
+        torch.rand(z.shape, generator=rng, device=z.device) < 0.5, -torch.ones_like(z), torch.ones_like(z)
+    )
+    with torch.no_grad():
+        lp = lik.log_prior(z)
+        phi, log_g = _natural(lik, family, z)
+    return ExpFamState(z, lp, phi, log_g, direction)
+
+
+def expfam_step(
+    rng: torch.Generator,
+    noise,
+    state: ExpFamState,
+    lik,
+    family: ExpFamily,
+    statistic: SufficientStatistic,
+    *,
+    proposal_scale,
+    noise_multiplier: float,
+    mode: str = "full",
+) -> Tuple[ExpFamState, ExpFamInfo]:
+    """One iteration of Algorithm 3 (Yıldırım & Ermiş 2019, §3.3)."""
+    prop = random_walk(rng, state.z, proposal_scale, mode, state.direction)
+    z_new = prop.z
+    with torch.no_grad():
+        lp_new = lik.log_prior(z_new)
+        phi_new, log_g_new = _natural(lik, family, z_new)
+    rel = statistic.release(noise_multiplier, noise)  # Alg. 3, step 1: fresh Ŝ_n every iteration
+    dphi = phi_new - state.phi
+    T = lik.temperature
+    # Paper eq. (7) with Ŝ_n: d̂ = n[log g(θ') − log g(θ)] + [φ(θ') − φ(θ)]ᵀ Ŝ_n
+    d_hat = lik.num_rows * (log_g_new - state.log_g) + dphi @ rel.value
+    lambda_hat = T * d_hat + (lp_new - state.log_prior) + prop.log_q_ratio
+    # Paper eq. (8): σ²_n(θ,θ') = ||φ(θ') − φ(θ)||² ξ with ξ = (nm·2b)² (tempered: × T²)
+    noise_var = (T * rel.noise_std) ** 2 * (dphi @ dphi)
+    ok = bool(torch.isfinite(lp_new)) and bool(torch.isfinite(lambda_hat)) and bool(torch.isfinite(noise_var))
+    if not ok:  # outside the support: data-free rejection, random stream kept aligned
+        penalty_accept(rng, torch.zeros((), dtype=z_new.dtype), torch.zeros((), dtype=z_new.dtype))
+        accepted = False
+    else:  # Alg. 3, step 2: accept w.p. min{1, exp(λ̂ − σ²_n/2)}
+        accepted = penalty_accept(rng, lambda_hat, noise_var)
+    direction = flip_direction(state.direction, prop.coord, accepted) if mode == "gwmh" else state.direction
+    if accepted:
+        new = ExpFamState(z_new, lp_new, phi_new, log_g_new, direction)
+    else:
+        new = state._replace(direction=direction)
+    std = float(torch.sqrt(noise_var)) if ok else float("nan")
+    return new, ExpFamInfo(accepted, (rel.event,), rel.clipped_fraction, std, prop.coord, rel.value)
+
+
+# --------------------------------------------------------------------------- kernel
+
+
+class DPExpFamPenalty(DPKernel):
+    r"""DP penalty MH for exponential-family likelihoods (Yıldırım & Ermiş 2019, Alg. 3).
+
+    The Pyro model supplies the prior (:meth:`~pyro_dp.likelihood.PrivateLikelihood.log_prior`),
+    the latent sites and their transforms; its observed site, inside the data plate, must
+    follow ``family`` (checked at set-up on data simulated from the model, not on the data).
+    The data enter only through noisy copies of :math:`S_n` (module docstring).
+
+    :param model: Pyro model with one observed site in a data plate and no covariates.
+    :param ExpFamily family: e.g. :func:`gaussian_known_variance`, :func:`bernoulli`,
+        :func:`poisson`, or :class:`ExpFamily` for your own.
+    :param proposal_scale: random-walk standard deviation in unconstrained space.
+    :param float noise_multiplier: ``nm``: noise std on :math:`S_n` is :math:`\mathrm{nm}\cdot 2b`
+        (:math:`\xi = (\mathrm{nm}\,2b)^2`). Omit it and give ``epsilon``, ``delta`` and
+        ``num_iterations`` to calibrate it. Corollary 1's scaling
+        :math:`\xi_n \propto n^{2\alpha}` corresponds to ``nm`` :math:`\propto n^\alpha`.
+    :param bool one_component: one-coordinate-at-a-time proposals.
+    :param bool guided_walk: guided-walk proposals (implies one-component).
+    :param bool check_family: verify at set-up, on data drawn from the model at two
+        parameter values, that the model's log-likelihood ratio equals eq. (7).
+
+    Other keyword arguments are those of :class:`~pyro_dp.kernels.base.DPKernel`.
+
+    Example
+    -------
+    >>> import torch, pyro, pyro.distributions as dist
+    >>> from pyro.infer import MCMC
+    >>> from pyro.infer.autoguide.initialization import init_to_mean
+    >>> def model(y):
+    ...     mu = pyro.sample("mu", dist.Normal(0., 10.))
+    ...     with pyro.plate("data", len(y)) as idx:
+    ...         pyro.sample("obs", dist.Normal(mu, 1.), obs=y[idx])
+    >>> y = (torch.randn(10_000, generator=torch.Generator().manual_seed(0)) + 1.0).clamp(-4, 4)
+    >>> fam = gaussian_known_variance("mu", scale=1.0, low=-4.0, high=4.0)
+    >>> kernel = DPExpFamPenalty(model, fam, proposal_scale=0.01, noise_multiplier=50.0,
+    ...                          init_strategy=init_to_mean, seed=0)
+    >>> mcmc = MCMC(kernel, num_samples=300, warmup_steps=200, disable_progbar=True)
+    >>> mcmc.run(y)
+    >>> abs(float(mcmc.get_samples()["mu"].mean()) - float(y.mean())) < 0.05
+    True
+    >>> round(kernel.get_epsilon(1e-5), 3)  # 500 Gaussian releases with noise multiplier 50
+    1.76
+    """
+
+    def __init__(
+        self,
+        model,
+        family: ExpFamily,
+        proposal_scale,
+        noise_multiplier: Optional[float] = None,
+        *,
+        one_component: bool = False,
+        guided_walk: bool = False,
+        check_family: bool = True,
+        temperature: float = 1.0,
+        data_plate: Optional[str] = None,
+        epsilon: Optional[float] = None,
+        delta: Optional[float] = None,
+        num_iterations: Optional[int] = None,
+        num_chains: int = 1,
+        accountant: str = "gdp",
+        reference_delta: Optional[float] = None,
+        seed: Optional[int] = None,
+        secure_mode: bool = False,
+        non_private: bool = False,
+        init_strategy=init_to_sample,
+        transforms: Optional[dict] = None,
+    ):
+        super().__init__(
+            model,
+            temperature=temperature,
+            data_plate=data_plate,
+            transforms=transforms,
+            init_strategy=init_strategy,
+            epsilon=epsilon,
+            delta=delta,
+            num_iterations=num_iterations,
+            num_chains=num_chains,
+            accountant=accountant,
+            reference_delta=reference_delta,
+            seed=seed,
+            secure_mode=secure_mode,
+            non_private=non_private,
+        )
+        if not isinstance(family, ExpFamily):
+            raise TypeError(
+                f"family must be an ExpFamily (e.g. gaussian_known_variance(...)), got {type(family).__name__}"
+            )
+        if family.bound is None:
+            raise ValueError("family has no public bound on ||S(y) - center||: the sensitivity would be infinite")
+        check_positive("family.bound", family.bound)
+        self.family = family
+        self.proposal_scale = check_positive("proposal_scale", proposal_scale)
+        self.noise_multiplier = self._check_noise_multiplier("noise_multiplier", noise_multiplier)
+        self.guided_walk = bool(guided_walk)
+        self.one_component = bool(one_component) or self.guided_walk
+        self.mode = "gwmh" if self.guided_walk else ("ocu" if self.one_component else "full")
+        self.check_family = bool(check_family)
+        self._checked_lik = None
+
+    def _calibrate(self):
+        if self.noise_multiplier is None:
+            from ..accounting import calibrate_noise_multiplier
+
+            self.noise_multiplier = calibrate_noise_multiplier(
+                self.epsilon, self.delta, self.num_iterations, accountant=self.accountant, num_chains=self.num_chains
+            )
+
+    def _per_iteration_events(self):
+        # One Gaussian mechanism on S_n per iteration (Alg. 3, step 1; Corollary 1).
+        if self.noise_multiplier == 0:
+            return [NonPrivateEvent()]
+        return [GaussianEvent(self.noise_multiplier)]
+
+    def _validate(self, z: torch.Tensor) -> None:
+        """Data-free checks of ``family`` against the model (dimension, and eq. (7))."""
+        lik, fam = self.lik, self.family
+        name = _single_observed_site(lik)
+        phi, log_g = _natural(lik, fam, z)
+        d = phi.numel()
+        if fam.dim is not None and d != fam.dim:
+            raise ValueError(f"natural_param returned {d} entries but the family has dim={fam.dim}")
+        center = torch.as_tensor(fam.center)
+        if center.numel() not in (1, d):
+            raise ValueError(f"center has {center.numel()} entries; expected 1 or the statistic dimension {d}")
+        # Simulated rows from the model at two parameter values (data-free; forked RNG).
+        m = min(lik.num_rows, 16)
+        idx = torch.arange(m, device=lik.device) if lik.indexable else None
+        with _forked_rng(self._chain_seed(7)), torch.no_grad():
+            z1 = z + 0.1 * torch.randn(z.shape, dtype=z.dtype, device=z.device)
+            fn0 = lik._trace(z, idx)[0].nodes[name]["fn"]
+            fn1 = lik._trace(z1, idx)[0].nodes[name]["fn"]
+            fake = fn0.sample()
+            site = {"value": fake, "fn": fn0}
+            rows = _rows_of(site, lik._plate_dim)
+            s = fam.statistic(rows)
+        s = s.reshape(rows.shape[0], -1) if s.dim() == 1 else s
+        if s.dim() != 2 or s.shape[1] != d:
+            raise ValueError(
+                f"statistic dimension mismatch: statistic returns shape {tuple(s.shape)} per batch of rows, "
+                f"natural_param has {d} entries"
+            )
+        if not self.check_family:
+            return
+        with torch.no_grad():
+            phi1, log_g1 = _natural(lik, fam, z1)
+
+            def per_row(fn):
+                lp = fn.log_prob(fake)
+                lp = lp.expand(fake.shape[: fake.dim() - fn.event_dim])
+                return torch.movedim(lp, lik._plate_dim, 0).reshape(rows.shape[0], -1).sum(-1)
+
+            lhs = per_row(fn1) - per_row(fn0)
+            rhs = (log_g1 - log_g) + s.to(phi.dtype) @ (phi1 - phi)  # eq. (7) per row
+        if not torch.allclose(lhs, rhs.to(lhs.dtype), rtol=1e-4, atol=1e-6):
+            raise ValueError(
+                "the model's likelihood does not match the exponential family: on data simulated from "
+                "the model, log p(y|θ') - log p(y|θ) != log g(θ') - log g(θ) + (φ(θ') - φ(θ))ᵀS(y) "
+                f"(max error {float((lhs - rhs).abs().max()):.3g}); check site names and parametrisation"
+            )
+
+    def _init_state(self, z):
+        if self._checked_lik is not self.lik:  # once per setup(), before any data access
+            self._validate(z)
+            self._statistic = SufficientStatistic(self.lik, self.family)
+            self._checked_lik = self.lik
+        return expfam_init(self.lik, self.family, z, self._rng)
+
+    def _step(self, state):
+        return expfam_step(
+            self._rng,
+            self._noise,
+            state,
+            self.lik,
+            self.family,
+            self._statistic,
+            proposal_scale=self.proposal_scale,
+            noise_multiplier=self.noise_multiplier,
+            mode=self.mode,
+        )

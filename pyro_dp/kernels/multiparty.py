@@ -1,0 +1,360 @@
+r"""Multi-party (data-sharing) DP penalty MH (Yıldırım & Ermiş 2019, §3.2.2, Algorithm 2).
+
+The rows of the data plate are split among :math:`N_p` parties by a **public** assignment
+``party[i]``. Each iteration, after a data-free random-walk proposal :math:`\theta'`, every
+party :math:`j` releases its own noisy share of the log-likelihood ratio (paper eq. 6)
+
+.. math::
+    \hat d^{(j)} = \sum_{i:\,\mathrm{party}(i)=j}
+        \mathrm{clip}_{\pm b\|\theta'-\theta\|}\big(\ell_i(\theta') - \ell_i(\theta)\big)
+        + \mathcal N(0, \sigma_j^2), \qquad \sigma_j = \mathrm{nm}_j\cdot 2b\|\theta'-\theta\|,
+
+(the same clipped Gaussian mechanism as :mod:`~pyro_dp.kernels.penalty`, applied to the
+party's rows), and the chain accepts with (Alg. 2, step 2)
+
+.. math::
+    \min\Big\{1, \frac{\eta(\theta')q(\theta|\theta')}{\eta(\theta)q(\theta'|\theta)}
+    \exp\Big(T\sum_j \hat d^{(j)} - T^2\sum_j\sigma_j^2/2\Big)\Big\},
+
+i.e. :math:`N_p\sigma^2/2` for equal noise: the total noise variance on the log ratio is
+:math:`N_p` times one party's, the price of the parties' privacy against each other
+(§3.2.2). The chain is exact (penalty method) when clipping does not bind.
+
+Privacy (parallel composition). A row belongs to exactly one party, and the assignment
+is public, so substituting one row changes only its own party's release: per iteration, a
+row's privacy loss against everyone else (the other parties included: they see every
+release) is **one** Gaussian mechanism with its party's noise multiplier. Party ``j``'s
+guarantee is therefore the composition of its own releases only —
+``get_epsilon(delta, party=j)`` — and equals that of a single-party DP penalty run on
+party ``j``'s rows with the same noise. The run's overall guarantee (the kernel's main
+ledger, :func:`pyro_dp.get_epsilon`) is the worst party's: one Gaussian event with
+:math:`\min_j \mathrm{nm}_j` per iteration.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Sequence, Tuple
+
+import torch
+from pyro.infer.autoguide.initialization import init_to_sample
+
+from ..mechanisms import GaussianEvent, NonPrivateEvent, PrivacyLedger, clipped_sum_with_noise
+from .base import DPKernel, check_positive
+from .penalty import PenaltyState, penalty_init
+from .proposals import flip_direction, penalty_accept, random_walk
+
+__all__ = ["MultiPartyInfo", "multiparty_step", "DPMultiPartyPenalty", "party_ledger", "party_epsilon"]
+
+
+class MultiPartyInfo(NamedTuple):
+    r"""What one iteration did.
+
+    :ivar accepted: the accept decision (post-processing of the releases).
+    :ivar events: the row-level (worst-party) event of this iteration, recorded in the main
+        ledger: one Gaussian mechanism with the smallest noise multiplier.
+    :ivar party_events: each party's own released event.
+    :ivar clipped_fraction: fraction of clipped ratios over all rows (**non-private**).
+    :ivar noise_std: :math:`T\sqrt{\sum_j\sigma_j^2}`, std of the total noise on the log ratio.
+    :ivar party_noise_std: :math:`\sigma_j` of each party's release.
+    :ivar log_ratio_hat: the released :math:`T\sum_j\hat d^{(j)}` (public).
+    :ivar coord: coordinate moved by a one-component proposal (``-1``: all).
+    """
+
+    accepted: bool
+    events: Tuple
+    party_events: Tuple
+    clipped_fraction: float
+    noise_std: float
+    party_noise_std: Tuple
+    log_ratio_hat: torch.Tensor
+    coord: int
+
+
+def _worst_event(events):
+    if any(isinstance(e, NonPrivateEvent) for e in events):
+        return NonPrivateEvent()
+    return min(events, key=lambda e: e.noise_multiplier)
+
+
+def multiparty_step(
+    rng: torch.Generator,
+    noise,
+    state: PenaltyState,
+    lik,
+    parties: Sequence[torch.Tensor],
+    *,
+    proposal_scale,
+    llr_clip: float,
+    noise_multipliers: Sequence[float],
+    mode: str = "full",
+) -> Tuple[PenaltyState, MultiPartyInfo]:
+    """One iteration of Algorithm 2 (Yıldırım & Ermiş 2019, §3.2.2).
+
+    ``parties[j]`` holds party ``j``'s row indices (public); ``noise_multipliers[j]`` its noise.
+    """
+    prop = random_walk(rng, state.z, proposal_scale, mode, state.direction)
+    z_new = prop.z
+    loglik = state.loglik
+    if loglik is None:
+        loglik = lik.per_example_loglik(state.z)  # enters only this step's releases
+    ll_new, lp_new = lik.loglik_and_prior(z_new)
+    ratios = ll_new - loglik
+    clip = llr_clip * torch.linalg.vector_norm(z_new - state.z)
+    # Alg. 2, step 1 / eq. (6): each party releases its clipped share in its own Gaussian noise
+    # (sensitivity 2b‖θ'−θ‖ as in the single-party penalty, §3.2.2: "the same as in Section 3.2").
+    rels = [clipped_sum_with_noise(ratios[idx], clip, nm, noise) for idx, nm in zip(parties, noise_multipliers)]
+    T = lik.temperature
+    d_hat = T * sum(r.value for r in rels)
+    noise_var = T**2 * sum(r.noise_std**2 for r in rels)  # Alg. 2, step 2: N σ² for equal noise
+    lambda_hat = d_hat + (lp_new - state.log_prior) + prop.log_q_ratio
+    if not bool(torch.isfinite(lp_new)):
+        penalty_accept(rng, lambda_hat, noise_var)  # data-free rejection; stream kept aligned
+        accepted = False
+    else:  # accept w.p. min{1, prior/proposal ratio · exp(Σ_j d̂^(j) − Nσ²/2)}
+        accepted = penalty_accept(rng, lambda_hat, noise_var)
+    direction = flip_direction(state.direction, prop.coord, accepted) if mode == "gwmh" else state.direction
+    if accepted:
+        new = PenaltyState(z_new, lp_new, ll_new, direction)
+    else:
+        new = PenaltyState(state.z, state.log_prior, loglik, direction)
+    sizes = [int(idx.numel()) for idx in parties]
+    frac = sum(r.clipped_fraction * s for r, s in zip(rels, sizes)) / sum(sizes)
+    party_events = tuple(r.event for r in rels)
+    info = MultiPartyInfo(
+        accepted,
+        (_worst_event(party_events),),
+        party_events,
+        frac,
+        float(torch.sqrt(torch.as_tensor(noise_var))),
+        tuple(float(r.noise_std) for r in rels),
+        d_hat,
+        prop.coord,
+    )
+    return new, info
+
+
+def _as_party_index(party) -> torch.Tensor:
+    if party is None:
+        raise ValueError("party must be given: a public party index for every row of the data plate")
+    p = torch.as_tensor(party)
+    if p.dim() != 1 or p.numel() == 0:
+        raise ValueError(f"party must be a non-empty 1-d sequence of party indices, got shape {tuple(p.shape)}")
+    if p.is_floating_point() or p.is_complex() or p.dtype == torch.bool:
+        raise TypeError(f"party must hold integer party indices, got dtype {p.dtype}")
+    if bool((p < 0).any()):
+        raise ValueError("party indices must be >= 0")
+    return p.long()
+
+
+class DPMultiPartyPenalty(DPKernel):
+    r"""DP penalty MH with the data shared among parties (Yıldırım & Ermiş 2019, Alg. 2).
+
+    :param model: Pyro model with its observed sites in a data plate.
+    :param party: public party index (``0 .. num_parties-1``) of every row of the data plate.
+    :param proposal_scale: random-walk standard deviation in unconstrained space.
+    :param float llr_clip: :math:`b`: per-example log-likelihood ratios are clipped to
+        :math:`\pm b\|\theta'-\theta\|` (as :class:`~pyro_dp.kernels.penalty.DPPenalty`).
+    :param noise_multiplier: one ``nm`` for every party, or one per party. Omit it and give
+        ``epsilon``, ``delta`` and ``num_iterations`` to calibrate one ``nm`` for all
+        parties (each party then gets the budget against the others).
+    :param int num_parties: default ``max(party) + 1``; every party must own a row.
+    :param bool one_component: one-coordinate-at-a-time proposals.
+    :param bool guided_walk: guided-walk proposals (implies one-component).
+
+    :meth:`get_epsilon` with ``party=j`` reports party ``j``'s privacy against all others;
+    without it, the worst party's. Other keyword arguments are those of
+    :class:`~pyro_dp.kernels.base.DPKernel`.
+
+    Example
+    -------
+    >>> import torch, pyro, pyro.distributions as dist
+    >>> from pyro.infer import MCMC
+    >>> from pyro.infer.autoguide.initialization import init_to_mean
+    >>> def model(y):
+    ...     mu = pyro.sample("mu", dist.Normal(0., 10.))
+    ...     with pyro.plate("data", len(y)) as idx:
+    ...         pyro.sample("obs", dist.Normal(mu, 1.), obs=y[idx])
+    >>> y = torch.randn(300, generator=torch.Generator().manual_seed(0)) + 1.0
+    >>> party = torch.arange(300) % 3  # three data owners
+    >>> kernel = DPMultiPartyPenalty(model, party, proposal_scale=0.05, llr_clip=4.0,
+    ...                              noise_multiplier=[5.0, 10.0, 10.0], init_strategy=init_to_mean, seed=0)
+    >>> mcmc = MCMC(kernel, num_samples=200, warmup_steps=100, disable_progbar=True)
+    >>> mcmc.run(y)
+    >>> [round(kernel.get_epsilon(1e-5, party=j), 3) for j in range(3)]
+    [20.125, 8.385, 8.385]
+    >>> kernel.get_epsilon(1e-5) == kernel.get_epsilon(1e-5, party=0)  # the worst party
+    True
+    """
+
+    def __init__(
+        self,
+        model,
+        party,
+        proposal_scale,
+        llr_clip: float,
+        noise_multiplier=None,
+        *,
+        num_parties: Optional[int] = None,
+        one_component: bool = False,
+        guided_walk: bool = False,
+        temperature: float = 1.0,
+        data_plate: Optional[str] = None,
+        epsilon: Optional[float] = None,
+        delta: Optional[float] = None,
+        num_iterations: Optional[int] = None,
+        num_chains: int = 1,
+        accountant: str = "gdp",
+        reference_delta: Optional[float] = None,
+        seed: Optional[int] = None,
+        secure_mode: bool = False,
+        non_private: bool = False,
+        init_strategy=init_to_sample,
+        transforms: Optional[dict] = None,
+    ):
+        super().__init__(
+            model,
+            temperature=temperature,
+            data_plate=data_plate,
+            transforms=transforms,
+            init_strategy=init_strategy,
+            epsilon=epsilon,
+            delta=delta,
+            num_iterations=num_iterations,
+            num_chains=num_chains,
+            accountant=accountant,
+            reference_delta=reference_delta,
+            seed=seed,
+            secure_mode=secure_mode,
+            non_private=non_private,
+        )
+        self.party = _as_party_index(party)
+        present = int(self.party.max()) + 1
+        if num_parties is None:
+            num_parties = present
+        num_parties = check_positive("num_parties", num_parties, integer=True)
+        if present > num_parties:
+            raise ValueError(f"party index {present - 1} is out of range for num_parties={num_parties}")
+        counts = torch.bincount(self.party, minlength=num_parties)
+        empty = [j for j in range(num_parties) if int(counts[j]) == 0]
+        if empty:
+            raise ValueError(f"parties {empty} have no rows: every party must own at least one row")
+        self.num_parties = num_parties
+        self._party_rows = [torch.nonzero(self.party == j).reshape(-1) for j in range(num_parties)]
+        self.proposal_scale = check_positive("proposal_scale", proposal_scale)
+        self.llr_clip = check_positive("llr_clip", llr_clip)
+        if noise_multiplier is None or _is_scalar(noise_multiplier):
+            nm = self._check_noise_multiplier("noise_multiplier", noise_multiplier)
+            self.noise_multipliers = None if nm is None else (nm,) * num_parties
+        else:
+            nms = list(noise_multiplier)
+            if len(nms) != num_parties:
+                raise ValueError(f"noise_multiplier has {len(nms)} entries for {num_parties} parties")
+            self.noise_multipliers = tuple(self._check_noise_multiplier("noise_multiplier", v) for v in nms)
+        self.guided_walk = bool(guided_walk)
+        self.one_component = bool(one_component) or self.guided_walk
+        self.mode = "gwmh" if self.guided_walk else ("ocu" if self.one_component else "full")
+        self._party_ledgers = [PrivacyLedger() for _ in range(num_parties)]
+        self._finished_party_ledgers = []
+
+    @property
+    def noise_multiplier(self) -> Optional[float]:
+        """The smallest party noise multiplier (the worst party's)."""
+        return None if self.noise_multipliers is None else min(self.noise_multipliers)
+
+    def _calibrate(self):
+        if self.noise_multipliers is None:
+            from ..accounting import calibrate_noise_multiplier
+
+            nm = calibrate_noise_multiplier(
+                self.epsilon, self.delta, self.num_iterations, accountant=self.accountant, num_chains=self.num_chains
+            )
+            self.noise_multipliers = (nm,) * self.num_parties
+
+    def _per_iteration_events(self):
+        # Parallel composition: per row and iteration, one Gaussian mechanism (its party's);
+        # the worst case over rows is the smallest noise multiplier.
+        if min(self.noise_multipliers) == 0:
+            return [NonPrivateEvent()]
+        return [GaussianEvent(min(self.noise_multipliers))]
+
+    def _init_state(self, z):
+        if int(self.party.numel()) != self.lik.num_rows:
+            raise ValueError(
+                f"party assigns {self.party.numel()} rows but the data plate {self.lik.data_plate!r} "
+                f"has {self.lik.num_rows}"
+            )
+        self._party_rows = [r.to(self.lik.device) for r in self._party_rows]
+        return penalty_init(self.lik, z, self._rng)
+
+    def _step(self, state):
+        new, info = multiparty_step(
+            self._rng,
+            self._noise,
+            state,
+            self.lik,
+            self._party_rows,
+            proposal_scale=self.proposal_scale,
+            llr_clip=self.llr_clip,
+            noise_multipliers=self.noise_multipliers,
+            mode=self.mode,
+        )
+        for led, ev in zip(self._party_ledgers, info.party_events):
+            led.record(ev)
+        return new, info
+
+    # ------------------------------------------------------------------ per-party ledgers
+    def cleanup(self):
+        if self._ledger:  # file this chain's party ledgers with its main ledger
+            self._finished_party_ledgers.append(self._party_ledgers)
+            self._party_ledgers = [PrivacyLedger() for _ in range(self.num_parties)]
+        super().cleanup()
+
+    def party_ledger(self, party: int) -> PrivacyLedger:
+        """Every release of party ``party``'s data, over every chain run in this process."""
+        j = self._check_party(party)
+        return PrivacyLedger.merged([c[j] for c in self._finished_party_ledgers] + [self._party_ledgers[j]])
+
+    def _check_party(self, party) -> int:
+        if isinstance(party, bool) or not isinstance(party, int) or not (0 <= party < self.num_parties):
+            raise ValueError(f"party must be an integer in [0, {self.num_parties}), got {party!r}")
+        return party
+
+    def get_epsilon(self, delta: Optional[float] = None, accountant: Optional[str] = None, party: Optional[int] = None):
+        r"""ε at ``delta``: of party ``party`` against all the others, or (``party=None``) of
+        the whole run, i.e. the worst party (parallel composition, module docstring)."""
+        if party is None:
+            return super().get_epsilon(delta, accountant)
+        from ..accounting import get_accountant
+
+        ledger = self.party_ledger(party)
+        if not ledger and self._num_setups > 0:
+            raise RuntimeError(
+                "this kernel object recorded no data access in this process; for chains run in worker "
+                "processes use pyro_dp.kernels.multiparty.party_epsilon(mcmc, delta, party)"
+            )
+        delta = self.reference_delta if delta is None else delta
+        return get_accountant(accountant or self.accountant, ledger).get_epsilon(delta)
+
+    def diagnostics(self) -> dict:
+        out = super().diagnostics()
+        out["party privacy ledgers"] = tuple(led.copy() for led in self._party_ledgers)
+        return out
+
+
+def _is_scalar(x) -> bool:
+    return isinstance(x, (int, float)) or (torch.is_tensor(x) and x.numel() == 1)
+
+
+def party_ledger(mcmc, party: int) -> PrivacyLedger:
+    """Party ``party``'s merged ledger over every chain of an ``MCMC`` run (worker processes included)."""
+    per_chain = getattr(mcmc, "_diagnostics", None)
+    if not per_chain or any(d is None or "party privacy ledgers" not in d for d in per_chain):
+        raise ValueError("this MCMC object has no finished DPMultiPartyPenalty run")
+    return PrivacyLedger.merged([d["party privacy ledgers"][party] for d in per_chain])
+
+
+def party_epsilon(mcmc, delta: float, party: int, accountant: Optional[str] = None) -> float:
+    """Party ``party``'s ε at ``delta`` against the others, over every chain of an ``MCMC`` run."""
+    from ..accounting import get_accountant
+
+    name = accountant or getattr(mcmc.kernel, "accountant", None) or "gdp"
+    return get_accountant(name, party_ledger(mcmc, party)).get_epsilon(delta)
