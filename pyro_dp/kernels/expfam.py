@@ -36,7 +36,6 @@ from functools import partial
 from typing import Callable, NamedTuple, Optional, Tuple
 
 import torch
-from pyro.infer.autoguide.initialization import init_to_sample
 
 from ..likelihood import _forked_rng
 from ..mechanisms import GaussianEvent, NonPrivateEvent, NoisyRelease, add_gaussian_noise, clip_rows
@@ -415,36 +414,9 @@ class DPExpFamPenalty(DPKernel):
         one_component: bool = False,
         guided_walk: bool = False,
         check_family: bool = True,
-        temperature: float = 1.0,
-        data_plate: Optional[str] = None,
-        epsilon: Optional[float] = None,
-        delta: Optional[float] = None,
-        num_iterations: Optional[int] = None,
-        num_chains: int = 1,
-        accountant: str = "gdp",
-        reference_delta: Optional[float] = None,
-        seed: Optional[int] = None,
-        secure_mode: bool = False,
-        non_private: bool = False,
-        init_strategy=init_to_sample,
-        transforms: Optional[dict] = None,
+        **kwargs,
     ):
-        super().__init__(
-            model,
-            temperature=temperature,
-            data_plate=data_plate,
-            transforms=transforms,
-            init_strategy=init_strategy,
-            epsilon=epsilon,
-            delta=delta,
-            num_iterations=num_iterations,
-            num_chains=num_chains,
-            accountant=accountant,
-            reference_delta=reference_delta,
-            seed=seed,
-            secure_mode=secure_mode,
-            non_private=non_private,
-        )
+        super().__init__(model, **kwargs)
         if not isinstance(family, ExpFamily):
             raise TypeError(
                 f"family must be an ExpFamily (e.g. gaussian_known_variance(...)), got {type(family).__name__}"

@@ -35,7 +35,6 @@ from __future__ import annotations
 from typing import NamedTuple, Optional, Sequence, Tuple
 
 import torch
-from pyro.infer.autoguide.initialization import init_to_sample
 
 from ..mechanisms import GaussianEvent, NonPrivateEvent, PrivacyLedger, clipped_sum_with_noise
 from .base import DPKernel, check_positive
@@ -196,36 +195,9 @@ class DPMultiPartyPenalty(DPKernel):
         num_parties: Optional[int] = None,
         one_component: bool = False,
         guided_walk: bool = False,
-        temperature: float = 1.0,
-        data_plate: Optional[str] = None,
-        epsilon: Optional[float] = None,
-        delta: Optional[float] = None,
-        num_iterations: Optional[int] = None,
-        num_chains: int = 1,
-        accountant: str = "gdp",
-        reference_delta: Optional[float] = None,
-        seed: Optional[int] = None,
-        secure_mode: bool = False,
-        non_private: bool = False,
-        init_strategy=init_to_sample,
-        transforms: Optional[dict] = None,
+        **kwargs,
     ):
-        super().__init__(
-            model,
-            temperature=temperature,
-            data_plate=data_plate,
-            transforms=transforms,
-            init_strategy=init_strategy,
-            epsilon=epsilon,
-            delta=delta,
-            num_iterations=num_iterations,
-            num_chains=num_chains,
-            accountant=accountant,
-            reference_delta=reference_delta,
-            seed=seed,
-            secure_mode=secure_mode,
-            non_private=non_private,
-        )
+        super().__init__(model, **kwargs)
         self.party = _as_party_index(party)
         present = int(self.party.max()) + 1
         if num_parties is None:
