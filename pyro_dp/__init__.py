@@ -2,11 +2,12 @@ r"""pyro_dp: differentially private MCMC for Pyro models.
 
 >>> import pyro_dp
 >>> sorted(n for n in pyro_dp.__all__ if n.startswith("DP"))
-['DPExpFamPenalty', 'DPKernel', 'DPMultiPartyPenalty', 'DPPenalty', 'DPSGLD', 'DPSGNHT']
+['DPExpFamPenalty', 'DPFastMH', 'DPKernel', 'DPMultiPartyPenalty', 'DPPenalty', 'DPSGLD', 'DPSGNHT']
 """
 from .kernels import (
     BudgetExhaustedWarning,
     DPExpFamPenalty,
+    DPFastMH,
     DPKernel,
     DPMultiPartyPenalty,
     DPPenalty,
@@ -24,6 +25,7 @@ __all__ = [
     "DPPenalty",
     "DPExpFamPenalty",
     "DPMultiPartyPenalty",
+    "DPFastMH",
     "DPSGLD",
     "DPSGNHT",
     "BudgetExhaustedWarning",

@@ -28,6 +28,7 @@ Example
 from .accountants import GaussianAccountant, RDPAccountant, ZCDPAccountant
 from .adapters import DPAccountingRDPAccountant, PLDAccountant, PRVAccountant
 from .base import Accountant, UnsupportedEventError, canonical_event
+from .composition import AdvancedCompositionAccountant, OptimalCompositionAccountant
 from .gdp import gaussian_mu, gdp_delta, gdp_epsilon, gdp_mu
 from .planning import (
     calibrate,
@@ -51,6 +52,8 @@ __all__ = [
     "PLDAccountant",
     "PRVAccountant",
     "DPAccountingRDPAccountant",
+    "AdvancedCompositionAccountant",
+    "OptimalCompositionAccountant",
     "ACCOUNTANTS",
     "DEFAULT_ACCOUNTANT",
     "get_accountant",

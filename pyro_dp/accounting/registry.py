@@ -1,7 +1,7 @@
 """Accountants by name (in the spirit of Opacus's ``accountants/registry.py``).
 
 >>> sorted(ACCOUNTANTS)
-['dp_rdp', 'gdp', 'pld', 'prv', 'rdp', 'zcdp']
+['advanced', 'dp_rdp', 'gdp', 'optimal', 'pld', 'prv', 'rdp', 'zcdp']
 >>> get_accountant("zcdp", relation="add_remove")
 ZCDPAccountant(relation='add_remove', releases=0, entries=0)
 """
@@ -14,6 +14,7 @@ from pyro_dp.mechanisms import PrivacyLedger
 from .accountants import GaussianAccountant, RDPAccountant, ZCDPAccountant
 from .adapters import DPAccountingRDPAccountant, PLDAccountant, PRVAccountant
 from .base import Accountant
+from .composition import AdvancedCompositionAccountant, OptimalCompositionAccountant
 
 __all__ = ["ACCOUNTANTS", "DEFAULT_ACCOUNTANT", "get_accountant"]
 
@@ -27,6 +28,8 @@ ACCOUNTANTS: Dict[str, Type[Accountant]] = {
         PLDAccountant,
         PRVAccountant,
         DPAccountingRDPAccountant,
+        AdvancedCompositionAccountant,
+        OptimalCompositionAccountant,
     )
 }
 
@@ -45,7 +48,7 @@ def get_accountant(
     >>> get_accountant("nope")
     Traceback (most recent call last):
     ...
-    ValueError: unknown accountant 'nope'; choose one of ['gdp', 'zcdp', 'rdp', 'pld', 'prv', 'dp_rdp']
+    ValueError: unknown accountant 'nope'; choose one of ['gdp', 'zcdp', 'rdp', 'pld', 'prv', 'dp_rdp', 'advanced', 'optimal']
     """
     if isinstance(name, type) and issubclass(name, Accountant):
         return name(ledger, **kwargs)

@@ -1,5 +1,6 @@
 """DP MCMC kernels: one file per algorithm, each a thin Pyro ``MCMCKernel`` over a step function."""
 from .base import BudgetExhaustedWarning, DPKernel
+from .fastmh import DPFastMH
 from .expfam import DPExpFamPenalty, ExpFamily, bernoulli, gaussian_known_variance, poisson
 from .multiparty import DPMultiPartyPenalty
 from .penalty import DPPenalty
@@ -14,6 +15,7 @@ __all__ = [
     "bernoulli",
     "poisson",
     "DPMultiPartyPenalty",
+    "DPFastMH",
     "DPSGLD",
     "DPSGNHT",
     "BudgetExhaustedWarning",

@@ -1,0 +1,580 @@
+r"""DP-Fast MH: exact minibatch DP Metropolis–Hastings (Zhang & Zhang 2023, Alg. 1–2).
+
+Each iteration proposes :math:`\theta'` by a Gaussian random walk, :math:`M=\|\theta'-\theta\|`
+(flat unconstrained space), and draws :math:`B\sim\mathrm{Poisson}(\lambda + CM)` with
+:math:`C=\sum_i c_i = Nc` (Alg. 1). If :math:`B<K` it runs TunaMH's minibatch test on
+:math:`B` indices drawn with replacement (each kept with the thinning probability of Alg. 1)
+and releases
+
+.. math::
+    \hat\ell_1 = \sum_{i\in\mathcal I} 2\,\mathrm{artanh}\Big(\frac{C\,d_i}{c\,(2\lambda+CM)}\Big)
+                 + \mathcal N\big(0, \sigma_1^2\Delta(\ell_1)^2\big),\qquad
+    \Delta(\ell_1) = 2\log(1+CM/\lambda)\ \text{(Lemma 1, eq. 1)},
+
+otherwise the full-batch test, :math:`\hat\ell_2 = \sum_{i=1}^N d_i + \mathcal N(0,\sigma_2^2\Delta(\ell_2)^2)`,
+:math:`\Delta(\ell_2) = 2cM` (Lemma 1, eq. 2). Here :math:`d_i = T\,\mathrm{clip}_{\pm cM}
+(\ell_i(\theta')-\ell_i(\theta))` is the (tempered) energy difference
+:math:`U_i(\theta)-U_i(\theta')`, **clipped** so that Assumption 1 — and with it every
+sensitivity above — holds even if the user's bound is wrong. The chain accepts with the
+penalty rule :math:`\min\{1,\exp(\hat\ell + \log\frac{p(\theta')}{p(\theta)} - \sigma^2\Delta^2/2)\}`
+(Alg. 2; the prior ratio, which the authors' code drops, is included: it is data-free and
+enters like the proposal ratio in TunaMH's detailed-balance identity). The noise scales are
+Alg. 2's :math:`\sigma_2 = \sqrt{2\log(1.25/\delta)}/\varepsilon` and
+:math:`\sigma_1 = 6Kp\sqrt{2\log(2.5Kp/\delta)}/\varepsilon` with :math:`p=\max_i c_i/C`.
+
+Privacy (see :class:`DPFastMH` for the decisions): one iteration is
+:math:`(\varepsilon,\delta)`-DP (Thm 2); the kernel re-derives this per configuration
+(:func:`fastmh_step_privacy`) and every iteration — warmup and every chain included — records
+the same :class:`~pyro_dp.mechanisms.ApproxDPEvent`, composed by the exact optimal
+composition theorem (:mod:`pyro_dp.accounting.composition`) and reported next to the
+paper's advanced composition. ``full_batch=True`` (the paper's full-batch variant) records
+the underlying Gaussian mechanism instead, composed exactly in GDP.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, NamedTuple, Optional, Tuple, Union
+
+import torch
+
+from ..accounting.composition import (
+    AdvancedCompositionAccountant,
+    OptimalCompositionAccountant,
+    with_replacement_amplification,
+)
+from ..accounting.gdp import gdp_delta
+from ..mechanisms import ApproxDPEvent, GaussianEvent, NonPrivateEvent, PrivacyLedger, clip_scalars, clipped_sum_with_noise
+from .base import DPKernel, check_positive
+from .proposals import penalty_accept, random_walk
+
+__all__ = [
+    "DPFastMH",
+    "FastMHConfig",
+    "FastMHState",
+    "FastMHInfo",
+    "StepPrivacy",
+    "fastmh_step_privacy",
+    "fastmh_init",
+    "fastmh_step",
+]
+
+
+# --------------------------------------------------------------------------- privacy of one step
+
+
+class StepPrivacy(NamedTuple):
+    r"""Noise scales and the per-iteration guarantee of Alg. 2 (Zhang & Zhang 2023).
+
+    :ivar sigma1: minibatch noise scale (noise std :math:`\sigma_1\Delta(\ell_1)`).
+    :ivar sigma2: full-batch noise scale (noise std :math:`\sigma_2\Delta(\ell_2)`).
+    :ivar threshold1: privacy-for-free threshold on :math:`\Delta(\ell_1)`, :math:`\varepsilon C/(6K\max_i c_i)`.
+    :ivar threshold2: privacy-for-free threshold on :math:`\Delta(\ell_2)`, :math:`\varepsilon`.
+    :ivar eps0, delta0: guarantee of the minibatch Gaussian w.r.t. one slot
+        (:math:`\varepsilon_0=\varepsilon/(6Kp)`, exact :math:`\delta` of noise multiplier
+        :math:`\sigma_1` at :math:`\varepsilon_0`, Balle & Wang 2018).
+    :ivar certified_epsilon, certified_delta: what this configuration provably achieves
+        per iteration, max over both branches (full batch: exact Gaussian :math:`\delta` at
+        :math:`\varepsilon`; minibatch: :func:`~pyro_dp.accounting.composition.with_replacement_amplification`
+        at :math:`B=K-1`), plus the free branch when enabled.
+    :ivar event: the event recorded every iteration.
+    """
+
+    sigma1: float
+    sigma2: float
+    threshold1: float
+    threshold2: float
+    eps0: float
+    delta0: float
+    certified_epsilon: float
+    certified_delta: float
+    event: object
+
+
+def fastmh_step_privacy(
+    step_epsilon: float,
+    step_delta: float,
+    max_batch_size: int,
+    sample_prob: float,
+    *,
+    privacy_for_free: bool = False,
+    full_batch: bool = False,
+) -> StepPrivacy:
+    r"""Alg. 2's noise scales and a re-derived per-iteration guarantee.
+
+    ``sample_prob`` is :math:`p = \max_i c_i / C` (:math:`1/N` for one bound for all rows).
+
+    * The full-batch branch is the Gaussian mechanism with noise multiplier :math:`\sigma_2`
+      (Lemma 1, eq. 2 is the substitute sensitivity): exactly :math:`(\varepsilon, \delta_2)`
+      with :math:`\delta_2\le\delta` for :math:`\varepsilon<1` (Dwork & Roth 2014, Thm A.1).
+    * The minibatch branch: :math:`(\varepsilon_0,\delta_0)` per slot, amplified by
+      sampling with replacement (App. B) for every :math:`B\le K-1`.
+    * Privacy for free (deviation, see :class:`DPFastMH`): an un-noised MH accept bit whose
+      log-ratio moves by :math:`\Delta` is only :math:`(0, 1-e^{-\Delta})`-DP (the *reject*
+      probability can go from 0 to :math:`1-e^{-\Delta}`); enabling it raises δ accordingly.
+
+    The recorded event is Thm 2's ``ApproxDPEvent(step_epsilon, step_delta)`` when the
+    re-derivation certifies it, else the certified (larger) pair; with ``full_batch`` and no
+    free branch it is ``GaussianEvent(sigma2)``, exact.
+
+    >>> sp = fastmh_step_privacy(0.5, 1e-6, 1000, 1e-4)
+    >>> round(sp.sigma2, 4), round(sp.sigma1, 4), sp.event
+    (10.5976, 5.983, ApproxDPEvent(epsilon=0.5, delta=1e-06))
+    >>> sp.certified_epsilon <= 0.5 and sp.certified_delta <= 1e-6  # Thm 2 holds here
+    True
+    """
+    eps, delta = float(step_epsilon), float(step_delta)
+    k, p = int(max_batch_size), float(sample_prob)
+    # Alg. 2, first line: sigma2 = sqrt(2 log(1.25/delta))/eps (Gaussian mechanism, Dwork & Roth Thm A.1)
+    sigma2 = math.sqrt(2.0 * math.log(1.25 / delta)) / eps
+    # Alg. 2: sigma1 = 6 K max c_i sqrt(2 log(2.5 K max c_i/(delta C)))/(eps C), with p = max c_i / C;
+    # i.e. the Gaussian mechanism at (eps0, delta0) = (eps/(6Kp), delta/(2Kp)) (App. B).
+    eps0, delta0_paper = eps / (6.0 * k * p), delta / (2.0 * k * p)
+    if not delta0_paper < 1.0:
+        raise ValueError(
+            f"step_delta={delta} is too large for K={k} and p={p:.3g}: Alg. 2 needs "
+            f"delta/(2 K max c_i / C) < 1; lower step_delta"
+        )
+    sigma1 = math.sqrt(2.0 * math.log(1.25 / delta0_paper)) / eps0
+    threshold1, threshold2 = eps0, eps  # Alg. 2, the two "privacy for free" tests
+    # Re-derivation (exact Gaussian curves; nothing dropped in the amplification).
+    d_full = gdp_delta(eps, 1.0 / sigma2)
+    cert_eps, cert_delta = eps, d_full
+    delta0 = gdp_delta(eps0, 1.0 / sigma1)
+    if not full_batch:
+        e_mb, d_mb = with_replacement_amplification(eps0, delta0, max(k - 1, 0), p)
+        cert_eps = max(cert_eps, e_mb)
+        cert_delta = max(cert_delta, d_mb)
+    if privacy_for_free:
+        # full batch: Delta(l2) <= eps  =>  (0, 1 - e^{-eps}); minibatch: k ~ Bin(B, p) copies,
+        # each moving l1 by <= Delta(l1) <= threshold1  =>  (0, 1 - (1 - p + p e^{-t1})^B), B <= K-1.
+        free = -math.expm1(-threshold2)
+        if not full_batch:
+            free = max(free, -math.expm1(max(k - 1, 0) * math.log1p(-p * -math.expm1(-threshold1))))
+        cert_delta = max(cert_delta, free)
+    if not (cert_eps < 50.0 and cert_delta < 1.0):
+        raise ValueError(
+            f"no per-iteration guarantee: with K={k} and p={p:.3g}, eps0 = eps/(6Kp) = {eps0:.3g} is so large "
+            f"that sampling with replacement gives ({cert_eps:.3g}, {cert_delta:.3g}); increase K towards "
+            f"eps/(6p) (the paper's recommendation, Sec. 6.2)"
+        )
+    if full_batch and not privacy_for_free:
+        event = GaussianEvent(sigma2)  # the full-batch variant releases only this Gaussian
+    else:
+        event = ApproxDPEvent(max(eps, cert_eps), max(delta, cert_delta))
+    return StepPrivacy(sigma1, sigma2, threshold1, threshold2, eps0, delta0, cert_eps, cert_delta, event)
+
+
+# --------------------------------------------------------------------------- pure core
+
+
+class FastMHConfig(NamedTuple):
+    """Constants of one chain (all public).
+
+    :ivar c: per-row bound on untempered log-likelihood differences per unit of ``M``.
+    :ivar lam: :math:`\\lambda`.
+    :ivar max_batch_size: :math:`K`.
+    :ivar sigma1, sigma2: Alg. 2 noise scales (0: non-private test mode).
+    :ivar threshold1, threshold2: privacy-for-free thresholds.
+    :ivar privacy_for_free: use the un-noised branches when the sensitivity is small.
+    :ivar full_batch: always run the full-batch test (the paper's full-batch variant).
+    :ivar event: the event every iteration records.
+    """
+
+    c: float
+    lam: float
+    max_batch_size: int
+    sigma1: float
+    sigma2: float
+    threshold1: float
+    threshold2: float
+    privacy_for_free: bool
+    full_batch: bool
+    event: object
+
+
+class FastMHState(NamedTuple):
+    """State of the chain.
+
+    :ivar z: current point, flat, unconstrained.
+    :ivar log_prior: data-free log prior (+ log-Jacobian) at ``z``.
+    :ivar loglik: all ``N`` per-example log-likelihoods at ``z`` if a full-batch step has
+        computed them (private; used only inside the next release), else ``None``.
+    """
+
+    z: torch.Tensor
+    log_prior: torch.Tensor
+    loglik: Optional[torch.Tensor]
+
+
+class FastMHInfo(NamedTuple):
+    """What one iteration did.
+
+    :ivar accepted: the accept decision.
+    :ivar events: privacy events (the per-iteration event).
+    :ivar clipped_fraction: fraction of per-example differences clipped to ``±cM``
+        (**non-private** diagnostic).
+    :ivar batch_size: the Poisson draw :math:`B` (``N`` in the full-batch variant).
+    :ivar rows_read: per-example evaluations (``B`` or ``N``).
+    :ivar full_batch: whether the full-batch test ran.
+    :ivar free: whether the un-noised ("privacy for free") branch ran.
+    :ivar noise_std: std of the noise on the log ratio.
+    :ivar distance: :math:`M=\\|\\theta'-\\theta\\|`.
+    """
+
+    accepted: bool
+    events: Tuple
+    clipped_fraction: float
+    batch_size: int
+    rows_read: int
+    full_batch: bool
+    free: bool
+    noise_std: float
+    distance: float
+
+
+def fastmh_init(lik, z: torch.Tensor) -> FastMHState:
+    """Initial state at ``z`` (data-free)."""
+    with torch.no_grad():
+        return FastMHState(z, lik.log_prior(z), None)
+
+
+def _energy_diffs(lik, ll_new, ll_old, bound):
+    """Tempered, clipped :math:`U_i(\\theta)-U_i(\\theta')`; NaN (e.g. inf - inf) maps to 0."""
+    diff = torch.nan_to_num(ll_new - ll_old, nan=0.0)
+    clipped, mask = clip_scalars(diff, bound)
+    frac = float(mask.double().mean()) if mask.numel() else 0.0
+    return lik.temperature * clipped, frac
+
+
+def fastmh_step(
+    rng: torch.Generator, noise, state: FastMHState, lik, *, proposal_scale, config: FastMHConfig
+) -> Tuple[FastMHState, FastMHInfo]:
+    """One DP-Fast MH iteration (Zhang & Zhang 2023, Alg. 2; module docstring for formulas)."""
+    cfg = config
+    prop = random_walk(rng, state.z, proposal_scale, "full")
+    z_new, z = prop.z, state.z
+    m = torch.linalg.vector_norm(z_new - z)  # M(theta, theta') = ||theta - theta'|| (Asm. 1)
+    mf = float(m)
+    n = lik.num_rows
+    t = lik.temperature
+    c = t * cfg.c  # energy units: U_i = -T l_i, so |U_i(theta) - U_i(theta')| <= T c M
+    big_c = n * c  # C = sum_i c_i (one public bound for every row)
+    if cfg.full_batch:
+        b = n
+    else:
+        rate = torch.as_tensor(cfg.lam + big_c * mf, dtype=torch.float64)
+        b = int(torch.poisson(rate, generator=rng))  # Alg. 1: B ~ Poisson(lambda + C M)
+    loglik = None
+    if not cfg.full_batch and b < cfg.max_batch_size:
+        # ---- minibatch MH (Alg. 2, B < K): TunaMH's Batch(B) and MHRatio (Alg. 1)
+        idx = torch.randint(n, (b,), generator=rng, device=z.device)  # P(i_b = i) = c_i / C = 1/N
+        u = torch.rand(b, generator=rng, dtype=z.dtype, device=z.device)
+        if b > 0:
+            ll_old = lik.per_example_loglik(z, idx)
+            ll_new, lp_new = lik.loglik_and_prior(z_new, idx)
+            d, frac = _energy_diffs(lik, ll_new, ll_old, cfg.c * m)  # d_i = U_i(theta) - U_i(theta')
+        else:
+            with torch.no_grad():
+                lp_new = lik.log_prior(z_new)
+            d, frac = torch.zeros(0, dtype=z.dtype, device=z.device), 0.0
+        # Alg. 1, Batch: keep i_b w.p. (lam c + C/2 (U(theta') - U(theta) + c M)) / (lam c + c C M)
+        keep = u < (cfg.lam * c + 0.5 * big_c * (c * m - d)) / (cfg.lam * c + c * big_c * m)
+        # Alg. 1, MHRatio: 2 sum artanh(C (U(theta) - U(theta')) / (c (2 lam + C M)))
+        terms = 2.0 * torch.atanh(big_c * d[keep] / (c * (2.0 * cfg.lam + big_c * m)))
+        sens = 2.0 * math.log1p(big_c * mf / cfg.lam)  # Lemma 1, eq. (1): Delta(l1)
+        free = cfg.privacy_for_free and sens <= cfg.threshold1  # Alg. 2, privacy for free
+        nm = 0.0 if free else cfg.sigma1
+        # each term lies in [-Delta/2, Delta/2] (App. A): clipping there is a no-op and the
+        # substitute sensitivity is 2 * Delta/2 = Delta(l1); noise std sigma1 * Delta(l1) (Alg. 2)
+        rel = clipped_sum_with_noise(terms, sens / 2.0, nm, noise)
+        log_ratio, noise_std = rel.value, float(rel.noise_std)
+        rows, full = b, False
+    else:
+        # ---- full-batch MH (Alg. 2, B >= K, or the full-batch variant)
+        ll_old = state.loglik if state.loglik is not None else lik.per_example_loglik(z)
+        ll_new, lp_new = lik.loglik_and_prior(z_new)
+        diff = torch.nan_to_num(ll_new - ll_old, nan=0.0)
+        sens = 2.0 * c * mf  # Lemma 1, eq. (2): Delta(l2) = 2 max_i c_i M
+        free = cfg.privacy_for_free and sens <= cfg.threshold2
+        nm = 0.0 if free else cfg.sigma2
+        # untempered clip at +-c M: substitute sensitivity 2 c M; tempering is post-processing
+        rel = clipped_sum_with_noise(diff, cfg.c * m, nm, noise)
+        log_ratio, noise_std = t * rel.value, t * float(rel.noise_std)  # std = sigma2 Delta(l2)
+        frac = rel.clipped_fraction
+        loglik, rows, full = ll_new, n, True
+    # Alg. 2: r = exp(l + xi - sigma^2 Delta^2 / 2) q(theta|theta')/q(theta'|theta), times the prior ratio
+    lambda_hat = log_ratio + (lp_new - state.log_prior) + prop.log_q_ratio
+    accepted = penalty_accept(rng, lambda_hat, torch.as_tensor(noise_std**2, dtype=z.dtype))
+    accepted = accepted and bool(torch.isfinite(lp_new))  # outside the prior's support: reject
+    if accepted:
+        new = FastMHState(z_new, lp_new, loglik)  # cache all N terms only after a full-batch step
+    elif full and state.loglik is None:
+        new = FastMHState(z, state.log_prior, ll_old)
+    else:
+        new = state
+    info = FastMHInfo(accepted, (cfg.event,), frac, b, rows, full, free, noise_std, mf)
+    return new, info
+
+
+# --------------------------------------------------------------------------- Pyro kernel
+
+
+class DPFastMH(DPKernel):
+    r"""DP-Fast MH (Zhang & Zhang 2023, Alg. 2) as a Pyro ``MCMCKernel``.
+
+    :param model: Pyro model with its observed sites in a data plate indexed by the plate's
+        indices (minibatches need it).
+    :param proposal_scale: random-walk std in unconstrained space (scalar or per coordinate).
+    :param lipschitz: the public bound :math:`c` of Assumption 1 on the **untempered**
+        per-example log-likelihood: :math:`|\ell_i(\theta)-\ell_i(\theta')| \le c\|\theta-\theta'\|`
+        for every row, or a callable ``f(num_rows=N, dim=D) -> c`` of public quantities.
+        Differences are clipped to :math:`\pm cM`, so privacy holds even if the bound is
+        wrong (exactness then fails: see ``diagnostics()["clipped fraction"]``).
+        **Per-row bounds are refused**: they must be data-independent for the privacy proof
+        (they set :math:`C`, hence the law of :math:`B`, and the sampling probabilities), and
+        bounds like :math:`c_i=\|x_i\|` (the paper's App. E.2) are computed from the data.
+    :param float lam: :math:`\lambda > 0`; :math:`\mathbb E[B] = \lambda + C\,\mathbb E[M]`.
+    :param int max_batch_size: :math:`K \ge 1`; :math:`B \ge K` runs the full-batch test.
+    :param float step_epsilon, step_delta: per-iteration :math:`(\varepsilon, \delta)` of Thm 2,
+        :math:`\varepsilon,\delta \in (0,1)` (Alg. 2's Gaussian calibration needs
+        :math:`\varepsilon<1`).
+    :param bool full_batch: always run the full-batch test (the paper's full-batch variant);
+        ``lam`` and ``max_batch_size`` are then unused.
+    :param bool privacy_for_free: use Alg. 2's un-noised branches when the sensitivity is below
+        the threshold. **Off by default, deviation from the paper**: the un-noised MH accept
+        bit is not :math:`(\varepsilon,\delta)`-DP for small δ — its reject probability can go
+        from :math:`0` to :math:`1-e^{-\Delta}` — so enabling it records
+        :math:`\delta_{\rm step} \approx \varepsilon` per iteration (honest, and nearly useless).
+    :param accountant: default: exact optimal composition of the per-iteration events
+        (:class:`~pyro_dp.accounting.composition.OptimalCompositionAccountant`), or ``"gdp"``
+        for the full-batch variant. :meth:`privacy_report` also gives the paper's advanced
+        composition; :meth:`get_epsilon` returns the smaller.
+
+    Other keyword arguments as in :class:`~pyro_dp.kernels.base.DPKernel` (``epsilon`` and
+    ``delta`` are the *total* budget over all iterations and chains).
+
+    Warmup and chains: every iteration reads data (warmup too), and every chain reads the
+    same data, so :math:`T = \text{chains}\times(\text{warmup}+\text{samples})` events compose.
+    The per-iteration δ adds up (:math:`T\delta_{\rm step}` in every composition theorem), so
+    ``step_delta`` must be well below ``delta / T``.
+
+    Example
+    -------
+    >>> import torch, pyro, pyro.distributions as dist
+    >>> from pyro.infer import MCMC
+    >>> def model(y):
+    ...     mu = pyro.sample("mu", dist.Normal(0., 10.))
+    ...     with pyro.plate("data", len(y)) as idx:
+    ...         pyro.sample("obs", dist.Normal(mu, 1.), obs=y[idx])
+    >>> y = (torch.randn(5000, generator=torch.Generator().manual_seed(0)) + 1.0).clamp(-3, 3)
+    >>> kernel = DPFastMH(model, proposal_scale=5e-4, lipschitz=5.0, lam=100.0, max_batch_size=400,
+    ...                   step_epsilon=0.5, step_delta=1e-9, seed=0)
+    >>> mcmc = MCMC(kernel, num_samples=100, warmup_steps=50, disable_progbar=True,
+    ...             initial_params={"mu": torch.tensor(1.0)})  # data-free start
+    >>> mcmc.run(y)
+    >>> d = mcmc.diagnostics()  # E[B] = 100 + 25000 * 5e-4 * sqrt(2/pi) = 110 rows per step
+    >>> round(d["mean batch size"]["chain 0"]), d["full-batch fraction"]["chain 0"]
+    (111, 0.0)
+    >>> kernel.ledger.entries  # 150 iterations, warmup included, each (0.5, 1e-9)-DP (Thm 2)
+    (LedgerEntry(event=ApproxDPEvent(epsilon=0.5, delta=1e-09), count=150),)
+    >>> {k: round(v, 2) for k, v in kernel.privacy_report(1e-5).items()}  # paper's vs exact composition
+    {'advanced': 47.77, 'optimal': 41.95}
+    >>> kernel.get_epsilon(1e-5) == kernel.privacy_report(1e-5)["optimal"]
+    True
+    """
+
+    def __init__(
+        self,
+        model,
+        proposal_scale,
+        lipschitz: Union[float, Callable[..., float]],
+        lam: Optional[float] = None,
+        max_batch_size: Optional[int] = None,
+        step_epsilon: Optional[float] = None,
+        step_delta: Optional[float] = None,
+        *,
+        full_batch: bool = False,
+        privacy_for_free: bool = False,
+        accountant=None,
+        **kwargs,
+    ):
+        self.full_batch = bool(full_batch)
+        self.privacy_for_free = bool(privacy_for_free)
+        if accountant is None:
+            non_private = kwargs.get("non_private", False)
+            accountant = "gdp" if (self.full_batch and not self.privacy_for_free and not non_private) else "optimal"
+        super().__init__(model, accountant=accountant, **kwargs)
+        self.proposal_scale = check_positive("proposal_scale", proposal_scale)
+        if callable(lipschitz):
+            self.lipschitz = lipschitz
+        else:
+            per_row = lipschitz.numel() > 1 if torch.is_tensor(lipschitz) else (
+                hasattr(lipschitz, "__len__") and not isinstance(lipschitz, (str, bytes))
+            )
+            if per_row:
+                raise ValueError(
+                    "lipschitz must be ONE public bound c for every row (or a callable of public "
+                    "quantities): per-row bounds c_i computed from the data would make the batch-size "
+                    "law and the sampling probabilities data-dependent, which the privacy proof of "
+                    "DP-Fast MH does not cover. Use c = max_i c_i over the data domain."
+                )
+            self.lipschitz = check_positive("lipschitz", lipschitz)
+        if self.full_batch:
+            self.lam = None if lam is None else check_positive("lam", lam)
+            self.max_batch_size = None if max_batch_size is None else check_positive("max_batch_size", max_batch_size, integer=True)
+        else:
+            if lam is None or max_batch_size is None:
+                raise ValueError("the minibatch algorithm needs lam and max_batch_size (or full_batch=True)")
+            self.lam = check_positive("lam", lam)
+            if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, (int, float)) or max_batch_size != int(max_batch_size):
+                raise TypeError(f"max_batch_size (K) must be an integer, got {max_batch_size!r}")
+            if max_batch_size < 1:
+                raise ValueError(f"max_batch_size (K) must be >= 1, got {max_batch_size!r}")
+            self.max_batch_size = int(max_batch_size)
+        if self.non_private:
+            if step_epsilon is not None or step_delta is not None:
+                raise ValueError("non_private=True is the noise-free test mode: leave step_epsilon/step_delta unset")
+        else:
+            if step_epsilon is None or step_delta is None:
+                raise ValueError("give step_epsilon and step_delta (the per-iteration privacy of Thm 2)")
+            se, sd = check_positive("step_epsilon", step_epsilon), float(step_delta)
+            if not se < 1.0:
+                raise ValueError(f"step_epsilon must be in (0, 1) (Gaussian mechanism, Dwork & Roth Thm A.1), got {step_epsilon!r}")
+            if not (0.0 < sd < 1.0):
+                raise ValueError(f"step_delta must be in (0, 1), got {step_delta!r}")
+            step_epsilon, step_delta = se, sd
+        self.step_epsilon, self.step_delta = step_epsilon, step_delta
+        self.step_privacy: Optional[StepPrivacy] = None
+
+    # ------------------------------------------------------------------ DPKernel hooks
+    def _reset_chain_stats(self):
+        super()._reset_chain_stats()
+        self._stats = {"batch": 0.0, "rows": 0.0, "full": 0, "free": 0, "n": 0}
+
+    def _bound(self) -> float:
+        c = self.lipschitz
+        if callable(c):
+            c = check_positive("lipschitz(num_rows=, dim=)", c(num_rows=self.lik.num_rows, dim=self.lik.dim))
+        return float(c)
+
+    def _calibrate(self):
+        """Called by ``setup`` once ``N`` is known (data-free): noise scales and the event."""
+        self._c = self._bound()
+        n = self.lik.num_rows
+        k = self.max_batch_size if self.max_batch_size is not None else n
+        if self.non_private:
+            self.step_privacy = StepPrivacy(0.0, 0.0, 0.0, 0.0, math.inf, 1.0, math.inf, 1.0, NonPrivateEvent())
+            return
+        # one bound for every row: p = max_i c_i / C = 1/N
+        self.step_privacy = fastmh_step_privacy(
+            self.step_epsilon, self.step_delta, k, 1.0 / n,
+            privacy_for_free=self.privacy_for_free, full_batch=self.full_batch,
+        )
+        ev = self.step_privacy.event
+        if isinstance(ev, ApproxDPEvent) and (ev.epsilon > self.step_epsilon or ev.delta > self.step_delta):
+            import warnings
+
+            warnings.warn(
+                f"Thm 2's per-iteration ({self.step_epsilon}, {self.step_delta}) does not hold for this "
+                f"configuration (K={k}, N={n}, privacy_for_free={self.privacy_for_free}); recording the "
+                f"certified ({ev.epsilon:.4g}, {ev.delta:.4g}) per iteration instead",
+                UserWarning,
+                stacklevel=3,
+            )
+
+    def _config(self) -> FastMHConfig:
+        sp = self.step_privacy
+        return FastMHConfig(
+            self._c,
+            self.lam if self.lam is not None else 1.0,
+            self.max_batch_size if self.max_batch_size is not None else self.lik.num_rows,
+            sp.sigma1, sp.sigma2, sp.threshold1, sp.threshold2,
+            self.privacy_for_free, self.full_batch, sp.event,
+        )
+
+    def _per_iteration_events(self):
+        if self.step_privacy is None:
+            raise RuntimeError("the per-iteration event depends on N: call setup() first")
+        return [self.step_privacy.event]
+
+    def _init_state(self, z):
+        scale = torch.as_tensor(self.proposal_scale, dtype=z.dtype, device=z.device)
+        if scale.numel() not in (1, z.numel()):
+            raise ValueError(f"proposal_scale must be a scalar or have {z.numel()} entries")
+        self._scale = scale
+        return fastmh_init(self.lik, z)
+
+    def _step(self, state):
+        new, info = fastmh_step(self._rng, self._noise, state, self.lik, proposal_scale=self._scale, config=self._config())
+        s = self._stats
+        s["n"] += 1
+        s["batch"] += info.batch_size
+        s["rows"] += info.rows_read
+        s["full"] += int(info.full_batch)
+        s["free"] += int(info.free)
+        return new, info
+
+    # ------------------------------------------------------------------ reporting
+    def _paper_ledger(self) -> PrivacyLedger:
+        """The run as the paper states it: one ``ApproxDPEvent(step_epsilon, step_delta)``
+        (or the certified event, if larger) per iteration."""
+        out = PrivacyLedger()
+        sp = self.step_privacy
+        if sp is None or self.non_private:
+            return out
+        ev = sp.event if isinstance(sp.event, ApproxDPEvent) else ApproxDPEvent(self.step_epsilon, self.step_delta)
+        out.record(ev, self.ledger.num_releases)
+        return out
+
+    def privacy_report(self, delta: Optional[float] = None) -> dict:
+        r"""ε at ``delta`` of every chain this kernel ran, under each composition:
+        ``"advanced"`` (the paper's: DRV 2010 / KOV 2015 Thm 3.5 over the per-iteration
+        :math:`(\varepsilon,\delta)`), ``"optimal"`` (exact optimal composition of the same
+        events, KOV Thm 3.3) and, for the full-batch variant, ``"gdp"`` (exact composition
+        of the Gaussian mechanisms actually released)."""
+        from ..accounting import get_accountant
+
+        delta = self.reference_delta if delta is None else float(delta)
+        if self.non_private:
+            return {"advanced": math.inf, "optimal": math.inf}
+        paper = self._paper_ledger()
+        out = {
+            "advanced": AdvancedCompositionAccountant(paper).get_epsilon(delta),
+            "optimal": OptimalCompositionAccountant(paper).get_epsilon(delta),
+        }
+        if self.ledger.entries and all(isinstance(e.event, GaussianEvent) for e in self.ledger.entries):
+            out["gdp"] = get_accountant("gdp", self.ledger).get_epsilon(delta)
+        return out
+
+    def get_epsilon(self, delta: Optional[float] = None, accountant=None) -> float:
+        """Total ε at ``delta``: the kernel's accountant on its ledger, or — by default —
+        the smallest valid value of :meth:`privacy_report` and that accountant."""
+        eps = super().get_epsilon(delta, accountant)
+        if accountant is not None or self.non_private:
+            return eps
+        return min([eps] + list(self.privacy_report(delta).values()))
+
+    def diagnostics(self) -> dict:
+        d = super().diagnostics()
+        s, n = self._stats, max(self._stats["n"], 1)
+        d.update({
+            "mean batch size": s["batch"] / n,  # E[B] = lambda + C E[M] (Alg. 1)
+            "mean rows read": s["rows"] / n,
+            "full-batch fraction": s["full"] / n,
+            "privacy-for-free fraction": s["free"] / n,
+        })
+        return d
+
+    def logging(self):
+        # Pyro calls this every iteration; the exact composition costs O(iterations), so the
+        # displayed epsilon is refreshed at iterations 2^j and every 200 (diagnostics() is exact).
+        n = self._stats["n"]
+        if "_log_eps" not in self.__dict__ or n & (n - 1) == 0 or n % 200 == 0:
+            self._log_eps = f"{self._epsilon_now():.3g}"
+        m = max(n, 1)
+        return {
+            "acc. rate": f"{self._num_accepted / m:.3f}",
+            "eps": self._log_eps,
+            "batch": f"{self._stats['batch'] / m:.1f}",
+            "full": f"{self._stats['full'] / m:.2f}",
+        }
