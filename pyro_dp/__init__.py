@@ -2,13 +2,15 @@ r"""pyro_dp: differentially private MCMC for Pyro models.
 
 >>> import pyro_dp
 >>> sorted(n for n in pyro_dp.__all__ if n.startswith("DP"))
-['DPExpFamPenalty', 'DPFastMH', 'DPKernel', 'DPMultiPartyPenalty', 'DPPenalty', 'DPSGLD', 'DPSGNHT']
+['DPBarker', 'DPExpFamPenalty', 'DPFastMH', 'DPKernel', 'DPMinibatchPenalty', 'DPMultiPartyPenalty', 'DPPenalty', 'DPSGLD', 'DPSGNHT']
 """
 from .kernels import (
     BudgetExhaustedWarning,
+    DPBarker,
     DPExpFamPenalty,
     DPFastMH,
     DPKernel,
+    DPMinibatchPenalty,
     DPMultiPartyPenalty,
     DPPenalty,
     DPSGLD,
@@ -25,6 +27,8 @@ __all__ = [
     "DPPenalty",
     "DPExpFamPenalty",
     "DPMultiPartyPenalty",
+    "DPBarker",
+    "DPMinibatchPenalty",
     "DPFastMH",
     "DPSGLD",
     "DPSGNHT",

@@ -39,10 +39,16 @@ from .planning import (
     zcdp_max_iterations_penalty,
 )
 from .rdp import DEFAULT_ORDERS, rdp_delta, rdp_epsilon
+from .subsampled import barker_batch_rdp, barker_orders, dp_barker_rdp, minibatch_penalty_rdp, wbk_amplified_rdp
 from .registry import ACCOUNTANTS, DEFAULT_ACCOUNTANT, get_accountant
 from .zcdp import zcdp_epsilon, zcdp_rho_budget
 
 __all__ = [
+    "barker_orders",
+    "barker_batch_rdp",
+    "dp_barker_rdp",
+    "minibatch_penalty_rdp",
+    "wbk_amplified_rdp",
     "Accountant",
     "UnsupportedEventError",
     "canonical_event",

@@ -1,6 +1,8 @@
 """DP MCMC kernels: one file per algorithm, each a thin Pyro ``MCMCKernel`` over a step function."""
 from .base import BudgetExhaustedWarning, DPKernel
 from .fastmh import DPFastMH
+from .barker import DPBarker
+from .minibatch_penalty import DPMinibatchPenalty
 from .expfam import DPExpFamPenalty, ExpFamily, bernoulli, gaussian_known_variance, poisson
 from .multiparty import DPMultiPartyPenalty
 from .penalty import DPPenalty
@@ -15,6 +17,8 @@ __all__ = [
     "bernoulli",
     "poisson",
     "DPMultiPartyPenalty",
+    "DPBarker",
+    "DPMinibatchPenalty",
     "DPFastMH",
     "DPSGLD",
     "DPSGNHT",

@@ -102,3 +102,115 @@ def flip_direction(direction: torch.Tensor, coord: int, accepted: bool) -> torch
     out = direction.clone()
     out[coord] = -out[coord]
     return out
+
+
+# --------------------------------------------------------------------------- Hamiltonian pieces
+# (added for DP-HMC, pyro_dp/kernels/hmc.py)
+
+
+def sample_momentum(rng: torch.Generator, mass_sqrt: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    r""":math:`p \sim \mathcal N(0, M)` for a diagonal (or scalar) mass :math:`M`
+    (``mass_sqrt`` :math:`= M^{1/2}`), drawn from the algorithm's generator. Data-free."""
+    xi = torch.randn(like.shape, generator=rng, dtype=like.dtype, device=like.device)
+    return xi * mass_sqrt
+
+
+def kinetic_energy(p: torch.Tensor, inv_mass: torch.Tensor) -> torch.Tensor:
+    r""":math:`K(p) = \tfrac12 p^\top M^{-1} p` for a diagonal (or scalar) mass (Neal 2011, §5.2;
+    Räisä 2021 thesis §4.1). Data-free."""
+    return 0.5 * (p * p * inv_mass).sum()
+
+
+class LeapfrogResult(NamedTuple):
+    """End of a leapfrog trajectory.
+
+    :ivar z: final position.
+    :ivar p: final momentum.
+    :ivar grad: the gradient estimate at ``z`` (the last one ``grad_fn`` returned).
+    :ivar aux: tuple of the auxiliary outputs of ``grad_fn``, one per position visited.
+    """
+
+    z: torch.Tensor
+    p: torch.Tensor
+    grad: torch.Tensor
+    aux: tuple
+
+
+def leapfrog(z, p, grad, step_size, num_steps: int, inv_mass, grad_fn) -> LeapfrogResult:
+    r"""``num_steps`` leapfrog steps with an injected gradient estimator (BlackJAX-style).
+
+    ``grad`` is the (already computed) estimate of :math:`\nabla\log\pi` at the start ``z``;
+    ``grad_fn(z) -> (g, aux)`` returns the estimate at a new position, called exactly once
+    per position, ``num_steps`` times. Each estimate is used for both half-steps around its
+    position (Räisä 2021 thesis, Alg. 3: :math:`G_{i,j}` enters :math:`p_j` and
+    :math:`p_{j+1/2}`), so a noisy estimator releases ``num_steps`` gradients per trajectory:
+
+    .. math::
+        p_{j-1/2} = p_{j-1} + \tfrac{\eta}{2} G_{j-1},\quad
+        \theta_j = \theta_{j-1} + \eta M^{-1} p_{j-1/2},\quad
+        p_j = p_{j-1/2} + \tfrac{\eta}{2} G_j .
+
+    With a stochastic ``grad_fn`` the map is no longer an involution but stays
+    *reversible by negating p* and volume preserving (thesis Thm 9; Räisä et al. 2021,
+    Thm 3.1), which is what the (penalty) accept test needs.
+    """
+    half = 0.5 * step_size
+    p = p + half * grad
+    auxs = []
+    for _ in range(int(num_steps)):
+        z = z + step_size * inv_mass * p
+        grad, aux = grad_fn(z)
+        auxs.append(aux)
+        p = p + half * grad  # second half-step with G_j; the next first half-step follows
+        if len(auxs) < num_steps:
+            p = p + half * grad
+    return LeapfrogResult(z, p, grad, tuple(auxs))
+
+
+__all__ += ["sample_momentum", "kinetic_energy", "LeapfrogResult", "leapfrog"]
+
+
+# --------------------------------------------------------------------------- Barker test
+# (added for DP Barker, pyro_dp/kernels/barker.py)
+
+
+class GaussianMixtureCorrection(NamedTuple):
+    r"""A symmetric Gaussian mixture :math:`V_{\rm corr} = \sum_k \frac{w_k}{2}
+    [\mathcal N(\mu_k, s_k^2) + \mathcal N(-\mu_k, s_k^2)]` such that
+    :math:`\mathcal N(0, C) + V_{\rm corr} \approx \mathrm{Logistic}(0, 1)`
+    (Heikkilä et al. 2019, §3.2 eq. (8) and Supplement; Seita et al. 2017).
+
+    :ivar C: the Gaussian variance :math:`C` the mixture corrects.
+    :ivar means: :math:`\mu_k \ge 0` (tensor ``[K]``).
+    :ivar variances: :math:`s_k^2 \ge 0` (tensor ``[K]``).
+    :ivar weights: :math:`w_k`, summing to one (tensor ``[K]``).
+    """
+
+    C: float
+    means: torch.Tensor
+    variances: torch.Tensor
+    weights: torch.Tensor
+
+
+def sample_correction(rng: torch.Generator, corr: GaussianMixtureCorrection, like: torch.Tensor) -> torch.Tensor:
+    """One draw of :math:`V_{\\rm corr}` from the algorithm's generator (data-free)."""
+    k = int(torch.multinomial(corr.weights.to(torch.float64), 1, generator=rng))
+    sign = 1.0 if float(torch.rand((), generator=rng, dtype=torch.float64)) < 0.5 else -1.0
+    xi = torch.randn((), generator=rng, dtype=like.dtype, device=like.device)
+    mean = torch.as_tensor(corr.means[k], dtype=like.dtype, device=like.device)
+    var = torch.as_tensor(corr.variances[k], dtype=like.dtype, device=like.device)
+    return sign * mean + torch.sqrt(var) * xi
+
+
+def barker_accept(rng: torch.Generator, lambda_hat: torch.Tensor, corr: GaussianMixtureCorrection) -> bool:
+    r"""The approximate Barker test: accept iff :math:`\hat\lambda + V_{\rm corr} > 0`, where
+    :math:`\hat\lambda` already carries Gaussian noise of variance exactly :math:`C` (the
+    privacy noise plus, by the CLT, the minibatch error). Since
+    :math:`\mathcal N(0, C) + V_{\rm corr} \approx V_{\rm log} \sim \mathrm{Logistic}(0,1)`
+    this is the Barker test :math:`\lambda + V_{\rm log} > 0` (Barker 1965; Seita et al. 2017,
+    §3; Heikkilä et al. 2019, eqs. (5), (9), (18)), which satisfies detailed balance.
+    Data-free."""
+    return bool(lambda_hat + sample_correction(rng, corr, lambda_hat) > 0)
+
+
+__all__ += ["GaussianMixtureCorrection", "sample_correction", "barker_accept"]
