@@ -2,13 +2,14 @@ r"""pyro_dp: differentially private MCMC for Pyro models.
 
 >>> import pyro_dp
 >>> sorted(n for n in pyro_dp.__all__ if n.startswith("DP"))
-['DPBarker', 'DPExpFamPenalty', 'DPFastMH', 'DPKernel', 'DPMinibatchPenalty', 'DPMultiPartyPenalty', 'DPPenalty', 'DPSGLD', 'DPSGNHT']
+['DPBarker', 'DPExpFamPenalty', 'DPFastMH', 'DPHMC', 'DPKernel', 'DPMinibatchPenalty', 'DPMultiPartyPenalty', 'DPPenalty', 'DPSGLD', 'DPSGNHT']
 """
 from .kernels import (
     BudgetExhaustedWarning,
     DPBarker,
     DPExpFamPenalty,
     DPFastMH,
+    DPHMC,
     DPKernel,
     DPMinibatchPenalty,
     DPMultiPartyPenalty,
@@ -27,6 +28,7 @@ __all__ = [
     "DPPenalty",
     "DPExpFamPenalty",
     "DPMultiPartyPenalty",
+    "DPHMC",
     "DPBarker",
     "DPMinibatchPenalty",
     "DPFastMH",

@@ -2,6 +2,7 @@
 from .base import BudgetExhaustedWarning, DPKernel
 from .fastmh import DPFastMH
 from .barker import DPBarker
+from .hmc import DPHMC
 from .minibatch_penalty import DPMinibatchPenalty
 from .expfam import DPExpFamPenalty, ExpFamily, bernoulli, gaussian_known_variance, poisson
 from .multiparty import DPMultiPartyPenalty
@@ -17,6 +18,7 @@ __all__ = [
     "bernoulli",
     "poisson",
     "DPMultiPartyPenalty",
+    "DPHMC",
     "DPBarker",
     "DPMinibatchPenalty",
     "DPFastMH",

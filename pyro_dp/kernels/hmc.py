@@ -1,0 +1,505 @@
+r"""DP-HMC: noisy clipped leapfrog with penalty acceptance (Räisä, Koskela & Honkela 2021;
+Räisä 2021 thesis §4.2, Alg. 3).
+
+Each iteration draws :math:`p_0 \sim \mathcal N(0, M)`, runs ``L`` leapfrog steps with the
+released gradient estimate (Räisä et al. 2021, §3; thesis Alg. 3)
+
+.. math::
+    G(\theta) = T\Big(\sum_{i=1}^N \mathrm{clip}_{b_g}\big(\nabla\ell_i(\theta)\big)
+                + \mathcal N(0, \sigma_g^2 I)\Big) + \nabla\log p(\theta),
+    \qquad \sigma_g = \mathrm{nm}_g\cdot 2 b_g,
+
+then releases the clipped log-likelihood ratio sum of the proposal,
+
+.. math::
+    \hat s = \sum_i \mathrm{clip}_{\pm b_l\|\theta'-\theta\|}\big(\ell_i(\theta')-\ell_i(\theta)\big)
+             + \mathcal N(0, \sigma_l^2), \qquad \sigma_l = \mathrm{nm}_l\cdot 2 b_l\|\theta'-\theta\|,
+
+and accepts with the penalty rule :math:`\min\{1, \exp(\hat\lambda - T^2\sigma_l^2/2)\}`,
+:math:`\hat\lambda = T\hat s + \log p(\theta') - \log p(\theta) + K(p_0) - K(p_L)`
+(Räisä et al. 2021, Thm 3.1: the chain leaves :math:`\pi(\theta)\mathcal N(p;0,M)` invariant
+when the ratios are not clipped; gradient clipping and gradient noise only change the
+proposal, thesis Thm 9). Kinetic energy and prior terms are data-free; only the
+log-likelihood sums are released. Sensitivities are for the substitute relation:
+:math:`2b_g` and :math:`2b_l\|\theta'-\theta\|` (thesis Thm 11 proof).
+
+**Gradient reuse** (thesis Alg. 3): the noisy gradient at the accepted (or kept) point is
+reused by the next iteration, so ``k`` iterations release ``kL + 1`` gradients and ``k``
+ratios. The first gradient is released lazily in the first iteration (set-up stays
+data-free) and declared as a once-per-chain ``_fixed_events`` release for planning.
+
+**Accounting** (thesis Thm 11, Sommer et al. 2019 Lemma 12): the privacy-loss distribution
+is :math:`\mathcal N(\mu_S, 2\mu_S)` with
+
+.. math::
+    \mu_S = \frac{k}{2\,\mathrm{nm}_l^2} + \frac{kL+1}{2\,\mathrm{nm}_g^2},
+
+i.e. :math:`\sqrt{2\mu_S}`-GDP — exactly what the ``"gdp"`` accountant composes from the
+ledger. :func:`dphmc_max_iterations_zcdp` gives the looser zCDP count of thesis Thm 10.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import NamedTuple, Optional, Tuple
+
+import torch
+from pyro.ops.dual_averaging import DualAveraging
+
+from ..mechanisms import GaussianEvent, NonPrivateEvent, clipped_sum_with_noise
+from .base import DPKernel, check_positive
+from .proposals import kinetic_energy, leapfrog, penalty_accept, penalty_log_accept_threshold, sample_momentum
+
+__all__ = [
+    "DPHMC",
+    "HMCState",
+    "HMCInfo",
+    "hmc_init",
+    "hmc_step",
+    "release_gradient",
+    "jitter_factor",
+    "dphmc_mu",
+    "dphmc_events",
+    "dphmc_max_iterations",
+    "dphmc_max_iterations_zcdp",
+]
+
+
+class HMCState(NamedTuple):
+    """State of the DP-HMC chain.
+
+    :ivar z: current point, flat, in unconstrained space.
+    :ivar log_prior: data-free log prior (+ log-Jacobian) at ``z``.
+    :ivar loglik: cached per-example log-likelihoods at ``z`` (private: never released,
+        only used inside the next ratio release); ``None`` until the first gradient release.
+    :ivar grad: the **released** noisy gradient :math:`G(z)` of the log target at ``z``
+        (public, reused by the next iteration, thesis Alg. 3); ``None`` until released.
+    """
+
+    z: torch.Tensor
+    log_prior: torch.Tensor
+    loglik: Optional[torch.Tensor]
+    grad: Optional[torch.Tensor]
+
+
+class HMCInfo(NamedTuple):
+    """What one iteration did.
+
+    :ivar accepted: the accept decision (post-processing of the releases).
+    :ivar events: privacy events released, in order: the initial gradient (first
+        iteration of a chain only), ``L`` gradients, then the ratio (absent when the
+        trajectory left the prior's support, a data-free rejection).
+    :ivar clipped_fraction: mean clipped fraction over this iteration's releases
+        (**non-private** diagnostic).
+    :ivar grad_clipped_fraction: mean fraction of clipped per-example gradients
+        (**non-private**).
+    :ivar llr_clipped_fraction: fraction of clipped per-example ratios (**non-private**).
+    :ivar accept_prob: penalty acceptance probability from the released
+        :math:`\\hat\\lambda` (post-processing; used by step-size adaptation).
+    :ivar step_size: the step size this iteration used.
+    :ivar proposal: the proposed point (post-processing of released gradients).
+    :ivar noise_std: standard deviation of the noise on the summed ratio.
+    :ivar ratio_released: whether the ratio was released (``False`` only after a
+        data-free rejection of a trajectory that left the support).
+    """
+
+    accepted: bool
+    events: Tuple
+    clipped_fraction: float
+    grad_clipped_fraction: float
+    llr_clipped_fraction: float
+    accept_prob: float
+    step_size: float
+    proposal: torch.Tensor
+    noise_std: float
+    ratio_released: bool
+
+
+def release_gradient(noise, lik, z, *, grad_clip, noise_multiplier):
+    r"""Release :math:`G(z)` (module docstring): returns ``(G, aux)`` with
+    ``aux = (loglik [N], log_prior, NoisyRelease)``.
+
+    One :func:`~pyro_dp.mechanisms.clipped_sum_with_noise` of the per-example gradients
+    (sensitivity :math:`2b_g`, thesis Thm 11 proof); the temperature multiplies the
+    released sum (post-processing) and the prior gradient is data-free. A per-example
+    gradient that is not finite is replaced by zero before clipping (a per-row rule, so
+    the sensitivity bound is unchanged).
+    """
+    loglik, pe = lik.per_example_grad(z)
+    if not bool(torch.isfinite(pe).all()):  # same result as always applying the rule, one pass less
+        pe = torch.where(torch.isfinite(pe).all(-1, keepdim=True), pe, torch.zeros_like(pe))
+    rel = clipped_sum_with_noise(pe, grad_clip, noise_multiplier, noise)
+    lp, grad_lp = _log_prior_and_grad(lik, z)
+    # Räisä 2021 thesis Alg. 3 / Räisä et al. 2021 §3: g = T(sum clip(grad l_i) + xi) + grad log p
+    g = lik.temperature * rel.value + grad_lp
+    return g, (loglik, lp, rel)
+
+
+def _log_prior_and_grad(lik, z):
+    """Data-free log prior and its gradient: ``lik.log_prior_and_grad(z)`` when the likelihood
+    object provides it (e.g. a closed-form stand-in), else reverse-mode autograd of
+    ``lik.log_prior`` (cheaper than ``torch.func`` for one gradient)."""
+    fast = getattr(lik, "log_prior_and_grad", None)
+    if fast is not None:
+        return fast(z)
+    with torch.enable_grad():
+        zz = z.detach().requires_grad_(True)
+        lp = lik.log_prior(zz)
+        (g,) = torch.autograd.grad(lp, zz, allow_unused=True)
+    return lp.detach(), (torch.zeros_like(zz) if g is None else g)
+
+
+def hmc_init(lik, z: torch.Tensor) -> HMCState:
+    """Initial state at ``z``: data-free (the first gradient is released lazily)."""
+    with torch.no_grad():
+        lp = lik.log_prior(z)
+    return HMCState(z, lp, None, None)
+
+
+def hmc_step(
+    rng: torch.Generator,
+    noise,
+    state: HMCState,
+    lik,
+    *,
+    step_size: float,
+    num_steps: int,
+    inv_mass,
+    mass_sqrt,
+    grad_clip: float,
+    llr_clip: float,
+    grad_noise_multiplier: float,
+    llr_noise_multiplier: float,
+) -> Tuple[HMCState, HMCInfo]:
+    """One DP-HMC iteration (thesis Alg. 3, one pass of the outer loop)."""
+    events, grad_fracs = [], []
+
+    def grad_fn(zz):
+        g, aux = release_gradient(noise, lik, zz, grad_clip=grad_clip, noise_multiplier=grad_noise_multiplier)
+        events.append(aux[2].event)
+        grad_fracs.append(aux[2].clipped_fraction)
+        return g, aux
+
+    if state.grad is None:  # thesis Alg. 3, G_{1,0}: the one extra gradient of the chain
+        g0, (ll0, _, _) = grad_fn(state.z)
+        state = state._replace(grad=g0, loglik=ll0)
+    z = state.z
+    p0 = sample_momentum(rng, mass_sqrt, z)
+    traj = leapfrog(z, p0, state.grad, step_size, num_steps, inv_mass, grad_fn)
+    z_new, p_new = traj.z, traj.p
+    ll_new, lp_new, _ = traj.aux[-1]
+    T = lik.temperature
+    llr_frac, noise_std, released = 0.0, 0.0, False
+    if bool(torch.isfinite(z_new).all()) and bool(torch.isfinite(lp_new)):
+        dist = torch.linalg.vector_norm(z_new - z)
+        ratios = torch.nan_to_num(ll_new - state.loglik, nan=0.0)  # per-row rule: sensitivity unchanged
+        # Per-example ratios clipped to ±b_l‖θ'−θ‖: sensitivity 2 b_l‖θ'−θ‖ (thesis Thm 11 proof).
+        rel = clipped_sum_with_noise(ratios, llr_clip * dist, llr_noise_multiplier, noise)
+        events.append(rel.event)
+        llr_frac, noise_std, released = rel.clipped_fraction, float(rel.noise_std), True
+        # Räisä et al. 2021 Thm 3.1 / thesis Alg. 3: ΔH = T ŝ + Δ log p + K(p_0) − K(p_L)
+        lambda_hat = T * rel.value + (lp_new - state.log_prior) + kinetic_energy(p0, inv_mass) - kinetic_energy(
+            p_new, inv_mass
+        )
+        noise_var = (T * rel.noise_std) ** 2  # penalty −T²σ_l²/2 (Yıldırım & Ermiş 2019 §3.1)
+        accepted = penalty_accept(rng, lambda_hat, noise_var)
+        accept_prob = float(torch.exp(penalty_log_accept_threshold(lambda_hat, noise_var)))
+        if not math.isfinite(accept_prob):
+            accepted, accept_prob = False, 0.0
+    else:  # left the support / diverged: a data-free rejection, no ratio released
+        penalty_accept(rng, torch.zeros((), dtype=z.dtype), torch.zeros((), dtype=z.dtype))  # keep the stream aligned
+        accepted, accept_prob = False, 0.0
+    if accepted:  # thesis Alg. 3: G_{i+1,0} = G_{i,L}
+        new = HMCState(z_new, lp_new, ll_new, traj.grad)
+    else:  # G_{i+1,0} = G_{i,0}
+        new = state
+    fracs = grad_fracs + ([llr_frac] if released else [])
+    info = HMCInfo(
+        accepted,
+        tuple(events),
+        sum(fracs) / len(fracs),
+        sum(grad_fracs) / len(grad_fracs),
+        llr_frac,
+        accept_prob,
+        float(step_size),
+        z_new,
+        noise_std,
+        released,
+    )
+    return new, info
+
+
+_GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
+
+
+def jitter_factor(iteration: int) -> float:
+    r"""Data-free low-discrepancy step-size multiplier in :math:`(0, 1)` for iteration
+    ``iteration`` (0-based): the Weyl sequence :math:`\{(i+1)\varphi^{-1}\}` (fractional part),
+    as the DP-HMC paper code multiplies :math:`\eta` by a low-discrepancy number in
+    :math:`[0,1)`. A deterministic sequence of step sizes keeps every iteration's kernel
+    :math:`\pi`-invariant.
+
+    >>> [round(jitter_factor(i), 4) for i in range(4)]
+    [0.618, 0.2361, 0.8541, 0.4721]
+    """
+    return math.fmod((iteration + 1) * _GOLDEN, 1.0)
+
+
+def dphmc_mu(num_iterations: int, num_steps: int, llr_noise_multiplier: float, grad_noise_multiplier: float) -> float:
+    r"""Sommer et al.'s :math:`\mu_S = k/(2\mathrm{nm}_l^2) + (kL+1)/(2\mathrm{nm}_g^2)` of ``k``
+    DP-HMC iterations (Räisä 2021 thesis, Thm 11); the run is :math:`\sqrt{2\mu_S}`-GDP.
+
+    >>> dphmc_mu(10, 4, 5.0, 10.0)
+    0.405
+    """
+    k, L = int(num_iterations), int(num_steps)
+    return k / (2.0 * llr_noise_multiplier**2) + (k * L + 1) / (2.0 * grad_noise_multiplier**2)
+
+
+def dphmc_events(num_steps: int, llr_noise_multiplier: float, grad_noise_multiplier: float):
+    """``(fixed, per_iteration)`` releases of DP-HMC for the planning functions of
+    :mod:`pyro_dp.accounting` (thesis Alg. 3: one gradient once per chain; ``L`` gradients and
+    one ratio per iteration). A zero noise multiplier is a :class:`NonPrivateEvent`."""
+    ev_l = GaussianEvent(llr_noise_multiplier) if llr_noise_multiplier > 0 else NonPrivateEvent()
+    ev_g = GaussianEvent(grad_noise_multiplier) if grad_noise_multiplier > 0 else NonPrivateEvent()
+    return [ev_g], [(ev_l, 1), (ev_g, int(num_steps))]
+
+
+def dphmc_max_iterations(epsilon, delta, num_steps, llr_noise_multiplier, grad_noise_multiplier, *,
+                         accountant="gdp", num_chains=1) -> int:
+    r"""Iterations per chain that fit :math:`(\varepsilon, \delta)` under ``accountant``
+    (default: the tight Gaussian composition of thesis Thm 11).
+
+    >>> dphmc_max_iterations(1.0, 1e-5, 10, 40.0, 120.0)
+    54
+    """
+    from ..accounting import max_iterations
+
+    fixed, per = dphmc_events(num_steps, llr_noise_multiplier, grad_noise_multiplier)
+    return max_iterations(epsilon, delta, per, fixed=fixed, accountant=accountant, num_chains=num_chains)
+
+
+def dphmc_max_iterations_zcdp(epsilon, delta, num_steps, llr_noise_multiplier, grad_noise_multiplier) -> int:
+    r"""Iterations allowed by zCDP accounting (Räisä 2021 thesis, Thm 10):
+    :math:`k = \lfloor(\rho-\rho_g)/(\rho_l + L\rho_g)\rfloor` with
+    :math:`\rho = (\sqrt{\varepsilon-\ln\delta}-\sqrt{-\ln\delta})^2`,
+    :math:`\rho_l = 1/(2\mathrm{nm}_l^2)`, :math:`\rho_g = 1/(2\mathrm{nm}_g^2)` (the thesis's
+    :math:`\tau\sqrt n` is our noise multiplier). Looser than the ``"gdp"`` ledger (Thm 11).
+
+    >>> dphmc_max_iterations_zcdp(1.0, 1e-5, 10, 40.0, 120.0)
+    31
+    """
+    from ..accounting.zcdp import zcdp_rho_budget
+
+    rho = zcdp_rho_budget(epsilon, delta)
+    rho_l = 1.0 / (2.0 * llr_noise_multiplier**2)
+    rho_g = 1.0 / (2.0 * grad_noise_multiplier**2)
+    return max(int(math.floor((rho - rho_g) / (rho_l + int(num_steps) * rho_g))), 0)
+
+
+class DPHMC(DPKernel):
+    r"""Differentially private HMC (Räisä, Koskela & Honkela 2021) as a Pyro ``MCMCKernel``.
+
+    :param model: Pyro model with its observed sites in a data plate.
+    :param float step_size: leapfrog step size :math:`\eta > 0` (unconstrained space).
+    :param int num_steps: leapfrog steps per iteration :math:`L \ge 1`.
+    :param float grad_clip: :math:`b_g`: per-example gradients are clipped to L2 norm
+        :math:`b_g` (clipping changes only the proposal; the chain stays exact).
+    :param float llr_clip: :math:`b_l`: per-example log-likelihood ratios are clipped to
+        :math:`\pm b_l\|\theta'-\theta\|` (exact when nothing is clipped, e.g. a
+        :math:`b_l`-Lipschitz log-likelihood).
+    :param float grad_noise_multiplier: :math:`\mathrm{nm}_g = \sigma_g/(2b_g)`.
+    :param float llr_noise_multiplier: :math:`\mathrm{nm}_l = \sigma_l/(2b_l\|\theta'-\theta\|)`.
+        Omit both and give ``epsilon``, ``delta`` and ``num_iterations`` to calibrate
+        them with ``grad_noise_multiplier = noise_ratio * llr_noise_multiplier``.
+    :param mass: diagonal mass :math:`M` (scalar or one per coordinate; default 1).
+    :param bool jitter: multiply :math:`\eta` by :func:`jitter_factor` each iteration.
+    :param bool adapt_step_size: dual averaging (Hoffman & Gelman 2014, Alg. 5) of
+        :math:`\log\eta` towards ``target_accept_prob`` during the ``warmup_steps`` given
+        to ``MCMC``. It reads only the penalty acceptance probability computed from the
+        released :math:`\hat\lambda` — post-processing, so it **costs no privacy**; warmup
+        iterations release data like any other and are counted in the ledger.
+    :param float target_accept_prob: target of the adaptation (default 0.8).
+    :param float noise_ratio: :math:`\mathrm{nm}_g/\mathrm{nm}_l` used by calibration.
+
+    ``non_private=True`` is the documented test mode: noise multipliers may be 0 (such
+    releases are :class:`~pyro_dp.mechanisms.NonPrivateEvent`, ε = ∞). Other keyword
+    arguments are those of :class:`~pyro_dp.kernels.base.DPKernel`.
+
+    Practical notes: the ratio noise grows with the jump length :math:`\|\theta'-\theta\|`, so
+    the penalty rejects long moves; start the chain near the posterior from public
+    knowledge (``MCMC(initial_params=...)``) rather than from a diffuse prior draw, and
+    choose :math:`b_l` near the Lipschitz constant of the per-example log-likelihood (e.g.
+    :math:`\max_i\|x_i\|` for logistic regression: then nothing is clipped).
+
+    Diagnostics add ``"gradient clipped fraction"`` and ``"ratio clipped fraction"``
+    (computed from the raw data: **not private**, for the data holder only) and
+    ``"step size"``.
+
+    Example
+    -------
+    >>> import torch, pyro, pyro.distributions as dist
+    >>> from pyro.infer import MCMC
+    >>> def model(y):
+    ...     mu = pyro.sample("mu", dist.Normal(torch.tensor(0., dtype=y.dtype), 10.))
+    ...     with pyro.plate("data", len(y)) as idx:
+    ...         pyro.sample("obs", dist.Normal(mu, 1.), obs=y[idx])
+    >>> y = (torch.randn(300, generator=torch.Generator().manual_seed(0), dtype=torch.float64) + 1.0).clamp(-3, 5)
+    >>> kernel = DPHMC(model, step_size=0.03, num_steps=3, grad_clip=4.0, llr_clip=4.0,
+    ...                grad_noise_multiplier=5.0, llr_noise_multiplier=1.0, seed=0)
+    >>> start = {"mu": torch.tensor(1.0, dtype=torch.float64)}  # a public guess
+    >>> mcmc = MCMC(kernel, num_samples=100, warmup_steps=30, initial_params=start, disable_progbar=True)
+    >>> mcmc.run(y)
+    >>> abs(float(mcmc.get_samples()["mu"][50:].mean()) - float(y.mean())) < 0.2
+    True
+    >>> kernel.ledger.num_releases  # 130 ratios + (130 * 3 + 1) gradients
+    521
+    """
+
+    def __init__(
+        self,
+        model,
+        step_size: float,
+        num_steps: int,
+        grad_clip: float,
+        llr_clip: float,
+        grad_noise_multiplier: Optional[float] = None,
+        llr_noise_multiplier: Optional[float] = None,
+        *,
+        mass=None,
+        jitter: bool = False,
+        adapt_step_size: bool = False,
+        target_accept_prob: float = 0.8,
+        noise_ratio: float = 1.0,
+        **kwargs,
+    ):
+        super().__init__(model, **kwargs)
+        self.step_size = check_positive("step_size", step_size)
+        if isinstance(num_steps, bool) or not isinstance(num_steps, numbers.Real) or num_steps != int(num_steps):
+            raise TypeError(f"num_steps must be an integer >= 1, got {num_steps!r}")
+        if num_steps < 1:
+            raise ValueError(f"num_steps must be an integer >= 1, got {num_steps!r}")
+        self.num_steps = int(num_steps)
+        self.grad_clip = check_positive("grad_clip", grad_clip)
+        self.llr_clip = check_positive("llr_clip", llr_clip)
+        if isinstance(mass, (list, tuple)):
+            mass = torch.tensor(mass, dtype=torch.float64)
+        self.mass = None if mass is None else check_positive("mass", mass)
+        self.jitter = bool(jitter)
+        self.adapt_step_size = bool(adapt_step_size)
+        self.target_accept_prob = float(target_accept_prob)
+        if not 0.0 < self.target_accept_prob < 1.0:
+            raise ValueError(f"target_accept_prob must be in (0, 1), got {target_accept_prob!r}")
+        self.noise_ratio = check_positive("noise_ratio", noise_ratio)
+        given = (grad_noise_multiplier is not None, llr_noise_multiplier is not None)
+        if given == (False, False):
+            if self.epsilon is None or self.num_iterations is None:
+                raise ValueError(
+                    "give grad_noise_multiplier and llr_noise_multiplier, or epsilon, delta and "
+                    "num_iterations to calibrate them"
+                )
+        elif given != (True, True):
+            raise ValueError("give both grad_noise_multiplier and llr_noise_multiplier, or neither (calibration)")
+        else:
+            grad_noise_multiplier = check_positive(
+                "grad_noise_multiplier", grad_noise_multiplier, allow_zero=self.non_private
+            )
+            llr_noise_multiplier = check_positive(
+                "llr_noise_multiplier", llr_noise_multiplier, allow_zero=self.non_private
+            )
+        self.grad_noise_multiplier = grad_noise_multiplier
+        self.llr_noise_multiplier = llr_noise_multiplier
+        self._adapted_step_size = self.step_size
+
+    # ------------------------------------------------------------------ privacy plan
+    def _events_for(self, nm_l: float, nm_g: float):
+        # thesis Alg. 3 / Thm 11: G_{1,0} once per chain; per iteration L gradients + 1 ratio
+        return dphmc_events(self.num_steps, nm_l, nm_g)
+
+    def _per_iteration_events(self):
+        return self._events_for(self.llr_noise_multiplier, self.grad_noise_multiplier)[1]
+
+    def _fixed_events(self):
+        return self._events_for(self.llr_noise_multiplier, self.grad_noise_multiplier)[0]
+
+    def _calibrate(self):
+        if self.llr_noise_multiplier is None:
+            from ..accounting import calibrate
+
+            r = self.noise_ratio
+            s = calibrate(
+                self.epsilon,
+                self.delta,
+                self.num_iterations,
+                lambda s: self._events_for(s, r * s),
+                accountant=self.accountant,
+                num_chains=self.num_chains,
+            )
+            self.llr_noise_multiplier, self.grad_noise_multiplier = s, r * s
+
+    # ------------------------------------------------------------------ lifecycle
+    def _reset_chain_stats(self):
+        super()._reset_chain_stats()
+        self._grad_clip_sum = 0.0
+        self._llr_clip_sum = 0.0
+        self._llr_count = 0
+        self._adapted_step_size = getattr(self, "step_size", None)
+        self._adapter = None
+
+    def _init_state(self, z):
+        mass = torch.as_tensor(1.0 if self.mass is None else self.mass, dtype=z.dtype, device=z.device)
+        if mass.numel() not in (1, z.numel()):
+            raise ValueError(f"mass must be a scalar or have {z.numel()} entries (the flattened latents)")
+        self._inv_mass, self._mass_sqrt = 1.0 / mass.reshape(-1), mass.reshape(-1).sqrt()
+        return hmc_init(self.lik, z)
+
+    def _step_size_now(self) -> float:
+        eta = self._adapted_step_size
+        return eta * jitter_factor(self._iteration) if self.jitter else eta
+
+    def _step(self, state):
+        state, info = hmc_step(
+            self._rng,
+            self._noise,
+            state,
+            self.lik,
+            step_size=self._step_size_now(),
+            num_steps=self.num_steps,
+            inv_mass=self._inv_mass,
+            mass_sqrt=self._mass_sqrt,
+            grad_clip=self.grad_clip,
+            llr_clip=self.llr_clip,
+            grad_noise_multiplier=self.grad_noise_multiplier,
+            llr_noise_multiplier=self.llr_noise_multiplier,
+        )
+        self._grad_clip_sum += info.grad_clipped_fraction
+        if info.ratio_released:
+            self._llr_clip_sum += info.llr_clipped_fraction
+            self._llr_count += 1
+        self._adapt(info)
+        return state, info
+
+    def _adapt(self, info):
+        # Hoffman & Gelman 2014, Alg. 5 (as Pyro's HMC): dual averaging of log η on the
+        # acceptance probability computed from the *released* λ̂ (post-processing: no privacy cost).
+        i, warmup = self._iteration, getattr(self, "_warmup_steps", 0)
+        if not self.adapt_step_size or i >= warmup:
+            return
+        if self._adapter is None:
+            self._adapter = DualAveraging(prox_center=math.log(10 * self.step_size))
+        self._adapter.step(self.target_accept_prob - info.accept_prob)
+        x, x_avg = self._adapter.get_state()
+        self._adapted_step_size = math.exp(x_avg if i == warmup - 1 else x)
+
+    def diagnostics(self) -> dict:
+        out = super().diagnostics()
+        n = max(self._iteration, 1)
+        out["gradient clipped fraction"] = self._grad_clip_sum / n  # NOT private
+        out["ratio clipped fraction"] = self._llr_clip_sum / max(self._llr_count, 1)  # NOT private
+        out["step size"] = self._adapted_step_size
+        return out
+
+    def logging(self):
+        out = super().logging()
+        out["step size"] = f"{self._adapted_step_size:.3g}"
+        return out
