@@ -47,7 +47,14 @@ import torch
 from ..accounting.subsampled import barker_orders, dp_barker_rdp
 from ..mechanisms import RDPCurveEvent, clip_scalars
 from .base import DPKernel, check_positive
-from .proposals import GaussianMixtureCorrection, barker_accept, flip_direction, random_walk
+from .proposals import (
+    GaussianMixtureCorrection,
+    barker_accept,
+    check_proposal_scale,
+    flip_direction,
+    initial_directions,
+    random_walk,
+)
 from .subsampling import sample_without_replacement
 
 __all__ = [
@@ -139,9 +146,7 @@ class BarkerInfo(NamedTuple):
 
 def barker_init(lik, z: torch.Tensor, rng: torch.Generator) -> BarkerState:
     """Initial state at ``z`` (data-free)."""
-    direction = torch.where(
-        torch.rand(z.shape, generator=rng, device=z.device) < 0.5, -torch.ones_like(z), torch.ones_like(z)
-    )
+    direction = initial_directions(z, rng)
     with torch.no_grad():
         lp = lik.log_prior(z)
     return BarkerState(z, lp, direction)
@@ -269,9 +274,7 @@ class DPBarker(DPKernel):
 
     def _init_state(self, z):
         self._rdp_event()  # validates b <= N before any data is read
-        scale = torch.as_tensor(self.proposal_scale, dtype=z.dtype, device=z.device)
-        if scale.numel() not in (1, z.numel()):
-            raise ValueError(f"proposal_scale must be a scalar or have {z.numel()} entries")
+        scale = check_proposal_scale(self.proposal_scale, z)
         self._scale = scale
         if not self.lik.indexable:
             raise ValueError(

@@ -40,7 +40,7 @@ import torch
 from ..likelihood import _forked_rng
 from ..mechanisms import GaussianEvent, NonPrivateEvent, NoisyRelease, add_gaussian_noise, clip_rows
 from .base import DPKernel, check_positive
-from .proposals import flip_direction, penalty_accept, random_walk
+from .proposals import flip_direction, initial_directions, penalty_accept, random_walk
 
 __all__ = [
     "ExpFamily",
@@ -307,9 +307,7 @@ def _natural(lik, family: ExpFamily, z: torch.Tensor):
 
 def expfam_init(lik, family: ExpFamily, z: torch.Tensor, rng: torch.Generator) -> ExpFamState:
     """Initial state at ``z`` (data-free)."""
-    direction = torch.where(
-        torch.rand(z.shape, generator=rng, device=z.device) < 0.5, -torch.ones_like(z), torch.ones_like(z)
-    )
+    direction = initial_directions(z, rng)
     with torch.no_grad():
         lp = lik.log_prior(z)
         phi, log_g = _natural(lik, family, z)

@@ -45,7 +45,7 @@ from ..accounting.composition import (
 from ..accounting.gdp import gdp_delta
 from ..mechanisms import ApproxDPEvent, GaussianEvent, NonPrivateEvent, PrivacyLedger, clip_scalars, clipped_sum_with_noise
 from .base import DPKernel, check_positive
-from .proposals import penalty_accept, random_walk
+from .proposals import check_proposal_scale, penalty_accept, random_walk
 
 __all__ = [
     "DPFastMH",
@@ -498,9 +498,7 @@ class DPFastMH(DPKernel):
         return [self.step_privacy.event]
 
     def _init_state(self, z):
-        scale = torch.as_tensor(self.proposal_scale, dtype=z.dtype, device=z.device)
-        if scale.numel() not in (1, z.numel()):
-            raise ValueError(f"proposal_scale must be a scalar or have {z.numel()} entries")
+        scale = check_proposal_scale(self.proposal_scale, z)
         self._scale = scale
         return fastmh_init(self.lik, z)
 

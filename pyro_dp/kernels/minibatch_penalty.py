@@ -58,7 +58,7 @@ import torch
 from ..mechanisms import NonPrivateEvent, SubsampledGaussianEvent, clip_scalars, clipped_sum_with_noise
 from .barker import batch_log_ratios
 from .base import DPKernel, check_positive
-from .proposals import flip_direction, penalty_accept, random_walk
+from .proposals import check_proposal_scale, flip_direction, initial_directions, penalty_accept, random_walk
 from .subsampling import poisson_subsample, sample_without_replacement
 
 __all__ = [
@@ -122,9 +122,7 @@ class MinibatchPenaltyInfo(NamedTuple):
 
 def minibatch_penalty_init(lik, z: torch.Tensor, rng: torch.Generator) -> MinibatchPenaltyState:
     """Initial state at ``z`` (data-free)."""
-    direction = torch.where(
-        torch.rand(z.shape, generator=rng, device=z.device) < 0.5, -torch.ones_like(z), torch.ones_like(z)
-    )
+    direction = initial_directions(z, rng)
     with torch.no_grad():
         lp = lik.log_prior(z)
     return MinibatchPenaltyState(z, lp, direction)
@@ -304,9 +302,7 @@ class DPMinibatchPenalty(DPKernel):
                 "DPMinibatchPenalty needs a model that indexes its data by the data plate's indices "
                 "(`with pyro.plate('data', N) as idx: ... obs=y[idx]`)"
             )
-        scale = torch.as_tensor(self.proposal_scale, dtype=z.dtype, device=z.device)
-        if scale.numel() not in (1, z.numel()):
-            raise ValueError(f"proposal_scale must be a scalar or have {z.numel()} entries")
+        scale = check_proposal_scale(self.proposal_scale, z)
         self._scale = scale
         return minibatch_penalty_init(self.lik, z, self._rng)
 

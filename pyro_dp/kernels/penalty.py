@@ -26,7 +26,7 @@ import torch
 
 from ..mechanisms import GaussianEvent, NonPrivateEvent, clipped_sum_with_noise
 from .base import DPKernel, check_positive
-from .proposals import flip_direction, penalty_accept, random_walk
+from .proposals import check_proposal_scale, flip_direction, initial_directions, penalty_accept, random_walk
 
 __all__ = ["DPPenalty", "PenaltyState", "PenaltyInfo", "penalty_init", "penalty_step"]
 
@@ -66,11 +66,7 @@ class PenaltyInfo(NamedTuple):
 
 def penalty_init(lik, z: torch.Tensor, rng: torch.Generator) -> PenaltyState:
     """Initial state at ``z`` (data-free: the log-likelihood is computed lazily)."""
-    direction = torch.where(
-        torch.rand(z.shape, generator=rng, device=z.device) < 0.5,
-        -torch.ones_like(z),
-        torch.ones_like(z),
-    )
+    direction = initial_directions(z, rng)
     with torch.no_grad():
         lp = lik.log_prior(z)
     return PenaltyState(z, lp, None, direction)
@@ -203,9 +199,7 @@ class DPPenalty(DPKernel):
         return [GaussianEvent(self.noise_multiplier)]
 
     def _init_state(self, z):
-        scale = torch.as_tensor(self.proposal_scale, dtype=z.dtype, device=z.device)
-        if scale.numel() not in (1, z.numel()):
-            raise ValueError(f"proposal_scale must be a scalar or have {z.numel()} entries")
+        scale = check_proposal_scale(self.proposal_scale, z)
         if self._iteration == 0:  # a new chain starts from the user's scale
             self._log_scale = torch.log(scale.expand(z.numel()).clone())
         return penalty_init(self.lik, z, self._rng)

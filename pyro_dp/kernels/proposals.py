@@ -15,6 +15,8 @@ __all__ = [
     "RandomWalkProposal",
     "random_walk",
     "flip_direction",
+    "initial_directions",
+    "check_proposal_scale",
     "uniform_log",
 ]
 
@@ -93,6 +95,21 @@ def random_walk(
     z_new = z.clone()
     z_new[j] = z_new[j] + step
     return RandomWalkProposal(z_new, j, 0.0)
+
+
+def initial_directions(z: torch.Tensor, rng: torch.Generator) -> torch.Tensor:
+    """Guided-walk directions for a new chain: independent uniform ±1 per coordinate, the
+    stationary law of the direction variables (Gustafson 1998). Data-free."""
+    u = torch.rand(z.shape, generator=rng, device=z.device)
+    return torch.where(u < 0.5, -torch.ones_like(z), torch.ones_like(z))
+
+
+def check_proposal_scale(scale, z: torch.Tensor) -> torch.Tensor:
+    """``scale`` as a tensor like ``z``: a scalar or one entry per coordinate, else ``ValueError``."""
+    scale = torch.as_tensor(scale, dtype=z.dtype, device=z.device)
+    if scale.numel() not in (1, z.numel()):
+        raise ValueError(f"proposal_scale must be a scalar or have {z.numel()} entries")
+    return scale
 
 
 def flip_direction(direction: torch.Tensor, coord: int, accepted: bool) -> torch.Tensor:
