@@ -1,4 +1,4 @@
-"""Command line: ``pyro-dp demo`` (also ``python -m pyro_dp demo``).
+"""Command line: ``pyro-dp demo`` and ``pyro-dp experiment NAME`` (also ``python -m pyro_dp ...``).
 
 >>> main(["--version"])  # doctest: +ELLIPSIS
 pyro_dp ...
@@ -26,6 +26,9 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     d.add_argument("--no-reference", action="store_true", help="skip the non-private NUTS reference")
+    from .experiments.cli import add_parser as add_experiment_parser
+
+    add_experiment_parser(sub)  # pyro-dp experiment NAME [--quick] [--out DIR]
     return p
 
 
@@ -53,6 +56,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             reference=not args.no_reference,
         )
         return 0
+    if args.command == "experiment":
+        from .experiments.cli import run as run_experiment
+
+        return run_experiment(args)
     _parser().print_help()
     return 2
 

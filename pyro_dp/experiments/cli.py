@@ -1,0 +1,49 @@
+"""``pyro-dp experiment NAME [--quick] [--out DIR]``: the CLI hook of :mod:`pyro_dp.experiments`.
+
+``pyro_dp/cli.py`` registers it with ``add_parser(sub)`` and dispatches
+``args.command == "experiment"`` to ``run(args)``.
+
+>>> import argparse
+>>> p = argparse.ArgumentParser()
+>>> _ = add_parser(p.add_subparsers(dest="command"))
+>>> a = p.parse_args(["experiment", "fig62", "--quick"])
+>>> a.name, a.quick, a.out
+('fig62', True, 'results')
+"""
+from __future__ import annotations
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(subparsers):
+    from . import EXPERIMENTS
+
+    e = subparsers.add_parser("experiment", help="reproduce a paper figure/table (writes CSV into --out)")
+    e.add_argument("name", choices=sorted(EXPERIMENTS), help="which experiment")
+    e.add_argument("--quick", action="store_true", help="fewer grid points (smoke run)")
+    e.add_argument("--out", default="results", help="output directory (default: ./results)")
+    return e
+
+
+def run(args) -> int:
+    from . import EXPERIMENTS
+
+    result = EXPERIMENTS[args.name](args.out, quick=args.quick)
+    print(f"wrote {result['csv']}" + (f" and {result['png']}" if result.get("png") else ""))
+    return 0
+
+
+def main(argv=None) -> int:
+    """Standalone entry point until ``pyro_dp/cli.py`` wires the subcommand in."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m pyro_dp.experiments.cli")
+    sub = p.add_subparsers(dest="command", required=True)
+    add_parser(sub)
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    import sys
+
+    sys.exit(main(["experiment", *sys.argv[1:]]))
