@@ -15,3 +15,6 @@ def test_tutorial_runs_quick(path, tmp_path):
     out = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=600, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "epsilon" in out.stdout
+    if "savefig" in path.read_text():  # tutorials that draw must produce their figures
+        pytest.importorskip("matplotlib")
+        assert list(tmp_path.glob("*.png")), f"{path.name} wrote no figure"

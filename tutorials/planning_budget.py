@@ -60,6 +60,24 @@ for k in iterations:
     table[k] = row
     print(f"{k:>8} " + " ".join(f"{e:8.3f}" for e in row))
 
+try:  # the thesis Fig 6.2-style picture, when matplotlib is installed
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for j, a in enumerate(ACCOUNTANTS):
+        ax.loglog(iterations, [table[k][j] for k in iterations], marker="o", label=a)
+    ax.set_xlabel("iterations k")
+    ax.set_ylabel(f"epsilon at delta = {DELTA:g}")
+    ax.set_title(f"DP penalty, noise multiplier {nm:g}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(os.environ.get("PYRO_DP_FIGURES", "."), "planning_budget.png"))
+except ImportError:
+    pass
+
 # %% [markdown]
 # ε grows sublinearly in k: k iterations are μ-GDP with μ = √k / nm, so while ε is
 # moderate, doubling the run costs roughly 40 % more ε, not 100 % (for large μ the
