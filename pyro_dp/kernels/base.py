@@ -26,6 +26,7 @@ import logging
 import math
 import os
 import secrets
+import time
 import warnings
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -404,8 +405,26 @@ class DPKernel(MCMCKernel):
             "privacy ledger": self._ledger.copy(),
         }
 
+    def _logged_epsilon(self) -> str:
+        """ε for the progress bar, which Pyro asks for every iteration.
+
+        Closed-form accountants are cheap and refresh every iteration. When one evaluation
+        took longer than 10 ms (numerical PLD/PRV, long (ε, δ) ledgers) the value refreshes
+        only at iterations 2^j and every 100th, and says which iteration it refers to.
+        ``diagnostics()`` and ``get_epsilon()`` are always exact.
+        """
+        n = self._iteration
+        last = self.__dict__.get("_eps_log")  # (iteration, epsilon, seconds it took)
+        if last is not None and last[0] == n:
+            pass
+        elif last is None or n < last[0] or last[2] < 0.01 or n & (n - 1) == 0 or n % 100 == 0:
+            t0 = time.perf_counter()
+            eps = self._epsilon_now()
+            last = self._eps_log = (n, eps, time.perf_counter() - t0)
+        return f"{last[1]:.3g}" if last[0] == n else f"{last[1]:.3g}@it{last[0]}"
+
     def logging(self):
         return {
             "acc. rate": f"{self._num_accepted / max(self._iteration, 1):.3f}",
-            "eps": f"{self._epsilon_now():.3g}",
+            "eps": self._logged_epsilon(),
         }

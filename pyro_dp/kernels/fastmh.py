@@ -564,15 +564,9 @@ class DPFastMH(DPKernel):
         return d
 
     def logging(self):
-        # Pyro calls this every iteration; the exact composition costs O(iterations), so the
-        # displayed epsilon is refreshed at iterations 2^j and every 200 (diagnostics() is exact).
-        n = self._stats["n"]
-        if "_log_eps" not in self.__dict__ or n & (n - 1) == 0 or n % 200 == 0:
-            self._log_eps = f"{self._epsilon_now():.3g}"
-        m = max(n, 1)
+        m = max(self._stats["n"], 1)
         return {
-            "acc. rate": f"{self._num_accepted / m:.3f}",
-            "eps": self._log_eps,
+            **super().logging(),
             "batch": f"{self._stats['batch'] / m:.1f}",
             "full": f"{self._stats['full'] / m:.2f}",
         }

@@ -50,7 +50,6 @@ relation in both):
 """
 from __future__ import annotations
 
-import time
 from typing import NamedTuple, Optional, Tuple
 
 import torch
@@ -250,7 +249,6 @@ class DPMinibatchPenalty(DPKernel):
         self.guided_walk = bool(guided_walk)
         self.one_component = bool(one_component) or self.guided_walk
         self.mode = "gwmh" if self.guided_walk else ("ocu" if self.one_component else "full")
-        self._eps_shown, self._eps_it = (0, None), 0
 
     def _event_for(self, nm: float):
         if nm == 0:
@@ -319,19 +317,3 @@ class DPMinibatchPenalty(DPKernel):
             subsampling=self.subsampling,
             mode=self.mode,
         )
-
-    def logging(self):
-        # Numerical accountants (PLD/PRV) cost seconds per call: the progress-bar ε is
-        # refreshed at most once a minute ("n/a" before); diagnostics() and get_epsilon()
-        # are always exact.
-        it = self._iteration
-        now = time.monotonic()
-        last_t, eps = self._eps_shown
-        if it < self._eps_it:  # a new chain
-            last_t, eps = now, None
-        if last_t == 0:
-            last_t = now
-        if it > 0 and now - last_t >= 60.0:
-            eps, last_t = self._epsilon_now(), now
-        self._eps_shown, self._eps_it = (last_t, eps), it
-        return {"acc. rate": f"{self._num_accepted / max(it, 1):.3f}", "eps": "n/a" if eps is None else f"{eps:.3g}"}

@@ -39,7 +39,7 @@ import torch
 from ..mechanisms import GaussianEvent, NonPrivateEvent, PrivacyLedger, clipped_sum_with_noise
 from .base import DPKernel, check_positive
 from .penalty import PenaltyState, penalty_init
-from .proposals import flip_direction, penalty_accept, random_walk
+from .proposals import check_proposal_scale, flip_direction, penalty_accept, random_walk
 
 __all__ = ["MultiPartyInfo", "multiparty_step", "DPMultiPartyPenalty", "party_ledger", "party_epsilon"]
 
@@ -255,6 +255,7 @@ class DPMultiPartyPenalty(DPKernel):
                 f"has {self.lik.num_rows}"
             )
         self._party_rows = [r.to(self.lik.device) for r in self._party_rows]
+        check_proposal_scale(self.proposal_scale, z)
         return penalty_init(self.lik, z, self._rng)
 
     def _step(self, state):

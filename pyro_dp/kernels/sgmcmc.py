@@ -337,13 +337,7 @@ class _SGMCMC(DPKernel):
         return out
 
     def logging(self):
-        # ε is recomputed every iteration only for the cached-curve RDP accountants;
-        # numerical ones (pld, prv: ~1 s per call) refresh every 100 iterations.
-        cheap = self.accountant in ("rdp", "dp_rdp")
-        if cheap or self._iteration % 100 == 0 or "_eps_log" not in self.__dict__:
-            self._eps_log = (self._iteration, self._epsilon_now())
-        it, eps = self._eps_log
-        return {"acc. rate": "1 (no test)", "eps": f"{eps:.3g}" if cheap else f"{eps:.3g}@it{it}"}
+        return {**super().logging(), "acc. rate": "1 (no test)"}
 
 
 _COMMON_DOC = r"""
