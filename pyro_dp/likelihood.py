@@ -50,6 +50,7 @@ import math
 import warnings
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
+import pyro
 import pyro.poutine as poutine
 import torch
 from pyro.infer.autoguide.initialization import InitMessenger, init_to_sample
@@ -172,12 +173,20 @@ class PrivateLikelihood:
     def _parse_trace(self, trace, data_plate, transforms):
         latents, observed, plates = [], [], {}
         for name, site in trace.nodes.items():
+            if site["type"] == "param":
+                raise ValueError(
+                    f"the model has a pyro.param site {name!r}: a parameter fitted on the private data would "
+                    "be released without accounting. Pass public values as constants (or model arguments), "
+                    "or make it a latent with pyro.sample and a prior"
+                )
             if site["type"] != "sample":
                 continue
             fn = site["fn"]
             if isinstance(fn, _Subsample):
                 plates[name] = fn
                 continue
+            if site["infer"].get("_deterministic"):
+                continue  # pyro.deterministic: a function of the latents, not data
             if site["is_observed"]:
                 observed.append(name)
             else:
@@ -244,6 +253,15 @@ class PrivateLikelihood:
                 raise TypeError(f"latent site {name!r} is discrete; pyro_dp kernels need continuous latents")
         for name in observed:
             site = trace.nodes[name]
+            value = site["value"]
+            # Domain contract (as _check_finite_inputs), for data that reach the model another way
+            # (poutine.condition, a closure): rows are finite reals, checked before any likelihood
+            # is evaluated; the data holder sees the error, nothing is released.
+            if torch.is_tensor(value) and (value.is_floating_point() or value.is_complex()):
+                if not bool(torch.isfinite(value).all()):
+                    raise ValueError(
+                        f"observed site {name!r} contains NaN or infinite values; remove or impute them first"
+                    )
             if site["scale"] != 1.0:
                 raise ValueError(
                     f"observed site {name!r} is scaled (poutine.scale); use the kernel's "
@@ -331,13 +349,21 @@ class PrivateLikelihood:
             logdet = logdet - tf.log_abs_det_jacobian(x, u).sum()
         if idx is not None:
             values[self.data_plate] = idx
-        tr = poutine.trace(poutine.condition(self.model, data=values)).get_trace(
-            *self.model_args, **self.model_kwargs
-        )
+        # Pyro's validation off (as inside MCMC.run): a row outside the likelihood's support gives
+        # a -inf term, handled by the per-row rule of the release, instead of an exception that
+        # would depend on that one row.
+        with pyro.validation_enabled(False):
+            tr = poutine.trace(poutine.condition(self.model, data=values)).get_trace(
+                *self.model_args, **self.model_kwargs
+            )
         return tr, logdet
 
     def _terms(self, z, idx=None, loglik: bool = True) -> Tuple[torch.Tensor, torch.Tensor]:
         tr, lp = self._trace(z, idx)
+        with pyro.validation_enabled(False):
+            return self._sum_terms(tr, lp, loglik)
+
+    def _sum_terms(self, tr, lp, loglik: bool):
         for n in self.latent_names:
             site = tr.nodes[n]
             lp = lp + site["fn"].log_prob(site["value"]).sum()

@@ -23,7 +23,7 @@ Example
 >>> import torch
 >>> from pyro_dp.mechanisms import NoiseSource, clipped_sum_with_noise, PrivacyLedger
 >>> ledger = PrivacyLedger()
->>> noise = NoiseSource(seed=0)
+>>> noise = NoiseSource()  # the secret stream: seeded from OS entropy
 >>> values = torch.tensor([[3.0, 4.0], [0.3, 0.4]], dtype=torch.float64)
 >>> out = clipped_sum_with_noise(values, clip=1.0, noise_multiplier=0.0, noise=noise)
 >>> out.value  # (0.6, 0.8) + (0.3, 0.4), no noise
@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 import os
 import secrets
+import warnings
 from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple, Optional, Tuple, Union
 
@@ -57,7 +58,12 @@ __all__ = [
     "LedgerEntry",
     "PrivacyLedger",
     "NoiseSource",
+    "ReproducibleNoiseWarning",
+    "sample_without_replacement",
+    "poisson_subsample",
     "NoisyRelease",
+    "finite_rows",
+    "finite_scalars",
     "clip_rows",
     "clip_scalars",
     "clipped_sum_with_noise",
@@ -349,51 +355,109 @@ class PrivacyLedger:
 
 
 def _fresh_seed() -> int:
+    """63 bits from the operating system's CSPRNG (``secrets`` reads ``os.urandom``)."""
     return secrets.randbits(63)
 
 
-class NoiseSource:
-    r"""The dedicated source of privacy noise: a :class:`torch.Generator` that nothing
-    else draws from.
+class ReproducibleNoiseWarning(UserWarning):
+    """Privacy noise or batch selection was seeded by the user: anyone who knows the seed can
+    replay the noise and remove it from the released values. For tests only.
 
-    :param seed: integer seed (reproducible runs). Ignored when ``secure_mode``.
-    :param secure_mode: if ``True`` the generator is seeded from the operating system's
-        CSPRNG (``os.urandom``) and cannot be seeded by the user, and every Gaussian draw
-        is the Opacus/Holohan et al. (2021, §5.1) construction
-        :math:`(Z_1+Z_2+Z_3+Z_4)/2` in float64, which defeats the known floating-point
-        attacks on naive Gaussian sampling. **What it does not guarantee**: torch's
-        generator (Philox on CUDA, MT19937 on CPU) is not a cryptographic PRNG; an
-        attacker who can observe enough raw noise draws could in principle reconstruct
-        its state. Treat secure mode as "unpredictable seed + floating-point
-        mitigation", not as a CSPRNG.
-    :param device: device the noise is drawn on (a generator is device-bound).
-    
-    >>> a, b = NoiseSource(seed=0), NoiseSource(seed=0)
-    >>> bool((a.normal(1.0, (3,)) == b.normal(1.0, (3,))).all())  # seeded: reproducible
+    >>> issubclass(ReproducibleNoiseWarning, UserWarning)
     True
     """
 
-    def __init__(self, seed: Optional[int] = None, secure_mode: bool = False, device=None):
+
+class NoiseSource:
+    r"""The secret stream: the dedicated :class:`torch.Generator` behind every privacy-noise
+    draw **and every batch selection** of a release. Nothing else draws from it.
+
+    Privacy of the Gaussian mechanism assumes the adversary cannot predict the noise, and
+    privacy amplification by subsampling assumes the same of the batch. So by default the
+    generator is seeded from the operating system's CSPRNG, whatever seed the kernel was
+    given (the kernel's ``seed`` makes only the data-free randomness reproducible:
+    proposals, momenta, accept uniforms).
+
+    :param seed: an integer makes the stream reproducible — a **testing option**: it warns
+        with :class:`ReproducibleNoiseWarning` unless ``warn=False``. ``None`` (default): OS
+        entropy.
+    :param secure_mode: refuse a ``seed``, seed from ``os.urandom``, and draw every Gaussian
+        as the Opacus/Holohan et al. (2021, §5.1) construction
+        :math:`(Z_1+Z_2+Z_3+Z_4)/2` in float64, scaled by σ in float64 before any cast.
+        **What it does not guarantee**: torch's generator (MT19937 on CPU, Philox on CUDA)
+        is not a cryptographic PRNG — an attacker who saw enough raw draws could in principle
+        reconstruct its state (they see only noisy sums); the noise is a floating-point
+        Gaussian, not a discrete Gaussian, and no snapping is applied (Mironov 2012's attack
+        on the Laplace mechanism has Gaussian analogues that the four-sum mitigates but does
+        not provably remove). See ``docs/privacy.md``, "Threat model".
+    :param device: device the noise is drawn on (a generator is device-bound).
+    :param bool warn: warn when ``seed`` is given (default ``True``).
+
+    >>> import warnings
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore", ReproducibleNoiseWarning)
+    ...     a, b = NoiseSource(seed=0), NoiseSource(seed=0)
+    >>> bool((a.normal(1.0, (3,)) == b.normal(1.0, (3,))).all())  # seeded: reproducible
+    True
+    >>> bool((NoiseSource().normal(1.0, (3,)) == NoiseSource().normal(1.0, (3,))).all())  # default: fresh
+    False
+    """
+
+    def __init__(self, seed: Optional[int] = None, secure_mode: bool = False, device=None, *, warn: bool = True):
         self.secure_mode = bool(secure_mode)
         self.device = torch.device(device if device is not None else "cpu")
         if self.secure_mode:
+            if seed is not None:
+                raise ValueError("secure_mode=True draws its seed from the OS: do not pass a noise seed")
             seed = int.from_bytes(os.urandom(8), "little") >> 1
         elif seed is None:
             seed = _fresh_seed()
+        elif warn:
+            warnings.warn(
+                "privacy noise and batch selection are seeded: anyone who knows the seed can replay the "
+                "noise and remove it from every released value. Use this for tests only.",
+                ReproducibleNoiseWarning,
+                stacklevel=3,
+            )
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(int(seed))
 
     def normal(self, std, shape=(), like: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Draw :math:`\\mathcal N(0, \\mathrm{std}^2)` noise of ``shape`` (dtype of ``like``)."""
+        r"""Draw :math:`\mathcal N(0, \mathrm{std}^2)` noise of ``shape``: drawn and scaled by
+        ``std`` in float64, then cast to the dtype (and device) of ``like``."""
         dtype = like.dtype if like is not None else torch.get_default_dtype()
         shape = tuple(shape)
-        if self.secure_mode:
-            z = torch.zeros(shape, dtype=torch.float64, device=self.device)
-            for _ in range(4):
+        z = torch.randn(shape, generator=self.generator, dtype=torch.float64, device=self.device)
+        if self.secure_mode:  # Holohan et al. 2021 §5.1 / Opacus: (Z1 + Z2 + Z3 + Z4) / 2
+            for _ in range(3):
                 z += torch.randn(shape, generator=self.generator, dtype=torch.float64, device=self.device)
-            return (z / 2 * std).to(dtype)
-        z = torch.randn(shape, generator=self.generator, dtype=dtype, device=self.device)
-        return z * std
+            z = z / 2
+        z = z * torch.as_tensor(std, dtype=torch.float64, device=self.device)
+        out_device = like.device if like is not None else self.device
+        return z.to(dtype=dtype, device=out_device)
+
+    # ------------------------------------------------------------ batch selection (secret)
+    def poisson_subsample(self, n: int, q: float, device=None) -> torch.Tensor:
+        """Indices of a Poisson sample: each of ``n`` rows independently with probability ``q``."""
+        return poisson_subsample(self.generator, n, q, device=device)
+
+    def sample_without_replacement(self, n: int, b: int, device=None) -> torch.Tensor:
+        """``b`` distinct row indices, every subset equally likely."""
+        return sample_without_replacement(self.generator, n, b, device=device)
+
+    def sample_with_replacement(self, n: int, b: int, device=None) -> torch.Tensor:
+        """``b`` row indices drawn uniformly with replacement."""
+        return torch.randint(int(n), (int(b),), generator=self.generator, device=self.device).to(device)
+
+    def poisson(self, rate: float) -> int:
+        """One :math:`\\mathrm{Poisson}(\\mathrm{rate})` batch size."""
+        r = torch.as_tensor(float(rate), dtype=torch.float64, device=self.device)
+        return int(torch.poisson(r, generator=self.generator))
+
+    def uniform(self, shape, like: torch.Tensor) -> torch.Tensor:
+        """``Uniform(0, 1)`` draws (e.g. a batch's thinning), dtype/device of ``like``."""
+        u = torch.rand(tuple(shape), generator=self.generator, dtype=torch.float64, device=self.device)
+        return u.to(dtype=like.dtype, device=like.device)
 
     # torch.Generator is not picklable: carry its state instead (needed for
     # ``MCMC(num_chains>1)`` with a "spawn" context, which pickles kernels).
@@ -411,6 +475,60 @@ class NoiseSource:
         self.generator.set_state(state["state"])
 
 
+# --------------------------------------------------------------------------- batch selection
+
+
+def sample_without_replacement(rng: torch.Generator, n: int, b: int, device=None) -> torch.Tensor:
+    r"""``b`` distinct indices from ``range(n)``, every subset equally likely, from ``rng``
+    (kernels call it only through :meth:`NoiseSource.sample_without_replacement`: batches
+    are as secret as the noise).
+
+    Draws iid uniform indices and keeps the first ``b`` *distinct* values in draw order
+    (the first :math:`b` distinct draws of an iid uniform sequence form a uniformly random
+    :math:`b`-subset). Expected cost :math:`O(b \log b)`, independent of ``n``.
+
+    >>> g = torch.Generator().manual_seed(0)
+    >>> idx = sample_without_replacement(g, 1_000_000, 5)
+    >>> idx.shape, len(set(idx.tolist())) == 5
+    (torch.Size([5]), True)
+    """
+    n, b = int(n), int(b)
+    if not (0 <= b <= n):
+        raise ValueError(f"need 0 <= batch size <= N, got b={b}, N={n}")
+    gdev = rng.device
+    if b == 0:
+        return torch.zeros(0, dtype=torch.long, device=device)
+    if 2 * b > n:  # dense case: a permutation is as cheap
+        return torch.randperm(n, generator=rng, device=gdev)[:b].to(device)
+    draws = torch.zeros(0, dtype=torch.long, device=gdev)
+    while True:
+        extra = torch.randint(n, (b + b // 2 + 8,), generator=rng, device=gdev)
+        draws = torch.cat([draws, extra])
+        uniq, inverse = torch.unique(draws, return_inverse=True)
+        if uniq.numel() >= b:
+            break
+    pos = torch.arange(draws.numel(), device=gdev)
+    first = torch.full((uniq.numel(),), draws.numel(), dtype=torch.long, device=gdev)
+    first = first.scatter_reduce(0, inverse, pos, reduce="amin")
+    order = torch.argsort(first)[:b]
+    return uniq[order].to(device)
+
+
+def poisson_subsample(rng: torch.Generator, n: int, q: float, device=None) -> torch.Tensor:
+    r"""Indices of a Poisson sample from ``rng``: each of ``n`` rows included independently
+    with probability ``q``, drawn as :math:`K \sim \mathrm{Binomial}(n, q)` followed by a
+    uniform subset of size :math:`K` (the same law), in :math:`O(qn)`.
+
+    >>> len(poisson_subsample(torch.Generator().manual_seed(0), 10, 1.0))
+    10
+    """
+    if not (0.0 < q <= 1.0):
+        raise ValueError(f"sample rate q must be in (0, 1], got {q!r}")
+    count = torch.tensor(float(n), dtype=torch.float64, device=rng.device)
+    k = int(torch.binomial(count, torch.tensor(float(q), dtype=torch.float64, device=rng.device), generator=rng))
+    return sample_without_replacement(rng, n, k, device=device)
+
+
 # --------------------------------------------------------------------------- release
 
 
@@ -426,7 +544,7 @@ class NoisyRelease(NamedTuple):
     
     >>> import torch
     >>> out = clipped_sum_with_noise(torch.tensor([0.5, 3.0]), clip=1.0, noise_multiplier=0.0,
-    ...                              noise=NoiseSource(seed=0))
+    ...                              noise=NoiseSource())
     >>> out.value, out.event, out.clipped_fraction
     (tensor(1.5000), NonPrivateEvent(), 0.5)
     """
@@ -437,33 +555,70 @@ class NoisyRelease(NamedTuple):
     clipped_fraction: float
 
 
+def finite_rows(values: torch.Tensor) -> torch.Tensor:
+    r"""The per-row rule for vector terms: a row with any non-finite entry (NaN, ±inf)
+    becomes the zero row. Applied by :func:`clip_rows` before clipping, so every released
+    sum sees only finite rows of norm at most the clip: the sensitivity bound holds for
+    any row an adversary can write, and no branch or exception depends on one row.
+
+    >>> import torch
+    >>> finite_rows(torch.tensor([[1.0, float("nan")], [2.0, 3.0], [float("inf"), 0.0]]))
+    tensor([[0., 0.],
+            [2., 3.],
+            [0., 0.]])
+    """
+    ok = torch.isfinite(values).all(-1, keepdim=True)
+    return torch.where(ok, values, torch.zeros_like(values))
+
+
+def finite_scalars(values: torch.Tensor, clip) -> torch.Tensor:
+    r"""The per-row rule for scalar terms: NaN becomes 0 and :math:`\pm\infty` becomes
+    :math:`\pm` ``clip``. Applied by :func:`clip_scalars` before clipping. (A log-likelihood
+    ratio of a row outside the likelihood's support is :math:`-\infty - (-\infty)` = NaN;
+    ``torch.minimum``/``torch.clamp`` would pass the NaN through to the released sum and
+    make every decision depend on that one row.)
+
+    >>> import torch
+    >>> finite_scalars(torch.tensor([float("nan"), float("inf"), -float("inf"), 0.5]), 2.0)
+    tensor([ 0.0000,  2.0000, -2.0000,  0.5000])
+    """
+    clip_t = torch.as_tensor(clip, dtype=values.dtype, device=values.device)
+    values = torch.where(torch.isnan(values), torch.zeros_like(values), values)
+    return torch.maximum(torch.minimum(values, clip_t), -clip_t)
+
+
 def clip_rows(values: torch.Tensor, clip) -> Tuple[torch.Tensor, torch.Tensor]:
-    r"""Clip each row of ``values`` (shape ``[B, D]``) to L2 norm ``clip``.
+    r"""Clip each row of ``values`` (shape ``[B, D]``) to L2 norm ``clip``, after the
+    per-row rule :func:`finite_rows`.
 
     Uses :math:`x \cdot \min(1, b/\|x\|)` written so that a zero row stays zero (no NaN).
-    Returns the clipped rows and a boolean mask of rows that were clipped.
-    ``clip`` may be a scalar or a 0-d tensor.
-    
+    Returns the clipped rows and a boolean mask of rows that were clipped (a non-finite
+    row counts as clipped). ``clip`` may be a scalar or a 0-d tensor.
+
     >>> import torch
     >>> clip_rows(torch.tensor([[3.0, 4.0], [0.0, 0.0]]), 1.0)
     (tensor([[0.6000, 0.8000],
             [0.0000, 0.0000]]), tensor([ True, False]))
     """
+    finite = torch.isfinite(values).all(-1)
+    values = finite_rows(values)
     norms = torch.linalg.vector_norm(values, dim=-1)
     clip_t = torch.as_tensor(clip, dtype=values.dtype, device=values.device)
     factor = torch.clamp(clip_t / torch.clamp(norms, min=torch.finfo(values.dtype).tiny), max=1.0)
-    return values * factor.unsqueeze(-1), norms > clip_t
+    return values * factor.unsqueeze(-1), (norms > clip_t) | ~finite
 
 
 def clip_scalars(values: torch.Tensor, clip) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Clip each scalar of ``values`` to ``[-clip, clip]``; returns values and clipped mask.
+    """Clip each scalar of ``values`` to ``[-clip, clip]`` after the per-row rule
+    :func:`finite_scalars`; returns values and the clipped mask (NaN counts as clipped).
 
     >>> import torch
-    >>> clip_scalars(torch.tensor([-3.0, 0.5, 2.0]), 1.0)
-    (tensor([-1.0000,  0.5000,  1.0000]), tensor([ True, False,  True]))
+    >>> clip_scalars(torch.tensor([-3.0, 0.5, 2.0, float("nan")]), 1.0)
+    (tensor([-1.0000,  0.5000,  1.0000,  0.0000]), tensor([ True, False,  True,  True]))
     """
     clip_t = torch.as_tensor(clip, dtype=values.dtype, device=values.device)
-    return torch.maximum(torch.minimum(values, clip_t), -clip_t), values.abs() > clip_t
+    mask = ~(values.abs() <= clip_t)  # NaN compares False: counted as clipped
+    return finite_scalars(values, clip_t), mask
 
 
 def clipped_sum_with_noise(
@@ -489,7 +644,7 @@ def clipped_sum_with_noise(
     
     >>> import torch
     >>> out = clipped_sum_with_noise(torch.ones(100, dtype=torch.float64), clip=1.0,
-    ...                              noise_multiplier=5.0, noise=NoiseSource(seed=0))
+    ...                              noise_multiplier=5.0, noise=NoiseSource())
     >>> out.event, float(out.noise_std)  # sigma = nm * 2 * clip (substitute one row)
     (GaussianEvent(noise_multiplier=5.0), 10.0)
     """
@@ -522,7 +677,7 @@ def add_gaussian_noise(
     
     >>> import torch
     >>> out = add_gaussian_noise(torch.tensor(42.0, dtype=torch.float64), clip=0.5, noise_multiplier=2.0,
-    ...                          noise=NoiseSource(seed=0), relation="add_remove")
+    ...                          noise=NoiseSource(), relation="add_remove")
     >>> float(out.noise_std)  # nm * clip under add/remove
     1.0
     """
@@ -532,7 +687,7 @@ def add_gaussian_noise(
     clip_t = torch.as_tensor(clip, dtype=total.dtype, device=total.device)
     std = float(noise_multiplier) * sens_factor * clip_t
     if noise_multiplier > 0:
-        value = total + noise.normal(1.0, total.shape, like=total).to(total.device) * std
+        value = total + noise.normal(std, total.shape, like=total)
         event = GaussianEvent(noise_multiplier=float(noise_multiplier))
     else:
         value = total

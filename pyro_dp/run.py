@@ -1,14 +1,16 @@
-r"""Privacy of a whole :class:`pyro.infer.MCMC` run, over all of its chains.
+r"""Privacy of everything an :class:`pyro.infer.MCMC` object's kernel released.
 
-Each chain reads the same data, so the run's privacy loss is the composition of every
-chain's ledger. The ledgers come back from ``kernel.diagnostics()`` — also from worker
-processes when Pyro runs chains in parallel — and Pyro stores them per chain in the
-``MCMC`` object.
+Each chain reads the same data, so the privacy loss is the composition of every chain's
+ledger, over every ``mcmc.run`` call. A pyro_dp kernel keeps one cumulative ledger per
+kernel object; chains run in worker processes come back with their ``diagnostics()`` and
+are filed with it (:class:`~pyro_dp.kernels.base.ChainLedger`).
 """
 from __future__ import annotations
 
+import warnings
 from typing import Optional
 
+from .kernels.base import BudgetExhaustedWarning, DPKernel
 from .mechanisms import PrivacyLedger
 
 __all__ = ["get_ledger", "get_epsilon"]
@@ -17,7 +19,8 @@ _KEY = "privacy ledger"
 
 
 def get_ledger(mcmc) -> PrivacyLedger:
-    """The merged privacy ledger of every chain of the last ``mcmc.run``.
+    """The merged privacy ledger of every chain of every ``mcmc.run`` of this ``MCMC``'s
+    kernel object (chains in worker processes included).
 
     :raises ValueError: if the run has no ledger (not run yet, or not a pyro_dp kernel).
     
@@ -36,20 +39,28 @@ def get_ledger(mcmc) -> PrivacyLedger:
     >>> pyro_dp.get_ledger(mcmc).entries  # one noisy log-ratio sum per iteration
     (LedgerEntry(event=GaussianEvent(noise_multiplier=10.0), count=30),)
     """
-    # Pyro keeps each chain's kernel.diagnostics() in MCMC._diagnostics (pyro-ppl 1.9);
-    # the public MCMC.diagnostics() recomputes ESS/R-hat on all samples to return the same.
+    # Pyro keeps each chain's kernel.diagnostics() of the last run in MCMC._diagnostics
+    # (pyro-ppl 1.9); the kernel object holds every run's chains.
     per_chain = getattr(mcmc, "_diagnostics", None)
     if per_chain is None:
         raise TypeError(f"expected a pyro.infer.MCMC object, got {type(mcmc).__name__}")
-    if not per_chain or any(d is None for d in per_chain):
-        raise ValueError("this MCMC object has not finished a run: no privacy ledger yet")
-    if any(_KEY not in d for d in per_chain):
-        raise ValueError("this MCMC run did not use a pyro_dp kernel: no privacy ledger")
-    return PrivacyLedger.merged([d[_KEY] for d in per_chain])
+    kernel = mcmc.kernel
+    if not isinstance(kernel, DPKernel):
+        raise ValueError("this MCMC object does not use a pyro_dp kernel: no privacy ledger")
+    for d in per_chain:  # idempotent: files any chain the kernel has not seen (e.g. unpickled MCMC)
+        if d is not None and isinstance(d.get(_KEY), PrivacyLedger):
+            kernel._file_chain(d[_KEY])
+    if kernel._incomplete:
+        raise RuntimeError(kernel._incomplete)
+    ledger = kernel.ledger
+    if not ledger:
+        raise ValueError("this MCMC object's kernel has released nothing yet: no privacy ledger")
+    return ledger
 
 
 def get_epsilon(mcmc, delta: float, accountant: Optional[str] = None) -> float:
-    r"""Total :math:`\varepsilon` at ``delta`` of every chain of an ``MCMC`` run.
+    r"""Total :math:`\varepsilon` at ``delta`` of everything the ``MCMC`` object's kernel released:
+    every chain of every run, in this process and in worker processes.
 
     :param mcmc: a :class:`pyro.infer.MCMC` whose kernel is a pyro_dp kernel.
     :param delta: target :math:`\delta \in (0, 1)`.
@@ -81,13 +92,9 @@ def get_epsilon(mcmc, delta: float, accountant: Optional[str] = None) -> float:
     kernel = mcmc.kernel
     budget = getattr(kernel, "epsilon", None)
     if budget is not None and eps > budget * (1 + 1e-9) and getattr(kernel, "delta", None) == delta:
-        import warnings
-
-        from .kernels.base import BudgetExhaustedWarning
-
         warnings.warn(
             f"this run spent epsilon={eps:.4g} > the kernel's budget {budget} "
-            f"(more chains than num_chains={kernel.num_chains}?)",
+            f"(please report: the kernel enforces its budget on this ledger)",
             BudgetExhaustedWarning,
             stacklevel=2,
         )

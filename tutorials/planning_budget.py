@@ -154,7 +154,8 @@ for ratio in (1.0, 3.0):
 # nothing is ever clipped and the chain is exact.
 #
 # Otherwise, tune `b` on public or synthetic data resembling yours (the clipped fraction
-# of the real data is **not private**: `diagnostics()["clipped fraction"]` is for the data
+# of the real data is **not private**: `diagnostics()["non-private clipped fraction"]`, opt-in with
+# `nonprivate_diagnostics=True`, is for the data
 # holder's eyes only). Aim for a clipped fraction of **at most a few percent**; beyond
 # that the bias usually outweighs the noise you save. Here: logistic regression with
 # Gaussian features, not bounded, at proposals around a typical posterior point.

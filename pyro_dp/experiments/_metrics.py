@@ -1,5 +1,5 @@
-r"""Small sample-quality metrics used by the sampling experiments (private to
-:mod:`pyro_dp.experiments`; to be folded into :mod:`pyro_dp.evaluation` later).
+r"""The thesis code's scalar sample-quality metrics, used by the sampling experiments
+(private to :mod:`pyro_dp.experiments`; the per-dimension versions are :mod:`pyro_dp.evaluation`).
 
 Both follow the thesis code (``oraisa/masters-thesis``, ``rwmh_clipping.py`` and ``util.py``):
 Euclidean norms of the difference of per-dimension moments between the chain and the
@@ -19,13 +19,16 @@ __all__ = ["mean_error", "variance_error"]
 
 
 def mean_error(x: torch.Tensor, ref: torch.Tensor) -> float:
-    r""":math:`\|\bar x - \bar y\|_2` (thesis code ``mean_error``; DP-HMC paper §4, "distance of the means")."""
-    x, ref = torch.as_tensor(x).double(), torch.as_tensor(ref).double()
-    return float(torch.linalg.vector_norm(x.mean(0) - ref.mean(0)))
+    r""":math:`\|\bar x - \bar y\|_2` (thesis code ``mean_error``; DP-HMC paper §4, "distance of the means"):
+    the Euclidean norm of :func:`pyro_dp.evaluation.mean_error`'s per-dimension errors."""
+    from ..evaluation import mean_error as per_dimension
+
+    return float(torch.linalg.vector_norm(per_dimension(torch.as_tensor(x).double(), torch.as_tensor(ref).double())))
 
 
 def variance_error(x: torch.Tensor, ref: torch.Tensor) -> float:
     r""":math:`\|\mathrm{var}(x) - \mathrm{var}(y)\|_2` of the per-dimension (biased, ``np.var``)
-    variances (thesis code ``var_error``)."""
+    variances (thesis code ``var_error``). Not :func:`pyro_dp.evaluation.variance_error`,
+    which uses unbiased variances (Heikkilä Fig. 3); the thesis figures use the biased ones."""
     x, ref = torch.as_tensor(x).double(), torch.as_tensor(ref).double()
     return float(torch.linalg.vector_norm(x.var(0, unbiased=False) - ref.var(0, unbiased=False)))

@@ -134,7 +134,7 @@ def _scaled(v, w):
     return [w * x for x in v] if isinstance(v, (list, tuple)) else w * v
 
 
-def _tensor(v, like):
+def _tensor(v):
     return torch.as_tensor(v, dtype=torch.float64) if isinstance(v, (list, tuple)) else v
 
 
@@ -157,12 +157,15 @@ def make_kernel(algorithm: str, problem, *, epsilon: Optional[float], delta: flo
     from .. import DPBarker, DPHMC, DPMinibatchPenalty, DPPenalty, DPSGLD, DPSGNHT
 
     w = width_scale(problem.name, n, problem.temperature)
-    common = dict(temperature=problem.temperature, init_strategy=problem.init_strategy(), seed=seed)
+    # synthetic data: the noise is seeded (noise_seed) so that figures are reproducible, and the
+    # non-private clipped fractions are reported as the papers do
+    common = dict(temperature=problem.temperature, init_strategy=problem.init_strategy(), seed=seed,
+                  noise_seed=seed, nonprivate_diagnostics=True)
     budget = {} if non_private else dict(epsilon=epsilon, delta=delta, num_iterations=num_iterations)
     if algorithm in ("dp_penalty", "dp_penalty_ocu_gwmh"):
         gw = algorithm == "dp_penalty_ocu_gwmh"
         nm = {"noise_multiplier": 0.0, "non_private": True} if non_private else {}
-        k = DPPenalty(problem.model, proposal_scale=_tensor(_scaled(params["prop"], w), None),
+        k = DPPenalty(problem.model, proposal_scale=_tensor(_scaled(params["prop"], w)),
                       llr_clip=params["clip"] if llr_clip is None else llr_clip, guided_walk=gw,
                       adapt_proposal=True, **nm, **budget, **common)
         return k, num_iterations
@@ -171,7 +174,7 @@ def make_kernel(algorithm: str, problem, *, epsilon: Optional[float], delta: flo
               if non_private else {"noise_ratio": params["tau_g"] / params["tau_l"]})  # thesis tau_g / tau_l
         k = DPHMC(problem.model, step_size=w * params["eta"], num_steps=params["L"],
                   grad_clip=params["grad_clip"], llr_clip=params["r_clip"] if llr_clip is None else llr_clip,
-                  mass=_tensor(params["mass"], None), adapt_step_size=True, target_accept_prob=0.65,
+                  mass=_tensor(params["mass"]), adapt_step_size=True, target_accept_prob=0.65,
                   **nm, **budget, **common)
         return k, num_iterations
     if algorithm == "dp_barker":
@@ -186,13 +189,13 @@ def make_kernel(algorithm: str, problem, *, epsilon: Optional[float], delta: flo
         its = min(num_iterations, allowed)
         if its < MIN_ITERATIONS:
             return None, its
-        k = DPBarker(problem.model, batch_size=b, proposal_scale=_tensor(_scaled(params["prop"], w), None),
+        k = DPBarker(problem.model, batch_size=b, proposal_scale=_tensor(_scaled(params["prop"], w)),
                      epsilon=epsilon, delta=delta, num_iterations=its, **common)
         return k, its
     if algorithm == "minibatch_dp_penalty":
         b = min(params["batch"], n // 2)
         mk = partial(DPMinibatchPenalty, problem.model, batch_size=b,
-                     proposal_scale=_tensor(_scaled(params["prop"], w), None), llr_clip=params["clip"],
+                     proposal_scale=_tensor(_scaled(params["prop"], w)), llr_clip=params["clip"],
                      subsampling="without_replacement", **common)  # thesis §3.3 scheme
         if non_private:
             return mk(noise_multiplier=0.0, non_private=True), num_iterations
@@ -256,8 +259,8 @@ def run_chain(algorithm: str, problem, ref: torch.Tensor, *, epsilon: Optional[f
         mean_error=mean_error(x, ref) if finite else math.nan,
         var_error=variance_error(x, ref) if finite else math.nan,
         acceptance=diag.get("acceptance rate", math.nan),
-        clipped_fraction=diag.get("ratio clipped fraction", diag.get("clipped fraction", math.nan)),
-        grad_clipped_fraction=diag.get("gradient clipped fraction", math.nan),
+        clipped_fraction=diag.get("non-private ratio clipped fraction", diag.get("non-private clipped fraction", math.nan)),
+        grad_clipped_fraction=diag.get("non-private gradient clipped fraction", math.nan),
         noise_multiplier=math.nan if nm is None else float(nm),
         epsilon_ledger=eps_ledger if math.isfinite(eps_ledger) else math.inf,
         epsilon_ok=ok,

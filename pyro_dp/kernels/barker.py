@@ -55,7 +55,6 @@ from .proposals import (
     initial_directions,
     random_walk,
 )
-from .subsampling import sample_without_replacement
 
 __all__ = [
     "DPBarker",
@@ -167,12 +166,12 @@ def barker_step(
     """One DP Barker iteration (see the module docstring for the formulas)."""
     prop = random_walk(rng, state.z, proposal_scale, mode, state.direction)
     n, b, T = lik.num_rows, int(batch_size), lik.temperature
-    idx = sample_without_replacement(rng, n, b, device=state.z.device)
+    idx = noise.sample_without_replacement(n, b, device=state.z.device)  # secret batch
     r, lp_new = batch_log_ratios(lik, state.z, prop.z, idx)
     # Heikkilä et al. 2019, Thm 2 condition (19) with tempering (23): |T r_i| <= sqrt(b)/N
     lam_batch, var_b, clipped = barker_batch_statistics(r, n, b, T)
     # The released value: one draw of N(lam_batch, C - sigma_b^2) (Heikkilä et al. 2019, eq. (18)).
-    released = lam_batch + noise.normal(1.0, (), like=lam_batch) * torch.sqrt(correction.C - var_b)
+    released = lam_batch + noise.normal(torch.sqrt(correction.C - var_b), (), like=lam_batch)
     lambda_hat = released + (lp_new - state.log_prior) + prop.log_q_ratio
     accepted = barker_accept(rng, lambda_hat, correction)  # always drawn: keeps streams aligned
     accepted = accepted and bool(torch.isfinite(lp_new))  # outside the prior's support: reject

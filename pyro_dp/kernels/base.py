@@ -10,15 +10,27 @@ How this fits :class:`pyro.infer.MCMC` (see ``shared/FACTS.md``):
   process) — it evaluates no likelihood and records nothing.
 * Initial values are drawn from the prior (``init_strategy``) or taken from the user's
   ``initial_params``; Pyro's data-dependent search for a valid starting point never runs.
-* Each chain keeps its own :class:`~pyro_dp.mechanisms.PrivacyLedger`, returned by
-  ``diagnostics()`` (that is what comes back from worker processes); ``cleanup()`` files
-  it with the kernel's finished chains and never loses it. :meth:`DPKernel.get_epsilon`
-  composes every chain this kernel object ran *in this process*;
-  :func:`pyro_dp.get_epsilon` composes every chain of an ``MCMC`` run, including chains
-  run in worker processes.
-* Parallel chains would otherwise inherit identical generator states; a kernel running
-  in a process other than the one that built it mixes fresh OS entropy into its seeds, so
-  noise is independent across chains (such runs are not bit-reproducible).
+* **One cumulative ledger per kernel object.** Each chain keeps a :class:`ChainLedger`
+  (a :class:`~pyro_dp.mechanisms.PrivacyLedger` tagged with the kernel and the chain);
+  ``cleanup()`` files it with the kernel's finished chains. ``diagnostics()`` returns it,
+  and that is what comes back from a worker process when ``MCMC`` runs chains in parallel:
+  when the parent process unpickles it, it files itself with the parent's kernel object
+  (idempotently). So :attr:`DPKernel.ledger`, :meth:`DPKernel.get_epsilon`,
+  :func:`pyro_dp.get_epsilon` and the budget see every release of every chain of every
+  ``mcmc.run`` of this kernel object, in this process or in workers.
+* **The budget is enforced on the ledger.** With ``epsilon``/``delta`` the kernel plans one
+  chain's releases (the private ``init``, once-per-chain releases, and as many iterations
+  as fit for ``num_chains`` chains) and, before every iteration, checks that the chain's
+  ledger plus the iteration's declared releases stays within that plan and that all the
+  kernel's ledgers stay within ``num_chains`` such plans. The check reads only event
+  counts (public), so whatever the control flow — re-runs, a re-initialised state, a
+  retried set-up, more chains than planned — nothing is released beyond the budget.
+* **Randomness.** ``seed`` seeds only the data-free streams (proposals, momenta, accept
+  uniforms, prior draws). Privacy noise and batch selection come from a
+  :class:`~pyro_dp.mechanisms.NoiseSource` seeded from OS entropy, per chain; ``noise_seed``
+  makes it reproducible for tests, with a :class:`~pyro_dp.mechanisms.ReproducibleNoiseWarning`.
+  A kernel running in a process other than the one that built it mixes fresh OS entropy
+  into its data-free seeds too, so parallel chains are independent.
 """
 from __future__ import annotations
 
@@ -29,6 +41,9 @@ import os
 import secrets
 import time
 import warnings
+import weakref
+from collections import Counter
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -37,9 +52,9 @@ from pyro.infer.autoguide.initialization import init_to_sample
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
 from ..likelihood import PrivateLikelihood
-from ..mechanisms import NoiseSource, PrivacyEvent, PrivacyLedger
+from ..mechanisms import NoiseSource, PrivacyEvent, PrivacyLedger, ReproducibleNoiseWarning
 
-__all__ = ["DPKernel", "BudgetExhaustedWarning", "check_positive"]
+__all__ = ["DPKernel", "BudgetExhaustedWarning", "ChainLedger", "ChainFailedError", "check_positive", "NONPRIVATE_PREFIX"]
 
 _logger = logging.getLogger("pyro_dp")
 
@@ -89,6 +104,91 @@ def _derive_seed(*words: int) -> int:
 
 _PURPOSE_INIT, _PURPOSE_ALGO, _PURPOSE_NOISE = 1, 2, 3
 
+#: Prefix of every ``diagnostics()`` key computed from the raw data and **not covered by ε**
+#: (e.g. ``"non-private clipped fraction"``); such keys appear only with
+#: ``nonprivate_diagnostics=True``.
+NONPRIVATE_PREFIX = "non-private "
+
+# Kernel objects of this process by id: a ChainLedger unpickled here (a worker's chain coming
+# back with its diagnostics) files itself with the kernel object it belongs to.
+_KERNELS: "weakref.WeakValueDictionary[str, DPKernel]" = weakref.WeakValueDictionary()
+
+
+@dataclass(eq=False)
+class ChainLedger(PrivacyLedger):
+    r"""The ledger of one chain of one kernel object: a :class:`~pyro_dp.mechanisms.PrivacyLedger`
+    tagged with ``kernel_id`` and ``chain_id``.
+
+    When it is unpickled in the process that owns the kernel — which is how a chain run in an
+    ``MCMC`` worker process comes back, inside ``diagnostics()`` — it files itself with that
+    kernel object (idempotently, by ``chain_id``), so the kernel's cumulative ledger and its
+    budget count chains run in worker processes too.
+
+    >>> led = ChainLedger("substitute", kernel_id="k", chain_id="c")
+    >>> led.copy().chain_id, isinstance(led, PrivacyLedger)
+    ('c', True)
+    """
+
+    kernel_id: str = ""
+    chain_id: str = ""
+
+    def __eq__(self, other) -> bool:
+        return PrivacyLedger.__eq__(self, other)
+
+    def copy(self) -> "ChainLedger":
+        new = ChainLedger(self.relation, kernel_id=self.kernel_id, chain_id=self.chain_id)
+        new._entries = list(self._entries)
+        return new
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        kernel = _KERNELS.get(self.kernel_id)
+        if kernel is not None and kernel._owner_pid == os.getpid():
+            kernel._file_chain(self)
+
+
+class ChainFailedError(RuntimeError):
+    """A chain failed in an ``MCMC`` worker process. It carries the chain's ledger back to the
+    parent process (where unpickling files it with the kernel object) and marks the kernel's
+    ledger as possibly incomplete: Pyro then terminates the sibling worker processes, and the
+    releases they had made never come back.
+
+    >>> ChainFailedError("boom", None).args
+    ('boom',)
+    """
+
+    def __init__(self, message, ledger=None):
+        super().__init__(message)
+        self.ledger = ledger
+
+    def __reduce__(self):
+        return (_unpickle_chain_failure, (self.args[0], self.ledger))
+
+
+def _unpickle_chain_failure(message, ledger):
+    kernel = _KERNELS.get(getattr(ledger, "kernel_id", ""))
+    if kernel is not None and kernel._owner_pid == os.getpid():
+        kernel._incomplete = (
+            "a chain failed in an MCMC worker process and Pyro terminated its siblings: releases they made "
+            "are not in this ledger, so epsilon is a LOWER bound of what was spent. Run chains in this "
+            "process (num_chains <= cpu_count - 1 makes Pyro use workers) to keep an exact ledger"
+        )
+    return ChainFailedError(message, ledger)
+
+
+def _counts(events) -> Counter:
+    """``Counter({event: count})`` of a list of events or ``(event, count)`` pairs."""
+    out: Counter = Counter()
+    for e in events:
+        ev, c = e if isinstance(e, tuple) else (e, 1)
+        out[ev] += int(c)
+    return out
+
+
+def _within(counts: Counter, plan: Counter) -> bool:
+    """Every event's count within the plan's (a release the plan lacks never fits)."""
+    return all(c <= plan.get(ev, 0) for ev, c in counts.items() if c > 0)
+
 
 class DPKernel(MCMCKernel):
     r"""Base class of pyro_dp's kernels (not used directly).
@@ -107,13 +207,22 @@ class DPKernel(MCMCKernel):
     :param str accountant: accountant used for ε (default ``"gdp"``: tight Gaussian).
     :param float reference_delta: δ at which diagnostics and the progress bar report ε
         (default: ``delta`` if given, else 1e-5).
-    :param int seed: base seed of the proposal/accept stream and of the noise stream.
-    :param bool secure_mode: noise from an OS-seeded generator with the floating-point
-        mitigation of :class:`~pyro_dp.mechanisms.NoiseSource`.
+    :param int seed: base seed of the **data-free** randomness (proposals, momenta, accept
+        uniforms, prior draws), per chain. It never seeds privacy noise or batch selection.
+    :param int noise_seed: makes the privacy noise and batch selection reproducible — for
+        tests only: anyone who knows it can remove the noise. Warns
+        (:class:`~pyro_dp.mechanisms.ReproducibleNoiseWarning`). Default: OS entropy.
+    :param bool secure_mode: noise and batches from an OS-seeded generator with the
+        floating-point mitigation of :class:`~pyro_dp.mechanisms.NoiseSource` (refuses
+        ``noise_seed``).
+    :param bool nonprivate_diagnostics: add to ``diagnostics()`` the statistics computed from
+        the raw data for the data holder's tuning (clipped fractions), under keys starting
+        with :data:`NONPRIVATE_PREFIX`. They are **not covered by ε**: never publish them.
     :param bool non_private: documented test mode: noise multipliers may be 0; such runs
         record :class:`~pyro_dp.mechanisms.NonPrivateEvent` and report ε = ∞.
     :param str relation: neighbouring relation of the ledger (``"substitute"``, the papers',
-        or ``"add_remove"``); noise multipliers are relative to its sensitivity.
+        or ``"add_remove"`` where the kernel's analysis covers it: see
+        :attr:`supported_relations`); noise multipliers are relative to its sensitivity.
     :param init: optional private initialisation run at the first iteration of every chain,
         e.g. :class:`~pyro_dp.kernels.private_init.DPGradientInit`; its releases are recorded
         in the chain's ledger and counted by the budget and by noise calibration.
@@ -130,6 +239,10 @@ class DPKernel(MCMCKernel):
     (1.0, 1000)
     """
 
+    #: Neighbouring relations this kernel's privacy analysis covers; any other is refused in
+    #: ``__init__``, before data is seen.
+    supported_relations: Tuple[str, ...] = ("substitute",)
+
     def __init__(
         self,
         model,
@@ -145,13 +258,20 @@ class DPKernel(MCMCKernel):
         accountant: str = "gdp",
         reference_delta: Optional[float] = None,
         seed: Optional[int] = None,
+        noise_seed: Optional[int] = None,
         secure_mode: bool = False,
         non_private: bool = False,
         relation: str = "substitute",
         init=None,
+        nonprivate_diagnostics: bool = False,
     ):
         if not callable(model):
             raise TypeError(f"model must be a callable Pyro model, got {type(model).__name__}")
+        if relation not in type(self).supported_relations:
+            raise ValueError(
+                f"{type(self).__name__}'s privacy analysis covers relation(s) {type(self).supported_relations}, "
+                f"not relation={relation!r}"
+            )
         self.model = model
         self.temperature = check_positive("temperature", temperature)
         self.data_plate = data_plate
@@ -180,7 +300,20 @@ class DPKernel(MCMCKernel):
         self.reference_delta = float(rd)
         self.seed = int(seed) if seed is not None else secrets.randbits(63)
         self.secure_mode = bool(secure_mode)
+        if noise_seed is not None:
+            if self.secure_mode:
+                raise ValueError("secure_mode=True draws the noise seed from the OS: do not pass noise_seed")
+            warnings.warn(
+                "noise_seed makes the privacy noise and batch selection reproducible: anyone who knows it "
+                "can replay the noise and remove it from the released values. Use it for tests only.",
+                ReproducibleNoiseWarning,
+                stacklevel=3,
+            )
+        self.noise_seed = None if noise_seed is None else int(noise_seed)
+        self.nonprivate_diagnostics = bool(nonprivate_diagnostics)
         self._owner_pid = os.getpid()
+        self._id = secrets.token_hex(8)
+        _KERNELS[self._id] = self
 
         self.transforms = None  # set by setup(); MCMC reads it after the run
         self._user_initial_params: Optional[Dict[str, torch.Tensor]] = None
@@ -191,11 +324,14 @@ class DPKernel(MCMCKernel):
         if init is not None and getattr(init, "noise_multiplier", None) == 0 and not self.non_private:
             raise ValueError("init with noise_multiplier=0 is only allowed with non_private=True")
         self.init = init
-        self._finished_ledgers: List[PrivacyLedger] = []
-        self._ledger = PrivacyLedger(relation)  # validates the relation
+        # every finished chain of this kernel object (this process and workers): chain id -> ledger
+        self._chains: Dict[str, PrivacyLedger] = {}
+        self._ledger = self._new_chain_ledger()
         self._chain_index = 0
         self._num_setups = 0
         self._steps_allowed: Optional[int] = None
+        self._chain_plan: Optional[Counter] = None  # one chain's planned releases (with a budget)
+        self._incomplete: Optional[str] = None  # set when worker releases may have been lost
         self._reset_chain_stats()
 
     def _check_noise_multiplier(self, name: str, value) -> Optional[float]:
@@ -271,6 +407,12 @@ class DPKernel(MCMCKernel):
     def _state_z(self, state) -> torch.Tensor:
         return state.z
 
+    def _step_events(self, state) -> list:
+        """The most one ``_step(state)`` can release, as events or ``(event, count)`` pairs
+        (data-free). The base enforces the budget against it *before* the step and checks
+        afterwards that the step released no more. Default: :meth:`_per_iteration_events`."""
+        return list(self._per_iteration_events())
+
     # ------------------------------------------------------------------ lifecycle
     def _reset_chain_stats(self):
         self._iteration = 0
@@ -281,6 +423,21 @@ class DPKernel(MCMCKernel):
         self._state = None
         self._init_done = False
 
+    def _new_chain_ledger(self) -> ChainLedger:
+        return ChainLedger(self.relation, kernel_id=self._id, chain_id=secrets.token_hex(8))
+
+    def _file_chain(self, ledger: PrivacyLedger) -> None:
+        """File a finished chain's ledger with this kernel object (idempotent by chain id; a
+        chain's ledger only grows, so the longer copy wins). The live chain is never filed
+        from a copy of itself."""
+        cid = getattr(ledger, "chain_id", "") or secrets.token_hex(8)
+        if cid == self._ledger.chain_id or not ledger:
+            return
+        old = self._chains.get(cid)
+        if old is None or old.num_releases < ledger.num_releases:
+            self._chains[cid] = ledger.copy()
+            self.__dict__.pop("_eps_cache", None)
+
     @property
     def initial_params(self):
         return self._initial_params
@@ -290,48 +447,56 @@ class DPKernel(MCMCKernel):
         self._user_initial_params = None if params is None else {k: v.detach() for k, v in params.items()}
         self._initial_params = self._user_initial_params
 
-    def _chain_seed(self, purpose: int) -> int:
-        words = [self.seed, self._chain_index, purpose]
+    def _chain_seed(self, purpose: int, base: Optional[int] = None) -> int:
+        words = [self.seed if base is None else base, self._chain_index, purpose]
         if os.getpid() != self._owner_pid:  # a worker process: make streams independent
             words.append(secrets.randbits(63))
         return _derive_seed(*words)
 
-    def _check_parallel_chain(self):
-        """Refuse a parallel chain the budget was not planned for (data-free, before any read).
-
-        ``MCMC(num_chains=K)`` with enough CPUs runs each chain in a worker process holding a
-        copy of this kernel, so the copies cannot count each other's chains. Pyro names each
-        worker process by its chain id (``pyro/infer/mcmc/api.py``, ``_MultiSampler``). When a
-        budget (or a calibration target) was given for ``num_chains`` chains, a worker whose
-        chain id is ``>= num_chains`` would overspend it: it raises instead. Without a budget,
-        extra chains are allowed and :func:`pyro_dp.get_epsilon` reports their total.
-        """
-        if self.epsilon is None or os.getpid() == self._owner_pid:
-            return
+    def _worker_chain_id(self) -> Optional[int]:
+        """Pyro's chain id when this runs in an ``MCMC`` worker process (Pyro names each worker
+        process by its chain id, ``pyro/infer/mcmc/api.py``, ``_MultiSampler``), else ``None``."""
+        if os.getpid() == self._owner_pid:
+            return None
         name = multiprocessing.current_process().name
         try:
-            chain = int(name)
-        except ValueError:  # not Pyro's worker naming: cannot tell, say so
-            warnings.warn(
-                f"running in a worker process ({name!r}) that does not name its chain; cannot check that "
-                f"MCMC runs at most num_chains={self.num_chains} chains against the budget",
-                stacklevel=3,
-            )
-            return
-        if chain >= self.num_chains:
-            raise ValueError(
-                f"MCMC is running chain {chain} in parallel, but this kernel's budget "
-                f"(epsilon={self.epsilon}, delta={self.delta}) was planned for num_chains={self.num_chains}: "
-                "pass the same num_chains to the kernel and to MCMC"
-            )
+            return int(name)
+        except ValueError:
+            return -1  # a process that does not name its chain
+
+    def _chain_slot_refusal(self) -> Optional[str]:
+        """Why the budget has no room for this chain, or ``None``: checked in ``setup``, before
+        any data is read.
+
+        In this process chains run one after another and the per-iteration check sees every
+        earlier chain. A chain in a worker process cannot see its siblings; it may read data
+        only if the chains already filed with this kernel object (earlier runs, merged back)
+        plus a full chain plan for itself and for every sibling with a smaller chain id fit the
+        budget's ``num_chains`` chain plans. A refused chain does not raise — Pyro would then
+        terminate its siblings, and releases they had made would never come back — it stops
+        like an exhausted chain: it reads nothing, repeats its start and warns.
+        """
+        chain = self._worker_chain_id()
+        if self.epsilon is None or chain is None:
+            return None
+        if chain < 0:
+            return (f"this worker process ({multiprocessing.current_process().name!r}) does not name its "
+                    f"chain, so its share of the num_chains={self.num_chains} chain plans cannot be checked")
+        if not self._fits(Counter(self._chain_plan), concurrent=chain + 1):  # a full plan for itself too
+            return (f"MCMC runs chain {chain} in parallel, but the budget was planned for "
+                    f"num_chains={self.num_chains} chains and {len(self._chains)} chain(s) of earlier runs of "
+                    "this kernel object are already in its ledger; pass the same num_chains to the kernel "
+                    "and to MCMC, and use a new kernel (with its own budget) for a new analysis")
+        return None
 
     def setup(self, warmup_steps, *args, **kwargs):
         """Build the likelihood and the initial state. Data-free: costs no privacy."""
-        self._check_parallel_chain()
         self._warmup_steps = int(warmup_steps)
         self._num_setups += 1
         if self._iteration > 0:  # a new run without cleanup(): file the old chain
             self.cleanup()
+        if not self._ledger:  # a fresh chain id, also in each worker process (copies of this kernel)
+            self._ledger = self._new_chain_ledger()
         self.lik = PrivateLikelihood(
             self.model,
             args,
@@ -345,11 +510,11 @@ class DPKernel(MCMCKernel):
         self.transforms = self.lik.transforms
         self._calibrate()
         self._setup_budget()
+        refusal = self._chain_slot_refusal()
         self._rng = torch.Generator(device=self.lik.device)
         self._rng.manual_seed(self._chain_seed(_PURPOSE_ALGO))
-        self._noise = NoiseSource(
-            seed=self._chain_seed(_PURPOSE_NOISE), secure_mode=self.secure_mode, device=self.lik.device
-        )
+        noise_seed = None if self.noise_seed is None else self._chain_seed(_PURPOSE_NOISE, base=self.noise_seed)
+        self._noise = NoiseSource(seed=noise_seed, secure_mode=self.secure_mode, device=self.lik.device, warn=False)
         if self._user_initial_params is not None:
             missing = set(self.lik.latent_names) - set(self._user_initial_params)
             if missing:
@@ -365,22 +530,32 @@ class DPKernel(MCMCKernel):
         self._initial_params = self.lik.unravel(z0)
         self._state = self._init_state(z0)
         self._init_done = False
+        if refusal is not None:
+            self._stop(refusal)
 
     def _setup_budget(self):
+        """Plan one chain's releases (data-free): the private init, the once-per-chain releases
+        and as many iterations as fit for ``num_chains`` chains."""
         if self.epsilon is None:
-            self._steps_allowed = None
+            self._steps_allowed, self._chain_plan = None, None
             return
         from ..accounting import max_iterations
 
+        fixed = self._init_events() + list(self._fixed_events())
+        per = list(self._per_iteration_events())
         self._steps_allowed = max_iterations(
             self.epsilon,
             self.delta,
-            list(self._per_iteration_events()),
-            fixed=self._init_events() + list(self._fixed_events()),
+            per,
+            fixed=fixed,
             accountant=self.accountant,
             num_chains=self.num_chains,
             relation=self.relation,
         )
+        plan = _counts(fixed)
+        for ev, c in _counts(per).items():
+            plan[ev] += c * self._steps_allowed
+        self._chain_plan = plan
         if self.num_iterations is not None and self._steps_allowed < self.num_iterations:
             warnings.warn(
                 f"the budget (epsilon={self.epsilon}, delta={self.delta}) allows only "
@@ -390,42 +565,83 @@ class DPKernel(MCMCKernel):
                 stacklevel=3,
             )
 
-    def _budget_allows_step(self) -> bool:
-        if self._steps_allowed is None:
+    def _fits(self, step: Counter, concurrent: int = 1) -> bool:
+        """Would releasing ``step`` now stay within the plan? This chain's ledger + ``step``
+        within one chain's plan, and every filed chain + this chain (+ ``concurrent - 1``
+        sibling chains at a full plan each) within ``num_chains`` chain plans. Data-free."""
+        if self._chain_plan is None:
             return True
-        if len(self._finished_ledgers) >= self.num_chains:
-            return False  # more chains than the budget was planned for
-        return self._iteration < self._steps_allowed
+        chain = _counts(self._ledger.aggregate().items()) + step
+        if not _within(chain, self._chain_plan):
+            return False
+        total = Counter()
+        for led in self._chains.values():
+            total.update(led.aggregate())
+        total.update(chain)
+        for ev, c in self._chain_plan.items():
+            total[ev] += (concurrent - 1) * c
+        budget = Counter({ev: c * self.num_chains for ev, c in self._chain_plan.items()})
+        return _within(total, budget)
+
+    def _stop(self, cause: str):
+        """Stop reading data for the rest of this chain, and say why."""
+        self._budget_exhausted = True
+        msg = (
+            f"privacy budget (epsilon={self.epsilon}, delta={self.delta}) spent after "
+            f"{self._iteration} iterations of this chain: {cause}. The kernel has STOPPED READING DATA "
+            "and repeats its last state for every remaining iteration: discard the repeated tail "
+            "(diagnostics()['private iterations'] says how many iterations are real)."
+        )
+        warnings.warn(msg, BudgetExhaustedWarning, stacklevel=3)
+        _logger.warning(msg)
+
+    def _stop_cause(self, step: Counter) -> str:
+        chain = _counts(self._ledger.aggregate().items()) + step
+        if not _within(chain, self._chain_plan):
+            return (f"this chain used its share of the budget (num_chains={self.num_chains} chains of "
+                    f"{self._steps_allowed} iterations; warmup counts)")
+        return (f"the chains already run by this kernel object ({len(self._chains)} filed, from this or "
+                f"earlier mcmc.run calls) leave no room for this one: the budget was planned for "
+                f"num_chains={self.num_chains}; pass the same num_chains to the kernel and to MCMC")
 
     def sample(self, params):
+        if self._worker_chain_id() is None:
+            return self._sample(params)
+        try:
+            return self._sample(params)
+        except Exception as e:  # in an MCMC worker: the chain's releases must come back
+            raise ChainFailedError(f"{type(e).__name__}: {e}", self._ledger.copy()) from e
+
+    def _sample(self, params):
         if self._state is None:
             raise RuntimeError("call setup() before sample()")
         z = self.lik.flatten(params).detach()
         if not torch.equal(z, self._state_z(self._state)):
             self._state = self._init_state(z)  # params were changed from outside
-        if self._budget_exhausted or not self._budget_allows_step():
-            if not self._budget_exhausted:
-                self._budget_exhausted = True
-                msg = (
-                    f"privacy budget (epsilon={self.epsilon}, delta={self.delta}) spent after "
-                    f"{self._iteration} iterations of this chain: the kernel has STOPPED READING DATA "
-                    "and repeats its last state for every remaining iteration. Samples drawn so far "
-                    "are kept; discard the repeated tail (see diagnostics()['private iterations'])."
-                )
-                warnings.warn(msg, BudgetExhaustedWarning, stacklevel=2)
-                _logger.warning(msg)
+        pending_init = self.init is not None and not self._init_done
+        if not self._budget_exhausted:
+            declared = _counts((self._init_events() if pending_init else []) + self._step_events(self._state))
+            if not self._fits(declared):
+                self._stop(self._stop_cause(declared))
+        if self._budget_exhausted:
             return {k: v.clone() for k, v in self.lik.unravel(self._state_z(self._state)).items()}
-        if self.init is not None and not self._init_done:
-            # private initialisation: reads the data through its own mechanism, in the ledger
-            z_init, events, frac = self.init.run(self.lik, self._state_z(self._state), self._noise, self.relation)
-            for ev in events:
-                self._ledger.record(ev)
+        if pending_init:
+            # private initialisation: reads the data through its own mechanism; each release is
+            # recorded as it is made (an exception part-way loses none)
+            z_init, _, frac = self.init.run(
+                self.lik, self._state_z(self._state), self._noise, self.relation, record=self._ledger.record
+            )
             self._init_done = True
             self._init_clipped_fraction = frac
             self._state = self._init_state(z_init)
         self._state, info = self._step(self._state)
         for ev in info.events:
             self._ledger.record(ev)
+        if not _within(_counts(info.events), declared):
+            raise RuntimeError(
+                f"internal error: {type(self).__name__} released {list(info.events)} but declared "
+                f"{dict(declared)} (recorded in the ledger; please report)"
+            )
         self._iteration += 1
         self._num_accepted += int(bool(info.accepted))
         self._clipped_sum += float(info.clipped_fraction)
@@ -435,8 +651,8 @@ class DPKernel(MCMCKernel):
     def cleanup(self):
         """End of a chain: file its ledger with the finished chains (idempotent)."""
         if self._ledger:
-            self._finished_ledgers.append(self._ledger)
-            self._ledger = PrivacyLedger(self.relation)
+            live, self._ledger = self._ledger, self._new_chain_ledger()
+            self._file_chain(live)
             self._chain_index += 1
         self._reset_chain_stats()
 
@@ -455,38 +671,34 @@ class DPKernel(MCMCKernel):
         if rng_state is not None:
             self._rng = torch.Generator(device=rng_state[0])
             self._rng.set_state(rng_state[1])
+        _KERNELS.setdefault(self._id, self)  # a copy in a worker; the original keeps its entry
 
     # ------------------------------------------------------------------ reporting
     @property
     def ledger(self) -> PrivacyLedger:
-        """Every release of every chain this kernel ran in this process."""
-        return PrivacyLedger.merged(self._finished_ledgers + [self._ledger], self.relation)
+        """Every release of this kernel object: every chain of every ``mcmc.run``, in this
+        process and in worker processes (merged back with their ``diagnostics()``)."""
+        return PrivacyLedger.merged(list(self._chains.values()) + [self._ledger], self.relation)
 
     def get_epsilon(self, delta: Optional[float] = None, accountant: Optional[str] = None) -> float:
-        r"""Total ε spent so far by this kernel object, at ``delta``.
-
-        Composes every chain this kernel ran **in this process**. After
-        ``MCMC(num_chains>1)`` ran chains in worker processes this kernel holds nothing:
-        it then raises rather than report 0 — use :func:`pyro_dp.get_epsilon` on the
-        ``MCMC`` object.
-        """
+        r"""Total ε spent so far by this kernel object, at ``delta``: every chain of every run,
+        also chains run in ``MCMC`` worker processes (their ledgers come back with their
+        diagnostics)."""
         from ..accounting import get_accountant
 
         delta = self.reference_delta if delta is None else delta
         ledger = self.ledger
-        if not ledger and self._num_setups > 0:
-            raise RuntimeError(
-                "this kernel object recorded no data access in this process. If MCMC ran its chains "
-                "in worker processes, their ledgers are in the MCMC object: use "
-                "pyro_dp.get_epsilon(mcmc, delta)."
-            )
-        return get_accountant(accountant or self.accountant, ledger).get_epsilon(delta)
+        if self._incomplete:
+            raise RuntimeError(self._incomplete)
+        if not ledger and self._num_setups > 0 and self._iteration > 0:
+            raise RuntimeError("this kernel object ran iterations but recorded no release: please report")
+        return get_accountant(accountant or self.accountant, ledger).get_epsilon(delta) if ledger else 0.0
 
     def _epsilon_now(self, chain_only: bool = False) -> float:
         """ε at the reference δ of this chain (``chain_only``) or of all chains so far (cached)."""
         from ..accounting import get_accountant
 
-        key = (chain_only, len(self._finished_ledgers), self._ledger.num_releases)
+        key = (chain_only, len(self._chains), self._ledger.num_releases)
         cache = self.__dict__.setdefault("_eps_cache", {})
         if key not in cache:
             ledger = self._ledger if chain_only else self.ledger
@@ -494,26 +706,36 @@ class DPKernel(MCMCKernel):
             cache[key] = get_accountant(self.accountant, ledger).get_epsilon(self.reference_delta) if ledger else 0.0
         return cache[key]
 
+    def _nonprivate(self) -> dict:
+        """Statistics of the raw data for ``diagnostics()`` (keys get :data:`NONPRIVATE_PREFIX`)."""
+        out = {"clipped fraction": self._clipped_sum / max(self._clipped_count, 1)}
+        if self.init is not None:
+            out["init clipped fraction"] = self.__dict__.get("_init_clipped_fraction", 0.0)
+        return out
+
     def diagnostics(self) -> dict:
         """Per-chain diagnostics (merged by ``MCMC.diagnostics()`` as ``{key: {"chain i": v}}``).
 
-        ``"epsilon"`` is this chain's own ε at ``"delta"``; the total over all chains is
-        :func:`pyro_dp.get_epsilon`.
-        ``"clipped fraction"`` (and, with a private ``init``, ``"init clipped fraction"``) is
-        computed from the raw data and is **not covered by ε**:
-        it is for the data holder's tuning and must not be published. Everything else is
-        post-processing of released values.
+        ``"epsilon"`` is this chain's own ε at ``"delta"``; the total over all chains and runs
+        is :meth:`get_epsilon` / :func:`pyro_dp.get_epsilon`. ``"privacy ledger"`` is this
+        chain's :class:`ChainLedger`. ``"divergences"`` is empty (these kernels do not detect
+        divergences; ArviZ and Pyro's summary expect the key). Everything here is
+        post-processing of released values, except the keys starting with
+        :data:`NONPRIVATE_PREFIX`, present only with ``nonprivate_diagnostics=True``: they are
+        computed from the raw data and are **not covered by ε**.
         """
-        return {
+        out = {
             "acceptance rate": self._num_accepted / max(self._iteration, 1),
-            "clipped fraction": self._clipped_sum / max(self._clipped_count, 1),
             "epsilon": self._epsilon_now(chain_only=True),
             "delta": self.reference_delta,
             "private iterations": self._iteration,
             "budget exhausted": self._budget_exhausted,
             "privacy ledger": self._ledger.copy(),
-            **({"init clipped fraction": self.__dict__.get("_init_clipped_fraction", 0.0)} if self.init is not None else {}),
+            "divergences": [],
         }
+        if self.nonprivate_diagnostics:
+            out.update({NONPRIVATE_PREFIX + k: v for k, v in self._nonprivate().items()})
+        return out
 
     def _logged_epsilon(self) -> str:
         """ε for the progress bar, which Pyro asks for every iteration.

@@ -239,9 +239,9 @@ def fastmh_init(lik, z: torch.Tensor) -> FastMHState:
 
 
 def _energy_diffs(lik, ll_new, ll_old, bound):
-    """Tempered, clipped :math:`U_i(\\theta)-U_i(\\theta')`; NaN (e.g. inf - inf) maps to 0."""
-    diff = torch.nan_to_num(ll_new - ll_old, nan=0.0)
-    clipped, mask = clip_scalars(diff, bound)
+    """Tempered, clipped :math:`U_i(\\theta)-U_i(\\theta')`; NaN (e.g. inf - inf) maps to 0 and
+    ±inf to ±bound (the per-row rule of :func:`~pyro_dp.mechanisms.clip_scalars`)."""
+    clipped, mask = clip_scalars(ll_new - ll_old, bound)
     frac = float(mask.double().mean()) if mask.numel() else 0.0
     return lik.temperature * clipped, frac
 
@@ -262,13 +262,13 @@ def fastmh_step(
     if cfg.full_batch:
         b = n
     else:
-        rate = torch.as_tensor(cfg.lam + big_c * mf, dtype=torch.float64)
-        b = int(torch.poisson(rate, generator=rng))  # Alg. 1: B ~ Poisson(lambda + C M)
+        b = noise.poisson(cfg.lam + big_c * mf)  # Alg. 1: B ~ Poisson(lambda + C M), secret stream
     loglik = None
     if not cfg.full_batch and b < cfg.max_batch_size:
         # ---- minibatch MH (Alg. 2, B < K): TunaMH's Batch(B) and MHRatio (Alg. 1)
-        idx = torch.randint(n, (b,), generator=rng, device=z.device)  # P(i_b = i) = c_i / C = 1/N
-        u = torch.rand(b, generator=rng, dtype=z.dtype, device=z.device)
+        # the batch and its thinning uniforms come from the secret stream (batch selection)
+        idx = noise.sample_with_replacement(n, b, device=z.device)  # P(i_b = i) = c_i / C = 1/N
+        u = noise.uniform((b,), like=z)
         if b > 0:
             ll_old = lik.per_example_loglik(z, idx)
             ll_new, lp_new = lik.loglik_and_prior(z_new, idx)
@@ -293,7 +293,7 @@ def fastmh_step(
         # ---- full-batch MH (Alg. 2, B >= K, or the full-batch variant)
         ll_old = state.loglik if state.loglik is not None else lik.per_example_loglik(z)
         ll_new, lp_new = lik.loglik_and_prior(z_new)
-        diff = torch.nan_to_num(ll_new - ll_old, nan=0.0)
+        diff = ll_new - ll_old  # NaN/±inf rows: the per-row rule inside the release
         sens = 2.0 * c * mf  # Lemma 1, eq. (2): Delta(l2) = 2 max_i c_i M
         free = cfg.privacy_for_free and sens <= cfg.threshold2
         nm = 0.0 if free else cfg.sigma2
@@ -329,7 +329,8 @@ class DPFastMH(DPKernel):
         per-example log-likelihood: :math:`|\ell_i(\theta)-\ell_i(\theta')| \le c\|\theta-\theta'\|`
         for every row, or a callable ``f(num_rows=N, dim=D) -> c`` of public quantities.
         Differences are clipped to :math:`\pm cM`, so privacy holds even if the bound is
-        wrong (exactness then fails: see ``diagnostics()["clipped fraction"]``).
+        wrong (exactness then fails: see ``diagnostics()["non-private clipped fraction"]`` with
+        ``nonprivate_diagnostics=True``).
         **Per-row bounds are refused**: they must be data-independent for the privacy proof
         (they set :math:`C`, hence the law of :math:`B`, and the sampling probabilities), and
         bounds like :math:`c_i=\|x_i\|` (the paper's App. E.2) are computed from the data.
@@ -373,8 +374,8 @@ class DPFastMH(DPKernel):
     ...             initial_params={"mu": torch.tensor(1.0)})  # data-free start
     >>> mcmc.run(y)
     >>> d = mcmc.diagnostics()  # E[B] = 100 + 25000 * 5e-4 * sqrt(2/pi) = 110 rows per step
-    >>> round(d["mean batch size"]["chain 0"]), d["full-batch fraction"]["chain 0"]
-    (111, 0.0)
+    >>> abs(d["mean batch size"]["chain 0"] - 110) < 5, d["full-batch fraction"]["chain 0"]
+    (True, 0.0)
     >>> kernel.ledger.entries  # 150 iterations, warmup included, each (0.5, 1e-9)-DP (Thm 2)
     (LedgerEntry(event=ApproxDPEvent(epsilon=0.5, delta=1e-09), count=150),)
     >>> {k: round(v, 2) for k, v in kernel.privacy_report(1e-5).items()}  # paper's vs exact composition

@@ -122,12 +122,10 @@ def release_gradient(noise, lik, z, *, grad_clip, noise_multiplier):
     One :func:`~pyro_dp.mechanisms.clipped_sum_with_noise` of the per-example gradients
     (sensitivity :math:`2b_g`, thesis Thm 11 proof); the temperature multiplies the
     released sum (post-processing) and the prior gradient is data-free. A per-example
-    gradient that is not finite is replaced by zero before clipping (a per-row rule, so
-    the sensitivity bound is unchanged).
+    gradient that is not finite is replaced by zero before clipping (the per-row rule, so
+    the sensitivity bound is unchanged; :func:`~pyro_dp.mechanisms.finite_rows`).
     """
     loglik, pe = lik.per_example_grad(z)
-    if not bool(torch.isfinite(pe).all()):  # same result as always applying the rule, one pass less
-        pe = torch.where(torch.isfinite(pe).all(-1, keepdim=True), pe, torch.zeros_like(pe))
     rel = clipped_sum_with_noise(pe, grad_clip, noise_multiplier, noise)
     lp, grad_lp = _log_prior_and_grad(lik, z)
     # Räisä 2021 thesis Alg. 3 / Räisä et al. 2021 §3: g = T(sum clip(grad l_i) + xi) + grad log p
@@ -194,7 +192,7 @@ def hmc_step(
     llr_frac, noise_std, released = 0.0, 0.0, False
     if bool(torch.isfinite(z_new).all()) and bool(torch.isfinite(lp_new)):
         dist = torch.linalg.vector_norm(z_new - z)
-        ratios = torch.nan_to_num(ll_new - state.loglik, nan=0.0)  # per-row rule: sensitivity unchanged
+        ratios = ll_new - state.loglik  # NaN/±inf rows: the per-row rule inside the release
         # Per-example ratios clipped to ±b_l‖θ'−θ‖: sensitivity 2 b_l‖θ'−θ‖ (thesis Thm 11 proof).
         rel = clipped_sum_with_noise(ratios, llr_clip * dist, llr_noise_multiplier, noise)
         events.append(rel.event)
@@ -334,9 +332,9 @@ class DPHMC(DPKernel):
     choose :math:`b_l` near the Lipschitz constant of the per-example log-likelihood (e.g.
     :math:`\max_i\|x_i\|` for logistic regression: then nothing is clipped).
 
-    Diagnostics add ``"gradient clipped fraction"`` and ``"ratio clipped fraction"``
-    (computed from the raw data: **not private**, for the data holder only) and
-    ``"step size"``.
+    Diagnostics add ``"step size"``; with ``nonprivate_diagnostics=True`` also
+    ``"non-private gradient clipped fraction"`` and ``"non-private ratio clipped fraction"``
+    (computed from the raw data: **not covered by ε**, for the data holder only).
 
     Example
     -------
@@ -424,6 +422,12 @@ class DPHMC(DPKernel):
     def _fixed_events(self):
         return self._events_for(self.llr_noise_multiplier, self.grad_noise_multiplier)[0]
 
+    def _step_events(self, state):
+        # a state without a released gradient (a new chain, or params changed from outside)
+        # releases G(z) first: thesis Alg. 3's G_{1,0}, on top of the iteration's releases
+        extra = self._fixed_events() if state.grad is None else []
+        return list(extra) + list(self._per_iteration_events())
+
     def _calibrate(self):
         if self.llr_noise_multiplier is None:
             r = self.noise_ratio
@@ -484,11 +488,14 @@ class DPHMC(DPKernel):
         x, x_avg = self._adapter.get_state()
         self._adapted_step_size = math.exp(x_avg if i == warmup - 1 else x)
 
+    def _nonprivate(self) -> dict:
+        out = super()._nonprivate()
+        out["gradient clipped fraction"] = self._grad_clip_sum / max(self._iteration, 1)
+        out["ratio clipped fraction"] = self._llr_clip_sum / max(self._llr_count, 1)
+        return out
+
     def diagnostics(self) -> dict:
         out = super().diagnostics()
-        n = max(self._iteration, 1)
-        out["gradient clipped fraction"] = self._grad_clip_sum / n  # NOT private
-        out["ratio clipped fraction"] = self._llr_clip_sum / max(self._llr_count, 1)  # NOT private
         out["step size"] = self._adapted_step_size
         return out
 

@@ -58,7 +58,6 @@ from ..mechanisms import NonPrivateEvent, SubsampledGaussianEvent, clip_scalars,
 from .barker import batch_log_ratios
 from .base import DPKernel, check_positive
 from .proposals import check_proposal_scale, flip_direction, initial_directions, penalty_accept, random_walk
-from .subsampling import poisson_subsample, sample_without_replacement
 
 __all__ = [
     "DPMinibatchPenalty",
@@ -150,9 +149,9 @@ def minibatch_penalty_step(
     dist = torch.linalg.vector_norm(prop.z - state.z)
     clip = llr_clip * dist  # data-free: L ||θ'-θ||
     if subsampling == "poisson":
-        idx = poisson_subsample(rng, n, q, device=state.z.device)
+        idx = noise.poisson_subsample(n, q, device=state.z.device)  # secret batch
     else:
-        idx = sample_without_replacement(rng, n, b, device=state.z.device)
+        idx = noise.sample_without_replacement(n, b, device=state.z.device)  # secret batch
     r, lp_new = batch_log_ratios(lik, state.z, prop.z, idx)
     r, clipped = clip_scalars(r, clip)
     frac = float(clipped.double().mean()) if clipped.numel() else 0.0
@@ -172,7 +171,7 @@ def minibatch_penalty_step(
         std = noise_multiplier * c  # sigma^2 = tau c^2 (thesis Thm 8)
         value = lam - var_b / 2
         if noise_multiplier > 0:
-            value = value + noise.normal(1.0, (), like=value) * std
+            value = value + noise.normal(std, (), like=value)
             event = SubsampledGaussianEvent(q, noise_multiplier, "without_replacement")
         else:
             event = NonPrivateEvent()

@@ -89,22 +89,25 @@ class DPGradientInit:
         ev = NonPrivateEvent() if self.noise_multiplier == 0 else GaussianEvent(self.noise_multiplier)
         return [(ev, self.num_steps)]
 
-    def run(self, lik, z: torch.Tensor, noise: NoiseSource, relation: str = "substitute"):
+    def run(self, lik, z: torch.Tensor, noise: NoiseSource, relation: str = "substitute", record=None):
         """Walk from ``z``; returns ``(z_final, events, mean clipped fraction)``.
 
-        ``events`` lists one event per release, to be recorded in the chain's ledger.
-        The clipped fraction is a data statistic for the user's diagnostics only (not private).
+        ``events`` lists one event per release. ``record(event)``, if given, is called right
+        after each release (a kernel passes its ledger's ``record``, so an exception part-way
+        loses no release). The clipped fraction is a data statistic for the user's
+        diagnostics only (not private).
         """
         n = lik.num_rows
         events, clipped = [], 0.0
         z = z.detach().clone()
         for _ in range(self.num_steps):
             _, grads = lik.per_example_grad(z)  # reads the data ...
-            # a non-finite row gradient counts as zero (a per-row rule, so the sensitivity bound
-            # holds; as DPHMC's release_gradient): an error here would reveal that such a row exists
-            grads = torch.where(torch.isfinite(grads).all(-1, keepdim=True), grads, torch.zeros_like(grads))
+            # a non-finite row gradient counts as zero (the per-row rule inside the release, so the
+            # sensitivity bound holds): an error here would reveal that such a row exists
             rel = clipped_sum_with_noise(grads, self.grad_clip, self.noise_multiplier, noise, relation)  # ... released here
             events.append(rel.event)
+            if record is not None:
+                record(rel.event)
             clipped += rel.clipped_fraction
             # DP-GD step on the tempered log posterior (module docstring); the prior is data-free
             step = lik.temperature * rel.value + lik.grad_log_prior(z)

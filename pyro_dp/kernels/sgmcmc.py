@@ -70,7 +70,6 @@ import torch
 
 from ..mechanisms import SubsampledGaussianEvent, clipped_sum_with_noise
 from .base import DPKernel, check_positive
-from .subsampling import poisson_subsample
 
 __all__ = [
     "DPSGLD",
@@ -180,7 +179,7 @@ def private_gradient(noise, lik, z, *, sample_rate, grad_clip, noise_multiplier,
     both come from ``noise`` (the privacy stream). Cost :math:`O(b)`, independent of
     :math:`N`."""
     q = float(sample_rate)
-    idx = poisson_subsample(noise.generator, lik.num_rows, q, device=z.device)
+    idx = noise.poisson_subsample(lik.num_rows, q, device=z.device)
     if idx.numel():
         _, grads = lik.per_example_grad(z, idx)
     else:  # an empty batch still releases (pure noise): the event is the same
@@ -238,6 +237,7 @@ class _SGMCMC(DPKernel):
     """Shared Pyro lifecycle of :class:`DPSGLD` and :class:`DPSGNHT` (not used directly)."""
 
     _kind = ""
+    supported_relations = ("add_remove", "substitute")
 
     def __init__(self, model, batch_size, step_size, grad_clip, noise_multiplier=None, *,
                  relation="add_remove", accountant=None, **kwargs):
@@ -356,8 +356,8 @@ _PARAMS_TAIL = r"""    :param float noise_multiplier: optional *minimum* noise m
 
     Other keyword arguments are those of :class:`~pyro_dp.kernels.base.DPKernel`
     (``temperature``, ``epsilon``, ``delta``, ``num_iterations``, ``num_chains``, ``seed``,
-    ``secure_mode``, ``init_strategy``, ...). Diagnostics: ``"clipped fraction"``
-    (**non-private**), ``"epsilon"``, ``"noise multiplier"``, ``"acceptance rate"`` (= 1).
+    ``secure_mode``, ``init_strategy``, ...). Diagnostics: ``"non-private clipped fraction"``
+    (only with ``nonprivate_diagnostics=True``; **not covered by ε**), ``"epsilon"``, ``"noise multiplier"``, ``"acceptance rate"`` (= 1).
 """
 
 

@@ -76,11 +76,12 @@ def test_invariance_gaussian_known_variance(maybe_broken):
     k = 200
     g = torch.Generator().manual_seed(11)
     start = m + math.sqrt(v) * torch.randn(k, 1, generator=g, dtype=torch.float64)
-    kernel = DPExpFamPenalty(gauss_model, GAUSS, proposal_scale=0.15, noise_multiplier=3.0, seed=5)
+    kernel = DPExpFamPenalty(gauss_model, GAUSS, proposal_scale=0.15, noise_multiplier=3.0, seed=5,
+                             nonprivate_diagnostics=True)
     ends = _run_from(kernel, y, start, steps=8)[:, 0]
     ok, (m_hat, v_hat) = within_mcse(ends, float(m), float(v))
     assert ok != maybe_broken, f"broken={maybe_broken}: mean {m_hat} vs {float(m)}, var {v_hat} vs {v}"
-    assert kernel.diagnostics()["clipped fraction"] == 0.0
+    assert kernel.diagnostics()["non-private clipped fraction"] == 0.0
 
 
 def _beta_bernoulli(y):
@@ -118,13 +119,13 @@ def test_invariance_conjugate_families(case):
     with torch.random.fork_rng():  # torch.distributions sample from the global RNG: seed and restore it
         torch.manual_seed(0)
         start = to_unconstrained(post.sample((k,))).reshape(k, 1)
-    kernel = DPExpFamPenalty(model, family, proposal_scale=scale, noise_multiplier=nm, seed=7)
+    kernel = DPExpFamPenalty(model, family, proposal_scale=scale, noise_multiplier=nm, seed=7, nonprivate_diagnostics=True)
     ends = _run_from(kernel, y, start, steps=5)
     theta = kernel.lik.transforms[kernel.lik.latent_names[0]].inv(ends[:, 0])
     ok, (m_hat, v_hat) = within_mcse(theta, float(post.mean), float(post.variance))
     assert ok, f"mean {m_hat} vs {float(post.mean)}, var {v_hat} vs {float(post.variance)}"
     assert kernel.diagnostics()["acceptance rate"] > 0.2
-    assert kernel.diagnostics()["clipped fraction"] == 0.0
+    assert kernel.diagnostics()["non-private clipped fraction"] == 0.0
 
 
 def test_long_chain_large_n_conjugate():

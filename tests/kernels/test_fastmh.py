@@ -161,7 +161,7 @@ KW = dict(lipschitz=4.0, lam=20.0, max_batch_size=100, step_epsilon=0.9, step_de
 def test_kernel_equals_pure_step_on_pyro_model():
     """Same generators, same config: the Pyro kernel and the closed-form step agree."""
     y = make_data(1000, seed=4)
-    kernel = DPFastMH(gauss_model, 0.02, seed=7, **KW)
+    kernel = DPFastMH(gauss_model, 0.02, seed=7, nonprivate_diagnostics=True, **KW)
     kernel.setup(0, y)
     z0 = posterior(y)[0].reshape(1).clone()
     params = kernel.lik.unravel(z0)
@@ -175,7 +175,7 @@ def test_kernel_equals_pure_step_on_pyro_model():
         st, info = fastmh_step(rng, noise, st, lik, proposal_scale=kernel._scale, config=cfg)
         assert torch.allclose(kernel.lik.flatten(params), st.z, rtol=0, atol=1e-12)
     d = kernel.diagnostics()
-    assert d["private iterations"] == 40 and d["clipped fraction"] == 0.0
+    assert d["private iterations"] == 40 and d["non-private clipped fraction"] == 0.0
     assert 0.0 <= d["full-batch fraction"] <= 1.0 and d["mean batch size"] > 0
 
 
@@ -286,10 +286,10 @@ def test_privacy_for_free_is_accounted_honestly():
 
 def test_wrong_bound_is_clipped_not_leaked():
     y = make_data(1000, seed=9)
-    kernel = DPFastMH(gauss_model, 0.05, seed=2, **dict(KW, lipschitz=0.05))
+    kernel = DPFastMH(gauss_model, 0.05, seed=2, nonprivate_diagnostics=True, **dict(KW, lipschitz=0.05))
     mcmc = MCMC(kernel, num_samples=20, warmup_steps=0, disable_progbar=True)
     mcmc.run(y)
-    assert mcmc.diagnostics()["clipped fraction"]["chain 0"] > 0.5
+    assert mcmc.diagnostics()["non-private clipped fraction"]["chain 0"] > 0.5
     assert kernel.ledger.entries == ((kernel.step_privacy.event, 20),)  # privacy unchanged
 
 

@@ -13,6 +13,7 @@ from pyro.infer import MCMC
 from pyro.ops.stats import effective_sample_size
 
 import pyro_dp
+from pyro_dp.mechanisms import ReproducibleNoiseWarning
 import pyro_dp.kernels.penalty as penalty_mod
 from pyro_dp import BudgetExhaustedWarning, DPPenalty
 from pyro_dp.kernels.proposals import uniform_log
@@ -68,12 +69,13 @@ def test_invariance(mode, maybe_broken):
         one_component=mode == "ocu",
         guided_walk=mode == "gwmh",
         seed=5,
+        nonprivate_diagnostics=True,
         **SETTINGS,
     )
     ends = _invariance_draws(kernel, y, start, steps=15)
     ok, (m_hat, v_hat) = mean_var_within_mcse(ends, m, v)
     assert ok != maybe_broken, f"mode={mode} broken={maybe_broken}: mean {m_hat} vs {m}, var {v_hat} vs {v}"
-    assert kernel.diagnostics()["clipped fraction"] == 0.0
+    assert kernel.diagnostics()["non-private clipped fraction"] == 0.0
 
 
 def _mcse_check(samples, mean, var, n_sd=4.0):
@@ -172,8 +174,12 @@ def test_parallel_chains_compose_in_parent(monkeypatch):
     mcmc.run(y)
     assert pyro_dp.get_ledger(mcmc).num_releases == 60
     assert pyro_dp.get_epsilon(mcmc, 1e-5) == pytest.approx(_gdp_reference(60, 3.0, 1e-5), rel=1e-3)
-    with pytest.raises(RuntimeError, match="get_epsilon\\(mcmc"):
-        kernel.get_epsilon(1e-5)  # the parent's kernel never sampled: refuse to say 0
+    # the parent's kernel never sampled, but the workers' chains were filed with it (#14 finding 2)
+    assert kernel.ledger.num_releases == 60
+    assert kernel.get_epsilon(1e-5) == pyro_dp.get_epsilon(mcmc, 1e-5)
+    mcmc.run(y)  # a second run adds to the same kernel object's ledger
+    assert pyro_dp.get_ledger(mcmc).num_releases == kernel.ledger.num_releases == 120
+    assert pyro_dp.get_epsilon(mcmc, 1e-5) == pytest.approx(_gdp_reference(120, 3.0, 1e-5), rel=1e-3)
 
 
 def test_kernel_pickles_after_setup():
@@ -244,18 +250,24 @@ def test_budget_calibrates_and_stops_reading_data():
     assert torch.all(s[n_priv - 10 :] == s[-1])  # the tail repeats the last state
 
 
-def test_reproducible_from_seed():
+@pytest.mark.fresh_noise
+def test_reproducible_only_with_an_explicit_noise_seed():
+    """#14 finding 4: ``seed`` alone does not make the noise replayable; ``noise_seed`` does (and warns)."""
     y = make_data(30)
 
-    def run(seed):
-        k = DPPenalty(gauss_model, 0.2, llr_clip=1.0, noise_multiplier=2.0, seed=seed)
+    def run(seed, noise_seed=None):
+        k = DPPenalty(gauss_model, 0.2, llr_clip=1.0, noise_multiplier=2.0, seed=seed, noise_seed=noise_seed)
         m = MCMC(k, num_samples=30, warmup_steps=5, disable_progbar=True)
         m.run(y)
         return m.get_samples()["mu"]
 
-    state = torch.get_rng_state()
-    a, b, c = run(1), run(1), run(2)
+    a, b, c = run(1, 7), run(1, 7), run(2, 7)
     assert torch.equal(a, b) and not torch.equal(a, c)
+    assert not torch.equal(run(1), run(1))  # the user's seed alone: fresh OS noise every run
+    with pytest.warns(ReproducibleNoiseWarning, match="tests only"):
+        DPPenalty(gauss_model, 0.2, llr_clip=1.0, noise_multiplier=2.0, noise_seed=0)
+    with pytest.raises(ValueError, match="noise_seed"):
+        DPPenalty(gauss_model, 0.2, llr_clip=1.0, noise_multiplier=2.0, noise_seed=0, secure_mode=True)
 
 
 def test_constrained_latent_and_float32():
@@ -338,6 +350,7 @@ def test_bad_models_raise_before_data_is_read(model, data, exc, match):
     assert not kernel.ledger
 
 
+@pytest.mark.fresh_noise
 def test_secure_mode_noise_is_not_reproducible_but_proposals_are():
     """secure_mode seeds the noise from the OS: same seed, different noise; the proposal
     stream (not privacy-relevant) still follows the seed."""
@@ -350,13 +363,14 @@ def test_secure_mode_noise_is_not_reproducible_but_proposals_are():
 
     (a, ra), (b, rb) = released(True), released(True)
     assert not torch.equal(a, b) and ra == rb
-    (c, _), (d, _) = released(False), released(False)
-    assert torch.equal(c, d)
+    (c, rc), (d, rd) = released(False), released(False)  # the default is OS-seeded noise too
+    assert not torch.equal(c, d) and rc == rd
 
 
 def test_parallel_chains_beyond_the_budgeted_number_are_refused(monkeypatch):
     """A budget planned for one chain must not be spent once per parallel worker: the second
-    worker refuses before reading data, and the run fails instead of overspending."""
+    worker refuses before reading data and stops like an exhausted chain (it does not raise:
+    Pyro would then kill its sibling, whose releases would never come back)."""
     import pyro.infer.mcmc.api as api
 
     monkeypatch.setattr(api.mp, "cpu_count", lambda: 8)
@@ -364,8 +378,12 @@ def test_parallel_chains_beyond_the_budgeted_number_are_refused(monkeypatch):
     kernel = DPPenalty(gauss_model, 0.2, llr_clip=1.0, noise_multiplier=3.0, seed=0, epsilon=5.0, delta=1e-5)
     mcmc = MCMC(kernel, num_samples=10, warmup_steps=5, num_chains=2, disable_progbar=True)
     assert type(mcmc.sampler).__name__ == "_MultiSampler"
-    with pytest.raises(ValueError, match="num_chains=1"):
-        mcmc.run(y)
+    mcmc.run(y)
+    diag = mcmc.diagnostics()
+    k = kernel._steps_allowed  # 11 iterations of nm = 3 fit epsilon = 5
+    assert sorted(diag["private iterations"].values()) == [0, k]
+    assert list(diag["budget exhausted"].values()) == [True, True]  # chain 0 used its plan; chain 1 had none
+    assert kernel.ledger.num_releases == k and pyro_dp.get_epsilon(mcmc, 1e-5) <= 5.0
     # planned for two chains: both run, and the total stays within the budget
     kernel = DPPenalty(gauss_model, 0.2, llr_clip=1.0, noise_multiplier=3.0, seed=0, epsilon=5.0, delta=1e-5,
                        num_chains=2)

@@ -244,14 +244,14 @@ def test_short_run_through_pyro_mcmc():
     the posterior mean (the variance is checked above on long chains)."""
     y = make_data(1000, seed=2)
     m, v = posterior(y)
-    kernel = DPSGLD(gauss_model, 200, 0.4 * v, LOOSE_CLIP, seed=0, init_strategy=init_to_mean)
+    kernel = DPSGLD(gauss_model, 200, 0.4 * v, LOOSE_CLIP, seed=0, init_strategy=init_to_mean, nonprivate_diagnostics=True)
     mcmc = MCMC(kernel, num_samples=130, warmup_steps=20, disable_progbar=True)
     mcmc.run(y)
     ok_m, _, stats = _mcse_check(mcmc.get_samples()["mu"], float(m), sgld_stationary_variance(y, 0.4 * v, 0.2))
     assert ok_m, stats
     diag = mcmc.diagnostics()
     assert diag["acceptance rate"]["chain 0"] == 1.0
-    assert diag["clipped fraction"]["chain 0"] == 0.0
+    assert diag["non-private clipped fraction"]["chain 0"] == 0.0
     assert diag["private iterations"]["chain 0"] == 150
     assert diag["relation"]["chain 0"] == "add_remove"
     assert diag["epsilon"]["chain 0"] == pytest.approx(kernel.get_epsilon(kernel.reference_delta))
@@ -383,10 +383,10 @@ def test_two_sequential_chains_keep_add_remove_ledgers():
 
 def test_pickles_after_setup_and_is_reproducible():
     y = make_data(100, seed=0)
-    kernel = DPSGNHT(gauss_model, 10, 1e-3, 2.0, seed=5, init_strategy=init_to_mean)
+    kernel = DPSGNHT(gauss_model, 10, 1e-3, 2.0, seed=5, noise_seed=5, init_strategy=init_to_mean)
     kernel.setup(0, y)
     clone = pickle.loads(pickle.dumps(kernel))
-    again = DPSGNHT(gauss_model, 10, 1e-3, 2.0, seed=5, init_strategy=init_to_mean)
+    again = DPSGNHT(gauss_model, 10, 1e-3, 2.0, seed=5, noise_seed=5, init_strategy=init_to_mean)
     again.setup(0, y)
     other = DPSGNHT(gauss_model, 10, 1e-3, 2.0, seed=6, init_strategy=init_to_mean)
     other.setup(0, y)

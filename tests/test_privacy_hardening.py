@@ -1,0 +1,362 @@
+"""Issue #14: no single row may change the output outside the ledger; budgets across runs and
+processes; secret batches and seeds. One section per finding; each test names the finding it
+pins down and failed before the fix (see the note on the issue for the before/after runs)."""
+import math
+import pathlib
+import re
+import warnings
+from unittest import mock
+
+import pyro
+import pyro.distributions as dist
+import pyro.poutine as poutine
+import pytest
+import torch
+from pyro.infer import MCMC
+from pyro.infer.autoguide.initialization import init_to_mean
+
+import pyro_dp
+from pyro_dp.kernels.base import NONPRIVATE_PREFIX
+from pyro_dp.mechanisms import (
+    NoiseSource,
+    clip_rows,
+    clip_scalars,
+    clipped_sum_with_noise,
+)
+
+from .kernels.helpers import gauss_model, make_data
+
+F64 = torch.float64
+
+
+def lognormal_model(y):
+    mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=y.dtype), 1.0))
+    with pyro.plate("data", y.shape[0]) as i:
+        pyro.sample("y", dist.LogNormal(mu, 1.0), obs=y[i])
+
+
+def lognormal_data(n=200, seed=0, bad_row=None):
+    """Positive rows; ``bad_row`` replaces row 0 (0.0 is outside LogNormal's support)."""
+    g = torch.Generator().manual_seed(seed)
+    y = torch.exp(0.5 * torch.randn(n, generator=g, dtype=F64))
+    if bad_row is not None:
+        y[0] = bad_row
+    return y
+
+
+# ---------------------------------------------------------------------------- finding 1
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_per_row_rule_scalars_and_rows(bad):
+    """Finding 1: NaN -> 0, +-inf -> +-clip for scalars; a non-finite vector row -> 0."""
+    v, mask = clip_scalars(torch.tensor([bad, 0.5, 3.0], dtype=F64), 1.0)
+    expected = 0.0 if math.isnan(bad) else math.copysign(1.0, bad)
+    assert v.tolist() == [expected, 0.5, 1.0] and mask.tolist() == [True, False, True]
+    rows, mask = clip_rows(torch.tensor([[bad, 1.0], [3.0, 4.0]], dtype=F64), 1.0)
+    assert rows[0].tolist() == [0.0, 0.0] and mask.tolist() == [True, True]
+    out = clipped_sum_with_noise(torch.tensor([bad, 0.25], dtype=F64), 1.0, 5.0, NoiseSource())
+    assert math.isfinite(float(out.value))
+
+
+def test_out_of_support_row_does_not_freeze_the_penalty_chain():
+    """Finding 1, as measured: a row y = 0 under a LogNormal likelihood made every released
+    ratio NaN (acceptance 0 on D', 0.54 on D). Now the chain accepts on both."""
+    def acceptance(y):
+        k = pyro_dp.DPPenalty(lognormal_model, 0.05, llr_clip=1.0, noise_multiplier=2.0, init_strategy=init_to_mean)
+        mcmc = MCMC(k, num_samples=60, warmup_steps=0, disable_progbar=True)
+        mcmc.run(y)
+        return mcmc.diagnostics()["acceptance rate"]["chain 0"]
+
+    assert acceptance(lognormal_data(bad_row=0.0)) > 0.1
+
+
+@pytest.mark.parametrize("kernel_name", ["DPMultiPartyPenalty", "DPBarker", "DPMinibatchPenalty", "DPSGLD", "DPSGNHT",
+                                         "DPFastMH", "DPHMC"])
+def test_out_of_support_row_keeps_every_kernel_finite(kernel_name):
+    """Finding 1 for the other kernels: the chain stays finite and keeps moving."""
+    y = lognormal_data(400, bad_row=0.0)
+    kw = dict(init_strategy=init_to_mean)
+    make = {
+        "DPMultiPartyPenalty": lambda: pyro_dp.DPMultiPartyPenalty(lognormal_model, torch.arange(400) % 2, 0.05,
+                                                                   llr_clip=1.0, noise_multiplier=2.0, **kw),
+        "DPBarker": lambda: pyro_dp.DPBarker(lognormal_model, batch_size=200, proposal_scale=0.05, **kw),
+        "DPMinibatchPenalty": lambda: pyro_dp.DPMinibatchPenalty(lognormal_model, 200, 0.05, llr_clip=1.0,
+                                                                 noise_multiplier=1.0, **kw),
+        "DPSGLD": lambda: pyro_dp.DPSGLD(lognormal_model, 200, 1e-4, 1.0, **kw),
+        "DPSGNHT": lambda: pyro_dp.DPSGNHT(lognormal_model, 200, 1e-3, 1.0, **kw),
+        "DPFastMH": lambda: pyro_dp.DPFastMH(lognormal_model, 0.02, lipschitz=3.0, full_batch=True,
+                                             step_epsilon=0.9, step_delta=1e-6, **kw),
+        "DPHMC": lambda: pyro_dp.DPHMC(lognormal_model, 0.005, 3, 2.0, 2.0, 5.0, 5.0, **kw),
+    }[kernel_name]
+    mcmc = MCMC(make(), num_samples=40, warmup_steps=0, disable_progbar=True)
+    mcmc.run(y)
+    s = mcmc.get_samples()["mu"]
+    assert bool(torch.isfinite(s).all()) and len(set(s.tolist())) > 1
+
+
+def test_per_example_terms_do_not_raise_with_validation_on():
+    """Finding 1: with Pyro's validation on (its default outside MCMC.run), an out-of-support
+    row used to raise ValueError before any release: a crash that depends on one row."""
+    lik = pyro_dp.PrivateLikelihood(lognormal_model, (lognormal_data(10, bad_row=0.0),), seed=0)
+    with pyro.validation_enabled(True):
+        ll = lik.per_example_loglik(torch.zeros(1, dtype=F64))
+        _, g = lik.per_example_grad(torch.zeros(1, dtype=F64))
+    # log LogNormal(0) is -inf + inf = NaN: left to the per-row rule of the release
+    assert not math.isfinite(ll[0]) and bool(torch.isfinite(ll[1:]).all()) and g.shape == (10, 1)
+
+
+# ---------------------------------------------------------------------------- finding 2
+
+
+def test_budget_holds_across_reruns_in_this_process():
+    """Finding 2: three runs of one budgeted kernel spend the budget once, not three times."""
+    k = pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=2.0, epsilon=2.0, delta=1e-5, num_iterations=30)
+    y = make_data(50)
+    for _ in range(3):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", pyro_dp.BudgetExhaustedWarning)
+            mcmc = MCMC(k, num_samples=20, warmup_steps=10, disable_progbar=True)
+            mcmc.run(y)
+    assert k.ledger.num_releases == 30
+    assert pyro_dp.get_epsilon(mcmc, 1e-5) == k.get_epsilon(1e-5) <= 2.0
+
+
+def test_budget_holds_across_parallel_reruns(monkeypatch):
+    """Finding 2, as measured: ``DPPenalty(epsilon=2, num_chains=2)`` run three times with chains in
+    worker processes reported 2.000 each time while 180 releases (epsilon 3.72) were made."""
+    import pyro.infer.mcmc.api as api
+
+    monkeypatch.setattr(api.mp, "cpu_count", lambda: 8)
+    k = pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=2.0, epsilon=2.0, delta=1e-5, num_iterations=30, num_chains=2)
+    y = make_data(50)
+    for _ in range(3):
+        mcmc = MCMC(k, num_samples=20, warmup_steps=10, num_chains=2, disable_progbar=True)
+        assert type(mcmc.sampler).__name__ == "_MultiSampler"
+        mcmc.run(y)
+    assert k.ledger.num_releases == 60
+    assert pyro_dp.get_epsilon(mcmc, 1e-5) == pytest.approx(k.get_epsilon(1e-5)) and k.get_epsilon(1e-5) <= 2.0
+
+
+def test_a_failing_worker_marks_the_ledger_incomplete():
+    """Finding 2: a chain that fails in a worker brings its ledger back, and the kernel refuses to
+    report an epsilon that may miss releases of the siblings Pyro then terminated."""
+    from pyro_dp.kernels.base import ChainFailedError
+    import pickle
+
+    k = pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=2.0, noise_multiplier=3.0)
+    k.setup(0, make_data(20))
+    k.sample(k.initial_params)
+    with mock.patch("pyro_dp.kernels.base.DPKernel._worker_chain_id", return_value=0):
+        ledger = k._ledger.copy()
+        ledger.chain_id = "a-worker-chain"
+        err = pickle.loads(pickle.dumps(ChainFailedError("boom", ledger)))
+    assert isinstance(err, ChainFailedError) and k.ledger.num_releases == 2
+    with pytest.raises(RuntimeError, match="LOWER bound"):
+        k.get_epsilon(1e-5)
+
+
+# ---------------------------------------------------------------------------- findings 3-5
+
+
+def _batches(kernel, y, steps=3):
+    seen = []
+    real = kernel.__class__.__mro__[0]
+    kernel.setup(0, y)
+    orig = kernel.lik.loglik_and_prior
+
+    def spy(z, idx=None):
+        if idx is not None:
+            seen.append(tuple(idx.tolist()))
+        return orig(z, idx)
+
+    kernel.lik.loglik_and_prior = spy
+    params = kernel.initial_params
+    for _ in range(steps):
+        params = kernel.sample(params)
+    return seen
+
+
+@pytest.mark.parametrize("make", [
+    lambda **kw: pyro_dp.DPBarker(gauss_model, batch_size=20, proposal_scale=0.1, **kw),
+    lambda **kw: pyro_dp.DPMinibatchPenalty(gauss_model, 20, 0.1, llr_clip=2.0, noise_multiplier=1.0, **kw),
+    lambda **kw: pyro_dp.DPFastMH(gauss_model, 0.05, lipschitz=3.0, lam=10.0, max_batch_size=100,
+                                  step_epsilon=0.5, step_delta=1e-6, **kw),
+], ids=["barker", "minibatch_penalty", "fastmh"])
+@pytest.mark.fresh_noise
+def test_batches_come_from_the_secret_stream(make):
+    """Findings 3/4: with ``secure_mode=True, seed=0`` two runs chose identical batches; the
+    user's seed (public) must not determine them."""
+    y = make_data(200)
+    for kw in (dict(seed=0), dict(seed=0, secure_mode=True)):
+        assert _batches(make(**kw), y) != _batches(make(**kw), y)
+
+
+def test_no_module_outside_mechanisms_draws_release_randomness():
+    """Findings 3/4 (and #15): batch indices and noise are drawn only in pyro_dp/mechanisms.py.
+    Data-free draws elsewhere are listed with their reason."""
+    allowed = {  # file -> reason (data-free randomness, from the seeded algorithm stream)
+        "kernels/proposals.py": "proposals, momenta, accept uniforms, V_corr, directions",
+        "kernels/sgmcmc.py": "initial SGNHT momentum",
+        "evaluation/mmd.py": "evaluation metric subsampling, not a release",
+        "models/": "reference samplers of benchmark posteriors",
+        "experiments/": "synthetic data and starting points",
+        "demo.py": "synthetic data",
+        "likelihood.py": "prior draws through Pyro's init strategy",
+        "kernels/expfam.py": "set-up check of the family on rows simulated from the model (forked RNG)",
+    }
+    pattern = re.compile(r"torch\.(randn|rand|randint|randperm|poisson|binomial|multinomial|normal)\(|"
+                         r"\.(normal_|uniform_|random_|bernoulli_)\(")
+    root = pathlib.Path(pyro_dp.__file__).parent
+    offenders = []
+    for path in root.rglob("*.py"):
+        rel = path.relative_to(root).as_posix()
+        if rel == "mechanisms.py" or any(rel.startswith(a) for a in allowed):
+            continue
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if pattern.search(line) and not line.lstrip().startswith((">>>", "#")):
+                offenders.append(f"{rel}:{i}: {line.strip()}")
+    assert not offenders, "random draws outside mechanisms.py:\n" + "\n".join(offenders)
+
+
+def test_noise_is_scaled_in_float64_before_the_cast():
+    """Finding 5: the std multiplies a float64 draw; only the product is cast to float32."""
+    std = torch.tensor(1e-3 + 1e-9, dtype=F64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        src = NoiseSource(seed=3)
+    ref = torch.randn((4,), generator=torch.Generator().manual_seed(3), dtype=F64)
+    out = src.normal(std, (4,), like=torch.zeros((), dtype=torch.float32))
+    assert out.dtype == torch.float32 and torch.equal(out, (ref * std).float())
+    sec = NoiseSource(secure_mode=True)
+    sec.generator.manual_seed(5)  # only to compare with the construction by hand
+    g = torch.Generator().manual_seed(5)
+    four = sum(torch.randn((4,), generator=g, dtype=F64) for _ in range(4)) / 2
+    assert torch.equal(sec.normal(std, (4,), like=torch.zeros((), dtype=torch.float32)), (four * std).float())
+    with pytest.raises(ValueError, match="seed"):
+        NoiseSource(seed=1, secure_mode=True)
+
+
+# ---------------------------------------------------------------------------- finding 6
+
+
+@pytest.mark.parametrize("make", [
+    lambda: pyro_dp.DPBarker(gauss_model, 20, 0.1, relation="add_remove"),
+    lambda: pyro_dp.DPFastMH(gauss_model, 0.05, lipschitz=3.0, lam=10.0, max_batch_size=100, step_epsilon=0.5,
+                             step_delta=1e-6, relation="add_remove"),
+    lambda: pyro_dp.DPMinibatchPenalty(gauss_model, 20, 0.1, llr_clip=2.0, noise_multiplier=1.0,
+                                       subsampling="without_replacement", relation="add_remove"),
+    lambda: pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=2.0, noise_multiplier=1.0, relation="add_remove"),
+], ids=["barker", "fastmh", "minibatch_wor", "penalty"])
+def test_unsupported_relation_is_refused_in_init(make):
+    """Finding 6: DPBarker and DPFastMH reported substitute-derived epsilon labelled add/remove;
+    DPMinibatchPenalty read data before refusing. Now refused before any data is seen."""
+    with pytest.raises(ValueError, match="relation"):
+        make()
+
+
+def test_sg_kernels_support_both_relations():
+    for rel in ("add_remove", "substitute"):
+        assert pyro_dp.DPSGLD(gauss_model, 20, 1e-3, 1.0, relation=rel).relation == rel
+
+
+# ---------------------------------------------------------------------------- finding 7
+
+
+def test_params_changed_from_outside_cannot_overspend():
+    """Finding 7: re-initialising DPHMC's state from outside released an unplanned starting
+    gradient each time; the ledger-based check stops the chain instead of overspending."""
+    y = make_data(100)
+    k = pyro_dp.DPHMC(gauss_model, 0.05, 3, 2.0, 2.0, epsilon=1.0, delta=1e-5, num_iterations=40,
+                      init_strategy=init_to_mean)
+    k.setup(0, y)
+    params = k.initial_params
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pyro_dp.BudgetExhaustedWarning)
+        for i in range(60):
+            params = k.sample({"mu": params["mu"] + 1e-3})  # moved from outside: a new state each time
+    assert k._budget_exhausted
+    assert k.get_epsilon(1e-5) <= 1.0 + 1e-9
+
+
+def test_failed_private_init_is_recorded_and_not_repeated_beyond_the_plan():
+    """Finding 7: an exception after DPGradientInit's releases lost them and re-ran the
+    initialiser on the next setup. Each release is now recorded as made; a second init does not
+    fit the chain's plan."""
+    y = make_data(100)
+    init = pyro_dp.DPGradientInit(num_steps=5, step_size=1e308, grad_clip=1e10, noise_multiplier=5.0)  # diverges
+    k = pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=2.0, epsilon=2.0, delta=1e-5, num_iterations=20, init=init)
+    k.setup(0, y)
+    with pytest.raises(FloatingPointError):
+        k.sample(k.initial_params)
+    first = k.ledger.num_releases
+    assert first >= 1  # the releases made before the error are in the ledger
+    k.setup(0, y)  # the same chain, set up again: the init may not run twice in one chain's plan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pyro_dp.BudgetExhaustedWarning)
+        try:
+            for _ in range(30):
+                k.sample(k.initial_params)
+        except FloatingPointError:
+            pass
+    assert k.get_epsilon(1e-5) <= 2.0 + 1e-9
+
+
+# ---------------------------------------------------------------------------- finding 8
+
+
+def test_data_passed_by_condition_is_checked():
+    """Finding 8: NaN data reaching the model through poutine.condition (or a closure) was not
+    checked: the chain never accepted while spending epsilon 7.33."""
+    y = make_data(20)
+    y[3] = float("nan")
+
+    def model():
+        mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=F64), 1.0))
+        with pyro.plate("data", 20):
+            pyro.sample("obs", dist.Normal(mu, 1.0))
+
+    k = pyro_dp.DPPenalty(poutine.condition(model, data={"obs": y}), 0.1, llr_clip=1.0, noise_multiplier=5.0)
+    with pytest.raises(ValueError, match="'obs'.*NaN"):
+        k.setup(0)
+    assert not k.ledger
+
+
+def test_pyro_param_is_refused():
+    def model(y):
+        scale = pyro.param("scale", torch.tensor(1.0, dtype=F64))
+        mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=F64), 1.0))
+        with pyro.plate("data", len(y)) as i:
+            pyro.sample("obs", dist.Normal(mu, scale), obs=y[i])
+
+    pyro.clear_param_store()
+    with pytest.raises(ValueError, match="pyro.param site 'scale'"):
+        pyro_dp.DPPenalty(model, 0.1, llr_clip=1.0, noise_multiplier=5.0).setup(0, make_data(10))
+
+
+def test_deterministic_sites_are_not_data():
+    """pyro.deterministic sites (inside or outside the data plate) are functions of the latents."""
+    def model(y):
+        mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=F64), 1.0))
+        pyro.deterministic("mu2", mu * 2)
+        with pyro.plate("data", len(y)) as i:
+            pyro.deterministic("loc", mu.expand(len(i)))
+            pyro.sample("obs", dist.Normal(mu, 1.0), obs=y[i])
+
+    lik = pyro_dp.PrivateLikelihood(model, (make_data(10),), seed=0)
+    assert lik.observed_names == ("obs",) and lik.latent_names == ("mu",)
+
+
+# ---------------------------------------------------------------------------- finding 9
+
+
+def test_nonprivate_diagnostics_are_opt_in():
+    y = make_data(30)
+    for opt_in in (False, True):
+        k = pyro_dp.DPHMC(gauss_model, 0.05, 2, 2.0, 2.0, 5.0, 5.0, init_strategy=init_to_mean,
+                          nonprivate_diagnostics=opt_in)
+        mcmc = MCMC(k, num_samples=5, warmup_steps=0, disable_progbar=True)
+        mcmc.run(y)
+        keys = [key for key in mcmc.diagnostics() if "clipped" in key]
+        assert all(key.startswith(NONPRIVATE_PREFIX) for key in keys)
+        assert len(keys) == (3 if opt_in else 0)
