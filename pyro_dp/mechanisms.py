@@ -58,6 +58,8 @@ __all__ = [
     "PrivacyLedger",
     "NoiseSource",
     "NoisyRelease",
+    "finite_rows",
+    "finite_scalars",
     "clip_rows",
     "clip_scalars",
     "clipped_sum_with_noise",
@@ -437,33 +439,84 @@ class NoisyRelease(NamedTuple):
     clipped_fraction: float
 
 
+def finite_scalars(values: torch.Tensor, clip) -> torch.Tensor:
+    r"""The per-row rule for scalar terms: NaN becomes 0 and :math:`\pm\infty` becomes
+    :math:`\pm` ``clip``; finite values are unchanged.
+
+    A per-example term that is not finite (a row outside the likelihood's support, an
+    overflow, :math:`\infty - \infty`) must not reach the sum: one NaN makes the released
+    value NaN whatever the noise, so the output would reveal that such a row exists (an
+    unbounded privacy loss). The rule looks at one row at a time, so after it every row
+    lies in ``[-clip, clip]`` and the sensitivity of the clipped sum is unchanged.
+    :func:`clip_scalars` applies it first.
+
+    >>> import torch
+    >>> finite_scalars(torch.tensor([float("nan"), float("inf"), -float("inf"), 0.5]), 2.0)
+    tensor([ 0.0000,  2.0000, -2.0000,  0.5000])
+    """
+    clip_t = torch.as_tensor(clip, dtype=values.dtype, device=values.device)
+    out = torch.where(torch.isnan(values), torch.zeros_like(values), values)
+    return torch.where(torch.isinf(out), torch.sign(out) * clip_t, out)
+
+
+def finite_rows(values: torch.Tensor) -> torch.Tensor:
+    r"""The per-row rule for vector terms (shape ``[B, D]``): a row with any non-finite entry
+    becomes the zero row; finite rows are unchanged.
+
+    An infinite entry would make the row's norm infinite and the clip factor 0, and
+    :math:`\infty\cdot 0` is NaN. A zero row has norm 0, within every clip bound, so the
+    sensitivity of the clipped sum is unchanged (the rule reads one row at a time).
+    :func:`clip_rows` applies it first.
+
+    >>> import torch
+    >>> finite_rows(torch.tensor([[1.0, float("inf")], [float("nan"), 0.0], [3.0, 4.0]]))
+    tensor([[0., 0.],
+            [0., 0.],
+            [3., 4.]])
+    """
+    ok = torch.isfinite(values).all(-1, keepdim=True)
+    return torch.where(ok, values, torch.zeros_like(values))
+
+
 def clip_rows(values: torch.Tensor, clip) -> Tuple[torch.Tensor, torch.Tensor]:
     r"""Clip each row of ``values`` (shape ``[B, D]``) to L2 norm ``clip``.
 
-    Uses :math:`x \cdot \min(1, b/\|x\|)` written so that a zero row stays zero (no NaN).
-    Returns the clipped rows and a boolean mask of rows that were clipped.
-    ``clip`` may be a scalar or a 0-d tensor.
-    
+    Applies the per-row rule :func:`finite_rows` first (a non-finite row becomes zero and
+    counts as clipped), then :math:`x \cdot \min(1, b/\|x\|)` written so that a zero row
+    stays zero (no NaN). Returns the clipped rows and a boolean mask of rows that were
+    clipped. ``clip`` may be a scalar or a 0-d tensor.
+
     >>> import torch
     >>> clip_rows(torch.tensor([[3.0, 4.0], [0.0, 0.0]]), 1.0)
     (tensor([[0.6000, 0.8000],
             [0.0000, 0.0000]]), tensor([ True, False]))
+    >>> clip_rows(torch.tensor([[float("inf"), 0.0]]), 1.0)  # the per-row rule: zero, counted as clipped
+    (tensor([[0., 0.]]), tensor([True]))
     """
+    nonfinite = ~torch.isfinite(values).all(-1)
+    values = finite_rows(values)
     norms = torch.linalg.vector_norm(values, dim=-1)
     clip_t = torch.as_tensor(clip, dtype=values.dtype, device=values.device)
     factor = torch.clamp(clip_t / torch.clamp(norms, min=torch.finfo(values.dtype).tiny), max=1.0)
-    return values * factor.unsqueeze(-1), norms > clip_t
+    return values * factor.unsqueeze(-1), (norms > clip_t) | nonfinite
 
 
 def clip_scalars(values: torch.Tensor, clip) -> Tuple[torch.Tensor, torch.Tensor]:
     """Clip each scalar of ``values`` to ``[-clip, clip]``; returns values and clipped mask.
 
+    Applies the per-row rule :func:`finite_scalars` first (NaN → 0, ±inf → ±clip; a
+    non-finite value counts as clipped).
+
     >>> import torch
     >>> clip_scalars(torch.tensor([-3.0, 0.5, 2.0]), 1.0)
     (tensor([-1.0000,  0.5000,  1.0000]), tensor([ True, False,  True]))
+    >>> clip_scalars(torch.tensor([float("nan"), -float("inf")]), 1.0)
+    (tensor([ 0., -1.]), tensor([True, True]))
     """
+    nonfinite = ~torch.isfinite(values)
+    values = finite_scalars(values, clip)
     clip_t = torch.as_tensor(clip, dtype=values.dtype, device=values.device)
-    return torch.maximum(torch.minimum(values, clip_t), -clip_t), values.abs() > clip_t
+    return torch.maximum(torch.minimum(values, clip_t), -clip_t), (values.abs() > clip_t) | nonfinite
 
 
 def clipped_sum_with_noise(
