@@ -395,8 +395,12 @@ def _score(statistic, k, before, after, where: str) -> float:
     v = statistic(k, before, after)
     if torch.is_tensor(v):
         if v.numel() != 1:
-            raise ValueError(f"the statistic must return one real number, got a tensor of shape {tuple(v.shape)} ({where})")
+            raise ValueError(
+                f"the statistic must return one real number, got a tensor of shape {tuple(v.shape)} ({where})"
+            )
         v = v.item()
+    if isinstance(v, (str, bytes)):
+        raise ValueError(f"the statistic must return one real number, got {v!r} ({where})")
     if isinstance(v, bool):
         v = float(v)
     try:

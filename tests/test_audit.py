@@ -54,8 +54,9 @@ def test_clopper_pearson_symmetry_and_coverage():
         lo, hi = clopper_pearson(k, 30, 0.95)
         lo2, hi2 = clopper_pearson(30 - k, 30, 0.95)
         assert lo == pytest.approx(1 - hi2, abs=1e-12)
-    for p in (0.01, 0.2, 0.5):
-        cover = sum(binom.pmf(k, 30, p) for k in range(31) if clopper_pearson(k, 30, 0.95)[0] <= p <= clopper_pearson(k, 30, 0.95)[1])
+    intervals = [clopper_pearson(k, 30, 0.95) for k in range(31)]
+    for p in (0.01, 0.2, 0.5):  # exact coverage: sum of the binomial pmf over the k whose interval holds p
+        cover = sum(binom.pmf(k, 30, p) for k, (lo, hi) in enumerate(intervals) if lo <= p <= hi)
         assert cover >= 0.95
 
 
