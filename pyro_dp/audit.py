@@ -60,7 +60,6 @@ _TESTS = (
     ("P_D'(s<=t) / P_D(s<=t)", False, False),
 )
 _STATISTICS = ("accept", "sample")
-_SELECTION_ALPHA = 0.5
 
 
 def _check_confidence(confidence) -> float:
@@ -211,9 +210,9 @@ def _lower_bound(s0, s1, delta, confidence, thresholds) -> _Bound:
     cand = _candidate_thresholds(np.concatenate([sel0, sel1]))
     if len(cand) == 0:
         return _Bound(0.0, math.nan, None)
-    # selection criterion: the same bound with Clopper-Pearson ends at 25% (two-sided 50%), which
-    # ranks weak evidence without rewarding tiny counts (any rule that sees only this half is valid)
-    r = _log_ratios(_count_above(sel0, cand), h0, _count_above(sel1, cand), h1, _SELECTION_ALPHA, delta)
+    # selection criterion: the same bound at the same level on this half, which does not reward
+    # thresholds far in a tail with tiny counts (any rule that sees only this half is valid)
+    r = _log_ratios(_count_above(sel0, cand), h0, _count_above(sel1, cand), h1, alpha, delta)
     i, j = np.unravel_index(int(np.argmax(r)), r.shape)
     t = float(cand[i])
     name, above, d_first = _TESTS[j]
@@ -258,8 +257,7 @@ def epsilon_lower_bound(
       tests is valid.
     * ``thresholds=None``: **held-out split**. The threshold (among the midpoints of the
       distinct scores) and the test are chosen on the first half of each sample, maximising
-      the same bound there (with Clopper–Pearson ends at 25%: a ranking, not a claim); the
-      bound is then computed for that one test on the second half,
+      the same bound there; the bound is then computed for that one test on the second half,
       which played no part in the choice, with each of its two one-sided bounds at level
       :math:`(1-\mathrm{confidence})/2`. Runs are i.i.d., so the halves are independent.
 
