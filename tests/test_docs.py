@@ -15,6 +15,7 @@ pytest.importorskip("myst_parser", reason='myst-parser is not installed (pip ins
 
 import pyro_dp  # noqa: E402
 import pyro_dp.accounting  # noqa: E402
+import pyro_dp.audit  # noqa: E402
 import pyro_dp.evaluation  # noqa: E402
 import pyro_dp.experiments  # noqa: E402
 import pyro_dp.mechanisms  # noqa: E402
@@ -48,8 +49,8 @@ def test_api_page_documents_every_public_name(built_docs):
                                         r'<span class="pre">([^<]+)</span>', api, flags=re.S)
     }
     missing = []
-    for module in (pyro_dp, pyro_dp.accounting, pyro_dp.mechanisms, pyro_dp.evaluation, pyro_dp.models,
-                   pyro_dp.experiments):
+    for module in (pyro_dp, pyro_dp.accounting, pyro_dp.audit, pyro_dp.mechanisms, pyro_dp.evaluation,
+                   pyro_dp.models, pyro_dp.experiments):
         for name in module.__all__:
             if f"{module.__name__}.{name}" not in documented and name not in documented:
                 missing.append(f"{module.__name__}.{name}")
