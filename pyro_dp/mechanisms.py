@@ -68,6 +68,7 @@ __all__ = [
     "clip_scalars",
     "clipped_sum_with_noise",
     "add_gaussian_noise",
+    "gaussian_release",
 ]
 
 #: Neighbouring relations a ledger can be stated under.
@@ -660,6 +661,22 @@ def clipped_sum_with_noise(
         raise ValueError(f"values must have shape [B] or [B, D], got {tuple(values.shape)}")
     frac = float(mask.float().mean()) if mask.numel() else 0.0
     return add_gaussian_noise(total, clip, noise_multiplier, noise, relation)._replace(clipped_fraction=frac)
+
+
+def gaussian_release(value: torch.Tensor, std, event: PrivacyEvent, noise: NoiseSource) -> NoisyRelease:
+    r"""Release ``value`` + :math:`\mathcal N(0, \mathrm{std}^2 I)` for a mechanism whose privacy
+    analysis is ``event`` — the release path of the kernels whose noise is not
+    ``noise_multiplier x sensitivity`` of a clipped sum (DP Barker's :math:`C - \sigma_b^2`,
+    Heikkilä et al. 2019 eq. (18); the minibatch penalty's :math:`\mathrm{nm}\cdot c(\theta,\theta')`,
+    Räisä 2021 thesis Thm 8). ``std`` must be data-independent or bounded as the event's
+    analysis assumes.
+
+    >>> out = gaussian_release(torch.tensor(1.0, dtype=torch.float64), 0.0, NonPrivateEvent(), NoiseSource())
+    >>> float(out.value), out.event
+    (1.0, NonPrivateEvent())
+    """
+    std_t = torch.as_tensor(std, dtype=value.dtype, device=value.device)
+    return NoisyRelease(value + noise.normal(std_t, value.shape, like=value), event, std_t, 0.0)
 
 
 def add_gaussian_noise(

@@ -44,24 +44,16 @@ from typing import NamedTuple, Tuple
 
 import torch
 
+from ..accounting import UnsupportedEventError, get_accountant
 from ..accounting.subsampled import barker_orders, dp_barker_rdp
-from ..mechanisms import RDPCurveEvent, clip_scalars
-from .base import DPKernel, check_positive
-from .proposals import (
-    GaussianMixtureCorrection,
-    barker_accept,
-    check_proposal_scale,
-    flip_direction,
-    initial_directions,
-    random_walk,
-)
+from ..mechanisms import RDPCurveEvent, clip_scalars, gaussian_release
+from .base import check_positive
+from .mh import MHState, RandomWalkKernel, RatioRelease, check_batch_size
+from .proposals import GaussianMixtureCorrection, barker_accept
 
 __all__ = [
     "DPBarker",
-    "BarkerState",
-    "BarkerInfo",
-    "barker_init",
-    "barker_step",
+    "barker_release",
     "batch_log_ratios",
     "barker_batch_statistics",
     "load_correction",
@@ -114,74 +106,22 @@ def barker_batch_statistics(r: torch.Tensor, n: int, b: int, temperature: float)
     return lam_batch, var_b, clipped
 
 
-class BarkerState(NamedTuple):
-    """State of the DP Barker chain.
-
-    :ivar z: current point, flat, in unconstrained space.
-    :ivar log_prior: data-free log prior (+ log-Jacobian) at ``z``.
-    :ivar direction: guided-walk directions (±1 per coordinate).
-    """
-
-    z: torch.Tensor
-    log_prior: torch.Tensor
-    direction: torch.Tensor
-
-
-class BarkerInfo(NamedTuple):
-    """What one iteration did.
-
-    :ivar accepted: the accept decision (post-processing of the release).
-    :ivar events: privacy events released (one :class:`~pyro_dp.mechanisms.RDPCurveEvent`).
-    :ivar clipped_fraction: fraction of the batch's ratios that were clipped
-        (**non-private** diagnostic).
-    :ivar coord: coordinate moved by a one-component proposal (``-1``: all).
-    """
-
-    accepted: bool
-    events: Tuple
-    clipped_fraction: float
-    coord: int
-
-
-def barker_init(lik, z: torch.Tensor, rng: torch.Generator) -> BarkerState:
-    """Initial state at ``z`` (data-free)."""
-    direction = initial_directions(z, rng)
-    with torch.no_grad():
-        lp = lik.log_prior(z)
-    return BarkerState(z, lp, direction)
-
-
-def barker_step(
-    rng: torch.Generator,
-    noise,
-    state: BarkerState,
-    lik,
-    *,
-    proposal_scale,
-    batch_size: int,
-    correction: GaussianMixtureCorrection,
-    event,
-    mode: str = "full",
-) -> Tuple[BarkerState, BarkerInfo]:
-    """One DP Barker iteration (see the module docstring for the formulas)."""
-    prop = random_walk(rng, state.z, proposal_scale, mode, state.direction)
+def barker_release(lik, noise, state: MHState, z_new: torch.Tensor, *, batch_size: int,
+                   correction: GaussianMixtureCorrection, event) -> RatioRelease:
+    r"""One DP Barker release (module docstring): a secret batch of ``batch_size`` rows without
+    replacement, the clipped ratios' :math:`\lambda^*_S` and :math:`\sigma_b^2`, and one draw of
+    :math:`\mathcal N(\lambda^*_S, C - \sigma_b^2)` (Heikkilä et al. 2019, eq. (18))."""
     n, b, T = lik.num_rows, int(batch_size), lik.temperature
     idx = noise.sample_without_replacement(n, b, device=state.z.device)  # secret batch
-    r, lp_new = batch_log_ratios(lik, state.z, prop.z, idx)
+    r, lp_new = batch_log_ratios(lik, state.z, z_new, idx)
     # Heikkilä et al. 2019, Thm 2 condition (19) with tempering (23): |T r_i| <= sqrt(b)/N
     lam_batch, var_b, clipped = barker_batch_statistics(r, n, b, T)
-    # The released value: one draw of N(lam_batch, C - sigma_b^2) (Heikkilä et al. 2019, eq. (18)).
-    released = lam_batch + noise.normal(torch.sqrt(correction.C - var_b), (), like=lam_batch)
-    lambda_hat = released + (lp_new - state.log_prior) + prop.log_q_ratio
-    accepted = barker_accept(rng, lambda_hat, correction)  # always drawn: keeps streams aligned
-    accepted = accepted and bool(torch.isfinite(lp_new))  # outside the prior's support: reject
-    direction = flip_direction(state.direction, prop.coord, accepted) if mode == "gwmh" else state.direction
-    new = BarkerState(prop.z, lp_new, direction) if accepted else BarkerState(state.z, state.log_prior, direction)
+    rel = gaussian_release(lam_batch, torch.sqrt(correction.C - var_b), event, noise)
     frac = float(clipped.double().mean()) if clipped.numel() else 0.0
-    return new, BarkerInfo(accepted, (event,), frac, prop.coord)
+    return RatioRelease(rel.value, correction.C - var_b, lp_new, (event,), frac, float(rel.noise_std))
 
 
-class DPBarker(DPKernel):
+class DPBarker(RandomWalkKernel):
     r"""DP Barker (Heikkilä et al. 2019) as a Pyro ``MCMCKernel``.
 
     :param model: Pyro model that indexes its data by the data plate's indices
@@ -236,19 +176,16 @@ class DPBarker(DPKernel):
         if kwargs.get("non_private"):
             raise ValueError("DPBarker has no non-private mode: its noise is fixed by the Barker test (C = 2)")
         super().__init__(model, accountant=accountant, **kwargs)
-        if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size <= 1:
-            raise ValueError(f"batch_size must be an integer > 1, got {batch_size!r}")
-        self.batch_size = int(batch_size)
+        self.batch_size = check_batch_size(batch_size)
         self.max_order = check_positive("max_order", max_order, integer=True)
         barker_orders(self.batch_size, self.max_order)  # raises if b/5 leaves no RDP order
-        self.proposal_scale = check_positive("proposal_scale", proposal_scale)
-        self.guided_walk = bool(guided_walk)
-        self.one_component = bool(one_component) or self.guided_walk
-        self.mode = "gwmh" if self.guided_walk else ("ocu" if self.one_component else "full")
+        self._setup_walk(proposal_scale, one_component=one_component, guided_walk=guided_walk)
         self.correction = load_correction()
         if self.correction.C != BARKER_C:
             raise ValueError("the shipped V_corr was fitted for a different C")
         self._event = None
+
+    needs_indexing = True
 
     def _rdp_event(self) -> RDPCurveEvent:
         n = self.lik.num_rows
@@ -261,8 +198,6 @@ class DPBarker(DPKernel):
 
     def _calibrate(self):
         # before any data is read: the accountant must compose RDP curves
-        from ..accounting import UnsupportedEventError, get_accountant
-
         if not get_accountant(self.accountant).supports(self._rdp_event()):
             raise UnsupportedEventError(
                 f"accountant {self.accountant!r} cannot compose DP Barker's RDP curve; use 'rdp'"
@@ -271,26 +206,9 @@ class DPBarker(DPKernel):
     def _per_iteration_events(self):
         return [self._rdp_event()]
 
-    def _init_state(self, z):
-        self._rdp_event()  # validates b <= N before any data is read
-        scale = check_proposal_scale(self.proposal_scale, z)
-        self._scale = scale
-        if not self.lik.indexable:
-            raise ValueError(
-                "DPBarker needs a model that indexes its data by the data plate's indices "
-                "(`with pyro.plate('data', N) as idx: ... obs=y[idx]`)"
-            )
-        return barker_init(self.lik, z, self._rng)
+    def _release(self, noise, state, z_new):
+        return barker_release(self.lik, noise, state, z_new, batch_size=self.batch_size,
+                              correction=self.correction, event=self._rdp_event())
 
-    def _step(self, state):
-        return barker_step(
-            self._rng,
-            self._noise,
-            state,
-            self.lik,
-            proposal_scale=self._scale,
-            batch_size=self.batch_size,
-            correction=self.correction,
-            event=self._rdp_event(),
-            mode=self.mode,
-        )
+    def _accept(self, rng, lambda_hat, noise_var):
+        return barker_accept(rng, lambda_hat, self.correction)  # the noise is exactly C: no penalty

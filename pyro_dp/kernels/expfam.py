@@ -38,9 +38,10 @@ from typing import Callable, NamedTuple, Optional, Tuple
 import torch
 
 from ..likelihood import _forked_rng
-from ..mechanisms import GaussianEvent, NonPrivateEvent, NoisyRelease, add_gaussian_noise, clip_rows
-from .base import DPKernel, check_positive
-from .proposals import AdaptiveProposalScale, flip_direction, initial_directions, penalty_accept, random_walk
+from ..mechanisms import NoisyRelease, add_gaussian_noise, clip_rows
+from .base import check_positive
+from .mh import MHState, RandomWalkKernel, RatioRelease
+from .proposals import penalty_accept
 
 __all__ = [
     "ExpFamily",
@@ -48,10 +49,7 @@ __all__ = [
     "bernoulli",
     "poisson",
     "SufficientStatistic",
-    "ExpFamState",
-    "ExpFamInfo",
-    "expfam_init",
-    "expfam_step",
+    "expfam_release",
     "DPExpFamPenalty",
 ]
 
@@ -262,103 +260,40 @@ class SufficientStatistic:
 # --------------------------------------------------------------------------- pure core
 
 
-class ExpFamState(NamedTuple):
-    r"""State of the exponential-family penalty chain (all data-free).
-
-    :ivar z: current point, flat, unconstrained.
-    :ivar log_prior: log prior (+ log-Jacobian) at ``z``.
-    :ivar phi: :math:`\varphi(\theta)` at ``z`` (``[d]``).
-    :ivar log_g: :math:`\log g(\theta)` at ``z``.
-    :ivar direction: guided-walk directions (±1 per coordinate).
-    """
-
-    z: torch.Tensor
-    log_prior: torch.Tensor
-    phi: torch.Tensor
-    log_g: torch.Tensor
-    direction: torch.Tensor
-
-
-class ExpFamInfo(NamedTuple):
-    r"""What one iteration did.
-
-    :ivar accepted: the accept decision (post-processing of the release).
-    :ivar events: privacy events released (one Gaussian mechanism on :math:`S_n`).
-    :ivar clipped_fraction: fraction of rows whose statistic was clipped (**non-private**).
-    :ivar noise_std: :math:`T\sigma_n(\theta,\theta')`, std of the noise on the log ratio (eq. 8).
-    :ivar coord: coordinate moved by a one-component proposal (``-1``: all).
-    :ivar statistic: the released :math:`\hat S_n` (public).
-    """
-
-    accepted: bool
-    events: Tuple
-    clipped_fraction: float
-    noise_std: float
-    coord: int
-    statistic: torch.Tensor
-
-
 def _natural(lik, family: ExpFamily, z: torch.Tensor):
+    r""":math:`(\varphi(\theta), \log g(\theta))` at unconstrained ``z`` (data-free)."""
     params = lik.constrain(z)
     phi = torch.as_tensor(family.natural_param(params)).reshape(-1)
     log_g = torch.as_tensor(family.log_g(params)).reshape(())
     return phi, log_g
 
 
-def expfam_init(lik, family: ExpFamily, z: torch.Tensor, rng: torch.Generator) -> ExpFamState:
-    """Initial state at ``z`` (data-free)."""
-    direction = initial_directions(z, rng)
-    with torch.no_grad():
-        lp = lik.log_prior(z)
-        phi, log_g = _natural(lik, family, z)
-    return ExpFamState(z, lp, phi, log_g, direction)
-
-
-def expfam_step(
-    rng: torch.Generator,
-    noise,
-    state: ExpFamState,
-    lik,
-    family: ExpFamily,
-    statistic: SufficientStatistic,
-    *,
-    proposal_scale,
-    noise_multiplier: float,
-    mode: str = "full",
-) -> Tuple[ExpFamState, ExpFamInfo]:
-    """One iteration of Algorithm 3 (Yıldırım & Ermiş 2019, §3.3)."""
-    prop = random_walk(rng, state.z, proposal_scale, mode, state.direction)
-    z_new = prop.z
+def expfam_release(lik, family: ExpFamily, statistic: SufficientStatistic, noise, state: MHState,
+                   z_new: torch.Tensor, *, noise_multiplier: float) -> RatioRelease:
+    r"""One iteration's release of Algorithm 3 (Yıldırım & Ermiş 2019, §3.3): a fresh noisy
+    :math:`\hat S_n` plugged into eq. (7). ``state.cache`` is :math:`(\varphi, \log g)` at
+    ``state.z`` (data-free); ``extra`` is the released :math:`\hat S_n`."""
     with torch.no_grad():
         lp_new = lik.log_prior(z_new)
         phi_new, log_g_new = _natural(lik, family, z_new)
     rel = statistic.release(noise_multiplier, noise)  # Alg. 3, step 1: fresh Ŝ_n every iteration
-    dphi = phi_new - state.phi
+    phi, log_g = state.cache
+    dphi = phi_new - phi
     T = lik.temperature
     # Paper eq. (7) with Ŝ_n: d̂ = n[log g(θ') − log g(θ)] + [φ(θ') − φ(θ)]ᵀ Ŝ_n
-    d_hat = lik.num_rows * (log_g_new - state.log_g) + dphi @ rel.value
-    lambda_hat = T * d_hat + (lp_new - state.log_prior) + prop.log_q_ratio
-    # Paper eq. (8): σ²_n(θ,θ') = ||φ(θ') − φ(θ)||² ξ with ξ = (nm·2b)² (tempered: × T²)
+    d_hat = lik.num_rows * (log_g_new - log_g) + dphi @ rel.value
+    # Paper eq. (8): σ²_n(θ,θ') = ||φ(θ') − φ(θ)||² ξ with ξ = (nm·2b)² (tempered: × T²);
+    # Alg. 3, step 2 accepts w.p. min{1, exp(λ̂ − σ²_n/2)}
     noise_var = (T * rel.noise_std) ** 2 * (dphi @ dphi)
-    ok = bool(torch.isfinite(lp_new)) and bool(torch.isfinite(lambda_hat)) and bool(torch.isfinite(noise_var))
-    if not ok:  # outside the support: data-free rejection, random stream kept aligned
-        penalty_accept(rng, torch.zeros((), dtype=z_new.dtype), torch.zeros((), dtype=z_new.dtype))
-        accepted = False
-    else:  # Alg. 3, step 2: accept w.p. min{1, exp(λ̂ − σ²_n/2)}
-        accepted = penalty_accept(rng, lambda_hat, noise_var)
-    direction = flip_direction(state.direction, prop.coord, accepted) if mode == "gwmh" else state.direction
-    if accepted:
-        new = ExpFamState(z_new, lp_new, phi_new, log_g_new, direction)
-    else:
-        new = state._replace(direction=direction)
-    std = float(torch.sqrt(noise_var)) if ok else float("nan")
-    return new, ExpFamInfo(accepted, (rel.event,), rel.clipped_fraction, std, prop.coord, rel.value)
+    std = float(torch.sqrt(noise_var)) if bool(torch.isfinite(noise_var)) else float("nan")
+    return RatioRelease(T * d_hat, noise_var, lp_new, (rel.event,), rel.clipped_fraction, std,
+                        cache_new=(phi_new, log_g_new), cache_old=(phi, log_g), extra=rel.value)
 
 
 # --------------------------------------------------------------------------- kernel
 
 
-class DPExpFamPenalty(AdaptiveProposalScale, DPKernel):
+class DPExpFamPenalty(RandomWalkKernel):
     r"""DP penalty MH for exponential-family likelihoods (Yıldırım & Ermiş 2019, Alg. 3).
 
     The Pyro model supplies the prior (:meth:`~pyro_dp.likelihood.PrivateLikelihood.log_prior`),
@@ -429,30 +364,19 @@ class DPExpFamPenalty(AdaptiveProposalScale, DPKernel):
             raise ValueError("family has no public bound on ||S(y) - center||: the sensitivity would be infinite")
         check_positive("family.bound", family.bound)
         self.family = family
-        self.proposal_scale = check_positive("proposal_scale", proposal_scale)
+        self._setup_walk(proposal_scale, one_component=one_component, guided_walk=guided_walk,
+                         adapt_proposal=adapt_proposal, target_accept=target_accept)
         self.noise_multiplier = self._check_noise_multiplier("noise_multiplier", noise_multiplier)
-        self.guided_walk = bool(guided_walk)
-        self.one_component = bool(one_component) or self.guided_walk
-        self.mode = "gwmh" if self.guided_walk else ("ocu" if self.one_component else "full")
-        self._setup_adaptation(adapt_proposal, target_accept)
         self.check_family = bool(check_family)
         self._checked_lik = None
 
     def _calibrate(self):
-        if self.noise_multiplier is None and self.init is not None:  # room for the init's releases
-            self.noise_multiplier = self._calibrate_scale(lambda s: ((), [GaussianEvent(s)]))
-        elif self.noise_multiplier is None:
-            from ..accounting import calibrate_noise_multiplier
-
-            self.noise_multiplier = calibrate_noise_multiplier(
-                self.epsilon, self.delta, self.num_iterations, accountant=self.accountant, num_chains=self.num_chains
-            )
+        if self.noise_multiplier is None:
+            self.noise_multiplier = self._calibrated_gaussian_noise_multiplier()
 
     def _per_iteration_events(self):
         # One Gaussian mechanism on S_n per iteration (Alg. 3, step 1; Corollary 1).
-        if self.noise_multiplier == 0:
-            return [NonPrivateEvent()]
-        return [GaussianEvent(self.noise_multiplier)]
+        return self._gaussian_events(self.noise_multiplier)
 
     def _validate(self, z: torch.Tensor) -> None:
         """Data-free checks of ``family`` against the model (dimension, and eq. (7))."""
@@ -501,25 +425,17 @@ class DPExpFamPenalty(AdaptiveProposalScale, DPKernel):
                 f"(max error {float((lhs - rhs).abs().max()):.3g}); check site names and parametrisation"
             )
 
-    def _init_state(self, z):
+    def _initial_cache(self, z):
         if self._checked_lik is not self.lik:  # once per setup(), before any data access
             self._validate(z)
             self._statistic = SufficientStatistic(self.lik, self.family)
             self._checked_lik = self.lik
-        self._start_scale(z)
-        return expfam_init(self.lik, self.family, z, self._rng)
+        with torch.no_grad():
+            return _natural(self.lik, self.family, z)
 
-    def _step(self, state):
-        new, info = expfam_step(
-            self._rng,
-            self._noise,
-            state,
-            self.lik,
-            self.family,
-            self._statistic,
-            proposal_scale=self.adapted_proposal_scale,
-            noise_multiplier=self.noise_multiplier,
-            mode=self.mode,
-        )
-        self._adapt(info)  # warmup only; reads the accept decision (post-processing)
-        return new, info
+    def _release(self, noise, state, z_new):
+        return expfam_release(self.lik, self.family, self._statistic, noise, state, z_new,
+                              noise_multiplier=self.noise_multiplier)
+
+    def _accept(self, rng, lambda_hat, noise_var):
+        return penalty_accept(rng, lambda_hat, noise_var)

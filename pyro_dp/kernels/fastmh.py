@@ -33,6 +33,8 @@ the underlying Gaussian mechanism instead, composed exactly in GDP.
 from __future__ import annotations
 
 import math
+import warnings
+from functools import partial
 from typing import Callable, NamedTuple, Optional, Tuple, Union
 
 import torch
@@ -44,14 +46,15 @@ from ..accounting.composition import (
 )
 from ..accounting.gdp import gdp_delta
 from ..mechanisms import ApproxDPEvent, GaussianEvent, NonPrivateEvent, PrivacyLedger, clip_scalars, clipped_sum_with_noise
-from .base import DPKernel, check_positive
-from .proposals import check_proposal_scale, penalty_accept, random_walk
+from .base import check_positive
+from .mh import MHState, RandomWalkKernel, RatioRelease, mh_init, mh_step
+from .proposals import penalty_accept
 
 __all__ = [
     "DPFastMH",
     "FastMHConfig",
-    "FastMHState",
     "FastMHInfo",
+    "fastmh_release",
     "StepPrivacy",
     "fastmh_step_privacy",
     "fastmh_init",
@@ -192,20 +195,6 @@ class FastMHConfig(NamedTuple):
     event: object
 
 
-class FastMHState(NamedTuple):
-    """State of the chain.
-
-    :ivar z: current point, flat, unconstrained.
-    :ivar log_prior: data-free log prior (+ log-Jacobian) at ``z``.
-    :ivar loglik: all ``N`` per-example log-likelihoods at ``z`` if a full-batch step has
-        computed them (private; used only inside the next release), else ``None``.
-    """
-
-    z: torch.Tensor
-    log_prior: torch.Tensor
-    loglik: Optional[torch.Tensor]
-
-
 class FastMHInfo(NamedTuple):
     """What one iteration did.
 
@@ -232,10 +221,10 @@ class FastMHInfo(NamedTuple):
     distance: float
 
 
-def fastmh_init(lik, z: torch.Tensor) -> FastMHState:
-    """Initial state at ``z`` (data-free)."""
-    with torch.no_grad():
-        return FastMHState(z, lik.log_prior(z), None)
+def fastmh_init(lik, z: torch.Tensor) -> MHState:
+    """Initial state at ``z`` (data-free; ``cache`` holds all ``N`` per-example
+    log-likelihoods once a full-batch step has computed them)."""
+    return mh_init(lik, z)
 
 
 def _energy_diffs(lik, ll_new, ll_old, bound):
@@ -246,13 +235,12 @@ def _energy_diffs(lik, ll_new, ll_old, bound):
     return lik.temperature * clipped, frac
 
 
-def fastmh_step(
-    rng: torch.Generator, noise, state: FastMHState, lik, *, proposal_scale, config: FastMHConfig
-) -> Tuple[FastMHState, FastMHInfo]:
-    """One DP-Fast MH iteration (Zhang & Zhang 2023, Alg. 2; module docstring for formulas)."""
-    cfg = config
-    prop = random_walk(rng, state.z, proposal_scale, "full")
-    z_new, z = prop.z, state.z
+def fastmh_release(lik, noise, state: MHState, z_new: torch.Tensor, *, config: FastMHConfig) -> RatioRelease:
+    """The release of one DP-Fast MH iteration (Zhang & Zhang 2023, Alg. 2; module docstring):
+    the minibatch (B < K) or full-batch noisy log ratio. ``extra`` is the step's
+    :class:`FastMHInfo` without the accept decision."""
+    cfg, z = config, state.z
+    ll_old = None
     m = torch.linalg.vector_norm(z_new - z)  # M(theta, theta') = ||theta - theta'|| (Asm. 1)
     mf = float(m)
     n = lik.num_rows
@@ -291,7 +279,7 @@ def fastmh_step(
         rows, full = b, False
     else:
         # ---- full-batch MH (Alg. 2, B >= K, or the full-batch variant)
-        ll_old = state.loglik if state.loglik is not None else lik.per_example_loglik(z)
+        ll_old = state.cache if state.cache is not None else lik.per_example_loglik(z)
         ll_new, lp_new = lik.loglik_and_prior(z_new)
         diff = ll_new - ll_old  # NaN/±inf rows: the per-row rule inside the release
         sens = 2.0 * c * mf  # Lemma 1, eq. (2): Delta(l2) = 2 max_i c_i M
@@ -303,23 +291,28 @@ def fastmh_step(
         frac = rel.clipped_fraction
         loglik, rows, full = ll_new, n, True
     # Alg. 2: r = exp(l + xi - sigma^2 Delta^2 / 2) q(theta|theta')/q(theta'|theta), times the prior ratio
-    lambda_hat = log_ratio + (lp_new - state.log_prior) + prop.log_q_ratio
-    accepted = penalty_accept(rng, lambda_hat, torch.as_tensor(noise_std**2, dtype=z.dtype))
-    accepted = accepted and bool(torch.isfinite(lp_new))  # outside the prior's support: reject
-    if accepted:
-        new = FastMHState(z_new, lp_new, loglik)  # cache all N terms only after a full-batch step
-    elif full and state.loglik is None:
-        new = FastMHState(z, state.log_prior, ll_old)
-    else:
-        new = state
-    info = FastMHInfo(accepted, (cfg.event,), frac, b, rows, full, free, noise_std, mf)
-    return new, info
+    extra = FastMHInfo(False, (cfg.event,), frac, b, rows, full, free, noise_std, mf)
+    return RatioRelease(log_ratio, torch.as_tensor(noise_std**2, dtype=z.dtype), lp_new, (cfg.event,), frac,
+                        noise_std, cache_new=loglik,  # all N terms are cached only after a full-batch step
+                        cache_old=ll_old if full else state.cache, extra=extra)
+
+
+def _accept(rng, lambda_hat, noise_var):
+    return penalty_accept(rng, lambda_hat, noise_var)
+
+
+def fastmh_step(rng: torch.Generator, noise, state: MHState, lik, *, proposal_scale,
+                config: FastMHConfig) -> Tuple[MHState, FastMHInfo]:
+    """One DP-Fast MH iteration (Zhang & Zhang 2023, Alg. 2) through :func:`~.mh.mh_step`."""
+    new, info = mh_step(rng, noise, state, proposal_scale=proposal_scale,
+                        release=partial(fastmh_release, lik, config=config), accept=_accept)
+    return new, info.extra._replace(accepted=info.accepted)
 
 
 # --------------------------------------------------------------------------- Pyro kernel
 
 
-class DPFastMH(DPKernel):
+class DPFastMH(RandomWalkKernel):
     r"""DP-Fast MH (Zhang & Zhang 2023, Alg. 2) as a Pyro ``MCMCKernel``.
 
     :param model: Pyro model with its observed sites in a data plate indexed by the plate's
@@ -405,7 +398,7 @@ class DPFastMH(DPKernel):
             non_private = kwargs.get("non_private", False)
             accountant = "gdp" if (self.full_batch and not self.privacy_for_free and not non_private) else "optimal"
         super().__init__(model, accountant=accountant, **kwargs)
-        self.proposal_scale = check_positive("proposal_scale", proposal_scale)
+        self._setup_walk(proposal_scale)
         if callable(lipschitz):
             self.lipschitz = lipschitz
         else:
@@ -473,7 +466,6 @@ class DPFastMH(DPKernel):
         )
         ev = self.step_privacy.event
         if isinstance(ev, ApproxDPEvent) and (ev.epsilon > self.step_epsilon or ev.delta > self.step_delta):
-            import warnings
 
             warnings.warn(
                 f"Thm 2's per-iteration ({self.step_epsilon}, {self.step_delta}) does not hold for this "
@@ -498,19 +490,22 @@ class DPFastMH(DPKernel):
             raise RuntimeError("the per-iteration event depends on N: call setup() first")
         return [self.step_privacy.event]
 
-    def _init_state(self, z):
-        scale = check_proposal_scale(self.proposal_scale, z)
-        self._scale = scale
-        return fastmh_init(self.lik, z)
+    draws_directions = False  # the full random walk only: no guided-walk directions (Alg. 1)
+
+    def _release(self, noise, state, z_new):
+        return fastmh_release(self.lik, noise, state, z_new, config=self._config())
+
+    def _accept(self, rng, lambda_hat, noise_var):
+        return _accept(rng, lambda_hat, noise_var)
 
     def _step(self, state):
-        new, info = fastmh_step(self._rng, self._noise, state, self.lik, proposal_scale=self._scale, config=self._config())
-        s = self._stats
+        new, info = super()._step(state)
+        s, facts = self._stats, info.extra
         s["n"] += 1
-        s["batch"] += info.batch_size
-        s["rows"] += info.rows_read
-        s["full"] += int(info.full_batch)
-        s["free"] += int(info.free)
+        s["batch"] += facts.batch_size
+        s["rows"] += facts.rows_read
+        s["full"] += int(facts.full_batch)
+        s["free"] += int(facts.free)
         return new, info
 
     # ------------------------------------------------------------------ reporting

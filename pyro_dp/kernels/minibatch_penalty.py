@@ -54,17 +54,23 @@ from typing import NamedTuple, Optional, Tuple
 
 import torch
 
-from ..mechanisms import NonPrivateEvent, SubsampledGaussianEvent, clip_scalars, clipped_sum_with_noise
+from ..accounting import UnsupportedEventError, get_accountant
+from ..accounting.base import canonical_event
+from ..mechanisms import (
+    NonPrivateEvent,
+    SubsampledGaussianEvent,
+    clip_scalars,
+    clipped_sum_with_noise,
+    gaussian_release,
+)
 from .barker import batch_log_ratios
-from .base import DPKernel, check_positive
-from .proposals import check_proposal_scale, flip_direction, initial_directions, penalty_accept, random_walk
+from .base import check_positive
+from .mh import MHState, RandomWalkKernel, RatioRelease, check_batch_size
+from .proposals import penalty_accept
 
 __all__ = [
     "DPMinibatchPenalty",
-    "MinibatchPenaltyState",
-    "MinibatchPenaltyInfo",
-    "minibatch_penalty_init",
-    "minibatch_penalty_step",
+    "minibatch_penalty_release",
     "thesis_sensitivity",
     "SCHEMES",
 ]
@@ -91,68 +97,19 @@ def thesis_sensitivity(n: int, b: int, temperature: float, llr_clip: float, dist
     return d_lambda + d_sigma
 
 
-class MinibatchPenaltyState(NamedTuple):
-    """State of the minibatch penalty chain.
-
-    :ivar z: current point, flat, in unconstrained space.
-    :ivar log_prior: data-free log prior (+ log-Jacobian) at ``z``.
-    :ivar direction: guided-walk directions (±1 per coordinate).
-    """
-
-    z: torch.Tensor
-    log_prior: torch.Tensor
-    direction: torch.Tensor
-
-
-class MinibatchPenaltyInfo(NamedTuple):
-    """What one iteration did.
-
-    :ivar accepted: the accept decision (post-processing of the release).
-    :ivar events: privacy events released (one subsampled Gaussian mechanism).
-    :ivar clipped_fraction: fraction of clipped ratios in the batch (**non-private**).
-    :ivar noise_std: standard deviation of the privacy noise (data-free).
-    :ivar coord: coordinate moved by a one-component proposal (``-1``: all).
-    """
-
-    accepted: bool
-    events: Tuple
-    clipped_fraction: float
-    noise_std: float
-    coord: int
-
-
-def minibatch_penalty_init(lik, z: torch.Tensor, rng: torch.Generator) -> MinibatchPenaltyState:
-    """Initial state at ``z`` (data-free)."""
-    direction = initial_directions(z, rng)
-    with torch.no_grad():
-        lp = lik.log_prior(z)
-    return MinibatchPenaltyState(z, lp, direction)
-
-
-def minibatch_penalty_step(
-    rng: torch.Generator,
-    noise,
-    state: MinibatchPenaltyState,
-    lik,
-    *,
-    proposal_scale,
-    batch_size: int,
-    llr_clip: float,
-    noise_multiplier: float,
-    subsampling: str = "poisson",
-    mode: str = "full",
-) -> Tuple[MinibatchPenaltyState, MinibatchPenaltyInfo]:
-    """One minibatch DP penalty iteration (formulas in the module docstring)."""
-    prop = random_walk(rng, state.z, proposal_scale, mode, state.direction)
+def minibatch_penalty_release(lik, noise, state: MHState, z_new: torch.Tensor, *, batch_size: int,
+                              llr_clip: float, noise_multiplier: float, subsampling: str = "poisson") -> RatioRelease:
+    r"""One minibatch penalty release: a noisy :math:`\lambda^* - \sigma_b^2/2` of a secret batch
+    (formulas in the module docstring); the accept rule then subtracts half the noise variance."""
     n, b, T = lik.num_rows, int(batch_size), lik.temperature
     q = b / n
-    dist = torch.linalg.vector_norm(prop.z - state.z)
+    dist = torch.linalg.vector_norm(z_new - state.z)
     clip = llr_clip * dist  # data-free: L ||θ'-θ||
     if subsampling == "poisson":
         idx = noise.poisson_subsample(n, q, device=state.z.device)  # secret batch
     else:
         idx = noise.sample_without_replacement(n, b, device=state.z.device)  # secret batch
-    r, lp_new = batch_log_ratios(lik, state.z, prop.z, idx)
+    r, lp_new = batch_log_ratios(lik, state.z, z_new, idx)
     r, clipped = clip_scalars(r, clip)
     frac = float(clipped.double().mean()) if clipped.numel() else 0.0
     if subsampling == "poisson":
@@ -170,23 +127,15 @@ def minibatch_penalty_step(
         c = thesis_sensitivity(n, b, T, llr_clip, dist)  # thesis Thm 8
         std = noise_multiplier * c  # sigma^2 = tau c^2 (thesis Thm 8)
         value = lam - var_b / 2
+        event = NonPrivateEvent()
         if noise_multiplier > 0:
-            value = value + noise.normal(std, (), like=value)
             event = SubsampledGaussianEvent(q, noise_multiplier, "without_replacement")
-        else:
-            event = NonPrivateEvent()
-    lambda_hat = value + (lp_new - state.log_prior) + prop.log_q_ratio
-    accepted = penalty_accept(rng, lambda_hat, std * std)  # thesis §3.3: exp(λ* − (σ² + σ_b²)/2)
-    accepted = accepted and bool(torch.isfinite(lp_new))  # outside the prior's support: reject
-    direction = flip_direction(state.direction, prop.coord, accepted) if mode == "gwmh" else state.direction
-    if accepted:
-        new = MinibatchPenaltyState(prop.z, lp_new, direction)
-    else:
-        new = MinibatchPenaltyState(state.z, state.log_prior, direction)
-    return new, MinibatchPenaltyInfo(accepted, (event,), frac, float(std), prop.coord)
+            value = gaussian_release(value, std, event, noise).value
+    # thesis §3.3: accept w.p. min{1, exp(λ* − (σ² + σ_b²)/2)}
+    return RatioRelease(value, std * std, lp_new, (event,), frac, float(std))
 
 
-class DPMinibatchPenalty(DPKernel):
+class DPMinibatchPenalty(RandomWalkKernel):
     r"""Minibatch DP penalty MH (Räisä 2021 thesis §3.3) as a Pyro ``MCMCKernel``.
 
     :param model: Pyro model that indexes its data by the data plate's indices.
@@ -242,32 +191,21 @@ class DPMinibatchPenalty(DPKernel):
             accountant = "pld" if subsampling == "poisson" else "dp_rdp"
         super().__init__(model, accountant=accountant, **kwargs)
         self.subsampling = subsampling
-        if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size <= 1:
-            raise ValueError(f"batch_size must be an integer > 1, got {batch_size!r}")
-        self.batch_size = int(batch_size)
-        self.proposal_scale = check_positive("proposal_scale", proposal_scale)
+        self.batch_size = check_batch_size(batch_size)
+        self._setup_walk(proposal_scale, one_component=one_component, guided_walk=guided_walk)
         self.llr_clip = check_positive("llr_clip", llr_clip)
         self.noise_multiplier = self._check_noise_multiplier("noise_multiplier", noise_multiplier)
-        self.guided_walk = bool(guided_walk)
-        self.one_component = bool(one_component) or self.guided_walk
-        self.mode = "gwmh" if self.guided_walk else ("ocu" if self.one_component else "full")
 
     def _event_for(self, nm: float):
         if nm == 0:
             return NonPrivateEvent()
         return SubsampledGaussianEvent(self.batch_size / self.lik.num_rows, nm, self.subsampling)
 
-    def _check_batch(self):
-        if self.batch_size > self.lik.num_rows:
-            raise ValueError(f"batch_size={self.batch_size} exceeds the number of rows N={self.lik.num_rows}")
+    needs_indexing = True
 
     def _check_accountant(self, nm):
         """The accountant must analyse this scheme under this relation: checked before any data
         is read (Poisson -> 'pld'; without replacement -> 'dp_rdp'; see the module doc)."""
-        from ..accounting import UnsupportedEventError, get_accountant
-
-        from ..accounting.base import canonical_event
-
         acc, event = get_accountant(self.accountant), self._event_for(nm)
         if not isinstance(event, NonPrivateEvent) and not acc.supports(event):
             raise UnsupportedEventError(
@@ -277,7 +215,7 @@ class DPMinibatchPenalty(DPKernel):
             )
 
     def _calibrate(self):
-        self._check_batch()
+        self._check_data()
         self._check_accountant(1.0 if self.noise_multiplier is None else self.noise_multiplier)
         if self.noise_multiplier is None:
             self.noise_multiplier = self._calibrate_scale(lambda s: ((), [self._event_for(s)]), rtol=1e-4)
@@ -285,27 +223,10 @@ class DPMinibatchPenalty(DPKernel):
     def _per_iteration_events(self):
         return [self._event_for(self.noise_multiplier)]
 
-    def _init_state(self, z):
-        self._check_batch()
-        if not self.lik.indexable:
-            raise ValueError(
-                "DPMinibatchPenalty needs a model that indexes its data by the data plate's indices "
-                "(`with pyro.plate('data', N) as idx: ... obs=y[idx]`)"
-            )
-        scale = check_proposal_scale(self.proposal_scale, z)
-        self._scale = scale
-        return minibatch_penalty_init(self.lik, z, self._rng)
+    def _release(self, noise, state, z_new):
+        return minibatch_penalty_release(self.lik, noise, state, z_new, batch_size=self.batch_size,
+                                         llr_clip=self.llr_clip, noise_multiplier=self.noise_multiplier,
+                                         subsampling=self.subsampling)
 
-    def _step(self, state):
-        return minibatch_penalty_step(
-            self._rng,
-            self._noise,
-            state,
-            self.lik,
-            proposal_scale=self._scale,
-            batch_size=self.batch_size,
-            llr_clip=self.llr_clip,
-            noise_multiplier=self.noise_multiplier,
-            subsampling=self.subsampling,
-            mode=self.mode,
-        )
+    def _accept(self, rng, lambda_hat, noise_var):
+        return penalty_accept(rng, lambda_hat, noise_var)

@@ -36,36 +36,26 @@ from typing import NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
-from ..mechanisms import GaussianEvent, NonPrivateEvent, PrivacyLedger, clipped_sum_with_noise
-from .base import DPKernel, check_positive
-from .penalty import PenaltyState, penalty_init
-from .proposals import AdaptiveProposalScale, flip_direction, penalty_accept, random_walk
+from ..accounting import get_accountant
+from ..mechanisms import NonPrivateEvent, PrivacyLedger, clipped_sum_with_noise
+from .base import check_positive
+from .mh import MHState, RandomWalkKernel, RatioRelease
+from .proposals import penalty_accept
 
-__all__ = ["MultiPartyInfo", "multiparty_step", "DPMultiPartyPenalty", "party_ledger", "party_epsilon"]
+__all__ = ["PartyReleases", "multiparty_release", "DPMultiPartyPenalty", "party_ledger", "party_epsilon"]
 
 
-class MultiPartyInfo(NamedTuple):
-    r"""What one iteration did.
+class PartyReleases(NamedTuple):
+    r"""The public facts of one iteration's party releases (``MHInfo.extra``).
 
-    :ivar accepted: the accept decision (post-processing of the releases).
-    :ivar events: the row-level (worst-party) event of this iteration, recorded in the main
-        ledger: one Gaussian mechanism with the smallest noise multiplier.
     :ivar party_events: each party's own released event.
-    :ivar clipped_fraction: fraction of clipped ratios over all rows (**non-private**).
-    :ivar noise_std: :math:`T\sqrt{\sum_j\sigma_j^2}`, std of the total noise on the log ratio.
     :ivar party_noise_std: :math:`\sigma_j` of each party's release.
-    :ivar log_ratio_hat: the released :math:`T\sum_j\hat d^{(j)}` (public).
-    :ivar coord: coordinate moved by a one-component proposal (``-1``: all).
+    :ivar log_ratio_hat: the released :math:`T\sum_j\hat d^{(j)}`.
     """
 
-    accepted: bool
-    events: Tuple
     party_events: Tuple
-    clipped_fraction: float
-    noise_std: float
     party_noise_std: Tuple
     log_ratio_hat: torch.Tensor
-    coord: int
 
 
 def _worst_event(events):
@@ -74,25 +64,15 @@ def _worst_event(events):
     return min(events, key=lambda e: e.noise_multiplier)
 
 
-def multiparty_step(
-    rng: torch.Generator,
-    noise,
-    state: PenaltyState,
-    lik,
-    parties: Sequence[torch.Tensor],
-    *,
-    proposal_scale,
-    llr_clip: float,
-    noise_multipliers: Sequence[float],
-    mode: str = "full",
-) -> Tuple[PenaltyState, MultiPartyInfo]:
-    """One iteration of Algorithm 2 (Yıldırım & Ermiş 2019, §3.2.2).
+def multiparty_release(lik, noise, state: MHState, z_new: torch.Tensor, parties: Sequence[torch.Tensor], *,
+                       llr_clip: float, noise_multipliers: Sequence[float]) -> RatioRelease:
+    """The releases of one iteration of Algorithm 2 (Yıldırım & Ermiş 2019, §3.2.2).
 
     ``parties[j]`` holds party ``j``'s row indices (public); ``noise_multipliers[j]`` its noise.
+    The recorded (row-level) event is the worst party's: parallel composition over disjoint
+    parties; each party's own event is in ``extra``.
     """
-    prop = random_walk(rng, state.z, proposal_scale, mode, state.direction)
-    z_new = prop.z
-    loglik = state.loglik
+    loglik = state.cache
     if loglik is None:
         loglik = lik.per_example_loglik(state.z)  # enters only this step's releases
     ll_new, lp_new = lik.loglik_and_prior(z_new)
@@ -104,31 +84,13 @@ def multiparty_step(
     T = lik.temperature
     d_hat = T * sum(r.value for r in rels)
     noise_var = T**2 * sum(r.noise_std**2 for r in rels)  # Alg. 2, step 2: N σ² for equal noise
-    lambda_hat = d_hat + (lp_new - state.log_prior) + prop.log_q_ratio
-    if not bool(torch.isfinite(lp_new)):
-        penalty_accept(rng, lambda_hat, noise_var)  # data-free rejection; stream kept aligned
-        accepted = False
-    else:  # accept w.p. min{1, prior/proposal ratio · exp(Σ_j d̂^(j) − Nσ²/2)}
-        accepted = penalty_accept(rng, lambda_hat, noise_var)
-    direction = flip_direction(state.direction, prop.coord, accepted) if mode == "gwmh" else state.direction
-    if accepted:
-        new = PenaltyState(z_new, lp_new, ll_new, direction)
-    else:
-        new = PenaltyState(state.z, state.log_prior, loglik, direction)
     sizes = [int(idx.numel()) for idx in parties]
     frac = sum(r.clipped_fraction * s for r, s in zip(rels, sizes)) / sum(sizes)
     party_events = tuple(r.event for r in rels)
-    info = MultiPartyInfo(
-        accepted,
-        (_worst_event(party_events),),
-        party_events,
-        frac,
-        float(torch.sqrt(torch.as_tensor(noise_var))),
-        tuple(float(r.noise_std) for r in rels),
-        d_hat,
-        prop.coord,
-    )
-    return new, info
+    extra = PartyReleases(party_events, tuple(float(r.noise_std) for r in rels), d_hat)
+    # accept w.p. min{1, prior/proposal ratio · exp(Σ_j d̂^(j) − Nσ²/2)}
+    return RatioRelease(d_hat, noise_var, lp_new, (_worst_event(party_events),), frac,
+                        float(torch.sqrt(torch.as_tensor(noise_var))), ll_new, loglik, extra)
 
 
 def _as_party_index(party) -> torch.Tensor:
@@ -144,7 +106,7 @@ def _as_party_index(party) -> torch.Tensor:
     return p.long()
 
 
-class DPMultiPartyPenalty(AdaptiveProposalScale, DPKernel):
+class DPMultiPartyPenalty(RandomWalkKernel):
     r"""DP penalty MH with the data shared among parties (Yıldırım & Ermiş 2019, Alg. 2).
 
     :param model: Pyro model with its observed sites in a data plate.
@@ -220,7 +182,8 @@ class DPMultiPartyPenalty(AdaptiveProposalScale, DPKernel):
             raise ValueError(f"parties {empty} have no rows: every party must own at least one row")
         self.num_parties = num_parties
         self._party_rows = [torch.nonzero(self.party == j).reshape(-1) for j in range(num_parties)]
-        self.proposal_scale = check_positive("proposal_scale", proposal_scale)
+        self._setup_walk(proposal_scale, one_component=one_component, guided_walk=guided_walk,
+                         adapt_proposal=adapt_proposal, target_accept=target_accept)
         self.llr_clip = check_positive("llr_clip", llr_clip)
         if noise_multiplier is None or _is_scalar(noise_multiplier):
             nm = self._check_noise_multiplier("noise_multiplier", noise_multiplier)
@@ -230,10 +193,6 @@ class DPMultiPartyPenalty(AdaptiveProposalScale, DPKernel):
             if len(nms) != num_parties:
                 raise ValueError(f"noise_multiplier has {len(nms)} entries for {num_parties} parties")
             self.noise_multipliers = tuple(self._check_noise_multiplier("noise_multiplier", v) for v in nms)
-        self.guided_walk = bool(guided_walk)
-        self.one_component = bool(one_component) or self.guided_walk
-        self.mode = "gwmh" if self.guided_walk else ("ocu" if self.one_component else "full")
-        self._setup_adaptation(adapt_proposal, target_accept)
         self._party_ledgers = [PrivacyLedger() for _ in range(num_parties)]
         self._finished_party_ledgers = []
 
@@ -243,46 +202,34 @@ class DPMultiPartyPenalty(AdaptiveProposalScale, DPKernel):
         return None if self.noise_multipliers is None else min(self.noise_multipliers)
 
     def _calibrate(self):
-        if self.noise_multipliers is None:
-            from ..accounting import calibrate_noise_multiplier
-
-            nm = calibrate_noise_multiplier(
-                self.epsilon, self.delta, self.num_iterations, accountant=self.accountant, num_chains=self.num_chains
-            )
-            self.noise_multipliers = (nm,) * self.num_parties
+        if self.noise_multipliers is None:  # no private init here (refused in __init__)
+            self.noise_multipliers = (self._calibrated_gaussian_noise_multiplier(),) * self.num_parties
 
     def _per_iteration_events(self):
         # Parallel composition: per row and iteration, one Gaussian mechanism (its party's);
         # the worst case over rows is the smallest noise multiplier.
-        if min(self.noise_multipliers) == 0:
-            return [NonPrivateEvent()]
-        return [GaussianEvent(min(self.noise_multipliers))]
+        return self._gaussian_events(min(self.noise_multipliers))
 
-    def _init_state(self, z):
+    def _check_data(self):
+        super()._check_data()
         if int(self.party.numel()) != self.lik.num_rows:
             raise ValueError(
                 f"party assigns {self.party.numel()} rows but the data plate {self.lik.data_plate!r} "
                 f"has {self.lik.num_rows}"
             )
         self._party_rows = [r.to(self.lik.device) for r in self._party_rows]
-        self._start_scale(z)
-        return penalty_init(self.lik, z, self._rng)
+
+    def _release(self, noise, state, z_new):
+        return multiparty_release(self.lik, noise, state, z_new, self._party_rows, llr_clip=self.llr_clip,
+                                  noise_multipliers=self.noise_multipliers)
+
+    def _accept(self, rng, lambda_hat, noise_var):
+        return penalty_accept(rng, lambda_hat, noise_var)
 
     def _step(self, state):
-        new, info = multiparty_step(
-            self._rng,
-            self._noise,
-            state,
-            self.lik,
-            self._party_rows,
-            proposal_scale=self.adapted_proposal_scale,
-            llr_clip=self.llr_clip,
-            noise_multipliers=self.noise_multipliers,
-            mode=self.mode,
-        )
-        for led, ev in zip(self._party_ledgers, info.party_events):
+        new, info = super()._step(state)
+        for led, ev in zip(self._party_ledgers, info.extra.party_events):
             led.record(ev)
-        self._adapt(info)  # warmup only; reads the accept decision (post-processing)
         return new, info
 
     # ------------------------------------------------------------------ per-party ledgers
@@ -307,8 +254,6 @@ class DPMultiPartyPenalty(AdaptiveProposalScale, DPKernel):
         the whole run, i.e. the worst party (parallel composition, module docstring)."""
         if party is None:
             return super().get_epsilon(delta, accountant)
-        from ..accounting import get_accountant
-
         ledger = self.party_ledger(party)
         if not ledger and self._num_setups > 0:
             raise RuntimeError(
@@ -338,7 +283,5 @@ def party_ledger(mcmc, party: int) -> PrivacyLedger:
 
 def party_epsilon(mcmc, delta: float, party: int, accountant: Optional[str] = None) -> float:
     """Party ``party``'s ε at ``delta`` against the others, over every chain of an ``MCMC`` run."""
-    from ..accounting import get_accountant
-
     name = accountant or getattr(mcmc.kernel, "accountant", None) or "gdp"
     return get_accountant(name, party_ledger(mcmc, party)).get_epsilon(delta)

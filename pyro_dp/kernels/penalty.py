@@ -20,73 +20,24 @@ noise multiplier ``nm`` (thesis Thm 6: tight; Thm 5: zCDP).
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Tuple
+from typing import Optional
 
 import torch
 
-from ..mechanisms import GaussianEvent, NonPrivateEvent, clipped_sum_with_noise
-from .base import DPKernel, check_positive
-from .proposals import AdaptiveProposalScale, flip_direction, initial_directions, penalty_accept, random_walk
+from ..mechanisms import clipped_sum_with_noise
+from .base import check_positive
+from .mh import MHState, RandomWalkKernel, RatioRelease
+from .proposals import penalty_accept
 
-__all__ = ["DPPenalty", "PenaltyState", "PenaltyInfo", "penalty_init", "penalty_step"]
-
-
-class PenaltyState(NamedTuple):
-    """State of the DP penalty chain.
-
-    :ivar z: current point, flat, in unconstrained space.
-    :ivar log_prior: data-free log prior (+ log-Jacobian) at ``z``.
-    :ivar loglik: cached per-example log-likelihoods at ``z`` (private: never released,
-        only used inside the next release); ``None`` until first needed.
-    :ivar direction: guided-walk directions (±1 per coordinate).
-    """
-
-    z: torch.Tensor
-    log_prior: torch.Tensor
-    loglik: Optional[torch.Tensor]
-    direction: torch.Tensor
+__all__ = ["DPPenalty", "penalty_release"]
 
 
-class PenaltyInfo(NamedTuple):
-    """What one iteration did.
-
-    :ivar accepted: the accept decision (post-processing of the release).
-    :ivar events: privacy events released (one Gaussian mechanism).
-    :ivar clipped_fraction: fraction of clipped ratios (**non-private** diagnostic).
-    :ivar noise_std: standard deviation of the noise on the summed ratio.
-    :ivar coord: coordinate moved by a one-component proposal (``-1``: all).
-    """
-
-    accepted: bool
-    events: Tuple
-    clipped_fraction: float
-    noise_std: float
-    coord: int
-
-
-def penalty_init(lik, z: torch.Tensor, rng: torch.Generator) -> PenaltyState:
-    """Initial state at ``z`` (data-free: the log-likelihood is computed lazily)."""
-    direction = initial_directions(z, rng)
-    with torch.no_grad():
-        lp = lik.log_prior(z)
-    return PenaltyState(z, lp, None, direction)
-
-
-def penalty_step(
-    rng: torch.Generator,
-    noise,
-    state: PenaltyState,
-    lik,
-    *,
-    proposal_scale,
-    llr_clip: float,
-    noise_multiplier: float,
-    mode: str = "full",
-) -> Tuple[PenaltyState, PenaltyInfo]:
-    """One DP penalty iteration (see module docstring for the formulas)."""
-    prop = random_walk(rng, state.z, proposal_scale, mode, state.direction)
-    z_new = prop.z
-    loglik = state.loglik
+def penalty_release(lik, noise, state: MHState, z_new: torch.Tensor, *, llr_clip: float,
+                    noise_multiplier: float) -> RatioRelease:
+    r"""The release of one DP penalty iteration (module docstring): the clipped per-example
+    log-likelihood ratio sum plus Gaussian noise, tempered. ``state.cache`` holds the private
+    per-example log-likelihoods at ``state.z`` (computed here if absent)."""
+    loglik = state.cache
     if loglik is None:
         loglik = lik.per_example_loglik(state.z)  # released inside this step's mechanism
     ll_new, lp_new = lik.loglik_and_prior(z_new)
@@ -94,22 +45,12 @@ def penalty_step(
     # Per-example ratios clipped to ±b‖θ'−θ‖: substitute sensitivity 2b‖θ'−θ‖ (thesis §3.1).
     rel = clipped_sum_with_noise(ll_new - loglik, llr_clip * dist, noise_multiplier, noise)
     T = lik.temperature
-    lambda_hat = T * rel.value + (lp_new - state.log_prior) + prop.log_q_ratio
-    noise_var = (T * rel.noise_std) ** 2
-    if not bool(torch.isfinite(lp_new)):
-        accepted = False  # outside the prior's support: data-free rejection
-        penalty_accept(rng, lambda_hat, noise_var)  # keep the random stream aligned
-    else:
-        accepted = penalty_accept(rng, lambda_hat, noise_var)
-    direction = flip_direction(state.direction, prop.coord, accepted) if mode == "gwmh" else state.direction
-    if accepted:
-        new = PenaltyState(z_new, lp_new, ll_new, direction)
-    else:
-        new = PenaltyState(state.z, state.log_prior, loglik, direction)
-    return new, PenaltyInfo(accepted, (rel.event,), rel.clipped_fraction, float(rel.noise_std), prop.coord)
+    # penalty: λ̂ = T ŝ + ..., accepted w.p. min{1, exp(λ̂ − T²σ²/2)} (Yıldırım & Ermiş 2019 §3.1)
+    return RatioRelease(T * rel.value, (T * rel.noise_std) ** 2, lp_new, (rel.event,), rel.clipped_fraction,
+                        float(rel.noise_std), cache_new=ll_new, cache_old=loglik)
 
 
-class DPPenalty(AdaptiveProposalScale, DPKernel):
+class DPPenalty(RandomWalkKernel):
     r"""Differentially private penalty MH (Yıldırım & Ermiş 2019) as a Pyro ``MCMCKernel``.
 
     :param model: Pyro model with its observed sites in a data plate.
@@ -170,48 +111,21 @@ class DPPenalty(AdaptiveProposalScale, DPKernel):
         **kwargs,
     ):
         super().__init__(model, **kwargs)
-        self.proposal_scale = check_positive("proposal_scale", proposal_scale)
+        self._setup_walk(proposal_scale, one_component=one_component, guided_walk=guided_walk,
+                         adapt_proposal=adapt_proposal, target_accept=target_accept)
         self.llr_clip = check_positive("llr_clip", llr_clip)
         self.noise_multiplier = self._check_noise_multiplier("noise_multiplier", noise_multiplier)
-        self.guided_walk = bool(guided_walk)
-        self.one_component = bool(one_component) or self.guided_walk
-        self.mode = "gwmh" if self.guided_walk else ("ocu" if self.one_component else "full")
-        self._setup_adaptation(adapt_proposal, target_accept)
 
     def _calibrate(self):
-        if self.noise_multiplier is None and self.init is not None:  # room for the init's releases
-            self.noise_multiplier = self._calibrate_scale(lambda s: ((), [GaussianEvent(s)]))
-        elif self.noise_multiplier is None:
-            from ..accounting import calibrate_noise_multiplier
-
-            self.noise_multiplier = calibrate_noise_multiplier(
-                self.epsilon,
-                self.delta,
-                self.num_iterations,
-                accountant=self.accountant,
-                num_chains=self.num_chains,
-            )
+        if self.noise_multiplier is None:
+            self.noise_multiplier = self._calibrated_gaussian_noise_multiplier()
 
     def _per_iteration_events(self):
-        if self.noise_multiplier == 0:
-            return [NonPrivateEvent()]
-        return [GaussianEvent(self.noise_multiplier)]
+        return self._gaussian_events(self.noise_multiplier)  # thesis Thm 6: one Gaussian mechanism
 
-    def _init_state(self, z):
-        self._start_scale(z)
-        return penalty_init(self.lik, z, self._rng)
+    def _release(self, noise, state, z_new):
+        return penalty_release(self.lik, noise, state, z_new, llr_clip=self.llr_clip,
+                               noise_multiplier=self.noise_multiplier)
 
-    def _step(self, state):
-        new, info = penalty_step(
-            self._rng,
-            self._noise,
-            state,
-            self.lik,
-            proposal_scale=self.adapted_proposal_scale,
-            llr_clip=self.llr_clip,
-            noise_multiplier=self.noise_multiplier,
-            mode=self.mode,
-        )
-        self._adapt(info)  # warmup only; reads the accept decision (post-processing)
-        return new, info
-
+    def _accept(self, rng, lambda_hat, noise_var):
+        return penalty_accept(rng, lambda_hat, noise_var)

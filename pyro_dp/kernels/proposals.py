@@ -133,9 +133,10 @@ class AdaptiveProposalScale:
             raise ValueError(f"target_accept must be in (0, 1), got {target_accept!r}")
 
     def _start_scale(self, z: torch.Tensor) -> None:
-        scale = check_proposal_scale(self.proposal_scale, z)
         if self._iteration == 0 or getattr(self, "_log_scale", None) is None:  # a new chain: the user's scale
-            self._log_scale = torch.log(scale.expand(z.numel()).clone())
+            self._user_scale = check_proposal_scale(self.proposal_scale, z).expand(z.numel()).clone()
+            self._log_scale = torch.log(self._user_scale)
+            self._scale_adapted = False
 
     def _adapt(self, info) -> None:
         if self.adapt_proposal and self._iteration < self._warmup_steps:
@@ -144,11 +145,12 @@ class AdaptiveProposalScale:
                 self._log_scale = self._log_scale + gain
             else:
                 self._log_scale[info.coord] += gain
+            self._scale_adapted = True
 
     @property
     def adapted_proposal_scale(self) -> torch.Tensor:
-        """The proposal scale in use (after warmup adaptation, if any)."""
-        return torch.exp(self._log_scale)
+        """The proposal scale in use: the user's until warmup adaptation changes it."""
+        return torch.exp(self._log_scale) if self._scale_adapted else self._user_scale
 
 
 def flip_direction(direction: torch.Tensor, coord: int, accepted: bool) -> torch.Tensor:

@@ -172,7 +172,7 @@ def test_kernel_equals_pure_step_on_pyro_model():
     lik, st, cfg = GaussLik(y), fastmh_init(GaussLik(y), z0), kernel._config()
     for _ in range(40):
         params = kernel.sample(params)
-        st, info = fastmh_step(rng, noise, st, lik, proposal_scale=kernel._scale, config=cfg)
+        st, info = fastmh_step(rng, noise, st, lik, proposal_scale=kernel.adapted_proposal_scale, config=cfg)
         assert torch.allclose(kernel.lik.flatten(params), st.z, rtol=0, atol=1e-12)
     d = kernel.diagnostics()
     assert d["private iterations"] == 40 and d["non-private clipped fraction"] == 0.0

@@ -4,6 +4,7 @@ acceptance noise (parties × one party's variance), per-party accounting (parall
 composition: equals a single-party run on that party's rows; dp_accounting), chains, bad inputs."""
 import math
 import warnings
+from functools import partial
 
 import pytest
 import torch
@@ -12,7 +13,8 @@ from pyro.infer import MCMC
 import pyro_dp
 import pyro_dp.kernels.multiparty as mp_mod
 from pyro_dp import DPPenalty
-from pyro_dp.kernels.multiparty import DPMultiPartyPenalty, multiparty_step, party_epsilon
+from pyro_dp.kernels.mh import mh_step
+from pyro_dp.kernels.multiparty import DPMultiPartyPenalty, multiparty_release, party_epsilon
 from pyro_dp.kernels.proposals import uniform_log
 from pyro_dp.mechanisms import GaussianEvent, NoiseSource
 from tests.kernels.helpers import gauss_model, make_data, posterior
@@ -79,10 +81,11 @@ def test_total_noise_is_parties_times_one_party():
     draws = []
     for _ in range(300):
         kernel._rng.set_state(rng_state)  # same proposal every time, fresh privacy noise
-        _, info = multiparty_step(kernel._rng, noise, state, kernel.lik, kernel._party_rows, proposal_scale=0.3,
-                                  llr_clip=4.0, noise_multipliers=kernel.noise_multipliers)
-        draws.append(float(info.log_ratio_hat))
-    sigma = info.party_noise_std
+        release = partial(multiparty_release, kernel.lik, parties=kernel._party_rows, llr_clip=4.0,
+                          noise_multipliers=kernel.noise_multipliers)
+        _, info = mh_step(kernel._rng, noise, state, proposal_scale=0.3, release=release, accept=mp_mod.penalty_accept)
+        draws.append(float(info.extra.log_ratio_hat))
+    sigma = info.extra.party_noise_std
     assert len(sigma) == 3 and max(sigma) == pytest.approx(min(sigma))
     assert info.noise_std**2 == pytest.approx(3 * sigma[0] ** 2, rel=1e-12)
     kernel._rng.set_state(rng_state)

@@ -1,0 +1,215 @@
+r"""One random-walk Metropolis–Hastings skeleton for every DP kernel that releases a noisy
+log-likelihood ratio (penalty, exponential-family and multi-party penalty, DP Barker,
+minibatch penalty, DP-Fast MH).
+
+An iteration is always the same five moves (BlackJAX's ``mh`` shape, NumPyro's
+``BarkerMHState``):
+
+1. **propose** :math:`\theta'` by a Gaussian random walk (:func:`~.proposals.random_walk`:
+   full, one-component or guided walk) from the seeded, data-free algorithm stream;
+2. **release** :math:`\hat\lambda_{\rm data}` — a noisy estimate of the tempered
+   log-likelihood ratio :math:`T(\ell(\theta')-\ell(\theta))` — through the kernel's
+   ``release`` function, the only step that reads data (every noise draw and batch comes
+   from the secret :class:`~pyro_dp.mechanisms.NoiseSource`);
+3. form :math:`\hat\lambda = \hat\lambda_{\rm data} + \log p(\theta') - \log p(\theta) +
+   \log q(\theta|\theta') - \log q(\theta'|\theta)` (data-free terms);
+4. **accept** with the injected rule (``penalty_accept``: Yıldırım & Ermiş 2019 §3.1;
+   ``barker_accept``: Heikkilä et al. 2019 eq. (9)). The rule's uniform (or correction) is
+   **always** drawn, then ANDed with one data-free validity check — the proposal's prior,
+   :math:`\hat\lambda` and the noise variance must be finite — so the algorithm stream stays
+   aligned whatever happens (one rejection idiom for all kernels);
+5. **flip** the guided-walk direction after a rejection (Gustafson 1998).
+
+A kernel is then a release function plus a short class. :class:`RandomWalkKernel` owns what
+they share: the proposal mode, the scale and its warmup adaptation, and the batch checks.
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple, Optional, Tuple
+
+import torch
+
+from ..accounting import calibrate_noise_multiplier
+from ..mechanisms import GaussianEvent, NonPrivateEvent
+from .base import DPKernel, check_positive
+from .proposals import AdaptiveProposalScale, flip_direction, initial_directions, random_walk
+
+__all__ = ["MHState", "MHInfo", "RatioRelease", "mh_init", "mh_step", "RandomWalkKernel", "check_batch_size"]
+
+
+class MHState(NamedTuple):
+    """State of a random-walk DP chain.
+
+    :ivar z: current point, flat, in unconstrained space.
+    :ivar log_prior: data-free log prior (+ log-Jacobian) at ``z``.
+    :ivar direction: guided-walk directions (±1 per coordinate), or ``None``.
+    :ivar cache: the kernel's private per-point cache (e.g. the per-example log-likelihoods
+        at ``z``, used only inside the next release; the exponential family's
+        :math:`(\\varphi(\\theta), \\log g(\\theta))`, data-free), or ``None``.
+    """
+
+    z: torch.Tensor
+    log_prior: torch.Tensor
+    direction: Optional[torch.Tensor]
+    cache: object = None
+
+
+class MHInfo(NamedTuple):
+    """What one iteration did.
+
+    :ivar accepted: the accept decision (post-processing of the release).
+    :ivar events: privacy events released.
+    :ivar clipped_fraction: fraction of clipped per-example terms (**non-private**).
+    :ivar noise_std: standard deviation of the noise on :math:`\\hat\\lambda` (data-free).
+    :ivar coord: coordinate moved by a one-component proposal (``-1``: all).
+    :ivar extra: the kernel's own public facts of the step (e.g. the released statistic).
+    """
+
+    accepted: bool
+    events: Tuple
+    clipped_fraction: float
+    noise_std: float
+    coord: int
+    extra: object = None
+
+
+class RatioRelease(NamedTuple):
+    """What a kernel's ``release(noise, state, z_new)`` returns.
+
+    :ivar log_ratio: the released, noisy, tempered log-likelihood ratio estimate.
+    :ivar noise_var: variance the accept rule must correct for (penalty: :math:`\\sigma^2`).
+    :ivar log_prior: data-free log prior at ``z_new`` (often from the same model evaluation).
+    :ivar events: privacy events released.
+    :ivar clipped_fraction: **non-private** diagnostic.
+    :ivar noise_std: reported in :class:`MHInfo`.
+    :ivar cache_new: the private cache kept if ``z_new`` is accepted.
+    :ivar cache_old: the private cache kept if it is rejected (e.g. computed this step).
+    :ivar extra: kernel-specific public facts, passed to :class:`MHInfo`.
+    """
+
+    log_ratio: torch.Tensor
+    noise_var: torch.Tensor
+    log_prior: torch.Tensor
+    events: Tuple
+    clipped_fraction: float
+    noise_std: float
+    cache_new: object = None
+    cache_old: object = None
+    extra: object = None
+
+
+def mh_init(lik, z: torch.Tensor, rng: Optional[torch.Generator] = None, cache=None) -> MHState:
+    """Initial state at ``z`` (data-free). With ``rng`` the guided-walk directions are drawn
+    (uniform ±1, their stationary law); without, there are none."""
+    direction = initial_directions(z, rng) if rng is not None else None
+    with torch.no_grad():
+        lp = lik.log_prior(z)
+    return MHState(z, lp, direction, cache)
+
+
+def _finite(x) -> bool:
+    return bool(torch.isfinite(torch.as_tensor(x)).all())
+
+
+def mh_step(
+    rng: torch.Generator,
+    noise,
+    state: MHState,
+    *,
+    proposal_scale,
+    release: Callable[..., RatioRelease],
+    accept: Callable,
+    mode: str = "full",
+) -> Tuple[MHState, MHInfo]:
+    """One random-walk DP MH iteration (module docstring): propose, release, accept, flip."""
+    prop = random_walk(rng, state.z, proposal_scale, mode, state.direction)
+    rel = release(noise, state, prop.z)
+    lambda_hat = rel.log_ratio + (rel.log_prior - state.log_prior) + prop.log_q_ratio
+    valid = _finite(rel.log_prior) and _finite(lambda_hat) and _finite(rel.noise_var)  # data-free
+    accepted = accept(rng, lambda_hat, rel.noise_var) and valid  # always drawn: streams stay aligned
+    direction = flip_direction(state.direction, prop.coord, accepted) if mode == "gwmh" else state.direction
+    if accepted:
+        new = MHState(prop.z, rel.log_prior, direction, rel.cache_new)
+    else:
+        new = MHState(state.z, state.log_prior, direction, rel.cache_old)
+    return new, MHInfo(accepted, tuple(rel.events), rel.clipped_fraction, rel.noise_std, prop.coord, rel.extra)
+
+
+def check_batch_size(batch_size) -> int:
+    """An integer ``b > 1`` (the batch check the minibatch kernels share)."""
+    if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size <= 1:
+        raise ValueError(f"batch_size must be an integer > 1, got {batch_size!r}")
+    return int(batch_size)
+
+
+class RandomWalkKernel(AdaptiveProposalScale, DPKernel):
+    r"""Base of the random-walk DP kernels: :meth:`_setup_walk` in ``__init__`` sets the
+    proposal (``proposal_scale``; ``one_component``/``guided_walk`` modes; warmup adaptation
+    of the scale towards ``target_accept``, which reads only accept decisions and costs no
+    privacy), and the lifecycle calls the subclass's :meth:`_release` through
+    :func:`mh_step`. A subclass defines ``_release(noise, state, z_new) -> RatioRelease``,
+    the privacy plan (``_per_iteration_events``, ``_calibrate``), and optionally
+    :meth:`_initial_cache` and :meth:`_check_data` (run at set-up, data-free).
+
+    :cvar accept: the accept rule (``penalty_accept`` by default), looked up when each step
+        runs.
+    :cvar needs_indexing: the release reads row subsets (minibatch kernels).
+    """
+
+    needs_indexing = False
+    batch_size: Optional[int] = None
+    draws_directions = True  # penalty-type kernels draw guided-walk directions at every chain start
+
+    def _setup_walk(self, proposal_scale, *, one_component=False, guided_walk=False, adapt_proposal=False,
+                    target_accept=0.3) -> None:
+        self.proposal_scale = check_positive("proposal_scale", proposal_scale)
+        self.guided_walk = bool(guided_walk)
+        self.one_component = bool(one_component) or self.guided_walk
+        self.mode = "gwmh" if self.guided_walk else ("ocu" if self.one_component else "full")
+        self._setup_adaptation(adapt_proposal, target_accept)
+
+    # ------------------------------------------------------------------ Gaussian-per-iteration plans
+    @staticmethod
+    def _gaussian_events(noise_multiplier) -> list:
+        """One Gaussian mechanism per iteration (``NonPrivateEvent`` in the noise-free test mode)."""
+        return [NonPrivateEvent()] if noise_multiplier == 0 else [GaussianEvent(noise_multiplier)]
+
+    def _calibrated_gaussian_noise_multiplier(self) -> float:
+        """The smallest noise multiplier of one Gaussian release per iteration that fits the
+        budget over ``num_iterations`` x ``num_chains`` (the private init's releases included)."""
+        if self.init is not None:  # room for the init's releases
+            return self._calibrate_scale(lambda s: ((), [GaussianEvent(s)]))
+        return calibrate_noise_multiplier(self.epsilon, self.delta, self.num_iterations,
+                                          accountant=self.accountant, num_chains=self.num_chains)
+
+    # ------------------------------------------------------------------ subclass API
+    def _release(self, noise, state: MHState, z_new: torch.Tensor) -> RatioRelease:
+        raise NotImplementedError
+
+    def _accept(self, rng, lambda_hat, noise_var) -> bool:
+        raise NotImplementedError
+
+    def _initial_cache(self, z: torch.Tensor):
+        return None
+
+    def _check_data(self) -> None:
+        """Data-free checks of the likelihood (shapes, N, indexing) before the first release."""
+        if self.batch_size is not None and self.batch_size > self.lik.num_rows:
+            raise ValueError(f"batch_size={self.batch_size} exceeds the number of rows N={self.lik.num_rows}")
+        if self.needs_indexing and not self.lik.indexable:
+            raise ValueError(
+                f"{type(self).__name__} needs a model that indexes its data by the data plate's indices "
+                "(`with pyro.plate('data', N) as idx: ... obs=y[idx]`)"
+            )
+
+    # ------------------------------------------------------------------ DPKernel hooks
+    def _init_state(self, z):
+        self._check_data()
+        self._start_scale(z)
+        return mh_init(self.lik, z, self._rng if self.draws_directions else None, self._initial_cache(z))
+
+    def _step(self, state):
+        new, info = mh_step(self._rng, self._noise, state, proposal_scale=self.adapted_proposal_scale,
+                            release=self._release, accept=self._accept, mode=self.mode)
+        self._adapt(info)  # warmup only; reads the accept decision (post-processing)
+        return new, info
