@@ -10,6 +10,7 @@ from __future__ import annotations
 import warnings
 from typing import Optional
 
+from .accounting import get_accountant
 from .kernels.base import BudgetExhaustedWarning, DPKernel
 from .mechanisms import PrivacyLedger
 
@@ -84,8 +85,6 @@ def get_epsilon(mcmc, delta: float, accountant: Optional[str] = None) -> float:
     >>> round(pyro_dp.get_epsilon(mcmc, 1e-5), 3)
     6.573
     """
-    from .accounting import get_accountant
-
     ledger = get_ledger(mcmc)
     name = accountant or getattr(mcmc.kernel, "accountant", None) or "gdp"
     eps = get_accountant(name, ledger).get_epsilon(delta)

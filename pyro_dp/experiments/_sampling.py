@@ -33,6 +33,8 @@ from typing import Dict, Optional
 
 import torch
 
+from ..accounting import max_iterations
+from ..accounting.subsampled import dp_barker_rdp
 from ._metrics import mean_error, variance_error
 
 __all__ = ["THESIS_PARAMS", "THESIS_N", "ALGORITHMS", "width_scale", "start_point", "make_kernel",
@@ -178,8 +180,6 @@ def make_kernel(algorithm: str, problem, *, epsilon: Optional[float], delta: flo
                   **nm, **budget, **common)
         return k, num_iterations
     if algorithm == "dp_barker":
-        from ..accounting import max_iterations
-        from ..accounting.subsampled import dp_barker_rdp
         from ..mechanisms import RDPCurveEvent
 
         b = min(params["batch"], n // 2)

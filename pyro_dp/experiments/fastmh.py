@@ -37,6 +37,8 @@ from typing import Optional
 
 import torch
 
+from ..accounting import get_accountant
+from ..accounting.subsampled import dp_barker_rdp
 from .grid import pick_device, pyplot_or_none, quick_mode, run_grid, run_kernel
 
 __all__ = ["FASTMH_PARAMS", "run_fastmh_fig1", "COLUMNS", "barker_batch_for_step_epsilon"]
@@ -54,7 +56,6 @@ _BARKER_BATCHES = (20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000)
 
 
 def _one_step_epsilon(event, delta):
-    from ..accounting import get_accountant
     from ..mechanisms import PrivacyLedger
 
     led = PrivacyLedger()
@@ -63,7 +64,6 @@ def _one_step_epsilon(event, delta):
 
 
 def _gauss_eps(event, delta):
-    from ..accounting import get_accountant
     from ..mechanisms import PrivacyLedger
 
     led = PrivacyLedger()
@@ -74,7 +74,6 @@ def _gauss_eps(event, delta):
 def barker_batch_for_step_epsilon(step_epsilon: float, n: int, delta: float) -> Optional[int]:
     """Largest batch of a fixed grid whose one DP-Barker iteration is (step_epsilon, delta)-DP
     (Heikkilä Thm 2 + Cor. 2, RDP converted at ``delta``), or ``None``."""
-    from ..accounting.subsampled import dp_barker_rdp
     from ..mechanisms import RDPCurveEvent
 
     best = None

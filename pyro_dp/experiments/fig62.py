@@ -29,6 +29,7 @@ import csv
 import math
 import os
 from typing import Callable, Dict, List, Optional, Tuple
+from ..accounting import max_iterations, minibatch_penalty_rdp, zcdp_max_iterations_penalty
 
 __all__ = ["FIG62_PARAMS", "METHODS", "FULL_ONLY", "epsilon_grid", "fig62_iterations", "run_fig62", "COLUMNS"]
 
@@ -52,13 +53,11 @@ def _penalty_nm(p):
 
 
 def _penalty_zcdp(eps, p):
-    from ..accounting import zcdp_max_iterations_penalty
 
     return zcdp_max_iterations_penalty(eps, p["delta"], tau=p["penalty_tau"], n=p["n"], alpha=0.5)
 
 
 def _penalty_tight(eps, p):
-    from ..accounting import max_iterations
     from ..mechanisms import GaussianEvent
 
     return max_iterations(eps, p["delta"], GaussianEvent(_penalty_nm(p)), accountant="gdp")
@@ -82,7 +81,6 @@ def _hmc_tight(eps, p):
 
 
 def _minibatch_rdp(eps, p):
-    from ..accounting import max_iterations, minibatch_penalty_rdp
     from ..mechanisms import RDPCurveEvent
 
     orders = tuple(range(2, 200))  # thesis code: alpha in range(2, 200)
@@ -93,7 +91,6 @@ def _minibatch_rdp(eps, p):
 
 
 def _minibatch_wbk(eps, p):
-    from ..accounting import max_iterations
     from ..mechanisms import SubsampledGaussianEvent
 
     # the same mechanism as Thm 8, analysed by Wang, Balle & Kasiviswanathan 2019 Thm 27

@@ -38,6 +38,8 @@ from typing import Optional
 
 import torch
 
+from ..accounting import max_iterations
+from ..accounting.subsampled import dp_barker_rdp
 from .grid import pick_device, pyplot_or_none, quick_mode, run_grid, run_kernel
 
 __all__ = ["HEIKKILA_PARAMS", "run_heikkila_fig23", "COLUMNS"]
@@ -55,8 +57,6 @@ COLUMNS = ["iterations", "epsilon_ledger", "mean_error", "variance_error", "sym_
 
 
 def _barker_iterations(eps, p):
-    from ..accounting import max_iterations
-    from ..accounting.subsampled import dp_barker_rdp
     from ..mechanisms import RDPCurveEvent
 
     orders, curve = dp_barker_rdp(p["batch"], p["n"], 256)  # Heikkilä Thm 2 + Cor. 2

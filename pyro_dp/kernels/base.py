@@ -52,7 +52,9 @@ from pyro.infer.autoguide.initialization import init_to_sample
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
 from ..likelihood import PrivateLikelihood
+from ..accounting import calibrate, get_accountant
 from ..mechanisms import NoiseSource, PrivacyEvent, PrivacyLedger, ReproducibleNoiseWarning
+from .plan import PrivacyPlan, counts as _counts, within as _within
 
 __all__ = ["DPKernel", "BudgetExhaustedWarning", "ChainLedger", "ChainFailedError", "check_positive", "NONPRIVATE_PREFIX"]
 
@@ -176,20 +178,6 @@ def _unpickle_chain_failure(message, ledger):
     return ChainFailedError(message, ledger)
 
 
-def _counts(events) -> Counter:
-    """``Counter({event: count})`` of a list of events or ``(event, count)`` pairs."""
-    out: Counter = Counter()
-    for e in events:
-        ev, c = e if isinstance(e, tuple) else (e, 1)
-        out[ev] += int(c)
-    return out
-
-
-def _within(counts: Counter, plan: Counter) -> bool:
-    """Every event's count within the plan's (a release the plan lacks never fits)."""
-    return all(c <= plan.get(ev, 0) for ev, c in counts.items() if c > 0)
-
-
 class DPKernel(MCMCKernel):
     r"""Base class of pyro_dp's kernels (not used directly).
 
@@ -290,8 +278,6 @@ class DPKernel(MCMCKernel):
         self.epsilon, self.delta = epsilon, delta
         self.num_iterations = None if num_iterations is None else check_positive("num_iterations", num_iterations, integer=True)
         self.num_chains = check_positive("num_chains", num_chains, integer=True)
-        from ..accounting import get_accountant  # validates the name early
-
         get_accountant(accountant)
         self.accountant = accountant
         rd = reference_delta if reference_delta is not None else (delta if delta is not None else 1e-5)
@@ -329,8 +315,7 @@ class DPKernel(MCMCKernel):
         self._ledger = self._new_chain_ledger()
         self._chain_index = 0
         self._num_setups = 0
-        self._steps_allowed: Optional[int] = None
-        self._chain_plan: Optional[Counter] = None  # one chain's planned releases (with a budget)
+        self._plan: Optional[PrivacyPlan] = None  # set by setup() when there is a budget
         self._incomplete: Optional[str] = None  # set when worker releases may have been lost
         self._reset_chain_stats()
 
@@ -357,7 +342,6 @@ class DPKernel(MCMCKernel):
 
     def _calibrate(self) -> None:
         """Set noise from (epsilon, delta, num_iterations) when the user gave none."""
-
     def planned_events(self) -> Tuple[list, list]:
         """``(once per chain, per iteration)``: the releases this kernel plans, as events or
         ``(event, count)`` pairs, for :func:`~pyro_dp.accounting.planned_epsilon` and
@@ -385,8 +369,6 @@ class DPKernel(MCMCKernel):
     def _calibrate_scale(self, events_for_scale, **kwargs) -> float:
         """:func:`~pyro_dp.accounting.calibrate` for this kernel's budget, with the private
         initialisation's releases added to the fixed (once per chain) events."""
-        from ..accounting import calibrate
-
         init = self._init_events()
 
         def with_init(scale):
@@ -482,7 +464,7 @@ class DPKernel(MCMCKernel):
         if chain < 0:
             return (f"this worker process ({multiprocessing.current_process().name!r}) does not name its "
                     f"chain, so its share of the num_chains={self.num_chains} chain plans cannot be checked")
-        if not self._fits(Counter(self._chain_plan), concurrent=chain + 1):  # a full plan for itself too
+        if not self._plan.fits(self._ledger, self._chains.values(), Counter(self._plan.chain), concurrent=chain + 1):
             return (f"MCMC runs chain {chain} in parallel, but the budget was planned for "
                     f"num_chains={self.num_chains} chains and {len(self._chains)} chain(s) of earlier runs of "
                     "this kernel object are already in its ledger; pass the same num_chains to the kernel "
@@ -533,29 +515,20 @@ class DPKernel(MCMCKernel):
         if refusal is not None:
             self._stop(refusal)
 
+    @property
+    def _steps_allowed(self) -> Optional[int]:
+        """Iterations per chain the budget allows (``None`` without a budget)."""
+        return None if self._plan is None else self._plan.steps_allowed
+
     def _setup_budget(self):
         """Plan one chain's releases (data-free): the private init, the once-per-chain releases
         and as many iterations as fit for ``num_chains`` chains."""
         if self.epsilon is None:
-            self._steps_allowed, self._chain_plan = None, None
+            self._plan = None
             return
-        from ..accounting import max_iterations
-
-        fixed = self._init_events() + list(self._fixed_events())
-        per = list(self._per_iteration_events())
-        self._steps_allowed = max_iterations(
-            self.epsilon,
-            self.delta,
-            per,
-            fixed=fixed,
-            accountant=self.accountant,
-            num_chains=self.num_chains,
-            relation=self.relation,
-        )
-        plan = _counts(fixed)
-        for ev, c in _counts(per).items():
-            plan[ev] += c * self._steps_allowed
-        self._chain_plan = plan
+        self._plan = PrivacyPlan(self.epsilon, self.delta, fixed=self._init_events() + list(self._fixed_events()),
+                                 per_iteration=list(self._per_iteration_events()), accountant=self.accountant,
+                                 num_chains=self.num_chains, relation=self.relation)
         if self.num_iterations is not None and self._steps_allowed < self.num_iterations:
             warnings.warn(
                 f"the budget (epsilon={self.epsilon}, delta={self.delta}) allows only "
@@ -564,24 +537,6 @@ class DPKernel(MCMCKernel):
                 BudgetExhaustedWarning,
                 stacklevel=3,
             )
-
-    def _fits(self, step: Counter, concurrent: int = 1) -> bool:
-        """Would releasing ``step`` now stay within the plan? This chain's ledger + ``step``
-        within one chain's plan, and every filed chain + this chain (+ ``concurrent - 1``
-        sibling chains at a full plan each) within ``num_chains`` chain plans. Data-free."""
-        if self._chain_plan is None:
-            return True
-        chain = _counts(self._ledger.aggregate().items()) + step
-        if not _within(chain, self._chain_plan):
-            return False
-        total = Counter()
-        for led in self._chains.values():
-            total.update(led.aggregate())
-        total.update(chain)
-        for ev, c in self._chain_plan.items():
-            total[ev] += (concurrent - 1) * c
-        budget = Counter({ev: c * self.num_chains for ev, c in self._chain_plan.items()})
-        return _within(total, budget)
 
     def _stop(self, cause: str):
         """Stop reading data for the rest of this chain, and say why."""
@@ -594,15 +549,6 @@ class DPKernel(MCMCKernel):
         )
         warnings.warn(msg, BudgetExhaustedWarning, stacklevel=3)
         _logger.warning(msg)
-
-    def _stop_cause(self, step: Counter) -> str:
-        chain = _counts(self._ledger.aggregate().items()) + step
-        if not _within(chain, self._chain_plan):
-            return (f"this chain used its share of the budget (num_chains={self.num_chains} chains of "
-                    f"{self._steps_allowed} iterations; warmup counts)")
-        return (f"the chains already run by this kernel object ({len(self._chains)} filed, from this or "
-                f"earlier mcmc.run calls) leave no room for this one: the budget was planned for "
-                f"num_chains={self.num_chains}; pass the same num_chains to the kernel and to MCMC")
 
     def sample(self, params):
         if self._worker_chain_id() is None:
@@ -621,8 +567,8 @@ class DPKernel(MCMCKernel):
         pending_init = self.init is not None and not self._init_done
         if not self._budget_exhausted:
             declared = _counts((self._init_events() if pending_init else []) + self._step_events(self._state))
-            if not self._fits(declared):
-                self._stop(self._stop_cause(declared))
+            if self._plan is not None and not self._plan.fits(self._ledger, self._chains.values(), declared):
+                self._stop(self._plan.stop_cause(self._ledger, declared, len(self._chains)))
         if self._budget_exhausted:
             return {k: v.clone() for k, v in self.lik.unravel(self._state_z(self._state)).items()}
         if pending_init:
@@ -684,8 +630,6 @@ class DPKernel(MCMCKernel):
         r"""Total ε spent so far by this kernel object, at ``delta``: every chain of every run,
         also chains run in ``MCMC`` worker processes (their ledgers come back with their
         diagnostics)."""
-        from ..accounting import get_accountant
-
         delta = self.reference_delta if delta is None else delta
         ledger = self.ledger
         if self._incomplete:
@@ -696,8 +640,6 @@ class DPKernel(MCMCKernel):
 
     def _epsilon_now(self, chain_only: bool = False) -> float:
         """ε at the reference δ of this chain (``chain_only``) or of all chains so far (cached)."""
-        from ..accounting import get_accountant
-
         key = (chain_only, len(self._chains), self._ledger.num_releases)
         cache = self.__dict__.setdefault("_eps_cache", {})
         if key not in cache:

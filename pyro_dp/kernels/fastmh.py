@@ -39,6 +39,7 @@ from typing import Callable, NamedTuple, Optional, Tuple, Union
 
 import torch
 
+from ..accounting import get_accountant
 from ..accounting.composition import (
     AdvancedCompositionAccountant,
     OptimalCompositionAccountant,
@@ -526,7 +527,6 @@ class DPFastMH(RandomWalkKernel):
         :math:`(\varepsilon,\delta)`), ``"optimal"`` (exact optimal composition of the same
         events, KOV Thm 3.3) and, for the full-batch variant, ``"gdp"`` (exact composition
         of the Gaussian mechanisms actually released)."""
-        from ..accounting import get_accountant
 
         delta = self.reference_delta if delta is None else float(delta)
         if self.non_private:

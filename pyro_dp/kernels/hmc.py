@@ -46,6 +46,8 @@ from typing import NamedTuple, Optional, Tuple
 import torch
 from pyro.ops.dual_averaging import DualAveraging
 
+from ..accounting import max_iterations
+from ..accounting.zcdp import zcdp_rho_budget
 from ..mechanisms import GaussianEvent, NonPrivateEvent, clipped_sum_with_noise
 from .base import DPKernel, check_positive
 from .proposals import kinetic_energy, leapfrog, penalty_accept, penalty_log_accept_threshold, sample_momentum
@@ -273,8 +275,6 @@ def dphmc_max_iterations(epsilon, delta, num_steps, llr_noise_multiplier, grad_n
     >>> dphmc_max_iterations(1.0, 1e-5, 10, 40.0, 120.0)
     54
     """
-    from ..accounting import max_iterations
-
     fixed, per = dphmc_events(num_steps, llr_noise_multiplier, grad_noise_multiplier)
     return max_iterations(epsilon, delta, per, fixed=fixed, accountant=accountant, num_chains=num_chains)
 
@@ -289,8 +289,6 @@ def dphmc_max_iterations_zcdp(epsilon, delta, num_steps, llr_noise_multiplier, g
     >>> dphmc_max_iterations_zcdp(1.0, 1e-5, 10, 40.0, 120.0)
     31
     """
-    from ..accounting.zcdp import zcdp_rho_budget
-
     rho = zcdp_rho_budget(epsilon, delta)
     rho_l = 1.0 / (2.0 * llr_noise_multiplier**2)
     rho_g = 1.0 / (2.0 * grad_noise_multiplier**2)

@@ -68,6 +68,7 @@ from typing import NamedTuple, Optional, Tuple
 
 import torch
 
+from ..accounting import get_accountant
 from ..mechanisms import SubsampledGaussianEvent, clipped_sum_with_noise
 from .base import DPKernel, check_positive
 
@@ -248,7 +249,6 @@ class _SGMCMC(DPKernel):
         if accountant is None:  # cheap RDP where it is valid; PLD is the one for substitution
             accountant = "rdp" if relation == "add_remove" else "pld"
         super().__init__(model, accountant=accountant, relation=relation, **kwargs)
-        from ..accounting import get_accountant
 
         if not get_accountant(accountant, relation=relation).supports(SubsampledGaussianEvent(0.5, 1.0)):
             ok = "'rdp', 'prv', 'pld' or 'dp_rdp'" if relation == "add_remove" else "'pld'"

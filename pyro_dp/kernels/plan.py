@@ -1,0 +1,94 @@
+r"""The privacy plan of a budgeted kernel, and its enforcement on ledgers.
+
+From a budget :math:`(\varepsilon, \delta)`, a kernel's once-per-chain releases (the private
+initialisation, DP-HMC's first gradient) and its per-iteration releases, :class:`PrivacyPlan`
+finds how many iterations per chain fit ``num_chains`` chains
+(:func:`~pyro_dp.accounting.max_iterations`) and holds one chain's planned releases as event
+counts. The kernel asks :meth:`PrivacyPlan.fits` **before** every iteration; the check reads
+only event counts (public), and composition is commutative for every accountant here, so a
+ledger whose counts stay within ``num_chains`` chain plans never exceeds the budget, whatever
+the control flow.
+
+>>> from pyro_dp.mechanisms import GaussianEvent, PrivacyLedger
+>>> plan = PrivacyPlan(1.0, 1e-5, fixed=[], per_iteration=[GaussianEvent(10.0)])
+>>> plan.steps_allowed
+7
+>>> ledger = PrivacyLedger(); ledger.record(GaussianEvent(10.0), 7)
+>>> plan.fits(ledger, [], counts([GaussianEvent(10.0)]))  # an eighth release would not fit
+False
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Iterable, Optional
+
+from ..accounting import max_iterations
+
+__all__ = ["PrivacyPlan", "counts", "within"]
+
+
+def counts(events) -> Counter:
+    """``Counter({event: count})`` of a list of events or ``(event, count)`` pairs.
+
+    >>> from pyro_dp.mechanisms import GaussianEvent
+    >>> counts([GaussianEvent(2.0), (GaussianEvent(2.0), 3)])
+    Counter({GaussianEvent(noise_multiplier=2.0): 4})
+    """
+    out: Counter = Counter()
+    for e in events:
+        ev, c = e if isinstance(e, tuple) else (e, 1)
+        out[ev] += int(c)
+    return out
+
+
+def within(have: Counter, plan: Counter) -> bool:
+    """Every event's count within the plan's (a release the plan lacks never fits)."""
+    return all(c <= plan.get(ev, 0) for ev, c in have.items() if c > 0)
+
+
+class PrivacyPlan:
+    r"""One chain's planned releases under a budget (data-free).
+
+    :param epsilon, delta: the total budget over ``num_chains`` chains.
+    :param fixed: once-per-chain releases (events or ``(event, count)`` pairs).
+    :param per_iteration: one iteration's releases.
+    :param accountant, num_chains, relation: as for :func:`~pyro_dp.accounting.max_iterations`.
+
+    :ivar steps_allowed: iterations per chain that fit.
+    :ivar chain: one chain's planned event counts.
+    :ivar total: ``num_chains`` chains' planned event counts (the budget, as counts).
+    """
+    def __init__(self, epsilon: float, delta: float, *, fixed, per_iteration, accountant: str = "gdp",
+                 num_chains: int = 1, relation: str = "substitute"):
+        self.num_chains = int(num_chains)
+        self.steps_allowed = max_iterations(epsilon, delta, list(per_iteration), fixed=list(fixed),
+                                            accountant=accountant, num_chains=self.num_chains, relation=relation)
+        chain = counts(fixed)
+        for ev, c in counts(per_iteration).items():
+            chain[ev] += c * self.steps_allowed
+        self.chain = chain
+        self.total = Counter({ev: c * self.num_chains for ev, c in chain.items()})
+
+    def fits(self, chain_ledger, filed: Iterable, step: Counter, concurrent: int = 1) -> bool:
+        """Would releasing ``step`` now keep this chain (``chain_ledger``) within one chain's
+        plan, and every ``filed`` chain + this chain (+ ``concurrent - 1`` sibling chains at a
+        full plan each, for chains running in parallel processes) within the budget?"""
+        chain = counts(chain_ledger.aggregate().items()) + step
+        if not within(chain, self.chain):
+            return False
+        total = Counter()
+        for led in filed:
+            total.update(led.aggregate())
+        total.update(chain)
+        for ev, c in self.chain.items():
+            total[ev] += (concurrent - 1) * c
+        return within(total, self.total)
+
+    def stop_cause(self, chain_ledger, step: Counter, num_filed: int) -> str:
+        """Why :meth:`fits` said no, in words for the budget warning."""
+        if not within(counts(chain_ledger.aggregate().items()) + step, self.chain):
+            return (f"this chain used its share of the budget (num_chains={self.num_chains} chains of "
+                    f"{self.steps_allowed} iterations; warmup counts)")
+        return (f"the chains already run by this kernel object ({num_filed} filed, from this or earlier "
+                f"mcmc.run calls) leave no room for this one: the budget was planned for "
+                f"num_chains={self.num_chains}; pass the same num_chains to the kernel and to MCMC")
