@@ -112,15 +112,28 @@ def test_secant_scale_search_brackets_and_converges(start, power):
     assert len(calls) <= 40  # bisection from [0.5, 1] alone needs ~30 steps after bracketing
 
 
-@pytest.mark.parametrize("start", [0, 1, 5, 6, 7, 1000])
-def test_integer_search_gallops_from_any_start(start):
-    from pyro_dp.accounting.planning import _integer_search
+@pytest.mark.parametrize("start", [None, 0, 1, 5, 6, 7, 1000, 10**9])
+@pytest.mark.parametrize("root", [0, 6, 123_456])
+def test_secant_count_search_from_any_start(start, root):
+    """The integer search on eps(k) = 0.1 + 1e-3 k^0.7 (increasing; k = root is the last that
+    fits): from any guess, the answer fits and the next does not, in few evaluations; fixed
+    releases over budget and free iterations raise."""
+    from pyro_dp.accounting.planning import _secant_count
 
-    assert _integer_search(lambda k: k <= 6, start=start) == 6
+    calls = []
+
+    def eps_of(k):
+        calls.append(k)
+        return 0.1 + 1e-3 * k**0.7
+
+    target = eps_of(root + 0.5)
+    calls.clear()
+    assert _secant_count(eps_of, target, start=start) == root
+    assert len(calls) <= 30  # doubling then bisection: ~34 at root = 123 456
     with pytest.raises(ValueError, match="fixed releases"):
-        _integer_search(lambda k: False, start=start)
+        _secant_count(lambda k: 1.0, 0.5, start=start)
     with pytest.raises(ValueError, match="unbounded"):
-        _integer_search(lambda k: True, start=start)
+        _secant_count(lambda k: 0.0, 0.5, start=start)
 
 
 @pytest.mark.parametrize("eps", [0.3, 1.0, 4.0])
