@@ -131,6 +131,18 @@ class Accountant:
         """Validate and store keyword options (subclasses override and call super)."""
         self._opts.update(options)
 
+    @classmethod
+    def search_options(cls, options: dict) -> Optional[dict]:
+        """Keyword options of a cheaper, coarser accountant of this kind, which the searches
+        of :mod:`~pyro_dp.accounting.planning` may use to *locate* an answer before they
+        certify it with ``options`` themselves; ``None`` (the default, closed forms) when
+        there is nothing cheaper.
+
+        >>> Accountant.search_options({}) is None
+        True
+        """
+        return None
+
     # ------------------------------------------------------------------ ledger
     @property
     def ledger(self) -> PrivacyLedger:

@@ -310,8 +310,11 @@ class AdvancedCompositionAccountant(_ApproxDPComposition):
 class OptimalCompositionAccountant(_ApproxDPComposition):
     r"""Exact (optimal) composition of identical :math:`(\varepsilon,\delta)`-DP releases
     (Kairouz, Oh & Viswanath 2015, Thm 3.3; :func:`optimal_epsilon`). A ledger with
-    different events is dominated by one event with the largest :math:`\varepsilon` and the
-    largest :math:`\delta` (valid, possibly loose; use ``"pld"`` for such ledgers).
+    different events has no closed form (Murtagh & Vadhan 2016): it gets the smaller of two
+    valid bounds, one event with the largest :math:`\varepsilon` and the largest
+    :math:`\delta` composed optimally, and ``dp_accounting``'s pessimistic PLD of the
+    events' dominating pairs (what ``"pld"`` computes; often much tighter, e.g.
+    500 x (0.1, 1e-8) + 500 x (0.05, 1e-8) at :math:`\delta = 10^{-4}`: 11.84 instead of 16.14).
 
     >>> from pyro_dp.mechanisms import PrivacyLedger, ApproxDPEvent
     >>> acc = OptimalCompositionAccountant()
@@ -326,8 +329,22 @@ class OptimalCompositionAccountant(_ApproxDPComposition):
         params = [_approx_params(e) for e in events]
         eps = max(e for e, _ in params)
         d = max(d for _, d in params)
-        return optimal_epsilon(eps, d, sum(events.values()), delta)
+        out = optimal_epsilon(eps, d, sum(events.values()), delta)
+        if len(events) > 1:
+            out = min(out, max(0.0, float(_heterogeneous_pld(events).get_epsilon_for_delta(delta))))
+        return out
 
     def _delta(self, events, epsilon):
         params = [_approx_params(e) for e in events]
-        return optimal_delta(max(e for e, _ in params), max(d for _, d in params), sum(events.values()), epsilon)
+        out = optimal_delta(max(e for e, _ in params), max(d for _, d in params), sum(events.values()), epsilon)
+        if len(events) > 1:
+            out = min(out, float(_heterogeneous_pld(events).get_delta_for_epsilon(epsilon)))
+        return out
+
+
+def _heterogeneous_pld(events: dict):
+    """``dp_accounting``'s PLD of (ε, δ) events (relation-free: the dominating pair of an
+    (ε, δ)-DP mechanism is the same under either relation), as in the ``"pld"`` adapter."""
+    from .adapters import _composed_pld
+
+    return _composed_pld("substitute", frozenset(events.items()), 1e-4)

@@ -9,6 +9,24 @@ on the same data compose, so every count is multiplied by it.
 All searches are exact over the accountant's own :math:`\varepsilon`: results never
 overshoot the target.
 
+**Speed of numerical accountants** (``"pld"``, ``"prv"``: one evaluation costs 0.1–1 s).
+When the accountant offers a coarser version of itself
+(:meth:`~pyro_dp.accounting.base.Accountant.search_options`: PLD on a 10× coarser grid,
+~10× faster), a search runs in two stages: it first *locates* the answer with the coarse
+accountant, then *certifies* it with the requested one, starting from that guess. Both
+stages grow a bracket from their starting point to where the line through the last two
+points, in :math:`(\log s, \log\varepsilon)` for a noise scale or
+:math:`(\log(k+1), \log\varepsilon)` for an iteration count, reaches the target (nearly
+linear, so one or two steps), then close it with safeguarded Illinois (regula falsi) steps,
+with bisection when they stall: typically 3–6 fine evaluations instead of 20–40 for
+doubling and bisection. The coarse guess can be far off (the coarse grid's pessimism grows
+with the number of compositions: 2.0 against 1.56 after ~5·10⁵ subsampled steps), which
+costs an extra step, never correctness: every comparison with the target in the final stage
+is the requested accountant's own, so the guarantees are those of a plain search (if the
+coarse stage fails, the search runs on the fine accountant alone). Closed-form accountants
+(``"gdp"``, ``"rdp"``, ...) keep the plain doubling-and-bisection search. The PLD adapter
+also caches one-release PLDs, so a search over counts builds the mechanism once.
+
 Example: DP-HMC with ``L = 10`` leapfrog steps, ratio noise multiplier 40 and gradient
 noise multiplier 120, budget :math:`(1, 10^{-5})`
 
@@ -30,8 +48,8 @@ from pyro_dp.mechanisms import GaussianEvent, PrivacyEvent, PrivacyLedger
 
 from . import gdp, zcdp
 from .accountants import GaussianAccountant
-from .base import check_delta, check_epsilon
-from .registry import DEFAULT_ACCOUNTANT, get_accountant
+from .base import Accountant, check_delta, check_epsilon
+from .registry import ACCOUNTANTS, DEFAULT_ACCOUNTANT, get_accountant
 
 __all__ = [
     "planned_ledger",
@@ -49,6 +67,9 @@ AccountantSpec = Union[str, type]
 
 _MAX_DOUBLINGS = 62
 _ULP = 2.0**-52
+# Relative width of the first bracket around a coarse guess (the coarse PLD's ε is within
+# ~1e-3 of the fine one; the bracket grows 4x per failed probe).
+_GUESS_WIDTH = 1e-3
 
 
 def _events(spec, what: str) -> List[Tuple[PrivacyEvent, int]]:
@@ -154,22 +175,130 @@ def max_iterations(
     if not any(c for _, c in per):
         raise ValueError("per_iteration must release at least one event")
 
-    def fits(k: int) -> bool:
-        return planned_epsilon(delta, k, per, fixed=fixed, accountant=accountant, num_chains=num_chains,
-                               relation=relation, accountant_kwargs=accountant_kwargs) <= eps_t
+    def eps_with(kwargs):
+        def eps_of(k: int) -> float:
+            return planned_epsilon(delta, k, per, fixed=fixed, accountant=accountant, num_chains=num_chains,
+                                   relation=relation, accountant_kwargs=kwargs)
+        return eps_of
 
+    fine = dict(accountant_kwargs or {})
+    coarse = _search_options(accountant, fine)
+    if coarse is None:  # closed forms: plain doubling and bisection
+        eps_of = eps_with(fine)
+        return _integer_search(lambda k: eps_of(k) <= eps_t)
+    guess = None
+    try:  # locate with the coarse accountant (module doc) ...
+        guess = _secant_count(eps_with(coarse), eps_t)
+    except ValueError:
+        guess = None
+    return _secant_count(eps_with(fine), eps_t, start=guess)  # ... certify with the requested one
+
+
+def _search_options(accountant, options: dict) -> Optional[dict]:
+    """The coarse accountant's options for a two-stage search, or ``None``."""
+    cls = accountant if isinstance(accountant, type) else ACCOUNTANTS.get(accountant)
+    if cls is None or not issubclass(cls, Accountant):
+        return None
+    return cls.search_options(options)
+
+
+_FIXED = "the fixed releases alone exceed the privacy budget"
+_FREE = "per_iteration releases cost no privacy: the number of iterations is unbounded"
+
+
+def _integer_search(fits: Callable[[int], bool]) -> int:
+    """Largest ``k >= 0`` with ``fits(k)`` (``fits`` non-increasing): doubling, then bisection."""
     if not fits(0):
-        raise ValueError("the fixed releases alone exceed the privacy budget")
+        raise ValueError(_FIXED)
     lo, hi = 0, 1
     for _ in range(_MAX_DOUBLINGS):
         if not fits(hi):
             break
         lo, hi = hi, 2 * hi
     else:
-        raise ValueError("per_iteration releases cost no privacy: the number of iterations is unbounded")
+        raise ValueError(_FREE)
     while hi - lo > 1:  # invariant: fits(lo) and not fits(hi)
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def _log_ratio(e: float, eps_t: float) -> float:
+    """``log(e / eps_t)``, the ordinate of the secant steps (``±inf`` at 0 and ``inf``);
+    whether a point fits is always decided on ``e`` itself."""
+    if e <= 0:
+        return -math.inf
+    return math.inf if math.isinf(e) else math.log(e / eps_t)
+
+
+def _secant_root(x0: float, g0: float, x1: float, g1: float) -> Optional[float]:
+    """Abscissa where the line through ``(x0, g0)``, ``(x1, g1)`` crosses 0 (``None`` if
+    the line is flat or a value is infinite)."""
+    if not (math.isfinite(g0) and math.isfinite(g1)) or g0 == g1:
+        return None
+    return x1 - g1 * (x1 - x0) / (g1 - g0)
+
+
+def _secant_count(eps_of: Callable[[int], float], eps_t: float, start: Optional[int] = None) -> int:
+    """Largest ``k >= 0`` with ``eps_of(k) <= eps_t`` (``eps_of`` non-decreasing), in few
+    evaluations: the bracket grows from ``start`` (a coarse guess; else from 0 and 1) to the
+    point where the line through the last two points in ``(log(k+1), log eps)`` reaches the
+    target, at least geometrically, then closes by safeguarded Illinois steps."""
+    u = math.log1p
+    w = 1.0 if start is None else _GUESS_WIDTH
+    k0 = 0 if start is None else max(int(start), 0)
+    e0 = eps_of(k0)
+    if e0 <= eps_t:  # grow upwards until hi does not fit
+        lo, e_lo = k0, e0
+        hi = lo + max(1, math.ceil(lo * w))
+        e_hi = eps_of(hi)
+        while e_hi <= eps_t:
+            x = _secant_root(u(lo), _log_ratio(e_lo, eps_t), u(hi), _log_ratio(e_hi, eps_t))
+            lo, e_lo, w = hi, e_hi, min(4 * w, 1.0)
+            step = max(1, math.ceil(lo * w))
+            if x is not None and x > u(lo):
+                step = max(step, math.ceil(math.expm1(min(x, 700.0)) * (1 + _GUESS_WIDTH)) - lo)
+            hi = lo + min(step, 1024 * (lo + 1))
+            if hi >= 2**_MAX_DOUBLINGS:
+                raise ValueError(_FREE)
+            e_hi = eps_of(hi)
+    else:  # grow downwards until lo fits
+        hi, e_hi = k0, e0
+        if hi == 0:
+            raise ValueError(_FIXED)
+        lo = hi - max(1, math.ceil(hi * w / (1 + w)))
+        e_lo = eps_of(lo)
+        while e_lo > eps_t:
+            if lo == 0:
+                raise ValueError(_FIXED)
+            x = _secant_root(u(lo), _log_ratio(e_lo, eps_t), u(hi), _log_ratio(e_hi, eps_t))
+            hi, e_hi, w = lo, e_lo, min(4 * w, 1.0)
+            step = max(1, math.ceil(hi * w / (1 + w)))
+            if x is not None and x < u(hi):
+                step = max(step, hi - math.floor(math.expm1(max(x, 0.0)) / (1 + _GUESS_WIDTH)))
+            lo = max(0, hi - step)
+            e_lo = eps_of(lo)
+    g_lo, g_hi = _log_ratio(e_lo, eps_t), _log_ratio(e_hi, eps_t)
+    side, stalls, width = 0, 0, hi - lo
+    while hi - lo > 1:  # invariant: eps_of(lo) <= eps_t < eps_of(hi)
+        x = None if stalls >= 2 else _secant_root(u(lo), g_lo, u(hi), g_hi)
+        if x is None:
+            mid, stalls = (lo + hi) // 2, 0  # bisection safeguard
+        else:
+            mid = min(max(round(math.expm1(x)), lo + 1), hi - 1)
+        e = eps_of(mid)
+        if e <= eps_t:
+            lo, g_lo = mid, _log_ratio(e, eps_t)
+            if side == 1:
+                g_hi /= 2  # Illinois: hi was kept twice, halve its weight
+            side = 1
+        else:
+            hi, g_hi = mid, _log_ratio(e, eps_t)
+            if side == -1:
+                g_lo /= 2
+            side = -1
+        stalls = stalls + 1 if 2 * (hi - lo) > width else 0
+        width = hi - lo
     return lo
 
 
@@ -205,28 +334,117 @@ def calibrate(
     if not 0 < rtol < 1:
         raise ValueError(f"rtol must be in (0, 1), got {rtol!r}")
 
-    def fits(s: float) -> bool:
-        fixed, per = events_for_scale(s)
-        return planned_epsilon(delta, k, per, fixed=fixed, accountant=accountant, num_chains=num_chains,
-                               relation=relation, accountant_kwargs=accountant_kwargs) <= eps_t
+    def eps_with(kwargs):
+        def eps_of(s: float) -> float:
+            fixed, per = events_for_scale(s)
+            return planned_epsilon(delta, k, per, fixed=fixed, accountant=accountant, num_chains=num_chains,
+                                   relation=relation, accountant_kwargs=kwargs)
+        return eps_of
 
+    fine = dict(accountant_kwargs or {})
+    coarse = _search_options(accountant, fine)
+    if coarse is None:  # closed forms: plain bisection
+        eps_of = eps_with(fine)
+        return _bisect_scale(lambda s: eps_of(s) <= eps_t, rtol)
+    guess = None
+    try:  # locate with the coarse accountant (module doc) ...
+        guess = _secant_scale(eps_with(coarse), eps_t, max(rtol, 1e-4))
+    except ValueError:
+        guess = None
+    return _secant_scale(eps_with(fine), eps_t, rtol, start=guess)  # ... certify with the requested one
+
+
+_NO_SCALE = "no noise scale reaches the budget (do fixed releases exceed it?)"
+_ANY_SCALE = "the budget holds at every noise scale: the events ignore the scale"
+
+
+def _bisect_scale(fits: Callable[[float], bool], rtol: float) -> float:
+    """Smallest ``s`` with ``fits(s)`` within relative ``rtol`` (the upper end of the final
+    bracket): a bracket from [0.5, 1] by halving or doubling, then geometric bisection."""
     lo, hi = 0.5, 1.0
     if fits(hi):
         while fits(lo):
             lo, hi = lo / 2, lo
             if lo < 1e-300:
-                raise ValueError("the budget holds at every noise scale: the events ignore the scale")
+                raise ValueError(_ANY_SCALE)
     else:
         lo, hi = hi, 2.0
         while not fits(hi):
             lo, hi = hi, hi * 2
             if hi > 1e300:
-                raise ValueError("no noise scale reaches the budget (do fixed releases exceed it?)")
+                raise ValueError(_NO_SCALE)
     while hi / lo - 1 > rtol:  # invariant: not fits(lo) and fits(hi)
         mid = math.sqrt(lo * hi)
         if not lo < mid < hi:
             break
         lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    return hi
+
+
+def _secant_scale(eps_of: Callable[[float], float], eps_t: float, rtol: float,
+                  start: Optional[float] = None) -> float:
+    """Like :func:`_bisect_scale` for ``fits(s) = eps_of(s) <= eps_t``, with fewer
+    evaluations: the bracket is grown around ``start`` (or from [0.5, 1]) and closed by a
+    safeguarded Illinois step on ``log eps`` against ``log s`` (module doc)."""
+    def g(e: float) -> float:
+        return _log_ratio(e, eps_t)
+
+    if start is None:
+        lo, hi, w = 0.5, 1.0, 1.0
+    else:
+        lo, hi, w = start / (1 + _GUESS_WIDTH), start, _GUESS_WIDTH
+    e_hi = eps_of(hi)
+    if e_hi <= eps_t:  # grow downwards until lo does not fit
+        e_lo = eps_of(lo)
+        while e_lo <= eps_t:
+            x = _secant_root(math.log(lo), g(e_lo), math.log(hi), g(e_hi))
+            hi, e_hi, w = lo, e_lo, min(4 * w, 1.0)
+            lo = hi / (1 + w)
+            if x is not None and x < math.log(hi):  # go to the extrapolated root, past it a little
+                lo = min(lo, max(math.exp(max(x, -700.0)) / (1 + _GUESS_WIDTH), hi / 1024))
+            if lo < 1e-300:
+                raise ValueError(_ANY_SCALE)
+            e_lo = eps_of(lo)
+    else:  # grow upwards until hi fits
+        lo, e_lo = hi, e_hi
+        hi = lo * (1 + w)
+        e_hi = eps_of(hi)
+        while e_hi > eps_t:
+            x = _secant_root(math.log(lo), g(e_lo), math.log(hi), g(e_hi))
+            lo, e_lo, w = hi, e_hi, min(4 * w, 1.0)
+            hi = lo * (1 + w)
+            if x is not None and x > math.log(lo):
+                hi = max(hi, min(math.exp(min(x, 700.0)) * (1 + _GUESS_WIDTH), lo * 1024))
+            if hi > 1e300:
+                raise ValueError(_NO_SCALE)
+            e_hi = eps_of(hi)
+    g_lo, g_hi = g(e_lo), g(e_hi)
+    margin = math.log1p(rtol) / 4
+    side, stalls, width = 0, 0, math.log(hi / lo)
+    while hi / lo - 1 > rtol:  # invariant: eps_of(lo) > eps_t >= eps_of(hi)
+        a, b = math.log(lo), math.log(hi)
+        x = None if stalls >= 2 else _secant_root(a, g_lo, b, g_hi)  # regula falsi in (log s, log eps)
+        if x is None:
+            x, stalls = 0.5 * (a + b), 0  # bisection safeguard
+        else:
+            x = min(max(x, a + margin), b - margin)
+        mid = math.exp(x)
+        if not lo < mid < hi:
+            break
+        e = eps_of(mid)
+        if e <= eps_t:
+            hi, g_hi = mid, g(e)
+            if side == 1:
+                g_lo /= 2  # Illinois: lo was kept twice, halve its weight
+            side = 1
+        else:
+            lo, g_lo = mid, g(e)
+            if side == -1:
+                g_hi /= 2
+            side = -1
+        new_width = math.log(hi / lo)
+        stalls = stalls + 1 if new_width > 0.5 * width else 0
+        width = new_width
     return hi
 
 

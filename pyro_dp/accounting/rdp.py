@@ -4,14 +4,22 @@ A mechanism is :math:`(\alpha, \varepsilon(\alpha))`-RDP; RDP composes by adding
 order by order (Mironov 2017, Prop. 1; Räisä 2021 thesis, Thm 2.2) and converts to
 :math:`(\varepsilon,\delta)`-DP by
 
-* ``conversion="mironov"`` (the default, Mironov 2017, Prop. 3; thesis Thm 1):
-  :math:`\varepsilon = \min_\alpha\, \varepsilon(\alpha) + \ln(1/\delta)/(\alpha-1)`;
-* ``conversion="improved"`` (Balle et al. 2020, Thm 21; Canonne, Kamath & Steinke 2020,
-  Prop. 12; what Opacus and ``dp_accounting`` use):
+* ``conversion="improved"`` (the default; Balle et al. 2020, Thm 21; Canonne, Kamath &
+  Steinke 2020, Prop. 12; what Opacus's ``privacy_analysis.get_privacy_spent`` and
+  ``dp_accounting``'s ``RdpAccountant`` use):
   :math:`\varepsilon = \min_\alpha\, \varepsilon(\alpha) + \ln(1-1/\alpha)
-  - (\ln\delta + \ln\alpha)/(\alpha-1)`.
+  - (\ln\delta + \ln\alpha)/(\alpha-1)`, at orders :math:`\alpha > 1.01` (as
+  ``dp_accounting``: the formula loses its accuracy as :math:`\alpha \to 1`), plus
+  ``dp_accounting``'s KL shortcut: :math:`\varepsilon = 0` when
+  :math:`1 - e^{-\varepsilon(\alpha)} < \delta^2` (then the total variation distance is
+  below :math:`\delta`, Bretagnolle–Huber);
+* ``conversion="mironov"`` (Mironov 2017, Prop. 3; thesis Thm 1, the bound the 2019–2021
+  papers state): :math:`\varepsilon = \min_\alpha\, \varepsilon(\alpha) + \ln(1/\delta)/(\alpha-1)`.
 
-Both are valid upper bounds; the improved one is never larger.
+Both are valid upper bounds; the improved one is never larger (at :math:`\alpha = 2` it is
+smaller by :math:`\ln 2`, Balle et al. 2020). Results are rounded **up** by a bound on the
+floating-point error of the formula, so :math:`\varepsilon` is never below Opacus's or
+``dp_accounting``'s on the same curve (``tests/accounting/test_tightness.py``).
 
 Example
 -------
@@ -19,9 +27,9 @@ Example
 >>> orders = np.array(DEFAULT_ORDERS)
 >>> curve = 1000 * rdp_gaussian(60.0, orders) + 11000 * rdp_gaussian(80.0, orders)
 >>> round(rdp_epsilon(orders, curve, 1e-5)[0], 4)
-7.7785
->>> round(rdp_epsilon(orders, curve, 1e-5, conversion="improved")[0], 4)
 7.0701
+>>> round(rdp_epsilon(orders, curve, 1e-5, conversion="mironov")[0], 4)
+7.7785
 """
 from __future__ import annotations
 
@@ -44,8 +52,17 @@ __all__ = [
 #: Opacus's ``RDPAccountant.DEFAULT_ALPHAS``: 1.1, 1.2, ..., 10.9, 12, ..., 63.
 DEFAULT_ORDERS: Tuple[float, ...] = tuple([1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64)))
 
-#: Names accepted by ``conversion=``.
-CONVERSIONS = ("mironov", "improved")
+#: Names accepted by ``conversion=``; the first is the default.
+CONVERSIONS = ("improved", "mironov")
+
+#: Orders at or below this are not used by the improved conversion (``dp_accounting``'s
+#: ``compute_epsilon``/``compute_delta`` threshold; the bound is unstable as alpha -> 1).
+_IMPROVED_MIN_ORDER = 1.01
+
+# One float64 rounding step; results are rounded in the pessimistic direction by a few of
+# them times the magnitude of the terms summed.
+_ULP = 2.0**-52
+_ROUND = 16 * _ULP
 
 
 def _orders(orders) -> np.ndarray:
@@ -128,49 +145,76 @@ def _curve(orders, rdp) -> Tuple[np.ndarray, np.ndarray]:
 
 
 def rdp_epsilon(
-    orders: Sequence[float], rdp: Sequence[float], delta: float, *, conversion: str = "mironov"
+    orders: Sequence[float], rdp: Sequence[float], delta: float, *, conversion: str = "improved"
 ) -> Tuple[float, float]:
-    r"""Best :math:`\varepsilon` over the orders and the order attaining it.
+    r"""Best :math:`\varepsilon` over the orders and the order attaining it (``nan`` when the
+    KL shortcut gives 0), rounded up.
 
-    >>> rdp_epsilon([2.0, 3.0], [0.5, 0.75], 0.01)[1]
+    >>> rdp_epsilon([2.0, 3.0], [0.5, 0.75], 0.01, conversion="mironov")[1]
     3.0
+    >>> round(rdp_epsilon([2.0, 3.0], [0.5, 0.75], 0.01)[0], 6)  # improved: 0.75 + ln(2/3) - ln(0.03)/2
+    2.097814
     """
     a, r = _curve(orders, rdp)
     delta = float(delta)
     if not 0.0 < delta < 1.0:
         raise ValueError(f"delta must be in (0, 1), got {delta!r}")
-    if _check_conversion(conversion) == "mironov":
-        # Mironov 2017, Prop. 3; thesis Thm 1
-        eps = r + math.log(1.0 / delta) / (a - 1.0)
-    else:
-        # Balle et al. 2020, Thm 21
-        eps = r + np.log1p(-1.0 / a) - (math.log(delta) + np.log(a)) / (a - 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if _check_conversion(conversion) == "mironov":
+            # Mironov 2017, Prop. 3; thesis Thm 1
+            terms = (r, np.full_like(a, math.log(1.0 / delta)) / (a - 1.0))
+        else:
+            # Balle et al. 2020, Thm 21; Canonne, Kamath & Steinke 2020, Prop. 12
+            terms = (r, np.log1p(-1.0 / a), -(math.log(delta) + np.log(a)) / (a - 1.0))
+            terms = tuple(np.where(a > _IMPROVED_MIN_ORDER, t, np.inf) for t in terms)
+        eps = sum(terms)
+        eps = eps + _ROUND * sum(np.abs(t) for t in terms)  # round up past the float error
+    eps = np.where(np.isnan(eps), np.inf, eps)
     i = int(np.argmin(eps))
+    if conversion == "improved" and delta * delta + math.expm1(-float(np.min(r))) > 0:
+        # KL shortcut (dp_accounting's compute_epsilon): D_KL <= D_alpha, and
+        # TV <= sqrt(1 - exp(-D_KL)) < delta (Bretagnolle–Huber), so the pair is (0, delta)-DP
+        return 0.0, math.nan
     return max(0.0, float(eps[i])), float(a[i])
 
 
 def rdp_delta(
-    orders: Sequence[float], rdp: Sequence[float], epsilon: float, *, conversion: str = "mironov"
+    orders: Sequence[float], rdp: Sequence[float], epsilon: float, *, conversion: str = "improved"
 ) -> Tuple[float, float]:
-    r"""Best :math:`\delta` over the orders for a target :math:`\varepsilon`, and the order.
+    r"""Best :math:`\delta` over the orders for a target :math:`\varepsilon`, and the order
+    (``nan`` when the KL bound wins), rounded up and capped at 1.
 
-    ``"mironov"``: :math:`\delta = \exp((\alpha-1)(\varepsilon(\alpha)-\varepsilon))`
-    (Mironov 2017, Prop. 3 solved for :math:`\delta`); ``"improved"``:
-    :math:`\delta = \exp((\alpha-1)(\varepsilon(\alpha)-\varepsilon+\ln(1-1/\alpha)))/\alpha`
-    (Canonne, Kamath & Steinke 2020, Prop. 12). Capped at 1.
+    ``"improved"``: :math:`\delta = \exp((\alpha-1)(\varepsilon(\alpha)-\varepsilon+\ln(1-1/\alpha)))/\alpha`
+    (Canonne, Kamath & Steinke 2020, Prop. 12) at orders above 1.01, and the KL bound
+    :math:`\delta \le \sqrt{1 - e^{-\varepsilon(\alpha)}}` (as ``dp_accounting``'s
+    ``compute_delta``); ``"mironov"``: :math:`\delta = \exp((\alpha-1)(\varepsilon(\alpha)-\varepsilon))`
+    (Mironov 2017, Prop. 3 solved for :math:`\delta`).
 
-    >>> round(rdp_delta([2.0, 3.0], [0.5, 0.75], 3.0)[0], 6)
+    >>> round(rdp_delta([2.0, 3.0], [0.5, 0.75], 3.0, conversion="mironov")[0], 6)
     0.011109
+    >>> round(rdp_delta([2.0, 3.0], [0.5, 0.75], 3.0)[0], 6)
+    0.001646
     """
     a, r = _curve(orders, rdp)
     eps = float(epsilon)
     if not eps >= 0:
         raise ValueError(f"epsilon must be >= 0, got {epsilon!r}")
-    with np.errstate(invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):
         if _check_conversion(conversion) == "mironov":
-            log_delta = (a - 1.0) * (r - eps)
+            terms = ((a - 1.0) * r, -(a - 1.0) * eps)
         else:
-            log_delta = (a - 1.0) * (r - eps + np.log1p(-1.0 / a)) - np.log(a)
+            terms = ((a - 1.0) * r, -(a - 1.0) * eps, (a - 1.0) * np.log1p(-1.0 / a), -np.log(a))
+            terms = tuple(np.where(a > _IMPROVED_MIN_ORDER, t, np.inf) for t in terms)
+        log_delta = sum(terms)
+        log_delta = log_delta + _ROUND * sum(np.abs(t) for t in terms)  # round up
     log_delta = np.where(np.isnan(log_delta), np.inf, log_delta)
     i = int(np.argmin(log_delta))
-    return min(1.0, math.exp(min(float(log_delta[i]), 0.0))), float(a[i])
+    best, order = float(log_delta[i]), float(a[i])
+    if conversion == "improved":
+        # KL bound (dp_accounting's compute_delta): delta <= sqrt(1 - exp(-D_KL)), D_KL <= D_alpha
+        j = int(np.argmin(r))
+        kl = 0.5 * math.log(-math.expm1(-float(r[j]))) if r[j] > 0 else -math.inf
+        kl += _ROUND * abs(kl) if math.isfinite(kl) else 0.0
+        if kl < best:
+            best, order = kl, math.nan
+    return min(1.0, math.exp(min(best, 0.0)) * (1.0 + _ROUND)), order

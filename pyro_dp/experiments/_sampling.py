@@ -212,7 +212,7 @@ def make_kernel(algorithm: str, problem, *, epsilon: Optional[float], delta: flo
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             k = cls(problem.model, batch_size=params["batch"], step_size=params["eta"] * w * w,
-                    grad_clip=params["grad_clip"], **budget, **common)  # add/remove + RDP (kernel default)
+                    grad_clip=params["grad_clip"], **budget, **common)  # add/remove + the kernel's default (PLD)
         return k, num_iterations
     raise KeyError(f"unknown algorithm {algorithm!r}; choose from {ALGORITHMS}")
 

@@ -46,15 +46,20 @@ amplification by subsampling needs the batch to be as secret as the noise (as Op
 its Poisson sampler from its secure generator in secure mode).
 
 **Accounting.** Each iteration records ``SubsampledGaussianEvent(q, nm, "poisson")``. The
-ledger's neighbouring relation is a parameter: ``"add_remove"`` (default, Opacus's; then
-``nm = σ/C`` and the ``"rdp"`` (default, cheap) and ``"prv"`` accountants apply: for the
-same (nm, q, steps) ``RDPAccountant(ledger, conversion="improved")`` reproduces Opacus's
-``RDPAccountant`` (the default Mironov conversion is slightly looser) and ``"prv"`` agrees
-with Opacus's ``PRVAccountant`` within its ``eps_error``) or
-``"substitute"`` (the papers' and this library's default elsewhere; ``nm = σ/(2C)``, half the
-add/remove value for the same physical noise, analysed by ``"pld"`` as dp_accounting's
-``REPLACE_ONE``). :math:`N` is public (as in Opacus, which computes ``sample_rate`` from the
-data set's size). There is no accept/reject step: the acceptance rate is 1 by construction.
+ledger's neighbouring relation is a parameter: ``"add_remove"`` (default, Opacus's;
+``nm = σ/C``) or ``"substitute"`` (the papers' and this library's default elsewhere;
+``nm = σ/(2C)``, half the add/remove value for the same physical noise). Under both the
+default accountant is ``"pld"``: ``dp_accounting``'s privacy-loss distribution with its
+pessimistic (connect-the-dots) discretisation, ``ADD_OR_REMOVE_ONE`` or ``REPLACE_ONE``
+(:class:`~pyro_dp.accounting.PLDAccountant`), as tight as the best of Opacus and
+``dp_accounting`` (``docs/accounting.md``; e.g. :math:`q = 0.01`, nm = 1, 300 steps,
+:math:`\delta = 10^{-5}`: ε = 1.068, where Opacus's RDP gives 1.451 and its PRV 1.078).
+Under add/remove ``"rdp"`` (Opacus's RDP analysis, improved conversion: the value of
+Opacus's ``RDPAccountant``), ``"prv"`` (Opacus's default, its upper bound) and ``"dp_rdp"``
+also apply. Calibration searches on a coarse PLD grid first and certifies on the fine one
+(:mod:`pyro_dp.accounting.planning`). :math:`N` is public (as in Opacus, which computes
+``sample_rate`` from the data set's size). There is no accept/reject step: the acceptance
+rate is 1 by construction.
 
 **Bias.** SG-MCMC with a fixed step size is biased: on a Gaussian posterior with variance
 :math:`v`, exact-gradient SGLD has stationary variance :math:`v/(1-\eta/(4v))`, and the
@@ -246,8 +251,8 @@ class _SGMCMC(DPKernel):
             raise ValueError(f"relation must be 'add_remove' or 'substitute', got {relation!r}")
         if kwargs.pop("non_private", False):
             raise ValueError("SG-MCMC has no noise-free mode: its Langevin noise is the privacy noise")
-        if accountant is None:  # cheap RDP where it is valid; PLD is the one for substitution
-            accountant = "rdp" if relation == "add_remove" else "pld"
+        if accountant is None:  # the tight numerical accountant under both relations (module doc)
+            accountant = "pld"
         super().__init__(model, accountant=accountant, relation=relation, **kwargs)
 
         if not get_accountant(accountant, relation=relation).supports(SubsampledGaussianEvent(0.5, 1.0)):
@@ -351,8 +356,9 @@ _PARAMS_TAIL = r"""    :param float noise_multiplier: optional *minimum* noise m
         (as Opacus's ``make_private_with_epsilon``); omit all and the run is charged the
         Langevin noise alone ("privacy for free", Wang et al. 2015).
     :param str relation: ``"add_remove"`` (default, Opacus's) or ``"substitute"``.
-    :param str accountant: default ``"rdp"`` (add/remove, Mironov conversion, pessimistic) or
-        ``"pld"`` (substitute); ``"prv"`` is Opacus's default.
+    :param str accountant: default ``"pld"`` (``dp_accounting``'s PLD, pessimistic; both
+        relations). Under add/remove ``"rdp"``, ``"prv"`` (Opacus's default) and ``"dp_rdp"``
+        are accepted too; they are looser (module doc).
 
     Other keyword arguments are those of :class:`~pyro_dp.kernels.base.DPKernel`
     (``temperature``, ``epsilon``, ``delta``, ``num_iterations``, ``num_chains``, ``seed``,
@@ -385,8 +391,8 @@ class DPSGLD(_SGMCMC):
     True
     >>> kernel.noise_multiplier  # 2 b / (T N C sqrt(eta)) = 2*100 / (1000 * 5 * 0.02)
     2.0
-    >>> round(kernel.get_epsilon(1e-5), 3)  # 100 Poisson-subsampled Gaussians, q = 0.1, add/remove RDP
-    3.017
+    >>> round(kernel.get_epsilon(1e-5), 3)  # 100 Poisson-subsampled Gaussians, q = 0.1, add/remove PLD
+    2.337
     """
     _kind = "sgld"
 

@@ -202,17 +202,16 @@ def _facts(name, **kw):
 
 
 def test_golden_values_facts_across_accountants():
-    """FACTS.md: gdp 6.56618, PRV upper 6.5765, RDP 7.0701. Our RDP default is Mironov's
-    conversion (thesis Thm 1), which gives 7.7785; FACTS' 7.0701 is the improved
-    conversion of Balle et al. 2020 (Opacus/dp_accounting), reproduced with
-    conversion="improved"."""
+    """FACTS.md: gdp 6.56618, PRV upper 6.5765, RDP 7.0701. FACTS' 7.0701 is the improved
+    conversion of Balle et al. 2020 (Opacus/dp_accounting), our RDP default; Mironov's
+    conversion (thesis Thm 1, conversion="mironov") gives 7.7785."""
     exact = _facts("gdp")
     assert round(exact, 5) == 6.56618
     assert _facts("pld") == pytest.approx(exact, abs=1e-5) and _facts("pld") >= exact
     prv = _facts("prv")
     assert prv == pytest.approx(6.5765, abs=2e-4) and exact <= prv <= exact + 0.011
-    assert round(_facts("rdp", conversion="improved"), 4) == 7.0701
-    assert round(_facts("rdp"), 4) == 7.7785
+    assert round(_facts("rdp"), 4) == 7.0701
+    assert round(_facts("rdp", conversion="mironov"), 4) == 7.7785
     assert round(_facts("dp_rdp"), 4) == 7.0701
     assert round(_facts("zcdp"), 4) == 7.7785  # rho + 2 sqrt(rho ln(1/delta)), rho = mu^2/2
 
@@ -313,8 +312,12 @@ def test_rdp_curves_compose_on_the_intersection_of_orders_only():
     expected = np.array([2 * 0.2 + 0.06, 2 * 0.5 + 0.07]) + 4 * orders / 200
     np.testing.assert_allclose(curve, expected, rtol=1e-14)
     delta = 1e-5
-    manual = min(curve + math.log(1 / delta) / (orders - 1))
-    assert acc.get_epsilon(delta) == pytest.approx(manual, rel=1e-14)
+    # improved conversion (Balle et al. 2020 Thm 21), rounded up by at most a few ulps
+    manual = min(curve + np.log1p(-1 / orders) - (math.log(delta) + np.log(orders)) / (orders - 1))
+    assert manual <= acc.get_epsilon(delta) <= manual * (1 + 1e-13)
+    mironov = min(curve + math.log(1 / delta) / (orders - 1))
+    eps_m = RDPAccountant(acc.ledger, conversion="mironov").get_epsilon(delta)
+    assert mironov <= eps_m <= mironov * (1 + 1e-13)
     eps, order = acc.get_epsilon_and_order(delta)
     assert order in (3.0, 4.0) and eps == acc.get_epsilon(delta)
 
@@ -322,7 +325,10 @@ def test_rdp_curves_compose_on_the_intersection_of_orders_only():
 def test_rdp_curve_alone_is_not_interpolated_and_disjoint_curves_raise():
     acc = _acc("rdp")
     acc.record(RDPCurveEvent((2.5,), (0.1,)))
-    assert acc.get_epsilon(1e-5) == pytest.approx(0.1 + math.log(1e5) / 1.5, rel=1e-14)
+    improved = 0.1 + math.log1p(-1 / 2.5) - (math.log(1e-5) + math.log(2.5)) / 1.5  # Balle et al. 2020 Thm 21
+    assert improved <= acc.get_epsilon(1e-5) <= improved * (1 + 1e-13)
+    mironov = 0.1 + math.log(1e5) / 1.5  # Mironov 2017 Prop. 3
+    assert mironov <= RDPAccountant(acc.ledger, conversion="mironov").get_epsilon(1e-5) <= mironov * (1 + 1e-13)
     acc.record(RDPCurveEvent((3.0,), (0.1,)))
     with pytest.raises(UnsupportedEventError, match="share no order"):
         acc.get_epsilon(1e-5)
@@ -349,7 +355,7 @@ def test_rdp_conversions_are_ordered():
         acc.record(GaussianEvent(2.0), 25)
         eps = acc.get_epsilon(1e-5)
         assert acc.get_delta(eps) <= 1e-5 * (1 + 1e-9)
-    loose, tight = _acc("rdp"), _acc("rdp", conversion="improved")
+    loose, tight = _acc("rdp", conversion="mironov"), _acc("rdp")
     for a in (loose, tight):
         a.record(GaussianEvent(2.0), 25)
     assert tight.get_epsilon(1e-5) < loose.get_epsilon(1e-5)

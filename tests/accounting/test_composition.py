@@ -95,7 +95,18 @@ def test_heterogeneous_ledgers_are_valid_upper_bounds():
     led.record(ApproxDPEvent(0.1, 1e-9), 50)
     led.record(PureDPEvent(0.3), 10)
     opt = OptimalCompositionAccountant(led).get_epsilon(1e-5)
-    assert opt == pytest.approx(optimal_epsilon(0.3, 1e-9, 60, 1e-5))  # dominated by the worst event
+    # the smaller of the worst event composed optimally (11.39) and dp_accounting's PLD of the
+    # dominating pairs, composed independently here (4.8957, value_discretization_interval=1e-4)
+    from dp_accounting.pld import common, privacy_loss_distribution as pld_lib
+
+    pairs = [pld_lib.from_privacy_parameters(common.DifferentialPrivacyParameters(e, d), 1e-4).self_compose(k)
+             for e, d, k in ((0.1, 1e-9, 50), (0.3, 0.0, 10))]
+    pld = pairs[0].compose(pairs[1]).get_epsilon_for_delta(1e-5)
+    assert opt == pytest.approx(min(optimal_epsilon(0.3, 1e-9, 60, 1e-5), pld), rel=1e-12)
+    assert opt == pytest.approx(4.8957, abs=1e-4)
+    # valid: never below the exact optimum of a part of the composition
+    assert opt >= max(optimal_epsilon(0.1, 1e-9, 50, 1e-5), optimal_epsilon(0.3, 0.0, 10, 1e-5))
+    assert OptimalCompositionAccountant(led).get_delta(opt) <= 1e-5 * (1 + 1e-6)
     adv = AdvancedCompositionAccountant(led).get_epsilon(1e-5)
     assert adv <= 50 * 0.1 + 10 * 0.3 + 1e-12  # never worse than basic composition
     assert adv == pytest.approx(kov_epsilon([(0.1, 1e-9, 50), (0.3, 0.0, 10)], 1e-5))

@@ -16,7 +16,7 @@ from pyro_dp.accounting import (
     zcdp_max_iterations_penalty,
     zcdp_rho_budget,
 )
-from pyro_dp.mechanisms import GaussianEvent, PureDPEvent
+from pyro_dp.mechanisms import GaussianEvent, PureDPEvent, SubsampledGaussianEvent
 
 EPS = st.floats(0.05, 20.0)
 DELTA = st.integers(2, 12).map(lambda e: 10.0**-e)
@@ -77,6 +77,63 @@ def test_pld_planning_with_pure_dp_releases():
     eps = lambda n: planned_epsilon(1e-5, n, per, accountant="pld",  # noqa: E731
                                     accountant_kwargs={"value_discretization_interval": 1e-3})
     assert eps(k) <= 1.0 < eps(k + 1)
+
+
+@pytest.mark.parametrize("relation,q,k", [("add_remove", 0.02, 100), ("substitute", 0.05, 100)])
+def test_pld_two_stage_search_is_certified_by_the_fine_accountant(relation, q, k):
+    """PLD searches locate on a 10x coarser grid and certify on the requested one
+    (planning module doc): the results are those of a plain search on the fine grid —
+    the calibrated noise fits and 1e-6 less does not; the budget's k fits and k + 1 does not
+    (so it is the plain search's answer: eps grows with k)."""
+    ev = lambda s: ((), [SubsampledGaussianEvent(q, s)])  # noqa: E731
+    eps = lambda n, s: planned_epsilon(1e-5, n, SubsampledGaussianEvent(q, s), accountant="pld",  # noqa: E731
+                                       relation=relation)
+    nm = calibrate(2.0, 1e-5, k, ev, accountant="pld", relation=relation, rtol=1e-6)
+    assert eps(k, nm) <= 2.0 < eps(k, nm * (1 - 1e-6))
+    n = max_iterations(2.0, 1e-5, SubsampledGaussianEvent(q, 1.1 * nm), accountant="pld", relation=relation)
+    assert eps(n, 1.1 * nm) <= 2.0 < eps(n + 1, 1.1 * nm)
+
+
+@pytest.mark.parametrize("start", [None, 1e-3, 0.37, 0.4, 0.41, 1e3])
+@pytest.mark.parametrize("power", [0.5, 1.0, 2.0])
+def test_secant_scale_search_brackets_and_converges(start, power):
+    """The safeguarded Illinois search on a smooth eps(s) = (c / s)^p: from any start (a coarse
+    guess, good or bad) the result fits, 1e-9 less does not, in few evaluations."""
+    from pyro_dp.accounting.planning import _secant_scale
+
+    calls = []
+
+    def eps_of(s):
+        calls.append(s)
+        return (0.4 / s) ** power
+
+    s = _secant_scale(eps_of, 1.0, 1e-9, start=start)
+    assert eps_of(s) <= 1.0 < eps_of(s * (1 - 1e-9)) and s == pytest.approx(0.4, rel=1e-9)
+    assert len(calls) <= 40  # bisection from [0.5, 1] alone needs ~30 steps after bracketing
+
+
+@pytest.mark.parametrize("start", [None, 0, 1, 5, 6, 7, 1000, 10**9])
+@pytest.mark.parametrize("root", [0, 6, 123_456])
+def test_secant_count_search_from_any_start(start, root):
+    """The integer search on eps(k) = 0.1 + 1e-3 k^0.7 (increasing; k = root is the last that
+    fits): from any guess, the answer fits and the next does not, in few evaluations; fixed
+    releases over budget and free iterations raise."""
+    from pyro_dp.accounting.planning import _secant_count
+
+    calls = []
+
+    def eps_of(k):
+        calls.append(k)
+        return 0.1 + 1e-3 * k**0.7
+
+    target = eps_of(root + 0.5)
+    calls.clear()
+    assert _secant_count(eps_of, target, start=start) == root
+    assert len(calls) <= 30  # doubling then bisection: ~34 at root = 123 456
+    with pytest.raises(ValueError, match="fixed releases"):
+        _secant_count(lambda k: 1.0, 0.5, start=start)
+    with pytest.raises(ValueError, match="unbounded"):
+        _secant_count(lambda k: 0.0, 0.5, start=start)
 
 
 @pytest.mark.parametrize("eps", [0.3, 1.0, 4.0])

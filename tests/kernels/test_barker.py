@@ -230,10 +230,12 @@ def test_gmm_paper_scale():
 # ---------------------------------------------------------------------------- accounting
 
 
-def _golden_dp_barker_epsilon(b, n, k, delta):
-    """Heikkilä et al. 2019 Thm 2 (eq. 21) + Cor 2 (eq. 22) with the conversion of Mironov
-    2017 Prop. 3, evaluated independently in exact-ish arithmetic (mpmath, 50 digits), over
-    every integer order 2 <= alpha < b/5."""
+def _golden_dp_barker_epsilon(b, n, k, delta, conversion="improved"):
+    """Heikkilä et al. 2019 Thm 2 (eq. 21) + Cor 2 (eq. 22) with the RDP-to-(eps, delta)
+    conversion of Balle et al. 2020 Thm 21 / Canonne, Kamath & Steinke 2020 Prop. 12
+    ("improved", the kernel's default, as Opacus and dp_accounting) or of Mironov 2017
+    Prop. 3 (the paper's), evaluated independently in exact-ish arithmetic (mpmath, 50
+    digits), over every integer order 2 <= alpha < b/5."""
     import mpmath as mp
 
     mp.mp.dps = 50
@@ -249,7 +251,11 @@ def _golden_dp_barker_epsilon(b, n, k, delta):
         s = 1 + q**2 * mp.binomial(a, 2) * min(4 * (mp.e ** eps_p(2) - 1), 2 * mp.e ** eps_p(2))
         s += 2 * mp.fsum(q**j * mp.binomial(a, j) * mp.e ** ((j - 1) * eps_p(j)) for j in range(3, a + 1))
         eps_a = mp.log(s) / (a - 1)  # Cor 2
-        best = min(best, k * eps_a + mp.log(1 / mp.mpf(delta)) / (a - 1))
+        if conversion == "mironov":
+            eps = k * eps_a + mp.log(1 / mp.mpf(delta)) / (a - 1)
+        else:
+            eps = k * eps_a + mp.log(1 - mp.mpf(1) / a) - (mp.log(mp.mpf(delta)) + mp.log(a)) / (a - 1)
+        best = min(best, eps)
     return float(best)
 
 
@@ -261,6 +267,11 @@ def test_kernel_epsilon_matches_heikkila_thm2_cor2():
     assert kernel.ledger.num_releases == 50  # warmup counts
     ref = _golden_dp_barker_epsilon(50, 500, 50, 1e-5)
     assert kernel.get_epsilon(1e-5) == pytest.approx(ref, rel=1e-9)
+    paper = _golden_dp_barker_epsilon(50, 500, 50, 1e-5, conversion="mironov")
+    assert kernel.get_epsilon(1e-5) < paper
+    from pyro_dp.accounting import RDPAccountant
+
+    assert RDPAccountant(kernel.ledger, conversion="mironov").get_epsilon(1e-5) == pytest.approx(paper, rel=1e-9)
     assert mcmc.diagnostics()["epsilon"]["chain 0"] == pytest.approx(kernel.get_epsilon(kernel.reference_delta))
 
 
