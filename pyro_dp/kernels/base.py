@@ -302,6 +302,8 @@ class DPKernel(MCMCKernel):
         _KERNELS[self._id] = self
 
         self.transforms = None  # set by setup(); MCMC reads it after the run
+        self.lik: Optional[PrivateLikelihood] = None  # set by setup()
+        self._warmup_steps = 0  # set by setup()
         self._user_initial_params: Optional[Dict[str, torch.Tensor]] = None
         self._initial_params: Optional[Dict[str, torch.Tensor]] = None
         self.relation = relation
@@ -317,7 +319,7 @@ class DPKernel(MCMCKernel):
         self._num_setups = 0
         self._plan: Optional[PrivacyPlan] = None  # set by setup() when there is a budget
         self._incomplete: Optional[str] = None  # set when worker releases may have been lost
-        self._reset_chain_stats()
+        DPKernel._reset_chain_stats(self)  # the base's fields only: subclasses reset theirs in setup()
 
     def _check_noise_multiplier(self, name: str, value) -> Optional[float]:
         """Validate a noise multiplier; ``None`` is allowed only with a budget to calibrate
@@ -358,7 +360,7 @@ class DPKernel(MCMCKernel):
         >>> k.planned_events()
         ([], [GaussianEvent(noise_multiplier=10.0)])
         """
-        if getattr(self, "lik", None) is None:
+        if self.lik is None:
             raise RuntimeError("call setup() first: the plan may depend on the number of rows")
         return self._init_events() + list(self._fixed_events()), list(self._per_iteration_events())
 
@@ -479,6 +481,7 @@ class DPKernel(MCMCKernel):
             self.cleanup()
         if not self._ledger:  # a fresh chain id, also in each worker process (copies of this kernel)
             self._ledger = self._new_chain_ledger()
+        self._reset_chain_stats()  # a chain starts here (the object is fully built by now)
         self.lik = PrivateLikelihood(
             self.model,
             args,

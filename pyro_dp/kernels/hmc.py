@@ -438,7 +438,7 @@ class DPHMC(DPKernel):
         self._grad_clip_sum = 0.0
         self._llr_clip_sum = 0.0
         self._llr_count = 0
-        self._adapted_step_size = getattr(self, "step_size", None)
+        self._adapted_step_size = self.step_size
         self._adapter = None
 
     def _init_state(self, z):
@@ -477,7 +477,7 @@ class DPHMC(DPKernel):
     def _adapt(self, info):
         # Hoffman & Gelman 2014, Alg. 5 (as Pyro's HMC): dual averaging of log η on the
         # acceptance probability computed from the *released* λ̂ (post-processing: no privacy cost).
-        i, warmup = self._iteration, getattr(self, "_warmup_steps", 0)
+        i, warmup = self._iteration, self._warmup_steps
         if not self.adapt_step_size or i >= warmup:
             return
         if self._adapter is None:
