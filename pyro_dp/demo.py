@@ -21,7 +21,22 @@ import torch
 from pyro.infer import MCMC, NUTS
 from pyro.infer.autoguide.initialization import init_to_mean
 
-__all__ = ["logistic_model", "make_logistic_data", "run_demo"]
+__all__ = ["normal_mean_model", "logistic_model", "make_logistic_data", "run_demo"]
+
+
+def normal_mean_model(y, prior_scale: float = 10.0):
+    r"""The running example of the kernels' docstrings: :math:`y_i \sim \mathcal N(\mu, 1)`,
+    :math:`\mu \sim \mathcal N(0, \mathrm{prior\_scale}^2)`, with the data plate indexed by its
+    indices (so minibatch kernels can read row subsets).
+
+    >>> import torch
+    >>> lik = __import__("pyro_dp").PrivateLikelihood(normal_mean_model, (torch.zeros(3),), seed=0)
+    >>> lik.latent_names, lik.indexable
+    (('mu',), True)
+    """
+    mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=y.dtype, device=y.device), prior_scale))
+    with pyro.plate("data", len(y)) as idx:
+        pyro.sample("obs", dist.Normal(mu, 1.0), obs=y[idx])
 
 
 def logistic_model(X, y):

@@ -9,8 +9,8 @@ Parameters are those of the thesis code (``oraisa/masters-thesis``, ``plot_itera
   :func:`~pyro_dp.accounting.zcdp_max_iterations_penalty`) vs the tight Gaussian/PLD bound
   (Thm 6, :func:`~pyro_dp.accounting.max_iterations` with the ``"gdp"`` accountant).
 * DP-HMC, :math:`\tau_l = 0.1`, :math:`\tau_g = 0.4`, :math:`L = 10`: zCDP (Thm 10,
-  :func:`~pyro_dp.kernels.hmc.dphmc_max_iterations_zcdp`) vs tight (Thm 11,
-  :func:`~pyro_dp.kernels.hmc.dphmc_max_iterations`).
+  :func:`~pyro_dp.accounting.algorithms.dphmc_max_iterations_zcdp`) vs tight (Thm 11,
+  :func:`~pyro_dp.accounting.algorithms.dphmc_max_iterations`).
 * Minibatch DP penalty, :math:`\tau = 0.7` (nm :math:`=\sqrt{0.7}`), batch :math:`b = 1000`
   without replacement: RDP (Thm 8, integer orders 2–199, Mironov's conversion as in the
   thesis), and, as a tighter RDP analysis of the same mechanism, Wang, Balle &
@@ -29,6 +29,7 @@ import csv
 import math
 import os
 from typing import Callable, Dict, List, Optional, Tuple
+from ..accounting.algorithms import dphmc_max_iterations, dphmc_max_iterations_zcdp
 from ..accounting import max_iterations, minibatch_penalty_rdp, zcdp_max_iterations_penalty
 
 __all__ = ["FIG62_PARAMS", "METHODS", "FULL_ONLY", "epsilon_grid", "fig62_iterations", "run_fig62", "COLUMNS"]
@@ -69,13 +70,11 @@ def _hmc_nms(p):
 
 
 def _hmc_zcdp(eps, p):
-    from ..kernels.hmc import dphmc_max_iterations_zcdp
 
     return dphmc_max_iterations_zcdp(eps, p["delta"], *_hmc_nms(p))
 
 
 def _hmc_tight(eps, p):
-    from ..kernels.hmc import dphmc_max_iterations
 
     return dphmc_max_iterations(eps, p["delta"], *_hmc_nms(p), accountant="gdp")
 

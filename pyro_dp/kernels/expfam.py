@@ -309,12 +309,8 @@ class DPExpFamPenalty(RandomWalkKernel):
         (:math:`\xi = (\mathrm{nm}\,2b)^2`). Omit it and give ``epsilon``, ``delta`` and
         ``num_iterations`` to calibrate it. Corollary 1's scaling
         :math:`\xi_n \propto n^{2\alpha}` corresponds to ``nm`` :math:`\propto n^\alpha`.
-    :param bool one_component: one-coordinate-at-a-time proposals.
-    :param bool guided_walk: guided-walk proposals (implies one-component).
-    :param bool adapt_proposal: during warmup, adapt the proposal scale towards
-        ``target_accept`` (:class:`~pyro_dp.kernels.proposals.AdaptiveProposalScale`: reads
-        only accept decisions, so it costs no privacy; frozen after warmup).
-    :param float target_accept: acceptance rate targeted by the adaptation.
+    :param one_component, guided_walk, adapt_proposal, target_accept: the random walk, as for
+        :class:`~pyro_dp.kernels.penalty.DPPenalty` (:class:`~pyro_dp.kernels.mh.RandomWalkKernel`).
     :param bool check_family: verify at set-up, on data drawn from the model at two
         parameter values, that the model's log-likelihood ratio equals eq. (7).
 
@@ -322,13 +318,10 @@ class DPExpFamPenalty(RandomWalkKernel):
 
     Example
     -------
-    >>> import torch, pyro, pyro.distributions as dist
+    >>> import torch
     >>> from pyro.infer import MCMC
     >>> from pyro.infer.autoguide.initialization import init_to_mean
-    >>> def model(y):
-    ...     mu = pyro.sample("mu", dist.Normal(0., 10.))
-    ...     with pyro.plate("data", len(y)) as idx:
-    ...         pyro.sample("obs", dist.Normal(mu, 1.), obs=y[idx])
+    >>> from pyro_dp.demo import normal_mean_model as model  # y_i ~ N(mu, 1), mu ~ N(0, 10^2)
     >>> y = (torch.randn(10_000, generator=torch.Generator().manual_seed(0)) + 1.0).clamp(-4, 4)
     >>> fam = gaussian_known_variance("mu", scale=1.0, low=-4.0, high=4.0)
     >>> kernel = DPExpFamPenalty(model, fam, proposal_scale=0.01, noise_multiplier=50.0,

@@ -40,12 +40,8 @@ from typing import Callable, NamedTuple, Optional, Tuple, Union
 import torch
 
 from ..accounting import get_accountant
-from ..accounting.composition import (
-    AdvancedCompositionAccountant,
-    OptimalCompositionAccountant,
-    with_replacement_amplification,
-)
-from ..accounting.gdp import gdp_delta
+from ..accounting.composition import AdvancedCompositionAccountant, OptimalCompositionAccountant
+from ..accounting.algorithms import StepPrivacy, fastmh_step_privacy
 from ..mechanisms import ApproxDPEvent, GaussianEvent, NonPrivateEvent, PrivacyLedger, clip_scalars, clipped_sum_with_noise
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease, mh_init, mh_step
@@ -64,108 +60,6 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- privacy of one step
-
-
-class StepPrivacy(NamedTuple):
-    r"""Noise scales and the per-iteration guarantee of Alg. 2 (Zhang & Zhang 2023).
-
-    :ivar sigma1: minibatch noise scale (noise std :math:`\sigma_1\Delta(\ell_1)`).
-    :ivar sigma2: full-batch noise scale (noise std :math:`\sigma_2\Delta(\ell_2)`).
-    :ivar threshold1: privacy-for-free threshold on :math:`\Delta(\ell_1)`, :math:`\varepsilon C/(6K\max_i c_i)`.
-    :ivar threshold2: privacy-for-free threshold on :math:`\Delta(\ell_2)`, :math:`\varepsilon`.
-    :ivar eps0, delta0: guarantee of the minibatch Gaussian w.r.t. one slot
-        (:math:`\varepsilon_0=\varepsilon/(6Kp)`, exact :math:`\delta` of noise multiplier
-        :math:`\sigma_1` at :math:`\varepsilon_0`, Balle & Wang 2018).
-    :ivar certified_epsilon, certified_delta: what this configuration provably achieves
-        per iteration, max over both branches (full batch: exact Gaussian :math:`\delta` at
-        :math:`\varepsilon`; minibatch: :func:`~pyro_dp.accounting.composition.with_replacement_amplification`
-        at :math:`B=K-1`), plus the free branch when enabled.
-    :ivar event: the event recorded every iteration.
-    """
-
-    sigma1: float
-    sigma2: float
-    threshold1: float
-    threshold2: float
-    eps0: float
-    delta0: float
-    certified_epsilon: float
-    certified_delta: float
-    event: object
-
-
-def fastmh_step_privacy(
-    step_epsilon: float,
-    step_delta: float,
-    max_batch_size: int,
-    sample_prob: float,
-    *,
-    privacy_for_free: bool = False,
-    full_batch: bool = False,
-) -> StepPrivacy:
-    r"""Alg. 2's noise scales and a re-derived per-iteration guarantee.
-
-    ``sample_prob`` is :math:`p = \max_i c_i / C` (:math:`1/N` for one bound for all rows).
-
-    * The full-batch branch is the Gaussian mechanism with noise multiplier :math:`\sigma_2`
-      (Lemma 1, eq. 2 is the substitute sensitivity): exactly :math:`(\varepsilon, \delta_2)`
-      with :math:`\delta_2\le\delta` for :math:`\varepsilon<1` (Dwork & Roth 2014, Thm A.1).
-    * The minibatch branch: :math:`(\varepsilon_0,\delta_0)` per slot, amplified by
-      sampling with replacement (App. B) for every :math:`B\le K-1`.
-    * Privacy for free (deviation, see :class:`DPFastMH`): an un-noised MH accept bit whose
-      log-ratio moves by :math:`\Delta` is only :math:`(0, 1-e^{-\Delta})`-DP (the *reject*
-      probability can go from 0 to :math:`1-e^{-\Delta}`); enabling it raises δ accordingly.
-
-    The recorded event is Thm 2's ``ApproxDPEvent(step_epsilon, step_delta)`` when the
-    re-derivation certifies it, else the certified (larger) pair; with ``full_batch`` and no
-    free branch it is ``GaussianEvent(sigma2)``, exact.
-
-    >>> sp = fastmh_step_privacy(0.5, 1e-6, 1000, 1e-4)
-    >>> round(sp.sigma2, 4), round(sp.sigma1, 4), sp.event
-    (10.5976, 5.983, ApproxDPEvent(epsilon=0.5, delta=1e-06))
-    >>> sp.certified_epsilon <= 0.5 and sp.certified_delta <= 1e-6  # Thm 2 holds here
-    True
-    """
-    eps, delta = float(step_epsilon), float(step_delta)
-    k, p = int(max_batch_size), float(sample_prob)
-    # Alg. 2, first line: sigma2 = sqrt(2 log(1.25/delta))/eps (Gaussian mechanism, Dwork & Roth Thm A.1)
-    sigma2 = math.sqrt(2.0 * math.log(1.25 / delta)) / eps
-    # Alg. 2: sigma1 = 6 K max c_i sqrt(2 log(2.5 K max c_i/(delta C)))/(eps C), with p = max c_i / C;
-    # i.e. the Gaussian mechanism at (eps0, delta0) = (eps/(6Kp), delta/(2Kp)) (App. B).
-    eps0, delta0_paper = eps / (6.0 * k * p), delta / (2.0 * k * p)
-    if not delta0_paper < 1.0:
-        raise ValueError(
-            f"step_delta={delta} is too large for K={k} and p={p:.3g}: Alg. 2 needs "
-            f"delta/(2 K max c_i / C) < 1; lower step_delta"
-        )
-    sigma1 = math.sqrt(2.0 * math.log(1.25 / delta0_paper)) / eps0
-    threshold1, threshold2 = eps0, eps  # Alg. 2, the two "privacy for free" tests
-    # Re-derivation (exact Gaussian curves; nothing dropped in the amplification).
-    d_full = gdp_delta(eps, 1.0 / sigma2)
-    cert_eps, cert_delta = eps, d_full
-    delta0 = gdp_delta(eps0, 1.0 / sigma1)
-    if not full_batch:
-        e_mb, d_mb = with_replacement_amplification(eps0, delta0, max(k - 1, 0), p)
-        cert_eps = max(cert_eps, e_mb)
-        cert_delta = max(cert_delta, d_mb)
-    if privacy_for_free:
-        # full batch: Delta(l2) <= eps  =>  (0, 1 - e^{-eps}); minibatch: k ~ Bin(B, p) copies,
-        # each moving l1 by <= Delta(l1) <= threshold1  =>  (0, 1 - (1 - p + p e^{-t1})^B), B <= K-1.
-        free = -math.expm1(-threshold2)
-        if not full_batch:
-            free = max(free, -math.expm1(max(k - 1, 0) * math.log1p(-p * -math.expm1(-threshold1))))
-        cert_delta = max(cert_delta, free)
-    if not (cert_eps < 50.0 and cert_delta < 1.0):
-        raise ValueError(
-            f"no per-iteration guarantee: with K={k} and p={p:.3g}, eps0 = eps/(6Kp) = {eps0:.3g} is so large "
-            f"that sampling with replacement gives ({cert_eps:.3g}, {cert_delta:.3g}); increase K towards "
-            f"eps/(6p) (the paper's recommendation, Sec. 6.2)"
-        )
-    if full_batch and not privacy_for_free:
-        event = GaussianEvent(sigma2)  # the full-batch variant releases only this Gaussian
-    else:
-        event = ApproxDPEvent(max(eps, cert_eps), max(delta, cert_delta))
-    return StepPrivacy(sigma1, sigma2, threshold1, threshold2, eps0, delta0, cert_eps, cert_delta, event)
 
 
 # --------------------------------------------------------------------------- pure core
@@ -357,10 +251,7 @@ class DPFastMH(RandomWalkKernel):
     -------
     >>> import torch, pyro, pyro.distributions as dist
     >>> from pyro.infer import MCMC
-    >>> def model(y):
-    ...     mu = pyro.sample("mu", dist.Normal(0., 10.))
-    ...     with pyro.plate("data", len(y)) as idx:
-    ...         pyro.sample("obs", dist.Normal(mu, 1.), obs=y[idx])
+    >>> from pyro_dp.demo import normal_mean_model as model  # y_i ~ N(mu, 1), mu ~ N(0, 10^2)
     >>> y = (torch.randn(5000, generator=torch.Generator().manual_seed(0)) + 1.0).clamp(-3, 3)
     >>> kernel = DPFastMH(model, proposal_scale=5e-4, lipschitz=5.0, lam=100.0, max_batch_size=400,
     ...                   step_epsilon=0.5, step_delta=1e-9, seed=0)

@@ -46,8 +46,7 @@ from typing import NamedTuple, Optional, Tuple
 import torch
 from pyro.ops.dual_averaging import DualAveraging
 
-from ..accounting import max_iterations
-from ..accounting.zcdp import zcdp_rho_budget
+from ..accounting.algorithms import dphmc_events, dphmc_max_iterations, dphmc_max_iterations_zcdp, dphmc_mu
 from ..mechanisms import GaussianEvent, NonPrivateEvent, clipped_sum_with_noise
 from .base import DPKernel, check_positive
 from .proposals import kinetic_energy, leapfrog, penalty_accept, penalty_log_accept_threshold, sample_momentum
@@ -247,54 +246,6 @@ def jitter_factor(iteration: int) -> float:
     return math.fmod((iteration + 1) * _GOLDEN, 1.0)
 
 
-def dphmc_mu(num_iterations: int, num_steps: int, llr_noise_multiplier: float, grad_noise_multiplier: float) -> float:
-    r"""Sommer et al.'s :math:`\mu_S = k/(2\mathrm{nm}_l^2) + (kL+1)/(2\mathrm{nm}_g^2)` of ``k``
-    DP-HMC iterations (Räisä 2021 thesis, Thm 11); the run is :math:`\sqrt{2\mu_S}`-GDP.
-
-    >>> dphmc_mu(10, 4, 5.0, 10.0)
-    0.405
-    """
-    k, L = int(num_iterations), int(num_steps)
-    return k / (2.0 * llr_noise_multiplier**2) + (k * L + 1) / (2.0 * grad_noise_multiplier**2)
-
-
-def dphmc_events(num_steps: int, llr_noise_multiplier: float, grad_noise_multiplier: float):
-    """``(fixed, per_iteration)`` releases of DP-HMC for the planning functions of
-    :mod:`pyro_dp.accounting` (thesis Alg. 3: one gradient once per chain; ``L`` gradients and
-    one ratio per iteration). A zero noise multiplier is a :class:`NonPrivateEvent`."""
-    ev_l = GaussianEvent(llr_noise_multiplier) if llr_noise_multiplier > 0 else NonPrivateEvent()
-    ev_g = GaussianEvent(grad_noise_multiplier) if grad_noise_multiplier > 0 else NonPrivateEvent()
-    return [ev_g], [(ev_l, 1), (ev_g, int(num_steps))]
-
-
-def dphmc_max_iterations(epsilon, delta, num_steps, llr_noise_multiplier, grad_noise_multiplier, *,
-                         accountant="gdp", num_chains=1) -> int:
-    r"""Iterations per chain that fit :math:`(\varepsilon, \delta)` under ``accountant``
-    (default: the tight Gaussian composition of thesis Thm 11).
-
-    >>> dphmc_max_iterations(1.0, 1e-5, 10, 40.0, 120.0)
-    54
-    """
-    fixed, per = dphmc_events(num_steps, llr_noise_multiplier, grad_noise_multiplier)
-    return max_iterations(epsilon, delta, per, fixed=fixed, accountant=accountant, num_chains=num_chains)
-
-
-def dphmc_max_iterations_zcdp(epsilon, delta, num_steps, llr_noise_multiplier, grad_noise_multiplier) -> int:
-    r"""Iterations allowed by zCDP accounting (Räisä 2021 thesis, Thm 10):
-    :math:`k = \lfloor(\rho-\rho_g)/(\rho_l + L\rho_g)\rfloor` with
-    :math:`\rho = (\sqrt{\varepsilon-\ln\delta}-\sqrt{-\ln\delta})^2`,
-    :math:`\rho_l = 1/(2\mathrm{nm}_l^2)`, :math:`\rho_g = 1/(2\mathrm{nm}_g^2)` (the thesis's
-    :math:`\tau\sqrt n` is our noise multiplier). Looser than the ``"gdp"`` ledger (Thm 11).
-
-    >>> dphmc_max_iterations_zcdp(1.0, 1e-5, 10, 40.0, 120.0)
-    31
-    """
-    rho = zcdp_rho_budget(epsilon, delta)
-    rho_l = 1.0 / (2.0 * llr_noise_multiplier**2)
-    rho_g = 1.0 / (2.0 * grad_noise_multiplier**2)
-    return max(int(math.floor((rho - rho_g) / (rho_l + int(num_steps) * rho_g))), 0)
-
-
 class DPHMC(DPKernel):
     r"""Differentially private HMC (Räisä, Koskela & Honkela 2021) as a Pyro ``MCMCKernel``.
 
@@ -338,10 +289,7 @@ class DPHMC(DPKernel):
     -------
     >>> import torch, pyro, pyro.distributions as dist
     >>> from pyro.infer import MCMC
-    >>> def model(y):
-    ...     mu = pyro.sample("mu", dist.Normal(torch.tensor(0., dtype=y.dtype), 10.))
-    ...     with pyro.plate("data", len(y)) as idx:
-    ...         pyro.sample("obs", dist.Normal(mu, 1.), obs=y[idx])
+    >>> from pyro_dp.demo import normal_mean_model as model  # y_i ~ N(mu, 1), mu ~ N(0, 10^2)
     >>> y = (torch.randn(300, generator=torch.Generator().manual_seed(0), dtype=torch.float64) + 1.0).clamp(-3, 5)
     >>> kernel = DPHMC(model, step_size=0.03, num_steps=3, grad_clip=4.0, llr_clip=4.0,
     ...                grad_noise_multiplier=5.0, llr_noise_multiplier=1.0, seed=0)

@@ -118,12 +118,8 @@ class DPMultiPartyPenalty(RandomWalkKernel):
         ``epsilon``, ``delta`` and ``num_iterations`` to calibrate one ``nm`` for all
         parties (each party then gets the budget against the others).
     :param int num_parties: default ``max(party) + 1``; every party must own a row.
-    :param bool one_component: one-coordinate-at-a-time proposals.
-    :param bool guided_walk: guided-walk proposals (implies one-component).
-    :param bool adapt_proposal: during warmup, adapt the proposal scale towards
-        ``target_accept`` (:class:`~pyro_dp.kernels.proposals.AdaptiveProposalScale`: reads
-        only accept decisions, so it costs no privacy; frozen after warmup).
-    :param float target_accept: acceptance rate targeted by the adaptation.
+    :param one_component, guided_walk, adapt_proposal, target_accept: the random walk, as for
+        :class:`~pyro_dp.kernels.penalty.DPPenalty` (:class:`~pyro_dp.kernels.mh.RandomWalkKernel`).
 
     :meth:`get_epsilon` with ``party=j`` reports party ``j``'s privacy against all others;
     without it, the worst party's. Other keyword arguments are those of
@@ -131,13 +127,10 @@ class DPMultiPartyPenalty(RandomWalkKernel):
 
     Example
     -------
-    >>> import torch, pyro, pyro.distributions as dist
+    >>> import torch
     >>> from pyro.infer import MCMC
     >>> from pyro.infer.autoguide.initialization import init_to_mean
-    >>> def model(y):
-    ...     mu = pyro.sample("mu", dist.Normal(0., 10.))
-    ...     with pyro.plate("data", len(y)) as idx:
-    ...         pyro.sample("obs", dist.Normal(mu, 1.), obs=y[idx])
+    >>> from pyro_dp.demo import normal_mean_model as model  # y_i ~ N(mu, 1), mu ~ N(0, 10^2)
     >>> y = torch.randn(300, generator=torch.Generator().manual_seed(0)) + 1.0
     >>> party = torch.arange(300) % 3  # three data owners
     >>> kernel = DPMultiPartyPenalty(model, party, proposal_scale=0.05, llr_clip=4.0,

@@ -8,6 +8,7 @@ stays below llr_clip |mu'-mu| wherever the chain goes in practice: clipping does
 import math
 
 import pyro
+import pytest
 import pyro.distributions as dist
 import torch
 
@@ -52,3 +53,23 @@ def mean_var_within_mcse(x, mean, var, n_sd=4.0):
     ok_v = bool(((v_hat - var).abs() <= n_sd * var * math.sqrt(2.0 / (k - 1))).all())
     return ok_m and ok_v, (m_hat, v_hat)
 
+
+
+def broken_penalty_accept(rng, lambda_hat, noise_var):
+    """Deliberately wrong: the penalty -sigma^2/2 is dropped (the statistical tests must fail)."""
+    from pyro_dp.kernels.proposals import uniform_log
+
+    return bool(uniform_log(rng, lambda_hat) < torch.clamp(lambda_hat, max=0.0))
+
+
+def maybe_broken_fixture(module, broken_id="broken"):
+    """A fixture run twice: with the module's ``penalty_accept`` as it is, and replaced by
+    :func:`broken_penalty_accept` — a statistical test must pass the first and fail the second."""
+
+    @pytest.fixture(params=[False, True], ids=["correct", broken_id])
+    def maybe_broken(request, monkeypatch):
+        if request.param:
+            monkeypatch.setattr(module, "penalty_accept", broken_penalty_accept)
+        return request.param
+
+    return maybe_broken

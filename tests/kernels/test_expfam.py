@@ -20,21 +20,11 @@ from pyro_dp.kernels.expfam import (
     gaussian_known_variance,
     poisson,
 )
-from pyro_dp.kernels.proposals import uniform_log
 from pyro_dp.mechanisms import NoiseSource
-from tests.kernels.helpers import S, gauss_model, make_data, posterior
+from tests.kernels.helpers import S, gauss_model, make_data, posterior, maybe_broken_fixture
 
 
-def _broken_accept(rng, lambda_hat, noise_var):
-    """Deliberately wrong: the penalty -sigma^2/2 is dropped."""
-    return bool(uniform_log(rng, lambda_hat) < torch.clamp(lambda_hat, max=0.0))
-
-
-@pytest.fixture(params=[False, True], ids=["correct", "broken"])
-def maybe_broken(request, monkeypatch):
-    if request.param:
-        monkeypatch.setattr(expfam_mod, "penalty_accept", _broken_accept)
-    return request.param
+maybe_broken = maybe_broken_fixture(expfam_mod)
 
 
 def within_mcse(x, mean, var, n_sd=4.0):

@@ -23,9 +23,17 @@ import pyro_dp.kernels.fastmh as fastmh_mod
 from pyro_dp.accounting.composition import drv_epsilon
 from pyro_dp.kernels.base import BudgetExhaustedWarning
 from pyro_dp.kernels.fastmh import DPFastMH, FastMHConfig, fastmh_init, fastmh_step, fastmh_step_privacy
-from pyro_dp.kernels.proposals import uniform_log
 from pyro_dp.mechanisms import ApproxDPEvent, GaussianEvent, NoiseSource, NonPrivateEvent
-from tests.kernels.helpers import M0, S, S0, gauss_model, make_data, mean_var_within_mcse, posterior
+from tests.kernels.helpers import (
+    M0,
+    S,
+    S0,
+    gauss_model,
+    make_data,
+    maybe_broken_fixture,
+    mean_var_within_mcse,
+    posterior,
+)
 
 F64 = torch.float64
 
@@ -67,16 +75,7 @@ def run_chains(lik, start, steps, cfg, scale=0.02, seed=5):
     return torch.cat(ends), infos
 
 
-def _broken_accept(rng, lambda_hat, noise_var):
-    """Deliberately wrong: Alg. 2's -sigma^2 Delta^2 / 2 correction is dropped."""
-    return bool(uniform_log(rng, lambda_hat) < torch.clamp(lambda_hat, max=0.0))
-
-
-@pytest.fixture(params=[False, True], ids=["correct", "no_penalty"])
-def maybe_broken(request, monkeypatch):
-    if request.param:
-        monkeypatch.setattr(fastmh_mod, "penalty_accept", _broken_accept)
-    return request.param
+maybe_broken = maybe_broken_fixture(fastmh_mod, "no_penalty")
 
 
 # ---------------------------------------------------------------------------- exactness

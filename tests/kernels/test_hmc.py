@@ -35,10 +35,9 @@ from pyro_dp.kernels.hmc import (
     hmc_step,
     jitter_factor,
 )
-from pyro_dp.kernels.proposals import uniform_log
 from pyro_dp.likelihood import PrivateLikelihood
 from pyro_dp.mechanisms import GaussianEvent, NoiseSource, NonPrivateEvent
-from tests.kernels.helpers import gauss_model, make_data
+from tests.kernels.helpers import gauss_model, make_data, maybe_broken_fixture
 
 S0 = 3.0  # prior sd of the Gaussian targets
 
@@ -106,16 +105,7 @@ SETTINGS = {
 }
 
 
-def _broken_accept(rng, lambda_hat, noise_var):
-    """Deliberately wrong: the penalty -sigma^2/2 is dropped."""
-    return bool(uniform_log(rng, lambda_hat) < torch.clamp(lambda_hat, max=0.0))
-
-
-@pytest.fixture(params=[False, True], ids=["correct", "broken"])
-def maybe_broken(request, monkeypatch):
-    if request.param:
-        monkeypatch.setattr(hmc_mod, "penalty_accept", _broken_accept)
-    return request.param
+maybe_broken = maybe_broken_fixture(hmc_mod)
 
 
 def _run(terms, z0, iters, settings, seed, rng=None, noise=None):

@@ -15,21 +15,11 @@ import pyro_dp.kernels.multiparty as mp_mod
 from pyro_dp import DPPenalty
 from pyro_dp.kernels.mh import mh_step
 from pyro_dp.kernels.multiparty import DPMultiPartyPenalty, multiparty_release, party_epsilon
-from pyro_dp.kernels.proposals import uniform_log
 from pyro_dp.mechanisms import GaussianEvent, NoiseSource
-from tests.kernels.helpers import gauss_model, make_data, posterior
+from tests.kernels.helpers import gauss_model, make_data, posterior, maybe_broken_fixture
 
 
-def _broken_accept(rng, lambda_hat, noise_var):
-    """Deliberately wrong: the penalty -N sigma^2/2 is dropped."""
-    return bool(uniform_log(rng, lambda_hat) < torch.clamp(lambda_hat, max=0.0))
-
-
-@pytest.fixture(params=[False, True], ids=["correct", "broken"])
-def maybe_broken(request, monkeypatch):
-    if request.param:
-        monkeypatch.setattr(mp_mod, "penalty_accept", _broken_accept)
-    return request.param
+maybe_broken = maybe_broken_fixture(mp_mod)
 
 
 def _parties(n, p=3):

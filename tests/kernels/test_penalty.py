@@ -16,20 +16,17 @@ import pyro_dp
 from pyro_dp.mechanisms import ReproducibleNoiseWarning
 import pyro_dp.kernels.penalty as penalty_mod
 from pyro_dp import BudgetExhaustedWarning, DPPenalty
-from pyro_dp.kernels.proposals import uniform_log
-from tests.kernels.helpers import gauss_model, gauss_model_2d, make_data, mean_var_within_mcse, posterior
+from tests.kernels.helpers import (
+    gauss_model,
+    gauss_model_2d,
+    make_data,
+    maybe_broken_fixture,
+    mean_var_within_mcse,
+    posterior,
+)
 
 
-def _broken_accept(rng, lambda_hat, noise_var):
-    """Deliberately wrong: the penalty -sigma^2/2 is dropped."""
-    return bool(uniform_log(rng, lambda_hat) < torch.clamp(lambda_hat, max=0.0))
-
-
-@pytest.fixture(params=[False, True], ids=["correct", "broken"])
-def maybe_broken(request, monkeypatch):
-    if request.param:
-        monkeypatch.setattr(penalty_mod, "penalty_accept", _broken_accept)
-    return request.param
+maybe_broken = maybe_broken_fixture(penalty_mod)
 
 
 # Noise large enough that a missing penalty shows: with proposal scale 0.15 and
