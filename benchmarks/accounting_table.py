@@ -24,35 +24,11 @@ import time
 import warnings
 
 import numpy as np
-import pyro
-import pyro.distributions as dist
 import torch
 
+from pyro_dp.kernels import default_accountants
+
 NA = None
-
-
-def _model(y):
-    mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0), 1.0))
-    with pyro.plate("data", len(y)) as idx:
-        pyro.sample("obs", dist.Normal(mu, 1.0), obs=y[idx])
-
-
-def default_accountants():
-    """The accountant each kernel uses when none is given, by the events it records."""
-    from pyro_dp.accounting import DEFAULT_ACCOUNTANT
-    from pyro_dp.kernels import DPBarker, DPFastMH, DPMinibatchPenalty, DPSGLD
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return {
-            "gaussian": DEFAULT_ACCOUNTANT,  # DPPenalty, DPHMC, DPExpFamPenalty, ...
-            "poisson/add_remove": DPSGLD(_model, 10, 1e-3, 1.0).accountant,
-            "poisson/substitute": DPMinibatchPenalty(_model, 10, 0.1, 1.0, 1.0).accountant,
-            "without_replacement": DPMinibatchPenalty(_model, 10, 0.1, 1.0, 1.0,
-                                                      subsampling="without_replacement").accountant,
-            "rdp_curve": DPBarker(_model, 50, 0.1).accountant,
-            "approx_dp": DPFastMH(_model, 0.1, 1.0, 10.0, 10, 0.5, 1e-9).accountant,
-        }
 
 
 def _ledger(relation, *entries):
@@ -114,7 +90,7 @@ def rows():
         SubsampledGaussianEvent,
     )
 
-    acct = default_accountants()
+    acct = default_accountants()  # pyro_dp.kernels.default_accountants
 
     def ours(kind, ledger, delta):
         return acct[kind], get_accountant(acct[kind], ledger).get_epsilon(delta)

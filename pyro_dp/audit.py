@@ -62,28 +62,26 @@ _TESTS = (
 _STATISTICS = ("accept", "sample")
 
 
-def _check_confidence(confidence) -> float:
-    if isinstance(confidence, bool):
-        raise TypeError(f"confidence must be a number in (0, 1), got {confidence!r}")
+def _check_unit(name: str, value, *, closed_low: bool) -> float:
+    """A real number in (0, 1), or [0, 1) with ``closed_low``; else TypeError/ValueError naming it."""
+    interval = "[0, 1)" if closed_low else "(0, 1)"
+    if isinstance(value, (bool, str, bytes)):
+        raise TypeError(f"{name} must be a number in {interval}, got {value!r}")
     try:
-        c = float(confidence)
+        v = float(value)
     except (TypeError, ValueError):
-        raise TypeError(f"confidence must be a number in (0, 1), got {confidence!r}") from None
-    if not 0.0 < c < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
-    return c
+        raise TypeError(f"{name} must be a number in {interval}, got {value!r}") from None
+    if not ((0.0 <= v) if closed_low else (0.0 < v)) or not v < 1.0:
+        raise ValueError(f"{name} must be in {interval}, got {value!r}")
+    return v
+
+
+def _check_confidence(confidence) -> float:
+    return _check_unit("confidence", confidence, closed_low=False)
 
 
 def _check_delta(delta) -> float:
-    if isinstance(delta, bool):
-        raise TypeError(f"delta must be a number in [0, 1), got {delta!r}")
-    try:
-        d = float(delta)
-    except (TypeError, ValueError):
-        raise TypeError(f"delta must be a number in [0, 1), got {delta!r}") from None
-    if not 0.0 <= d < 1.0:
-        raise ValueError(f"delta must be in [0, 1), got {delta!r}")
-    return d
+    return _check_unit("delta", delta, closed_low=True)
 
 
 # --------------------------------------------------------------------------- statistics

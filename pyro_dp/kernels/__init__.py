@@ -27,4 +27,30 @@ __all__ = [
     "DPSGNHT",
     "BudgetExhaustedWarning",
     "DPGradientInit",
+    "default_accountants",
 ]
+
+
+def default_accountants() -> dict:
+    """The accountant each kernel uses when none is given, by the kind of event it records
+    (read from the kernels themselves, so the docs table and the tightness tests cannot drift).
+
+    >>> default_accountants()["gaussian"], default_accountants()["rdp_curve"]
+    ('gdp', 'rdp')
+    """
+    import warnings
+
+    from ..accounting import DEFAULT_ACCOUNTANT
+    from ..demo import normal_mean_model as model
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return {
+            "gaussian": DEFAULT_ACCOUNTANT,  # DPPenalty, DPHMC, DPExpFamPenalty, DPMultiPartyPenalty
+            "poisson/add_remove": DPSGLD(model, 10, 1e-3, 1.0).accountant,
+            "poisson/substitute": DPMinibatchPenalty(model, 10, 0.1, 1.0, 1.0).accountant,
+            "without_replacement": DPMinibatchPenalty(model, 10, 0.1, 1.0, 1.0,
+                                                      subsampling="without_replacement").accountant,
+            "rdp_curve": DPBarker(model, 50, 0.1).accountant,
+            "approx_dp": DPFastMH(model, 0.1, 1.0, 10.0, 10, 0.5, 1e-9).accountant,
+        }
