@@ -122,7 +122,10 @@ def barker_release(lik, noise, state: MHState, z_new: torch.Tensor, *, batch_siz
     lam_batch, var_b, clipped = barker_batch_statistics(r, n, b, T)
     rel = gaussian_release(lam_batch, torch.sqrt(correction.C - var_b), event, noise)
     frac = float(clipped.double().mean()) if clipped.numel() else 0.0
-    return RatioRelease(rel.value, correction.C - var_b, lp_new, (event,), frac, float(rel.noise_std))
+    # What the step sees of the noise is public: its total variance C (privacy noise C - sigma_b^2
+    # plus, by the CLT, the batch's sigma_b^2), never the data-dependent split.
+    total = torch.as_tensor(correction.C, dtype=lam_batch.dtype, device=lam_batch.device)
+    return RatioRelease(rel.value, total, lp_new, (event,), frac, float(torch.sqrt(total)))
 
 
 class DPBarker(RandomWalkKernel):
