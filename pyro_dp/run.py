@@ -10,7 +10,7 @@ from __future__ import annotations
 import warnings
 from typing import Optional
 
-from .accounting import get_accountant
+from .accounting import DEFAULT_ACCOUNTANT, get_accountant
 from .kernels.base import BudgetExhaustedWarning, DPKernel
 from .mechanisms import PrivacyLedger
 
@@ -86,7 +86,7 @@ def get_epsilon(mcmc, delta: float, accountant: Optional[str] = None) -> float:
     6.573
     """
     ledger = get_ledger(mcmc)
-    name = accountant or getattr(mcmc.kernel, "accountant", None) or "gdp"
+    name = accountant or getattr(mcmc.kernel, "accountant", None) or DEFAULT_ACCOUNTANT
     eps = get_accountant(name, ledger).get_epsilon(delta)
     kernel = mcmc.kernel
     budget = getattr(kernel, "epsilon", None)

@@ -18,6 +18,7 @@ from ..mechanisms import ApproxDPEvent, GaussianEvent, NonPrivateEvent
 from .composition import with_replacement_amplification
 from .gdp import gdp_delta
 from .planning import max_iterations
+from .registry import DEFAULT_ACCOUNTANT
 from .zcdp import zcdp_rho_budget
 
 __all__ = [
@@ -51,7 +52,7 @@ def dphmc_events(num_steps: int, llr_noise_multiplier: float, grad_noise_multipl
 
 
 def dphmc_max_iterations(epsilon, delta, num_steps, llr_noise_multiplier, grad_noise_multiplier, *,
-                         accountant="gdp", num_chains=1) -> int:
+                         accountant=DEFAULT_ACCOUNTANT, num_chains=1) -> int:
     r"""Iterations per chain that fit :math:`(\varepsilon, \delta)` under ``accountant``
     (default: the tight Gaussian composition of thesis Thm 11).
 

@@ -52,7 +52,7 @@ from pyro.infer.autoguide.initialization import init_to_sample
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
 from ..likelihood import PrivateLikelihood
-from ..accounting import calibrate, get_accountant
+from ..accounting import DEFAULT_ACCOUNTANT, calibrate, get_accountant
 from ..mechanisms import NoiseSource, PrivacyEvent, PrivacyLedger, ReproducibleNoiseWarning
 from .plan import PrivacyPlan, counts as _counts, within as _within
 
@@ -243,7 +243,7 @@ class DPKernel(MCMCKernel):
         delta: Optional[float] = None,
         num_iterations: Optional[int] = None,
         num_chains: int = 1,
-        accountant: str = "gdp",
+        accountant: str = DEFAULT_ACCOUNTANT,
         reference_delta: Optional[float] = None,
         seed: Optional[int] = None,
         noise_seed: Optional[int] = None,

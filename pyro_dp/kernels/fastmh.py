@@ -251,7 +251,7 @@ class DPFastMH(RandomWalkKernel):
     -------
     >>> import torch, pyro, pyro.distributions as dist
     >>> from pyro.infer import MCMC
-    >>> from pyro_dp.demo import normal_mean_model as model  # y_i ~ N(mu, 1), mu ~ N(0, 10^2)
+    >>> from pyro_dp.models.examples import normal_mean_model as model  # y_i ~ N(mu, 1), mu ~ N(0, 10^2)
     >>> y = (torch.randn(5000, generator=torch.Generator().manual_seed(0)) + 1.0).clamp(-3, 3)
     >>> kernel = DPFastMH(model, proposal_scale=5e-4, lipschitz=5.0, lam=100.0, max_batch_size=400,
     ...                   step_epsilon=0.5, step_delta=1e-9, seed=0)

@@ -289,7 +289,7 @@ class DPHMC(DPKernel):
     -------
     >>> import torch, pyro, pyro.distributions as dist
     >>> from pyro.infer import MCMC
-    >>> from pyro_dp.demo import normal_mean_model as model  # y_i ~ N(mu, 1), mu ~ N(0, 10^2)
+    >>> from pyro_dp.models.examples import normal_mean_model as model  # y_i ~ N(mu, 1), mu ~ N(0, 10^2)
     >>> y = (torch.randn(300, generator=torch.Generator().manual_seed(0), dtype=torch.float64) + 1.0).clamp(-3, 5)
     >>> kernel = DPHMC(model, step_size=0.03, num_steps=3, grad_clip=4.0, llr_clip=4.0,
     ...                grad_noise_multiplier=5.0, llr_noise_multiplier=1.0, seed=0)

@@ -36,7 +36,7 @@ from typing import NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
-from ..accounting import get_accountant
+from ..accounting import DEFAULT_ACCOUNTANT, get_accountant
 from ..mechanisms import NonPrivateEvent, PrivacyLedger, clipped_sum_with_noise
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease
@@ -130,7 +130,7 @@ class DPMultiPartyPenalty(RandomWalkKernel):
     >>> import torch
     >>> from pyro.infer import MCMC
     >>> from pyro.infer.autoguide.initialization import init_to_mean
-    >>> from pyro_dp.demo import normal_mean_model as model  # y_i ~ N(mu, 1), mu ~ N(0, 10^2)
+    >>> from pyro_dp.models.examples import normal_mean_model as model  # y_i ~ N(mu, 1), mu ~ N(0, 10^2)
     >>> y = torch.randn(300, generator=torch.Generator().manual_seed(0)) + 1.0
     >>> party = torch.arange(300) % 3  # three data owners
     >>> kernel = DPMultiPartyPenalty(model, party, proposal_scale=0.05, llr_clip=4.0,
@@ -276,5 +276,5 @@ def party_ledger(mcmc, party: int) -> PrivacyLedger:
 
 def party_epsilon(mcmc, delta: float, party: int, accountant: Optional[str] = None) -> float:
     """Party ``party``'s ε at ``delta`` against the others, over every chain of an ``MCMC`` run."""
-    name = accountant or getattr(mcmc.kernel, "accountant", None) or "gdp"
+    name = accountant or getattr(mcmc.kernel, "accountant", None) or DEFAULT_ACCOUNTANT
     return get_accountant(name, party_ledger(mcmc, party)).get_epsilon(delta)

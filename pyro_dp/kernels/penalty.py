@@ -82,7 +82,7 @@ class DPPenalty(RandomWalkKernel):
     >>> from pyro.infer import MCMC
     >>> from pyro.infer.autoguide.initialization import init_to_mean
     >>> from pyro_dp import DPPenalty
-    >>> from pyro_dp.demo import normal_mean_model as model  # y_i ~ N(mu, 1), mu ~ N(0, 10^2)
+    >>> from pyro_dp.models.examples import normal_mean_model as model  # y_i ~ N(mu, 1), mu ~ N(0, 10^2)
     >>> y = torch.randn(1000, generator=torch.Generator().manual_seed(0)) + 1.0
     >>> kernel = DPPenalty(model, proposal_scale=0.03, llr_clip=4.0, noise_multiplier=5.0,
     ...                    init_strategy=init_to_mean, seed=0)  # data-free start: prior mean

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterable, Optional
 
-from ..accounting import max_iterations
+from ..accounting import DEFAULT_ACCOUNTANT, max_iterations
 
 __all__ = ["PrivacyPlan", "counts", "within"]
 
@@ -58,7 +58,7 @@ class PrivacyPlan:
     :ivar chain: one chain's planned event counts.
     :ivar total: ``num_chains`` chains' planned event counts (the budget, as counts).
     """
-    def __init__(self, epsilon: float, delta: float, *, fixed, per_iteration, accountant: str = "gdp",
+    def __init__(self, epsilon: float, delta: float, *, fixed, per_iteration, accountant: str = DEFAULT_ACCOUNTANT,
                  num_chains: int = 1, relation: str = "substitute"):
         self.num_chains = int(num_chains)
         self.steps_allowed = max_iterations(epsilon, delta, list(per_iteration), fixed=list(fixed),

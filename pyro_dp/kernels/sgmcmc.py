@@ -378,7 +378,7 @@ class DPSGLD(_SGMCMC):
     >>> from pyro.infer import MCMC
     >>> from pyro.infer.autoguide.initialization import init_to_mean
     >>> from pyro_dp.kernels.sgmcmc import DPSGLD
-    >>> from pyro_dp.demo import normal_mean_model as model  # y_i ~ N(mu, 1), mu ~ N(0, 10^2)
+    >>> from pyro_dp.models.examples import normal_mean_model as model  # y_i ~ N(mu, 1), mu ~ N(0, 10^2)
     >>> y = torch.randn(1000, generator=torch.Generator().manual_seed(0)) + 1.0
     >>> kernel = DPSGLD(model, batch_size=100, step_size=4e-4, grad_clip=5.0,
     ...                 init_strategy=init_to_mean, seed=0)
@@ -418,7 +418,7 @@ class DPSGNHT(_SGMCMC):
     >>> from pyro.infer import MCMC
     >>> from pyro.infer.autoguide.initialization import init_to_mean
     >>> from pyro_dp.kernels.sgmcmc import DPSGNHT
-    >>> from pyro_dp.demo import normal_mean_model as model  # y_i ~ N(mu, 1), mu ~ N(0, 10^2)
+    >>> from pyro_dp.models.examples import normal_mean_model as model  # y_i ~ N(mu, 1), mu ~ N(0, 10^2)
     >>> y = torch.randn(1000, generator=torch.Generator().manual_seed(0)) + 1.0
     >>> kernel = DPSGNHT(model, 100, step_size=3e-3, grad_clip=5.0, thermostat=1.0,
     ...                  init_strategy=init_to_mean, seed=0)

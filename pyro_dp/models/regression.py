@@ -6,9 +6,9 @@ Pyro's NUTS (:func:`nuts_reference_sample`). It is *not* cached on disk: at the 
 the tests (n ≤ a few thousand, d ≤ 8) a run takes seconds to a minute; callers that need it
 repeatedly should keep the draws themselves.
 
-**Logistic regression** reuses :func:`pyro_dp.demo.make_logistic_data` (intercept + 2 features,
+**Logistic regression** reuses :func:`pyro_dp.models.examples.make_logistic_data` (intercept + 2 features,
 :math:`\|x_i\|\le 1`, so every per-row log-likelihood is 1-Lipschitz in the coefficients) and
-:func:`pyro_dp.demo.logistic_model` (prior :math:`\mathcal N(0, 2^2 I)`).
+:func:`pyro_dp.models.examples.logistic_model` (prior :math:`\mathcal N(0, 2^2 I)`).
 
 **RAND HIE** (Manning et al. 1987; shipped offline by ``statsmodels.datasets.randhie``,
 20 190 person-years): doctor visits ``mdvis`` ~ Poisson with log link on an intercept and
@@ -37,7 +37,7 @@ import pyro
 import pyro.distributions as dist
 import torch
 
-from ..demo import logistic_model, make_logistic_data
+from .examples import logistic_model, make_logistic_data
 
 __all__ = [
     "logistic_model", "make_logistic_data", "RANDHIE_COVARIATES", "RANDHIE_SCALES", "load_randhie",
