@@ -18,6 +18,7 @@ from .kernels import (
     DPSGLD,
     DPSGNHT,
 )
+from .checks import SamplingWarning, check_run
 from .likelihood import PrivateLikelihood
 from .mechanisms import PrivacyLedger
 from .run import get_epsilon, get_ledger
@@ -41,4 +42,6 @@ __all__ = [
     "PrivacyLedger",
     "get_epsilon",
     "get_ledger",
+    "check_run",
+    "SamplingWarning",
 ]

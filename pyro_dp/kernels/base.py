@@ -404,6 +404,7 @@ class DPKernel(MCMCKernel):
         self._clipped_sum = 0.0
         self._clipped_count = 0
         self._budget_exhausted = False
+        self._stop_cause_text = ""
         self._state = None
         self._init_done = False
 
@@ -544,6 +545,7 @@ class DPKernel(MCMCKernel):
     def _stop(self, cause: str):
         """Stop reading data for the rest of this chain, and say why."""
         self._budget_exhausted = True
+        self._stop_cause_text = cause
         msg = (
             f"privacy budget (epsilon={self.epsilon}, delta={self.delta}) spent after "
             f"{self._iteration} iterations of this chain: {cause}. The kernel has STOPPED READING DATA "
@@ -675,6 +677,7 @@ class DPKernel(MCMCKernel):
             "delta": self.reference_delta,
             "private iterations": self._iteration,
             "budget exhausted": self._budget_exhausted,
+            "budget exhausted cause": self._stop_cause_text,
             "privacy ledger": self._ledger.copy(),
             "divergences": [],
         }

@@ -1,0 +1,129 @@
+r"""Never silently wrong: checks of an ``MCMC`` run computed from its samples alone.
+
+A DP chain can look healthy and be wrong: a chain that never moves (a huge ``llr_clip``, a
+start far from the posterior), a budget that ran out and left a repeated tail, chains that
+disagree. :func:`check_run` looks for these after ``mcmc.run`` and warns with
+:class:`SamplingWarning`. Everything it reads — samples, accept decisions, the number of
+private iterations, the ledger — is post-processing of released values (Räisä 2021 thesis,
+Thm 3), so the checks cost no privacy and their output may be published.
+
+Checks, per chain and over chains (Vehtari et al. 2021 for split R-hat and ESS; Pyro's
+:func:`pyro.ops.stats.split_gelman_rubin` and :func:`~pyro.ops.stats.effective_sample_size`):
+
+* **budget exhausted**: the chain stopped reading data before the end; its last samples
+  repeat one state (the kernel's ``diagnostics()`` says why: this chain's share used up, or
+  more chains than ``num_chains``);
+* **did not move**: acceptance rate 0, or every sample of the chain identical;
+* **far start**: the first sample lies more than ``start_sd`` posterior standard deviations
+  from the mean of the chain's second half (warmup too short, or a start far from the
+  posterior: use ``DPGradientInit`` or a public guess);
+* **split R-hat** above ``rhat_threshold`` for some coordinate (chains disagree or have not
+  mixed);
+* **ESS** below ``min_ess`` for some coordinate.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from typing import List
+
+import torch
+from pyro.ops.stats import effective_sample_size, split_gelman_rubin
+
+__all__ = ["SamplingWarning", "check_run"]
+
+
+class SamplingWarning(UserWarning):
+    """The samples of a run may not represent the posterior (see :func:`check_run`).
+
+    >>> issubclass(SamplingWarning, UserWarning)
+    True
+    """
+
+
+def _flat_chains(samples: dict) -> dict:
+    """``{site[index]: tensor [chains, draws]}`` for every scalar coordinate of every site."""
+    out = {}
+    for name, v in samples.items():
+        c, n = v.shape[:2]
+        flat = v.reshape(c, n, -1).double()
+        for j in range(flat.shape[-1]):
+            out[name if flat.shape[-1] == 1 else f"{name}[{j}]"] = flat[..., j]
+    return out
+
+
+def check_run(mcmc, *, rhat_threshold: float = 1.05, min_ess: float = 50.0, start_sd: float = 5.0,
+              warn: bool = True) -> List[str]:
+    r"""Problems of an ``MCMC`` run's samples, as sentences; each also warns with
+    :class:`SamplingWarning` unless ``warn=False``. An empty list means no check fired (it
+    does not prove the chain has converged).
+
+    :param mcmc: a :class:`pyro.infer.MCMC` after ``run``.
+    :param float rhat_threshold: split R-hat above this flags a coordinate (default 1.05).
+    :param float min_ess: effective sample size below this flags a coordinate (default 50).
+    :param float start_sd: a first sample further than this many standard deviations from
+        the chain's second-half mean flags a far start (default 5).
+
+    >>> import torch, pyro_dp
+    >>> from pyro.infer import MCMC
+    >>> from pyro.infer.autoguide.initialization import init_to_mean
+    >>> from pyro_dp.models.examples import normal_mean_model as model
+    >>> y = torch.randn(500, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    >>> k = pyro_dp.DPPenalty(model, 0.05, llr_clip=1e6, noise_multiplier=5.0, init_strategy=init_to_mean)
+    >>> mcmc = MCMC(k, num_samples=100, warmup_steps=20, disable_progbar=True)
+    >>> mcmc.run(y)  # a clip far too large: the noise swamps every decision
+    >>> [p.split(":")[0] for p in check_run(mcmc, warn=False)][:1]
+    ['chain 0 did not move']
+    """
+    for name, v in (("rhat_threshold", rhat_threshold), ("min_ess", min_ess), ("start_sd", start_sd)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0 and math.isfinite(v)):
+            raise ValueError(f"{name} must be a positive finite number, got {v!r}")
+    per_chain = getattr(mcmc, "_diagnostics", None)
+    if per_chain is None:
+        raise TypeError(f"expected a pyro.infer.MCMC object, got {type(mcmc).__name__}")
+    if not per_chain or any(d is None for d in per_chain):
+        raise ValueError("run the MCMC first: there are no samples to check")
+    coords = _flat_chains(mcmc.get_samples(group_by_chain=True))
+    num_chains, num_draws = next(iter(coords.values())).shape
+    problems: List[str] = []
+    for c, diag in enumerate(per_chain):
+        if diag.get("budget exhausted"):
+            problems.append(
+                f"chain {c} ran out of privacy budget after {diag.get('private iterations')} iterations "
+                f"(warmup included): its last samples repeat one state and are not posterior draws. "
+                f"Cause: {diag.get('budget exhausted cause', 'see the BudgetExhaustedWarning')}"
+            )
+        moved = any(bool((x[c] != x[c, 0]).any()) for x in coords.values())
+        if diag.get("acceptance rate", 1.0) == 0.0 or not moved:
+            problems.append(f"chain {c} did not move: acceptance rate {diag.get('acceptance rate', 0.0):.3g}; "
+                            "the samples are its start. Lower llr_clip or the noise, or start closer")
+            continue
+        if num_draws >= 4:
+            for name, x in coords.items():
+                tail = x[c, num_draws // 2:]
+                sd = float(tail.std())
+                if sd > 0 and abs(float(x[c, 0]) - float(tail.mean())) > start_sd * sd:
+                    problems.append(f"chain {c} started far from where it ended ({name}: first sample "
+                                    f"{float(x[c, 0]):.4g}, second-half mean {float(tail.mean()):.4g} ± {sd:.3g}): "
+                                    "warmup was too short or the start too far; use more warmup or a private start "
+                                    "(DPGradientInit)")
+                    break
+    if num_draws >= 4:
+        bad_rhat, bad_ess = [], []
+        for name, x in coords.items():
+            if float(x.std()) == 0:
+                continue
+            rhat = float(split_gelman_rubin(x, chain_dim=0, sample_dim=1))
+            ess = float(effective_sample_size(x, chain_dim=0, sample_dim=1))
+            if not rhat <= rhat_threshold:
+                bad_rhat.append(f"{name} {rhat:.3g}")
+            if not ess >= min_ess:
+                bad_ess.append(f"{name} {ess:.3g}")
+        if bad_rhat:
+            problems.append(f"split R-hat above {rhat_threshold}: {', '.join(bad_rhat)}; the chains have not mixed")
+        if bad_ess:
+            problems.append(f"effective sample size below {min_ess:g}: {', '.join(bad_ess)}; run longer")
+    if warn:
+        for p in problems:
+            warnings.warn(p, SamplingWarning, stacklevel=2)
+    return problems

@@ -1,0 +1,75 @@
+"""#16 (never silently wrong): every check of pyro_dp.check_run fires on a deliberately broken
+run, and none fires on a healthy one."""
+import warnings
+
+import pytest
+import torch
+from pyro.infer import MCMC
+from pyro.infer.autoguide.initialization import init_to_mean
+
+import pyro_dp
+from pyro_dp.checks import SamplingWarning, check_run
+from pyro_dp.models.examples import normal_mean_model as model
+
+from .kernels.helpers import make_data
+
+Y = make_data(2000, seed=1)  # posterior of mu: N(~mean(y), 1/2000): sd 0.022
+
+
+def _run(kernel, chains=1, samples=300, warmup=200, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mcmc = MCMC(kernel, num_samples=samples, warmup_steps=warmup, num_chains=chains, disable_progbar=True, **kw)
+        mcmc.run(Y)
+    return mcmc
+
+
+def _kinds(problems):
+    return {p.split(":")[0].split(" (")[0].replace("chain 0 ", "").replace("chain 1 ", "") for p in problems}
+
+
+def test_healthy_run_raises_nothing():
+    k = pyro_dp.DPPenalty(model, 0.02, llr_clip=4.0, noise_multiplier=1.0, init_strategy=init_to_mean,
+                          adapt_proposal=True, seed=0)
+    mcmc = _run(k, chains=2, samples=1000, warmup=300)
+    assert check_run(mcmc, warn=False) == []
+
+
+def test_a_chain_that_never_moves_is_flagged():
+    k = pyro_dp.DPPenalty(model, 0.05, llr_clip=1e6, noise_multiplier=5.0, init_strategy=init_to_mean, seed=0)
+    with pytest.warns(SamplingWarning, match="did not move"):
+        check_run(_run(k, samples=100, warmup=0))
+
+
+def test_far_start_is_flagged():
+    k = pyro_dp.DPPenalty(model, 0.01, llr_clip=4.0, noise_multiplier=1.0, seed=0)
+    mcmc = _run(k, samples=600, warmup=0, initial_params={"mu": torch.tensor(1.0, dtype=torch.float64)})
+    assert any("started far" in p for p in check_run(mcmc, warn=False))
+
+
+def test_chains_that_disagree_fail_rhat():
+    k = pyro_dp.DPPenalty(model, 0.001, llr_clip=4.0, noise_multiplier=1.0, seed=0)
+    start = {"mu": torch.tensor([[0.3], [-0.3]], dtype=torch.float64).reshape(2)}
+    mcmc = _run(k, chains=2, samples=200, warmup=0, initial_params=start)
+    assert any(p.startswith("split R-hat") for p in check_run(mcmc, warn=False))
+
+
+def test_mismatched_chain_count_is_flagged_with_its_cause():
+    """A budget planned for one chain, two chains run: chain 1 has no budget left and repeats its
+    start; the problem names the num_chains mismatch."""
+    k = pyro_dp.DPPenalty(model, 0.02, llr_clip=4.0, epsilon=3.0, delta=1e-5, num_iterations=300,
+                          init_strategy=init_to_mean, seed=0)
+    problems = check_run(_run(k, chains=2, samples=200, warmup=100), warn=False)
+    assert any(p.startswith("chain 1 ran out of privacy budget") and "num_chains" in p for p in problems)
+
+
+def test_too_few_iterations_fail_ess():
+    k = pyro_dp.DPPenalty(model, 0.002, llr_clip=4.0, noise_multiplier=1.0, init_strategy=init_to_mean, seed=0)
+    assert any(p.startswith("effective sample size") for p in check_run(_run(k, samples=60, warmup=0), warn=False))
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="rhat_threshold"):
+        check_run(object(), rhat_threshold=0)
+    with pytest.raises(TypeError, match="MCMC"):
+        check_run(object())
