@@ -360,3 +360,40 @@ def test_nonprivate_diagnostics_are_opt_in():
         keys = [key for key in mcmc.diagnostics() if "clipped" in key]
         assert all(key.startswith(NONPRIVATE_PREFIX) for key in keys)
         assert len(keys) == (3 if opt_in else 0)
+
+
+_SPAWN_SCRIPT = """
+import torch, warnings
+from unittest import mock
+import pyro.infer.mcmc.api as api
+from pyro.infer import MCMC
+from pyro.infer.autoguide.initialization import init_to_mean
+import pyro_dp
+from pyro_dp.models.examples import normal_mean_model
+
+if __name__ == "__main__":
+    warnings.simplefilter("ignore")
+    y = torch.randn(100, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    k = pyro_dp.DPPenalty(normal_mean_model, 0.1, llr_clip=2.0, noise_multiplier=3.0, init_strategy=init_to_mean)
+    with mock.patch.object(api.mp, "cpu_count", lambda: 8):
+        for _ in range(2):
+            mcmc = MCMC(k, num_samples=10, warmup_steps=5, num_chains=2, mp_context="spawn", disable_progbar=True)
+            assert type(mcmc.sampler).__name__ == "_MultiSampler"
+            mcmc.run(y)
+    print(k.ledger.num_releases, pyro_dp.get_ledger(mcmc).num_releases)
+"""
+
+
+def test_spawned_workers_ledgers_come_back(tmp_path):
+    """Finding 2 with ``mp_context="spawn"`` (the kernel is pickled into fresh interpreters): two
+    runs of two parallel chains, 15 iterations each, are all in the parent kernel's ledger. Run
+    in a subprocess with a timeout: a spawn failure makes Pyro's parent wait forever."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "spawn_run.py"
+    script.write_text(_SPAWN_SCRIPT)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240,
+                         cwd=str(pathlib.Path(pyro_dp.__file__).parents[1]))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["60", "60"]

@@ -314,6 +314,7 @@ class DPKernel(MCMCKernel):
         self.init = init
         # every finished chain of this kernel object (this process and workers): chain id -> ledger
         self._chains: Dict[str, PrivacyLedger] = {}
+        self._filed_counts: Counter = Counter()  # event counts of self._chains, for the plan check
         self._ledger = self._new_chain_ledger()
         self._chain_index = 0
         self._num_setups = 0
@@ -421,6 +422,9 @@ class DPKernel(MCMCKernel):
         old = self._chains.get(cid)
         if old is None or old.num_releases < ledger.num_releases:
             self._chains[cid] = ledger.copy()
+            if old is not None:
+                self._filed_counts.subtract(old.aggregate())
+            self._filed_counts.update(ledger.aggregate())
             self.__dict__.pop("_eps_cache", None)
 
     @property
@@ -467,7 +471,7 @@ class DPKernel(MCMCKernel):
         if chain < 0:
             return (f"this worker process ({multiprocessing.current_process().name!r}) does not name its "
                     f"chain, so its share of the num_chains={self.num_chains} chain plans cannot be checked")
-        if not self._plan.fits(self._ledger, self._chains.values(), Counter(self._plan.chain), concurrent=chain + 1):
+        if not self._plan.fits(self._ledger, self._filed_counts, Counter(self._plan.chain), concurrent=chain + 1):
             return (f"MCMC runs chain {chain} in parallel, but the budget was planned for "
                     f"num_chains={self.num_chains} chains and {len(self._chains)} chain(s) of earlier runs of "
                     "this kernel object are already in its ledger; pass the same num_chains to the kernel "
@@ -572,7 +576,7 @@ class DPKernel(MCMCKernel):
         pending_init = self.init is not None and not self._init_done
         if not self._budget_exhausted:
             declared = _counts((self._init_events() if pending_init else []) + self._step_events(self._state))
-            if self._plan is not None and not self._plan.fits(self._ledger, self._chains.values(), declared):
+            if self._plan is not None and not self._plan.fits(self._ledger, self._filed_counts, declared):
                 self._stop(self._plan.stop_cause(self._ledger, declared, len(self._chains)))
         if self._budget_exhausted:
             return {k: v.clone() for k, v in self.lik.unravel(self._state_z(self._state)).items()}
@@ -610,6 +614,12 @@ class DPKernel(MCMCKernel):
     # torch.Generator cannot be pickled; MCMC(num_chains>1, mp_context="spawn") pickles kernels.
     def __getstate__(self):
         state = self.__dict__.copy()
+        if multiprocessing.context.get_spawning_popen() is not None:
+            # pickled into a new worker process (MCMC with mp_context="spawn"): the worker's setup()
+            # rebuilds the likelihood and the chain state, so the data and this process's private
+            # caches (per-example log-likelihoods) are not shipped
+            for key in ("lik", "_state", "_initial_params", "_noise", "_rng"):
+                state[key] = None
         rng = state.pop("_rng", None)
         if rng is not None:
             state["_rng_state"] = (str(rng.device), rng.get_state())

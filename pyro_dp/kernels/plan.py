@@ -9,18 +9,18 @@ only event counts (public), and composition is commutative for every accountant 
 ledger whose counts stay within ``num_chains`` chain plans never exceeds the budget, whatever
 the control flow.
 
+>>> from collections import Counter
 >>> from pyro_dp.mechanisms import GaussianEvent, PrivacyLedger
 >>> plan = PrivacyPlan(1.0, 1e-5, fixed=[], per_iteration=[GaussianEvent(10.0)])
 >>> plan.steps_allowed
 7
 >>> ledger = PrivacyLedger(); ledger.record(GaussianEvent(10.0), 7)
->>> plan.fits(ledger, [], counts([GaussianEvent(10.0)]))  # an eighth release would not fit
+>>> plan.fits(ledger, Counter(), counts([GaussianEvent(10.0)]))  # an eighth release would not fit
 False
 """
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable, Optional
 
 from ..accounting import DEFAULT_ACCOUNTANT, max_iterations
 
@@ -69,16 +69,14 @@ class PrivacyPlan:
         self.chain = chain
         self.total = Counter({ev: c * self.num_chains for ev, c in chain.items()})
 
-    def fits(self, chain_ledger, filed: Iterable, step: Counter, concurrent: int = 1) -> bool:
+    def fits(self, chain_ledger, filed: Counter, step: Counter, concurrent: int = 1) -> bool:
         """Would releasing ``step`` now keep this chain (``chain_ledger``) within one chain's
-        plan, and every ``filed`` chain + this chain (+ ``concurrent - 1`` sibling chains at a
-        full plan each, for chains running in parallel processes) within the budget?"""
+        plan, and the ``filed`` chains' event counts + this chain (+ ``concurrent - 1`` sibling
+        chains at a full plan each, for chains running in parallel processes) within the budget?"""
         chain = counts(chain_ledger.aggregate().items()) + step
         if not within(chain, self.chain):
             return False
-        total = Counter()
-        for led in filed:
-            total.update(led.aggregate())
+        total = Counter(filed)
         total.update(chain)
         for ev, c in self.chain.items():
             total[ev] += (concurrent - 1) * c
