@@ -30,15 +30,9 @@ from typing import List
 import torch
 from pyro.ops.stats import effective_sample_size, split_gelman_rubin
 
+from .kernels.base import SamplingWarning
+
 __all__ = ["SamplingWarning", "check_run"]
-
-
-class SamplingWarning(UserWarning):
-    """The samples of a run may not represent the posterior (see :func:`check_run`).
-
-    >>> issubclass(SamplingWarning, UserWarning)
-    True
-    """
 
 
 def _flat_chains(samples: dict) -> dict:

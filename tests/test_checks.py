@@ -39,6 +39,8 @@ def test_a_chain_that_never_moves_is_flagged():
     k = pyro_dp.DPPenalty(model, 0.05, llr_clip=1e6, noise_multiplier=5.0, init_strategy=init_to_mean, seed=0)
     with pytest.warns(SamplingWarning, match="did not move"):
         check_run(_run(k, samples=100, warmup=0))
+    with pytest.warns(SamplingWarning, match="accepted none"):  # also without check_run: Pyro asks for diagnostics
+        MCMC(k, num_samples=20, warmup_steps=0, disable_progbar=True).run(Y)
 
 
 def test_far_start_is_flagged():

@@ -56,7 +56,7 @@ from ..accounting import DEFAULT_ACCOUNTANT, calibrate, get_accountant
 from ..mechanisms import NoiseSource, PrivacyEvent, PrivacyLedger, ReproducibleNoiseWarning
 from .plan import PrivacyPlan, counts as _counts, within as _within
 
-__all__ = ["DPKernel", "BudgetExhaustedWarning", "ChainLedger", "ChainFailedError", "check_positive", "NONPRIVATE_PREFIX"]
+__all__ = ["DPKernel", "BudgetExhaustedWarning", "SamplingWarning", "ChainLedger", "ChainFailedError", "check_positive", "NONPRIVATE_PREFIX"]
 
 _logger = logging.getLogger("pyro_dp")
 
@@ -70,6 +70,15 @@ class BudgetExhaustedWarning(UserWarning):
         warnings.simplefilter("error", pyro_dp.BudgetExhaustedWarning)
 
     >>> issubclass(BudgetExhaustedWarning, UserWarning)
+    True
+    """
+
+
+class SamplingWarning(UserWarning):
+    """The samples of a run may not represent the posterior (a chain that never moved, a
+    repeated tail, chains that disagree): see :func:`pyro_dp.check_run`.
+
+    >>> issubclass(SamplingWarning, UserWarning)
     True
     """
 
@@ -693,6 +702,14 @@ class DPKernel(MCMCKernel):
         }
         if self.nonprivate_diagnostics:
             out.update({NONPRIVATE_PREFIX + k: v for k, v in self._nonprivate().items()})
+        if self._iteration >= 10 and self._num_accepted == 0:  # Pyro asks at the end of each chain
+            warnings.warn(
+                f"this chain accepted none of its {self._iteration} proposals: its samples are its starting "
+                "point, not posterior draws. Lower llr_clip or the noise, shrink the proposal, or start closer "
+                "(pyro_dp.check_run(mcmc) checks a whole run)",
+                SamplingWarning,
+                stacklevel=2,
+            )
         return out
 
     def _logged_epsilon(self) -> str:
