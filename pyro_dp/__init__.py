@@ -18,6 +18,7 @@ from .kernels import (
     DPSGLD,
     DPSGNHT,
 )
+from .arviz import to_arviz
 from .checks import SamplingWarning, check_run
 from .likelihood import PrivateLikelihood
 from .mechanisms import PrivacyLedger
@@ -44,4 +45,5 @@ __all__ = [
     "get_ledger",
     "check_run",
     "SamplingWarning",
+    "to_arviz",
 ]
