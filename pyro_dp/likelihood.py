@@ -240,13 +240,32 @@ class PrivateLikelihood:
         self.data_plate = data_plate
         self.num_rows = int(frame.size)
         self._plate_dim = frame.dim
+        # The privacy unit with nested plates: one index of the data plate, across every other
+        # plate an observed site sits in (docs/privacy.md, "The privacy unit").
+        others = sorted({f for name in observed for f in frames(name)} - {data_plate})
+        if others:
+            warnings.warn(
+                f"the observed sites sit in plates {others} besides the data plate {data_plate!r}: the privacy "
+                f"unit (one 'row') is one index of plate {data_plate!r} across all of {others}, i.e. everything "
+                f"observed at that index. If one person's data are one cell, not one {data_plate!r} slice, the "
+                "guarantee does not protect them as stated: choose the data plate that indexes people",
+                UserWarning,
+                stacklevel=4,
+            )
 
         for name in latents:
             site = trace.nodes[name]
             if data_plate in frames(name):
+                if name.endswith("_unobserved"):
+                    raise ValueError(
+                        f"latent site {name!r} is inside the data plate {data_plate!r}: it looks like pyro.sample(..., "
+                        "obs_mask=...), which makes the missing values per-row latents, not supported by DP MCMC. "
+                        "Drop the missing observations from the likelihood instead: wrap the site in "
+                        "poutine.mask(mask=observed_mask) and pass obs= with any finite fill value"
+                    )
                 raise ValueError(
                     f"latent site {name!r} is inside the data plate {data_plate!r}: per-row "
-                    "(local) latents are not supported by DP MCMC"
+                    "(local) latents are not supported by DP MCMC (for missing observations use poutine.mask)"
                 )
             fn = site["fn"]
             if fn.has_enumerate_support or getattr(fn.support, "is_discrete", False):
