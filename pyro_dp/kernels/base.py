@@ -34,6 +34,7 @@ How this fits :class:`pyro.infer.MCMC` (see ``shared/FACTS.md``):
 """
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import multiprocessing
@@ -240,6 +241,13 @@ class DPKernel(MCMCKernel):
     #: ``__init__``, before data is seen.
     supported_relations: Tuple[str, ...] = ("substitute",)
 
+    #: Attributes that make up a chain in progress, saved by :meth:`state_dict` (subclasses
+    #: extend it with their adaptation and statistics).
+    _chain_attrs: Tuple[str, ...] = (
+        "_state", "_iteration", "_num_accepted", "_clipped_sum", "_clipped_count", "_budget_exhausted",
+        "_stop_cause_text", "_init_done", "_chain_index", "_warmup_steps", "_incomplete",
+    )
+
     def __init__(
         self,
         model,
@@ -328,6 +336,8 @@ class DPKernel(MCMCKernel):
         self._chain_index = 0
         self._num_setups = 0
         self._plan: Optional[PrivacyPlan] = None  # set by setup() when there is a budget
+        self._pending_state: Optional[dict] = None  # a load_state_dict() waiting for setup()
+        self._last_checkpoint: Optional[dict] = None  # state_dict() of the last chain cleanup() ended
         self._incomplete: Optional[str] = None  # set when worker releases may have been lost
         DPKernel._reset_chain_stats(self)  # the base's fields only: subclasses reset theirs in setup()
 
@@ -531,6 +541,83 @@ class DPKernel(MCMCKernel):
         self._init_done = False
         if refusal is not None:
             self._stop(refusal)
+        if self._pending_state is not None:  # resuming a checkpoint: continue its chain
+            state, self._pending_state = self._pending_state, None
+            self._restore(state)
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict:
+        r"""A checkpoint of this kernel object: the chain in progress (state, counters, warmup
+        adaptation, the algorithm and noise generators' states) and the cumulative ledger.
+
+        **A checkpoint is private data**: the chain state caches per-example log-likelihoods
+        and the noise generator's state lets anyone replay the noise. Store it like the raw
+        data; never publish it. It holds no rows of data (the data are given to ``setup``
+        again), but the number of rows and the data plate's name, which are checked on load.
+
+        >>> import torch, pyro_dp
+        >>> from pyro_dp.models.examples import normal_mean_model
+        >>> y = torch.zeros(20, dtype=torch.float64)
+        >>> k = pyro_dp.DPPenalty(normal_mean_model, 0.1, llr_clip=1.0, noise_multiplier=3.0)
+        >>> k.setup(0, y); p = k.sample(k.initial_params)
+        >>> resumed = pyro_dp.DPPenalty(normal_mean_model, 0.1, llr_clip=1.0, noise_multiplier=3.0)
+        >>> resumed.load_state_dict(k.state_dict()); resumed.setup(0, y)  # continues k's chain
+        >>> torch.equal(resumed.sample(p)["mu"], k.sample(p)["mu"]), resumed.ledger == k.ledger
+        (True, True)
+        """
+        if self._state is None and self._last_checkpoint is not None:
+            return self._last_checkpoint  # the chain MCMC just finished (cleanup() ended it)
+        if self.lik is None or self._state is None:
+            raise RuntimeError("call setup() before state_dict(): there is no chain to save")
+        return {
+            "format": 1,
+            "kernel": type(self).__name__,
+            "relation": self.relation,
+            "num_rows": self.lik.num_rows,
+            "data_plate": self.lik.data_plate,
+            "chain": {a: copy.deepcopy(self.__dict__.get(a)) for a in self._chain_attrs},
+            "rng": self._rng.get_state(),
+            "noise": self._noise.__getstate__(),
+            "ledger": self._ledger.copy(),
+            "chains": {cid: led.copy() for cid, led in self._chains.items()},
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue the chain and the ledger of :meth:`state_dict`, on a kernel built with the
+        same arguments. Call it before ``setup()`` (e.g. before ``mcmc.run``: the next
+        ``setup`` restores the chain instead of starting a new one, and ``MCMC`` continues it
+        from where it stopped, warmup length included) or after ``setup()`` (restored at once).
+        The ledger, and with it the budget, counts every release made before the checkpoint."""
+        if not isinstance(state, dict) or state.get("format") != 1:
+            raise ValueError("not a pyro_dp kernel checkpoint (state_dict() of a DPKernel)")
+        if state["kernel"] != type(self).__name__ or state["relation"] != self.relation:
+            raise ValueError(
+                f"checkpoint of a {state['kernel']} under relation {state['relation']!r}; this is a "
+                f"{type(self).__name__} under {self.relation!r}"
+            )
+        if self.lik is None:
+            self._pending_state = state
+        else:
+            self._restore(state)
+
+    def _restore(self, state: dict) -> None:
+        if (state["num_rows"], state["data_plate"]) != (self.lik.num_rows, self.lik.data_plate):
+            raise ValueError(
+                f"checkpoint of a run on {state['num_rows']} rows of plate {state['data_plate']!r}; "
+                f"this set-up has {self.lik.num_rows} rows of plate {self.lik.data_plate!r}"
+            )
+        for a, v in state["chain"].items():
+            setattr(self, a, copy.deepcopy(v))
+        self._rng.set_state(state["rng"])
+        self._noise.__setstate__(state["noise"])
+        self._chains, self._filed_counts = {}, Counter()
+        for led in state["chains"].values():
+            self._file_chain(led)
+        live = state["ledger"]
+        self._ledger = ChainLedger(self.relation, kernel_id=self._id, chain_id=live.chain_id)
+        self._ledger.extend(live)
+        self._initial_params = self.lik.unravel(self._state_z(self._state))
+        self.__dict__.pop("_eps_cache", None)
 
     @property
     def _steps_allowed(self) -> Optional[int]:
@@ -613,7 +700,11 @@ class DPKernel(MCMCKernel):
         return self.lik.unravel(self._state_z(self._state))
 
     def cleanup(self):
-        """End of a chain: file its ledger with the finished chains (idempotent)."""
+        """End of a chain: file its ledger with the finished chains (idempotent). The chain's
+        last checkpoint stays available from :meth:`state_dict` (to resume it after
+        ``mcmc.run``)."""
+        if self._state is not None and self.lik is not None and self._ledger:
+            self._last_checkpoint = self.state_dict()
         if self._ledger:
             live, self._ledger = self._ledger, self._new_chain_ledger()
             self._file_chain(live)
@@ -627,7 +718,7 @@ class DPKernel(MCMCKernel):
             # pickled into a new worker process (MCMC with mp_context="spawn"): the worker's setup()
             # rebuilds the likelihood and the chain state, so the data and this process's private
             # caches (per-example log-likelihoods) are not shipped
-            for key in ("lik", "_state", "_initial_params", "_noise", "_rng"):
+            for key in ("lik", "_state", "_initial_params", "_noise", "_rng", "_last_checkpoint"):
                 state[key] = None
         rng = state.pop("_rng", None)
         if rng is not None:

@@ -333,6 +333,8 @@ class DPFastMH(RandomWalkKernel):
         self.step_privacy: Optional[StepPrivacy] = None
 
     # ------------------------------------------------------------------ DPKernel hooks
+    _chain_attrs = RandomWalkKernel._chain_attrs + ("_stats",)
+
     def _reset_chain_stats(self):
         super()._reset_chain_stats()
         self._stats = {"batch": 0.0, "rows": 0.0, "full": 0, "free": 0, "n": 0}

@@ -381,6 +381,9 @@ class DPHMC(DPKernel):
             self.llr_noise_multiplier, self.grad_noise_multiplier = s, r * s
 
     # ------------------------------------------------------------------ lifecycle
+    _chain_attrs = DPKernel._chain_attrs + ("_grad_clip_sum", "_llr_clip_sum", "_llr_count", "_adapted_step_size",
+                                            "_adapter", "_inv_mass", "_mass_sqrt")
+
     def _reset_chain_stats(self):
         super()._reset_chain_stats()
         self._grad_clip_sum = 0.0

@@ -158,6 +158,7 @@ class RandomWalkKernel(AdaptiveProposalScale, DPKernel):
 
     needs_indexing = False
     batch_size: Optional[int] = None
+    _chain_attrs = DPKernel._chain_attrs + AdaptiveProposalScale._chain_attrs
     draws_directions = True  # penalty-type kernels draw guided-walk directions at every chain start
 
     def _setup_walk(self, proposal_scale, *, one_component=False, guided_walk=False, adapt_proposal=False,

@@ -194,6 +194,8 @@ class DPMultiPartyPenalty(RandomWalkKernel):
         """The smallest party noise multiplier (the worst party's)."""
         return None if self.noise_multipliers is None else min(self.noise_multipliers)
 
+    _chain_attrs = RandomWalkKernel._chain_attrs + ("_party_ledgers", "_finished_party_ledgers")
+
     def _calibrate(self):
         if self.noise_multipliers is None:  # no private init here (refused in __init__)
             self.noise_multipliers = (self._calibrated_gaussian_noise_multiplier(),) * self.num_parties

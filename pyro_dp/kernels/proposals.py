@@ -126,6 +126,8 @@ class AdaptiveProposalScale:
     :meth:`_adapt` with the step's info (``accepted``, ``coord``).
     """
 
+    _chain_attrs = ("_user_scale", "_log_scale", "_scale_adapted")  # joined with DPKernel's by RandomWalkKernel
+
     def _setup_adaptation(self, adapt_proposal: bool, target_accept: float) -> None:
         self.adapt_proposal = bool(adapt_proposal)
         self.target_accept = float(target_accept)

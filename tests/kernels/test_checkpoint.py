@@ -1,0 +1,82 @@
+"""#18 item 7: checkpoint and resume. A resumed chain continues exactly (same chain, same ledger)
+as an uninterrupted one with the same seeds, for every kernel; the budget counts everything."""
+import pickle
+import warnings
+
+import pytest
+import torch
+from pyro.infer import MCMC
+
+import pyro_dp
+
+from .golden_cases import cases
+
+CASES = cases()
+
+
+def _chain(kernel, params, steps):
+    out = []
+    for _ in range(steps):
+        params = kernel.sample(params)
+        out.append(kernel.lik.flatten(params))
+    return params, torch.stack(out)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_resume_continues_the_same_chain_and_ledger(name, tmp_path):
+    factory, data = CASES[name]
+    whole = factory()
+    whole.setup(5, data)
+    _, expected = _chain(whole, whole.initial_params, 12)
+
+    first = factory()
+    first.setup(5, data)
+    params, head = _chain(first, first.initial_params, 5)
+    torch.save(first.state_dict(), tmp_path / "ckpt.pt")
+    state = torch.load(tmp_path / "ckpt.pt", weights_only=False)
+    resumed = factory()
+    resumed.load_state_dict(pickle.loads(pickle.dumps(state)))
+    resumed.setup(0, data)  # the checkpoint's warmup length wins
+    _, tail = _chain(resumed, resumed.initial_params, 7)
+    assert torch.equal(torch.cat([head, tail]), expected)
+    assert resumed.ledger == whole.ledger
+
+
+def test_resume_inside_mcmc_under_a_budget():
+    factory, data = CASES["penalty"]
+
+    def budgeted():
+        k = factory()
+        k.epsilon, k.delta = 3.0, 1e-5  # about 14 iterations of nm = 3
+        return k
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pyro_dp.BudgetExhaustedWarning)
+        whole = budgeted()
+        MCMC(whole, num_samples=30, warmup_steps=0, disable_progbar=True).run(data)
+        first = budgeted()
+        MCMC(first, num_samples=6, warmup_steps=0, disable_progbar=True).run(data)
+        resumed = budgeted()
+        resumed.load_state_dict(first.state_dict())
+        mcmc = MCMC(resumed, num_samples=24, warmup_steps=0, disable_progbar=True)
+        mcmc.run(data)
+    assert resumed.ledger.num_releases == whole.ledger.num_releases == whole._steps_allowed
+    assert pyro_dp.get_epsilon(mcmc, 1e-5) <= 3.0 + 1e-9
+
+
+def test_state_dict_needs_a_chain_and_checks_what_it_loads():
+    factory, data = CASES["penalty"]
+    k = factory()
+    with pytest.raises(RuntimeError, match="setup"):
+        k.state_dict()
+    k.setup(0, data)
+    k.sample(k.initial_params)
+    state = k.state_dict()
+    with pytest.raises(ValueError, match="DPBarker"):
+        CASES["barker"][0]().load_state_dict(state)
+    other = factory()
+    other.load_state_dict(state)
+    with pytest.raises(ValueError, match="rows"):
+        other.setup(0, data[:-1])
+    with pytest.raises(ValueError, match="checkpoint"):
+        factory().load_state_dict({"chain": {}})
