@@ -27,7 +27,6 @@ import math
 import warnings
 from typing import List
 
-import torch
 from pyro.ops.stats import effective_sample_size, split_gelman_rubin
 
 from .kernels.base import SamplingWarning

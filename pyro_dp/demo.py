@@ -10,13 +10,10 @@ Run it with ``pyro-dp demo`` (or ``python -m pyro_dp demo``).
 """
 from __future__ import annotations
 
-import math
 import time
 import warnings
 from typing import Optional
 
-import pyro
-import pyro.distributions as dist
 import torch
 from pyro.infer import MCMC, NUTS
 from pyro.infer.autoguide.initialization import init_to_mean

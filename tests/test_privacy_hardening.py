@@ -161,7 +161,6 @@ def test_a_failing_worker_marks_the_ledger_incomplete():
 
 def _batches(kernel, y, steps=3):
     seen = []
-    real = kernel.__class__.__mro__[0]
     kernel.setup(0, y)
     orig = kernel.lik.loglik_and_prior
 

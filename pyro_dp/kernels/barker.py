@@ -44,7 +44,6 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import NamedTuple, Tuple
 
 import torch
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import Callable, NamedTuple, Optional, Tuple
+from typing import Callable, NamedTuple, Optional
 
 import torch
 

@@ -47,7 +47,7 @@ import torch
 from pyro.ops.dual_averaging import DualAveraging
 
 from ..accounting.algorithms import dphmc_events, dphmc_max_iterations, dphmc_max_iterations_zcdp, dphmc_mu
-from ..mechanisms import GaussianEvent, NonPrivateEvent, clipped_sum_with_noise
+from ..mechanisms import clipped_sum_with_noise
 from .base import DPKernel, check_positive
 from .proposals import kinetic_energy, leapfrog, penalty_accept, penalty_log_accept_threshold, sample_momentum
 

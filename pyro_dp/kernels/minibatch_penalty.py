@@ -50,7 +50,7 @@ relation in both):
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Tuple
+from typing import Optional
 
 import torch
 
