@@ -256,11 +256,14 @@ def test_reproducible_only_with_an_explicit_noise_seed():
         k = DPPenalty(gauss_model, 0.2, llr_clip=1.0, noise_multiplier=2.0, seed=seed, noise_seed=noise_seed)
         m = MCMC(k, num_samples=30, warmup_steps=5, disable_progbar=True)
         m.run(y)
-        return m.get_samples()["mu"]
+        # The next draw of the secret stream: equal iff the stream was replayed.  (Comparing the
+        # samples alone can coincide by chance: the noise reaches them only through the 35
+        # accept decisions, which a CI run once saw agree.)
+        return m.get_samples()["mu"], k._noise.normal(1.0, (4,))
 
-    a, b, c = run(1, 7), run(1, 7), run(2, 7)
-    assert torch.equal(a, b) and not torch.equal(a, c)
-    assert not torch.equal(run(1), run(1))  # the user's seed alone: fresh OS noise every run
+    (a, na), (b, nb), (c, _) = run(1, 7), run(1, 7), run(2, 7)
+    assert torch.equal(a, b) and torch.equal(na, nb) and not torch.equal(a, c)
+    assert not torch.equal(run(1)[1], run(1)[1])  # the user's seed alone: fresh OS noise every run
     with pytest.warns(ReproducibleNoiseWarning, match="tests only"):
         DPPenalty(gauss_model, 0.2, llr_clip=1.0, noise_multiplier=2.0, noise_seed=0)
     with pytest.raises(ValueError, match="noise_seed"):
