@@ -57,6 +57,9 @@ from pyro.infer.autoguide.initialization import InitMessenger, init_to_sample
 from pyro.poutine.subsample_messenger import _Subsample
 from torch.distributions import biject_to
 from torch.func import grad_and_value, jacfwd, vmap
+from torch.utils._pytree import tree_map
+
+from .mechanisms import clip_and_sum
 
 __all__ = ["PrivateLikelihood"]
 
@@ -108,6 +111,10 @@ class PrivateLikelihood:
         :func:`~pyro.infer.autoguide.initialization.init_to_sample`, a prior draw).
     :param int seed: seed of the prototype draw (the global RNG is forked and restored).
     :param int vmap_chunk_size: optional chunk size for the per-example ``vmap``.
+    :param bool jit_compile: trace the per-example functions once into graphs and compile
+        them (:mod:`pyro_dp.compiled`); the same values, much faster after a one-time compile.
+    :param dict jit_options: ``{"backend": "inductor" | "graph", **torch.compile kwargs}``.
+    :param dict jit_cache: graphs shared with other likelihoods of the same kernel object.
     
     Example
     -------
@@ -133,6 +140,9 @@ class PrivateLikelihood:
         init_strategy: Callable = init_to_sample,
         seed: Optional[int] = None,
         vmap_chunk_size: Optional[int] = None,
+        jit_compile: bool = False,
+        jit_options: Optional[dict] = None,
+        jit_cache: Optional[dict] = None,
     ):
         if not callable(model):
             raise TypeError(f"model must be callable, got {type(model).__name__}")
@@ -151,11 +161,21 @@ class PrivateLikelihood:
                 *self.model_args, **self.model_kwargs
             )
         self._parse_trace(trace, data_plate, transforms)
-        self._indexable = self._probe_indexing()
+        #: how a row subset is evaluated: "index" (the model indexes its data by the plate's
+        #: indices), "slice" (the usual idiom: the model's row-aligned arguments are sliced) or None
+        self.row_access = self._probe_row_access()
+        self._indexable = self.row_access is not None
+        #: the compiled path (:class:`~pyro_dp.compiled.CompiledLikelihood`), or ``None`` (eager)
+        self.compiled = None
+        if jit_compile:
+            from .compiled import CompiledLikelihood
+
+            self.compiled = CompiledLikelihood(self, jit_options, jit_cache)
         if not self._indexable:
             warnings.warn(
                 f"The model does not index its data with the indices of plate "
-                f"{self.data_plate!r}; per-example gradients fall back to a slower "
+                f"{self.data_plate!r}, and slicing its arguments along their first dimension does not "
+                "give a model of fewer rows; per-example gradients fall back to a slower "
                 "forward-mode Jacobian and minibatch kernels are unavailable. Write "
                 f"`with pyro.plate({self.data_plate!r}, N) as idx: ... obs=y[idx]` to enable them.",
                 stacklevel=2,
@@ -319,22 +339,46 @@ class PrivateLikelihood:
         # data-free prior draw, unconstrained
         self.prototype_params = {k: v.to(dtype) for k, v in unconstrained.items()}
 
-    def _probe_indexing(self) -> bool:
-        """Does the model read only the rows named by the plate's indices? (Shapes only.)"""
+    def _probe_row_access(self) -> Optional[str]:
+        """How the model can be evaluated on a subset of rows (shapes only): ``"index"`` if
+        conditioning the data plate on indices makes every observed site that many rows (the
+        model indexes its data, ``obs=y[idx]``); else ``"slice"`` if slicing the model's tensor
+        arguments whose first dimension has ``N`` entries does (the usual idiom,
+        ``pyro.plate("data", len(y))`` with ``obs=y``); else ``None``."""
         if self.num_rows < 2:
-            return False
+            return None
         idx = torch.tensor([0, 1], device=self.device)
-        try:
-            with poutine.block(), warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                tr, _ = self._trace(self.flatten(self.prototype_params), idx)
-            for name in self.observed_names:
-                b = _batch_shape(tr.nodes[name])
-                if len(b) < -self._plate_dim or b[self._plate_dim] != 2:
-                    return False
-            return True
-        except Exception:
-            return False
+        modes = ["index"] + (["slice"] if self._row_aligned_count() else [])
+        for mode in modes:
+            self.row_access = mode
+            try:
+                with poutine.block(), warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    tr, _ = self._trace(self.flatten(self.prototype_params), idx)
+                # the value's and the distribution's batch shapes must both be 2 rows at the plate dim
+                shapes = [torch.broadcast_shapes(_batch_shape(tr.nodes[n]), tr.nodes[n]["fn"].batch_shape)
+                          for n in self.observed_names]
+                ok = all(len(b) >= -self._plate_dim and b[self._plate_dim] == 2 for b in shapes)
+            except Exception:
+                ok = False
+            if ok:
+                return mode
+        self.row_access = None
+        return None
+
+    def _row_aligned(self, t) -> bool:
+        return torch.is_tensor(t) and t.dim() >= 1 and t.shape[0] == self.num_rows
+
+    def _row_aligned_count(self) -> int:
+        return sum(self._row_aligned(t) for t in _iter_tensors((self.model_args, self.model_kwargs)))
+
+    def _sliced_args(self, idx):
+        """The model's arguments with every row-aligned tensor (first dimension of size ``N``)
+        restricted to rows ``idx`` (the ``"slice"`` row access)."""
+        def cut(t):
+            return t[idx] if self._row_aligned(t) else t
+
+        return tree_map(cut, self.model_args), tree_map(cut, self.model_kwargs)
 
     # ------------------------------------------------------------------ flat <-> sites
     def flatten(self, params: Dict[str, torch.Tensor]) -> torch.Tensor:
@@ -366,15 +410,17 @@ class PrivateLikelihood:
             values[n] = x
             # log |d x / d u| = -log |d u / d x|
             logdet = logdet - tf.log_abs_det_jacobian(x, u).sum()
+        args, kwargs = self.model_args, self.model_kwargs
         if idx is not None:
-            values[self.data_plate] = idx
+            if getattr(self, "row_access", "index") == "slice":
+                args, kwargs = self._sliced_args(idx)
+            else:
+                values[self.data_plate] = idx
         # Pyro's validation off (as inside MCMC.run): a row outside the likelihood's support gives
         # a -inf term, handled by the per-row rule of the release, instead of an exception that
         # would depend on that one row.
         with pyro.validation_enabled(False):
-            tr = poutine.trace(poutine.condition(self.model, data=values)).get_trace(
-                *self.model_args, **self.model_kwargs
-            )
+            tr = poutine.trace(poutine.condition(self.model, data=values)).get_trace(*args, **kwargs)
         return tr, logdet
 
     def _terms(self, z, idx=None, loglik: bool = True) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -417,8 +463,8 @@ class PrivateLikelihood:
 
     @property
     def indexable(self) -> bool:
-        """Whether the model reads only the rows named by the data plate's indices
-        (enables row subsets, minibatches and the fast per-example gradient path)."""
+        """Whether a subset of rows can be evaluated (:attr:`row_access` is ``"index"`` or
+        ``"slice"``): enables row subsets, minibatches and the fast per-example gradient path."""
         return self._indexable
 
     def per_example_statistic(self, statistic: Callable, idx=None) -> torch.Tensor:
@@ -437,12 +483,38 @@ class PrivateLikelihood:
 
     def log_prior(self, z: torch.Tensor) -> torch.Tensor:
         r"""Data-free :math:`\log p(\theta) + \log|\det J|` at unconstrained ``z``."""
+        if self.compiled is not None:
+            out = self.compiled.log_prior(z)
+            if out is not None:
+                return out
+        return self._eager_log_prior(z)
+
+    def _eager_log_prior(self, z):
         idx = torch.zeros(1, dtype=torch.long, device=self.device) if self._indexable else None
         return self._terms(z, idx, loglik=False)[1]
 
     def grad_log_prior(self, z: torch.Tensor) -> torch.Tensor:
         """Gradient of :meth:`log_prior` (data-free)."""
-        return torch.func.grad(self.log_prior)(z)
+        if self.compiled is not None:
+            out = self.compiled.log_prior_and_grad(z)
+            if out is not None:
+                return out[1]
+        return torch.func.grad(self._eager_log_prior)(z)
+
+    def log_prior_and_grad(self, z: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """``(log_prior(z), its gradient)``, data-free (reverse-mode autograd; a flat prior
+        has gradient zero)."""
+        if self.compiled is not None:
+            out = self.compiled.log_prior_and_grad(z)
+            if out is not None:
+                return out
+        with torch.enable_grad():
+            zz = z.detach().requires_grad_(True)
+            lp = torch.as_tensor(self._eager_log_prior(zz), dtype=zz.dtype, device=zz.device)
+            if not lp.requires_grad:  # a flat (improper) prior: constant, no autograd graph
+                return lp.detach(), torch.zeros_like(zz)
+            (g,) = torch.autograd.grad(lp, zz, allow_unused=True)
+        return lp.detach(), (torch.zeros_like(zz) if g is None else g)
 
     def per_example_loglik(self, z: torch.Tensor, idx=None) -> torch.Tensor:
         r"""Untempered :math:`\ell_i(\theta)` for every row (``idx=None``) or rows ``idx``."""
@@ -451,6 +523,13 @@ class PrivateLikelihood:
     def loglik_and_prior(self, z: torch.Tensor, idx=None) -> Tuple[torch.Tensor, torch.Tensor]:
         """``(per-example log-likelihoods, log prior)`` from one model evaluation."""
         idx = self._check_idx(idx)
+        if self.compiled is not None:
+            out = self.compiled.loglik_and_prior(z, idx)
+            if out is not None:
+                return out
+        return self._eager_loglik_and_prior(z, idx)
+
+    def _eager_loglik_and_prior(self, z, idx):
         with torch.no_grad():
             return self._terms(z, idx)
 
@@ -462,6 +541,65 @@ class PrivateLikelihood:
         of the full vector (``jacfwd``; slower, documented fallback).
         """
         idx = self._check_idx(idx)
+        if self.compiled is not None:
+            out = self.compiled.per_example_grad(z, idx)
+            if out is not None:
+                return out
+        return self._eager_per_example_grad(z, idx)
+
+    def clipped_grad_sum(self, z: torch.Tensor, clip, idx=None):
+        r"""``(ℓ_i(θ) [B], ClippedSum)``: the per-example gradients passed through
+        :func:`~pyro_dp.mechanisms.clip_and_sum` (the per-row rule, the clip to L2 norm ``clip``
+        and the sum), for :func:`~pyro_dp.mechanisms.clipped_sum_with_noise`. The compiled path
+        fuses the three into one graph and never materialises more than
+        :data:`~pyro_dp.compiled.CHUNK_ELEMENTS` per-example gradient entries at once.
+        **Reads the data**: release the sum only through the mechanism.
+
+        >>> import torch, pyro, pyro.distributions as dist
+        >>> def model(y):
+        ...     mu = pyro.sample("mu", dist.Normal(0., 10.))
+        ...     with pyro.plate("data", len(y)) as idx:
+        ...         pyro.sample("obs", dist.Normal(mu, 1.), obs=y[idx])
+        >>> lik = PrivateLikelihood(model, (torch.tensor([0.0, 3.0]),), seed=0)
+        >>> ll, cs = lik.clipped_grad_sum(torch.tensor([1.0]), clip=1.0)
+        >>> cs.total, int(cs.num_clipped)  # gradients -1 and 2, the second clipped to 1
+        (tensor([0.]), 1)
+        """
+        idx = self._check_idx(idx)
+        if self.compiled is not None:
+            out = self.compiled.clipped_grad_sum(z, clip, idx)
+            if out is not None:
+                return out
+        ll, g = self._eager_per_example_grad(z, idx)
+        return ll, clip_and_sum(g, clip)
+
+    def clipped_ratio_sum(self, z_new: torch.Tensor, ll_old: torch.Tensor, clip, idx=None):
+        r"""``(ℓ_i(θ') [B], log prior at θ', ClippedSum)``: the per-example log-likelihood ratios
+        :math:`\ell_i(\theta') - \ell_i(\theta)` (``ll_old`` holds :math:`\ell_i(\theta)` for the same
+        rows) passed through :func:`~pyro_dp.mechanisms.clip_and_sum` (the per-row rule, the clip
+        to ``[-clip, clip]`` and the sum), for :func:`~pyro_dp.mechanisms.clipped_sum_with_noise`.
+        Fused into one graph on the compiled path. **Reads the data**.
+
+        >>> import torch, pyro, pyro.distributions as dist
+        >>> def model(y):
+        ...     mu = pyro.sample("mu", dist.Normal(0., 10.))
+        ...     with pyro.plate("data", len(y)) as idx:
+        ...         pyro.sample("obs", dist.Normal(mu, 1.), obs=y[idx])
+        >>> lik = PrivateLikelihood(model, (torch.tensor([0.0, 3.0]),), seed=0)
+        >>> old = lik.per_example_loglik(torch.tensor([0.0]))
+        >>> ll, lp, cs = lik.clipped_ratio_sum(torch.tensor([1.0]), old, clip=2.0)
+        >>> cs.total, int(cs.num_clipped)  # ratios -0.5 and 2.5, the second clipped to 2
+        (tensor(1.5000), 1)
+        """
+        idx = self._check_idx(idx)
+        if self.compiled is not None:
+            out = self.compiled.clipped_ratio_sum(z_new, ll_old, clip, idx)
+            if out is not None:
+                return out
+        ll_new, lp_new = self._eager_loglik_and_prior(z_new, idx)
+        return ll_new, lp_new, clip_and_sum(ll_new - ll_old, clip)
+
+    def _eager_per_example_grad(self, z, idx):
         if self._indexable:
             rows = idx if idx is not None else torch.arange(self.num_rows, device=self.device)
 
@@ -472,6 +610,7 @@ class PrivateLikelihood:
                 z, rows.unsqueeze(-1)
             )
             return v.detach(), g.detach()
+
         def full(zz):
             ll = self._terms(zz, None)[0]
             return ll, ll

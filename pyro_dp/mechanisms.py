@@ -42,7 +42,7 @@ import os
 import secrets
 import warnings
 from dataclasses import dataclass, field
-from typing import Iterable, NamedTuple, Optional, Tuple, Union
+from typing import Iterable, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -66,6 +66,9 @@ __all__ = [
     "finite_scalars",
     "clip_rows",
     "clip_scalars",
+    "ClippedSum",
+    "clip_and_sum",
+    "clip_and_sum_columns",
     "clipped_sum_with_noise",
     "add_gaussian_noise",
     "gaussian_release",
@@ -622,8 +625,88 @@ def clip_scalars(values: torch.Tensor, clip) -> Tuple[torch.Tensor, torch.Tensor
     return finite_scalars(values, clip_t), mask
 
 
+class ClippedSum(NamedTuple):
+    """Result of :func:`clip_and_sum`: the sum of clipped per-example terms, before noise.
+
+    :ivar total: the sum of the clipped terms (**not private**: release it only through
+        :func:`clipped_sum_with_noise`).
+    :ivar num_clipped: number of rows that were clipped (a 0-d tensor; a data statistic).
+    :ivar num_rows: number of rows summed (a 0-d tensor).
+    """
+
+    total: torch.Tensor
+    num_clipped: torch.Tensor
+    num_rows: torch.Tensor
+
+
+def clip_and_sum(values: torch.Tensor, clip, valid: Optional[torch.Tensor] = None) -> ClippedSum:
+    r"""The per-row rule, the clip and the sum of :func:`clipped_sum_with_noise`, without the
+    noise: ``values`` ``[B]`` are clipped by :func:`clip_scalars`, ``[B, D]`` by :func:`clip_rows`.
+
+    Pure tensor code (no Python branch on a value), so the compiled path
+    (:mod:`pyro_dp.compiled`) traces *this* function into its fused per-example graph:
+    the compiled and eager paths apply the same rule. ``valid`` (``[B]``, 0/1) drops padded
+    rows of a size bucket from the sum and the counts.
+
+    >>> import torch
+    >>> clip_and_sum(torch.tensor([[3.0, 4.0], [0.3, 0.4]]), 1.0)
+    ClippedSum(total=tensor([0.9000, 1.2000]), num_clipped=tensor(1), num_rows=tensor(2))
+    """
+    if values.dim() == 1:
+        clipped, mask = clip_scalars(values, clip)
+    elif values.dim() == 2:
+        clipped, mask = clip_rows(values, clip)
+    else:
+        raise ValueError(f"values must have shape [B] or [B, D], got {tuple(values.shape)}")
+    if valid is None:
+        return ClippedSum(clipped.sum(0), mask.sum(), torch.tensor(mask.numel(), device=values.device))
+    keep = valid.to(torch.bool)
+    w = keep.to(values.dtype)
+    clipped = clipped * (w if values.dim() == 1 else w.unsqueeze(-1))
+    return ClippedSum(clipped.sum(0), (mask & keep).sum(), keep.sum())
+
+
+def clip_and_sum_columns(columns: Sequence[torch.Tensor], clip, valid: Optional[torch.Tensor] = None) -> ClippedSum:
+    r""":func:`clip_and_sum` of the ``[B, D]`` rows ``torch.stack(columns, -1)``, computed column
+    by column: the same per-row rule (a row with a non-finite entry is the zero row, counted
+    as clipped), the same clip to L2 norm ``clip`` and the same sum, written with ``[B]``-shaped
+    operations only. The compiled path uses it for small ``D``, where per-example gradients
+    come as ``D`` forward-mode columns and a ``[B, D]`` layout would keep the compiler from
+    vectorising over rows. ``tests/test_mechanisms.py`` checks it against :func:`clip_and_sum`
+    on rows with NaN, ±inf, zero and clipped norms.
+
+    >>> import torch
+    >>> clip_and_sum_columns([torch.tensor([3.0, 0.3]), torch.tensor([4.0, 0.4])], 1.0)
+    ClippedSum(total=tensor([0.9000, 1.2000]), num_clipped=tensor(1), num_rows=tensor(2))
+    """
+    columns = list(columns)
+    if not columns or any(c.dim() != 1 or c.shape != columns[0].shape for c in columns):
+        raise ValueError("columns must be a non-empty sequence of [B] tensors of one shape")
+    finite = torch.isfinite(columns[0])
+    for c in columns[1:]:
+        finite = finite & torch.isfinite(c)
+    zero = torch.zeros_like(columns[0])
+    columns = [torch.where(finite, c, zero) for c in columns]  # finite_rows, column by column
+    sq = columns[0] * columns[0]
+    for c in columns[1:]:
+        sq = sq + c * c
+    norms = torch.sqrt(sq)  # as clip_rows: x * min(1, b/||x||), a zero row stays zero
+    clip_t = torch.as_tensor(clip, dtype=columns[0].dtype, device=columns[0].device)
+    factor = torch.clamp(clip_t / torch.clamp(norms, min=torch.finfo(columns[0].dtype).tiny), max=1.0)
+    mask = (norms > clip_t) | ~finite
+    if valid is None:
+        keep_count = torch.tensor(mask.numel(), device=mask.device)
+    else:
+        keep = valid.to(torch.bool)
+        factor = factor * keep.to(factor.dtype)
+        mask = mask & keep
+        keep_count = keep.sum()
+    total = torch.stack([(c * factor).sum(0) for c in columns])
+    return ClippedSum(total, mask.sum(), keep_count)
+
+
 def clipped_sum_with_noise(
-    values: torch.Tensor,
+    values,
     clip,
     noise_multiplier: float,
     noise: NoiseSource,
@@ -632,7 +715,9 @@ def clipped_sum_with_noise(
     r"""Clip per example, sum, add Gaussian noise — in that order, in one audited place.
 
     ``values`` has shape ``[B]`` (scalars, clipped to ``[-clip, clip]``) or ``[B, D]``
-    (vectors, clipped to L2 norm ``clip``). The sum over the ``B`` rows has
+    (vectors, clipped to L2 norm ``clip``), or is the :class:`ClippedSum` that
+    :func:`clip_and_sum` returned for them with the same ``clip`` (the compiled path fuses
+    that part into its per-example graph). The sum over the ``B`` rows has
     :math:`\ell_2`-sensitivity :math:`\Delta = 2\,\mathrm{clip}` under substitution of one
     row and :math:`\mathrm{clip}` under add/remove; the noise has standard deviation
     :math:`\sigma = \mathrm{noise\_multiplier}\cdot\Delta` (Gaussian mechanism,
@@ -651,16 +736,10 @@ def clipped_sum_with_noise(
     """
     if relation not in RELATIONS:
         raise ValueError(f"relation must be one of {RELATIONS}, got {relation!r}")
-    if values.dim() == 1:
-        clipped, mask = clip_scalars(values, clip)
-        total = clipped.sum(0)
-    elif values.dim() == 2:
-        clipped, mask = clip_rows(values, clip)
-        total = clipped.sum(0)
-    else:
-        raise ValueError(f"values must have shape [B] or [B, D], got {tuple(values.shape)}")
-    frac = float(mask.float().mean()) if mask.numel() else 0.0
-    return add_gaussian_noise(total, clip, noise_multiplier, noise, relation)._replace(clipped_fraction=frac)
+    cs = values if isinstance(values, ClippedSum) else clip_and_sum(values, clip)
+    rows = int(cs.num_rows)
+    frac = float(cs.num_clipped) / rows if rows else 0.0
+    return add_gaussian_noise(cs.total, clip, noise_multiplier, noise, relation)._replace(clipped_fraction=frac)
 
 
 def gaussian_release(value: torch.Tensor, std, event: PrivacyEvent, noise: NoiseSource) -> NoisyRelease:

@@ -59,11 +59,33 @@ def test_loglik_matches_closed_form(y64):
     assert torch.allclose(lik.per_example_loglik(z, idx), expected[idx])
 
 
+def gauss_model_fixed_size(y, n):
+    """The plate's size is an argument, not the data's length: neither indexing nor slicing
+    the data gives a model of fewer rows."""
+    mu = pyro.sample("mu", dist.Normal(0.0, 10.0))
+    s = pyro.sample("s", dist.HalfNormal(2.0))
+    with pyro.plate("data", n):
+        pyro.sample("obs", dist.Normal(mu, s), obs=y)
+
+
+def test_usual_idiom_is_evaluated_by_slicing_its_arguments(y64):
+    """#17: `pyro.plate("data", len(y))` with `obs=y` (no indexing) gets row subsets and the
+    per-row gradient path by slicing the row-aligned arguments; same values as indexing."""
+    a = PrivateLikelihood(gauss_model, (y64,), seed=0)
+    b = PrivateLikelihood(gauss_model_unindexed, (y64,), seed=0)
+    assert (a.row_access, b.row_access) == ("index", "slice") and b.indexable
+    z = torch.tensor([0.3, 0.2], dtype=torch.float64)
+    for idx in (None, torch.tensor([4, 0, 9])):
+        for f in ("loglik_and_prior", "per_example_grad"):
+            for u, v in zip(getattr(a, f)(z, idx), getattr(b, f)(z, idx)):
+                assert torch.equal(u, v)
+
+
 def test_per_example_grad_matches_autograd_and_fallback(y64):
     lik = PrivateLikelihood(gauss_model, (y64,), seed=0)
     with pytest.warns(UserWarning, match="does not index its data"):
-        lik2 = PrivateLikelihood(gauss_model_unindexed, (y64,), seed=0)
-    assert lik._indexable and not lik2._indexable
+        lik2 = PrivateLikelihood(gauss_model_fixed_size, (y64, len(y64)), seed=0)
+    assert lik._indexable and not lik2._indexable and lik2.row_access is None
     z = torch.tensor([0.3, 0.2], dtype=torch.float64)
     ll, g = lik.per_example_grad(z)
     ll2, g2 = lik2.per_example_grad(z)

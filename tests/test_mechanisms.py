@@ -109,3 +109,20 @@ def test_bad_events(make, match):
 def test_release_shape_errors():
     with pytest.raises(ValueError, match="shape"):
         clipped_sum_with_noise(torch.ones(2, 2, 2), 1.0, 1.0, NoiseSource(seed=0))
+
+
+def test_clip_and_sum_columns_is_clip_and_sum_column_by_column():
+    """The column form used by the compiled path applies the same per-row rule, clip and sum."""
+    from pyro_dp.mechanisms import clip_and_sum, clip_and_sum_columns
+
+    g = torch.Generator().manual_seed(0)
+    rows = torch.randn(40, 3, generator=g, dtype=torch.float64) * 2
+    rows[3, 1], rows[7, 0], rows[9, 2], rows[11] = float("nan"), float("inf"), -float("inf"), 0.0
+    valid = (torch.arange(40) < 33).to(torch.float64)
+    for v in (None, valid):
+        a = clip_and_sum(rows, 1.5, v)
+        b = clip_and_sum_columns(list(rows.T), 1.5, v)
+        torch.testing.assert_close(a.total, b.total, rtol=1e-14, atol=1e-14)
+        assert int(a.num_clipped) == int(b.num_clipped) and int(a.num_rows) == int(b.num_rows)
+    with pytest.raises(ValueError):
+        clip_and_sum_columns([], 1.0)

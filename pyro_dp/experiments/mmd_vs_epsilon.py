@@ -51,7 +51,7 @@ FIG65_ALGORITHMS = ("dp_penalty", "dp_penalty_ocu_gwmh", "dp_hmc")
 
 #: (problem, algorithm) cells left out because the kernel fails there (reported, not worked around):
 #: (problem, algorithm) pairs a kernel cannot run (none: DPHMC on the circle's flat prior used
-#: to raise in ``hmc._log_prior_and_grad``; fixed, see ``tests/kernels/test_hmc.py``).
+#: to raise in the log prior's gradient; fixed, see ``tests/kernels/test_hmc.py``).
 KNOWN_FAILURES: set = set()
 
 COLUMNS = ["n", "delta", "iterations", "mmd", "mean_error", "var_error", "acceptance", "clipped_fraction",

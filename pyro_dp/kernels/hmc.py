@@ -126,28 +126,12 @@ def release_gradient(noise, lik, z, *, grad_clip, noise_multiplier):
     gradient that is not finite is replaced by zero before clipping (the per-row rule, so
     the sensitivity bound is unchanged; :func:`~pyro_dp.mechanisms.finite_rows`).
     """
-    loglik, pe = lik.per_example_grad(z)
+    loglik, pe = lik.clipped_grad_sum(z, grad_clip)  # clipped and summed (fused when compiled)
     rel = clipped_sum_with_noise(pe, grad_clip, noise_multiplier, noise)
-    lp, grad_lp = _log_prior_and_grad(lik, z)
+    lp, grad_lp = lik.log_prior_and_grad(z)
     # Räisä 2021 thesis Alg. 3 / Räisä et al. 2021 §3: g = T(sum clip(grad l_i) + xi) + grad log p
     g = lik.temperature * rel.value + grad_lp
     return g, (loglik, lp, rel)
-
-
-def _log_prior_and_grad(lik, z):
-    """Data-free log prior and its gradient: ``lik.log_prior_and_grad(z)`` when the likelihood
-    object provides it (e.g. a closed-form stand-in), else reverse-mode autograd of
-    ``lik.log_prior`` (cheaper than ``torch.func`` for one gradient)."""
-    fast = getattr(lik, "log_prior_and_grad", None)
-    if fast is not None:
-        return fast(z)
-    with torch.enable_grad():
-        zz = z.detach().requires_grad_(True)
-        lp = torch.as_tensor(lik.log_prior(zz), dtype=zz.dtype, device=zz.device)
-        if not lp.requires_grad:  # a flat (improper) prior: constant, no autograd graph
-            return lp.detach(), torch.zeros_like(zz)
-        (g,) = torch.autograd.grad(lp, zz, allow_unused=True)
-    return lp.detach(), (torch.zeros_like(zz) if g is None else g)
 
 
 def hmc_init(lik, z: torch.Tensor) -> HMCState:

@@ -200,7 +200,8 @@ class RandomWalkKernel(AdaptiveProposalScale, DPKernel):
         if self.needs_indexing and not self.lik.indexable:
             raise ValueError(
                 f"{type(self).__name__} needs a model that indexes its data by the data plate's indices "
-                "(`with pyro.plate('data', N) as idx: ... obs=y[idx]`)"
+                "(`with pyro.plate('data', N) as idx: ... obs=y[idx]`), or takes the data as arguments "
+                "with the rows first and sizes the plate by them (`with pyro.plate('data', len(y)): ... obs=y`)"
             )
 
     # ------------------------------------------------------------------ DPKernel hooks

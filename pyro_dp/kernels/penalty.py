@@ -40,10 +40,10 @@ def penalty_release(lik, noise, state: MHState, z_new: torch.Tensor, *, llr_clip
     loglik = state.cache
     if loglik is None:
         loglik = lik.per_example_loglik(state.z)  # released inside this step's mechanism
-    ll_new, lp_new = lik.loglik_and_prior(z_new)
     dist = torch.linalg.vector_norm(z_new - state.z)
     # Per-example ratios clipped to ±b‖θ'−θ‖: substitute sensitivity 2b‖θ'−θ‖ (thesis §3.1).
-    rel = clipped_sum_with_noise(ll_new - loglik, llr_clip * dist, noise_multiplier, noise)
+    ll_new, lp_new, ratios = lik.clipped_ratio_sum(z_new, loglik, llr_clip * dist)
+    rel = clipped_sum_with_noise(ratios, llr_clip * dist, noise_multiplier, noise)
     T = lik.temperature
     # penalty: λ̂ = T ŝ + ..., accepted w.p. min{1, exp(λ̂ − T²σ²/2)} (Yıldırım & Ermiş 2019 §3.1)
     return RatioRelease(T * rel.value, (T * rel.noise_std) ** 2, lp_new, (rel.event,), rel.clipped_fraction,

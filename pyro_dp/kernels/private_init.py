@@ -101,7 +101,7 @@ class DPGradientInit:
         events, clipped = [], 0.0
         z = z.detach().clone()
         for _ in range(self.num_steps):
-            _, grads = lik.per_example_grad(z)  # reads the data ...
+            _, grads = lik.clipped_grad_sum(z, self.grad_clip)  # reads the data (clipped, summed) ...
             # a non-finite row gradient counts as zero (the per-row rule inside the release, so the
             # sensitivity bound holds): an error here would reveal that such a row exists
             rel = clipped_sum_with_noise(grads, self.grad_clip, self.noise_multiplier, noise, relation)  # ... released here

@@ -186,8 +186,8 @@ def private_gradient(noise, lik, z, *, sample_rate, grad_clip, noise_multiplier,
     :math:`N`."""
     q = float(sample_rate)
     idx = noise.poisson_subsample(lik.num_rows, q, device=z.device)
-    if idx.numel():
-        _, grads = lik.per_example_grad(z, idx)
+    if idx.numel():  # the per-example gradients clipped and summed (fused on the compiled path)
+        _, grads = lik.clipped_grad_sum(z, grad_clip, idx)
     else:  # an empty batch still releases (pure noise): the event is the same
         grads = z.new_zeros((0, z.numel()))
     # clip per example, sum, add N(0, (nm Δ)^2) (Räisä 2021 thesis Alg. 3; Abadi et al. 2016 Alg. 1)
@@ -283,7 +283,9 @@ class _SGMCMC(DPKernel):
         if not self.lik.indexable:
             raise ValueError(
                 "DP-SGLD/DP-SGNHT read minibatches: the model must index its data by the plate's "
-                f"indices (`with pyro.plate({self.lik.data_plate!r}, N) as idx: ... obs=y[idx]`)"
+                f"indices (`with pyro.plate({self.lik.data_plate!r}, N) as idx: ... obs=y[idx]`), or take "
+                f"the data as arguments with the rows first and size the plate by them "
+                f"(`with pyro.plate({self.lik.data_plate!r}, len(y)): ... obs=y`)"
             )
         key = (n, self.temperature, self.num_chains)
         if key == self._calibration_key:

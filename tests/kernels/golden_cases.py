@@ -14,11 +14,13 @@ from .helpers import gauss_model, gauss_model_2d, make_data
 
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "chains.json"
 STEPS = 25
-KW = dict(seed=11, noise_seed=12, init_strategy=init_to_mean)
+GOLDEN_KW = dict(seed=11, noise_seed=12, init_strategy=init_to_mean)
 
 
-def cases():
-    """name -> (kernel factory, data)."""
+def cases(**extra):
+    """name -> (kernel factory, data); ``extra`` keyword arguments go to every kernel (e.g. the
+    compiled path, ``tests/test_compiled.py``)."""
+    KW = dict(GOLDEN_KW, **extra)
     y, y2 = make_data(300, seed=3), make_data(300, d=2, seed=4)
     init = pyro_dp.DPGradientInit(num_steps=3, step_size=0.5, grad_clip=2.0, noise_multiplier=5.0)
     return {

@@ -28,6 +28,17 @@ def gauss_model_2d(y):
         pyro.sample("obs", dist.Normal(mu, S).to_event(1), obs=y[idx])
 
 
+class ClippedGradSum:
+    """Mixin for closed-form stand-ins of PrivateLikelihood: ``clipped_grad_sum`` from their
+    ``per_example_grad`` and :func:`pyro_dp.mechanisms.clip_and_sum` (as the eager path)."""
+
+    def clipped_grad_sum(self, z, clip, idx=None):
+        from pyro_dp.mechanisms import clip_and_sum
+
+        ll, g = self.per_example_grad(z) if idx is None else self.per_example_grad(z, idx)
+        return ll, clip_and_sum(g, clip)
+
+
 def posterior(y):
     """(mean, variance) per coordinate of the conjugate posterior."""
     n = y.shape[0]

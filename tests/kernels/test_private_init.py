@@ -153,7 +153,9 @@ def test_non_finite_row_gradients_count_as_zero():
     """A row whose gradient is not finite must not make the init fail (that would reveal the
     row): it contributes zero, like in DPHMC's gradient release."""
 
-    class Lik:
+    from tests.kernels.helpers import ClippedGradSum
+
+    class Lik(ClippedGradSum):
         num_rows, temperature = 3, 1.0
 
         def per_example_grad(self, z):

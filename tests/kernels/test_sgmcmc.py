@@ -37,12 +37,12 @@ from pyro_dp.kernels.sgmcmc import (
 )
 from pyro_dp.likelihood import PrivateLikelihood
 from pyro_dp.mechanisms import NoiseSource, PrivacyLedger, SubsampledGaussianEvent
-from tests.kernels.helpers import M0, S, S0, gauss_model, make_data, posterior
+from tests.kernels.helpers import M0, S, S0, ClippedGradSum, gauss_model, make_data, posterior
 
 LOOSE_CLIP = 50.0  # |y - mu| / S^2 <= 4 on the chain's range: never binds
 
 
-class GaussStub:
+class GaussStub(ClippedGradSum):
     """Closed-form per-example terms of ``helpers.gauss_model`` (duck-types PrivateLikelihood)."""
 
     temperature = 1.0
@@ -402,9 +402,11 @@ def test_pickles_after_setup_and_is_reproducible():
 # ---------------------------------------------------------------------------- bad inputs
 
 
-def _not_indexed(y):
+def _not_indexed(y, n):
+    """Neither indexes nor can be sliced: the plate's size is an argument (the usual idiom
+    with ``len(y)`` is sliced, tests/test_likelihood.py)."""
     mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=y.dtype), 1.0))
-    with pyro.plate("data", len(y)):
+    with pyro.plate("data", n):
         pyro.sample("obs", dist.Normal(mu, 1.0), obs=y)
 
 
@@ -445,5 +447,5 @@ def test_bad_thermostat_and_setup_errors():
         warnings.simplefilter("ignore")  # PrivateLikelihood warns about the slow path
         kernel = DPSGLD(_not_indexed, 5, 1e-3, 1.0)
         with pytest.raises(ValueError, match="index its data"):
-            kernel.setup(0, y)
+            kernel.setup(0, y, len(y))
     assert not kernel.ledger

@@ -1,0 +1,154 @@
+"""#17: the compiled per-example path (``jit_compile=True``, pyro_dp/compiled.py).
+
+* Every kernel gives the same chain and the same ledger on the traced path as recorded for the
+  eager path (``tests/kernels/golden``): the ``"graph"`` backend replays the eager aten
+  operations, so chains match to the golden tolerance (1e-12 relative) and ledgers exactly.
+* Inductor (the default backend) on two kernels: ledgers exact, chains to 1e-10 relative
+  (fused sums may be reordered: last-bit differences; an O(1) difference would be a flipped
+  accept decision).
+* A model the trace cannot represent falls back to eager with a warning and the same values.
+* Batch sizes are bucketed: a Poisson-batch run compiles a handful of graphs, not one per size.
+* The full-data fused pass runs in chunks with the same result.
+"""
+import json
+import pickle
+import warnings
+
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+from pyro.infer import MCMC
+
+import pyro_dp
+import pyro_dp.compiled as compiled_mod
+from pyro_dp.compiled import CompileFallbackWarning, bucket_size
+from pyro_dp.likelihood import PrivateLikelihood
+
+from .kernels.golden_cases import GOLDEN, cases, run
+from .kernels.helpers import gauss_model, make_data
+
+RECORDED = json.loads(GOLDEN.read_text())
+GRAPH = dict(jit_compile=True, jit_options={"backend": "graph"})
+
+
+def _close(chain, want, rtol):
+    got = torch.tensor(chain, dtype=torch.float64)
+    torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64), rtol=rtol, atol=1e-15)
+
+
+@pytest.mark.parametrize("name", sorted(RECORDED))
+def test_traced_path_gives_the_recorded_chain_and_ledger(name):
+    chain, ledger = run(*cases(**GRAPH)[name])
+    assert ledger == RECORDED[name]["ledger"]
+    _close(chain, RECORDED[name]["chain"], rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["hmc", "penalty"])
+def test_inductor_path_gives_the_recorded_chain_and_ledger(name):
+    chain, ledger = run(*cases(jit_compile=True)[name])
+    assert ledger == RECORDED[name]["ledger"]
+    _close(chain, RECORDED[name]["chain"], rtol=1e-10)
+
+
+def test_traced_functions_match_eager_at_other_points_and_subsets():
+    y = make_data(50, seed=1)
+    eager = PrivateLikelihood(gauss_model, (y,), seed=0)
+    lik = PrivateLikelihood(gauss_model, (y,), seed=0, jit_compile=True, jit_options={"backend": "graph"})
+    idx = torch.tensor([3, 1, 40])
+    for z in (torch.tensor([0.3], dtype=torch.float64), torch.tensor([-2.0], dtype=torch.float64)):
+        for a, b in ((lik.loglik_and_prior(z), eager.loglik_and_prior(z)),
+                     (lik.loglik_and_prior(z, idx), eager.loglik_and_prior(z, idx)),
+                     (lik.per_example_grad(z, idx), eager.per_example_grad(z, idx)),
+                     (lik.log_prior_and_grad(z), eager.log_prior_and_grad(z))):
+            for u, v in zip(a, b):
+                torch.testing.assert_close(u, v, rtol=1e-12, atol=1e-14)
+        ll, cs = lik.clipped_grad_sum(z, 0.5, idx)
+        ll_e, cs_e = eager.clipped_grad_sum(z, 0.5, idx)
+        torch.testing.assert_close(cs.total, cs_e.total, rtol=1e-12, atol=1e-14)
+        assert int(cs.num_clipped) == int(cs_e.num_clipped) and int(cs.num_rows) == 3
+        torch.testing.assert_close(lik.log_prior(z), eager.log_prior(z))
+    # one graph per function and bucket, reused at every point
+    assert lik.compiled.num_compiled == 6
+
+
+def test_bucket_sizes():
+    assert [bucket_size(n) for n in (1, 8, 9, 100, 1000, 1024, 1025)] == [8, 8, 10, 112, 1024, 1024, 1280]
+    for n in range(1, 3000):
+        b = bucket_size(n)
+        assert n <= b <= max(8, 1.25 * n)
+    with pytest.raises(ValueError):
+        bucket_size(0)
+
+
+def test_poisson_batches_compile_a_few_graphs_not_one_per_size(monkeypatch):
+    """#17: 'no recompilation per iteration' — Poisson batch sizes vary (here about 50 ± 7) but
+    fall into a few size buckets (at most 25% apart)."""
+    from pyro_dp.mechanisms import NoiseSource
+
+    sizes, draw = [], NoiseSource.poisson_subsample
+
+    def recording(self, *a, **kw):
+        idx = draw(self, *a, **kw)
+        sizes.append(idx.numel())
+        return idx
+
+    monkeypatch.setattr(NoiseSource, "poisson_subsample", recording)
+    y = make_data(500, seed=2)
+    k = pyro_dp.DPSGLD(gauss_model, 50, 1e-3, 2.0, seed=0, **GRAPH)
+    MCMC(k, num_samples=80, warmup_steps=0, disable_progbar=True).run(y)
+    buckets = {bucket_size(b) for b in sizes if b}
+    assert len(set(sizes)) >= 15  # the batch sizes vary ...
+    assert k.lik.compiled.num_compiled == len(buckets) + 1 <= 7  # ... one graph per bucket (+ the prior)
+
+
+def test_sequential_chains_reuse_the_compiled_graphs():
+    y = make_data(100, seed=3)
+    k = pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=2.0, noise_multiplier=3.0, seed=0, **GRAPH)
+    mcmc = MCMC(k, num_samples=5, warmup_steps=2, num_chains=2, disable_progbar=True)
+    mcmc.run(y)
+    assert k.lik.compiled.num_compiled == 0  # the second chain's likelihood found every graph cached
+    assert len(k._jit_cache) >= 2
+    pickle.loads(pickle.dumps(k))  # a compiled kernel can still be pickled (graphs are dropped)
+
+
+def branching_model(y):
+    mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=y.dtype), 3.0))
+    scale = 1.0 if mu > 0 else 2.0  # Python control flow on a latent value: not traceable
+    with pyro.plate("data", y.shape[0]) as idx:
+        pyro.sample("obs", dist.Normal(mu, scale), obs=y[idx])
+
+
+def test_untraceable_model_falls_back_to_eager_with_a_warning():
+    y = make_data(30, seed=4)
+    eager = PrivateLikelihood(branching_model, (y,), seed=0)
+    lik = PrivateLikelihood(branching_model, (y,), seed=0, jit_compile=True, jit_options={"backend": "graph"})
+    z = torch.tensor([-0.5], dtype=torch.float64)
+    with pytest.warns(CompileFallbackWarning, match="cannot be traced"):
+        out = lik.loglik_and_prior(z)
+    torch.testing.assert_close(out[0], eager.loglik_and_prior(z)[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileFallbackWarning)  # decided once per function
+        lik.loglik_and_prior(torch.tensor([0.5], dtype=torch.float64))
+    assert lik.compiled.num_compiled == 0
+
+
+def test_full_data_fused_pass_runs_in_chunks(monkeypatch):
+    y = make_data(203, seed=5)
+    z = torch.tensor([0.4], dtype=torch.float64)
+    eager = PrivateLikelihood(gauss_model, (y,), seed=0)
+    monkeypatch.setattr(compiled_mod, "CHUNK_ELEMENTS", 64)  # 64 rows per chunk, 4 chunks
+    lik = PrivateLikelihood(gauss_model, (y,), seed=0, jit_compile=True, jit_options={"backend": "graph"})
+    ll, cs = lik.clipped_grad_sum(z, 0.3)
+    ll_e, cs_e = eager.clipped_grad_sum(z, 0.3)
+    torch.testing.assert_close(ll, ll_e)
+    torch.testing.assert_close(cs.total, cs_e.total, rtol=1e-12, atol=1e-12)
+    assert int(cs.num_clipped) == int(cs_e.num_clipped) and int(cs.num_rows) == 203
+    assert lik.compiled.num_compiled == 1  # every chunk, the padded last one too, uses one graph
+
+
+def test_bad_jit_options():
+    with pytest.raises(ValueError, match="backend"):
+        PrivateLikelihood(gauss_model, (make_data(5),), jit_compile=True, jit_options={"backend": "nope"})
+    with pytest.raises(ValueError, match="jit_compile=True"):
+        pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=1.0, noise_multiplier=1.0, jit_options={"backend": "graph"})
