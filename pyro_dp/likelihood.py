@@ -54,7 +54,7 @@ import pyro
 import pyro.poutine as poutine
 import torch
 from pyro.infer.autoguide.initialization import InitMessenger, init_to_sample
-from pyro.poutine.subsample_messenger import _Subsample
+from pyro.poutine.subsample_messenger import SubsampleMessenger, _Subsample
 from torch.distributions import biject_to
 from torch.func import grad_and_value, jacfwd, vmap
 from torch.utils._pytree import tree_map
@@ -73,6 +73,39 @@ def _forked_rng(seed: Optional[int]):
         if seed is not None:
             torch.manual_seed(int(seed))
         yield
+
+
+@contextlib.contextmanager
+def _kernel_chooses_rows():
+    """Evaluate plates declared with ``subsample_size`` (SVI's idiom,
+    ``pyro.plate("data", N, subsample_size=b)``) on the rows pyro_dp gives them: all rows, or
+    the indices a kernel conditions the data plate on.
+
+    The kernel, not Pyro, chooses which rows a step reads (from the secret stream). Pyro's plate
+    would draw its own random subsample, and refuses indices of another length than the
+    declared ``subsample_size``; so for one model evaluation the declaration is dropped
+    (``SubsampleMessenger._subsample`` sees ``subsample_size=None``) and remembered in
+    ``_DECLARED`` (read once, when the prototype trace is parsed). Pyro's own ``N/b`` scaling
+    does not enter: pyro_dp reads unscaled per-example terms.
+    """
+    original = SubsampleMessenger.__dict__["_subsample"]
+    fn = original.__func__
+
+    def chosen_by_kernel(name, size=None, subsample_size=None, subsample=None, use_cuda=None, device=None):
+        declared = subsample_size
+        out = fn(name, size, None if size is not None else subsample_size, subsample, use_cuda, device)
+        _DECLARED[name] = declared
+        return out
+
+    SubsampleMessenger._subsample = staticmethod(chosen_by_kernel)
+    try:
+        yield
+    finally:
+        SubsampleMessenger._subsample = original
+
+
+#: subsample_size declared by each plate in the last evaluation (read by _parse_trace)
+_DECLARED: dict = {}
 
 
 def _iter_tensors(obj):
@@ -156,7 +189,7 @@ class PrivateLikelihood:
         self.vmap_chunk_size = vmap_chunk_size
         self._init_strategy = init_strategy
         self._check_finite_inputs()
-        with _forked_rng(seed), poutine.block():
+        with _forked_rng(seed), poutine.block(), _kernel_chooses_rows():
             trace = poutine.trace(InitMessenger(init_strategy)(model)).get_trace(
                 *self.model_args, **self.model_kwargs
             )
@@ -251,12 +284,9 @@ class PrivateLikelihood:
         frame = frames(observed[0])[data_plate]
         if not frame.vectorized:
             raise ValueError(f"plate {data_plate!r} is sequential; use a vectorised pyro.plate")
-        sub = plates[data_plate]
-        if sub.subsample_size is not None and sub.subsample_size < sub.size:
-            raise ValueError(
-                f"plate {data_plate!r} declares subsample_size; declare it without one: "
-                "pyro_dp chooses which rows each step reads"
-            )
+        #: the data plate's declared ``subsample_size`` (SVI's idiom), or ``None``: ignored when the
+        #: model is evaluated (:func:`_kernel_chooses_rows`), available as a batch-size hint
+        self.declared_subsample_size = _DECLARED.get(data_plate)
         self.data_plate = data_plate
         self.num_rows = int(frame.size)
         self._plate_dim = frame.dim
@@ -419,7 +449,7 @@ class PrivateLikelihood:
         # Pyro's validation off (as inside MCMC.run): a row outside the likelihood's support gives
         # a -inf term, handled by the per-row rule of the release, instead of an exception that
         # would depend on that one row.
-        with pyro.validation_enabled(False):
+        with pyro.validation_enabled(False), _kernel_chooses_rows():
             tr = poutine.trace(poutine.condition(self.model, data=values)).get_trace(*args, **kwargs)
         return tr, logdet
 

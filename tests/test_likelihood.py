@@ -171,12 +171,6 @@ def wrong_size(y):
         pyro.sample("obs", dist.Normal(mu, 1.0), obs=y)
 
 
-def subsampled(y):
-    mu = pyro.sample("mu", dist.Normal(0.0, 1.0))
-    with pyro.plate("data", len(y), subsample_size=5) as idx:
-        pyro.sample("obs", dist.Normal(mu, 1.0), obs=y[idx])
-
-
 def scaled(y):
     mu = pyro.sample("mu", dist.Normal(0.0, 1.0))
     with pyro.plate("data", len(y)) as idx, pyro.poutine.scale(scale=0.5):
@@ -193,7 +187,6 @@ def scaled(y):
         (discrete, TypeError, "discrete"),
         (local_latent, ValueError, "local"),
         (wrong_size, ValueError, "does not match plate"),
-        (subsampled, ValueError, "subsample_size"),
         (scaled, ValueError, "temperature"),
     ],
 )

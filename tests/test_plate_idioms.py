@@ -51,3 +51,46 @@ def test_a_single_plate_does_not_warn(recwarn):
 
     PrivateLikelihood(model, (torch.zeros(4, dtype=F64),), seed=0)
     assert not [w for w in recwarn if "privacy unit" in str(w.message)]
+
+
+# #18 item 3: SVI's subsampling idioms are accepted; the kernel, not Pyro, chooses the rows.
+def _plain(y):
+    mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=F64), 3.0))
+    with pyro.plate("data", len(y)) as i:
+        pyro.sample("obs", dist.Normal(mu, 1.0), obs=y[i])
+
+
+def _svi_plate(y):
+    mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=F64), 3.0))
+    with pyro.plate("data", len(y), subsample_size=10) as i:
+        pyro.sample("obs", dist.Normal(mu, 1.0), obs=y[i])
+
+
+def _pyro_subsample(y):
+    mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=F64), 3.0))
+    with pyro.plate("data", len(y), subsample_size=10):
+        pyro.sample("obs", dist.Normal(mu, 1.0), obs=pyro.subsample(y, event_dim=0))
+
+
+@pytest.mark.parametrize("model", [_svi_plate, _pyro_subsample], ids=["subsample_size", "pyro.subsample"])
+def test_subsampling_idioms_evaluate_the_rows_the_kernel_chooses(model):
+    y = torch.randn(50, dtype=F64, generator=torch.Generator().manual_seed(0))
+    ref, lik = PrivateLikelihood(_plain, (y,), seed=0), PrivateLikelihood(model, (y,), seed=0)
+    assert lik.num_rows == 50 and lik.declared_subsample_size == 10 and lik.row_access == "index"
+    z, idx = torch.tensor([0.3], dtype=F64), torch.tensor([1, 4, 7, 30])
+    assert torch.equal(lik.per_example_loglik(z), ref.per_example_loglik(z))  # all 50 rows, unscaled
+    for u, v in zip(lik.per_example_grad(z, idx), ref.per_example_grad(z, idx)):
+        assert torch.equal(u, v)
+    # Pyro's plate is left as it was: outside pyro_dp it subsamples as declared
+    assert pyro.poutine.trace(model).get_trace(y).nodes["obs"]["value"].shape == (10,)
+
+
+def test_subsampling_idiom_runs_in_mcmc_with_a_minibatch_kernel():
+    import pyro_dp
+    from pyro.infer import MCMC
+
+    y = torch.randn(200, dtype=F64, generator=torch.Generator().manual_seed(1))
+    k = pyro_dp.DPSGLD(_svi_plate, 20, 1e-3, 1.0, noise_multiplier=1.0, seed=0)
+    mcmc = MCMC(k, num_samples=30, warmup_steps=10, disable_progbar=True)
+    mcmc.run(y)
+    assert mcmc.get_samples()["mu"].shape == (30,) and len(k.ledger.entries) >= 1
