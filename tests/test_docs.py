@@ -16,6 +16,7 @@ pytest.importorskip("myst_parser", reason='myst-parser is not installed (pip ins
 import pyro_dp  # noqa: E402
 import pyro_dp.accounting  # noqa: E402
 import pyro_dp.audit  # noqa: E402
+import pyro_dp.compiled  # noqa: E402
 import pyro_dp.evaluation  # noqa: E402
 import pyro_dp.experiments  # noqa: E402
 import pyro_dp.mechanisms  # noqa: E402
@@ -50,7 +51,7 @@ def test_api_page_documents_every_public_name(built_docs):
     }
     missing = []
     for module in (pyro_dp, pyro_dp.accounting, pyro_dp.audit, pyro_dp.mechanisms, pyro_dp.evaluation,
-                   pyro_dp.models, pyro_dp.experiments):
+                   pyro_dp.models, pyro_dp.experiments, pyro_dp.compiled):
         for name in module.__all__:
             if f"{module.__name__}.{name}" not in documented and name not in documented:
                 missing.append(f"{module.__name__}.{name}")
@@ -64,3 +65,16 @@ def test_kernel_pages_and_privacy_page(built_docs):
         pages = [p for p in (built_docs / "kernels").glob("*.html") if f"pyro_dp.{kernel}(" in _text(p)]
         assert pages, f"no kernel page documents {kernel}'s parameters"
     assert "Neighbouring relation" in _text(built_docs / "privacy.html")
+
+
+def test_tutorials_are_rendered_with_their_output_and_figures(built_docs):
+    """#18 item 6: the build runs every tutorial in quick mode (docs/_ext/tutorial_outputs.py)
+    and the tutorials page shows what each prints and draws."""
+    page = (built_docs / "tutorials.html").read_text(encoding="utf-8")
+    tutorials = sorted(p.stem for p in (DOCS.parent / "tutorials").glob("*.py"))
+    for name in tutorials:
+        assert f"PYRO_DP_QUICK=1 python tutorials/{name}.py" in _text(built_docs / "tutorials.html"), name
+        if "savefig" in (DOCS.parent / "tutorials" / f"{name}.py").read_text():
+            assert f"_images/{name}.png" in page or re.search(rf"_images/{name}[^\"]*\.png", page), name
+            assert list((built_docs / "_images").glob(f"{name}*.png")), name
+    assert "epsilon" in _text(built_docs / "tutorials.html")

@@ -443,6 +443,8 @@ class DPKernel(MCMCKernel):
         self._stop_cause_text = ""
         self._state = None
         self._init_done = False
+        self.__dict__.pop("_eps_log", None)  # the progress bar's ε starts afresh with the chain
+        self.__dict__.pop("_eps_log_start", None)
 
     def _new_chain_ledger(self) -> ChainLedger:
         return ChainLedger(self.relation, kernel_id=self._id, chain_id=secrets.token_hex(8))
@@ -826,7 +828,9 @@ class DPKernel(MCMCKernel):
     def _logged_epsilon(self) -> str:
         """ε for the progress bar, which Pyro asks for every iteration.
 
-        The value refreshes once the time since the last evaluation exceeds 20 times its cost
+        The first value of a chain is computed after it has run for 1 s (a short run, e.g. a
+        benchmark, never pays for it; a numerical accountant can take a second). Then the value
+        refreshes once the time since the last evaluation exceeds 20 times its cost
         and 0.1 s (so the progress bar costs at most ~5% of the run, also when an iteration
         takes well under a millisecond on the compiled path), and says which iteration it
         refers to when it is older than the current one. ``diagnostics()`` and
@@ -834,10 +838,14 @@ class DPKernel(MCMCKernel):
         """
         n = self._iteration
         last = self.__dict__.get("_eps_log")  # (iteration, epsilon, seconds it took, when it ended)
+        now = time.perf_counter()
+        if last is None:  # the first value of a chain is due after 1 s of it
+            if now - self.__dict__.setdefault("_eps_log_start", now) < 1.0:
+                return "..."
         if last is not None and last[0] == n:
             pass
         elif (last is None or n < last[0]
-              or time.perf_counter() - last[3] >= max(20 * last[2], 0.1)):
+              or now - last[3] >= max(20 * last[2], 0.1)):
             t0 = time.perf_counter()
             eps = self._epsilon_now()
             t1 = time.perf_counter()
