@@ -40,24 +40,25 @@ warnings.simplefilter("ignore")
 
 
 def timed_runs(make_kernel, data, n_iter, init, warm=20):
-    """``(one-time cost of a first run of ``warm`` iterations beyond their steady cost,
+    """``(one-time cost: a first ``MCMC`` run of ``warm`` iterations beyond their steady cost,
     seconds per iteration)``. The first run compiles the graphs (for batch kernels: the size
-    buckets its batches reach); then runs of ``n_iter`` and ``n_iter // 4`` iterations reuse
-    them, and their difference gives the cost of an iteration without the per-run costs
-    (set-up, and the chain's ε in ``diagnostics()``, which a numerical accountant computes
-    once per chain)."""
+    buckets its batches reach). The iterations are then timed as Pyro's runner makes them,
+    ``params = kernel.sample(params)``, without the per-chain costs around them (set-up, and
+    the chain's ε in ``diagnostics()``, which a numerical accountant computes once per chain)."""
     k = make_kernel()
-
-    def run(n):
-        t = time.perf_counter()
-        MCMC(k, num_samples=n, warmup_steps=0, disable_progbar=True, initial_params=init).run(*data)
-        return time.perf_counter() - t
-
-    first = run(warm)
-    short, n_short = run(max(n_iter // 4, 1)), max(n_iter // 4, 1)
-    per = max(run(n_iter) - short, 0.0) / max(n_iter - n_short, 1)
-    fixed = max(short - n_short * per, 0.0)
-    return max(first - warm * per - fixed, 0.0), per
+    t = time.perf_counter()
+    MCMC(k, num_samples=warm, warmup_steps=0, disable_progbar=True, initial_params=init).run(*data)
+    first = time.perf_counter() - t
+    k.initial_params = init
+    k.setup(0, *data)
+    params = k.initial_params
+    t = time.perf_counter()
+    for _ in range(n_iter):
+        params = k.sample(params)
+        k.logging()  # Pyro asks for the progress-bar postfix every iteration
+    per = (time.perf_counter() - t) / n_iter
+    k.cleanup()
+    return max(first - warm * per, 0.0), per
 
 
 # ---------------------------------------------------------------------------- hand-fused banana

@@ -123,12 +123,9 @@ class CompiledLikelihood:
         keyed by the function, the bucket and the shapes and dtypes of every input, so a new
         chain on data of the same shape reuses the compiled graph.
 
-    >>> import torch, pyro, pyro.distributions as dist
+    >>> import torch
     >>> from pyro_dp.likelihood import PrivateLikelihood
-    >>> def model(y):
-    ...     mu = pyro.sample("mu", dist.Normal(0., 10.))
-    ...     with pyro.plate("data", len(y)) as idx:
-    ...         pyro.sample("obs", dist.Normal(mu, 1.), obs=y[idx])
+    >>> from pyro_dp.models.examples import normal_mean_model as model
     >>> y = torch.tensor([0.0, 2.0])
     >>> lik = PrivateLikelihood(model, (y,), seed=0, jit_compile=True, jit_options={"backend": "graph"})
     >>> lik.per_example_loglik(torch.tensor([1.0]))  # the traced graph: same values as eager

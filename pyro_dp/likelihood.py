@@ -585,11 +585,8 @@ class PrivateLikelihood:
         :data:`~pyro_dp.compiled.CHUNK_ELEMENTS` per-example gradient entries at once.
         **Reads the data**: release the sum only through the mechanism.
 
-        >>> import torch, pyro, pyro.distributions as dist
-        >>> def model(y):
-        ...     mu = pyro.sample("mu", dist.Normal(0., 10.))
-        ...     with pyro.plate("data", len(y)) as idx:
-        ...         pyro.sample("obs", dist.Normal(mu, 1.), obs=y[idx])
+        >>> import torch
+        >>> from pyro_dp.models.examples import normal_mean_model as model
         >>> lik = PrivateLikelihood(model, (torch.tensor([0.0, 3.0]),), seed=0)
         >>> ll, cs = lik.clipped_grad_sum(torch.tensor([1.0]), clip=1.0)
         >>> cs.total, int(cs.num_clipped)  # gradients -1 and 2, the second clipped to 1
@@ -610,11 +607,8 @@ class PrivateLikelihood:
         to ``[-clip, clip]`` and the sum), for :func:`~pyro_dp.mechanisms.clipped_sum_with_noise`.
         Fused into one graph on the compiled path. **Reads the data**.
 
-        >>> import torch, pyro, pyro.distributions as dist
-        >>> def model(y):
-        ...     mu = pyro.sample("mu", dist.Normal(0., 10.))
-        ...     with pyro.plate("data", len(y)) as idx:
-        ...         pyro.sample("obs", dist.Normal(mu, 1.), obs=y[idx])
+        >>> import torch
+        >>> from pyro_dp.models.examples import normal_mean_model as model
         >>> lik = PrivateLikelihood(model, (torch.tensor([0.0, 3.0]),), seed=0)
         >>> old = lik.per_example_loglik(torch.tensor([0.0]))
         >>> ll, lp, cs = lik.clipped_ratio_sum(torch.tensor([1.0]), old, clip=2.0)
