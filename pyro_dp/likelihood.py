@@ -198,6 +198,8 @@ class PrivateLikelihood:
         #: indices), "slice" (the usual idiom: the model's row-aligned arguments are sliced) or None
         self.row_access = self._probe_row_access()
         self._indexable = self.row_access is not None
+        #: rows over all ranks of a sharded kernel (:mod:`pyro_dp.distributed`); ``num_rows`` otherwise
+        self.global_num_rows = self.num_rows
         #: the compiled path (:class:`~pyro_dp.compiled.CompiledLikelihood`), or ``None`` (eager)
         self.compiled = None
         if jit_compile:

@@ -425,6 +425,9 @@ class NoiseSource:
             )
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(int(seed))
+        #: :class:`~pyro_dp.distributed.Shards` of a sharded kernel (``None``: one process). The
+        #: releases then sum the ranks' local sums, rank 0's noise added inside the reduction.
+        self.shards = None
 
     def normal(self, std, shape=(), like: Optional[torch.Tensor] = None) -> torch.Tensor:
         r"""Draw :math:`\mathcal N(0, \mathrm{std}^2)` noise of ``shape``: drawn and scaled by
@@ -477,6 +480,7 @@ class NoiseSource:
         self.device = torch.device(state["device"])
         self.generator = torch.Generator(device=self.device)
         self.generator.set_state(state["state"])
+        self.shards = None  # a process group does not travel: the kernel's setup() sets it again
 
 
 # --------------------------------------------------------------------------- batch selection
@@ -737,8 +741,12 @@ def clipped_sum_with_noise(
     if relation not in RELATIONS:
         raise ValueError(f"relation must be one of {RELATIONS}, got {relation!r}")
     cs = values if isinstance(values, ClippedSum) else clip_and_sum(values, clip)
-    rows = int(cs.num_rows)
-    frac = float(cs.num_clipped) / rows if rows else 0.0
+    counts = (cs.num_clipped, cs.num_rows)
+    shards = getattr(noise, "shards", None)
+    if shards is not None:  # sharded rows: the counts of all ranks (a non-private diagnostic)
+        counts = shards.all_reduce_sum(torch.stack([torch.as_tensor(c, dtype=torch.float64) for c in counts]))
+    rows = int(counts[1])
+    frac = float(counts[0]) / rows if rows else 0.0
     return add_gaussian_noise(cs.total, clip, noise_multiplier, noise, relation)._replace(clipped_fraction=frac)
 
 
@@ -782,10 +790,15 @@ def add_gaussian_noise(
     sens_factor = 2.0 if relation == "substitute" else 1.0
     clip_t = torch.as_tensor(clip, dtype=total.dtype, device=total.device)
     std = float(noise_multiplier) * sens_factor * clip_t
+    shards = getattr(noise, "shards", None)
     if noise_multiplier > 0:
-        value = total + noise.normal(std, total.shape, like=total)
+        if shards is None:
+            value = total + noise.normal(std, total.shape, like=total)
+        else:  # pyro_dp.distributed: rank 0's noise enters once, inside the sum over ranks
+            local = total + noise.normal(std, total.shape, like=total) if shards.rank == 0 else total
+            value = shards.all_reduce_sum(local)
         event = GaussianEvent(noise_multiplier=float(noise_multiplier))
     else:
-        value = total
+        value = total if shards is None else shards.all_reduce_sum(total)
         event = NonPrivateEvent()
     return NoisyRelease(value, event, std, 0.0)

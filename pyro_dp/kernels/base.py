@@ -230,6 +230,13 @@ class DPKernel(MCMCKernel):
         with a :class:`~pyro_dp.compiled.CompileFallbackWarning`.
     :param dict jit_options: ``{"backend": "inductor" (default) | "graph", **torch.compile
         kwargs}``; ``"graph"`` runs the traced graph without compiling it (exact, no compile time).
+    :param bool distributed: shard the rows over the ranks of an initialised
+        :mod:`torch.distributed` process group (:mod:`pyro_dp.distributed`): each rank passes its
+        own rows to ``MCMC.run``, every release sums the ranks' clipped sums with rank 0's noise
+        inside the all-reduce, and every rank gets the same chain and ledger. Kernels with
+        :attr:`supports_distributed` only.
+    :param process_group: the process group to shard over (implies ``distributed=True``;
+        default: the default group).
     :param init: optional private initialisation run at the first iteration of every chain,
         e.g. :class:`~pyro_dp.kernels.private_init.DPGradientInit`; its releases are recorded
         in the chain's ledger and counted by the budget and by noise calibration.
@@ -249,6 +256,10 @@ class DPKernel(MCMCKernel):
     #: Neighbouring relations this kernel's privacy analysis covers; any other is refused in
     #: ``__init__``, before data is seen.
     supported_relations: Tuple[str, ...] = ("substitute",)
+
+    #: Whether the kernel can shard its rows over torch.distributed ranks (``distributed=True``,
+    #: :mod:`pyro_dp.distributed`): every release is a sum of clipped per-example terms over all rows.
+    supports_distributed: bool = False
 
     #: Attributes that make up a chain in progress, saved by :meth:`state_dict` (subclasses
     #: extend it with their adaptation and statistics).
@@ -280,6 +291,8 @@ class DPKernel(MCMCKernel):
         nonprivate_diagnostics: bool = False,
         jit_compile: bool = False,
         jit_options: Optional[dict] = None,
+        distributed: bool = False,
+        process_group=None,
     ):
         if not callable(model):
             raise TypeError(f"model must be a callable Pyro model, got {type(model).__name__}")
@@ -317,6 +330,15 @@ class DPKernel(MCMCKernel):
         if self.jit_options and not self.jit_compile:
             raise ValueError("jit_options needs jit_compile=True")
         self._jit_cache: dict = {}  # compiled graphs, shared by this kernel's chains in this process
+        self.distributed = bool(distributed) or process_group is not None
+        self._process_group = process_group
+        self._shards = None  # pyro_dp.distributed.Shards, set by setup() on every rank
+        if self.distributed and not type(self).supports_distributed:
+            raise ValueError(
+                f"{type(self).__name__} does not support distributed=True: its releases are not all plain sums "
+                "over rows, or it reads batches that would need a global draw. Sharded kernels: DPPenalty, DPHMC "
+                "(docs/scaling_out.md)"
+            )
         self.seed = int(seed) if seed is not None else secrets.randbits(63)
         self.secure_mode = bool(secure_mode)
         if noise_seed is not None:
@@ -517,6 +539,11 @@ class DPKernel(MCMCKernel):
 
     def setup(self, warmup_steps, *args, **kwargs):
         """Build the likelihood and the initial state. Data-free: costs no privacy."""
+        if self.distributed:  # every rank: the same data-free seed (rank 0's), before any draw
+            from ..distributed import shards_for
+
+            self._shards = shards_for(True, self._process_group)
+            self.seed = self._shards.agree_int(self.seed)
         self._warmup_steps = int(warmup_steps)
         self._num_setups += 1
         if self._iteration > 0:  # a new run without cleanup(): file the old chain
@@ -545,6 +572,10 @@ class DPKernel(MCMCKernel):
         self._rng.manual_seed(self._chain_seed(_PURPOSE_ALGO))
         noise_seed = None if self.noise_seed is None else self._chain_seed(_PURPOSE_NOISE, base=self.noise_seed)
         self._noise = NoiseSource(seed=noise_seed, secure_mode=self.secure_mode, device=self.lik.device, warn=False)
+        if self._shards is not None:  # the global N (public) and rank 0's noise inside every release
+            self._noise.shards = self._shards
+            n = torch.tensor([self.lik.num_rows], dtype=torch.int64)
+            self.lik.global_num_rows = int(self._shards.all_reduce_sum(n)[0])
         if self._user_initial_params is not None:
             missing = set(self.lik.latent_names) - set(self._user_initial_params)
             if missing:
@@ -557,6 +588,8 @@ class DPKernel(MCMCKernel):
         z0 = self.lik.flatten(params)
         if z0.numel() != self.lik.dim or not bool(torch.isfinite(z0).all()):
             raise ValueError("initial parameters must be finite and match the model's latent shapes")
+        if self._shards is not None:
+            self._shards.check_same(z0.detach().cpu(), "the initial point")
         self._initial_params = self.lik.unravel(z0)
         self._state = self._init_state(z0)
         self._init_done = False
@@ -746,6 +779,7 @@ class DPKernel(MCMCKernel):
             state["_rng_state"] = (str(rng.device), rng.get_state())
         state.pop("_eps_cache", None)
         state["_jit_cache"] = {}  # compiled graphs stay in their process (rebuilt lazily)
+        state["_shards"] = None  # a process group stays in its process (setup() sets it again)
         return state
 
     def __setstate__(self, state):

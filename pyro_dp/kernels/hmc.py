@@ -286,6 +286,9 @@ class DPHMC(DPKernel):
     521
     """
 
+    #: every release is a clipped sum over all rows: the rows can be sharded (pyro_dp.distributed)
+    supports_distributed = True
+
     def __init__(
         self,
         model,

@@ -94,6 +94,9 @@ class DPPenalty(RandomWalkKernel):
     24.382
     """
 
+    #: every release is a clipped sum over all rows: the rows can be sharded (pyro_dp.distributed)
+    supports_distributed = True
+
     def __init__(
         self,
         model,

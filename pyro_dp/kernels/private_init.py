@@ -97,7 +97,7 @@ class DPGradientInit:
         loses no release). The clipped fraction is a data statistic for the user's
         diagnostics only (not private).
         """
-        n = lik.num_rows
+        n = getattr(lik, "global_num_rows", lik.num_rows)  # all rows, also when sharded over ranks
         events, clipped = [], 0.0
         z = z.detach().clone()
         for _ in range(self.num_steps):

@@ -1,0 +1,138 @@
+"""#19: data-parallel DP MCMC over torch.distributed (gloo, 2 processes on this CPU).
+
+* The sharded chain equals the single-process chain on the concatenated rows for the same seeds
+  (to float tolerance: the sums are added in another order), the ledgers and ε are identical on
+  every rank and to the single-process ones, and no rank holds another rank's rows.
+* A rank that raises mid-run makes the other stop with an error (no hang), with no release
+  after the failure.
+"""
+import datetime
+import os
+import pathlib
+import socket
+import sys
+import traceback
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from pyro.infer.autoguide.initialization import init_to_mean
+
+import pyro_dp
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent.parent))
+from tests.kernels.helpers import gauss_model, gauss_model_2d, make_data  # noqa: E402
+
+STEPS = 30
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+KERNELS = {
+    "penalty": lambda **kw: pyro_dp.DPPenalty(gauss_model_2d, 0.1, llr_clip=2.0, noise_multiplier=3.0,
+                                              guided_walk=True, adapt_proposal=True, **kw),
+    "hmc": lambda **kw: pyro_dp.DPHMC(gauss_model_2d, 0.02, 3, 2.0, 2.0, 5.0, 3.0, adapt_step_size=True, **kw),
+    "hmc_init": lambda **kw: pyro_dp.DPHMC(
+        gauss_model_2d, 0.02, 3, 2.0, 2.0, 5.0, 3.0,
+        init=pyro_dp.DPGradientInit(num_steps=3, step_size=0.5, grad_clip=2.0, noise_multiplier=5.0), **kw),
+}
+KW = dict(seed=11, noise_seed=12, init_strategy=init_to_mean)
+
+
+def _data():
+    return make_data(301, d=2, seed=4)  # an odd number of rows: shards of 151 and 150
+
+
+def _run(kernel, y, fail_at=None):
+    kernel.setup(STEPS // 2, y)
+    params, chain = kernel.initial_params, []
+    for i in range(STEPS):
+        if fail_at is not None and i == fail_at:
+            raise RuntimeError("rank failure injected by the test")
+        params = kernel.sample(params)
+        chain.append(kernel.lik.flatten(params))
+    return torch.stack(chain)
+
+
+def _worker(rank, world, port, out_dir, name, fail_rank):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=30))
+    result = {"rank": rank}
+    try:
+        y = _data()
+        shard = y[rank::world]  # this rank's rows only
+        k = KERNELS[name](distributed=True, **KW)
+        try:
+            chain = _run(k, shard, fail_at=5 if rank == fail_rank else None)
+            result.update(chain=chain, ledger=[[repr(e.event), e.count] for e in k.ledger.entries],
+                          eps=k.get_epsilon(1e-5), rows=k.lik.num_rows, global_rows=k.lik.global_num_rows,
+                          data=k.lik.model_args[0])
+        except Exception as e:  # noqa: BLE001
+            result.update(error=f"{type(e).__name__}: {e}", releases=k.ledger.num_releases,
+                          trace=traceback.format_exc()[-2000:])
+    finally:
+        torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
+        try:
+            dist.destroy_process_group()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _launch(tmp_path, name, fail_rank=None, world=2, timeout=240):
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_worker, args=(r, world, PORT[0], str(tmp_path), name, fail_rank))
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout)
+    alive = [p for p in procs if p.is_alive()]
+    for p in alive:
+        p.kill()
+    assert not alive, "a rank hung"
+    return [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(world)]
+
+
+PORT = [0]
+
+
+@pytest.fixture(autouse=True)
+def _port():
+    PORT[0] = _free_port()
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_sharded_chain_equals_the_single_process_chain(tmp_path, name):
+    single = KERNELS[name](**KW)
+    want = _run(single, _data())
+    want_ledger = [[repr(e.event), e.count] for e in single.ledger.entries]
+    ranks = _launch(tmp_path, name)
+    y = _data()
+    for r in ranks:
+        assert "error" not in r, r.get("trace")
+        torch.testing.assert_close(r["chain"], want, rtol=1e-9, atol=1e-12)
+        assert r["ledger"] == want_ledger and r["eps"] == single.get_epsilon(1e-5)
+        assert r["global_rows"] == 301 and r["rows"] == len(y[r["rank"]::2])
+        assert torch.equal(r["data"], y[r["rank"]::2])  # its own rows, nothing else
+
+
+def test_a_failing_rank_stops_the_others_without_a_hang_or_a_release(tmp_path):
+    ranks = _launch(tmp_path, "penalty", fail_rank=1, timeout=120)
+    assert "injected" in ranks[1]["error"]
+    assert "error" in ranks[0], "rank 0 must stop with an error when its peer fails"
+    # rank 1 failed before iteration 5's release; rank 0 could not complete that release either
+    assert ranks[0]["releases"] == ranks[1]["releases"] == 5
+
+
+def test_kernels_that_cannot_shard_refuse_and_the_group_must_exist():
+    with pytest.raises(ValueError, match="does not support distributed"):
+        pyro_dp.DPBarker(gauss_model, 20, 0.1, distributed=True)
+    k = pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=1.0, noise_multiplier=1.0, distributed=True)
+    with pytest.raises(RuntimeError, match="init_process_group"):
+        k.setup(0, make_data(10))
+    assert not k.ledger
