@@ -2,10 +2,12 @@ r"""pyro_dp: differentially private MCMC for Pyro models.
 
 >>> import pyro_dp
 >>> sorted(n for n in pyro_dp.__all__ if n.startswith("DP"))
-['DPBarker', 'DPExpFamPenalty', 'DPFastMH', 'DPGradientInit', 'DPHMC', 'DPKernel', 'DPMinibatchPenalty', 'DPMultiPartyPenalty', 'DPPenalty', 'DPSGLD', 'DPSGNHT']
+['DPAutoTune', 'DPBarker', 'DPExpFamPenalty', 'DPFastMH', 'DPGradientInit', 'DPHMC', 'DPKernel', 'DPMinibatchPenalty', 'DPMultiPartyPenalty', 'DPPenalty', 'DPSGLD', 'DPSGNHT']
 """
 from .kernels import (
     BudgetExhaustedWarning,
+    DPAutoTune,
+    PrivacyNotice,
     DPBarker,
     DPExpFamPenalty,
     DPFastMH,
@@ -39,6 +41,8 @@ __all__ = [
     "DPSGNHT",
     "BudgetExhaustedWarning",
     "DPGradientInit",
+    "DPAutoTune",
+    "PrivacyNotice",
     "PrivateLikelihood",
     "PrivacyLedger",
     "get_epsilon",

@@ -27,11 +27,70 @@ import math
 import warnings
 from typing import List
 
+import torch
 from pyro.ops.stats import effective_sample_size, split_gelman_rubin
 
-from .kernels.base import SamplingWarning
+__all__ = ["SamplingWarning", "check_run", "chain_problems"]
 
-__all__ = ["SamplingWarning", "check_run"]
+
+class SamplingWarning(UserWarning):
+    """The samples of a run may not represent the posterior (a chain that never moved, a
+    repeated tail, chains that disagree): see :func:`pyro_dp.check_run`.
+
+    >>> issubclass(SamplingWarning, UserWarning)
+    True
+    """
+
+
+def _far_start(coords: dict, start_sd: float):
+    """The far-start sentence for one chain (``{name: draws [n]}``), or ``None``."""
+    for name, x in coords.items():
+        tail = x[x.shape[0] // 2:]
+        sd = float(tail.std())
+        if sd > 0 and abs(float(x[0]) - float(tail.mean())) > start_sd * sd:
+            return (f"started far from where it ended ({name}: first sample {float(x[0]):.4g}, second-half mean "
+                    f"{float(tail.mean()):.4g} ± {sd:.3g}): warmup was too short or the start too far; use more "
+                    "warmup or a private start (DPGradientInit)")
+    return None
+
+
+def chain_problems(draws: torch.Tensor, *, min_ess: float = 50.0, start_sd: float = 5.0) -> List[str]:
+    r"""Problems of one chain's draws ``[num_draws, num_coords]`` (after warmup), as sentences:
+    it did not move, it started far from where it ended, or a coordinate's effective sample
+    size is below ``min_ess``. A DP kernel runs this on its own draws at the end of every
+    chain and warns (post-processing: free); :func:`check_run` adds the checks over chains.
+
+    >>> x = torch.randn(400, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    >>> chain_problems(x)
+    []
+    >>> chain_problems(torch.cumsum(x, 0))[0].split(":")[0]  # a random walk: strongly autocorrelated
+    'effective sample size below 50'
+    >>> chain_problems(torch.ones(100, 2))
+    ['did not move: every draw is the same']
+    """
+    draws = draws.reshape(draws.shape[0], -1).double()
+    n = draws.shape[0]
+    if n < 4:
+        return []
+    if bool((draws == draws[0]).all()):
+        return ["did not move: every draw is the same"]
+    coords = {f"z[{j}]": draws[:, j] for j in range(draws.shape[1])}
+    problems = []
+    far = _far_start(coords, start_sd)
+    if far:
+        problems.append(far)
+    low = []
+    for name, x in coords.items():
+        if float(x.std()) == 0:
+            continue
+        ess = float(effective_sample_size(x.unsqueeze(0), chain_dim=0, sample_dim=1))
+        if not ess >= min_ess:
+            low.append(f"{name} {ess:.3g}")
+    if low:
+        problems.append(f"effective sample size below {min_ess:g}: {', '.join(low)} (unconstrained coordinates) "
+                        "of this chain; its mean and spread may be far from the posterior's: run longer, spend more "
+                        "epsilon, or see docs/tuning.md")
+    return problems
 
 
 def _flat_chains(samples: dict) -> dict:
@@ -92,15 +151,9 @@ def check_run(mcmc, *, rhat_threshold: float = 1.05, min_ess: float = 50.0, star
                             "the samples are its start. Lower llr_clip or the noise, or start closer")
             continue
         if num_draws >= 4:
-            for name, x in coords.items():
-                tail = x[c, num_draws // 2:]
-                sd = float(tail.std())
-                if sd > 0 and abs(float(x[c, 0]) - float(tail.mean())) > start_sd * sd:
-                    problems.append(f"chain {c} started far from where it ended ({name}: first sample "
-                                    f"{float(x[c, 0]):.4g}, second-half mean {float(tail.mean()):.4g} ± {sd:.3g}): "
-                                    "warmup was too short or the start too far; use more warmup or a private start "
-                                    "(DPGradientInit)")
-                    break
+            far = _far_start({name: x[c] for name, x in coords.items()}, start_sd)
+            if far:
+                problems.append(f"chain {c} {far}")
     if num_draws >= 4:
         bad_rhat, bad_ess = [], []
         for name, x in coords.items():

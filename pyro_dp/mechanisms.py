@@ -72,6 +72,8 @@ __all__ = [
     "clipped_sum_with_noise",
     "add_gaussian_noise",
     "gaussian_release",
+    "noisy_histogram",
+    "noisy_count",
 ]
 
 #: Neighbouring relations a ledger can be stated under.
@@ -269,13 +271,16 @@ class PrivacyLedger:
 
     relation: str = "substitute"
     _entries: list = field(default_factory=list, repr=False)
+    #: one label per entry: what its releases were for (``""``: a kernel's own steps)
+    _labels: list = field(default_factory=list, repr=False, compare=False)
 
     def __post_init__(self):
         if self.relation not in RELATIONS:
             raise ValueError(f"relation must be one of {RELATIONS}, got {self.relation!r}")
 
-    def record(self, event: PrivacyEvent, count: int = 1) -> None:
-        """Append ``count`` releases of ``event``."""
+    def record(self, event: PrivacyEvent, count: int = 1, label: str = "") -> None:
+        """Append ``count`` releases of ``event``. ``label`` says what they were for (e.g.
+        ``"tune:clip"``); labels are documentation, the accountants compose events alone."""
         if not isinstance(event, PrivacyEvent):
             raise TypeError(f"expected a PrivacyEvent, got {type(event).__name__}")
         if int(count) != count or count < 0:
@@ -283,11 +288,30 @@ class PrivacyLedger:
         count = int(count)
         if count == 0:
             return
-        if self._entries and self._entries[-1].event == event:
+        label = str(label)
+        labels = self._label_list()
+        if self._entries and self._entries[-1].event == event and labels[-1] == label:
             last = self._entries[-1]
             self._entries[-1] = LedgerEntry(last.event, last.count + count)
         else:
             self._entries.append(LedgerEntry(event, count))
+            labels.append(label)
+
+    def _label_list(self) -> list:
+        """The labels, one per entry (a ledger pickled before labels existed has none: ``""``)."""
+        labels = self.__dict__.setdefault("_labels", [])
+        if len(labels) < len(self._entries):
+            labels[:0] = [""] * (len(self._entries) - len(labels))
+        return labels
+
+    def labelled_entries(self) -> Tuple[Tuple[PrivacyEvent, int, str], ...]:
+        """``(event, count, label)`` for every entry, oldest first.
+
+        >>> ledger = PrivacyLedger(); ledger.record(GaussianEvent(5.0), 2, label="tune:start")
+        >>> ledger.labelled_entries()
+        ((GaussianEvent(noise_multiplier=5.0), 2, 'tune:start'),)
+        """
+        return tuple((e.event, e.count, lab) for e, lab in zip(self._entries, self._label_list()))
 
     def extend(self, other: Union["PrivacyLedger", Iterable[LedgerEntry]]) -> None:
         """Append every entry of ``other`` (another ledger of the same relation)."""
@@ -296,7 +320,9 @@ class PrivacyLedger:
                 raise ValueError(
                     f"cannot merge a {other.relation!r} ledger into a {self.relation!r} ledger"
                 )
-            other = other.entries
+            for event, count, label in other.labelled_entries():
+                self.record(event, count, label)
+            return
         for entry in other:
             self.record(entry.event, entry.count)
 
@@ -304,6 +330,19 @@ class PrivacyLedger:
     def entries(self) -> Tuple[LedgerEntry, ...]:
         """The entries, oldest first."""
         return tuple(self._entries)
+
+    def by_label(self) -> dict:
+        """``{label: number of releases}``, the kernel's own steps under ``""``.
+
+        >>> ledger = PrivacyLedger()
+        >>> ledger.record(GaussianEvent(5.0), 2, label="tune:start"); ledger.record(GaussianEvent(9.0), 10)
+        >>> ledger.by_label()
+        {'tune:start': 2, '': 10}
+        """
+        out: dict = {}
+        for _, count, label in self.labelled_entries():
+            out[label] = out.get(label, 0) + count
+        return out
 
     def aggregate(self) -> dict:
         """``{event: total count}``; composition is commutative for every accountant here."""
@@ -326,6 +365,7 @@ class PrivacyLedger:
     def copy(self) -> "PrivacyLedger":
         new = PrivacyLedger(self.relation)
         new._entries = list(self._entries)
+        new._labels = list(self._label_list())
         return new
 
     def state_dict(self) -> dict:
@@ -802,3 +842,60 @@ def add_gaussian_noise(
         value = total if shards is None else shards.all_reduce_sum(total)
         event = NonPrivateEvent()
     return NoisyRelease(value, event, std, 0.0)
+
+
+def noisy_histogram(
+    bin_index: torch.Tensor,
+    num_bins: int,
+    noise_multiplier: float,
+    noise: NoiseSource,
+    relation: str = "substitute",
+) -> NoisyRelease:
+    r"""Release the number of rows in each of ``num_bins`` data-free bins, plus Gaussian noise.
+
+    ``bin_index`` holds one bin per row (a row whose statistic is NaN or infinite must already
+    have been given a bin by a data-free per-row rule: every row counts exactly once). Each row
+    adds 1 to exactly one count, so the count vector has :math:`\ell_2`-sensitivity
+    :math:`\sqrt 2` under substitution of one row (one count loses 1, another gains 1) and 1
+    under add/remove (the Gaussian histogram: Dwork & Roth 2014 §3.3 and Thm A.1); the noise
+    has standard deviation :math:`\mathrm{noise\_multiplier}\cdot\Delta`. Sharded rows
+    (:mod:`pyro_dp.distributed`) sum their counts inside the release like every clipped sum.
+
+    >>> out = noisy_histogram(torch.tensor([0, 0, 2]), 3, noise_multiplier=0.0, noise=NoiseSource())
+    >>> out.value.tolist(), out.event
+    ([2.0, 0.0, 1.0], NonPrivateEvent())
+    >>> round(float(noisy_histogram(torch.tensor([0]), 3, 2.0, NoiseSource()).noise_std), 4)  # 2 * sqrt(2)
+    2.8284
+    """
+    if relation not in RELATIONS:
+        raise ValueError(f"relation must be one of {RELATIONS}, got {relation!r}")
+    num_bins = int(num_bins)
+    idx = bin_index.reshape(-1).to(torch.long)
+    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= num_bins):
+        raise ValueError(f"bin indices must lie in [0, {num_bins})")
+    counts = torch.bincount(idx, minlength=num_bins).to(torch.float64)
+    # add_gaussian_noise's std is nm * s * clip with s = 2 (substitute) or 1 (add/remove):
+    # clip = Δ / s gives Δ = √2 (substitute) and 1 (add/remove) as above
+    clip = math.sqrt(2.0) / 2.0 if relation == "substitute" else 1.0
+    return add_gaussian_noise(counts, clip, noise_multiplier, noise, relation)
+
+
+def noisy_count(count: torch.Tensor, noise_multiplier: float, noise: NoiseSource,
+                relation: str = "substitute") -> NoisyRelease:
+    r"""Release a count of rows (each row adds 0 or 1, decided by a per-row rule), plus
+    Gaussian noise of standard deviation ``noise_multiplier``: one row changes the count by at
+    most 1 under either relation (substituting it moves it between counted and not counted),
+    so :math:`\Delta = 1` (Dwork & Roth 2014 Thm A.1; the unclipped count of the adaptive clip
+    of Andrew et al. 2021, Alg. 1). Sharded rows sum their counts inside the release.
+
+    >>> out = noisy_count(torch.tensor(7), noise_multiplier=0.0, noise=NoiseSource())
+    >>> float(out.value), out.event
+    (7.0, NonPrivateEvent())
+    >>> float(noisy_count(torch.tensor(7), 3.0, NoiseSource()).noise_std)  # nm * 1
+    3.0
+    """
+    if relation not in RELATIONS:
+        raise ValueError(f"relation must be one of {RELATIONS}, got {relation!r}")
+    # add_gaussian_noise's std is nm * s * clip with s = 2 (substitute) or 1 (add/remove): Δ = 1
+    clip = 0.5 if relation == "substitute" else 1.0
+    return add_gaussian_noise(torch.as_tensor(count).to(torch.float64), clip, noise_multiplier, noise, relation)

@@ -235,6 +235,12 @@ def _gradient_init(m, i):  # the penalty step is nearly noise-only: the init's r
                              init=init)
 
 
+def _auto_tune(m, i):  # the default path's private tuning: 2 histograms, 1 count, 1 step (nm 4 each)
+    init = pyro_dp.DPAutoTune(num_steps=1, noise_multipliers=(4.0, 4.0, 4.0))
+    return pyro_dp.DPPenalty(m, 0.1, llr_clip=CLIP, noise_multiplier=50.0, init_strategy=init_to_mean, seed=i,
+                             init=init)
+
+
 SCALAR = ("clip", "zero", "inf")  # per-example ratios: y < 0 is the same NaN as y = 0
 VECTOR = ("clip", "zero", "negative")  # per-example gradients: -inf and NaN rows differ
 KERNELS = {
@@ -249,6 +255,7 @@ KERNELS = {
     "DPSGLD": (_sgld, "sample", VECTOR),
     "DPSGNHT": (_sgnht, "sample", VECTOR),
     "DPGradientInit": (_gradient_init, "sample", VECTOR),
+    "DPAutoTune": (_auto_tune, "sample", VECTOR),
 }
 CASES = [pytest.param(k, s, id=f"{k}-{s}") for k, (_, _, scen) in KERNELS.items() for s in scen]
 RUNS = 120

@@ -1,5 +1,5 @@
 """DP MCMC kernels: one file per algorithm, each a thin Pyro ``MCMCKernel`` over a step function."""
-from .base import BudgetExhaustedWarning, DPKernel
+from .base import BudgetExhaustedWarning, DPKernel, PrivacyNotice
 from .fastmh import DPFastMH
 from .barker import DPBarker
 from .hmc import DPHMC
@@ -8,6 +8,7 @@ from .expfam import DPExpFamPenalty, ExpFamily, bernoulli, gaussian_known_varian
 from .multiparty import DPMultiPartyPenalty
 from .penalty import DPPenalty
 from .private_init import DPGradientInit
+from .tuning import DPAutoTune
 from .sgmcmc import DPSGLD, DPSGNHT
 
 __all__ = [
@@ -27,6 +28,8 @@ __all__ = [
     "DPSGNHT",
     "BudgetExhaustedWarning",
     "DPGradientInit",
+    "DPAutoTune",
+    "PrivacyNotice",
     "default_accountants",
 ]
 

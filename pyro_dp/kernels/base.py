@@ -52,14 +52,26 @@ import torch
 from pyro.infer.autoguide.initialization import init_to_sample
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
+from ..checks import SamplingWarning, chain_problems
 from ..likelihood import PrivateLikelihood
 from ..accounting import DEFAULT_ACCOUNTANT, calibrate, get_accountant
 from ..mechanisms import NoiseSource, PrivacyEvent, PrivacyLedger, ReproducibleNoiseWarning
 from .plan import PrivacyPlan, counts as _counts, within as _within
+from .tuning import DPAutoTune, mcmc_run_length
 
-__all__ = ["DPKernel", "BudgetExhaustedWarning", "SamplingWarning", "ChainLedger", "ChainFailedError", "check_positive", "NONPRIVATE_PREFIX"]
+__all__ = ["DPKernel", "BudgetExhaustedWarning", "SamplingWarning", "PrivacyNotice", "ChainLedger", "ChainFailedError",
+           "check_positive", "NONPRIVATE_PREFIX", "DEFAULT_EPSILON", "DEFAULT_DELTA", "DEFAULT_ITERATIONS"]
 
 _logger = logging.getLogger("pyro_dp")
+
+
+#: The default path warns before a chain runs when the largest move its noise allows is below
+#: this fraction of the (guessed) posterior standard deviation (:meth:`DPKernel._warn_if_noise_limited`).
+NOISE_LIMITED_RATIO = 0.25
+
+#: A chain checks its own draws after warmup (:func:`~pyro_dp.checks.chain_problems`) when it has
+#: at least this many; it keeps at most ``_MAX_CHECKED_DRAWS`` of them (the first ones).
+_MIN_CHECKED_DRAWS, _MAX_CHECKED_DRAWS = 100, 20_000
 
 
 class BudgetExhaustedWarning(UserWarning):
@@ -75,13 +87,27 @@ class BudgetExhaustedWarning(UserWarning):
     """
 
 
-class SamplingWarning(UserWarning):
-    """The samples of a run may not represent the posterior (a chain that never moved, a
-    repeated tail, chains that disagree): see :func:`pyro_dp.check_run`.
+class PrivacyNotice(UserWarning):
+    """What the kernel assumed for you: the default budget, the number of iterations it funds,
+    and (with the default budget) the ε a chain spent. Silence it with
+    ``warnings.simplefilter("ignore", pyro_dp.PrivacyNotice)``.
 
-    >>> issubclass(SamplingWarning, UserWarning)
+    >>> issubclass(PrivacyNotice, UserWarning)
     True
     """
+
+
+#: The default budget, used when a kernel is given neither a budget nor its noise
+#: (``MCMC(DPHMC(model))``): ε = 1 over all chains of the kernel object — the "strong
+#: privacy" end of the range used in practice (ε ≤ 1; Dwork & Roth 2014 §1; deployments use 1–10),
+#: announced with a :class:`PrivacyNotice`. Pass ``epsilon=`` for your own budget.
+DEFAULT_EPSILON = 1.0
+#: The default δ (with the default budget, or when only ``epsilon`` is given). δ should be
+#: well below 1/N; with N above 10^5 rows pass a smaller ``delta`` (the kernel warns).
+DEFAULT_DELTA = 1e-5
+#: Iterations per chain a budget funds when the kernel is used outside ``pyro.infer.MCMC``
+#: and no ``num_iterations`` is given (inside ``MCMC`` it reads ``warmup_steps + num_samples``).
+DEFAULT_ITERATIONS = 1000
 
 
 def check_positive(name: str, value, *, allow_zero: bool = False, integer: bool = False):
@@ -150,6 +176,7 @@ class ChainLedger(PrivacyLedger):
     def copy(self) -> "ChainLedger":
         new = ChainLedger(self.relation, kernel_id=self.kernel_id, chain_id=self.chain_id)
         new._entries = list(self._entries)
+        new._labels = list(self._label_list())
         return new
 
     def __setstate__(self, state):
@@ -195,13 +222,19 @@ class DPKernel(MCMCKernel):
     :param float temperature: tempering :math:`T` of the log-likelihood.
     :param str data_plate: name of the data plate (default: inferred).
     :param dict transforms: optional transforms to unconstrained space.
-    :param init_strategy: data-free Pyro init strategy (default: a prior draw).
+    :param init_strategy: data-free Pyro init strategy (default: a prior draw; the prior median
+        on the default path, where the private tuning starts from it).
     :param float epsilon, delta: total privacy budget over all chains. When set, the kernel
         never takes a step that would exceed it: it stops reading data, keeps returning
-        the last state, and warns (:class:`BudgetExhaustedWarning`).
+        the last state, and warns (:class:`BudgetExhaustedWarning`). ``delta`` defaults to :data:`DEFAULT_DELTA` when only
+        ``epsilon`` is given; with neither, and no noise multiplier, the kernel adopts the
+        default budget :data:`DEFAULT_EPSILON` and says so (:class:`PrivacyNotice`).
     :param int num_iterations: planned iterations per chain, warmup included (used to
-        calibrate the noise when no noise multiplier is given).
-    :param int num_chains: planned number of chains (each reads the same data).
+        calibrate the noise when no noise multiplier is given). Default: read from the
+        ``pyro.infer.MCMC`` run at the first set-up (``warmup_steps + num_samples``), else
+        :data:`DEFAULT_ITERATIONS`; a :class:`PrivacyNotice` says which.
+    :param int num_chains: planned number of chains (each reads the same data). Default: the
+        ``MCMC``'s ``num_chains`` at the first set-up, else 1.
     :param str accountant: accountant used for ε (default ``"gdp"``: tight Gaussian).
     :param float reference_delta: δ at which diagnostics and the progress bar report ε
         (default: ``delta`` if given, else 1e-5).
@@ -265,7 +298,7 @@ class DPKernel(MCMCKernel):
     #: extend it with their adaptation and statistics).
     _chain_attrs: Tuple[str, ...] = (
         "_state", "_iteration", "_num_accepted", "_clipped_sum", "_clipped_count", "_budget_exhausted",
-        "_stop_cause_text", "_init_done", "_chain_index", "_warmup_steps", "_incomplete",
+        "_stop_cause_text", "_init_done", "_chain_index", "_warmup_steps", "_incomplete", "_draws",
     )
 
     def __init__(
@@ -275,11 +308,11 @@ class DPKernel(MCMCKernel):
         temperature: float = 1.0,
         data_plate: Optional[str] = None,
         transforms: Optional[dict] = None,
-        init_strategy=init_to_sample,
+        init_strategy=None,
         epsilon: Optional[float] = None,
         delta: Optional[float] = None,
         num_iterations: Optional[int] = None,
-        num_chains: int = 1,
+        num_chains: Optional[int] = None,
         accountant: str = DEFAULT_ACCOUNTANT,
         reference_delta: Optional[float] = None,
         seed: Optional[int] = None,
@@ -305,11 +338,13 @@ class DPKernel(MCMCKernel):
         self.temperature = check_positive("temperature", temperature)
         self.data_plate = data_plate
         self._user_transforms = transforms
-        self.init_strategy = init_strategy
+        self.init_strategy = init_to_sample if init_strategy is None else init_strategy
         self.non_private = bool(non_private)
         if epsilon is not None or delta is not None:
-            if epsilon is None or delta is None:
-                raise ValueError("a privacy budget needs both epsilon and delta")
+            if epsilon is None:
+                raise ValueError("a privacy budget needs epsilon (delta alone is not a budget)")
+            if delta is None:
+                delta = DEFAULT_DELTA
             epsilon = check_positive("epsilon", epsilon)
             delta = float(delta)
             if not (0.0 < delta < 1.0):
@@ -318,7 +353,13 @@ class DPKernel(MCMCKernel):
                 raise ValueError("non_private=True cannot be combined with a privacy budget")
         self.epsilon, self.delta = epsilon, delta
         self.num_iterations = None if num_iterations is None else check_positive("num_iterations", num_iterations, integer=True)
-        self.num_chains = check_positive("num_chains", num_chains, integer=True)
+        #: whether num_chains was given (else it is read from ``MCMC`` at the first set-up)
+        self._num_chains_given = num_chains is not None
+        self.num_chains = 1 if num_chains is None else check_positive("num_chains", num_chains, integer=True)
+        #: ``True`` when the kernel adopted :data:`DEFAULT_EPSILON` (:meth:`_adopt_default_budget`)
+        self.default_budget = False
+        #: where :attr:`num_iterations` came from: ``"given"``, ``"MCMC"`` or ``"assumed"``
+        self.run_length_source = None if num_iterations is None else "given"
         get_accountant(accountant)
         self.accountant = accountant
         rd = reference_delta if reference_delta is not None else (delta if delta is not None else 1e-5)
@@ -379,12 +420,21 @@ class DPKernel(MCMCKernel):
         self._incomplete: Optional[str] = None  # set when worker releases may have been lost
         DPKernel._reset_chain_stats(self)  # the base's fields only: subclasses reset theirs in setup()
 
+    def _adopt_default_budget(self) -> None:
+        """No budget and no noise given: calibrate to :data:`DEFAULT_EPSILON`,
+        :data:`DEFAULT_DELTA` (announced by a :class:`PrivacyNotice` at set-up)."""
+        if self.epsilon is None and not self.non_private:
+            self.epsilon, self.delta, self.default_budget = DEFAULT_EPSILON, DEFAULT_DELTA, True
+            self.reference_delta = DEFAULT_DELTA
+
     def _check_noise_multiplier(self, name: str, value) -> Optional[float]:
-        """Validate a noise multiplier; ``None`` is allowed only with a budget to calibrate
-        from, and 0 only in the ``non_private`` test mode."""
+        """Validate a noise multiplier; ``None`` means: calibrate it to the budget (the
+        default budget when there is none), and 0 is allowed only in the ``non_private``
+        test mode."""
         if value is None:
-            if self.epsilon is None or self.num_iterations is None:
-                raise ValueError(f"give {name}, or epsilon, delta and num_iterations to calibrate it")
+            if self.non_private:
+                raise ValueError(f"non_private=True is the noise-free test mode: set {name}=0")
+            self._adopt_default_budget()
             return None
         value = check_positive(name, value, allow_zero=self.non_private)
         if self.non_private and value != 0:
@@ -458,6 +508,7 @@ class DPKernel(MCMCKernel):
     # ------------------------------------------------------------------ lifecycle
     def _reset_chain_stats(self):
         self._iteration = 0
+        self._draws = []  # this chain's states after warmup (post-processing), for chain_problems
         self._num_accepted = 0
         self._clipped_sum = 0.0
         self._clipped_count = 0
@@ -565,6 +616,10 @@ class DPKernel(MCMCKernel):
             jit_cache=self.__dict__.setdefault("_jit_cache", {}),
         )
         self.transforms = self.lik.transforms
+        self._resolve_run_length()
+        if isinstance(self.init, DPAutoTune):
+            self.init.configure(epsilon=self.epsilon, delta=self.delta, num_chains=self.num_chains,
+                                non_private=self.non_private)
         self._calibrate()
         self._setup_budget()
         refusal = self._chain_slot_refusal()
@@ -673,6 +728,72 @@ class DPKernel(MCMCKernel):
         self._initial_params = self.lik.unravel(self._state_z(self._state))
         self.__dict__.pop("_eps_cache", None)
 
+    def _resolve_run_length(self) -> None:
+        """Fix, once and data-free, the iterations per chain a budget funds and the number of
+        chains it is shared by, when the user gave none: from the ``pyro.infer.MCMC`` run that
+        calls ``setup`` (``warmup_steps + num_samples``, its ``num_chains``), else
+        :data:`DEFAULT_ITERATIONS`. Says what it assumed (:class:`PrivacyNotice`). Never
+        overspends either way: the budget is enforced on the ledger."""
+        if self.epsilon is None or self.run_length_source is not None:
+            return
+        run = mcmc_run_length()
+        if run is not None:
+            self.num_iterations = max(1, run["warmup_steps"] + run["num_samples"])
+            self.run_length_source = "MCMC"
+            if not self._num_chains_given and "num_chains" in run:
+                self.num_chains = run["num_chains"]
+            said = (f"{self.num_iterations} iterations per chain (warmup_steps + num_samples of the MCMC) "
+                    f"over {self.num_chains} chain(s)")
+        else:
+            self.num_iterations = DEFAULT_ITERATIONS
+            self.run_length_source = "assumed"
+            said = (f"{self.num_iterations} iterations per chain over {self.num_chains} chain(s) (ASSUMED: not run "
+                    "by pyro.infer.MCMC and no num_iterations given; longer chains stop at the budget)")
+        budget = "the DEFAULT budget" if self.default_budget else "the budget"
+        warnings.warn(
+            f"{type(self).__name__}: {budget} epsilon={self.epsilon}, delta={self.delta} funds {said}"
+            + (". Pass epsilon= (and delta=) for your own budget" if self.default_budget else ""),
+            PrivacyNotice, stacklevel=4,
+        )
+        n = getattr(self.lik, "num_rows", 0)
+        if self.delta is not None and n and self.delta * n > 1.0:
+            warnings.warn(f"delta={self.delta} is above 1/N for N={n} rows: pass a smaller delta", PrivacyNotice,
+                          stacklevel=4)
+
+    def _auto_tuner(self) -> DPAutoTune:
+        """The :class:`~pyro_dp.kernels.tuning.DPAutoTune` of a kernel whose settings
+        :attr:`auto_tuned` are left to the default path: the user's ``init`` if it is one,
+        else a new one with the documented defaults."""
+        names = ", ".join(self.auto_tuned)
+        if self.distributed:
+            raise ValueError(f"the default path (private tuning of {names}) does not support distributed=True yet: "
+                             f"give {names} (docs/scaling_out.md)")
+        if self.init is None:
+            return DPAutoTune()
+        if isinstance(self.init, DPAutoTune):
+            return self.init
+        raise ValueError(f"{names} left to the default are tuned privately by DPAutoTune, which finds its own start: "
+                         f"pass init=DPAutoTune(...) instead of {type(self.init).__name__}, or give {names}")
+
+    def _apply_tuning(self, result) -> None:
+        """Take the settings a :class:`~pyro_dp.kernels.tuning.DPAutoTune` run found (kernels
+        with a default path override it). Called at the first iteration of every chain."""
+
+    def _warn_if_noise_limited(self, jump: float, scale: float) -> None:
+        """Say before the chain runs when its budget lets each move cover less than
+        :data:`NOISE_LIMITED_RATIO` of the posterior's scale: ``jump`` is the move whose penalty
+        noise has standard deviation 1, ``scale`` a guess of the posterior standard deviation
+        (both post-processing of the tuning releases)."""
+        ratio = jump / scale
+        if ratio < NOISE_LIMITED_RATIO:
+            warnings.warn(
+                f"{type(self).__name__}: at this budget the privacy noise limits each move to about {ratio:.2g} "
+                "of the posterior's scale (guessed from the private clip): expect slow mixing and few effective "
+                "samples. Spend more epsilon, run fewer iterations (the noise per iteration grows with their "
+                "square root) or use more rows (docs/tuning.md)",
+                SamplingWarning, stacklevel=4,
+            )
+
     @property
     def _steps_allowed(self) -> Optional[int]:
         """Iterations per chain the budget allows (``None`` without a budget)."""
@@ -734,10 +855,12 @@ class DPKernel(MCMCKernel):
             # private initialisation: reads the data through its own mechanism; each release is
             # recorded as it is made (an exception part-way loses none)
             z_init, _, frac = self.init.run(
-                self.lik, self._state_z(self._state), self._noise, self.relation, record=self._ledger.record
+                self.lik, self._state_z(self._state), self._noise, self.relation, record=self._record_init
             )
             self._init_done = True
             self._init_clipped_fraction = frac
+            if isinstance(self.init, DPAutoTune):
+                self._apply_tuning(self.init.result)  # post-processing of the tuning releases
             self._state = self._init_state(z_init)
         self._state, info = self._step(self._state)
         for ev in info.events:
@@ -748,10 +871,17 @@ class DPKernel(MCMCKernel):
                 f"{dict(declared)} (recorded in the ledger; please report)"
             )
         self._iteration += 1
+        if self._iteration > self._warmup_steps and len(self._draws) < _MAX_CHECKED_DRAWS:
+            self._draws.append(self._state_z(self._state))
         self._num_accepted += int(bool(info.accepted))
         self._clipped_sum += float(info.clipped_fraction)
         self._clipped_count += 1
         return self.lik.unravel(self._state_z(self._state))
+
+    def _record_init(self, event, label: Optional[str] = None) -> None:
+        """Record one release of the private initialisation under its own label (the
+        initialiser's ``label``, e.g. ``"init:DPGradientInit"``, unless it names a finer one)."""
+        self._ledger.record(event, label=label or getattr(self.init, "label", f"init:{type(self.init).__name__}"))
 
     def cleanup(self):
         """End of a chain: file its ledger with the finished chains (idempotent). The chain's
@@ -849,6 +979,13 @@ class DPKernel(MCMCKernel):
         }
         if self.nonprivate_diagnostics:
             out.update({NONPRIVATE_PREFIX + k: v for k, v in self._nonprivate().items()})
+        if self.default_budget and self._iteration > 0:  # say what the default spent (Pyro asks once a chain)
+            warnings.warn(
+                f"{type(self).__name__} ran with the default budget (epsilon={self.epsilon}, delta={self.delta}): "
+                f"this chain spent epsilon={out['epsilon']:.4g}; all chains of this kernel so far: "
+                f"epsilon={self._epsilon_now():.4g} at delta={self.reference_delta}",
+                PrivacyNotice, stacklevel=2,
+            )
         if self._iteration >= 10 and self._num_accepted == 0:  # Pyro asks at the end of each chain
             warnings.warn(
                 f"this chain accepted none of its {self._iteration} proposals: its samples are its starting "
@@ -857,6 +994,13 @@ class DPKernel(MCMCKernel):
                 SamplingWarning,
                 stacklevel=2,
             )
+        elif not self._budget_exhausted and len(self._draws) >= _MIN_CHECKED_DRAWS:
+            # never silently wrong: this chain's own draws, checked at its end (post-processing)
+            problems = chain_problems(torch.stack(self._draws).cpu())
+            out["sampling problems"] = tuple(problems)
+            for p in problems:
+                warnings.warn(f"{type(self).__name__} chain: {p} (pyro_dp.check_run(mcmc) also compares chains)",
+                              SamplingWarning, stacklevel=2)
         return out
 
     def _logged_epsilon(self) -> str:

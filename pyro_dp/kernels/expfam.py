@@ -318,9 +318,7 @@ class DPExpFamPenalty(RandomWalkKernel):
 
     Example
     -------
-    >>> import torch
-    >>> from pyro.infer import MCMC
-    >>> from pyro.infer.autoguide.initialization import init_to_mean
+    >>> import torch; from pyro.infer import MCMC; from pyro.infer.autoguide.initialization import init_to_mean
     >>> from pyro_dp.models.examples import normal_mean_model as model  # y_i ~ N(mu, 1), mu ~ N(0, 10^2)
     >>> y = (torch.randn(10_000, generator=torch.Generator().manual_seed(0)) + 1.0).clamp(-4, 4)
     >>> fam = gaussian_known_variance("mu", scale=1.0, low=-4.0, high=4.0)

@@ -50,6 +50,10 @@ from ..accounting.algorithms import dphmc_events, dphmc_max_iterations, dphmc_ma
 from ..mechanisms import clipped_sum_with_noise
 from .base import DPKernel, check_positive
 from .proposals import kinetic_energy, leapfrog, penalty_accept, penalty_log_accept_threshold, sample_momentum
+from .tuning import init_to_center, penalty_jump_length, posterior_scale_guess
+
+#: Leapfrog steps per iteration when ``num_steps`` is not given (each costs one gradient release).
+DEFAULT_NUM_STEPS = 5
 
 __all__ = [
     "DPHMC",
@@ -63,6 +67,7 @@ __all__ = [
     "dphmc_events",
     "dphmc_max_iterations",
     "dphmc_max_iterations_zcdp",
+    "DEFAULT_NUM_STEPS",
 ]
 
 
@@ -255,6 +260,20 @@ class DPHMC(DPKernel):
     :param float target_accept_prob: target of the adaptation (default 0.8).
     :param float noise_ratio: :math:`\mathrm{nm}_g/\mathrm{nm}_l` used by calibration.
 
+    **The default path** (``MCMC(DPHMC(model))``, ``DPHMC(model, epsilon=2.0)``): with
+    ``step_size``, ``grad_clip`` or ``llr_clip`` left out, a
+    :class:`~pyro_dp.kernels.tuning.DPAutoTune` (``init``) spends a fixed share of each
+    chain's budget on a private start (DP-Adam with an adaptive clip, from the prior centre
+    :func:`~pyro_dp.kernels.tuning.init_to_center`) and on private quantiles of the
+    per-example gradient norms there (``grad_clip``: 0.9 quantile; ``llr_clip``: 0.99
+    quantile, per unit jump); these releases are in the ledger as ``"tune:clip"`` and
+    ``"tune:start"``. The step size starts at the smaller of the step whose trajectory
+    of ``num_steps`` (default :data:`DEFAULT_NUM_STEPS`) steps has penalty noise of standard
+    deviation about 1 and a posterior-scale guess, and adapts during warmup (dual averaging on
+    released quantities, ``adapt_step_size`` defaults to ``True`` then) with a floor of a tenth
+    of its start, so it cannot collapse. The noise is calibrated to the budget (the default
+    budget when none is given) over the iterations ``MCMC`` runs. See ``docs/tuning.md``.
+
     ``non_private=True`` is the documented test mode: noise multipliers may be 0 (such
     releases are :class:`~pyro_dp.mechanisms.NonPrivateEvent`, ε = ∞). Other keyword
     arguments are those of :class:`~pyro_dp.kernels.base.DPKernel`.
@@ -292,29 +311,37 @@ class DPHMC(DPKernel):
     def __init__(
         self,
         model,
-        step_size: float,
-        num_steps: int,
-        grad_clip: float,
-        llr_clip: float,
+        step_size: Optional[float] = None,
+        num_steps: int = DEFAULT_NUM_STEPS,
+        grad_clip: Optional[float] = None,
+        llr_clip: Optional[float] = None,
         grad_noise_multiplier: Optional[float] = None,
         llr_noise_multiplier: Optional[float] = None,
         *,
         mass=None,
         jitter: bool = False,
-        adapt_step_size: bool = False,
+        adapt_step_size: Optional[bool] = None,
         target_accept_prob: float = 0.8,
         noise_ratio: float = 1.0,
         **kwargs,
     ):
+        auto = tuple(n for n, v in (("step_size", step_size), ("grad_clip", grad_clip), ("llr_clip", llr_clip))
+                     if v is None)
+        if auto and kwargs.get("init_strategy") is None:
+            kwargs["init_strategy"] = init_to_center  # the tuner's data-free start: the prior centre
         super().__init__(model, **kwargs)
-        self.step_size = check_positive("step_size", step_size)
+        #: settings the kernel tunes privately at every chain's start (left out by the user)
+        self.auto_tuned = auto
+        if adapt_step_size is None:
+            adapt_step_size = "step_size" in auto
+        self.step_size = None if step_size is None else check_positive("step_size", step_size)
         if isinstance(num_steps, bool) or not isinstance(num_steps, numbers.Real) or num_steps != int(num_steps):
             raise TypeError(f"num_steps must be an integer >= 1, got {num_steps!r}")
         if num_steps < 1:
             raise ValueError(f"num_steps must be an integer >= 1, got {num_steps!r}")
         self.num_steps = int(num_steps)
-        self.grad_clip = check_positive("grad_clip", grad_clip)
-        self.llr_clip = check_positive("llr_clip", llr_clip)
+        self.grad_clip = None if grad_clip is None else check_positive("grad_clip", grad_clip)
+        self.llr_clip = None if llr_clip is None else check_positive("llr_clip", llr_clip)
         if isinstance(mass, (list, tuple)):
             mass = torch.tensor(mass, dtype=torch.float64)
         self.mass = None if mass is None else check_positive("mass", mass)
@@ -326,11 +353,9 @@ class DPHMC(DPKernel):
         self.noise_ratio = check_positive("noise_ratio", noise_ratio)
         given = (grad_noise_multiplier is not None, llr_noise_multiplier is not None)
         if given == (False, False):
-            if self.epsilon is None or self.num_iterations is None:
-                raise ValueError(
-                    "give grad_noise_multiplier and llr_noise_multiplier, or epsilon, delta and "
-                    "num_iterations to calibrate them"
-                )
+            if self.non_private:
+                raise ValueError("non_private=True is the noise-free test mode: set both noise multipliers to 0")
+            self._adopt_default_budget()  # calibrated to the budget (the default one if none is given)
         elif given != (True, True):
             raise ValueError("give both grad_noise_multiplier and llr_noise_multiplier, or neither (calibration)")
         else:
@@ -343,6 +368,9 @@ class DPHMC(DPKernel):
         self.grad_noise_multiplier = grad_noise_multiplier
         self.llr_noise_multiplier = llr_noise_multiplier
         self._adapted_step_size = self.step_size
+        self._step_floor = 0.0
+        if self.auto_tuned:
+            self.init = self._auto_tuner()
 
     # ------------------------------------------------------------------ privacy plan
     def _events_for(self, nm_l: float, nm_g: float):
@@ -369,7 +397,23 @@ class DPHMC(DPKernel):
 
     # ------------------------------------------------------------------ lifecycle
     _chain_attrs = DPKernel._chain_attrs + ("_grad_clip_sum", "_llr_clip_sum", "_llr_count", "_adapted_step_size",
-                                            "_adapter", "_inv_mass", "_mass_sqrt")
+                                            "_adapter", "_inv_mass", "_mass_sqrt", "step_size", "grad_clip",
+                                            "llr_clip", "_step_floor")
+
+    def _apply_tuning(self, result):
+        for name in ("grad_clip", "llr_clip"):
+            if name in self.auto_tuned:
+                setattr(self, name, result.grad_clip if name == "grad_clip" else result.llr_clip)
+        if "step_size" in self.auto_tuned:
+            d, T = self.lik.dim, self.lik.temperature
+            n = getattr(self.lik, "global_num_rows", self.lik.num_rows)
+            # a trajectory of L steps moves about L*eta*sqrt(d) (unit mass): its penalty noise sd ~ 1
+            jump = penalty_jump_length(self.llr_noise_multiplier, self.llr_clip, T)
+            sd = posterior_scale_guess(result.grad_clip, n, d, T)
+            eta = min(jump / (self.num_steps * math.sqrt(d)), sd)
+            self._warn_if_noise_limited(jump, sd)
+            self.step_size = self._adapted_step_size = eta
+            self._step_floor = eta / 10.0  # the adaptation may not shrink it further (no frozen chain)
 
     def _reset_chain_stats(self):
         super()._reset_chain_stats()
@@ -422,7 +466,7 @@ class DPHMC(DPKernel):
             self._adapter = DualAveraging(prox_center=math.log(10 * self.step_size))
         self._adapter.step(self.target_accept_prob - info.accept_prob)
         x, x_avg = self._adapter.get_state()
-        self._adapted_step_size = math.exp(x_avg if i == warmup - 1 else x)
+        self._adapted_step_size = max(math.exp(x_avg if i == warmup - 1 else x), self._step_floor)
 
     def _nonprivate(self) -> dict:
         out = super()._nonprivate()

@@ -163,7 +163,8 @@ class RandomWalkKernel(AdaptiveProposalScale, DPKernel):
 
     def _setup_walk(self, proposal_scale, *, one_component=False, guided_walk=False, adapt_proposal=False,
                     target_accept=0.3) -> None:
-        self.proposal_scale = check_positive("proposal_scale", proposal_scale)
+        # None: set at each chain's start by the kernel's private tuning (kernels.tuning)
+        self.proposal_scale = None if proposal_scale is None else check_positive("proposal_scale", proposal_scale)
         self.guided_walk = bool(guided_walk)
         self.one_component = bool(one_component) or self.guided_walk
         self.mode = "gwmh" if self.guided_walk else ("ocu" if self.one_component else "full")

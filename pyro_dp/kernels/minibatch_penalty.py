@@ -155,9 +155,7 @@ class DPMinibatchPenalty(RandomWalkKernel):
 
     Example
     -------
-    >>> import torch
-    >>> from pyro.infer import MCMC
-    >>> from pyro.infer.autoguide.initialization import init_to_mean
+    >>> import torch; from pyro.infer import MCMC; from pyro.infer.autoguide.initialization import init_to_mean
     >>> from pyro_dp.models.examples import normal_mean_model as model  # y_i ~ N(mu, 1), mu ~ N(0, 10^2)
     >>> y = torch.randn(2000, generator=torch.Generator().manual_seed(0), dtype=torch.float64) + 1.0
     >>> kernel = DPMinibatchPenalty(model, batch_size=200, proposal_scale=0.1, llr_clip=5.0,

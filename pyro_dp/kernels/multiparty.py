@@ -127,9 +127,7 @@ class DPMultiPartyPenalty(RandomWalkKernel):
 
     Example
     -------
-    >>> import torch
-    >>> from pyro.infer import MCMC
-    >>> from pyro.infer.autoguide.initialization import init_to_mean
+    >>> import torch; from pyro.infer import MCMC; from pyro.infer.autoguide.initialization import init_to_mean
     >>> from pyro_dp.models.examples import normal_mean_model as model  # y_i ~ N(mu, 1), mu ~ N(0, 10^2)
     >>> y = torch.randn(300, generator=torch.Generator().manual_seed(0)) + 1.0
     >>> party = torch.arange(300) % 3  # three data owners

@@ -20,6 +20,7 @@ noise multiplier ``nm`` (thesis Thm 6: tight; Thm 5: zCDP).
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -28,6 +29,7 @@ from ..mechanisms import clipped_sum_with_noise
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease
 from .proposals import penalty_accept
+from .tuning import init_to_center, penalty_jump_length, posterior_scale_guess
 
 __all__ = ["DPPenalty", "penalty_release"]
 
@@ -55,13 +57,26 @@ class DPPenalty(RandomWalkKernel):
 
     :param model: Pyro model with its observed sites in a data plate.
     :param proposal_scale: random-walk standard deviation in unconstrained space (scalar
-        or one per coordinate of the flattened latents).
+        or one per coordinate of the flattened latents). Default: set privately at the start
+        of every chain (below).
     :param float llr_clip: :math:`b`: each per-example log-likelihood ratio is clipped to
         :math:`\pm b\|\theta'-\theta\|`. With a :math:`b`-Lipschitz log-likelihood (e.g.
         logistic regression with bounded features) nothing is clipped and the chain is exact.
+        Default: set privately (below).
     :param float noise_multiplier: σ / sensitivity of each release (``√τ`` in the thesis's
-        notation with :math:`\alpha=0`). Omit it and give ``epsilon``, ``delta`` and
-        ``num_iterations`` to calibrate it.
+        notation with :math:`\alpha=0`). Default: calibrated to the budget (``epsilon``,
+        ``delta``; the default budget :data:`~pyro_dp.kernels.base.DEFAULT_EPSILON` when none
+        is given) over the iterations ``MCMC`` will run.
+
+    **The default path** (``DPPenalty(model)`` or ``DPPenalty(model, epsilon=2.0)``): with
+    ``proposal_scale`` or ``llr_clip`` left out, a :class:`~pyro_dp.kernels.tuning.DPAutoTune`
+    (``init``) spends a fixed share of each chain's budget on a private start (DP-Adam with an
+    adaptive clip, from the prior centre) and on private quantiles of the per-example gradient
+    norms there (ledger labels ``"tune:clip"``, ``"tune:start"``): ``llr_clip``
+    is their 0.99 quantile (per unit jump), the proposal scale the smaller of the jump whose
+    penalty noise has standard deviation 1 and 2.38/√d times a posterior-scale guess, and the
+    scale adapts during warmup (``adapt_proposal`` defaults to ``True`` then). See
+    ``docs/tuning.md``.
     :param bool one_component: propose a change of one coordinate at a time (OCU).
     :param bool guided_walk: guided-walk MH (GWMH); implies one-component proposals.
     :param bool adapt_proposal: during warmup, adapt the proposal scale (per coordinate
@@ -100,21 +115,30 @@ class DPPenalty(RandomWalkKernel):
     def __init__(
         self,
         model,
-        proposal_scale,
-        llr_clip: float,
+        proposal_scale=None,
+        llr_clip: Optional[float] = None,
         noise_multiplier: Optional[float] = None,
         *,
         one_component: bool = False,
         guided_walk: bool = False,
-        adapt_proposal: bool = False,
+        adapt_proposal: Optional[bool] = None,
         target_accept: float = 0.3,
         **kwargs,
     ):
+        if kwargs.get("init_strategy") is None and (proposal_scale is None or llr_clip is None):
+            kwargs["init_strategy"] = init_to_center  # the tuner's data-free start: the prior centre
         super().__init__(model, **kwargs)
+        #: settings the kernel tunes privately at every chain's start (left out by the user)
+        self.auto_tuned = tuple(n for n, v in (("proposal_scale", proposal_scale), ("llr_clip", llr_clip))
+                                if v is None)
+        if adapt_proposal is None:
+            adapt_proposal = "proposal_scale" in self.auto_tuned
         self._setup_walk(proposal_scale, one_component=one_component, guided_walk=guided_walk,
                          adapt_proposal=adapt_proposal, target_accept=target_accept)
-        self.llr_clip = check_positive("llr_clip", llr_clip)
+        self.llr_clip = None if llr_clip is None else check_positive("llr_clip", llr_clip)
         self.noise_multiplier = self._check_noise_multiplier("noise_multiplier", noise_multiplier)
+        if self.auto_tuned:
+            self.init = self._auto_tuner()
 
     def _calibrate(self):
         if self.noise_multiplier is None:
@@ -122,6 +146,20 @@ class DPPenalty(RandomWalkKernel):
 
     def _per_iteration_events(self):
         return self._gaussian_events(self.noise_multiplier)  # thesis Thm 6: one Gaussian mechanism
+
+    _chain_attrs = RandomWalkKernel._chain_attrs + ("llr_clip", "proposal_scale")
+
+    def _apply_tuning(self, result):
+        if "llr_clip" in self.auto_tuned:
+            self.llr_clip = result.llr_clip
+        if "proposal_scale" in self.auto_tuned:
+            d = self.lik.dim if self.mode == "full" else 1  # coordinates one proposal moves
+            n, T = getattr(self.lik, "global_num_rows", self.lik.num_rows), self.lik.temperature
+            jump = penalty_jump_length(self.noise_multiplier, self.llr_clip, T)
+            # Roberts, Gelman & Gilks 1997: random-walk scale 2.38/sqrt(d) x the posterior sd
+            sd = posterior_scale_guess(result.grad_clip, n, self.lik.dim, T)
+            self.proposal_scale = min(jump / math.sqrt(d), 2.38 / math.sqrt(d) * sd)
+            self._warn_if_noise_limited(jump, sd)
 
     def _release(self, noise, state, z_new):
         return penalty_release(self.lik, noise, state, z_new, llr_clip=self.llr_clip,

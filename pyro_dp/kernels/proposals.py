@@ -136,7 +136,8 @@ class AdaptiveProposalScale:
 
     def _start_scale(self, z: torch.Tensor) -> None:
         if self._iteration == 0 or getattr(self, "_log_scale", None) is None:  # a new chain: the user's scale
-            self._user_scale = check_proposal_scale(self.proposal_scale, z).expand(z.numel()).clone()
+            scale = 1.0 if self.proposal_scale is None else self.proposal_scale  # None: tuned before any step
+            self._user_scale = check_proposal_scale(scale, z).expand(z.numel()).clone()
             self._log_scale = torch.log(self._user_scale)
             self._scale_adapted = False
 

@@ -7,6 +7,9 @@ import math
 import pyro
 import pyro.distributions as dist
 import pytest
+
+import pyro_dp
+import pyro_dp.kernels.base
 import torch
 from pyro.infer import MCMC
 from pyro.infer.autoguide.initialization import init_to_mean
@@ -257,8 +260,11 @@ def test_missing_or_bad_bound():
         gaussian_known_variance("mu", 1.0, low=1.0, high=1.0)
     with pytest.raises(TypeError, match="ExpFamily"):
         DPExpFamPenalty(gauss_model, {"statistic": None}, 0.1, noise_multiplier=1.0)
-    with pytest.raises(ValueError, match="noise_multiplier, or epsilon"):
-        DPExpFamPenalty(gauss_model, GAUSS, 0.1)
+    # neither noise nor budget: the documented default budget (#16), not an error
+    k = DPExpFamPenalty(gauss_model, GAUSS, 0.1)
+    assert k.default_budget and k.epsilon == pyro_dp.kernels.base.DEFAULT_EPSILON and k.noise_multiplier is None
+    with pytest.raises(ValueError, match="noise-free test mode"):
+        DPExpFamPenalty(gauss_model, GAUSS, 0.1, non_private=True)
     with pytest.raises(ValueError, match="proposal_scale"):
         DPExpFamPenalty(gauss_model, GAUSS, 0.0, noise_multiplier=1.0)
 

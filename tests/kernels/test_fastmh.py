@@ -336,7 +336,7 @@ def test_budget_stops_reading_data():
         (dict(step_delta=1.0), ValueError, "step_delta"),
         (dict(step_delta=None), ValueError, "step_epsilon and step_delta"),
         (dict(non_private=True), ValueError, "non_private"),
-        (dict(epsilon=1.0), ValueError, "delta"),
+        (dict(delta=1e-5), ValueError, "delta alone"),  # epsilon alone is a budget (delta 1e-5, #16)
     ],
 )
 def test_bad_inputs(kwargs, exc, match):

@@ -423,7 +423,7 @@ def _not_indexed(y, n):
         ((10, 1e-3, 1.0), dict(relation="replace"), ValueError, "relation"),
         ((10, 1e-3, 1.0), dict(accountant="gdp"), ValueError, "cannot analyse the Poisson"),
         ((10, 1e-3, 1.0), dict(accountant="rdp", relation="substitute"), ValueError, "use 'pld'"),
-        ((10, 1e-3, 1.0), dict(epsilon=1.0), ValueError, "delta"),
+        ((10, 1e-3, 1.0), dict(delta=1e-5), ValueError, "delta alone"),  # epsilon alone is a budget (#16)
         ((10, 1e-3, 1.0), dict(accountant="nope"), ValueError, "nope"),
         ((10, 1e-3, 1.0), dict(temperature=0.0), ValueError, "temperature"),
         ((10, 1e-3, 1.0), dict(non_private=True), ValueError, "no noise-free mode"),

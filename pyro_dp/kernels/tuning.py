@@ -1,0 +1,426 @@
+r"""The default path: private tuning at the start of every chain, and the run length that
+Pyro's ``MCMC`` will ask for.
+
+``MCMC(DPHMC(model))`` and ``MCMC(DPPenalty(model, epsilon=2.0))`` run with no other
+argument. What the papers tuned by hand on non-private error metrics, :class:`DPAutoTune`
+buys from a fixed, documented share of the budget, at the first iteration of every chain
+(``setup`` stays data-free), in three phases — each release recorded in the chain's ledger
+under its own label (``tune:clip``, ``tune:start``) and counted by the budget and by the kernel's noise calibration:
+
+1. **the scale of the gradients**: a private quantile of the per-example gradient norms
+   :math:`\|\nabla\ell_i(z_0)\|` at the data-free start (:func:`data_free_start`): one Gaussian
+   histogram over data-free log-spaced bins (:func:`~pyro_dp.mechanisms.noisy_histogram`;
+   the DP quantile by a noisy histogram, Dwork & Lei 2009 §3);
+2. **a private start**: ``num_steps`` steps of DP-Adam (Kingma & Ba 2015, Alg. 1, on the
+   released clipped gradient sums; DP-GD as in Abadi et al. 2016, Alg. 1, without
+   subsampling) on the tempered log posterior, with a data-free learning rate that stays at
+   ``learning_rate[0]`` for the first half of the steps and then decays geometrically to
+   ``learning_rate[1]``. Adam's per-coordinate normalisation makes the step scale-free (no
+   step size to tune on the data), and the decay lets it settle near the mode although the
+   noise dominates the gradient there. The start is the Polyak–Ruppert average of the last
+   third of the iterates (Polyak & Juditsky 1992);
+3. **clip bounds, tracked along the way**: at every step two adaptive clips (Andrew et al.
+   2021, Alg. 1: a noisy count of the rows below the clip moves it geometrically towards a
+   quantile) follow the ``grad_quantile`` and ``llr_quantile`` of the norms where the ascent
+   is. The steps clip at the higher one (a clip below most rows' norms moves the fixed point
+   of clipped ascent, e.g. a Normal scale towards 0). Their geometric means over the last
+   third are the gradient clip :math:`b_g` and the ratio clip :math:`b_l` per unit jump (a
+   ratio :math:`\ell_i(\theta')-\ell_i(\theta)` is at most :math:`\|\nabla\ell_i\|\,
+   \|\theta'-\theta\|` to first order, Räisä 2021 thesis §3.1, so a ratio clip above the
+   gradient norms of nearly all rows clips nearly nothing). Tracked counts are steadier than
+   a tail quantile of a histogram, whose upper bins' noise adds up.
+
+The kernel then sets its step sizes **data-free**, from the public clip, noise multiplier,
+temperature, :math:`N` and dimension: the jump length whose penalty noise has standard
+deviation about 1 (:func:`penalty_jump_length`: the penalty test rejects longer jumps,
+Yıldırım & Ermiş 2019 §3.1), capped by a guess of the posterior scale from the gradient
+clip (:func:`posterior_scale_guess`), and adapts them during warmup from the accept
+decisions only (post-processing), with a floor so that the step cannot collapse.
+
+Who spends what (see ``docs/tuning.md``): with budget :math:`(\varepsilon, \delta)` over
+``num_chains`` chains, each chain's tuning gets ``share`` of the chain's
+:math:`\mu^2` in Gaussian DP (:math:`\mu` of the budget from
+:func:`~pyro_dp.accounting.gdp.gdp_mu`; Gaussian mechanisms compose as
+:math:`\mu^2 = \sum_j 1/\mathrm{nm}_j^2`, Dong, Roth & Su 2022 Cor. 3.3), ``histogram_share``
+of it for the histogram, :data:`COUNT_SHARE` for the adaptive clips' counts and the rest for
+the DP-Adam steps. This only chooses the noise
+of the tuning releases; the kernel's accountant composes them with everything else, and the
+kernel's own noise is calibrated to what is left.
+
+>>> t = DPAutoTune(num_steps=40)
+>>> t.configure(epsilon=1.0, delta=1e-5, num_chains=1)
+>>> [(type(e).__name__, n) for e, n in t.events()]
+[('GaussianEvent', 1), ('GaussianEvent', 40), ('GaussianEvent', 80)]
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import sys
+from typing import List, NamedTuple, Optional, Tuple
+
+import torch
+from pyro.infer.autoguide.initialization import init_to_median
+
+from ..accounting.gdp import gdp_mu
+from ..mechanisms import GaussianEvent, NonPrivateEvent, clipped_sum_with_noise, noisy_count, noisy_histogram
+
+__all__ = [
+    "DPAutoTune",
+    "init_to_center",
+    "data_free_start",
+    "TuneResult",
+    "DEFAULT_TUNING_SHARE",
+    "NORM_BIN_EDGES",
+    "mcmc_run_length",
+    "penalty_jump_length",
+    "posterior_scale_guess",
+    "private_quantiles",
+]
+
+#: Share of each chain's budget (as Gaussian-DP :math:`\mu^2`) that :class:`DPAutoTune` spends.
+DEFAULT_TUNING_SHARE = 0.15
+
+#: Upper edges of the data-free bins of the gradient-norm histograms: 4 per decade from 1e-4
+#: to 1e5 (a quantile is rounded **up** to an edge, i.e. by at most a factor 10^(1/4) = 1.78;
+#: norms above the last edge are counted in an overflow bin and give the last edge).
+NORM_BIN_EDGES = tuple(10.0 ** (k / 4.0) for k in range(-16, 21))
+
+# histograms per tuning run: one, at the data-free start (the adaptive clips take it from there)
+_NUM_HISTOGRAMS = 1
+# noisy counts per DP-Adam step: one per adaptive clip (grad_quantile, llr_quantile)
+_COUNTS_PER_STEP = 2
+#: Share of the tuning budget spent on the adaptive clip's counts (one per DP-Adam step).
+COUNT_SHARE = 0.15
+# eta_C of the geometric clip update (Andrew et al. 2021 use 0.2)
+_CLIP_RATE = 0.2
+
+# rows per chunk of the per-example gradients of a histogram (never N x D at once for large N)
+_CHUNK_ROWS = 1 << 16
+
+
+def _learning_rate(t: int, num_steps: int, lr0: float, lr1: float) -> float:
+    """Data-free schedule: ``lr0`` for the first half of the steps (Adam's normalised steps then
+    travel up to ``lr0 * num_steps / 2`` unconstrained units from a far start), then a
+    geometric decay to ``lr1`` at the last step, so the iterates settle although the noise
+    dominates the gradient near the mode."""
+    half = num_steps // 2
+    if t < half:
+        return lr0
+    return lr0 * (lr1 / lr0) ** ((t - half) / max(num_steps - 1 - half, 1))
+
+
+def init_to_center(site=None):
+    """Data-free start of the default path: each latent's prior mean where it is finite, else
+    the median of 1001 prior draws (Pyro's ``init_to_median`` takes 15, whose median varies
+    from run to run by a sizeable part of the prior's scale). Reads no data.
+
+    >>> import pyro, pyro.distributions as dist
+    >>> from pyro import poutine
+    >>> from pyro.infer.autoguide.initialization import InitMessenger
+    >>> def m():
+    ...     pyro.sample("a", dist.Normal(1.0, 5.0)); pyro.sample("s", dist.HalfCauchy(1.0))
+    >>> tr = poutine.trace(InitMessenger(init_to_center)(m)).get_trace()
+    >>> float(tr.nodes["a"]["value"]), 0.7 < float(tr.nodes["s"]["value"]) < 1.3
+    (1.0, True)
+    """
+    if site is None:
+        return init_to_center
+    fn = site["fn"]
+    try:
+        value = fn.mean.detach()
+        if bool(torch.isfinite(value).all()):
+            if hasattr(fn, "_validate_sample"):
+                fn._validate_sample(value)
+            return value
+    except (NotImplementedError, ValueError):  # no mean (e.g. Cauchy), or one outside the support
+        pass
+    return init_to_median(site, num_samples=1001)
+
+
+class TuneResult(NamedTuple):
+    """What a :class:`DPAutoTune` run found (post-processing of its releases: public).
+
+    :ivar z: the private start, flat, in unconstrained space.
+    :ivar grad_clip: the ``grad_quantile`` of the per-example gradient norms at ``z``.
+    :ivar llr_clip: the ``llr_quantile`` of the same norms (the ratio clip per unit jump).
+    :ivar start_clip: the clip the last DP-Adam step used.
+    """
+
+    z: torch.Tensor
+    grad_clip: float
+    llr_clip: float
+    start_clip: float
+
+
+def _fraction(name, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 < float(value) < 1.0:
+        raise ValueError(f"{name} must be in (0, 1), got {value!r}")
+    return float(value)
+
+
+def _row_norms(lik, z: torch.Tensor) -> torch.Tensor:
+    """Per-example gradient norms :math:`\\|\\nabla\\ell_i(z)\\|` of every local row (**private**:
+    only ever passed to a histogram release)."""
+    n = lik.num_rows
+    if n <= _CHUNK_ROWS or not lik.indexable:
+        return torch.linalg.vector_norm(lik.per_example_grad(z)[1], dim=-1)
+    parts = []
+    for start in range(0, n, _CHUNK_ROWS):
+        idx = torch.arange(start, min(start + _CHUNK_ROWS, n), device=lik.device)
+        parts.append(torch.linalg.vector_norm(lik.per_example_grad(z, idx)[1], dim=-1))
+    return torch.cat(parts)
+
+
+def private_quantiles(lik, z, quantiles, noise_multiplier, noise, relation="substitute", record=None):
+    r"""Private upper quantiles of the per-example gradient norms at ``z``: one
+    :func:`~pyro_dp.mechanisms.noisy_histogram` over :data:`NORM_BIN_EDGES` (a row whose norm
+    is not finite is counted in the overflow bin: the per-row rule), then, for each
+    :math:`q`, the smallest edge above which the noisy counts leave at most
+    :math:`(1-q)N` rows (scanning down from the top, so the answer is monotone in
+    :math:`q`; Dwork & Lei 2009 §3). Returns ``(quantiles, event)``; ``record(event)`` is
+    called right after the release."""
+    edges = torch.tensor(NORM_BIN_EDGES, dtype=torch.float64, device=lik.device)
+    norms = _row_norms(lik, z).to(torch.float64)  # reads the data ...
+    finite = torch.isfinite(norms)
+    bins = torch.bucketize(torch.where(finite, norms, torch.zeros_like(norms)), edges)  # edges[k-1] < x <= edges[k]
+    bins = torch.where(finite, bins, torch.full_like(bins, len(edges)))  # per-row rule: overflow bin
+    rel = noisy_histogram(bins, len(edges) + 1, noise_multiplier, noise, relation)  # ... released here
+    if record is not None:
+        record(rel.event)
+    n = getattr(lik, "global_num_rows", lik.num_rows)  # public N (all ranks)
+    counts = rel.value.cpu()
+    above = torch.flip(torch.cumsum(torch.flip(counts, (0,)), 0), (0,)) - counts  # rows above edge k
+    out = []
+    for q in quantiles:
+        k = len(edges) - 1  # the last edge also stands for the overflow bin
+        while k > 0 and float(above[k - 1]) <= (1.0 - q) * n:
+            k -= 1
+        out.append(float(edges[k]))
+    return out, rel.event
+
+
+def penalty_jump_length(noise_multiplier: float, clip: float, temperature: float = 1.0) -> float:
+    r"""The jump length :math:`\|\theta'-\theta\|` at which the penalty test's noise on the
+    tempered ratio has standard deviation 1: :math:`T\cdot\mathrm{nm}\cdot 2b\|\theta'-\theta\| = 1`
+    (the substitute sensitivity :math:`2b\|\theta'-\theta\|`, thesis §3.1). The penalty
+    :math:`e^{-T^2\sigma^2/2}` (Yıldırım & Ermiş 2019 §3.1) rejects much longer jumps.
+    Data-free. ``inf`` in the noise-free test mode.
+
+    >>> penalty_jump_length(10.0, 0.5)
+    0.1
+    """
+    s = 2.0 * float(noise_multiplier) * float(clip) * float(temperature)
+    return math.inf if s == 0 else 1.0 / s
+
+
+def posterior_scale_guess(grad_norm: float, num_rows: int, dim: int, temperature: float = 1.0) -> float:
+    r"""A guess of the posterior standard deviation per coordinate from a typical per-example
+    gradient norm :math:`g`: the Fisher information per row and coordinate is about
+    :math:`g^2/d`, so :math:`\mathrm{sd}\approx\sqrt{d}/(g\sqrt{TN})` (Bernstein–von Mises).
+    Post-processing of a private quantile; used only as a cap on step sizes.
+
+    >>> posterior_scale_guess(2.0, 10_000, 4)
+    0.01
+    """
+    return math.sqrt(dim) / (float(grad_norm) * math.sqrt(float(temperature) * num_rows))
+
+
+class DPAutoTune:
+    r"""Private tuning at the start of every chain (module docstring): a quantile of the
+    gradient norms, a DP-Adam start, and the clip bounds at that start.
+
+    :param int num_steps: DP-Adam steps (each one release of the clipped gradient sum).
+    :param float share: share of each chain's budget (Gaussian-DP :math:`\mu^2`) to spend.
+    :param float histogram_share: share of that for the histogram (:data:`COUNT_SHARE` goes to
+        the adaptive clips' counts, the rest to the steps).
+    :param tuple learning_rate: Adam's learning rate in unconstrained units, decaying
+        geometrically from the first value to the second.
+    :param float grad_quantile: quantile of the norms used as gradient clip.
+    :param float llr_quantile: quantile of the norms used as ratio clip (per unit jump), and
+        as the clip of the DP-Adam steps.
+    :param tuple betas: Adam's :math:`(\beta_1, \beta_2)`; a short first-moment memory (0.5)
+        keeps the ascent from swinging past the mode (the tail average smooths the noise).
+    :param tuple noise_multipliers: ``(histogram, steps, counts)`` noise multipliers; default: from
+        the kernel's budget and ``share`` (needed when the kernel has no budget).
+
+    The kernels build one when their clips or steps are left to the default
+    (``DPPenalty(model, epsilon=2.0)``, ``DPHMC(model)``); pass your own as ``init=`` to
+    change its settings. It sets the start and the clips of every chain; the kernel derives
+    its step sizes from them.
+    """
+
+    def __init__(self, num_steps: int = 60, *, share: float = DEFAULT_TUNING_SHARE, histogram_share: float = 0.1,
+                 learning_rate: Tuple[float, float] = (0.5, 1e-3), grad_quantile: float = 0.9,
+                 llr_quantile: float = 0.98, betas: Tuple[float, float] = (0.5, 0.9),
+                 noise_multipliers: Optional[Tuple[float, float, float]] = None):
+        if isinstance(num_steps, bool) or not isinstance(num_steps, numbers.Integral) or num_steps < 1:
+            raise ValueError(f"num_steps must be an integer >= 1, got {num_steps!r}")
+        self.num_steps = int(num_steps)
+        self.share = _fraction("share", share)
+        self.histogram_share = _fraction("histogram_share", histogram_share)
+        lr = tuple(float(x) for x in learning_rate)
+        if len(lr) != 2 or not all(0 < x < math.inf for x in lr):
+            raise ValueError(f"learning_rate must be two positive numbers (start, end), got {learning_rate!r}")
+        self.learning_rate = lr
+        self.betas = (_fraction("betas[0]", betas[0]), _fraction("betas[1]", betas[1]))
+        self.grad_quantile = _fraction("grad_quantile", grad_quantile)
+        self.llr_quantile = _fraction("llr_quantile", llr_quantile)
+        self.noise_multipliers = None
+        if noise_multipliers is not None:
+            nms = tuple(float(x) for x in noise_multipliers)
+            if len(nms) != 3 or not all(0 <= x < math.inf for x in nms):
+                raise ValueError("noise_multipliers must be three non-negative numbers (histogram, steps, counts), "
+                                 f"got {noise_multipliers!r}")
+            self.noise_multipliers = nms
+        self.result: Optional[TuneResult] = None
+
+    def __repr__(self):
+        return (f"DPAutoTune(num_steps={self.num_steps}, share={self.share}, noise_multipliers="
+                f"{self.noise_multipliers})")
+
+    @property
+    def noise_multiplier(self) -> Optional[float]:
+        """The smallest noise multiplier of its releases (``None`` before :meth:`configure`)."""
+        return None if self.noise_multipliers is None else min(self.noise_multipliers)
+
+    def configure(self, *, epsilon: Optional[float], delta: Optional[float], num_chains: int = 1,
+                  non_private: bool = False) -> None:
+        """Choose the noise of the tuning releases from the budget (data-free; once: every
+        chain of a kernel tunes with the same noise)."""
+        if self.noise_multipliers is not None:
+            return
+        if non_private:
+            self.noise_multipliers = (0.0, 0.0, 0.0)
+            return
+        if epsilon is None:
+            raise ValueError("DPAutoTune needs the kernel's budget (epsilon, delta) or explicit noise_multipliers")
+        mu2 = gdp_mu(epsilon, delta) ** 2 / num_chains * self.share  # this chain's tuning share of μ²
+        # μ² = Σ 1/nm² (Dong, Roth & Su 2022 Cor. 3.3): 2 histograms, num_steps gradient sums
+        # and num_steps counts, each group with its share of this chain's tuning μ²
+        step_share = 1.0 - self.histogram_share - COUNT_SHARE
+        if step_share <= 0:
+            raise ValueError(f"histogram_share must be below {1.0 - COUNT_SHARE}, got {self.histogram_share}")
+        self.noise_multipliers = (math.sqrt(_NUM_HISTOGRAMS / (self.histogram_share * mu2)),
+                                  math.sqrt(self.num_steps / (step_share * mu2)),
+                                  math.sqrt(_COUNTS_PER_STEP * self.num_steps / (COUNT_SHARE * mu2)))
+
+    def events(self) -> List[Tuple[object, int]]:
+        """The releases it makes, ``[(event, count)]``, for budget planning (after :meth:`configure`)."""
+        if self.noise_multipliers is None:
+            raise RuntimeError("DPAutoTune.configure() first: its noise comes from the kernel's budget")
+        ev = [NonPrivateEvent() if nm == 0 else GaussianEvent(nm) for nm in self.noise_multipliers]
+        return [(ev[0], _NUM_HISTOGRAMS), (ev[1], self.num_steps), (ev[2], _COUNTS_PER_STEP * self.num_steps)]
+
+    def run(self, lik, z: torch.Tensor, noise, relation: str = "substitute", record=None):
+        """Tune from ``z``; returns ``(z_start, events, 0.0)`` and sets :attr:`result`.
+
+        ``record(event, label)`` is called right after each release: ``"tune:clip"`` for the
+        three histograms, ``"tune:start"`` for the DP-Adam steps."""
+        if self.noise_multipliers is None:
+            raise RuntimeError("DPAutoTune.configure() first")
+        nm_hist, nm_step, nm_count = self.noise_multipliers
+        events = []
+
+        def rec(label):
+            def _rec(ev):
+                events.append(ev)
+                if record is not None:
+                    record(ev, label)
+            return _rec
+
+        z = data_free_start(lik, z)
+        # phase 1: the scale of the per-example gradients at the data-free start
+        (c0,), _ = private_quantiles(lik, z, (self.grad_quantile,), nm_hist, noise, relation, rec("tune:clip"))
+        n = getattr(lik, "global_num_rows", lik.num_rows)
+        z = z.detach().clone()
+        m, v = torch.zeros_like(z), torch.zeros_like(z)
+        b1, b2 = self.betas  # Kingma & Ba 2015, Alg. 1
+        lr0, lr1 = self.learning_rate
+        tail_from = self.num_steps - max(1, self.num_steps // 3)
+        z_sum, tail = torch.zeros_like(z), 0
+        # two adaptive clips, for the two quantiles: [grad_quantile, llr_quantile]; the steps use
+        # the higher one (a clip below most rows' norms moves the fixed point of clipped ascent)
+        clips, quantiles, clip_sums = [c0, c0], (self.grad_quantile, self.llr_quantile), [0.0, 0.0]
+        for t in range(self.num_steps):
+            lr = _learning_rate(t, self.num_steps, lr0, lr1)  # data-free schedule
+            norms = _row_norms(lik, z)  # reads the data (private: released only as counts) ...
+            _, cs = lik.clipped_grad_sum(z, clips[1])  # ... and the clipped sum ...
+            rel = clipped_sum_with_noise(cs, clips[1], nm_step, noise, relation)  # ... released here
+            rec("tune:start")(rel.event)
+            for j in range(2):
+                clips[j] = _adapt_clip(norms, clips[j], quantiles[j], n, nm_count, noise, relation,
+                                       rec("tune:clip"))
+            # ascent direction of the tempered log posterior per row (post-processing; prior data-free)
+            g = (lik.temperature * rel.value + lik.grad_log_prior(z)) / n
+            m = b1 * m + (1 - b1) * g
+            v = b2 * v + (1 - b2) * g * g
+            step = lr * (m / (1 - b1 ** (t + 1))) / (torch.sqrt(v / (1 - b2 ** (t + 1))) + 1e-300)
+            z_new = (z + step).detach()
+            if bool(torch.isfinite(z_new).all()):  # post-processing of released values
+                z = z_new
+            if t >= tail_from:  # Polyak-Ruppert averaging of the last third (Polyak & Juditsky 1992)
+                z_sum, tail = z_sum + z, tail + 1
+                clip_sums = [clip_sums[j] + math.log(clips[j]) for j in range(2)]
+        z = z_sum / tail
+        clip_g, clip_l = (math.exp(c / tail) for c in clip_sums)  # geometric means over the last third
+        self.result = TuneResult(z, clip_g, clip_l, clip_l)
+        return z, events, 0.0
+
+
+def data_free_start(lik, z: torch.Tensor) -> torch.Tensor:
+    r"""The start of the tuning: of ``z`` (the kernel's data-free start, e.g.
+    :func:`init_to_center`) and the origin of unconstrained space (unit scales, uniform
+    simplexes, interval midpoints), the one with the higher prior density
+    :math:`\log p(	heta)+\log|\det J|`. A prior mean can lie where the prior has almost no
+    mass (the thesis banana's :math:`E	heta_2 = -a\sigma_0^2 = -20000`, while its mode is the
+    origin); comparing two fixed points is data-free and, unlike a search for the prior's mode,
+    cannot run off to infinity on a hierarchical (funnel) prior.
+    """
+    best, best_lp = z, float(lik.log_prior(z))
+    origin = torch.zeros_like(z)
+    lp = float(lik.log_prior(origin))
+    if math.isfinite(lp) and not lp <= best_lp:  # also replaces a start of non-finite density
+        best = origin
+    return best
+
+
+def _adapt_clip(norms, clip, quantile, n, noise_multiplier, noise, relation, record) -> float:
+    r"""One step of the adaptive clip of Andrew et al. 2021, Alg. 1: release the number of rows
+    whose norm is at most ``clip`` (a non-finite norm is not counted: the per-row rule) with
+    :func:`~pyro_dp.mechanisms.noisy_count`, and move the clip geometrically towards the
+    ``quantile`` :math:`\gamma`: :math:`C \leftarrow C\exp(-\eta_C(b-\gamma))`, with
+    :math:`b-\gamma` scaled by the room on its side (:math:`1-\gamma` above, :math:`\gamma`
+    below) so that a high quantile is approached as fast from above as from below."""
+    below = (torch.isfinite(norms) & (norms <= clip)).sum()
+    cnt = noisy_count(below, noise_multiplier, noise, relation)
+    record(cnt.event)
+    frac = min(max(float(cnt.value) / n, 0.0), 1.0)  # post-processing
+    gap = frac - quantile
+    return clip * math.exp(-_CLIP_RATE * gap / ((1.0 - quantile) if gap > 0 else quantile))
+
+
+def mcmc_run_length(frame=None) -> Optional[dict]:
+    """The run lengths of the :class:`pyro.infer.MCMC` (or ``StreamingMCMC``) whose run is
+    calling the kernel, read from the call stack: ``{"warmup_steps", "num_samples",
+    "num_chains"}`` (``num_chains`` absent in a spawned worker process, where only Pyro's
+    ``_gen_samples`` frame is on the stack), or ``None`` outside such a run. Public settings,
+    no data.
+    """
+    from pyro.infer.mcmc.api import AbstractMCMC, _gen_samples
+
+    f = frame if frame is not None else sys._getframe(1)
+    out = None
+    while f is not None:
+        loc = f.f_locals
+        if f.f_code is _gen_samples.__code__ and out is None:
+            out = {"warmup_steps": int(loc["warmup_steps"]), "num_samples": int(loc["num_samples"])}
+        owner = loc.get("self")
+        if isinstance(owner, AbstractMCMC) and hasattr(owner, "num_samples"):
+            out = dict(out or {})
+            out.setdefault("warmup_steps", int(owner.warmup_steps))
+            out.setdefault("num_samples", int(owner.num_samples))
+            out["num_chains"] = int(owner.num_chains)
+            return out
+        f = f.f_back
+    return out
