@@ -7,27 +7,37 @@ shards by rows: each rank clips and sums its own rows, and one ``all_reduce(SUM)
 forms the total. What each rank holds afterwards is the *released* value, identical everywhere:
 
 * **The noise is added inside the all-reduce, once.** Rank 0 draws the Gaussian noise from its
-  secret stream (:class:`~pyro_dp.mechanisms.NoiseSource`, OS-seeded) and adds it to its own
-  local sum before the reduction; the other ranks contribute their local sums. The result,
-  total + noise, is exactly the single-process release (same distribution; the same value for
-  the same noise seed, up to the order of summation). No rank ever sees the noise-free total of
-  other ranks' rows: rank 0 knows its noise and its own shard, the others know their own shard
-  and the released value. Ranks are inside the data holder's trust boundary (they hold raw
-  rows); this design additionally keeps each shard's exact clipped sums from the other shards.
-* **Data-free randomness is identical on every rank**: the kernel's ``seed`` (broadcast from
-  rank 0 at set-up when the user gave none) seeds proposals, momenta and accept uniforms, so
-  every rank takes the same decisions from the same released values with no further
-  communication, and every rank records the same ledger: ``get_epsilon`` is the same everywhere.
+  secret stream (:class:`~pyro_dp.mechanisms.NoiseSource`, seeded from the operating system on
+  rank 0, never from the shared data-free ``seed``) and adds it to its own local sum before the
+  reduction; the other ranks contribute their local sums. The result, total + noise, is exactly
+  the single-process release (same distribution and the same ledger event; the same value for
+  the same noise seed, up to the order of summation). The noise stays secret because it never
+  leaves rank 0 on its own: it is not stored, not sent, not derived from anything shared, and
+  every value another rank receives already contains it. (The alternative, a secret noise seed
+  agreed at set-up, would send a secret over the wire and let every rank remove the noise.)
+* **Trust boundary.** The guarantee is about what the job releases (the chain, the released
+  sums, the diagnostics), exactly as for one process. Ranks hold raw rows and are inside the
+  data holder's trust boundary; they are *not* protected from each other: rank 0 knows its
+  noise, its own sum and the released value, so it can compute the sum of the other ranks'
+  clipped sums exactly (with two ranks, rank 1's own), and depending on the reduction's
+  algorithm its messages may carry other ranks' partial sums without noise. For parties that
+  must not see each other's sums, see :class:`~pyro_dp.DPMultiPartyPenalty`.
+* **Data-free randomness is identical on every rank**: the kernel's ``seed`` (rank 0's,
+  broadcast at set-up, so ranks that drew their own default seeds agree) seeds proposals,
+  momenta and accept uniforms, so every rank takes the same decisions from the same released
+  values with no further communication, and every rank records the same ledger:
+  ``get_epsilon`` is the same everywhere.
 * **The global number of rows** (public) is agreed at set-up by an all-reduce of the shard sizes.
 * **Faults**: a rank that raises stops calling the collectives; the others fail in their next
-  all-reduce — with an error when the peer's process is gone, or after the process group's
-  ``timeout`` (``torch.distributed.init_process_group(timeout=...)``) — and since rank 0's noise
-  enters only through that all-reduce, nothing is released after the failure.
+  all-reduce — at once when the peer's process or connection is gone, or after the process
+  group's ``timeout`` (``torch.distributed.init_process_group(timeout=...)``) when it hangs — with
+  a ``RuntimeError`` that says so, raised before the release is formed or recorded: nothing is
+  released after the failure.
 
-Kernels that read batches (DP Barker, minibatch penalty, DP-Fast MH, DP-SGLD/SGNHT), the
-exponential-family and multi-party kernels and the default tuning path refuse ``distributed=True``
-with a clear message (their releases are not all plain sums, or batch selection would need a
-global draw); see ``docs/scaling_out.md``.
+Kernels that read batches (DP Barker, minibatch penalty, DP-Fast MH, DP-SGLD/SGNHT) and the
+exponential-family and multi-party kernels refuse ``distributed=True`` with a clear message
+(their releases are not all plain sums over rows, or batch selection would need a global draw);
+see ``docs/scaling_out.md``.
 """
 from __future__ import annotations
 
@@ -68,15 +78,26 @@ class Shards:
         """Sum of ``t`` over ranks (a new tensor; ``t`` is not modified)."""
         out = t.detach().clone().contiguous()
         if self.world_size > 1:
-            self._dist.all_reduce(out, op=self._dist.ReduceOp.SUM, group=self.group)
+            self._collective("all_reduce", out, op=self._dist.ReduceOp.SUM, group=self.group)
         return out
 
     def broadcast(self, t: torch.Tensor, src: int = 0) -> torch.Tensor:
         """Rank ``src``'s ``t`` on every rank (a new tensor)."""
         out = t.detach().clone().contiguous()
         if self.world_size > 1:
-            self._dist.broadcast(out, src=src, group=self.group)
+            self._collective("broadcast", out, src=src, group=self.group)
         return out
+
+    def _collective(self, name: str, t: torch.Tensor, **kwargs) -> None:
+        """Run ``torch.distributed.<name>`` in place on ``t``; a failure (a peer that raised, died or
+        timed out) raises ``RuntimeError`` saying so, before anything is released on this rank."""
+        try:
+            getattr(self._dist, name)(t, **kwargs)
+        except Exception as e:  # gloo/NCCL errors: RuntimeError, DistBackendError, timeouts
+            raise RuntimeError(
+                f"pyro_dp.distributed: {name} failed on rank {self.rank} of {self.world_size} (a peer rank "
+                f"raised, died or timed out); this rank stops here and releases nothing more. Cause: {e}"
+            ) from e
 
     def agree_int(self, value: int) -> int:
         """Rank 0's integer, on every rank (e.g. a seed drawn on each rank)."""
