@@ -593,6 +593,13 @@ class DPKernel(MCMCKernel):
         if self.distributed:  # every rank: the same data-free seed (rank 0's), before any draw
             from ..distributed import shards_for
 
+            chain = self._worker_chain_id()
+            if chain is not None and chain >= 0:  # a Pyro MCMC worker: outside the ranks' process group
+                raise RuntimeError(
+                    f"distributed=True: MCMC runs chain {chain} in a worker process, outside the process group "
+                    "of the ranks, whose decisions would then disagree; run one chain per job (or sequential "
+                    "chains) and launch more jobs for more chains (docs/scaling_out.md)")
+
             self._shards = shards_for(True, self._process_group)
             self.seed = self._shards.agree_int(self.seed)
         self._warmup_steps = int(warmup_steps)
