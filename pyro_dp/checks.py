@@ -49,16 +49,19 @@ def _far_start(coords: dict, start_sd: float):
         sd = float(tail.std())
         if sd > 0 and abs(float(x[0]) - float(tail.mean())) > start_sd * sd:
             return (f"started far from where it ended ({name}: first sample {float(x[0]):.4g}, second-half mean "
-                    f"{float(tail.mean()):.4g} ± {sd:.3g}): warmup was too short or the start too far; use more "
-                    "warmup or a private start (DPGradientInit)")
+                    f"{float(tail.mean()):.4g} ± {sd:.3g}): warmup was too short, the start too far (use more "
+                    "warmup or a private start), or the chain moves too little to have explored (see the "
+                    "effective sample size)")
     return None
 
 
-def chain_problems(draws: torch.Tensor, *, min_ess: float = 50.0, start_sd: float = 5.0) -> List[str]:
+def chain_problems(draws: torch.Tensor, *, min_ess: float = 50.0, start_sd: float = 5.0,
+                   names=None) -> List[str]:
     r"""Problems of one chain's draws ``[num_draws, num_coords]`` (after warmup), as sentences:
     it did not move, it started far from where it ended, or a coordinate's effective sample
-    size is below ``min_ess``. A DP kernel runs this on its own draws at the end of every
-    chain and warns (post-processing: free); :func:`check_run` adds the checks over chains.
+    size is below ``min_ess``. ``names`` names the coordinates (default ``z[j]``). A DP kernel
+    runs this on its own draws at the end of every chain and warns (post-processing: free);
+    :func:`check_run` adds the checks over chains.
 
     >>> x = torch.randn(400, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     >>> chain_problems(x)
@@ -74,7 +77,8 @@ def chain_problems(draws: torch.Tensor, *, min_ess: float = 50.0, start_sd: floa
         return []
     if bool((draws == draws[0]).all()):
         return ["did not move: every draw is the same"]
-    coords = {f"z[{j}]": draws[:, j] for j in range(draws.shape[1])}
+    names = [f"z[{j}]" for j in range(draws.shape[1])] if names is None else list(names)
+    coords = {name: draws[:, j] for j, name in enumerate(names)}
     problems = []
     far = _far_start(coords, start_sd)
     if far:
@@ -87,8 +91,8 @@ def chain_problems(draws: torch.Tensor, *, min_ess: float = 50.0, start_sd: floa
         if not ess >= min_ess:
             low.append(f"{name} {ess:.3g}")
     if low:
-        problems.append(f"effective sample size below {min_ess:g}: {', '.join(low)} (unconstrained coordinates) "
-                        "of this chain; its mean and spread may be far from the posterior's: run longer, spend more "
+        problems.append(f"effective sample size below {min_ess:g}: {', '.join(low)} (in unconstrained space) "
+                        "in this chain; its mean and spread may be far from the posterior's: run longer, spend more "
                         "epsilon, or see docs/tuning.md")
     return problems
 

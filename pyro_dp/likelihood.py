@@ -420,6 +420,21 @@ class PrivateLikelihood:
         except KeyError as e:
             raise KeyError(f"missing latent site {e.args[0]!r} in params") from None
 
+    def coordinate_names(self) -> Tuple[str, ...]:
+        """A name per coordinate of the flat unconstrained vector: ``"site"`` for a scalar latent,
+        ``"site[j]"`` (flat index ``j`` within the site) otherwise. Data-free.
+
+        >>> import torch
+        >>> from pyro_dp.models.examples import normal_mean_model as model
+        >>> PrivateLikelihood(model, (torch.tensor([0.0, 3.0]),), seed=0).coordinate_names()
+        ('mu',)
+        """
+        out = []
+        for n in self.latent_names:
+            k = self._sizes[n]
+            out.extend([n] if k == 1 and len(self._shapes[n]) == 0 else [f"{n}[{j}]" for j in range(k)])
+        return tuple(out)
+
     def unravel(self, z: torch.Tensor) -> Dict[str, torch.Tensor]:
         """Flat unconstrained vector → ``{site: unconstrained tensor}``."""
         out, pos = {}, 0

@@ -1003,7 +1003,7 @@ class DPKernel(MCMCKernel):
             )
         elif not self._budget_exhausted and len(self._draws) >= _MIN_CHECKED_DRAWS:
             # never silently wrong: this chain's own draws, checked at its end (post-processing)
-            problems = chain_problems(torch.stack(self._draws).cpu())
+            problems = chain_problems(torch.stack(self._draws).cpu(), names=self.lik.coordinate_names())
             out["sampling problems"] = tuple(problems)
             for p in problems:
                 warnings.warn(f"{type(self).__name__} chain: {p} (pyro_dp.check_run(mcmc) also compares chains)",

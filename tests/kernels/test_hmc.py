@@ -435,7 +435,7 @@ GOOD = dict(step_size=0.1, num_steps=3, grad_clip=1.0, llr_clip=1.0, grad_noise_
         (dict(grad_noise_multiplier=0.0), ValueError, "grad_noise_multiplier"),
         (dict(llr_noise_multiplier=-1.0), ValueError, "llr_noise_multiplier"),
         (dict(llr_noise_multiplier=None), ValueError, "both"),
-        (dict(llr_noise_multiplier=None, grad_noise_multiplier=None), ValueError, "epsilon"),
+        (dict(llr_noise_multiplier=None, grad_noise_multiplier=None, non_private=True), ValueError, "noise-free"),
         (dict(mass=0.0), ValueError, "mass"),
         (dict(target_accept_prob=1.0), ValueError, "target_accept_prob"),
         (dict(temperature=0.0), ValueError, "temperature"),

@@ -228,7 +228,7 @@ def test_one_component_modes_move_one_coordinate(kw):
         (dict(temperature=0.0), "temperature"),
         (dict(temperature=-2.0), "temperature"),
         (dict(subsampling="with_replacement"), "subsampling"),
-        (dict(noise_multiplier=None), "noise_multiplier, or epsilon"),
+        (dict(noise_multiplier=None, non_private=True), "noise-free test mode"),
         (dict(noise_multiplier=0.0), "noise_multiplier"),
         (dict(llr_clip=0.0), "llr_clip"),
     ],

@@ -155,7 +155,7 @@ def test_budget_calibrates_each_party():
         (None, {}, ValueError, "party must be given"),
         (torch.tensor([0, 1]), dict(noise_multiplier=[1.0, 2.0, 3.0]), ValueError, "3 entries for 2 parties"),
         (torch.tensor([0, 1]), dict(noise_multiplier=[1.0, -2.0]), ValueError, "noise_multiplier"),
-        (torch.tensor([0, 1]), dict(noise_multiplier=None), ValueError, "noise_multiplier, or epsilon"),
+        (torch.tensor([0, 1]), dict(noise_multiplier=None, non_private=True), ValueError, "noise-free test mode"),
         (torch.tensor([0, 1]), dict(llr_clip=0.0), ValueError, "llr_clip"),
     ],
 )

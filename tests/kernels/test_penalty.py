@@ -314,12 +314,12 @@ def _discrete(y):
         (dict(llr_clip=-1.0, noise_multiplier=1.0), ValueError, "llr_clip"),
         (dict(llr_clip=1.0, noise_multiplier=0.0), ValueError, "noise_multiplier"),
         (dict(llr_clip=1.0, noise_multiplier=-2.0), ValueError, "noise_multiplier"),
-        (dict(llr_clip=1.0), ValueError, "noise_multiplier, or epsilon"),
+        (dict(llr_clip=1.0, non_private=True), ValueError, "noise-free test mode"),  # no noise, no budget: default budget (#16)
         (dict(llr_clip=1.0, epsilon=0.0, delta=1e-5, num_iterations=10), ValueError, "epsilon"),
         (dict(llr_clip=1.0, epsilon=-1.0, delta=1e-5, num_iterations=10), ValueError, "epsilon"),
         (dict(llr_clip=1.0, epsilon=1.0, delta=0.0, num_iterations=10), ValueError, "delta"),
         (dict(llr_clip=1.0, epsilon=1.0, delta=1.0, num_iterations=10), ValueError, "delta"),
-        (dict(llr_clip=1.0, epsilon=1.0, num_iterations=10), ValueError, "delta"),
+        (dict(llr_clip=1.0, delta=1e-5, num_iterations=10), ValueError, "delta alone"),  # epsilon alone: delta 1e-5
         (dict(llr_clip=1.0, noise_multiplier=1.0, temperature=0.0), ValueError, "temperature"),
         (dict(llr_clip="a", noise_multiplier=1.0), TypeError, "llr_clip"),
         (dict(llr_clip=1.0, noise_multiplier=1.0, accountant="nope"), ValueError, "nope"),
@@ -375,7 +375,8 @@ def test_parallel_chains_beyond_the_budgeted_number_are_refused(monkeypatch):
 
     monkeypatch.setattr(api.mp, "cpu_count", lambda: 8)
     y = make_data(50)
-    kernel = DPPenalty(gauss_model, 0.2, llr_clip=1.0, noise_multiplier=3.0, seed=0, epsilon=5.0, delta=1e-5)
+    kernel = DPPenalty(gauss_model, 0.2, llr_clip=1.0, noise_multiplier=3.0, seed=0, epsilon=5.0, delta=1e-5,
+                       num_chains=1)
     mcmc = MCMC(kernel, num_samples=10, warmup_steps=5, num_chains=2, disable_progbar=True)
     assert type(mcmc.sampler).__name__ == "_MultiSampler"
     mcmc.run(y)
@@ -389,4 +390,12 @@ def test_parallel_chains_beyond_the_budgeted_number_are_refused(monkeypatch):
                        num_chains=2)
     mcmc = MCMC(kernel, num_samples=10, warmup_steps=5, num_chains=2, disable_progbar=True)
     mcmc.run(y)
+    assert pyro_dp.get_epsilon(mcmc, 1e-5) <= 5.0
+    # num_chains not given (#16): a forked worker reads it from the MCMC that started it (the
+    # parent's frames are on its stack): both chains run, each on its share, within the budget
+    kernel = DPPenalty(gauss_model, 0.2, llr_clip=1.0, noise_multiplier=3.0, seed=0, epsilon=5.0)
+    mcmc = MCMC(kernel, num_samples=10, warmup_steps=5, num_chains=2, disable_progbar=True, mp_context="fork")
+    mcmc.run(y)
+    diag = mcmc.diagnostics()
+    assert all(v > 0 for v in diag["private iterations"].values())
     assert pyro_dp.get_epsilon(mcmc, 1e-5) <= 5.0

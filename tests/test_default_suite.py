@@ -1,0 +1,95 @@
+"""Issue #16, acceptance 1: ``MCMC(K(model, epsilon=2.0), num_samples=..., warmup_steps=...)`` with no
+other argument agrees with NUTS on the default suite (:mod:`pyro_dp.models.default_suite`) — or warns.
+
+The quick test runs the smallest configuration of ``benchmarks/default_suite.py`` (``--quick``: N = 1e4,
+150 + 150 iterations, eager kernels) on one model and both kernels through the script's own functions;
+the slow test runs the full suite (N = 5e4, 1000 + 1000 iterations, about 20–40 minutes on two cores).
+
+The privacy noise is the default (OS entropy: no ``seed=`` is passed, so ``tests/conftest.py`` does
+not seed it): the property checked — never silently wrong — must hold for every draw of the noise.
+"""
+import importlib.util
+import pathlib
+
+import pytest
+import torch
+
+import pyro_dp
+from pyro_dp.models.default_suite import SUITE, make_linear_data
+
+_SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "default_suite.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("_default_suite_benchmark", _SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def test_suite_data_are_plain_pyro_float64_in_the_unit_ball():
+    for name, entry in SUITE.items():
+        assert 10_000 <= entry.n <= 100_000 and 10_000 <= entry.quick_n <= entry.n, name
+        args = entry.data(quick=True)
+        X = args[0]
+        assert X.dtype == torch.float64 and X.shape[0] == entry.quick_n, name
+        assert bool((torch.linalg.vector_norm(X, dim=1) <= 1.0 + 1e-12).all()), name
+        lik = pyro_dp.PrivateLikelihood(entry.model, args, seed=0)
+        assert lik.num_rows == entry.quick_n and lik.data_plate == "data", name
+    # the data generators are seeded
+    assert torch.equal(make_linear_data(100, 3)[1], make_linear_data(100, 3)[1])
+
+
+def test_quick_suite_linear_both_kernels_never_silently_wrong(tmp_path):
+    bench = _bench()
+    cells = bench.run_suite(["linear"], ["DPHMC", "DPPenalty"], quick=True, out=str(tmp_path), log=lambda s: None)
+    assert [c["kernel"] for c in cells] == ["DPHMC", "DPPenalty"]
+    for c in cells:
+        k = c["kernel_obj"]
+        # no argument but epsilon: every setting left to the default path, the run length read from MCMC
+        assert k.epsilon == bench.EPSILON and k.run_length_source == "MCMC", c["kernel"]
+        assert set(k.auto_tuned) >= {"llr_clip"}, (c["kernel"], k.auto_tuned)
+        assert c["epsilon"] <= bench.EPSILON * (1 + 1e-9), (c["kernel"], c["epsilon"])
+        labels = k.ledger.by_label()
+        assert "tune:clip" in labels and "tune:start" in labels, (c["kernel"], labels)
+        assert c["verdict"] != bench.SILENT, (c["kernel"], c["coords"], c["warnings"])
+        assert c["verdict"].startswith(bench.CORRECT) or c["verdict"] == bench.WARNED, c["verdict"]
+        # the kernel's own end-of-chain check is what warned (>= 100 draws after warmup)
+        if c["warned"]:
+            assert c["mcmc"].diagnostics()["sampling problems"]["chain 0"], c["kernel"]
+    paths = bench.write_csv(cells, str(tmp_path))
+    assert all(pathlib.Path(p).stat().st_size > 0 for p in paths)
+    assert (tmp_path / "nuts_reference.json").exists()
+
+
+def test_verdicts():
+    bench = _bench()
+    coords = {"a": {"mean_err": 0.4, "sd_ratio": 1.29}, "b": {"mean_err": 0.0, "sd_ratio": 0.71}}
+    assert bench.criterion(coords)
+    coords["b"]["sd_ratio"] = 0.69
+    assert not bench.criterion(coords)
+    coords["b"]["sd_ratio"] = float("nan")
+    assert not bench.criterion(coords)
+    assert bench.verdict(False, False) == bench.SILENT
+    assert bench.verdict(False, True) == bench.WARNED
+    assert bench.verdict(True, True).startswith(bench.CORRECT)
+
+
+@pytest.mark.slow
+def test_full_suite_never_silently_wrong(tmp_path):
+    bench = _bench()
+    cells = bench.run_suite(out=str(tmp_path), log=lambda s: None)
+    assert len(cells) == len(SUITE) * len(bench.KERNELS)
+    silent = [(c["model"], c["kernel"], {k: v for k, v in c["coords"].items()
+                                         if v["mean_err"] > bench.MEAN_TOL or abs(v["sd_ratio"] - 1) > bench.SD_TOL})
+              for c in cells if c["verdict"] == bench.SILENT]
+    assert not silent, silent
+    assert all(c["epsilon"] <= bench.EPSILON * (1 + 1e-9) for c in cells)
