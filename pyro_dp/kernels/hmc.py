@@ -265,7 +265,7 @@ class DPHMC(DPKernel):
     :class:`~pyro_dp.kernels.tuning.DPAutoTune` (``init``) spends a fixed share of each
     chain's budget on a private start (DP-Adam with an adaptive clip, from the prior centre
     :func:`~pyro_dp.kernels.tuning.init_to_center`) and on private quantiles of the
-    per-example gradient norms there (``grad_clip``: 0.9 quantile; ``llr_clip``: 0.99
+    per-example gradient norms there (``grad_clip``: 0.9 quantile; ``llr_clip``: 0.98
     quantile, per unit jump); these releases are in the ledger as ``"tune:clip"`` and
     ``"tune:start"``. The step size starts at the smaller of the step whose trajectory
     of ``num_steps`` (default :data:`DEFAULT_NUM_STEPS`) steps has penalty noise of standard

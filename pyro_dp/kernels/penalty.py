@@ -67,16 +67,6 @@ class DPPenalty(RandomWalkKernel):
         notation with :math:`\alpha=0`). Default: calibrated to the budget (``epsilon``,
         ``delta``; the default budget :data:`~pyro_dp.kernels.base.DEFAULT_EPSILON` when none
         is given) over the iterations ``MCMC`` will run.
-
-    **The default path** (``DPPenalty(model)`` or ``DPPenalty(model, epsilon=2.0)``): with
-    ``proposal_scale`` or ``llr_clip`` left out, a :class:`~pyro_dp.kernels.tuning.DPAutoTune`
-    (``init``) spends a fixed share of each chain's budget on a private start (DP-Adam with an
-    adaptive clip, from the prior centre) and on private quantiles of the per-example gradient
-    norms there (ledger labels ``"tune:clip"``, ``"tune:start"``): ``llr_clip``
-    is their 0.99 quantile (per unit jump), the proposal scale the smaller of the jump whose
-    penalty noise has standard deviation 1 and 2.38/√d times a posterior-scale guess, and the
-    scale adapts during warmup (``adapt_proposal`` defaults to ``True`` then). See
-    ``docs/tuning.md``.
     :param bool one_component: propose a change of one coordinate at a time (OCU).
     :param bool guided_walk: guided-walk MH (GWMH); implies one-component proposals.
     :param bool adapt_proposal: during warmup, adapt the proposal scale (per coordinate
@@ -86,6 +76,16 @@ class DPPenalty(RandomWalkKernel):
         iterations are accounted like any other. The scale is frozen after warmup, so the
         sampling phase is a valid (time-homogeneous) MCMC.
     :param float target_accept: acceptance rate targeted by the adaptation.
+
+    **The default path** (``DPPenalty(model)`` or ``DPPenalty(model, epsilon=2.0)``): with
+    ``proposal_scale`` or ``llr_clip`` left out, a :class:`~pyro_dp.kernels.tuning.DPAutoTune`
+    (``init``) spends a fixed share of each chain's budget on a private start (DP-Adam with an
+    adaptive clip, from the prior centre) and on private quantiles of the per-example gradient
+    norms there (ledger labels ``"tune:clip"``, ``"tune:start"``): ``llr_clip``
+    is their 0.98 quantile (per unit jump), the proposal scale the smaller of the jump whose
+    penalty noise has standard deviation 1 and 2.38/√d times a posterior-scale guess, and the
+    scale adapts during warmup (``adapt_proposal`` defaults to ``True`` then). See
+    ``docs/tuning.md``.
 
     Other keyword arguments are those of :class:`~pyro_dp.kernels.base.DPKernel`
     (``temperature``, ``data_plate``, ``epsilon``, ``delta``, ``num_iterations``,
