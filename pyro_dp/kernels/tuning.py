@@ -234,8 +234,8 @@ class DPAutoTune:
     :param float share: share of each chain's budget (Gaussian-DP :math:`\mu^2`) to spend.
     :param float histogram_share: share of that for the histogram (:data:`COUNT_SHARE` goes to
         the adaptive clips' counts, the rest to the steps).
-    :param tuple learning_rate: Adam's learning rate in unconstrained units, decaying
-        geometrically from the first value to the second.
+    :param tuple learning_rate: Adam's learning rate in unconstrained units: the first value
+        for the first half of the steps, then a geometric decay to the second.
     :param float grad_quantile: quantile of the norms used as gradient clip.
     :param float llr_quantile: quantile of the norms used as ratio clip (per unit jump), and
         as the clip of the DP-Adam steps.
@@ -296,8 +296,8 @@ class DPAutoTune:
         if epsilon is None:
             raise ValueError("DPAutoTune needs the kernel's budget (epsilon, delta) or explicit noise_multipliers")
         mu2 = gdp_mu(epsilon, delta) ** 2 / num_chains * self.share  # this chain's tuning share of μ²
-        # μ² = Σ 1/nm² (Dong, Roth & Su 2022 Cor. 3.3): 2 histograms, num_steps gradient sums
-        # and num_steps counts, each group with its share of this chain's tuning μ²
+        # μ² = Σ 1/nm² (Dong, Roth & Su 2022 Cor. 3.3): one histogram, num_steps gradient sums
+        # and 2 num_steps counts, each group with its share of this chain's tuning μ²
         step_share = 1.0 - self.histogram_share - COUNT_SHARE
         if step_share <= 0:
             raise ValueError(f"histogram_share must be below {1.0 - COUNT_SHARE}, got {self.histogram_share}")
@@ -316,7 +316,7 @@ class DPAutoTune:
         """Tune from ``z``; returns ``(z_start, events, 0.0)`` and sets :attr:`result`.
 
         ``record(event, label)`` is called right after each release: ``"tune:clip"`` for the
-        three histograms, ``"tune:start"`` for the DP-Adam steps."""
+        histogram and the adaptive clips' counts, ``"tune:start"`` for the DP-Adam steps."""
         if self.noise_multipliers is None:
             raise RuntimeError("DPAutoTune.configure() first")
         nm_hist, nm_step, nm_count = self.noise_multipliers
