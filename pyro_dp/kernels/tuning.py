@@ -63,7 +63,15 @@ import torch
 from pyro.infer.autoguide.initialization import init_to_median
 
 from ..accounting.gdp import gdp_mu
-from ..mechanisms import GaussianEvent, NonPrivateEvent, clipped_sum_with_noise, noisy_count, noisy_histogram
+from ..mechanisms import (
+    ClippedSum,
+    GaussianEvent,
+    NonPrivateEvent,
+    clip_and_sum,
+    clipped_sum_with_noise,
+    noisy_count,
+    noisy_histogram,
+)
 
 __all__ = [
     "DPAutoTune",
@@ -159,17 +167,32 @@ def _fraction(name, value) -> float:
     return float(value)
 
 
-def _row_norms(lik, z: torch.Tensor) -> torch.Tensor:
-    """Per-example gradient norms :math:`\\|\\nabla\\ell_i(z)\\|` of every local row (**private**:
-    only ever passed to a histogram release)."""
+def _row_gradients(lik, z: torch.Tensor):
+    """The per-example gradients of every local row, in chunks of at most ``_CHUNK_ROWS`` rows
+    (never N x D at once for large N). **Private**: only ever released through a mechanism."""
     n = lik.num_rows
     if n <= _CHUNK_ROWS or not lik.indexable:
-        return torch.linalg.vector_norm(lik.per_example_grad(z)[1], dim=-1)
-    parts = []
+        yield lik.per_example_grad(z)[1]
+        return
     for start in range(0, n, _CHUNK_ROWS):
-        idx = torch.arange(start, min(start + _CHUNK_ROWS, n), device=lik.device)
-        parts.append(torch.linalg.vector_norm(lik.per_example_grad(z, idx)[1], dim=-1))
-    return torch.cat(parts)
+        yield lik.per_example_grad(z, torch.arange(start, min(start + _CHUNK_ROWS, n), device=lik.device))[1]
+
+
+def _row_norms(lik, z: torch.Tensor) -> torch.Tensor:
+    """Per-example gradient norms :math:`\\|\\nabla\\ell_i(z)\\|` of every local row (**private**:
+    only ever passed to a histogram or count release)."""
+    return torch.cat([torch.linalg.vector_norm(g, dim=-1) for g in _row_gradients(lik, z)])
+
+
+def _norms_and_clipped_sum(lik, z: torch.Tensor, clip) -> Tuple[torch.Tensor, ClippedSum]:
+    """The per-example gradient norms and :func:`~pyro_dp.mechanisms.clip_and_sum` of the same
+    gradients (the per-row rule, the clip, the sum), from one pass over them. **Private**."""
+    norms, total, num_clipped, num_rows = [], 0, 0, 0
+    for g in _row_gradients(lik, z):
+        norms.append(torch.linalg.vector_norm(g, dim=-1))
+        cs = clip_and_sum(g, clip)
+        total, num_clipped, num_rows = total + cs.total, num_clipped + cs.num_clipped, num_rows + cs.num_rows
+    return torch.cat(norms), ClippedSum(total, num_clipped, num_rows)
 
 
 def private_quantiles(lik, z, quantiles, noise_multiplier, noise, relation="substitute", record=None):
@@ -344,9 +367,9 @@ class DPAutoTune:
         clips, quantiles, clip_sums = [c0, c0], (self.grad_quantile, self.llr_quantile), [0.0, 0.0]
         for t in range(self.num_steps):
             lr = _learning_rate(t, self.num_steps, lr0, lr1)  # data-free schedule
-            norms = _row_norms(lik, z)  # reads the data (private: released only as counts) ...
-            _, cs = lik.clipped_grad_sum(z, clips[1])  # ... and the clipped sum ...
-            rel = clipped_sum_with_noise(cs, clips[1], nm_step, noise, relation)  # ... released here
+            # reads the data (private: the norms are released only as counts, the sum as below)
+            norms, cs = _norms_and_clipped_sum(lik, z, clips[1])
+            rel = clipped_sum_with_noise(cs, clips[1], nm_step, noise, relation)  # released here
             rec("tune:start")(rel.event)
             for j in range(2):
                 clips[j] = _adapt_clip(norms, clips[j], quantiles[j], n, nm_count, noise, relation,
@@ -372,8 +395,8 @@ def data_free_start(lik, z: torch.Tensor) -> torch.Tensor:
     r"""The start of the tuning: of ``z`` (the kernel's data-free start, e.g.
     :func:`init_to_center`) and the origin of unconstrained space (unit scales, uniform
     simplexes, interval midpoints), the one with the higher prior density
-    :math:`\log p(	heta)+\log|\det J|`. A prior mean can lie where the prior has almost no
-    mass (the thesis banana's :math:`E	heta_2 = -a\sigma_0^2 = -20000`, while its mode is the
+    :math:`\log p(\theta)+\log|\det J|`. A prior mean can lie where the prior has almost no
+    mass (the thesis banana's :math:`E\theta_2 = -a\sigma_0^2 = -20000`, while its mode is the
     origin); comparing two fixed points is data-free and, unlike a search for the prior's mode,
     cannot run off to infinity on a hierarchical (funnel) prior.
     """
