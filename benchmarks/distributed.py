@@ -119,6 +119,8 @@ def _worker(rank, world, port, rows, iters, out):
     if rank == 0:
         torch.save(dict(per_it=statistics.median(times), allreduce=spent[0] / iters, latency=latency,
                         releases=k.ledger.num_releases), out)
+    if world > 1:
+        dist.barrier()  # no rank tears its connections down while a peer is still using them
     dist.destroy_process_group()
 
 

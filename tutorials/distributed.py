@@ -121,22 +121,26 @@ def run(rank, world):
 TIMEOUT = datetime.timedelta(seconds=120)
 
 
+def _run_and_close(rank, world):
+    """Run, then tear the group down only once every rank has finished: a rank that closed its
+    connections while a peer was still in its last collective could abort that peer (gloo)."""
+    try:
+        run(rank, world)
+        tdist.barrier()
+    finally:
+        tdist.destroy_process_group()
+
+
 def _spawned(rank, world, port):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     tdist.init_process_group("gloo", rank=rank, world_size=world, timeout=TIMEOUT)
-    try:
-        run(rank, world)
-    finally:
-        tdist.destroy_process_group()
+    _run_and_close(rank, world)
 
 
 if __name__ == "__main__":
     if "RANK" in os.environ:  # started by torchrun
         tdist.init_process_group("gloo", timeout=TIMEOUT)
-        try:
-            run(tdist.get_rank(), tdist.get_world_size())
-        finally:
-            tdist.destroy_process_group()
+        _run_and_close(tdist.get_rank(), tdist.get_world_size())
     else:  # plain python: two local gloo processes
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
