@@ -361,6 +361,18 @@ class CompiledLikelihood:
         out = self._call("clipped_ratio_sum[idx]", fused, (z_new, old, clip_t, padded, valid), size)
         return out if out is None else (out[0][:b], out[1], ClippedSum(*out[2:]))
 
+    def clipped_difference_sum(self, ll_new, ll_old, clip):
+        """:func:`~pyro_dp.mechanisms.clip_and_sum` of ``ll_new - ll_old`` in one graph (DP-HMC's
+        ratio release, whose new log-likelihoods come from the trajectory's last gradient pass)."""
+        clip_t = torch.as_tensor(clip, dtype=ll_new.dtype, device=ll_new.device)
+
+        def fused(new, old, c):
+            cs = clip_and_sum(new - old, c)
+            return cs.total, cs.num_clipped, cs.num_rows
+
+        out = self._call("clipped_difference_sum", fused, (ll_new, ll_old, clip_t))
+        return out if out is None else ClippedSum(*out)
+
     def _clipped_idx(self, fused, z, clip_t, idx, bucket=None):
         b = int(idx.numel())
         padded, valid, size = self._padded(idx, z.dtype, bucket)

@@ -640,6 +640,27 @@ class PrivateLikelihood:
         ll_new, lp_new = self._eager_loglik_and_prior(z_new, idx)
         return ll_new, lp_new, clip_and_sum(ll_new - ll_old, clip)
 
+    def clipped_difference_sum(self, ll_new: torch.Tensor, ll_old: torch.Tensor, clip) -> "ClippedSum":
+        r"""The per-example log-likelihood ratios ``ll_new - ll_old`` (both computed by this
+        likelihood for the same rows) passed through :func:`~pyro_dp.mechanisms.clip_and_sum`
+        (the per-row rule, the clip to ``[-clip, clip]`` and the sum), for
+        :func:`~pyro_dp.mechanisms.clipped_sum_with_noise`: DP-HMC's ratio release, whose
+        :math:`\ell_i(\theta')` come from the trajectory's last gradient pass. One graph on
+        the compiled path. **Reads the data** (through its arguments).
+
+        >>> import torch
+        >>> from pyro_dp.models.examples import normal_mean_model as model
+        >>> lik = PrivateLikelihood(model, (torch.tensor([0.0, 3.0]),), seed=0)
+        >>> cs = lik.clipped_difference_sum(torch.tensor([-0.5, 2.5]), torch.zeros(2), clip=2.0)
+        >>> cs.total, int(cs.num_clipped)  # ratios -0.5 and 2.5, the second clipped to 2
+        (tensor(1.5000), 1)
+        """
+        if self.compiled is not None:
+            out = self.compiled.clipped_difference_sum(ll_new, ll_old, clip)
+            if out is not None:
+                return out
+        return clip_and_sum(ll_new - ll_old, clip)
+
     def _eager_per_example_grad(self, z, idx):
         if self._indexable:
             rows = idx if idx is not None else torch.arange(self.num_rows, device=self.device)

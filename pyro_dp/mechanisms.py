@@ -62,6 +62,7 @@ __all__ = [
     "sample_without_replacement",
     "poisson_subsample",
     "NoisyRelease",
+    "finite_row_mask",
     "finite_rows",
     "finite_scalars",
     "clip_rows",
@@ -603,6 +604,23 @@ class NoisyRelease(NamedTuple):
     clipped_fraction: float
 
 
+def finite_row_mask(values: torch.Tensor) -> torch.Tensor:
+    r"""``torch.isfinite(values).all(-1)`` for ``[..., D]`` rows, written as
+    :math:`\sum_j (x_j - x_j) = 0`: exact in IEEE arithmetic (:math:`x - x` is 0 for finite
+    :math:`x` and NaN for NaN and :math:`\pm\infty`, and a sum with a NaN is NaN). Unlike
+    ``torch.isfinite`` and an AND of boolean masks, the compiler of the compiled path vectorises
+    it (inductor on the CPU, 10^5 rows of two float64 columns: the per-row rule, clip and sum in
+    0.2 ms instead of 0.6 ms). (Not :math:`0\cdot x`: inductor folds ``x * 0`` to 0, which is
+    wrong for NaN and :math:`\pm\infty`; ``tests/test_compiled.py`` checks the compiled rule on
+    non-finite rows.) The per-row rule uses it.
+
+    >>> import torch
+    >>> finite_row_mask(torch.tensor([[0.0, -3e38], [float("nan"), 1.0], [2.0, float("inf")]]))
+    tensor([ True, False, False])
+    """
+    return (values - values).sum(-1) == 0
+
+
 def finite_rows(values: torch.Tensor) -> torch.Tensor:
     r"""The per-row rule for vector terms: a row with any non-finite entry (NaN, ±inf)
     becomes the zero row. Applied by :func:`clip_rows` before clipping, so every released
@@ -615,7 +633,7 @@ def finite_rows(values: torch.Tensor) -> torch.Tensor:
             [2., 3.],
             [0., 0.]])
     """
-    ok = torch.isfinite(values).all(-1, keepdim=True)
+    ok = finite_row_mask(values).unsqueeze(-1)
     return torch.where(ok, values, torch.zeros_like(values))
 
 
@@ -631,7 +649,7 @@ def finite_scalars(values: torch.Tensor, clip) -> torch.Tensor:
     tensor([ 0.0000,  2.0000, -2.0000,  0.5000])
     """
     clip_t = torch.as_tensor(clip, dtype=values.dtype, device=values.device)
-    values = torch.where(torch.isnan(values), torch.zeros_like(values), values)
+    values = torch.where(values != values, torch.zeros_like(values), values)  # NaN != NaN (IEEE)
     return torch.maximum(torch.minimum(values, clip_t), -clip_t)
 
 
@@ -648,7 +666,7 @@ def clip_rows(values: torch.Tensor, clip) -> Tuple[torch.Tensor, torch.Tensor]:
     (tensor([[0.6000, 0.8000],
             [0.0000, 0.0000]]), tensor([ True, False]))
     """
-    finite = torch.isfinite(values).all(-1)
+    finite = finite_row_mask(values)
     values = finite_rows(values)
     norms = torch.linalg.vector_norm(values, dim=-1)
     clip_t = torch.as_tensor(clip, dtype=values.dtype, device=values.device)
@@ -726,9 +744,10 @@ def clip_and_sum_columns(columns: Sequence[torch.Tensor], clip, valid: Optional[
     columns = list(columns)
     if not columns or any(c.dim() != 1 or c.shape != columns[0].shape for c in columns):
         raise ValueError("columns must be a non-empty sequence of [B] tensors of one shape")
-    finite = torch.isfinite(columns[0])
+    probe = columns[0] - columns[0]  # finite_row_mask, column by column: 0 iff every entry is finite
     for c in columns[1:]:
-        finite = finite & torch.isfinite(c)
+        probe = probe + (c - c)
+    finite = probe == 0
     zero = torch.zeros_like(columns[0])
     columns = [torch.where(finite, c, zero) for c in columns]  # finite_rows, column by column
     sq = columns[0] * columns[0]

@@ -152,3 +152,50 @@ def test_bad_jit_options():
         PrivateLikelihood(gauss_model, (make_data(5),), jit_compile=True, jit_options={"backend": "nope"})
     with pytest.raises(ValueError, match="jit_compile=True"):
         pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=1.0, noise_multiplier=1.0, jit_options={"backend": "graph"})
+
+
+def _compiled(fn, *inputs):
+    """``fn`` traced with make_fx and compiled by inductor, as the compiled path does."""
+    from torch._inductor.compile_fx import compile_fx
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    return compile_fx(make_fx(fn)(*inputs), list(inputs))
+
+
+def test_compiled_per_row_rule_matches_eager_on_non_finite_rows():
+    """The per-row rule is written as arithmetic (``x - x == 0``) so that inductor vectorises it;
+    a compiler that folded ``x - x`` (or ``0 * x``, which inductor does fold) to 0 would let a NaN
+    or ±inf row into the released sum. Compiled and eager must agree on rows with NaN, ±inf,
+    overflowing norms and ordinary rows, for the column, row and scalar forms."""
+    from pyro_dp.mechanisms import clip_and_sum, clip_and_sum_columns
+
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(1000, generator=g, dtype=torch.float64), torch.randn(1000, generator=g, dtype=torch.float64)
+    a[3], b[7], a[11], b[11], a[20], b[20] = float("nan"), float("inf"), -float("inf"), float("nan"), 1e308, 1e308
+    c = torch.tensor(1.0, dtype=torch.float64)
+    forms = {
+        "columns": lambda x, y, c: tuple(clip_and_sum_columns([x, y], c)),
+        "rows": lambda x, y, c: tuple(clip_and_sum(torch.stack([x, y], -1), c)),
+        "scalars": lambda x, y, c: tuple(clip_and_sum(x, c)),
+    }
+    for name, fn in forms.items():
+        want, got = fn(a, b, c), _compiled(fn, a, b, c)(a, b, c)
+        assert bool(torch.isfinite(got[0]).all()), name
+        torch.testing.assert_close(got[0], want[0], rtol=1e-12, atol=1e-12, msg=name)
+        assert int(got[1]) == int(want[1]), name  # non-finite rows are counted as clipped
+    # the rule is not vacuous: without it, the NaN row reaches the sum
+    assert not bool(torch.isfinite((a * torch.clamp(c / a.abs(), max=1.0)).sum()))
+
+
+def test_clipped_difference_sum_compiled_equals_eager():
+    """DP-HMC's ratio release: the fused graph gives eager's clipped sum and count."""
+    y = make_data(200, seed=3)
+    eager = PrivateLikelihood(gauss_model, (y,), seed=0)
+    jit = PrivateLikelihood(gauss_model, (y,), seed=0, jit_compile=True)
+    old = eager.per_example_loglik(torch.tensor([0.1], dtype=torch.float64))
+    new = eager.per_example_loglik(torch.tensor([0.9], dtype=torch.float64))
+    new[5] = float("nan")  # the per-row rule: counted as clipped, contributes 0
+    want, got = eager.clipped_difference_sum(new, old, 0.3), jit.clipped_difference_sum(new, old, 0.3)
+    torch.testing.assert_close(got.total, want.total, rtol=1e-12, atol=1e-12)
+    assert int(got.num_clipped) == int(want.num_clipped) and int(got.num_rows) == 200
+    assert jit.compiled.num_compiled == 1

@@ -182,8 +182,9 @@ def hmc_step(
     llr_frac, noise_std, released = 0.0, 0.0, False
     if bool(torch.isfinite(z_new).all()) and bool(torch.isfinite(lp_new)):
         dist = torch.linalg.vector_norm(z_new - z)
-        ratios = ll_new - state.loglik  # NaN/±inf rows: the per-row rule inside the release
-        # Per-example ratios clipped to ±b_l‖θ'−θ‖: sensitivity 2 b_l‖θ'−θ‖ (thesis Thm 11 proof).
+        # Per-example ratios ℓ_i(θ')−ℓ_i(θ) clipped to ±b_l‖θ'−θ‖ (NaN/±inf rows: the per-row
+        # rule): sensitivity 2 b_l‖θ'−θ‖ (thesis Thm 11 proof). One fused graph when compiled.
+        ratios = lik.clipped_difference_sum(ll_new, state.loglik, llr_clip * dist)
         rel = clipped_sum_with_noise(ratios, llr_clip * dist, llr_noise_multiplier, noise)
         events.append(rel.event)
         llr_frac, noise_std, released = rel.clipped_fraction, float(rel.noise_std), True

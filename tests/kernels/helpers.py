@@ -30,13 +30,19 @@ def gauss_model_2d(y):
 
 class ClippedGradSum:
     """Mixin for closed-form stand-ins of PrivateLikelihood: ``clipped_grad_sum`` from their
-    ``per_example_grad`` and :func:`pyro_dp.mechanisms.clip_and_sum` (as the eager path)."""
+    ``per_example_grad``, and ``clipped_difference_sum``, by :func:`pyro_dp.mechanisms.clip_and_sum`
+    (as the eager path)."""
 
     def clipped_grad_sum(self, z, clip, idx=None):
         from pyro_dp.mechanisms import clip_and_sum
 
         ll, g = self.per_example_grad(z) if idx is None else self.per_example_grad(z, idx)
         return ll, clip_and_sum(g, clip)
+
+    def clipped_difference_sum(self, ll_new, ll_old, clip):
+        from pyro_dp.mechanisms import clip_and_sum
+
+        return clip_and_sum(ll_new - ll_old, clip)
 
 
 def posterior(y):
