@@ -235,7 +235,7 @@ def _gradient_init(m, i):  # the penalty step is nearly noise-only: the init's r
                              init=init)
 
 
-def _auto_tune(m, i):  # the default path's private tuning: 2 histograms, 1 count, 1 step (nm 4 each)
+def _auto_tune(m, i):  # the default path's private tuning: 1 histogram, 1 step and its 2 counts (nm 4 each)
     init = pyro_dp.DPAutoTune(num_steps=1, noise_multipliers=(4.0, 4.0, 4.0))
     return pyro_dp.DPPenalty(m, 0.1, llr_clip=CLIP, noise_multiplier=50.0, init_strategy=init_to_mean, seed=i,
                              init=init)

@@ -57,7 +57,7 @@ from ..likelihood import PrivateLikelihood
 from ..accounting import DEFAULT_ACCOUNTANT, calibrate, get_accountant
 from ..mechanisms import NoiseSource, PrivacyEvent, PrivacyLedger, ReproducibleNoiseWarning
 from .plan import PrivacyPlan, counts as _counts, within as _within
-from .tuning import DPAutoTune, mcmc_run_length
+from .tuning import DPAutoTune, mcmc_run_length, penalty_jump_length, posterior_scale_guess
 
 __all__ = ["DPKernel", "BudgetExhaustedWarning", "SamplingWarning", "PrivacyNotice", "ChainLedger", "ChainFailedError",
            "check_positive", "NONPRIVATE_PREFIX", "DEFAULT_EPSILON", "DEFAULT_DELTA", "DEFAULT_ITERATIONS"]
@@ -66,7 +66,7 @@ _logger = logging.getLogger("pyro_dp")
 
 
 #: The default path warns before a chain runs when the largest move its noise allows is below
-#: this fraction of the (guessed) posterior standard deviation (:meth:`DPKernel._warn_if_noise_limited`).
+#: this fraction of the (guessed) posterior standard deviation (:meth:`DPKernel._move_scales`).
 NOISE_LIMITED_RATIO = 0.25
 
 #: A chain checks its own draws after warmup (:func:`~pyro_dp.checks.chain_problems`) when it has
@@ -786,12 +786,19 @@ class DPKernel(MCMCKernel):
         """Take the settings a :class:`~pyro_dp.kernels.tuning.DPAutoTune` run found (kernels
         with a default path override it). Called at the first iteration of every chain."""
 
-    def _warn_if_noise_limited(self, jump: float, scale: float) -> None:
-        """Say before the chain runs when its budget lets each move cover less than
-        :data:`NOISE_LIMITED_RATIO` of the posterior's scale: ``jump`` is the move whose penalty
-        noise has standard deviation 1, ``scale`` a guess of the posterior standard deviation
-        (both post-processing of the tuning releases)."""
-        ratio = jump / scale
+    def _move_scales(self, result, noise_multiplier: float) -> Tuple[float, float]:
+        """``(jump, sd)`` from which the default path sets a kernel's step sizes, both
+        post-processing of the tuning releases (``result``, a
+        :class:`~pyro_dp.kernels.tuning.TuneResult`): ``jump`` is the move whose penalty noise
+        (``noise_multiplier``, the kernel's ``llr_clip``) has standard deviation 1
+        (:func:`~pyro_dp.kernels.tuning.penalty_jump_length`), ``sd`` a guess of the posterior
+        standard deviation from the gradient clip (:func:`~pyro_dp.kernels.tuning.posterior_scale_guess`).
+        Says before the chain runs when the budget lets each move cover less than
+        :data:`NOISE_LIMITED_RATIO` of that scale."""
+        n, T = getattr(self.lik, "global_num_rows", self.lik.num_rows), self.lik.temperature
+        jump = penalty_jump_length(noise_multiplier, self.llr_clip, T)
+        sd = posterior_scale_guess(result.grad_clip, n, self.lik.dim, T)
+        ratio = jump / sd
         if ratio < NOISE_LIMITED_RATIO:
             warnings.warn(
                 f"{type(self).__name__}: at this budget the privacy noise limits each move to about {ratio:.2g} "
@@ -800,6 +807,7 @@ class DPKernel(MCMCKernel):
                 "square root) or use more rows (docs/tuning.md)",
                 SamplingWarning, stacklevel=4,
             )
+        return jump, sd
 
     @property
     def _steps_allowed(self) -> Optional[int]:

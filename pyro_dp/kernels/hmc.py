@@ -50,7 +50,7 @@ from ..accounting.algorithms import dphmc_events, dphmc_max_iterations, dphmc_ma
 from ..mechanisms import clipped_sum_with_noise
 from .base import DPKernel, check_positive
 from .proposals import kinetic_energy, leapfrog, penalty_accept, penalty_log_accept_threshold, sample_momentum
-from .tuning import init_to_center, penalty_jump_length, posterior_scale_guess
+from .tuning import init_to_center
 
 #: Leapfrog steps per iteration when ``num_steps`` is not given (each costs one gradient release).
 DEFAULT_NUM_STEPS = 5
@@ -184,8 +184,9 @@ def hmc_step(
         dist = torch.linalg.vector_norm(z_new - z)
         # Per-example ratios ℓ_i(θ')−ℓ_i(θ) clipped to ±b_l‖θ'−θ‖ (NaN/±inf rows: the per-row
         # rule): sensitivity 2 b_l‖θ'−θ‖ (thesis Thm 11 proof). One fused graph when compiled.
-        ratios = lik.clipped_difference_sum(ll_new, state.loglik, llr_clip * dist)
-        rel = clipped_sum_with_noise(ratios, llr_clip * dist, llr_noise_multiplier, noise)
+        clip = llr_clip * dist
+        ratios = lik.clipped_difference_sum(ll_new, state.loglik, clip)
+        rel = clipped_sum_with_noise(ratios, clip, llr_noise_multiplier, noise)
         events.append(rel.event)
         llr_frac, noise_std, released = rel.clipped_fraction, float(rel.noise_std), True
         # Räisä et al. 2021 Thm 3.1 / thesis Alg. 3: ΔH = T ŝ + Δ log p + K(p_0) − K(p_L)
@@ -406,13 +407,9 @@ class DPHMC(DPKernel):
             if name in self.auto_tuned:
                 setattr(self, name, result.grad_clip if name == "grad_clip" else result.llr_clip)
         if "step_size" in self.auto_tuned:
-            d, T = self.lik.dim, self.lik.temperature
-            n = getattr(self.lik, "global_num_rows", self.lik.num_rows)
+            jump, sd = self._move_scales(result, self.llr_noise_multiplier)
             # a trajectory of L steps moves about L*eta*sqrt(d) (unit mass): its penalty noise sd ~ 1
-            jump = penalty_jump_length(self.llr_noise_multiplier, self.llr_clip, T)
-            sd = posterior_scale_guess(result.grad_clip, n, d, T)
-            eta = min(jump / (self.num_steps * math.sqrt(d)), sd)
-            self._warn_if_noise_limited(jump, sd)
+            eta = min(jump / (self.num_steps * math.sqrt(self.lik.dim)), sd)
             self.step_size = self._adapted_step_size = eta
             self._step_floor = eta / 10.0  # the adaptation may not shrink it further (no frozen chain)
 

@@ -29,7 +29,7 @@ from ..mechanisms import clipped_sum_with_noise
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease
 from .proposals import penalty_accept
-from .tuning import init_to_center, penalty_jump_length, posterior_scale_guess
+from .tuning import init_to_center
 
 __all__ = ["DPPenalty", "penalty_release"]
 
@@ -154,12 +154,9 @@ class DPPenalty(RandomWalkKernel):
             self.llr_clip = result.llr_clip
         if "proposal_scale" in self.auto_tuned:
             d = self.lik.dim if self.mode == "full" else 1  # coordinates one proposal moves
-            n, T = getattr(self.lik, "global_num_rows", self.lik.num_rows), self.lik.temperature
-            jump = penalty_jump_length(self.noise_multiplier, self.llr_clip, T)
+            jump, sd = self._move_scales(result, self.noise_multiplier)
             # Roberts, Gelman & Gilks 1997: random-walk scale 2.38/sqrt(d) x the posterior sd
-            sd = posterior_scale_guess(result.grad_clip, n, self.lik.dim, T)
             self.proposal_scale = min(jump / math.sqrt(d), 2.38 / math.sqrt(d) * sd)
-            self._warn_if_noise_limited(jump, sd)
 
     def _release(self, noise, state, z_new):
         return penalty_release(self.lik, noise, state, z_new, llr_clip=self.llr_clip,

@@ -7,13 +7,11 @@ import math
 import pyro
 import pyro.distributions as dist
 import pytest
-
-import pyro_dp
-import pyro_dp.kernels.base
 import torch
 from pyro.infer import MCMC
 from pyro.infer.autoguide.initialization import init_to_mean
 
+import pyro_dp.kernels.base
 import pyro_dp.kernels.expfam as expfam_mod
 from pyro_dp.kernels.expfam import (
     DPExpFamPenalty,
