@@ -10,18 +10,22 @@ the tempered problems :math:`Tn = n_0` so :math:`w = 1`), and proposal scales an
 step sizes are multiplied by :math:`w` (:func:`width_scale`). Clip bounds, batch sizes,
 ``L`` and masses are kept.
 
-**Privacy**: every kernel gets ``epsilon``, ``delta = 0.1/n`` (thesis §6.4) and a fixed
-``num_iterations`` and calibrates its own noise (DP penalty, DP-HMC with the thesis's
-ratio :math:`\tau_g/\tau_l`, minibatch penalty, DP-SGLD/SGNHT). DP Barker's noise is fixed
-by its test, so, as in the thesis code, its iteration count is what the budget allows
-(capped at the others' count). The thesis instead fixes the noise (:math:`\tau n^{1/2}`)
-and derives the iteration count from ε; at our smaller ``n`` that gives a handful of
-iterations (e.g. 5 at ε = 1, n = 10⁴), hence the change.
+**Privacy**: every kernel gets ``epsilon`` and ``delta = 0.1/n`` (thesis §6.4). Two schemes:
 
-**Warm-up**: the thesis discards the first half of each chain; we do the same and, for DP
-penalty and DP-HMC, use that half to adapt the proposal scale / step size from the thesis
-value (Robbins–Monro / dual averaging on the released accept decisions: post-processing,
-no extra privacy cost; the iterations are counted in the ledger).
+* **the thesis's** (``num_iterations=None``; the full experiments at the thesis's ``n``): the
+  noise is the thesis's :math:`\tau` and the chain runs the most iterations ε allows
+  (:func:`thesis_iterations`); the kernel calibrates its noise to that count, which gives
+  the thesis's :math:`\tau\sqrt n` (or slightly less), and the ledger is checked after the run;
+* **a fixed count** (quick mode, other experiments): the kernel calibrates its noise to a
+  given ``num_iterations`` (DP Barker, whose noise is fixed by its test, runs what the budget
+  allows, capped at the count). At a small ``n`` the thesis's scheme gives a handful of
+  iterations (e.g. 5 at ε = 1, n = 10⁴), hence this scheme there.
+
+**Warm-up**: the thesis discards the first half of each chain; we do the same. With
+``adapt=True`` (quick mode, where the thesis values were tuned at another ``n``) DP penalty and
+DP-HMC use that half to adapt the proposal scale / step size from the thesis value
+(Robbins–Monro / dual averaging on the released accept decisions: post-processing, no
+extra privacy cost; the iterations are counted in the ledger).
 """
 from __future__ import annotations
 
@@ -37,13 +41,11 @@ from ..accounting import max_iterations
 from ..accounting.subsampled import dp_barker_rdp
 from ._metrics import mean_error, variance_error
 
-__all__ = ["THESIS_PARAMS", "THESIS_N", "ALGORITHMS", "width_scale", "start_point", "make_kernel",
+__all__ = ["THESIS_PARAMS", "THESIS_N", "ALGORITHMS", "thesis_iterations", "width_scale", "start_point", "make_kernel",
            "run_chain", "exact_baseline", "to_device", "grid_cells"]
 
 #: fewest iterations a chain may have (Pyro's diagnostics need 4 kept draws after the half warm-up)
 MIN_ITERATIONS = 8
-
-_G30 = [20.0, 7.0] + [5.0] * 28  # thesis code gauss-30d per-coordinate proposal profile
 
 #: Table 6.1 ``n`` and tempering, the scale the thesis parameters were tuned at
 THESIS_N = {"flat-banana-2d": 100_000, "flat-banana-10d": 200_000, "tempered-banana-2d": 100_000,
@@ -51,55 +53,62 @@ THESIS_N = {"flat-banana-2d": 100_000, "flat-banana-10d": 200_000, "tempered-ban
             "correlated-gauss": 200_000, "circle": 100_000}
 _N0 = {"tempered-banana-2d": 1000, "tempered-banana-10d": 1000}
 
-#: problem -> algorithm -> thesis-code parameters (at :data:`THESIS_N`)
+#: problem -> algorithm -> thesis-code parameters (at :data:`THESIS_N`), from
+#: ``oraisa/masters-thesis`` at commit ``f859f56``, ``code/params/<algo>_<problem>.py`` with
+#: ``dpps`` = DP penalty, ``dppa`` = DP penalty OCU+GWMH, ``hmc``, ``barker``, ``mdpps`` =
+#: minibatch DP penalty, and the thesis's problem names ``easy-2d``/``easy-10d`` (flat bananas),
+#: ``tempered-2d``/``tempered-10d``, ``gauss-30d``, ``hard-2d`` (narrow banana),
+#: ``hard-gauss-2d`` (correlated Gauss) and ``circle``. ``tau`` (``tau_l``/``tau_g`` for HMC) is
+#: the thesis's noise scale: noise multiplier :math:`\tau\sqrt n` for the full-data releases
+#: (``dp_penalty.py``: ``sigma = tau * np.sqrt(n)``; ``hmc.py``), :math:`\sqrt\tau` for the
+#: minibatch penalty (``dp_penalty_minibatch.py``: ``sigma=np.sqrt(tau)``).
 THESIS_PARAMS: Dict[str, Dict[str, dict]] = {
     "flat-banana-2d": {
-        "dp_penalty": dict(prop=0.008, clip=2.0),
-        "dp_penalty_ocu_gwmh": dict(prop=0.008, clip=1.8),
+        "dp_penalty": dict(prop=0.008, clip=2.0, tau=0.1),
+        "dp_penalty_ocu_gwmh": dict(prop=0.008, clip=1.8, tau=0.1),
         "dp_hmc": dict(tau_l=0.1, tau_g=0.4, L=10, eta=0.0005, mass=1.0, r_clip=2.0, grad_clip=1.0),
         "dp_barker": dict(prop=0.008 * 0.1, batch=1300),
-        "minibatch_dp_penalty": dict(prop=0.001, clip=1.0, batch=1000),
+        "minibatch_dp_penalty": dict(prop=0.001, clip=1.0, batch=1000, tau=0.7),
     },
     "flat-banana-10d": {
-        "dp_penalty": dict(prop=0.0015, clip=2.0),
-        "dp_penalty_ocu_gwmh": dict(prop=0.0015, clip=3.0),
+        "dp_penalty": dict(prop=0.0015, clip=2.0, tau=0.1),
+        "dp_penalty_ocu_gwmh": dict(prop=0.0015, clip=3.0, tau=0.1),
         "dp_hmc": dict(tau_l=0.05, tau_g=0.2, L=10, eta=0.00015, mass=1.0, r_clip=2.5, grad_clip=3.0),
         "dp_barker": dict(prop=8 * 0.0001, batch=2600),
-        "minibatch_dp_penalty": dict(prop=0.0001, clip=3.0, batch=1000),
+        "minibatch_dp_penalty": dict(prop=0.0001, clip=3.0, batch=1000, tau=0.6),
     },
     "tempered-banana-2d": {
-        "dp_penalty": dict(prop=0.007 * 5, clip=5.0),
-        "dp_penalty_ocu_gwmh": dict(prop=0.008 * 5, clip=3.5),
+        "dp_penalty": dict(prop=0.007 * 5, clip=5.0, tau=0.2),
+        "dp_penalty_ocu_gwmh": dict(prop=0.008 * 5, clip=3.5, tau=0.2),
         "dp_hmc": dict(tau_l=0.2, tau_g=0.6, L=10, eta=0.01, mass=1.0, r_clip=2.5, grad_clip=2.0),
         "dp_barker": dict(prop=0.008 * 15, batch=1300),
-        "minibatch_dp_penalty": dict(prop=0.025, clip=4.0, batch=1000),
+        "minibatch_dp_penalty": dict(prop=0.025, clip=4.0, batch=1000, tau=1.5),
     },
     "tempered-banana-10d": {
-        "dp_penalty": dict(prop=0.02, clip=3.0),
-        "dp_penalty_ocu_gwmh": dict(prop=8 * 0.005, clip=3.0),
+        "dp_penalty": dict(prop=0.02, clip=3.0, tau=0.18),
+        "dp_penalty_ocu_gwmh": dict(prop=8 * 0.005, clip=3.0, tau=0.1),
         "dp_hmc": dict(tau_l=0.08, tau_g=0.2, L=10, eta=0.015, mass=1.0, r_clip=2.5, grad_clip=3.5),
         "dp_barker": dict(prop=8 * 0.005, batch=2600),
-        "minibatch_dp_penalty": dict(prop=8 * 0.0025, clip=2.0, batch=1200),
+        "minibatch_dp_penalty": dict(prop=8 * 0.0025, clip=2.0, batch=1200, tau=0.7),
     },
-    "gauss-30d": {
-        "dp_penalty": dict(prop=[0.00014 * v for v in _G30], clip=3.0),
-        "dp_penalty_ocu_gwmh": dict(prop=[0.00024 * v for v in _G30], clip=3.0),
-        "dp_hmc": dict(tau_l=0.05, tau_g=0.1, L=5, eta=0.0002, mass=[0.1, 1.0] + [2.0] * 28, r_clip=3.1,
-                       grad_clip=6.0),
+    "gauss-30d": {  # the thesis's final values; its commented-out ones had a per-coordinate profile
+        "dp_penalty": dict(prop=0.00084, clip=3.0, tau=0.06),
+        "dp_penalty_ocu_gwmh": dict(prop=0.00084, clip=3.0, tau=0.2),
+        "dp_hmc": dict(tau_l=0.05, tau_g=0.1, L=5, eta=0.00025, mass=1.0, r_clip=2.5, grad_clip=6.0),
     },
     "narrow-banana": {
-        "dp_penalty": dict(prop=0.0015, clip=4.5),
-        "dp_penalty_ocu_gwmh": dict(prop=0.0015, clip=4.5),
-        "dp_hmc": dict(tau_l=0.15, tau_g=0.25, L=5, eta=0.00045, mass=1.0, r_clip=3.5, grad_clip=2.8),
+        "dp_penalty": dict(prop=0.0015, clip=5.5, tau=0.2),
+        "dp_penalty_ocu_gwmh": dict(prop=0.0015, clip=8.5, tau=0.1),
+        "dp_hmc": dict(tau_l=0.15, tau_g=0.25, L=5, eta=0.00045, mass=1.0, r_clip=5.0, grad_clip=2.8),
     },
     "correlated-gauss": {
-        "dp_penalty": dict(prop=0.00015, clip=50.0),
-        "dp_penalty_ocu_gwmh": dict(prop=0.0002, clip=45.0),
+        "dp_penalty": dict(prop=0.00015, clip=50.0, tau=0.07),
+        "dp_penalty_ocu_gwmh": dict(prop=0.0002, clip=45.0, tau=0.1),
         "dp_hmc": dict(tau_l=0.05, tau_g=0.2, L=8, eta=0.00007, mass=1.0, r_clip=30.0, grad_clip=29.0),
     },
     "circle": {
-        "dp_penalty": dict(prop=0.2, clip=0.002),
-        "dp_penalty_ocu_gwmh": dict(prop=0.3, clip=0.002),
+        "dp_penalty": dict(prop=0.2, clip=0.002, tau=4.0),
+        "dp_penalty_ocu_gwmh": dict(prop=0.3, clip=0.002, tau=4.0),
         "dp_hmc": dict(tau_l=0.6, tau_g=1.9, L=40, eta=0.07, mass=1.0, r_clip=0.001, grad_clip=0.0015),
     },
 }
@@ -107,6 +116,56 @@ THESIS_PARAMS: Dict[str, Dict[str, dict]] = {
 #: algorithm names accepted by :func:`make_kernel`
 ALGORITHMS = ("dp_penalty", "dp_penalty_ocu_gwmh", "dp_hmc", "dp_barker", "minibatch_dp_penalty",
               "dp_sgld", "dp_sgnht")
+
+
+def thesis_iterations(algorithm: str, params: dict, *, epsilon: float, delta: float, n: int) -> int:
+    r"""The thesis code's iteration count for one chain: the noise is fixed by ``tau`` and the
+    chain runs the most iterations the budget :math:`(\varepsilon, \delta)` allows.
+
+    * DP penalty (both variants): Gaussian mechanism of noise multiplier :math:`\tau\sqrt n`
+      per iteration, tight (ε, δ) of the composed Gaussian (thesis Thm 6; ``dp_penalty.py``
+      ``adp_iters``, whose ``adp_delta`` is the same Gaussian formula as our ``"gdp"``
+      accountant).
+    * DP-HMC: per iteration one ratio release at :math:`\tau_l\sqrt n` and :math:`L+1`
+      gradient releases at :math:`\tau_g\sqrt n` (``hmc.py`` ``adp_delta`` with its default
+      ``compute_less_grad=False``: ``grad_evals = k * (L + 1)``; thesis Thm 11). Our kernel
+      reuses the last gradient (:math:`kL+1` releases) and calibrates its noise to this count,
+      so its noise is slightly *smaller* than the thesis's for the same ε.
+    * DP Barker: the most iterations within ε under Heikkilä Thm 2 + Cor. 2 (``dp_barker.py``
+      ``maximize_iters``; we convert RDP with the improved conversion, so the count can be
+      a little larger).
+    * minibatch DP penalty: noise multiplier :math:`\sqrt\tau`, sampling without replacement.
+      The thesis code counts iterations with the Fourier accountant (``adp_iters`` of
+      ``dp_penalty_minibatch.py``); its one-step worst-case pair does not compose for sampling
+      without replacement under substitution (Lebeda et al. 2024; see thesis Fig. 6.2 in
+      ``docs/results.md``), so we count with the kernel's own valid accountant
+      (``dp_accounting``'s RDP, WBK19 Thm 27). **A privacy-validity deviation**: fewer
+      iterations than the thesis at the same ε.
+    """
+    from ..mechanisms import GaussianEvent, RDPCurveEvent, SubsampledGaussianEvent
+
+    s = math.sqrt(n)
+    if algorithm in ("dp_penalty", "dp_penalty_ocu_gwmh"):
+        return max_iterations(epsilon, delta, GaussianEvent(params["tau"] * s), accountant="gdp")
+    if algorithm == "dp_hmc":
+        per = [GaussianEvent(params["tau_l"] * s)] + [GaussianEvent(params["tau_g"] * s)] * (params["L"] + 1)
+        return max_iterations(epsilon, delta, per, accountant="gdp")
+    if algorithm == "dp_barker":
+        b = min(params["batch"], n // 2)
+        orders, eps = dp_barker_rdp(b, n, 256)  # Heikkilä et al. 2019 Thm 2 + Cor. 2 (thesis Thm 7)
+        return max_iterations(epsilon, delta, [RDPCurveEvent(tuple(float(a) for a in orders), tuple(eps.tolist()))],
+                              accountant="rdp")
+    if algorithm == "minibatch_dp_penalty":
+        key = (epsilon, delta, n, params["batch"], params["tau"])
+        if key not in _THESIS_MINIBATCH_ITERS:
+            ev = SubsampledGaussianEvent(min(params["batch"], n // 2) / n, math.sqrt(params["tau"]),
+                                         "without_replacement")
+            _THESIS_MINIBATCH_ITERS[key] = max_iterations(epsilon, delta, ev, accountant="dp_rdp")
+        return _THESIS_MINIBATCH_ITERS[key]
+    raise KeyError(f"no thesis iteration count for {algorithm!r}")
+
+
+_THESIS_MINIBATCH_ITERS: Dict[tuple, int] = {}
 
 
 def width_scale(problem: str, n: int, temperature: float) -> float:
@@ -150,33 +209,48 @@ class _Calibrated:
         self.kernel, self.key = kernel, key
 
 
-def make_kernel(algorithm: str, problem, *, epsilon: Optional[float], delta: float, num_iterations: int,
-                seed: int, params: dict, n: int, non_private: bool = False, llr_clip: Optional[float] = None):
+def make_kernel(algorithm: str, problem, *, epsilon: Optional[float], delta: float, num_iterations: Optional[int],
+                seed: int, params: dict, n: int, non_private: bool = False, llr_clip: Optional[float] = None,
+                adapt: bool = True, jit_compile: bool = False):
     """Build one kernel for ``problem`` with the privacy budget ``(epsilon, delta)`` over
     ``num_iterations`` (noise calibrated by the kernel), or ``non_private`` (zero noise).
+
+    ``num_iterations=None`` is the thesis's scheme: the noise is the thesis's ``tau`` and the
+    chain runs :func:`thesis_iterations` iterations (the kernel still calibrates to that count,
+    which gives the thesis's noise or slightly less; the ledger is checked after the run).
+    ``adapt`` adapts the proposal scale / step size during warm-up (off at the thesis's ``n``,
+    where the thesis's hand-tuned values apply as they are); ``jit_compile`` is the kernels'
+    compiled path.
 
     Returns ``(kernel, num_iterations)``: DP Barker's count may be lowered to what ε allows."""
     from .. import DPBarker, DPHMC, DPMinibatchPenalty, DPPenalty, DPSGLD, DPSGNHT
 
     w = width_scale(problem.name, n, problem.temperature)
+    thesis_scheme = num_iterations is None
+    if thesis_scheme:
+        if non_private or epsilon is None:
+            raise ValueError("the thesis scheme (num_iterations=None) needs a privacy budget")
+        num_iterations = thesis_iterations(algorithm, params, epsilon=epsilon, delta=delta, n=n)
+        if num_iterations < MIN_ITERATIONS:
+            return None, num_iterations
     # synthetic data: the noise is seeded (noise_seed) so that figures are reproducible, and the
     # non-private clipped fractions are reported as the papers do
     common = dict(temperature=problem.temperature, init_strategy=problem.init_strategy(), seed=seed,
-                  noise_seed=seed, nonprivate_diagnostics=True)
+                  noise_seed=seed, nonprivate_diagnostics=True, jit_compile=jit_compile)
     budget = {} if non_private else dict(epsilon=epsilon, delta=delta, num_iterations=num_iterations)
     if algorithm in ("dp_penalty", "dp_penalty_ocu_gwmh"):
         gw = algorithm == "dp_penalty_ocu_gwmh"
         nm = {"noise_multiplier": 0.0, "non_private": True} if non_private else {}
         k = DPPenalty(problem.model, proposal_scale=_tensor(_scaled(params["prop"], w)),
                       llr_clip=params["clip"] if llr_clip is None else llr_clip, guided_walk=gw,
-                      adapt_proposal=True, **nm, **budget, **common)
+                      adapt_proposal=adapt, **nm, **budget, **common)
         return k, num_iterations
     if algorithm == "dp_hmc":
         nm = ({"grad_noise_multiplier": 0.0, "llr_noise_multiplier": 0.0, "non_private": True}
               if non_private else {"noise_ratio": params["tau_g"] / params["tau_l"]})  # thesis tau_g / tau_l
         k = DPHMC(problem.model, step_size=w * params["eta"], num_steps=params["L"],
                   grad_clip=params["grad_clip"], llr_clip=params["r_clip"] if llr_clip is None else llr_clip,
-                  mass=_tensor(params["mass"]), adapt_step_size=True, target_accept_prob=0.65,
+                  mass=_tensor(params["mass"]), adapt_step_size=adapt, target_accept_prob=0.65,
                   **nm, **budget, **common)
         return k, num_iterations
     if algorithm == "dp_barker":
@@ -186,7 +260,7 @@ def make_kernel(algorithm: str, problem, *, epsilon: Optional[float], delta: flo
         orders, eps = dp_barker_rdp(b, n, 256)  # Heikkilä et al. 2019 Thm 2 + Cor. 2 (thesis Thm 7)
         ev = RDPCurveEvent(tuple(float(a) for a in orders), tuple(eps.tolist()))
         allowed = max_iterations(epsilon, delta, [ev], accountant="rdp")
-        its = min(num_iterations, allowed)
+        its = num_iterations if thesis_scheme else min(num_iterations, allowed)
         if its < MIN_ITERATIONS:
             return None, its
         k = DPBarker(problem.model, batch_size=b, proposal_scale=_tensor(_scaled(params["prop"], w)),
@@ -199,6 +273,8 @@ def make_kernel(algorithm: str, problem, *, epsilon: Optional[float], delta: flo
                      subsampling="without_replacement", **common)  # thesis §3.3 scheme
         if non_private:
             return mk(noise_multiplier=0.0, non_private=True), num_iterations
+        if thesis_scheme:  # the thesis's noise multiplier sqrt(tau) (thesis Thm 8), count from the valid accountant
+            return mk(noise_multiplier=math.sqrt(params["tau"]), reference_delta=delta), num_iterations
         # The kernel's own calibration (dp_accounting RDP of sampling without replacement) takes
         # ~25 s; it depends only on (epsilon, delta, iterations, b, n), so it runs once per key
         # and later kernels get its noise multiplier (the ledger check below still applies).
@@ -217,12 +293,31 @@ def make_kernel(algorithm: str, problem, *, epsilon: Optional[float], delta: flo
     raise KeyError(f"unknown algorithm {algorithm!r}; choose from {ALGORITHMS}")
 
 
+#: compiled graphs shared by the kernels of one (problem, algorithm, n, parameters) in this
+#: process (:func:`_share_graphs`)
+_JIT_CACHES: Dict[tuple, dict] = {}
+
+
+def _share_graphs(kernel, problem, algorithm: str, n: int, params: dict, llr_clip) -> None:
+    """Let ``kernel`` reuse the graphs compiled by earlier kernels of the same cell family.
+
+    A kernel compiles its per-example graphs once and reuses them for its chains
+    (:mod:`pyro_dp.compiled`); a grid builds a new kernel per cell, which would compile again
+    (seconds per cell). The graphs depend on the model, the data's shapes and the kernel's
+    fixed settings (clip bounds, temperature, ``L``), which are the same for every ε and repeat
+    of one (problem, algorithm, n, parameters); the noise, ε and seeds are not in them. So
+    kernels of one family share one cache dict: the same graphs they would each compile."""
+    key = (problem.name, algorithm, n, repr(sorted(params.items())), llr_clip, float(problem.temperature))
+    kernel._jit_cache = _JIT_CACHES.setdefault(key, {})
+
+
 def run_chain(algorithm: str, problem, ref: torch.Tensor, *, epsilon: Optional[float], n: int,
-              num_iterations: int, repeat: int, params: dict, non_private: bool = False,
-              llr_clip: Optional[float] = None) -> dict:
+              num_iterations: Optional[int], repeat: int, params: dict, non_private: bool = False,
+              llr_clip: Optional[float] = None, adapt: bool = True, jit_compile: bool = False) -> dict:
     """Run one chain (first half discarded as warm-up, thesis §6.1) and score it against the
     exact reference sample ``ref``: MMD (thesis §5.4), mean and variance errors, acceptance,
-    clipped fractions, ε from the ledger (checked ≤ the target)."""
+    clipped fractions, ε from the ledger (checked ≤ the target). ``num_iterations=None``: the
+    thesis's scheme (:func:`make_kernel`)."""
     from ..evaluation import mmd
     from .grid import run_kernel
 
@@ -231,10 +326,13 @@ def run_chain(algorithm: str, problem, ref: torch.Tensor, *, epsilon: Optional[f
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         kernel, its = make_kernel(algorithm, problem, epsilon=epsilon, delta=delta, num_iterations=num_iterations,
-                                  seed=seed, params=params, n=n, non_private=non_private, llr_clip=llr_clip)
+                                  seed=seed, params=params, n=n, non_private=non_private, llr_clip=llr_clip,
+                                  adapt=adapt, jit_compile=jit_compile)
         memo = None
         if isinstance(kernel, _Calibrated):
             kernel, memo = kernel.kernel, kernel.key
+        if jit_compile and kernel is not None:
+            _share_graphs(kernel, problem, algorithm, n, params, llr_clip)
         out = {"n": n, "delta": delta, "iterations": its}
         if kernel is None or its < MIN_ITERATIONS:  # DP Barker: the budget allows (almost) no iteration at this n
             return dict(out, mmd=math.nan, mean_error=math.nan, var_error=math.nan, epsilon_ledger=0.0,
@@ -269,16 +367,16 @@ def run_chain(algorithm: str, problem, ref: torch.Tensor, *, epsilon: Optional[f
     return out
 
 
-def grid_cells(problems, algorithms_for, epsilons, repeats) -> list:
-    """The cells of an MMD-vs-ε grid: for every (problem, ε, repeat), one ``"exact"`` baseline
-    cell (two exact samples compared) and one cell per algorithm of ``algorithms_for(problem)``."""
+def grid_cells(problems, algorithms_for, epsilons, repeats, epsilons_for=None) -> list:
+    """The cells of an MMD-vs-ε grid: for every (problem, ε), ``repeats`` ``"exact"`` baseline
+    cells (two exact samples compared) and ``repeats`` cells per algorithm of
+    ``algorithms_for(problem)``, in that order, so that a partial run holds whole
+    (problem, algorithm, ε) groups. ``epsilons_for(problem)`` overrides ``epsilons`` per problem."""
     cells = []
     for pn in problems:
-        algs = list(algorithms_for(pn))
-        for eps in epsilons:
-            for r in range(repeats):
-                cells.append(dict(problem=pn, algorithm="exact", epsilon=float(eps), repeat=r))
-                cells += [dict(problem=pn, algorithm=a, epsilon=float(eps), repeat=r) for a in algs]
+        algs = ["exact"] + list(algorithms_for(pn))
+        for eps in (epsilons_for(pn) if epsilons_for else epsilons):
+            cells += [dict(problem=pn, algorithm=a, epsilon=float(eps), repeat=r) for a in algs for r in range(repeats)]
     return cells
 
 

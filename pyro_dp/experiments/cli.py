@@ -7,10 +7,12 @@
 >>> p = argparse.ArgumentParser()
 >>> _ = add_parser(p.add_subparsers(dest="command"))
 >>> a = p.parse_args(["experiment", "fig62", "--quick"])
->>> a.name, a.quick, a.out, a.device
-('fig62', True, 'results', None)
+>>> a.name, a.quick, a.out, a.device, a.workers
+('fig62', True, 'results', None, 1)
 """
 from __future__ import annotations
+
+import inspect
 
 __all__ = ["add_parser", "run"]
 
@@ -19,12 +21,16 @@ def add_parser(subparsers):
     from . import EXPERIMENTS
 
     e = subparsers.add_parser("experiment", help="reproduce a paper figure/table (writes CSV into --out)")
-    e.add_argument("name", choices=sorted(EXPERIMENTS), help="which experiment")
+    e.add_argument("name", choices=sorted(EXPERIMENTS) + ["all"],
+                   help="which experiment ('all': every one, in turn, into --out)")
     e.add_argument("--quick", action="store_true", help="fewer grid points (smoke run)")
     e.add_argument("--out", default="results", help="output directory (default: ./results)")
     e.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     e.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: torch's choice); use 1 when running several experiments at once")
+    e.add_argument("--workers", type=int, default=1,
+                   help="grid cells computed at once in forked worker processes of one thread each "
+                        "(fig64, fig65; e.g. the number of CPU cores); default 1")
     return e
 
 
@@ -39,8 +45,15 @@ def run(args) -> int:
 
         # several processes sharing few cores: OpenMP spin-waits make small ops 10-100x slower
         torch.set_num_threads(threads)
-    result = EXPERIMENTS[args.name](args.out, quick=args.quick, device=getattr(args, "device", None))
-    print(f"wrote {result['csv']}" + (f" and {result['png']}" if result.get("png") else ""))
+    workers = getattr(args, "workers", 1)
+    if workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {workers}")
+    names = sorted(EXPERIMENTS) if args.name == "all" else [args.name]
+    for name in names:
+        fn = EXPERIMENTS[name]
+        extra = {"workers": workers} if "workers" in inspect.signature(fn).parameters else {}
+        result = fn(args.out, quick=args.quick, device=getattr(args, "device", None), **extra)
+        print(f"wrote {result['csv']}" + (f" and {result['png']}" if result.get("png") else ""))
     return 0
 
 

@@ -112,6 +112,7 @@ def run_grid(
     key_columns: Sequence[str] = KEY_COLUMNS,
     progress: bool = True,
     log: Optional[Callable[[str], None]] = print,
+    workers: int = 1,
 ) -> dict:
     """Compute every cell not yet in ``out_dir/<name>.csv`` and append it.
 
@@ -121,8 +122,13 @@ def run_grid(
         itself from the cell (e.g. its ``repeat``) so a resumed run equals an uninterrupted one.
     :param columns: metric columns, written after the key columns (a ``seconds`` column, the
         cell's wall time, is appended automatically).
+    :param workers: cells computed at once, each in a forked worker process with one torch
+        thread (``1``: in this process). Rows are appended as cells finish, so the CSV's row
+        order may differ between runs; keys identify rows.
     :returns: ``{"csv", "rows", "computed", "skipped"}`` (rows of the whole CSV).
     """
+    if int(workers) < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, f"{name}.csv")
     header = list(key_columns) + [c for c in columns if c not in key_columns] + ["seconds"]
@@ -139,32 +145,69 @@ def run_grid(
             todo.append((full, k))
             have.add(k)  # duplicates in `cells` run once
     skipped = len(cells) - len(todo)
-    it: Iterable = todo
+    it: Iterable = _computed(todo, compute, int(workers))
     if progress and todo:
         from tqdm.auto import tqdm
 
-        it = tqdm(todo, desc=name, unit="cell")
+        it = tqdm(it, total=len(todo), desc=name, unit="cell")
     new_file = not rows
     with open(path, "a" if rows else "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=header)
         if new_file:
             w.writeheader()
             f.flush()
-        for full, k in it:
-            t0 = time.perf_counter()
-            result = compute(full)
+        for full, result, seconds in it:
             unknown = set(result) - set(header)
             if unknown:
                 raise KeyError(f"compute returned columns {sorted(unknown)} not in {header}")
             row = {c: fmt(full[c]) for c in key_columns}
             row.update({c: fmt(result.get(c, "")) for c in header if c not in key_columns})
-            row["seconds"] = f"{time.perf_counter() - t0:.3f}"
+            row["seconds"] = f"{seconds:.3f}"
             w.writerow(row)
             f.flush()  # a killed run keeps every finished cell
             rows.append(row)
     if log is not None:
         log(f"{name}: {len(todo)} cells computed, {skipped} already in {path}")
     return {"csv": path, "rows": rows, "computed": len(todo), "skipped": skipped}
+
+
+_WORKER_COMPUTE: Optional[Callable[[dict], dict]] = None
+
+
+def _timed(compute, full):
+    t0 = time.perf_counter()
+    result = compute(full)
+    return full, result, time.perf_counter() - t0
+
+
+def _worker_init():
+    torch.set_num_threads(1)  # several processes on few cores: OpenMP spin-waits slow small ops
+
+
+def _worker_cell(full):
+    return _timed(_WORKER_COMPUTE, full)
+
+
+def _computed(todo, compute, workers):
+    """``(cell, result, seconds)`` for every cell of ``todo``, in this process or, ``workers >
+    1``, in forked workers (the ``compute`` closure is inherited by fork, not pickled), in the
+    order cells finish."""
+    if workers == 1 or len(todo) < 2:
+        for full, _ in todo:
+            yield _timed(compute, full)
+        return
+    import multiprocessing
+
+    global _WORKER_COMPUTE
+    _WORKER_COMPUTE = compute
+    if "fork" not in multiprocessing.get_all_start_methods():
+        raise RuntimeError("workers > 1 needs the 'fork' start method (Linux); use workers=1 here")
+    ctx = multiprocessing.get_context("fork")
+    try:
+        with ctx.Pool(min(workers, len(todo)), initializer=_worker_init) as pool:
+            yield from pool.imap_unordered(_worker_cell, [full for full, _ in todo])
+    finally:
+        _WORKER_COMPUTE = None
 
 
 def run_kernel(kernel, args: tuple = (), *, num_samples: int, warmup_steps: int = 0,

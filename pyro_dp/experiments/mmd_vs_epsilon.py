@@ -15,24 +15,36 @@ with the kernel's own calibration and checks the ledger's ε against it (column
 ``epsilon_ok``; a violation raises). Rows with ``algorithm == "exact"`` are the baseline:
 an independent exact sample of the chains' kept size against the reference sample.
 
-**Deviations from the thesis** (its scale — n = 10⁵–2·10⁵, 20 chains, ε = 1…6, a DP-HMC
-iteration costing tens of ms at n = 10⁵ — does not fit the ~15 CPU-minutes we allow):
+**Full mode is the thesis's setting** (``oraisa/masters-thesis`` at ``f859f56``:
+``code/banana.smk`` lines 1–2 and ``code/circle.smk`` for the grid, ``code/run_chain.py``
+for δ = 0.1/n, ``code/params/`` for every parameter, see
+:data:`~pyro_dp.experiments._sampling.THESIS_PARAMS`): each problem at its Table 6.1 ``n``
+(10⁵–2·10⁵), ε ∈ {1, …, 6} (the circle: {0.5, 0.75, 1}), 20 repeats per cell, the thesis's
+fixed noise :math:`\tau` and **its iteration counts** (the most iterations ε allows,
+:func:`~pyro_dp.experiments._sampling.thesis_iterations`), the first half of each chain
+discarded, the thesis's hand-tuned proposal scales and step sizes used as they are (no
+warm-up adaptation), and the compiled path (``jit_compile=True``; graphs shared by the cells
+of one (problem, algorithm)). Run it with ``pyro-dp experiment fig64 --workers 2``
+(resumable; cells are ordered so that a partial run holds whole (problem, algorithm, ε)
+groups of 20 repeats).
 
-* ``n = 10⁴`` for every problem (Table 6.1: 10⁵–2·10⁵), tempering :math:`T = n_0/n` kept, so
-  the tempered posteriors are the thesis's and the flat ones are :math:`\sqrt{10}`–
-  :math:`\sqrt{20}` times wider; proposal scales and step sizes are widened accordingly
-  (:func:`~pyro_dp.experiments._sampling.width_scale`). A smaller n makes DP harder: the
-  same ε buys roughly :math:`\sqrt{N/n}` times less signal-to-noise, so our curves sit to
-  the right of the thesis's.
-* a fixed iteration count with calibrated noise instead of the thesis's fixed noise
-  :math:`\tau n^{1/2}` with ε-dependent iterations (see :mod:`._sampling`); warm-up
-  adaptation replaces hand tuning; 300 iterations (DP-HMC: 300 gradient evaluations, i.e.
-  300/L iterations; minibatch penalty 150); 5 repeats for fig64, 3 for fig65 (thesis 20, or
-  15 in ``banana.smk``); ε ∈ {1, 3, 6}. Full runs take about 15 minutes each on one core of
-  an otherwise idle 2-core machine (``--threads 1``).
-* the minibatch penalty samples without replacement (thesis scheme) but is accounted by
-  ``dp_accounting``'s RDP (WBK19), not the Fourier accountant; the OCU+GWMH minibatch
-  variant (``mdppa``) is not run.
+Deviations that remain, each forced by validity:
+
+* the minibatch DP penalty's iteration count comes from a valid accountant (dp_accounting's
+  RDP for sampling without replacement, WBK19 Thm 27), not the thesis's Fourier accountant,
+  whose one-step worst-case pair does not compose (Lebeda et al. 2024; Fig. 6.2): fewer
+  iterations at the same ε (none at ε ≤ 2 on the 2-d banana);
+* DP-HMC's noise is calibrated to the thesis's iteration count with our accounting of the
+  kernel's :math:`kL+1` gradient releases (the thesis code releases :math:`k(L+1)`), so it is
+  slightly *smaller* than the thesis's;
+* DP Barker's count uses the improved RDP → (ε, δ) conversion: slightly more iterations;
+* the exact baseline (``algorithm == "exact"``) compares 1 000 exact draws with the reference.
+
+Quick mode (CI): n = 2000, ε = 2, one repeat, a fixed iteration count with the noise
+calibrated by each kernel (the thesis scheme at that n allows only a handful of iterations),
+proposal scales widened to the smaller n (:func:`~pyro_dp.experiments._sampling.width_scale`)
+and adapted during warm-up, the minibatch penalty sampling without replacement as in the
+thesis.
 """
 from __future__ import annotations
 
@@ -59,15 +71,22 @@ COLUMNS = ["n", "delta", "iterations", "mmd", "mean_error", "var_error", "accept
 
 
 def settings(quick: bool, fig: str = "fig64") -> dict:
-    """Grid sizes of the full and quick modes (module docstring)."""
+    """Grid sizes of the full and quick modes (module docstring). ``n=None``: each problem at
+    its Table 6.1 size (:data:`~pyro_dp.experiments._sampling.THESIS_N`); ``iterations=None``:
+    the thesis's scheme (fixed noise ``tau``, iterations from ε,
+    :func:`~pyro_dp.experiments._sampling.thesis_iterations`)."""
     if quick:
         return dict(n=2000, epsilons=[2.0], repeats=1, iterations=30, hmc_gradients=40, minibatch_iterations=20,
-                    ref_size=300)
-    return dict(n=10_000, epsilons=[1.0, 3.0, 6.0], repeats=5 if fig == "fig64" else 3, iterations=300, hmc_gradients=300,
-                minibatch_iterations=150, ref_size=2000)
+                    ref_size=300, adapt=True, jit_compile=False, problem_epsilons={}, exact_size=15)
+    # banana.smk: epsilons = [1, 2, 3, 4, 5, 6], inds = range(20); circle.smk: eps=[0.5, 0.75, 1]
+    return dict(n=None, epsilons=[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], repeats=20, iterations=None,
+                ref_size=2000, adapt=False, jit_compile=True, problem_epsilons={"circle": [0.5, 0.75, 1.0]},
+                exact_size=1000)
 
 
-def _iterations(algorithm: str, params: dict, s: dict) -> int:
+def _iterations(algorithm: str, params: dict, s: dict) -> Optional[int]:
+    if s["iterations"] is None:  # the thesis's scheme: make_kernel counts them
+        return None
     if algorithm == "dp_hmc":  # same gradient budget whatever L (thesis L = 5..40)
         return max(8, 2 * round(s["hmc_gradients"] / params["L"] / 2))
     if algorithm == "minibatch_dp_penalty":
@@ -77,12 +96,12 @@ def _iterations(algorithm: str, params: dict, s: dict) -> int:
 
 def run_mmd_vs_epsilon(name: str, out_dir: str, problems: Sequence[str], algorithms: Sequence[str],
                        quick: Optional[bool] = None, log=print, device: Optional[str] = None,
-                       overrides: Optional[dict] = None, progress: bool = True) -> dict:
+                       overrides: Optional[dict] = None, progress: bool = True, workers: int = 1) -> dict:
     """Run the (problem × algorithm × ε × repeat) grid into ``out_dir/<name>.csv`` (resumable)
     and draw ``<name>.png`` (MMD), ``<name>_clipping.png`` (ratio clipped fraction),
     ``<name>_mean_error.png`` and ``<name>_grad_clipping.png`` (DP-HMC)."""
     from ..models import TABLE_6_1, get_problem
-    from ._sampling import ALGORITHMS, THESIS_PARAMS, exact_baseline, grid_cells, run_chain, to_device
+    from ._sampling import ALGORITHMS, THESIS_N, THESIS_PARAMS, exact_baseline, grid_cells, run_chain, to_device
 
     quick = quick_mode(quick)
     s = dict(settings(quick, name), **(overrides or {}))
@@ -97,26 +116,27 @@ def run_mmd_vs_epsilon(name: str, out_dir: str, problems: Sequence[str], algorit
 
     def problem(pname):
         if pname not in cache:
-            p = to_device(get_problem(pname, n=s["n"]), dev)
+            p = to_device(get_problem(pname, n=s["n"] or THESIS_N[pname]), dev)
             cache[pname] = (p, p.reference_sample(s["ref_size"], seed=12345))
         return cache[pname]
 
     cells = grid_cells(
         problems,
         lambda pname: [a for a in algorithms if a in THESIS_PARAMS[pname] and (pname, a) not in KNOWN_FAILURES],
-        s["epsilons"], s["repeats"],
+        s["epsilons"], s["repeats"], epsilons_for=lambda pname: s["problem_epsilons"].get(pname, s["epsilons"]),
     )
 
     def compute(cell):
         p, ref = problem(cell["problem"])
+        n = s["n"] or THESIS_N[cell["problem"]]
         if cell["algorithm"] == "exact":
-            return dict(exact_baseline(ref, p, s["iterations"] - s["iterations"] // 2, cell["repeat"]), n=s["n"])
+            return dict(exact_baseline(ref, p, s["exact_size"], cell["repeat"]), n=n)
         params = THESIS_PARAMS[cell["problem"]][cell["algorithm"]]
-        return run_chain(cell["algorithm"], p, ref, epsilon=cell["epsilon"], n=s["n"],
+        return run_chain(cell["algorithm"], p, ref, epsilon=cell["epsilon"], n=n,
                          num_iterations=_iterations(cell["algorithm"], params, s), repeat=cell["repeat"],
-                         params=params)
+                         params=params, adapt=s["adapt"], jit_compile=s["jit_compile"])
 
-    res = run_grid(name, out_dir, cells, compute, COLUMNS, progress=progress, log=log)
+    res = run_grid(name, out_dir, cells, compute, COLUMNS, progress=progress, log=log, workers=workers)
     rows = res["rows"]
     out = dict(res)
     out.update(_plots(name, out_dir, rows, log))
@@ -143,18 +163,20 @@ def _plots(name, out_dir, rows, log) -> dict:
 
 
 def run_fig64(out_dir: str, quick: Optional[bool] = None, log=print, device: Optional[str] = None,
-              problems: Optional[Sequence[str]] = None) -> dict:
+              problems: Optional[Sequence[str]] = None, workers: int = 1) -> dict:
     """Thesis Fig. 6.4 (+ 6.6, 6.8): bananas, d = 2 and 10 (``quick``: the 2-d ones only)."""
     q = quick_mode(quick)
     probs = problems or (FIG64_PROBLEMS[:2] if q else FIG64_PROBLEMS)
-    return run_mmd_vs_epsilon("fig64", out_dir, probs, FIG64_ALGORITHMS, quick=q, log=log, device=device)
+    return run_mmd_vs_epsilon("fig64", out_dir, probs, FIG64_ALGORITHMS, quick=q, log=log, device=device,
+                              workers=workers)
 
 
 def run_fig65(out_dir: str, quick: Optional[bool] = None, log=print, device: Optional[str] = None,
-              problems: Optional[Sequence[str]] = None) -> dict:
+              problems: Optional[Sequence[str]] = None, workers: int = 1) -> dict:
     """Thesis Fig. 6.5 (+ 6.7, 6.8, 6.9): harder models and the circle. ``quick``: correlated
     Gaussian and circle only."""
     q = quick_mode(quick)
     probs = problems or (("correlated-gauss", "circle") if q else FIG65_PROBLEMS)
-    return run_mmd_vs_epsilon("fig65", out_dir, probs, FIG65_ALGORITHMS, quick=q, log=log, device=device)
+    return run_mmd_vs_epsilon("fig65", out_dir, probs, FIG65_ALGORITHMS, quick=q, log=log, device=device,
+                              workers=workers)
 

@@ -89,3 +89,66 @@ def test_dphmc_runs_on_the_circle_flat_prior():
     p = get_problem("circle", n=200)
     run_chain("dp_hmc", p, p.reference_sample(50), epsilon=2.0, n=200, num_iterations=8, repeat=0,
               params=THESIS_PARAMS["circle"]["dp_hmc"])
+
+
+def _thesis_adp_delta(mu, epsilon):
+    """The thesis code's own delta of a Gaussian mechanism whose privacy loss is N(mu, 2 mu)
+    (``oraisa/masters-thesis`` ``code/dp_penalty.py`` and ``code/hmc.py``, ``adp_delta``;
+    Balle & Wang 2018, Thm 8): an oracle independent of our ``"gdp"`` accountant."""
+    d = 2 * math.sqrt(mu)
+    return 0.5 * (math.erfc((epsilon - mu) / d) - math.exp(epsilon) * math.erfc((epsilon + mu) / d))
+
+
+@pytest.mark.parametrize("problem", ["flat-banana-2d", "tempered-banana-10d", "correlated-gauss"])
+@pytest.mark.parametrize("epsilon", [1.0, 4.0])
+def test_thesis_iterations_match_the_thesis_code(problem, epsilon):
+    """Full mode runs the thesis's scheme: fixed noise tau, the most iterations ε allows. The
+    count must be the thesis code's: its delta within δ at k iterations and over δ at k + 1."""
+    from pyro_dp.experiments._sampling import THESIS_N, THESIS_PARAMS, thesis_iterations
+
+    n = THESIS_N[problem]
+    delta = 0.1 / n
+    pen, hmc = THESIS_PARAMS[problem]["dp_penalty"], THESIS_PARAMS[problem]["dp_hmc"]
+    k = thesis_iterations("dp_penalty", pen, epsilon=epsilon, delta=delta, n=n)
+    mu = lambda k: k / (2 * pen["tau"] ** 2 * n)  # noqa: E731 - dp_penalty.py adp_delta
+    assert _thesis_adp_delta(mu(k), epsilon) <= delta < _thesis_adp_delta(mu(k + 1), epsilon)
+    k = thesis_iterations("dp_hmc", hmc, epsilon=epsilon, delta=delta, n=n)
+    # hmc.py adp_delta, compute_less_grad=False: k ratio releases and k (L + 1) gradient releases
+    mu = lambda k: k / (2 * hmc["tau_l"] ** 2 * n) + k * (hmc["L"] + 1) / (2 * hmc["tau_g"] ** 2 * n)  # noqa: E731
+    assert _thesis_adp_delta(mu(k), epsilon) <= delta < _thesis_adp_delta(mu(k + 1), epsilon)
+
+
+def test_thesis_scheme_chain_runs_the_thesis_count_within_budget():
+    from pyro_dp.experiments._sampling import THESIS_PARAMS, run_chain, thesis_iterations
+    from pyro_dp.models import get_problem
+
+    n, eps = 2000, 6.0
+    p = get_problem("flat-banana-2d", n=n)
+    params = THESIS_PARAMS["flat-banana-2d"]["dp_penalty"]
+    row = run_chain("dp_penalty", p, p.reference_sample(100), epsilon=eps, n=n, num_iterations=None, repeat=0,
+                    params=params, adapt=False)
+    assert row["iterations"] == thesis_iterations("dp_penalty", params, epsilon=eps, delta=0.1 / n, n=n) >= 8
+    assert row["epsilon_ok"] and row["epsilon_ledger"] <= eps * (1 + 1e-9)
+    # the kernel's calibrated noise is the thesis's tau sqrt(n), up to the count's rounding down
+    assert row["noise_multiplier"] <= params["tau"] * math.sqrt(n) * (1 + 1e-9)
+    assert row["noise_multiplier"] == pytest.approx(params["tau"] * math.sqrt(n), rel=0.02)
+    with pytest.raises(ValueError, match="needs a privacy budget"):
+        run_chain("dp_penalty", p, p.reference_sample(10), epsilon=None, n=n, num_iterations=None, repeat=0,
+                  params=params, non_private=True)
+
+
+def test_run_grid_workers_give_the_same_rows(tmp_path):
+    from pyro_dp.experiments.grid import run_grid
+
+    cells = [{"problem": "p", "algorithm": "a", "epsilon": float(e), "repeat": r} for e in (1, 2, 3) for r in (0, 1)]
+
+    def compute(c):
+        g = torch.Generator().manual_seed(int(10 * c["epsilon"] + c["repeat"]))
+        return {"mmd": float(torch.randn(3, generator=g, dtype=torch.float64).sum())}
+
+    one = run_grid("a", str(tmp_path), cells, compute, ["mmd"], progress=False, log=None)
+    two = run_grid("b", str(tmp_path), cells, compute, ["mmd"], progress=False, log=None, workers=2)
+    key = lambda r: (r["epsilon"], r["repeat"])  # noqa: E731 - rows arrive in the order cells finish
+    assert [r["mmd"] for r in sorted(one["rows"], key=key)] == [r["mmd"] for r in sorted(two["rows"], key=key)]
+    with pytest.raises(ValueError, match="workers"):
+        run_grid("c", str(tmp_path), cells, compute, ["mmd"], progress=False, log=None, workers=0)
