@@ -1,160 +1,364 @@
-r"""Heikkilä, Jälkö, Dikmen & Honkela (2019), Figs. 2–3: the Gaussian mixture of Welling & Teh
-(2011) with tempered likelihoods; DP Barker (subsampled) against the exact tempered posterior
-and against DP-SGLD.
+r"""Heikkilä, Jälkö, Dikmen & Honkela (2019), Figs. 2–3, at the paper's settings: the Gaussian
+mixture of Welling & Teh (2011) with tempered likelihoods; DP Barker (subsampled, private
+start charged) against the exact tempered posterior, and against two DP-SGLD lines.
 
-Setting (Heikkilä §4): :math:`\theta_1\sim\mathcal N(0,10)`, :math:`\theta_2\sim\mathcal N(0,1)`,
-:math:`x_i\sim\frac12\mathcal N(\theta_1,2)+\frac12\mathcal N(\theta_1+\theta_2,2)` (variances),
-:math:`\theta^*=(0,1)`, :math:`N=10^6`, :math:`b=1000`, :math:`T=N_0/N` with :math:`N_0=100`,
-:math:`\delta = 2\cdot10^{-6}`. Fig. 3: error of the posterior mean and variance computed from
-the first :math:`t` iterations, with :math:`\varepsilon` growing with :math:`t`.
+**Model** (Heikkilä eqs. (24)–(25)): :math:`\theta_1\sim\mathcal N(0,10)`,
+:math:`\theta_2\sim\mathcal N(0,1)`, :math:`x_i\sim\frac12\mathcal N(\theta_1,2)+\frac12\mathcal
+N(\theta_1+\theta_2,2)` (variances), :math:`\theta^*=(0,1)`, :math:`N=10^6`, temperature
+:math:`T=N_0/N`, :math:`N_0=100` (eq. (23)).
 
-Here one grid cell is (algorithm, ε target, repeat): the chain runs the largest number of
-iterations whose ledger ε stays within the target (DP Barker: RDP composition of Heikkilä Thm 2
-+ Cor. 2; DP-SGLD: the kernel calibrates its noise multiplier to the same iteration count), and
-is scored by the absolute error of its mean and variance (summed over the two coordinates)
-against the **exact** tempered posterior (2-d grid quadrature,
-:func:`~pyro_dp.models.gmm_reference`), plus the histogram symmetric KL.
+**Settings** ("full"), each from the paper (§4) and the authors' code, DPBayes/DP-MCMC-NeurIPS2019
+at its stored HEAD (``gmm_code/``):
 
-Deviations from the paper (documented honestly):
+* N, θ*: 10⁶, (0, 1) (``main.py`` l. 31–33; paper §4)
+* batch b: 1000 (without replacement) (``mog_main.py`` l. 37; ``barker_mog.py`` l. 37)
+* temperature T: N0/N = 100/N (``mog_main.py`` l. 40; paper eq. (23))
+* proposal: N(0, 0.01 I): variance 0.01 (``mog_main.py`` l. 39; ``barker_mog.py`` l. 41)
+* llr clip: 0.99·√b/N0 (untempered) (``mog_main.py`` l. 46)
+* noise variance C: 2 (``mog_main.py`` l. 44, 50; paper §3.3)
+* iterations: 20 000 (``main.py`` l. 119; paper §4)
+* burn-in: 1 000 (``plot_eps_vs_acc_nruns.py`` l. 10; paper §4)
+* repeats: 20 (``main.py`` l. 120; paper §4)
+* δ: 2·10⁻⁶ (10⁻⁶ start + 1/N) (``plot_mcmc_vs_sgld.py`` l. 53, 62; Fig. 2)
+* statistics: mean / variance of draws burn-in+1..t (1/n variance) (``plot_eps_vs_acc_nruns.py`` l. 31–43)
+* DP-SGLD batch: 100 (``dp_sgld/dp_sgld_main.py`` l. 19)
+* DP-SGLD clip L (tempered): 0.01, i.e. L/T = 100 on the untempered gradient (``dp_sgld_main.py`` l. 20, 56–59)
+* DP-SGLD step: eta = 70, η' = eta/N = 7e-5 (``dp_sgld_main.py`` l. 28, 68–69)
+* DP-SGLD noise multiplier: b/(√(eta N) L) = 1.195 (add/remove) (``dp_sgld_main.py`` l. 30)
+* DP-SGLD start: N(0, I) draw (not charged) (``dp_sgld_main.py`` l. 17)
+* DP-SGLD iterations, burn-in: 6·10⁶, 10⁵ (``dp_sgld_main.py`` l. 22; ``plot_mcmc_vs_sgld.py`` l. 95)
 
-* the baseline is the exact grid posterior, not a 40 000-step non-private chain;
-* the chains start at :math:`\theta^*` plus N(0, 0.1²) noise instead of a DPVI initialisation
-  costing (0.22, 1e-6) (the start is not charged here; the paper charges it);
-* fewer repeats and shorter chains (full: 5 repeats; ε ∈ {0.3, 1.2}, at most 8 000 iterations; the paper's 20 000
-  DP-Barker iterations are ε ≈ 1.2), DP-SGLD with :math:`b = 100` and the same iteration count
-  as DP Barker instead of 6·10⁶ iterations;
-* quick mode (CI): :math:`N = 2\cdot10^4`, :math:`b = 200`, one repeat, coarse grid.
+The clip: the authors clip the untempered ratio at ``0.99*sqrt(b)/temp_scale/N`` = 0.99·√b/N0
+(``mog_main.py`` l. 46). ``DPBarker`` clips at √b/N0, the bound of Heikkilä Thm 2 condition
+(19) tempered as in (23) (1 % looser than the authors' clip; the privacy analysis is the same).
 
-Outputs: ``heikkila_fig23.csv`` (tidy), ``heikkila_fig23.png`` (errors vs ε) and
-``heikkila_fig23_scatter.png`` (Fig. 2: first-repeat draws over exact draws; drawn for the
-cells computed in this run, so a fully resumed run redraws only the error figure).
+**Fig. 3 as curves over t.** One chain per (algorithm, repeat) is run to the largest t; it is
+scored at every ``t`` in the setting's ``t_grid`` from its draws ``burn_in+1 .. t``
+(Heikkilä §4: "posterior means and variances are computed from the first t iterations of the
+private chain alongside the privacy cost ε, which increases with t"). Each (algorithm, t, repeat)
+is one CSV row:
+
+* ``epsilon``: the ledger ε after ``t`` iterations **including the start's charge**, at
+  δ = 2·10⁻⁶, rounded *up* to 4 decimals (so the key is a reproducible float);
+  ``epsilon_exact`` holds the unrounded value. It is the accountant's ε of the chain's own
+  events (the start's releases + ``t`` iterations, built as the kernels build them); at the last
+  ``t`` it is checked against the ledger of the chain that ran (``epsilon_chain_ledger``);
+* ``epsilon_start``: the start's releases alone, at δ = 10⁻⁶ (the paper's DPVI start costs
+  (0.22, 10⁻⁶), ``main.py`` l. 65–66);
+* ``mean_error`` / ``variance_error``: :math:`\sum_j|\bar\theta_j-m_j|` and
+  :math:`\sum_j|s^2_j-v_j|` against the **exact** tempered posterior (grid quadrature,
+  :func:`~pyro_dp.models.gmm_reference`); ``variance_error_p2`` against the exact
+  :math:`p^2` (the posterior squared, renormalised: prior variances halved, temperature 2T);
+  ``var1``, ``var2``: the chain's variances; ``sym_kl``: 30-bin histogram symmetric KL.
+
+**Private start (Barker).** The paper starts every DP Barker chain from a DPVI fit that costs
+(0.22, 10⁻⁶) (``main.py`` l. 55–72; added to ε in ``plot_eps_vs_acc_nruns.py`` l. 73). Here each
+chain starts from a data-free prior draw and walks by :class:`~pyro_dp.kernels.DPGradientInit`
+(full-batch DP gradient ascent on the tempered log posterior; Song et al. 2013, Abadi et al.
+2016 Alg. 1): 12 steps, per-example clip 5, noise multiplier 100 (substitute, Δ = 2C), step
+:math:`\eta/N = 0.015`. Its 12 Gaussian releases are in the chain's ledger, so ``epsilon``
+includes them (composed with the chain in RDP, tighter than the paper's sum of ε's); alone
+they cost ``epsilon_start`` (0.178 at δ = 10⁻⁶ by RDP, below the paper's 0.22).
+
+**Two DP-SGLD lines.**
+
+* ``dp_sgld``: our :class:`~pyro_dp.kernels.sgmcmc.DPSGLD`, Welling & Teh (2011) eq. 4,
+  :math:`\theta'=\theta+\frac\eta2\tilde g+\mathcal N(0,\eta)` with :math:`\eta=4\eta'`: the step
+  at which eq. 4's Langevin noise is exactly the authors' privacy noise, so both lines have the
+  same noise multiplier and the same ε at every t.
+* ``dp_sgld_authors``: the authors' update (``dp_sgld_main.py`` l. 68–70),
+  :math:`\theta'=\theta+\eta'\tilde g+\mathcal N(0,\eta')`, i.e. drift :math:`\eta'\tilde g`
+  against noise variance :math:`\eta'`. That is eq. 4 for the target :math:`p^2`:
+  :math:`\frac{\eta'}2\nabla\log p^2 = \eta'\nabla\log p`. We run it as our ``DPSGLD`` with step
+  :math:`\eta'` on the model whose log posterior is doubled: prior variances halved (10→5,
+  1→0.5: :math:`2\log\mathcal N(\theta;0,v)=\log\mathcal N(\theta;0,v/2)+c`) and temperature 2T.
+  The released quantity is unchanged (the clipped per-example gradient sum of the *same*
+  :math:`\ell_i` plus Gaussian noise); only its post-processing differs, so the kernel's accounting
+  (the Langevin noise multiplier under add/remove, :math:`2q/(2T\sqrt{\eta'})/C =
+  q/(T\sqrt{\eta'}C)` = 1.195, the authors' ``noise_sigma``) is valid and equals ``dp_sgld``'s.
+
+**Deviations from the paper and the authors' code (each with its reason):**
+
+* reference: the **exact** grid posterior instead of a 40 000-step non-private Barker chain
+  (the chain's own error would enter the score);
+* start: DP gradient ascent (``DPGradientInit``) instead of DPVI (the library's private start;
+  DPVI is not in pyro_dp); it is charged per chain, in the ledger. The authors compute one DPVI
+  start and reuse it for all 20 repeats (``main.py`` l. 68–72, 127); here each repeat has its own;
+* DP Barker: no data-dependent exit (the reference exits when the batch variance exceeds 1,
+  ``barker_mog.py`` l. 65–71; the clip bounds it, so ``DPBarker`` never needs to), and the clip is
+  √b/N0, the bound of Heikkilä Thm 2 (19)/(23), instead of 0.99·√b/N0;
+  :math:`V_{\rm corr}` is the library's fitted mixture;
+* privacy accounting: Heikkilä Thm 2 + Cor. 2 composed in RDP with the improved RDP→DP conversion
+  (the authors: Mironov's conversion, ``exact_rdp.py``), i.e. a smaller ε for the same chain;
+  DP-SGLD as the authors account it: Poisson-subsampled Gaussian RDP under add/remove
+  (``plot_mcmc_vs_sgld.py`` l. 64–77; our ``"rdp"`` accountant, improved conversion), not the
+  substitute relation of the paper's Definition 1 (our PLD accountant at this noise multiplier and
+  q = 10⁻⁴ takes minutes per ε; DP Barker's analysis is substitute); Poisson subsampling
+  with rate b/N instead of ``npr.choice`` with replacement (``dp_sgld_main.py`` l. 43), so the
+  subsampled-Gaussian analysis applies as stated;
+* DP-SGLD (**run time**, not privacy): ``sgld_iters`` = 20 000 iterations with 5 000 burn-in
+  instead of 6·10⁶ and 10⁵. Through Pyro's trace a DP-SGLD iteration costs ~5–15 ms here (the
+  per-example gradients of 100 rows), so 6·10⁶ iterations × 40 chains is weeks of CPU; SGLD
+  cells run after all Barker cells and a run may ship without them. At η' = 7·10⁻⁵ the
+  authors' chain relaxes along the posterior ridge in ~10⁴ iterations, so 20 000 iterations
+  do not reach its stationary law; the ``"sgld_check"`` setting (not the paper's) therefore
+  compares the two SGLD lines' stationary variances with p and p² at a 40× larger step
+  (eta = 2800), 4 000 iterations, 1 000 burn-in, 2 repeats (RDP, add/remove accounting);
+* quick mode (CI): :math:`N = 2\cdot10^4`, :math:`b = 200`, 600 Barker and SGLD iterations,
+  one repeat, coarse reference grid.
+
+Outputs: ``heikkila_fig23.csv`` (tidy), ``heikkila_fig23.png`` (Fig. 3: errors vs ε, one point
+per t) and ``heikkila_fig23_scatter.png`` (Fig. 2: first-repeat draws over exact draws; drawn for
+the chains computed in this run).
 """
 from __future__ import annotations
 
 import math
 import os
+import time
 import warnings
+from functools import partial
 from typing import Optional
 
 import torch
 
-from ..accounting import max_iterations
-from ..accounting.subsampled import dp_barker_rdp
 from .grid import pick_device, pyplot_or_none, quick_mode, run_grid, run_kernel
 
-__all__ = ["HEIKKILA_PARAMS", "run_heikkila_fig23", "COLUMNS"]
+__all__ = ["HEIKKILA_PARAMS", "run_heikkila_fig23", "COLUMNS", "ALGORITHMS"]
 
-#: paper setting (full) and the quick CI setting
+#: paper setting (full; sources in the module docstring) and the quick CI setting
 HEIKKILA_PARAMS = {
-    "full": dict(n=1_000_000, n0=100, batch=1000, sgld_batch=100, epsilons=(0.3, 1.2), repeats=5,
-                 delta=2e-6, barker_scale=0.05, sgld_step=5e-3, sgld_clip=3.0, num_cells=300, max_iters=8000),
-    "quick": dict(n=20_000, n0=100, batch=200, sgld_batch=100, epsilons=(2.0,), repeats=1,
-                  delta=2e-6, barker_scale=0.03, sgld_step=5e-3, sgld_clip=3.0, num_cells=150, max_iters=400),
+    "full": dict(n=1_000_000, n0=100, batch=1000, prop_sd=0.1, iters=20_000, burn_in=1000,
+                 t_grid=(2000, 5000, 10_000, 20_000), repeats=20, delta=2e-6, start_delta=1e-6,
+                 init_steps=12, init_rate=0.015, init_clip=5.0, init_nm=100.0,
+                 sgld_batch=100, sgld_clip_tempered=0.01, sgld_eta=70.0, sgld_eta_n=1_000_000,
+                 sgld_iters=20_000, sgld_burn_in=5000, sgld_t_grid=(10_000, 20_000), sgld_repeats=20,
+                 sgld_accounting=("rdp", "add_remove"),
+                 num_cells=300),
+    "quick": dict(n=20_000, n0=100, batch=200, prop_sd=0.1, iters=600, burn_in=100,
+                  t_grid=(300, 600), repeats=1, delta=2e-6, start_delta=1e-6,
+                  init_steps=12, init_rate=0.015, init_clip=5.0, init_nm=100.0,
+                  sgld_batch=100, sgld_clip_tempered=0.01, sgld_eta=70.0, sgld_eta_n=1_000_000,
+                  sgld_iters=600, sgld_burn_in=100, sgld_t_grid=(300, 600), sgld_repeats=1,
+                  sgld_accounting=("rdp", "add_remove"),
+                  num_cells=150),
 }
+#: the p² check (not the paper's setting): both SGLD lines with a 40× larger step (eta = 2800, so
+#: η' = 2.8e-3), which mixes in ~300 iterations, to compare their stationary variances with p and
+#: p². Its noise multiplier is tiny (0.19 add/remove): ε is large and is accounted by RDP under
+#: add/remove, as in the full setting.
+HEIKKILA_PARAMS["sgld_check"] = dict(HEIKKILA_PARAMS["full"], repeats=0, sgld_eta=2800.0, sgld_iters=4000,
+                                     sgld_burn_in=1000, sgld_t_grid=(2000, 4000), sgld_repeats=2,
+                                     sgld_accounting=("rdp", "add_remove"))
 
-COLUMNS = ["iterations", "epsilon_ledger", "mean_error", "variance_error", "sym_kl", "acceptance",
-           "clipped_fraction"]
+#: line labels: DP Barker, DP-SGLD by Welling & Teh eq. 4, DP-SGLD by the authors' update
+ALGORITHMS = ("dp_barker", "dp_sgld", "dp_sgld_authors")
+
+COLUMNS = ["n", "iterations", "burn_in", "epsilon_exact", "epsilon_start", "epsilon_chain_ledger",
+           "mean_error", "variance_error", "variance_error_p2", "sym_kl", "mean1", "mean2", "var1", "var2",
+           "acceptance", "clipped_fraction", "noise_multiplier", "chain_seconds"]
+
+_PRIOR_VAR = (10.0, 1.0)  # Heikkilä eq. (24)
+_PRIOR_VAR_SQ = (5.0, 0.5)  # p(θ)^2 ∝ N(θ; 0, v/2): the prior of the p² model (authors' SGLD)
 
 
-def _barker_iterations(eps, p):
-    from ..mechanisms import RDPCurveEvent
-
-    orders, curve = dp_barker_rdp(p["batch"], p["n"], 256)  # Heikkilä Thm 2 + Cor. 2
-    ev = RDPCurveEvent(tuple(float(a) for a in orders), tuple(curve.tolist()))
-    return min(p["max_iters"], max_iterations(eps, p["delta"], ev, accountant="rdp"))
+def _key_eps(eps: float) -> float:
+    """ε rounded *up* to 4 decimals: a reproducible key that never understates the ledger."""
+    return math.ceil(eps * 1e4 - 1e-9) / 1e4
 
 
-def run_heikkila_fig23(out_dir: str, quick: Optional[bool] = None, log=print, device: Optional[str] = None) -> dict:
-    """Run every missing cell into ``out_dir/heikkila_fig23.csv`` and draw the figures."""
-    from ..evaluation import mean_error, symmetric_kl_2d, variance_error
+def _plans(p):
+    """Data-free privacy plans: per algorithm, ``(fixed events, per-iteration events,
+    accountant, relation, noise multiplier)``, and the kernels' hyper-parameters."""
+    from ..accounting.subsampled import dp_barker_rdp
+    from ..kernels import DPGradientInit
+    from ..kernels.sgmcmc import langevin_noise_multiplier
+    from ..mechanisms import RDPCurveEvent, SubsampledGaussianEvent
+
+    n, T = p["n"], p["n0"] / p["n"]
+    init = DPGradientInit(num_steps=p["init_steps"], step_size=p["init_rate"] * n, grad_clip=p["init_clip"],
+                          noise_multiplier=p["init_nm"])
+    orders, curve = dp_barker_rdp(p["batch"], n, 256)  # Heikkilä Thm 2 + Cor. 2 (as DPBarker._rdp_event)
+    barker_ev = RDPCurveEvent(tuple(float(a) for a in orders), tuple(curve.tolist()))
+    q = p["sgld_batch"] / n
+    eta_a = p["sgld_eta"] / p["sgld_eta_n"]  # η' = eta/N (dp_sgld_main.py l. 28, 68-69)
+    clip = p["sgld_clip_tempered"] * p["sgld_eta_n"] / p["n0"]  # L/T at the authors' N: 0.01 / 1e-4 = 100
+    # authors' line: eq. 4 on p² (step η', temperature 2T); ours: eq. 4 on p with η = 4η' (same noise)
+    acc, rel = p["sgld_accounting"]
+    nm = langevin_noise_multiplier("sgld", step_size=eta_a, sample_rate=q, grad_clip=clip, temperature=2 * T,
+                                   relation=rel)
+    nm_ours = langevin_noise_multiplier("sgld", step_size=4 * eta_a, sample_rate=q, grad_clip=clip,
+                                        temperature=T, relation=rel)
+    assert abs(nm - nm_ours) < 1e-12 * nm  # both lines release the same mechanism
+    sgld_ev = SubsampledGaussianEvent(q, nm, "poisson")
+    return {
+        "init": init, "T": T, "eta_authors": eta_a, "sgld_clip": clip, "sgld_nm": nm,
+        "dp_barker": (init.events(), [barker_ev], "rdp", "substitute", float("nan")),
+        "dp_sgld": ([], [sgld_ev], acc, rel, nm),
+        "dp_sgld_authors": ([], [sgld_ev], acc, rel, nm),
+    }
+
+
+def _epsilon(plan, t, delta):
+    from ..accounting import planned_epsilon
+
+    fixed, per, acc, rel, _ = plan
+    return planned_epsilon(delta, int(t), per, fixed=fixed, accountant=acc, relation=rel)
+
+
+def run_heikkila_fig23(out_dir: str, quick: Optional[bool] = None, log=print, device: Optional[str] = None,
+                       algorithms=ALGORITHMS, repeats=None, setting: Optional[str] = None) -> dict:
+    """Run every missing cell into ``out_dir/heikkila_fig23.csv`` and draw the figures.
+
+    ``algorithms`` and ``repeats`` (an iterable of repeat indices) restrict the cells run, to
+    shard a run over processes: each chain seeds itself from its repeat, so the concatenated
+    CSVs equal one unsharded run's. ``setting`` picks a :data:`HEIKKILA_PARAMS` entry by name
+    (default: ``"quick"`` or ``"full"`` from ``quick``)."""
+    from ..evaluation import symmetric_kl_2d
     from ..kernels import DPBarker
     from ..kernels.sgmcmc import DPSGLD
     from ..models import get_problem, gmm_model, gmm_reference
 
     q = quick_mode(quick)
-    p = HEIKKILA_PARAMS["quick" if q else "full"]
+    p = HEIKKILA_PARAMS[setting or ("quick" if q else "full")]
     dev = pick_device(device)
     prob = get_problem("gmm-heikkila", n=p["n"], seed=0)
     x = prob.args[0]
     T = prob.temperature
-    ref = gmm_reference(x, T, num_cells=p["num_cells"])
+    plans = _plans(p)
+    ref = gmm_reference(x, T, num_cells=p["num_cells"])  # exact tempered posterior (grid quadrature)
     ref_mean, ref_var = ref.mean(), ref.variance()
+    # exact p²: prior² · lik^(2T), renormalised (the authors' SGLD target; module docstring)
+    ref_var_sq = gmm_reference(x, 2 * T, num_cells=p["num_cells"], prior_var=_PRIOR_VAR_SQ).variance()
     ref_draws = ref.sample(200_000, seed=1)
     xd = x.to(dev)
-    state = {}
+    start_eps = _epsilon((plans["dp_barker"][0], [], "rdp", "substitute", 0), 0, p["start_delta"])
+    eps_cache, chain = {}, {}
+    scatter = {}
+
+    def eps_at(algo, t):
+        k = (algo, t)
+        if k not in eps_cache:
+            eps_cache[k] = _epsilon(plans[algo], t, p["delta"])
+        return eps_cache[k]
+
+    def run_chain(algo, r):
+        """One chain of ``algo`` for repeat ``r``: all its draws (burn-in included) and diagnostics."""
+        g = torch.Generator().manual_seed(1000 + r)
+        common = dict(seed=r, noise_seed=r, reference_delta=p["delta"], nonprivate_diagnostics=True)
+        iters = p["iters"] if algo == "dp_barker" else p["sgld_iters"]
+        budget = eps_at(algo, iters) * 1.001  # the chain's own plan (a budget the kernel enforces)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # reproducible-noise and ESS notes
+            if algo == "dp_barker":
+                # data-free start: a prior draw (the authors' DPVI starts from 2·randn, main.py l. 64)
+                start = torch.randn(2, generator=g, dtype=torch.float64) * torch.tensor(_PRIOR_VAR).sqrt()
+                k = DPBarker(gmm_model, batch_size=p["batch"], proposal_scale=p["prop_sd"], temperature=T,
+                             init=plans["init"], epsilon=budget, delta=p["delta"], num_iterations=iters, **common)
+                args = (xd,)
+            else:
+                start = torch.randn(2, generator=g, dtype=torch.float64)  # dp_sgld_main.py l. 17: randn(2)
+                if algo == "dp_sgld":  # Welling & Teh 2011 eq. 4 with η = 4η'
+                    model, step, temp = gmm_model, 4 * plans["eta_authors"], T
+                else:  # authors' θ += η' ĝ + N(0, η') = eq. 4 on p² (prior var/2, temperature 2T), step η'
+                    model, step, temp = partial(gmm_model, prior_var=_PRIOR_VAR_SQ), plans["eta_authors"], 2 * T
+                k = DPSGLD(model, batch_size=p["sgld_batch"], step_size=step, grad_clip=plans["sgld_clip"],
+                           noise_multiplier=plans["sgld_nm"], relation=plans["dp_sgld"][3],
+                           accountant=plans["dp_sgld"][2], temperature=temp,
+                           epsilon=budget, delta=p["delta"], num_iterations=iters, **common)
+                args = (xd,)
+            t0 = time.perf_counter()
+            s, diag = run_kernel(k, args, num_samples=iters, warmup_steps=0, initial_params={"theta": start.to(dev)})
+            secs = time.perf_counter() - t0
+        if algo != "dp_barker":
+            assert abs(k.noise_multiplier - plans["sgld_nm"]) <= 1e-12 * plans["sgld_nm"]  # the plan's mechanism ran
+        return s.double().cpu(), diag, secs
 
     def compute(cell):
-        iters = _barker_iterations(cell["epsilon"], p)
-        warm = max(iters // 10, 1)
-        g = torch.Generator().manual_seed(1000 + cell["repeat"])
-        start = prob.start + 0.1 * torch.randn(2, generator=g, dtype=torch.float64)
-        init = {"theta": start.to(dev)}
-        # synthetic data: noise seeded for reproducible figures; clipped fractions reported (non-private)
-        common = dict(temperature=T, seed=cell["repeat"], noise_seed=cell["repeat"], epsilon=cell["epsilon"],
-                      delta=p["delta"], num_iterations=iters, nonprivate_diagnostics=True)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # SGLD's "adding the missing noise" note
-            if cell["algorithm"] == "dp_barker":
-                k = DPBarker(gmm_model, batch_size=p["batch"], proposal_scale=p["barker_scale"], **common)
-            else:
-                k = DPSGLD(gmm_model, batch_size=p["sgld_batch"], step_size=p["sgld_step"],
-                           grad_clip=p["sgld_clip"], **common)
-            s, diag = run_kernel(k, (xd,), num_samples=iters - warm, warmup_steps=warm, initial_params=init)
-        s = s.double().cpu()
-        if cell["repeat"] == 0:
-            state[(cell["algorithm"], cell["epsilon"])] = s
+        algo, r, t = cell["algorithm"], cell["repeat"], cell["t"]
+        if chain.get("key") != (algo, r):
+            chain.clear()
+            chain["key"] = (algo, r)
+            chain["s"], chain["diag"], chain["secs"] = run_chain(algo, r)
+        s, diag = chain["s"], chain["diag"]
+        burn = p["burn_in"] if algo == "dp_barker" else p["sgld_burn_in"]
+        w = s[burn:t]  # draws burn_in+1 .. t (plot_eps_vs_acc_nruns.py l. 17, 31-43)
+        m, v = w.mean(0), w.var(0, unbiased=False)  # E[X], E[X^2]-E[X]^2 as the authors (l. 37-43)
+        full_t = t == len(s)
+        led = diag["epsilon_total"]
+        if full_t:  # the plan is the ledger: same events, same accountant
+            assert abs(led - cell["epsilon_exact"]) <= 1e-9 * max(1.0, led), (led, cell["epsilon_exact"])
+            if r == 0:
+                scatter[algo] = w
         return {
-            "iterations": iters,
-            "epsilon_ledger": diag["epsilon_total"],
-            "mean_error": float(mean_error(s, ref_mean).sum()),
-            "variance_error": float(variance_error(s, ref_var).sum()),
-            "sym_kl": float(symmetric_kl_2d(s, ref_draws, bins=30)),
+            "n": p["n"], "iterations": t, "burn_in": burn, "epsilon_exact": cell["epsilon_exact"],
+            "epsilon_start": start_eps if algo == "dp_barker" else 0.0, "epsilon_chain_ledger": led,
+            "mean_error": float((m - ref_mean).abs().sum()),
+            "variance_error": float((v - ref_var).abs().sum()),
+            "variance_error_p2": float((v - ref_var_sq).abs().sum()),
+            "sym_kl": float(symmetric_kl_2d(w, ref_draws, bins=30)),
+            "mean1": float(m[0]), "mean2": float(m[1]), "var1": float(v[0]), "var2": float(v[1]),
             "acceptance": diag.get("acceptance rate", float("nan")),
             "clipped_fraction": diag.get("non-private clipped fraction", float("nan")),
+            "noise_multiplier": plans[algo][4], "chain_seconds": round(chain["secs"], 3),
         }
 
-    cells = [{"problem": "gmm-heikkila", "algorithm": a, "epsilon": float(e), "repeat": r}
-             for a in ("dp_barker", "dp_sgld") for e in p["epsilons"] for r in range(p["repeats"])]
+    cells = []
+    # DP Barker cells first (all repeats), then the two SGLD lines interleaved by repeat
+    for algo, reps, grid in [("dp_barker", p["repeats"], p["t_grid"])] + [
+            (a, p["sgld_repeats"], p["sgld_t_grid"]) for a in ("dp_sgld", "dp_sgld_authors")]:
+        for r in range(reps):
+            if algo not in algorithms or (repeats is not None and r not in set(repeats)):
+                continue
+            for t in grid:
+                e = eps_at(algo, t)
+                cells.append({"problem": "gmm-heikkila", "algorithm": algo, "epsilon": _key_eps(e), "repeat": r,
+                              "t": t, "epsilon_exact": e, "_order": (algo != "dp_barker", r, algo, t)})
+    cells.sort(key=lambda c: c["_order"])
     res = run_grid("heikkila_fig23", out_dir, cells, compute, COLUMNS, progress=False, log=log)
     rows = res["rows"]
     png = None
     plt = pyplot_or_none(log, "heikkila_fig23")
     if plt is not None:
         png = os.path.join(out_dir, "heikkila_fig23.png")
-        _two_panel(rows, png, plt)
-        if state:
-            _scatter(state, ref.sample(5000, seed=2), os.path.join(out_dir, "heikkila_fig23_scatter.png"), plt)
+        _fig3(rows, png, plt)
+        if scatter:
+            _scatter(scatter, ref.sample(5000, seed=2), os.path.join(out_dir, "heikkila_fig23_scatter.png"), plt)
     return {"csv": res["csv"], "png": png, "rows": rows, "computed": res["computed"], "skipped": res["skipped"],
-            "reference_mean": ref_mean.tolist(), "reference_variance": ref_var.tolist()}
+            "reference_mean": ref_mean.tolist(), "reference_variance": ref_var.tolist(),
+            "reference_variance_p2": ref_var_sq.tolist(), "epsilon_start": start_eps}
 
 
-def _two_panel(rows, path, plt):
+def _fig3(rows, path, plt):
+    """Fig. 3 of the paper: mean ± s.e. over repeats of each error against ε (one point per t)."""
     from .grid import summarise
 
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     for ax, metric in zip(axes, ("mean_error", "variance_error", "sym_kl")):
         for s in sorted({r["algorithm"] for r in rows}):
-            st = sorted((float(v["epsilon"]), v["mean"], v["se"]) for v in summarise(
-                [r for r in rows if r["algorithm"] == s], metric, by=("algorithm", "epsilon")) if v["n"])
+            st = sorted((float(v["epsilon"]), v["mean"], v["se"], v["iterations"]) for v in summarise(
+                [r for r in rows if r["algorithm"] == s], metric, by=("algorithm", "epsilon", "iterations")) if v["n"])
             if st:
-                e, m, se = zip(*st)
-                ax.errorbar(e, m, yerr=[0 if not math.isfinite(v) else v for v in se], marker="o", capsize=2, label=s)
-        ax.set(xscale="log", xlabel="epsilon (iterations grow with it)", ylabel=metric)
+                e, m, se, it = zip(*st)
+                ax.errorbar(e, m, yerr=[0 if not math.isfinite(v) else v for v in se], marker="o", ms=3,
+                            capsize=2, label=s)
+                ax.annotate(f"t={it[-1]}", (e[-1], m[-1]), fontsize=6)
+        ax.set(xscale="log", xlabel="epsilon after t iterations (start included)", ylabel=metric)
         ax.legend(fontsize=7)
-    fig.suptitle("Heikkilä et al. 2019 Fig. 3: GMM, tempered (N0=100), error vs exact posterior")
+    fig.suptitle("Heikkilä et al. 2019 Fig. 3: GMM, tempered (N0=100), error vs exact posterior, one point per t")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
 def _scatter(state, exact, path, plt):
-    keys = sorted(state, key=lambda k: (k[0], -k[1]))
+    keys = sorted(state)
     fig, axes = plt.subplots(1, len(keys), figsize=(3.6 * len(keys), 3.4), squeeze=False)
     for ax, k in zip(axes[0], keys):
         ax.scatter(exact[:, 0], exact[:, 1], s=1, alpha=0.2, color="0.6", label="exact (grid)")
         s = state[k]
-        ax.scatter(s[:, 0], s[:, 1], s=1, alpha=0.3, label=f"{k[0]}")
-        ax.set(title=f"{k[0]}, eps={k[1]}", xlim=(-1.5, 2.5), ylim=(-3, 3))
+        ax.scatter(s[:, 0], s[:, 1], s=1, alpha=0.3, label=k)
+        ax.set(title=f"{k}, repeat 0, {len(s)} draws", xlim=(-2.5, 2.5), ylim=(-2.5, 2.6))
         ax.legend(fontsize=7, markerscale=5)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
