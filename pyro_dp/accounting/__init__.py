@@ -40,7 +40,7 @@ from .planning import (
 )
 from . import rdp as _rdp, registry as _registry
 from .rdp import rdp_delta, rdp_epsilon
-from .subsampled import barker_batch_rdp, barker_orders, dp_barker_rdp, minibatch_penalty_rdp, wbk_amplified_rdp
+from .subsampled import barker_batch_rdp, barker_orders, dp_barker_event, dp_barker_rdp, minibatch_penalty_rdp, wbk_amplified_rdp
 from .registry import get_accountant
 from .zcdp import zcdp_epsilon, zcdp_rho_budget
 
@@ -64,6 +64,7 @@ DEFAULT_ORDERS = _rdp.DEFAULT_ORDERS
 __all__ = [
     "barker_orders",
     "barker_batch_rdp",
+    "dp_barker_event",
     "dp_barker_rdp",
     "minibatch_penalty_rdp",
     "wbk_amplified_rdp",

@@ -46,6 +46,7 @@ __all__ = [
     "MAX_ORDER",
     "barker_orders",
     "barker_batch_rdp",
+    "dp_barker_event",
     "wbk_amplified_rdp",
     "dp_barker_rdp",
     "minibatch_penalty_rdp",
@@ -159,6 +160,20 @@ def dp_barker_rdp(batch_size: int, num_rows: int, max_order: int = MAX_ORDER) ->
     b, n = _check_batch(batch_size, num_rows)
     orders, eps = _dp_barker_cached(b, n, int(max_order))
     return orders, np.array(eps)
+
+
+def dp_barker_event(batch_size: int, num_rows: int, max_order: int = MAX_ORDER):
+    r"""The ledger event of **one** DP Barker iteration: :func:`dp_barker_rdp`'s curve as an
+    :class:`~pyro_dp.mechanisms.RDPCurveEvent` (Heikkilä et al. 2019 Thm 2 + Cor. 2).
+
+    >>> ev = dp_barker_event(1000, 100_000)
+    >>> ev.orders[:2], len(ev.orders) == len(ev.rdp)
+    ((2.0, 3.0), True)
+    """
+    from ..mechanisms import RDPCurveEvent
+
+    orders, eps = dp_barker_rdp(batch_size, num_rows, max_order)
+    return RDPCurveEvent(tuple(float(a) for a in orders), tuple(eps.tolist()))
 
 
 def minibatch_penalty_rdp(sample_rate: float, noise_multiplier: float, orders: Sequence[int]) -> np.ndarray:

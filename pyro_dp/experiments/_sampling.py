@@ -38,7 +38,7 @@ from typing import Dict, Optional
 import torch
 
 from ..accounting import max_iterations
-from ..accounting.subsampled import dp_barker_rdp
+from ..accounting.subsampled import dp_barker_event
 from ._metrics import mean_error, variance_error
 
 __all__ = ["THESIS_PARAMS", "THESIS_N", "ALGORITHMS", "thesis_iterations", "width_scale", "start_point", "make_kernel",
@@ -142,7 +142,7 @@ def thesis_iterations(algorithm: str, params: dict, *, epsilon: float, delta: fl
       (``dp_accounting``'s RDP, WBK19 Thm 27). **A privacy-validity deviation**: fewer
       iterations than the thesis at the same ε.
     """
-    from ..mechanisms import GaussianEvent, RDPCurveEvent, SubsampledGaussianEvent
+    from ..mechanisms import GaussianEvent, SubsampledGaussianEvent
 
     s = math.sqrt(n)
     if algorithm in ("dp_penalty", "dp_penalty_ocu_gwmh"):
@@ -151,10 +151,7 @@ def thesis_iterations(algorithm: str, params: dict, *, epsilon: float, delta: fl
         per = [GaussianEvent(params["tau_l"] * s)] + [GaussianEvent(params["tau_g"] * s)] * (params["L"] + 1)
         return max_iterations(epsilon, delta, per, accountant="gdp")
     if algorithm == "dp_barker":
-        b = min(params["batch"], n // 2)
-        orders, eps = dp_barker_rdp(b, n, 256)  # Heikkilä et al. 2019 Thm 2 + Cor. 2 (thesis Thm 7)
-        return max_iterations(epsilon, delta, [RDPCurveEvent(tuple(float(a) for a in orders), tuple(eps.tolist()))],
-                              accountant="rdp")
+        return _barker_allowed(params, epsilon=epsilon, delta=delta, n=n)
     if algorithm == "minibatch_dp_penalty":
         key = (epsilon, delta, n, params["batch"], params["tau"])
         if key not in _THESIS_MINIBATCH_ITERS:
@@ -166,6 +163,12 @@ def thesis_iterations(algorithm: str, params: dict, *, epsilon: float, delta: fl
 
 
 _THESIS_MINIBATCH_ITERS: Dict[tuple, int] = {}
+
+
+def _barker_allowed(params: dict, *, epsilon: float, delta: float, n: int) -> int:
+    """DP Barker's most iterations within (ε, δ) (Heikkilä et al. 2019 Thm 2 + Cor. 2, thesis Thm 7)."""
+    b = min(params["batch"], n // 2)
+    return max_iterations(epsilon, delta, [dp_barker_event(b, n, 256)], accountant="rdp")
 
 
 def width_scale(problem: str, n: int, temperature: float) -> float:
@@ -254,13 +257,10 @@ def make_kernel(algorithm: str, problem, *, epsilon: Optional[float], delta: flo
                   **nm, **budget, **common)
         return k, num_iterations
     if algorithm == "dp_barker":
-        from ..mechanisms import RDPCurveEvent
-
         b = min(params["batch"], n // 2)
-        orders, eps = dp_barker_rdp(b, n, 256)  # Heikkilä et al. 2019 Thm 2 + Cor. 2 (thesis Thm 7)
-        ev = RDPCurveEvent(tuple(float(a) for a in orders), tuple(eps.tolist()))
-        allowed = max_iterations(epsilon, delta, [ev], accountant="rdp")
-        its = num_iterations if thesis_scheme else min(num_iterations, allowed)
+        # the thesis scheme's count already is what the budget allows (thesis_iterations)
+        its = num_iterations if thesis_scheme else min(
+            num_iterations, _barker_allowed(params, epsilon=epsilon, delta=delta, n=n))
         if its < MIN_ITERATIONS:
             return None, its
         k = DPBarker(problem.model, batch_size=b, proposal_scale=_tensor(_scaled(params["prop"], w)),

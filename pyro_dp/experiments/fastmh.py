@@ -115,7 +115,7 @@ import torch
 
 from ..accounting import get_accountant
 from ..accounting.gdp import gdp_mu
-from ..accounting.subsampled import dp_barker_rdp
+from ..accounting.subsampled import dp_barker_event
 from .grid import KEY_COLUMNS, pick_device, pyplot_or_none, quick_mode, run_grid
 
 __all__ = ["FASTMH_PARAMS", "run_fastmh_fig1", "COLUMNS", "KEYS", "ALGORITHMS", "barker_batch_for_step_epsilon"]
@@ -146,14 +146,11 @@ def _one_step(event, delta, accountant):
 def barker_batch_for_step_epsilon(step_epsilon: float, n: int, delta: float) -> Optional[int]:
     """Largest batch of a fixed grid whose one DP-Barker iteration is (step_epsilon, delta)-DP
     (Heikkilä Thm 2 + Cor. 2, RDP converted at ``delta``), or ``None``."""
-    from ..mechanisms import RDPCurveEvent
-
     best = None
     for b in _BARKER_BATCHES:
         if b > n or b <= 10:
             continue
-        orders, curve = dp_barker_rdp(b, n, 256)
-        ev = RDPCurveEvent(tuple(float(a) for a in orders), tuple(curve.tolist()))
+        ev = dp_barker_event(b, n, 256)
         if _one_step(ev, delta, "rdp") <= step_epsilon:
             best = b
     return best

@@ -170,16 +170,15 @@ def _key_eps(eps: float) -> float:
 def _plans(p):
     """Data-free privacy plans: per algorithm, ``(fixed events, per-iteration events,
     accountant, relation, noise multiplier)``, and the kernels' hyper-parameters."""
-    from ..accounting.subsampled import dp_barker_rdp
+    from ..accounting.subsampled import dp_barker_event
     from ..kernels import DPGradientInit
     from ..kernels.sgmcmc import langevin_noise_multiplier
-    from ..mechanisms import RDPCurveEvent, SubsampledGaussianEvent
+    from ..mechanisms import SubsampledGaussianEvent
 
     n, T = p["n"], p["n0"] / p["n"]
     init = DPGradientInit(num_steps=p["init_steps"], step_size=p["init_rate"] * n, grad_clip=p["init_clip"],
                           noise_multiplier=p["init_nm"])
-    orders, curve = dp_barker_rdp(p["batch"], n, 256)  # Heikkilä Thm 2 + Cor. 2 (as DPBarker._rdp_event)
-    barker_ev = RDPCurveEvent(tuple(float(a) for a in orders), tuple(curve.tolist()))
+    barker_ev = dp_barker_event(p["batch"], n, 256)  # Heikkilä Thm 2 + Cor. 2 (as DPBarker._rdp_event)
     q = p["sgld_batch"] / n
     eta_a = p["sgld_eta"] / p["sgld_eta_n"]  # η' = eta/N (dp_sgld_main.py l. 28, 68-69)
     clip = p["sgld_clip_tempered"] * p["sgld_eta_n"] / p["n0"]  # L/T at the authors' N: 0.01 / 1e-4 = 100

@@ -48,7 +48,7 @@ import os
 import torch
 
 from ..accounting import UnsupportedEventError, get_accountant
-from ..accounting.subsampled import barker_orders, dp_barker_rdp
+from ..accounting.subsampled import barker_orders, dp_barker_event
 from ..mechanisms import RDPCurveEvent, clip_scalars, gaussian_release
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease, check_batch_size
@@ -194,8 +194,7 @@ class DPBarker(RandomWalkKernel):
         if self.batch_size > n:
             raise ValueError(f"batch_size={self.batch_size} exceeds the number of rows N={n}")
         if self._event is None or self._event_n != n:
-            orders, eps = dp_barker_rdp(self.batch_size, n, self.max_order)
-            self._event, self._event_n = RDPCurveEvent(tuple(float(a) for a in orders), tuple(eps.tolist())), n
+            self._event, self._event_n = dp_barker_event(self.batch_size, n, self.max_order), n
         return self._event
 
     def _calibrate(self):
