@@ -576,6 +576,28 @@ class PrivateLikelihood:
                 return out
         return self._eager_loglik_and_prior(z, idx)
 
+    def log_ratios(self, z: torch.Tensor, z_new: torch.Tensor, idx=None) -> Tuple[torch.Tensor, torch.Tensor]:
+        r"""``(r, log prior at z_new)`` with :math:`r_i = \ell_i(z') - \ell_i(z)` (untempered) for
+        every row or rows ``idx``: the minibatch kernels' per-row ratios. One graph (and one
+        padding of ``idx``) on the compiled path instead of two model evaluations.
+        **Reads the data**: release only through a mechanism.
+
+        >>> import torch
+        >>> from pyro_dp.models.examples import normal_mean_model as model
+        >>> lik = PrivateLikelihood(model, (torch.tensor([0.0, 3.0]),), seed=0)
+        >>> r, lp = lik.log_ratios(torch.tensor([0.0]), torch.tensor([1.0]))
+        >>> r
+        tensor([-0.5000,  2.5000])
+        """
+        idx = self._check_idx(idx)
+        if self.compiled is not None:
+            out = self.compiled.log_ratios(z, z_new, idx)
+            if out is not None:
+                return out
+        ll_old, _ = self._eager_loglik_and_prior(z, idx)
+        ll_new, lp_new = self._eager_loglik_and_prior(z_new, idx)
+        return ll_new - ll_old, lp_new
+
     def _eager_loglik_and_prior(self, z, idx):
         with torch.no_grad():
             return self._terms(z, idx)

@@ -199,3 +199,65 @@ def test_clipped_difference_sum_compiled_equals_eager():
     torch.testing.assert_close(got.total, want.total, rtol=1e-12, atol=1e-12)
     assert int(got.num_clipped) == int(want.num_clipped) and int(got.num_rows) == 200
     assert jit.compiled.num_compiled == 1
+
+
+def _banana_like(x, s):
+    """A Pyro model whose Normal broadcasts a [2] scale to every row (as the thesis banana)."""
+    theta = pyro.sample("theta", dist.Normal(torch.zeros(2, dtype=x.dtype), 10.0).to_event(1))
+    with pyro.plate("data", x.shape[0]) as idx:
+        pyro.sample("obs", dist.Normal(theta, s).to_event(1), obs=x[idx])
+
+
+def test_hoist_broadcasts_keeps_values_and_moves_parameter_work_out_of_the_rows():
+    """#17: ``hoist_broadcasts`` computes log(scale), the variance and its reciprocal once per
+    call. The prepared graph gives eager's per-example log-likelihoods, gradients and clipped
+    sums to 1e-12 relative (the reciprocal can change a term in its last bit), and no
+    ``log`` or division by a broadcast parameter is left on a per-row tensor."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(300, 2, generator=g, dtype=torch.float64)
+    x[7] = torch.tensor([1e200, -1e300], dtype=torch.float64)  # extreme row: its terms overflow; the per-row rule applies
+    s = torch.tensor([0.5, 2.0], dtype=torch.float64)
+    eager = PrivateLikelihood(_banana_like, (x, s), seed=0)
+    jit = PrivateLikelihood(_banana_like, (x, s), seed=0, jit_compile=True)
+    for z in (torch.tensor([0.3, -1.0], dtype=torch.float64), torch.tensor([2.0, 0.5], dtype=torch.float64)):
+        for a, b in ((jit.loglik_and_prior(z), eager.loglik_and_prior(z)),
+                     (jit.per_example_grad(z), eager.per_example_grad(z))):
+            for u, v in zip(a, b):
+                torch.testing.assert_close(u, v, rtol=1e-12, atol=1e-12, equal_nan=True)
+        _, cs, = jit.clipped_grad_sum(z, 0.7)
+        _, cs_e = eager.clipped_grad_sum(z, 0.7)
+        torch.testing.assert_close(cs.total, cs_e.total, rtol=1e-12, atol=1e-12)
+        assert int(cs.num_clipped) == int(cs_e.num_clipped)
+    # the rewrite itself, on the traced log-likelihood graph
+    lik = jit.compiled
+    fn = lik._with_data(lambda zz: lik.lik._eager_loglik_and_prior(zz, None))
+    z = torch.tensor([0.3, -1.0], dtype=torch.float64)
+    gm = make_fx(fn, tracing_mode="fake", _allow_non_fake_inputs=True)(*lik._data, z)
+    before = gm(*lik._data, z)
+    big = lambda n: isinstance(n, torch.fx.Node) and n.meta.get("val") is not None and n.meta["val"].numel() > 64
+    assert any(n.target is torch.ops.aten.log.default and big(n) for n in gm.graph.nodes)  # Pyro's broadcast log
+    prepared = compiled_mod.hoist_broadcasts(gm)
+    after = prepared(*lik._data, z)
+    for u, v in zip(before, after[: prepared.num_own_outputs]):
+        torch.testing.assert_close(u, v, rtol=1e-12, atol=1e-12, equal_nan=True)
+    for n in prepared.graph.nodes:
+        assert not (n.target is torch.ops.aten.log.default and big(n)), n.format_node()
+        assert not (n.target is torch.ops.aten.div.Tensor and big(n) and compiled_mod._small(n.args[1])), n.format_node()
+
+
+def test_log_ratios_one_graph_matches_eager():
+    """#17: the minibatch kernels' per-row ratios on a batch come from one graph (one padding
+    of the batch) instead of two model evaluations; same values as eager, on all rows and on
+    a subset, with the log prior at the new point."""
+    y = make_data(60, seed=2)
+    eager = PrivateLikelihood(gauss_model, (y,), seed=0)
+    jit = PrivateLikelihood(gauss_model, (y,), seed=0, jit_compile=True)
+    z, z_new = torch.tensor([0.2], dtype=torch.float64), torch.tensor([-0.4], dtype=torch.float64)
+    for idx in (None, torch.tensor([5, 0, 59, 17])):
+        for u, v in zip(jit.log_ratios(z, z_new, idx), eager.log_ratios(z, z_new, idx)):
+            torch.testing.assert_close(u, v, rtol=1e-12, atol=1e-12)
+    want = eager.loglik_and_prior(z_new)[0] - eager.loglik_and_prior(z)[0]
+    torch.testing.assert_close(eager.log_ratios(z, z_new)[0], want, rtol=0, atol=0)
+    assert jit.compiled.num_compiled == 2  # one graph per shape: all rows, and the batch's bucket

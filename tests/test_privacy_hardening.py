@@ -162,14 +162,20 @@ def test_a_failing_worker_marks_the_ledger_incomplete():
 def _batches(kernel, y, steps=3):
     seen = []
     kernel.setup(0, y)
-    orig = kernel.lik.loglik_and_prior
+    lik = kernel.lik
+    orig, orig_ratios = lik.loglik_and_prior, lik.log_ratios
 
     def spy(z, idx=None):
         if idx is not None:
             seen.append(tuple(idx.tolist()))
         return orig(z, idx)
 
-    kernel.lik.loglik_and_prior = spy
+    def spy_ratios(z, z_new, idx=None):  # the minibatch MH kernels' batch evaluation
+        if idx is not None:
+            seen.append(tuple(idx.tolist()))
+        return orig_ratios(z, z_new, idx)
+
+    lik.loglik_and_prior, lik.log_ratios = spy, spy_ratios
     params = kernel.initial_params
     for _ in range(steps):
         params = kernel.sample(params)

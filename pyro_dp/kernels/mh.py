@@ -25,6 +25,7 @@ they share: the proposal mode, the scale and its warmup adaptation, and the batc
 """
 from __future__ import annotations
 
+import math
 from typing import Callable, NamedTuple, Optional, Tuple
 
 import torch
@@ -108,6 +109,10 @@ def mh_init(lik, z: torch.Tensor, rng: Optional[torch.Generator] = None, cache=N
 
 
 def _finite(x) -> bool:
+    if isinstance(x, torch.Tensor) and x.numel() == 1:
+        return math.isfinite(x.item())  # one element: no tensor ops (the usual case, #17)
+    if isinstance(x, (int, float)):
+        return math.isfinite(x)
     return bool(torch.isfinite(torch.as_tensor(x)).all())
 
 

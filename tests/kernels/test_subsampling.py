@@ -44,3 +44,25 @@ def test_bad_arguments():
         sample_without_replacement(g, 5, 6)
     with pytest.raises(ValueError):
         poisson_subsample(g, 5, 0.0)
+
+
+def _first_distinct_reference(g, n, b):
+    """The documented law, written plainly: iid uniform draws in blocks of b + b//2 + 8, the
+    first ``b`` distinct values in draw order (what ``sample_without_replacement`` returns)."""
+    draws, seen, out = [], set(), []
+    while len(out) < b:
+        draws = torch.randint(n, (b + b // 2 + 8,), generator=g).tolist()
+        for v in draws:
+            if v not in seen:
+                seen.add(v)
+                out.append(v)
+    return torch.tensor(out[:b], dtype=torch.long)
+
+
+@pytest.mark.parametrize("n, b", [(100_000, 1000), (10_000_000, 1000), (50, 20), (100, 49), (20, 3)])
+def test_without_replacement_is_first_distinct_draws(n, b):
+    """The CPU path (numpy's first occurrences) returns exactly the first ``b`` distinct draws
+    in draw order, so seeded chains are unchanged by that speed-up (#17)."""
+    for seed in range(20):
+        got = sample_without_replacement(torch.Generator().manual_seed(seed), n, b)
+        assert torch.equal(got, _first_distinct_reference(torch.Generator().manual_seed(seed), n, b)), seed
