@@ -291,6 +291,20 @@ def _arange(size: int, device) -> torch.Tensor:
     return out
 
 
+def _distinct(data: tuple, inputs: tuple) -> tuple:
+    """``inputs`` with a copy of every tensor already passed before it (or among ``data``): the
+    tracer maps one tensor object passed twice to one graph input, so a graph traced on a call
+    like ``f(z, z)`` would ignore its second input at every later call."""
+    seen = {id(t) for t in data}
+    out = []
+    for t in inputs:
+        if torch.is_tensor(t) and id(t) in seen:
+            t = t.clone()
+        seen.add(id(t))
+        out.append(t)
+    return tuple(out)
+
+
 def _signature(t: torch.Tensor) -> tuple:
     return (tuple(t.shape), t.dtype, t.device.type, t.device.index)
 
@@ -391,6 +405,7 @@ class CompiledLikelihood:
         from torch.fx.experimental.proxy_tensor import make_fx
 
         t0 = time.perf_counter()
+        inputs = _distinct(self._data, inputs)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -521,19 +536,64 @@ class CompiledLikelihood:
         out = self._call("per_example_grad[idx]", grads, (z, padded), size)
         return out if out is None else (out[0][:b], out[1][:b])
 
+    def clipped_grad_terms(self, zz, c, i=None, valid=None) -> Tuple[torch.Tensor, ClippedSum]:
+        """Inside a graph: ``(ℓ [B], ClippedSum)`` of the per-example gradients at ``zz``
+        (:meth:`_grads`, then the per-row rule, the clip to L2 norm ``c`` and the sum of
+        :func:`~pyro_dp.mechanisms.clip_and_sum`, column by column for forward-mode columns)."""
+        ll, g = self._grads(zz, i)
+        cs = clip_and_sum_columns(g, c, valid) if isinstance(g, list) else clip_and_sum(g, c, valid)
+        return ll, cs
+
+    def log_prior_terms(self, zz) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Inside a graph: ``(log prior, its gradient)`` at ``zz`` (data-free)."""
+        g, v = torch.func.grad_and_value(self.lik._eager_log_prior)(zz)
+        return v, g
+
+    def _one_chunk(self) -> bool:
+        """Whether a full-data gradient pass runs as one graph (else in chunks of
+        :data:`CHUNK_ELEMENTS` per-example gradient entries)."""
+        lik = self.lik
+        return lik.num_rows <= max(8, CHUNK_ELEMENTS // max(lik.dim, 1)) or not lik.indexable
+
+    def fused_graph(self, name: str, fn: Callable, inputs: tuple) -> Optional[Callable]:
+        r"""``fn`` — a pure tensor function of full-data passes written with
+        :meth:`clipped_grad_terms`, :meth:`log_prior_terms` and :mod:`pyro_dp.mechanisms`'
+        clip-and-sum functions — traced into **one** graph and compiled (once, from the shapes
+        of ``inputs``: no value is read), returned as a callable on inputs of those shapes; or
+        ``None`` when it cannot be (the trace fell back to eager, or a full-data pass needs
+        chunks: the caller then uses the unfused functions, which give the same values).
+        ``name`` must identify ``fn`` with every Python constant it closes over (it is part of
+        the cache key). A kernel fuses what happens *between* releases with the release's
+        clipped sum (DP-HMC's leapfrog step, :mod:`pyro_dp.kernels.hmc`), so an iteration
+        costs a few graph calls instead of many small operations; it asks for the graph
+        before it draws any noise, so it never falls back half-way through a step."""
+        if not self._one_chunk():
+            return None
+        key = self._key(name, inputs)
+        run = self._get(name, fn, inputs, None, key)
+        if run is None:
+            return None
+
+        def call(*xs):
+            pending = getattr(self, "_first_call_pending", None)
+            if pending and key in pending:  # the first call: counted as compile time
+                return self._call(name, fn, xs)
+            return run(*xs)
+
+        return call
+
     def clipped_grad_sum(self, z, clip, idx=None):
         lik = self.lik
         clip_t = torch.as_tensor(clip, dtype=z.dtype, device=z.device)
 
         def fused(zz, c, i=None, valid=None):
-            ll, g = self._grads(zz, i)
-            cs = clip_and_sum_columns(g, c, valid) if isinstance(g, list) else clip_and_sum(g, c, valid)
+            ll, cs = self.clipped_grad_terms(zz, c, i, valid)
             return ll, cs.total, cs.num_clipped, cs.num_rows
 
         if idx is None:
             n = lik.num_rows
             chunk = max(8, CHUNK_ELEMENTS // max(lik.dim, 1))
-            if n <= chunk or not lik.indexable:
+            if self._one_chunk():
                 out = self._call("clipped_grad_sum", fused, (z, clip_t))
                 return out if out is None else (out[0], ClippedSum(*out[1:]))
             idx = torch.arange(n, device=z.device)
@@ -589,12 +649,6 @@ class CompiledLikelihood:
         return out
 
     def log_prior_and_grad(self, z):
-        lik = self.lik
-
-        def f(zz):
-            g, v = torch.func.grad_and_value(lik._eager_log_prior)(zz)
-            return v, g
-
-        out = self._call("log_prior_and_grad", f, (z,))
+        out = self._call("log_prior_and_grad", self.log_prior_terms, (z,))
         return out if out is None else tuple(out)
 

@@ -72,6 +72,7 @@ __all__ = [
     "clip_and_sum",
     "clip_and_sum_columns",
     "clipped_sum_with_noise",
+    "draw_gaussian_noise",
     "add_gaussian_noise",
     "gaussian_release",
     "noisy_histogram",
@@ -852,23 +853,71 @@ def add_gaussian_noise(
     >>> float(out.noise_std)  # nm * clip under add/remove
     1.0
     """
-    if relation not in RELATIONS:
-        raise ValueError(f"relation must be one of {RELATIONS}, got {relation!r}")
-    sens_factor = 2.0 if relation == "substitute" else 1.0
-    clip_t = torch.as_tensor(clip, dtype=total.dtype, device=total.device)
-    std = float(noise_multiplier) * sens_factor * clip_t
     shards = getattr(noise, "shards", None)
+    if shards is None or shards.rank == 0:
+        draw = draw_gaussian_noise(total, clip, noise_multiplier, noise, relation)
+    else:  # pyro_dp.distributed: only rank 0 draws; the others know the event and std
+        draw = _gaussian_event(total, clip, noise_multiplier, relation)
     if noise_multiplier > 0:
         if shards is None:
-            value = total + noise.normal(std, total.shape, like=total)
+            value = total + draw.value
         else:  # pyro_dp.distributed: rank 0's noise enters once, inside the sum over ranks
-            local = total + noise.normal(std, total.shape, like=total) if shards.rank == 0 else total
+            local = total + draw.value if shards.rank == 0 else total
             value = shards.all_reduce_sum(local)
-        event = GaussianEvent(noise_multiplier=float(noise_multiplier))
     else:
         value = total if shards is None else shards.all_reduce_sum(total)
-        event = NonPrivateEvent()
-    return NoisyRelease(value, event, std, 0.0)
+    return draw._replace(value=value)
+
+
+def _gaussian_event(like: torch.Tensor, clip, noise_multiplier: float, relation: str) -> NoisyRelease:
+    """``(None, event, std, 0)`` of the Gaussian release of a sum clipped to ``clip`` (no draw)."""
+    if relation not in RELATIONS:
+        raise ValueError(f"relation must be one of {RELATIONS}, got {relation!r}")
+    sens_factor = 2.0 if relation == "substitute" else 1.0  # l2-sensitivity 2*clip (substitute) or clip
+    clip_t = torch.as_tensor(clip, dtype=like.dtype, device=like.device)
+    std = float(noise_multiplier) * sens_factor * clip_t  # sigma = nm * Delta (Räisä 2021 thesis Def. 7)
+    event = GaussianEvent(noise_multiplier=float(noise_multiplier)) if noise_multiplier > 0 else NonPrivateEvent()
+    return NoisyRelease(None, event, std, 0.0)
+
+
+def draw_gaussian_noise(
+    like: torch.Tensor,
+    clip,
+    noise_multiplier: float,
+    noise: NoiseSource,
+    relation: str = "substitute",
+    count: Optional[int] = None,
+) -> NoisyRelease:
+    r"""The noise of :func:`add_gaussian_noise`, drawn before the clipped sum it will be added
+    to exists: ``value`` is the draw :math:`\mathcal N(0, (\mathrm{nm}\cdot\Delta)^2 I)` of the
+    shape of ``like`` (zeros when ``noise_multiplier`` is 0, the non-private test mode), with
+    the event and the standard deviation. ``add_gaussian_noise(total, ...)`` is
+    ``total + draw_gaussian_noise(total, ...).value``, the same draw from the same stream.
+
+    For the compiled path, which adds the draw to the clipped sum *inside* one fused graph
+    (DP-HMC's leapfrog step, :meth:`pyro_dp.compiled.CompiledLikelihood.fused_graph`): the
+    clipped sum then never leaves the graph without its noise. The caller must add the draw
+    to exactly one clipped sum of per-example terms each clipped to ``clip``, record the
+    event, and not run sharded (``noise.shards``: the noise must enter inside the all-reduce).
+    With ``count``, ``value`` stacks ``count`` such draws (``[count, *like.shape]``), drawn one
+    after another exactly as ``count`` calls would draw them, for ``count`` releases of the
+    same event: record it ``count`` times.
+
+    >>> import torch
+    >>> out = draw_gaussian_noise(torch.zeros(2, dtype=torch.float64), clip=0.5, noise_multiplier=2.0,
+    ...                           noise=NoiseSource())
+    >>> tuple(out.value.shape), out.event, float(out.noise_std)  # sigma = nm * 2 * clip
+    ((2,), GaussianEvent(noise_multiplier=2.0), 2.0)
+    """
+    out = _gaussian_event(like, clip, noise_multiplier, relation)
+    if count is None:
+        if noise_multiplier > 0:
+            return out._replace(value=noise.normal(out.noise_std, like.shape, like=like))
+        return out._replace(value=torch.zeros_like(like))
+    if noise_multiplier > 0:  # one draw per release (a single [count, ...] draw would use the stream differently)
+        return out._replace(value=torch.stack([noise.normal(out.noise_std, like.shape, like=like)
+                                               for _ in range(int(count))]))
+    return out._replace(value=torch.zeros((int(count),) + tuple(like.shape), dtype=like.dtype, device=like.device))
 
 
 def noisy_histogram(

@@ -25,7 +25,7 @@ import pyro_dp.compiled as compiled_mod
 from pyro_dp.compiled import CompileFallbackWarning, bucket_size
 from pyro_dp.likelihood import PrivateLikelihood
 
-from .kernels.golden_cases import GOLDEN, cases, run
+from .kernels.golden_cases import GOLDEN, GOLDEN_KW, cases, run
 from .kernels.helpers import gauss_model, make_data
 
 RECORDED = json.loads(GOLDEN.read_text())
@@ -261,3 +261,62 @@ def test_log_ratios_one_graph_matches_eager():
     want = eager.loglik_and_prior(z_new)[0] - eager.loglik_and_prior(z)[0]
     torch.testing.assert_close(eager.log_ratios(z, z_new)[0], want, rtol=0, atol=0)
     assert jit.compiled.num_compiled == 2  # one graph per shape: all rows, and the batch's bucket
+
+
+@pytest.mark.parametrize("backend", ["graph", "inductor"])
+def test_a_graph_traced_on_one_tensor_passed_twice_keeps_both_inputs(backend):
+    """The tracer maps one tensor object passed twice to one graph input: a graph first traced
+    on ``log_ratios(z, z)`` ignored its second input at every later call (found in #17). The
+    compiled likelihood traces on distinct copies."""
+    y = make_data(20, seed=1)
+    jit = PrivateLikelihood(gauss_model, (y,), seed=0, jit_compile=True, jit_options={"backend": backend})
+    eager = PrivateLikelihood(gauss_model, (y,), seed=0)
+    z, z_new = torch.tensor([0.3], dtype=torch.float64), torch.tensor([1.0], dtype=torch.float64)
+    torch.testing.assert_close(jit.log_ratios(z, z)[0], torch.zeros(20, dtype=torch.float64))
+    torch.testing.assert_close(jit.log_ratios(z, z_new)[0], eager.log_ratios(z, z_new)[0], rtol=1e-12, atol=1e-12)
+
+
+def _hmc_chain(model, y, num_steps, **extra):
+    factory = lambda: pyro_dp.DPHMC(model, 0.02, num_steps, 2.0, 2.0, 5.0, 3.0, adapt_step_size=True,  # noqa: E731
+                                    **dict(GOLDEN_KW, **extra))
+    return run(factory, y)
+
+
+@pytest.mark.parametrize("num_steps", [1, 2, 4])
+def test_dphmc_fused_leapfrog_steps_give_the_eager_chain_and_ledger(num_steps):
+    """#17: on the compiled path each DP-HMC leapfrog step is one graph (position update,
+    clipped gradient sum, the pre-drawn noise, prior gradient, momentum update; the last step
+    also the clipped ratio sum): the same chain as eager (1e-12 relative with the replayed
+    graph, 1e-10 with inductor) and exactly the same ledger, for one step (only the last-step
+    graph) and several, the chain's first gradient G_{1,0} included."""
+    y = make_data(300, seed=3)
+    chain, ledger = _hmc_chain(gauss_model, y, num_steps)
+    for extra, rtol in ((GRAPH, 1e-12), (dict(jit_compile=True), 1e-10)):
+        got, got_ledger = _hmc_chain(gauss_model, y, num_steps, **extra)
+        assert got_ledger == ledger
+        _close(got, chain, rtol)
+    k = pyro_dp.DPHMC(gauss_model, 0.02, num_steps, 2.0, 2.0, 5.0, 3.0, seed=0, **GRAPH)
+    MCMC(k, num_samples=3, warmup_steps=0, disable_progbar=True).run(y)
+    names = sorted({key[0] for key, fn in k._jit_cache.items() if fn is not None})
+    # the fused step graphs (and the initial log prior), not the unfused release functions
+    assert [n for n in names if n.startswith("dphmc_step")] == (
+        ["dphmc_step[last=True,T=1.0]"] if num_steps == 1 else
+        ["dphmc_step[last=False,T=1.0]", "dphmc_step[last=True,T=1.0]"])
+    assert "clipped_grad_sum" not in names and "clipped_difference_sum" not in names
+
+
+def test_dphmc_unfusable_steps_fall_back_before_any_release(monkeypatch):
+    """A model the trace cannot represent, and data whose gradient pass needs chunks, run the
+    unfused DP-HMC step (decided from code and shapes, before any noise is drawn): the same
+    chain and ledger as eager."""
+    y = make_data(300, seed=3)
+    for model in (branching_model, gauss_model):
+        chain, ledger = _hmc_chain(model, y, 2)
+        with monkeypatch.context() as m:
+            if model is gauss_model:
+                m.setattr(compiled_mod, "CHUNK_ELEMENTS", 64)  # 64 rows per chunk: no single-graph pass
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", CompileFallbackWarning)
+                got, got_ledger = _hmc_chain(model, y, 2, **GRAPH)
+        assert got_ledger == ledger
+        _close(got, chain, 1e-12)

@@ -47,7 +47,7 @@ import torch
 from pyro.ops.dual_averaging import DualAveraging
 
 from ..accounting.algorithms import dphmc_events, dphmc_max_iterations, dphmc_max_iterations_zcdp, dphmc_mu
-from ..mechanisms import clipped_sum_with_noise
+from ..mechanisms import ClippedSum, clip_and_sum, clipped_sum_with_noise, draw_gaussian_noise
 from .base import DPKernel, check_positive
 from .proposals import kinetic_energy, leapfrog, penalty_accept, penalty_log_accept_threshold, sample_momentum
 from .tuning import init_to_center
@@ -139,6 +139,97 @@ def release_gradient(noise, lik, z, *, grad_clip, noise_multiplier):
     return g, (loglik, lp, rel)
 
 
+def _fused_step_fn(cl, temperature: float, last: bool):
+    r"""One leapfrog step of DP-HMC with its gradient release, as one pure tensor function for
+    :meth:`~pyro_dp.compiled.CompiledLikelihood.fused_graph` (the compiled path; the eager path
+    runs the same arithmetic through :func:`~pyro_dp.kernels.proposals.leapfrog` and
+    :func:`release_gradient`, and ``tests/test_compiled.py`` checks that both give one chain):
+
+    .. math::
+        \theta_j = \theta_{j-1} + \eta M^{-1} p_{j-1/2},\quad
+        G_j = T\Big(\sum_i \mathrm{clip}_{b_g}(\nabla\ell_i(\theta_j)) + \xi_j\Big) + \nabla\log p(\theta_j),\quad
+        p_j = p_{j-1/2} + \tfrac{\eta}{2} G_j
+
+    plus a second :math:`\tfrac{\eta}{2} G_j` unless it is the last step (Räisä 2021 thesis
+    Alg. 3; :func:`~pyro_dp.kernels.proposals.leapfrog`). The noise :math:`\xi_j` is an input,
+    drawn before the call by :func:`~pyro_dp.mechanisms.draw_gaussian_noise` from the secret
+    stream, in the eager path's order; the clipped sum leaves the graph only with it added.
+    The ``last`` step also returns the per-example log-likelihoods at :math:`\theta_L` and the
+    clipped ratio sum of the penalty test,
+    :math:`\sum_i\mathrm{clip}_{\pm b_l\|\theta_L-\theta_0\|}(\ell_i(\theta_L)-\ell_i(\theta_0))`
+    (thesis Thm 11 proof), which the caller releases through the mechanism, or drops for a
+    data-free rejection."""
+
+    def step(z, p, eta, inv_mass, clip, xi, *ratio_inputs):
+        z = z + eta * inv_mass * p
+        ll, cs = cl.clipped_grad_terms(z, clip)
+        lp, grad_lp = cl.log_prior_terms(z)
+        g = temperature * (cs.total + xi) + grad_lp  # thesis Alg. 3: T(sum clip + noise) + grad log p
+        half = 0.5 * eta
+        p = p + half * g
+        if not last:
+            p = p + half * g
+            return z, p, g, lp, cs.num_clipped, cs.num_rows
+        ll_old, z0, llr_clip = ratio_inputs
+        ratio_clip = llr_clip * torch.linalg.vector_norm(z - z0)  # b_l ||theta' - theta|| (thesis Thm 11)
+        r = clip_and_sum(ll - ll_old, ratio_clip)
+        return z, p, g, lp, cs.num_clipped, cs.num_rows, ll, ratio_clip, r.total, r.num_clipped, r.num_rows
+
+    return step
+
+
+def _can_fuse(lik, noise) -> bool:
+    """The fused leapfrog step needs the compiled path, one process (no shards: their noise
+    enters inside the all-reduce) and a full-data pass that runs as one graph."""
+    cl = getattr(lik, "compiled", None)
+    return cl is not None and getattr(noise, "shards", None) is None and cl._one_chunk()
+
+
+def _fused_trajectory(noise, lik, state, p0, *, step_size, num_steps, inv_mass, grad_clip, noise_multiplier,
+                      llr_clip, events, grad_fracs):
+    """The leapfrog trajectory of :func:`hmc_step` on the compiled path, one graph call per
+    step (:func:`_fused_step_fn`): the same releases, in the same order, with the same noise
+    draws as the eager trajectory. Returns ``(state, z_L, p_L, G_L, ℓ(z_L), log prior(z_L),
+    ratio clip, ClippedSum of the ratios)``, or ``None`` when a step cannot be fused (decided
+    before anything is drawn or released, from the model's code and shapes only)."""
+    z = state.z
+    cl, T = lik.compiled, float(lik.temperature)
+    clip = torch.as_tensor(grad_clip, dtype=z.dtype, device=z.device)
+    first_ratio = (torch.zeros(lik.num_rows, dtype=z.dtype, device=z.device), z, clip)  # G_{1,0}: no ratio
+    example = (z, z, clip, inv_mass, clip, z)  # inputs of the graphs' shapes (values unused)
+    last = cl.fused_graph(f"dphmc_step[last=True,T={T!r}]", _fused_step_fn(cl, T, True), example + first_ratio)
+    inner = None
+    if num_steps > 1:
+        inner = cl.fused_graph(f"dphmc_step[last=False,T={T!r}]", _fused_step_fn(cl, T, False), example)
+    if last is None or (num_steps > 1 and inner is None):
+        return None
+    counts = []
+    if state.grad is None:  # thesis Alg. 3, G_{1,0}: the last-step graph at z with eta = 0 (no move)
+        draw = draw_gaussian_noise(z, grad_clip, noise_multiplier, noise)
+        out = last(z, torch.zeros_like(z), torch.zeros_like(clip), inv_mass, clip, draw.value, *first_ratio)
+        events.append(draw.event)
+        counts.append(out[4:6])
+        state = state._replace(grad=out[2], loglik=out[6])
+    # the L gradient noises, drawn one after another from the secret stream (eager's order)
+    draws = draw_gaussian_noise(z, grad_clip, noise_multiplier, noise, count=num_steps)
+    eta = torch.as_tensor(step_size, dtype=z.dtype, device=z.device)
+    p = p0 + (0.5 * step_size) * state.grad  # leapfrog's first half-step (proposals.leapfrog)
+    zz = z
+    for j in range(num_steps - 1):
+        out = inner(zz, p, eta, inv_mass, clip, draws.value[j])
+        zz, p = out[0], out[1]
+        counts.append(out[4:6])
+    llr = torch.as_tensor(llr_clip, dtype=z.dtype, device=z.device)
+    out = last(zz, p, eta, inv_mass, clip, draws.value[num_steps - 1], state.loglik, z, llr)
+    counts.append(out[4:6])
+    events.extend([draws.event] * num_steps)
+    for n_clipped, n_rows in counts:  # the non-private clipped fractions, as clipped_sum_with_noise
+        n_rows = int(n_rows)
+        grad_fracs.append(int(n_clipped) / n_rows if n_rows else 0.0)
+    zz, p, g, lp, _, _, ll, ratio_clip, total, n_clipped, n_rows = out
+    return state, zz, p, g, ll, lp, ratio_clip, ClippedSum(total, n_clipped, n_rows)
+
+
 def hmc_init(lik, z: torch.Tensor) -> HMCState:
     """Initial state at ``z``: data-free (the first gradient is released lazily)."""
     with torch.no_grad():
@@ -170,22 +261,30 @@ def hmc_step(
         grad_fracs.append(aux[2].clipped_fraction)
         return g, aux
 
-    if state.grad is None:  # thesis Alg. 3, G_{1,0}: the one extra gradient of the chain
-        g0, (ll0, _, _) = grad_fn(state.z)
-        state = state._replace(grad=g0, loglik=ll0)
     z = state.z
-    p0 = sample_momentum(rng, mass_sqrt, z)
-    traj = leapfrog(z, p0, state.grad, step_size, num_steps, inv_mass, grad_fn)
-    z_new, p_new = traj.z, traj.p
-    ll_new, lp_new, _ = traj.aux[-1]
+    p0 = sample_momentum(rng, mass_sqrt, z)  # the algorithm's stream (momenta); the noise has its own
+    fused = None
+    if _can_fuse(lik, noise):  # the compiled path: one graph per leapfrog step, the same chain
+        fused = _fused_trajectory(noise, lik, state, p0, step_size=step_size, num_steps=num_steps,
+                                  inv_mass=inv_mass, grad_clip=grad_clip, noise_multiplier=grad_noise_multiplier,
+                                  llr_clip=llr_clip, events=events, grad_fracs=grad_fracs)
+    if fused is not None:
+        state, z_new, p_new, g_new, ll_new, lp_new, clip, ratios = fused
+    else:
+        if state.grad is None:  # thesis Alg. 3, G_{1,0}: the one extra gradient of the chain
+            g0, (ll0, _, _) = grad_fn(state.z)
+            state = state._replace(grad=g0, loglik=ll0)
+        traj = leapfrog(z, p0, state.grad, step_size, num_steps, inv_mass, grad_fn)
+        z_new, p_new, g_new = traj.z, traj.p, traj.grad
+        ll_new, lp_new, _ = traj.aux[-1]
     T = lik.temperature
     llr_frac, noise_std, released = 0.0, 0.0, False
     if bool(torch.isfinite(z_new).all()) and bool(torch.isfinite(lp_new)):
-        dist = torch.linalg.vector_norm(z_new - z)
         # Per-example ratios ℓ_i(θ')−ℓ_i(θ) clipped to ±b_l‖θ'−θ‖ (NaN/±inf rows: the per-row
         # rule): sensitivity 2 b_l‖θ'−θ‖ (thesis Thm 11 proof). One fused graph when compiled.
-        clip = llr_clip * dist
-        ratios = lik.clipped_difference_sum(ll_new, state.loglik, clip)
+        if fused is None:
+            clip = llr_clip * torch.linalg.vector_norm(z_new - z)
+            ratios = lik.clipped_difference_sum(ll_new, state.loglik, clip)
         rel = clipped_sum_with_noise(ratios, clip, llr_noise_multiplier, noise)
         events.append(rel.event)
         llr_frac, noise_std, released = rel.clipped_fraction, float(rel.noise_std), True
@@ -202,7 +301,7 @@ def hmc_step(
         penalty_accept(rng, torch.zeros((), dtype=z.dtype), torch.zeros((), dtype=z.dtype))  # keep the stream aligned
         accepted, accept_prob = False, 0.0
     if accepted:  # thesis Alg. 3: G_{i+1,0} = G_{i,L}
-        new = HMCState(z_new, lp_new, ll_new, traj.grad)
+        new = HMCState(z_new, lp_new, ll_new, g_new)
     else:  # G_{i+1,0} = G_{i,0}
         new = state
     fracs = grad_fracs + ([llr_frac] if released else [])
