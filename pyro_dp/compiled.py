@@ -58,6 +58,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from .mechanisms import ClippedSum, clip_and_sum, clip_and_sum_columns
 
 __all__ = ["CompileFallbackWarning", "CompiledLikelihood", "bucket_size", "hoist_broadcasts", "CHUNK_ELEMENTS", "FORWARD_MAX_DIM",
+           "COLUMNS_MAX_DIM",
            "BACKENDS"]
 
 #: Per-example gradient entries (rows × latent dimension) a full-data fused pass handles at
@@ -67,6 +68,19 @@ CHUNK_ELEMENTS = 2**22
 #: Latent dimensions up to which per-example gradients are computed in forward mode, one
 #: column per coordinate (:meth:`CompiledLikelihood._grads`); above it, reverse mode per row.
 FORWARD_MAX_DIM = 8
+
+#: Latent dimensions up to which the reverse-mode ``[B, D]`` per-example gradients are clipped
+#: and summed column by column (:func:`~pyro_dp.mechanisms.clip_and_sum_columns` of their
+#: ``D`` columns) rather than as rows (:func:`~pyro_dp.mechanisms.clip_and_sum`). Column
+#: operations are all ``[B]``-shaped, so inductor fuses the gradient, the per-row rule, the
+#: norm, the clip and the ``D`` sums into one loop over the rows, without writing the ``[B, D]``
+#: gradients to memory; as rows it made several passes over them and summed over the rows in
+#: a ``D``-outer loop. Measured (#17, logistic regression, N = 1e5, one thread, together with
+#: :func:`hoist_broadcasts`' rewrite 4, without which the gradients are not fused): the fused
+#: pass at d = 10 10.0 ms instead of 20.2 ms (the compiled closed-form pass: 11.1 ms); at d = 32
+#: 24 ms instead of 30 ms (compile 14 s instead of 8.5 s); at d = 64 columns were slower (137
+#: ms against 104 ms): the generated loop grows with ``D``.
+COLUMNS_MAX_DIM = 32
 
 #: ``jit_options["backend"]`` values: ``"inductor"`` (default: ``torch.compile`` of the traced
 #: graph) and ``"graph"`` (the traced graph run as is: exact, no compile time).
@@ -191,6 +205,24 @@ def _hoist_through_expand(graph) -> None:
     graph.eliminate_dead_code()
 
 
+def _unit_contractions(graph) -> None:
+    """``bmm``/``mm`` over a contraction of length one -> the broadcast product (:func:`hoist_broadcasts`, 4)."""
+    for node in list(graph.nodes):
+        if (node.op != "call_function" or node.target not in (_aten.bmm.default, _aten.mm.default)
+                or node.kwargs or len(node.args) != 2):
+            continue
+        a, b = node.args
+        va = a.meta.get("val") if isinstance(a, torch.fx.Node) else None
+        vb = b.meta.get("val") if isinstance(b, torch.fx.Node) else None
+        if not (isinstance(va, torch.Tensor) and isinstance(vb, torch.Tensor)
+                and va.shape[-1] == 1 and vb.shape[-2] == 1 and va.dtype == vb.dtype):
+            continue
+        with graph.inserting_before(node):
+            prod = _add_node(graph, _aten.mul.Tensor, (a, b))  # [.., M, 1] * [.., 1, P] = [.., M, P]
+        node.replace_all_uses_with(prod)
+        graph.erase_node(node)
+
+
 def hoist_broadcasts(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     r"""Prepare a traced per-example graph for inductor (changed in place and returned): the
     parameter arithmetic that Pyro's distributions broadcast to every row is computed once
@@ -210,9 +242,16 @@ def hoist_broadcasts(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
        on the same numbers);
     3. every small computed tensor that per-row work reads is also returned by the graph (a
        graph output is stored once, where inductor would otherwise inline its computation
-       into the loop); the caller drops these extra outputs (:func:`_strip_extra_outputs`).
+       into the loop); the caller drops these extra outputs (:func:`_strip_extra_outputs`);
+    4. a matrix product over a contraction of length one (``bmm`` of ``[B, M, 1]`` and
+       ``[B, 1, P]``, ``mm`` of ``[M, 1]`` and ``[1, P]``), which reverse mode under ``vmap``
+       makes of a per-example gradient such as :math:`r_i x_i`, becomes the broadcast product
+       it is: inductor lowers such a ``bmm`` as a reduction whose ``[B, M, P]`` result it writes
+       to memory, where a product fuses into the per-row loop that clips and sums it
+       (logistic regression, d = 10, N = 1e5, one thread: the fused clipped-gradient pass
+       about 2x faster).
 
-    Exactness: rewrites 2 and 3 change no value. Rewrite 1 can change a per-example term in
+    Exactness: rewrites 2, 3 and 4 change no value (a sum of one product is that product). Rewrite 1 can change a per-example term in
     its last bit (:math:`a\cdot\mathrm{fl}(1/b)` instead of :math:`\mathrm{fl}(a/b)`), which is
     within the compiled path's documented contract (module docstring: inductor's terms may
     differ from eager in the last bits; chains are compared to ``1e-10`` relative); for a
@@ -235,6 +274,7 @@ def hoist_broadcasts(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     True
     """
     graph = gm.graph
+    _unit_contractions(graph)  # 4
     _hoist_through_expand(graph)  # 2 (first: a divisor may be f(expand(x)))
     _divisions_to_products(graph)  # 1
     _hoist_through_expand(graph)  # 2 again: reciprocal(expand(x))
@@ -541,6 +581,8 @@ class CompiledLikelihood:
         (:meth:`_grads`, then the per-row rule, the clip to L2 norm ``c`` and the sum of
         :func:`~pyro_dp.mechanisms.clip_and_sum`, column by column for forward-mode columns)."""
         ll, g = self._grads(zz, i)
+        if not isinstance(g, list) and g.shape[-1] <= COLUMNS_MAX_DIM:
+            g = list(g.unbind(-1))  # one fused loop over the rows (COLUMNS_MAX_DIM)
         cs = clip_and_sum_columns(g, c, valid) if isinstance(g, list) else clip_and_sum(g, c, valid)
         return ll, cs
 

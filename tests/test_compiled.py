@@ -320,3 +320,49 @@ def test_dphmc_unfusable_steps_fall_back_before_any_release(monkeypatch):
                 got, got_ledger = _hmc_chain(model, y, 2, **GRAPH)
         assert got_ledger == ledger
         _close(got, chain, 1e-12)
+
+
+def _logistic(x, y):
+    w = pyro.sample("w", dist.Normal(torch.zeros(x.shape[1], dtype=x.dtype), 1.0).to_event(1))
+    with pyro.plate("data", x.shape[0]) as idx:
+        pyro.sample("y", dist.Bernoulli(logits=x[idx] @ w), obs=y[idx])
+
+
+@pytest.mark.parametrize("d", [10, 40])
+def test_reverse_mode_gradients_clipped_as_columns_match_eager(d):
+    """#17: for FORWARD_MAX_DIM < d <= COLUMNS_MAX_DIM the compiled path clips and sums the
+    reverse-mode per-example gradients column by column (one fused loop over the rows), and
+    ``hoist_broadcasts`` turns the length-one ``bmm`` of vmap's gradient into a product; above
+    COLUMNS_MAX_DIM it keeps rows. Same clipped sums and counts as eager, rows whose gradients
+    overflow (the per-row rule) and subsets included."""
+    assert compiled_mod.FORWARD_MAX_DIM < 10 <= compiled_mod.COLUMNS_MAX_DIM < 40
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(120, d, generator=g, dtype=torch.float64)
+    y = torch.bernoulli(torch.full((120,), 0.5, dtype=torch.float64), generator=g)
+    # finite rows (the domain) whose per-example terms overflow to ±inf / NaN: the per-row rule
+    x[3, 1], x[50, 0], x[51, 4] = 1e300, -1e308, 1e200
+    eager = PrivateLikelihood(_logistic, (x, y), seed=0)
+    jit = PrivateLikelihood(_logistic, (x, y), seed=0, jit_compile=True)
+    z = torch.linspace(-0.3, 0.4, d, dtype=torch.float64)
+    for idx in (None, torch.tensor([3, 7, 50, 51, 99])):
+        (_, cs), (_, cs_e) = jit.clipped_grad_sum(z, 0.8, idx), eager.clipped_grad_sum(z, 0.8, idx)
+        torch.testing.assert_close(cs.total, cs_e.total, rtol=1e-12, atol=1e-12)
+        assert int(cs.num_clipped) == int(cs_e.num_clipped) and int(cs.num_rows) == int(cs_e.num_rows)
+
+
+def test_unit_contractions_become_products():
+    """``hoist_broadcasts`` rewrite 4: ``bmm``/``mm`` over a contraction of length one is the
+    broadcast product (the same values: a sum of one product is that product)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(a, b, u, v):
+        return torch.bmm(a, b).sum(0), torch.mm(u, v), torch.bmm(b, b.transpose(1, 2)).sum()  # last: length 3
+
+    g = torch.Generator().manual_seed(7)
+    args = (torch.randn(5, 4, 1, generator=g, dtype=torch.float64), torch.randn(5, 1, 3, generator=g, dtype=torch.float64),
+            torch.randn(4, 1, generator=g, dtype=torch.float64), torch.randn(1, 6, generator=g, dtype=torch.float64))
+    gm = compiled_mod.hoist_broadcasts(make_fx(f, tracing_mode="fake")(*args))
+    targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert targets.count(torch.ops.aten.bmm.default) == 1 and torch.ops.aten.mm.default not in targets
+    for u, v in zip(gm(*args)[: gm.num_own_outputs], f(*args)):
+        torch.testing.assert_close(u, v, rtol=0, atol=0)
