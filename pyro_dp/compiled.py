@@ -506,13 +506,32 @@ class CompiledLikelihood:
             return out
         return run(*inputs)
 
-    @staticmethod
-    def _padded(idx: torch.Tensor, dtype, size: Optional[int] = None,
-                with_valid: bool = True) -> Tuple[torch.Tensor, Optional[torch.Tensor], int]:
-        """``idx`` padded with row 0 to its size bucket, and the 0/1 mask of its real rows
-        (``None`` without ``with_valid``: for outputs that are sliced, not summed)."""
+    def _bucket_for(self, name: str, b: int) -> int:
+        """The padded size for a batch of ``b`` rows of ``name``: its bucket
+        (:func:`bucket_size`), or, when that bucket's graph is not compiled yet, the smallest
+        already compiled bucket of ``name`` that holds ``b`` rows at most twice over. A run of
+        random batch sizes (Poisson) then compiles the buckets of its common sizes and pads a
+        rare small batch into one of them, instead of stopping mid-run for seconds to compile a
+        graph for it (#17). The choice depends on the batch size only through timing, like the
+        time of the batch's own work (``docs/privacy.md``); padded rows are masked out, so the
+        values are the same."""
+        own, best = bucket_size(b), None
+        for key, run in self.cache.items():
+            if key[0] != name or run is None or key[3:] != self._key_base:
+                continue
+            if key[1] == own:
+                return own
+            if b <= key[1] <= 2 * b and (best is None or key[1] < best):
+                best = key[1]
+        return own if best is None else best
+
+    def _padded(self, idx: torch.Tensor, dtype, size: Optional[int] = None, with_valid: bool = True,
+                name: Optional[str] = None) -> Tuple[torch.Tensor, Optional[torch.Tensor], int]:
+        """``idx`` padded with row 0 to ``size`` (default: :meth:`_bucket_for` the graph
+        ``name``), and the 0/1 mask of its real rows (``None`` without ``with_valid``: for
+        outputs that are sliced, not summed)."""
         b = int(idx.numel())
-        size = bucket_size(b) if size is None else size
+        size = (bucket_size(b) if name is None else self._bucket_for(name, b)) if size is None else size
         padded = torch.nn.functional.pad(idx, (0, size - b))  # pads with 0: row 0
         valid = (_arange(size, idx.device) < b).to(dtype) if with_valid else None
         return padded, valid, size
@@ -524,7 +543,7 @@ class CompiledLikelihood:
             out = self._call("loglik_and_prior", lambda zz: lik._eager_loglik_and_prior(zz, None), (z,))
             return out if out is None else tuple(out)
         b = int(idx.numel())
-        padded, _, size = self._padded(idx, z.dtype, with_valid=False)
+        padded, _, size = self._padded(idx, z.dtype, with_valid=False, name="loglik_and_prior[idx]")
         out = self._call("loglik_and_prior[idx]", lambda zz, i: lik._eager_loglik_and_prior(zz, i), (z, padded), size)
         return out if out is None else (out[0][:b], out[1])
 
@@ -540,7 +559,7 @@ class CompiledLikelihood:
             out = self._call("log_ratios", ratios, (z, z_new))
             return out if out is None else tuple(out)
         b = int(idx.numel())
-        padded, _, size = self._padded(idx, z.dtype, with_valid=False)
+        padded, _, size = self._padded(idx, z.dtype, with_valid=False, name="log_ratios[idx]")
         out = self._call("log_ratios[idx]", ratios, (z, z_new, padded), size)
         return out if out is None else (out[0][:b], out[1])
 
@@ -572,7 +591,7 @@ class CompiledLikelihood:
             out = self._call("per_example_grad", grads, (z,))
             return out if out is None else tuple(out)
         b = int(idx.numel())
-        padded, _, size = self._padded(idx, z.dtype, with_valid=False)
+        padded, _, size = self._padded(idx, z.dtype, with_valid=False, name="per_example_grad[idx]")
         out = self._call("per_example_grad[idx]", grads, (z, padded), size)
         return out if out is None else (out[0][:b], out[1][:b])
 
@@ -663,7 +682,7 @@ class CompiledLikelihood:
             out = self._call("clipped_ratio_sum", fused, (z_new, ll_old, clip_t))
             return out if out is None else (out[0], out[1], ClippedSum(*out[2:]))
         b = int(idx.numel())
-        padded, valid, size = self._padded(idx, z_new.dtype)
+        padded, valid, size = self._padded(idx, z_new.dtype, name="clipped_ratio_sum[idx]")
         old = torch.nn.functional.pad(ll_old, (0, size - b))
         out = self._call("clipped_ratio_sum[idx]", fused, (z_new, old, clip_t, padded, valid), size)
         return out if out is None else (out[0][:b], out[1], ClippedSum(*out[2:]))
@@ -682,7 +701,7 @@ class CompiledLikelihood:
 
     def _clipped_idx(self, fused, z, clip_t, idx, bucket=None):
         b = int(idx.numel())
-        padded, valid, size = self._padded(idx, z.dtype, bucket)
+        padded, valid, size = self._padded(idx, z.dtype, bucket, name="clipped_grad_sum[idx]")
         out = self._call("clipped_grad_sum[idx]", fused, (z, clip_t, padded, valid), size)
         return out if out is None else (out[0][:b], ClippedSum(*out[1:]))
 
