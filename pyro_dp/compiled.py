@@ -610,11 +610,14 @@ class CompiledLikelihood:
         g, v = torch.func.grad_and_value(self.lik._eager_log_prior)(zz)
         return v, g
 
+    def _chunk_rows(self) -> int:
+        """Rows per chunk of a full-data gradient pass (:data:`CHUNK_ELEMENTS` entries)."""
+        return max(8, CHUNK_ELEMENTS // max(self.lik.dim, 1))
+
     def _one_chunk(self) -> bool:
         """Whether a full-data gradient pass runs as one graph (else in chunks of
-        :data:`CHUNK_ELEMENTS` per-example gradient entries)."""
-        lik = self.lik
-        return lik.num_rows <= max(8, CHUNK_ELEMENTS // max(lik.dim, 1)) or not lik.indexable
+        :meth:`_chunk_rows` rows; a model that does not index its data runs whole)."""
+        return self.lik.num_rows <= self._chunk_rows() or not self.lik.indexable
 
     def fused_graph(self, name: str, fn: Callable, inputs: tuple) -> Optional[Callable]:
         r"""``fn`` — a pure tensor function of full-data passes written with
@@ -652,8 +655,7 @@ class CompiledLikelihood:
             return ll, cs.total, cs.num_clipped, cs.num_rows
 
         if idx is None:
-            n = lik.num_rows
-            chunk = max(8, CHUNK_ELEMENTS // max(lik.dim, 1))
+            n, chunk = lik.num_rows, self._chunk_rows()
             if self._one_chunk():
                 out = self._call("clipped_grad_sum", fused, (z, clip_t))
                 return out if out is None else (out[0], ClippedSum(*out[1:]))

@@ -179,10 +179,10 @@ def _fused_step_fn(cl, temperature: float, last: bool):
 
 
 def _can_fuse(lik, noise) -> bool:
-    """The fused leapfrog step needs the compiled path, one process (no shards: their noise
-    enters inside the all-reduce) and a full-data pass that runs as one graph."""
-    cl = getattr(lik, "compiled", None)
-    return cl is not None and getattr(noise, "shards", None) is None and cl._one_chunk()
+    """The fused leapfrog step needs the compiled path and one process (no shards: their noise
+    enters inside the all-reduce); :meth:`~pyro_dp.compiled.CompiledLikelihood.fused_graph`
+    decides the rest (the model traces, a full-data pass runs as one graph)."""
+    return getattr(lik, "compiled", None) is not None and getattr(noise, "shards", None) is None
 
 
 def _fused_trajectory(noise, lik, state, p0, *, step_size, num_steps, inv_mass, grad_clip, noise_multiplier,
