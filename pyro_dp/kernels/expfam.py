@@ -31,11 +31,14 @@ Data access. The per-row statistics are the only data this kernel reads, through
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import warnings
 from functools import partial
 from typing import Callable, NamedTuple, Optional
 
 import torch
+from torch.utils._pytree import tree_map
 
 from ..likelihood import _forked_rng
 from ..mechanisms import NoisyRelease, add_gaussian_noise, clip_rows
@@ -56,6 +59,18 @@ __all__ = [
 
 # --------------------------------------------------------------------------- families
 
+
+
+@contextlib.contextmanager
+def _zeroed_arguments(lik):
+    """``lik``'s model arguments with every tensor replaced by zeros of its shape, dtype and
+    device while the block runs (the data-free model of :meth:`DPExpFamPenalty._validate`)."""
+    saved = lik.model_args, lik.model_kwargs
+    lik.model_args, lik.model_kwargs = tree_map(lambda t: torch.zeros_like(t) if torch.is_tensor(t) else t, saved)
+    try:
+        yield
+    finally:
+        lik.model_args, lik.model_kwargs = saved
 
 class ExpFamily(NamedTuple):
     r"""An exponential family :math:`p(y|\theta) = h(y)\,g(\theta)\exp(\varphi(\theta)^\top S(y))`
@@ -380,13 +395,24 @@ class DPExpFamPenalty(RandomWalkKernel):
         center = torch.as_tensor(fam.center)
         if center.numel() not in (1, d):
             raise ValueError(f"center has {center.numel()} entries; expected 1 or the statistic dimension {d}")
-        # Simulated rows from the model at two parameter values (data-free; forked RNG).
+        # Simulated rows from the model at two parameter values (forked RNG), with the model's
+        # tensor arguments replaced by zeros: data-free, so whether a check below raises depends
+        # on the model, the family and the data's shapes only, never on a row (a covariate
+        # entering the likelihood, against the family's contract, could otherwise decide it).
         m = min(lik.num_rows, 16)
         idx = torch.arange(m, device=lik.device) if lik.indexable else None
         with _forked_rng(self._chain_seed(7)), torch.no_grad():
             z1 = z + 0.1 * torch.randn(z.shape, dtype=z.dtype, device=z.device)
-            fn0 = lik._trace(z, idx)[0].nodes[name]["fn"]
-            fn1 = lik._trace(z1, idx)[0].nodes[name]["fn"]
+            try:
+                with _zeroed_arguments(lik):
+                    fn0 = lik._trace(z, idx)[0].nodes[name]["fn"]
+                    fn1 = lik._trace(z1, idx)[0].nodes[name]["fn"]
+            except Exception as e:  # noqa: BLE001 - decided on zeros: data-free
+                warnings.warn(
+                    f"DPExpFamPenalty could not simulate rows from the model with its data arguments replaced "
+                    f"by zeros ({type(e).__name__}: {str(e)[:200]}); the family check is skipped. Pass "
+                    "check_family=False to silence this.", UserWarning, stacklevel=4)
+                return
             fake = fn0.sample()
             site = {"value": fake, "fn": fn0}
             rows = _rows_of(site, lik._plate_dim)

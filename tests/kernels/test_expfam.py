@@ -278,3 +278,36 @@ def test_kernel_pickles_after_setup(case):
     params = kernel.sample(kernel.initial_params)  # after the one pass: the cache travels too
     clone = pickle.loads(pickle.dumps(kernel))
     assert all(torch.equal(kernel.sample(params)[k], v) for k, v in clone.sample(params).items())
+
+
+def _covariate_model(x, y):
+    """y_i ~ N(mu * x_i, 1): a covariate enters the likelihood (against the family's contract)."""
+    mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=y.dtype), 3.0))
+    with pyro.plate("data", y.shape[0]) as idx:
+        pyro.sample("obs", dist.Normal(mu * x[idx], 1.0), obs=y[idx])
+
+
+def _family_check_outcome(x, y):
+    k = DPExpFamPenalty(_covariate_model, GAUSS, proposal_scale=0.1, noise_multiplier=3.0, seed=0,
+                        init_strategy=init_to_mean)
+    try:
+        k.setup(0, x, y)
+        k.sample(k.initial_params)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def test_family_check_does_not_depend_on_a_row():
+    """The set-up check of the family against the model (eq. (7)) simulates rows with the model's
+    data arguments replaced by zeros: whether it raises, and what it says, is the same for two
+    data sets that differ in one row, also for a model whose likelihood reads a covariate (with
+    the real covariates, x_0 = 1 passed the check and x_0 = 3 failed it)."""
+    y = make_data(40, seed=5)
+    x = torch.ones(40, dtype=y.dtype)
+    x_other = x.clone()
+    x_other[0] = 3.0
+    assert _family_check_outcome(x, y) == _family_check_outcome(x_other, y)
+    y_other = y.clone()
+    y_other[3] = 2.5
+    assert _family_check_outcome(x, y) == _family_check_outcome(x, y_other)
