@@ -55,6 +55,7 @@ from typing import Callable, Dict, Optional, Tuple
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from .likelihood import _model_arguments
 from .mechanisms import ClippedSum, clip_and_sum, clip_and_sum_columns
 
 __all__ = ["CompileFallbackWarning", "CompiledLikelihood", "bucket_size", "hoist_broadcasts", "CHUNK_ELEMENTS", "FORWARD_MAX_DIM",
@@ -233,7 +234,7 @@ def hoist_broadcasts(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     a ``[D]`` scale and divides every row by the expanded variance. Inductor then evaluates
     ``log``, ``sqrt`` and divisions of the same few numbers inside the per-example loop (the
     scalar library calls cannot be moved out by the C++ compiler: inductor compiles with
-    ``-fmath-errno``), and a vector division costs several multiplications. Three rewrites:
+    ``-fmath-errno``), and a vector division costs several multiplications. Four rewrites:
 
     1. ``a / b`` with ``b`` small (a parameter, or an ``expand`` of one) and ``a`` per-row
        becomes ``a * (1 / b)``;
@@ -251,8 +252,8 @@ def hoist_broadcasts(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
        (logistic regression, d = 10, N = 1e5, one thread: the fused clipped-gradient pass
        about 2x faster).
 
-    Exactness: rewrites 2, 3 and 4 change no value (a sum of one product is that product). Rewrite 1 can change a per-example term in
-    its last bit (:math:`a\cdot\mathrm{fl}(1/b)` instead of :math:`\mathrm{fl}(a/b)`), which is
+    Exactness: rewrites 2, 3 and 4 change no value (a sum of one product is that product).
+    Rewrite 1 can change a per-example term in its last bit (:math:`a\cdot\mathrm{fl}(1/b)` instead of :math:`\mathrm{fl}(a/b)`), which is
     within the compiled path's documented contract (module docstring: inductor's terms may
     differ from eager in the last bits; chains are compared to ``1e-10`` relative); for a
     parameter below about :math:`10^{-308}`, where :math:`1/b` overflows, a term that eager
@@ -427,13 +428,8 @@ class CompiledLikelihood:
             leaves = list(self._leaves)
             for pos, t in zip(self._tensor_pos, data):
                 leaves[pos] = t
-            args, kwargs = tree_unflatten(leaves, self._spec)
-            saved = lik.model_args, lik.model_kwargs
-            lik.model_args, lik.model_kwargs = args, kwargs
-            try:
+            with _model_arguments(lik, *tree_unflatten(leaves, self._spec)):
                 return fn(*rest)
-            finally:
-                lik.model_args, lik.model_kwargs = saved
 
         return wrapped
 
@@ -497,6 +493,10 @@ class CompiledLikelihood:
         run = self._get(name, fn, inputs, bucket, key)
         if run is None:
             return None
+        return self._run(key, run, inputs)
+
+    def _run(self, key: tuple, run: Callable, inputs: tuple):
+        """``run(*inputs)``; the first call of a freshly compiled graph counts as compile time."""
         pending = getattr(self, "_first_call_pending", None)
         if pending and key in pending:
             t0 = time.perf_counter()
@@ -637,14 +637,7 @@ class CompiledLikelihood:
         run = self._get(name, fn, inputs, None, key)
         if run is None:
             return None
-
-        def call(*xs):
-            pending = getattr(self, "_first_call_pending", None)
-            if pending and key in pending:  # the first call: counted as compile time
-                return self._call(name, fn, xs)
-            return run(*xs)
-
-        return call
+        return lambda *xs: self._run(key, run, xs)
 
     def clipped_grad_sum(self, z, clip, idx=None):
         lik = self.lik

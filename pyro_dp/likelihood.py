@@ -76,6 +76,18 @@ def _forked_rng(seed: Optional[int]):
 
 
 @contextlib.contextmanager
+def _model_arguments(lik, args, kwargs):
+    """Run a block with ``lik``'s model called on ``args``/``kwargs`` instead of its own
+    arguments, restored afterwards (the compiled path's graph inputs; a data-free stand-in)."""
+    saved = lik.model_args, lik.model_kwargs
+    lik.model_args, lik.model_kwargs = args, kwargs
+    try:
+        yield
+    finally:
+        lik.model_args, lik.model_kwargs = saved
+
+
+@contextlib.contextmanager
 def _kernel_chooses_rows():
     """Evaluate plates declared with ``subsample_size`` (SVI's idiom,
     ``pyro.plate("data", N, subsample_size=b)``) on the rows pyro_dp gives them: all rows, or

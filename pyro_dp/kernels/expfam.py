@@ -31,7 +31,6 @@ Data access. The per-row statistics are the only data this kernel reads, through
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import warnings
 from functools import partial
@@ -40,7 +39,7 @@ from typing import Callable, NamedTuple, Optional
 import torch
 from torch.utils._pytree import tree_map
 
-from ..likelihood import _forked_rng
+from ..likelihood import _forked_rng, _model_arguments
 from ..mechanisms import NoisyRelease, add_gaussian_noise, clip_rows
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease
@@ -60,17 +59,12 @@ __all__ = [
 # --------------------------------------------------------------------------- families
 
 
-
-@contextlib.contextmanager
 def _zeroed_arguments(lik):
     """``lik``'s model arguments with every tensor replaced by zeros of its shape, dtype and
     device while the block runs (the data-free model of :meth:`DPExpFamPenalty._validate`)."""
-    saved = lik.model_args, lik.model_kwargs
-    lik.model_args, lik.model_kwargs = tree_map(lambda t: torch.zeros_like(t) if torch.is_tensor(t) else t, saved)
-    try:
-        yield
-    finally:
-        lik.model_args, lik.model_kwargs = saved
+    zero = lambda t: torch.zeros_like(t) if torch.is_tensor(t) else t  # noqa: E731
+    return _model_arguments(lik, *tree_map(zero, (lik.model_args, lik.model_kwargs)))
+
 
 class ExpFamily(NamedTuple):
     r"""An exponential family :math:`p(y|\theta) = h(y)\,g(\theta)\exp(\varphi(\theta)^\top S(y))`
