@@ -43,6 +43,28 @@ def test_a_chain_that_never_moves_is_flagged():
         MCMC(k, num_samples=20, warmup_steps=0, disable_progbar=True).run(Y)
 
 
+
+def test_diagnostics_warns_once_per_chain_state():
+    """Asked twice before the chain moves on (a user stepping the kernel, then Pyro), the same
+    values come back without the warning repeated; a later state warns again."""
+    k = pyro_dp.DPPenalty(model, 0.05, llr_clip=1e6, noise_multiplier=5.0, init_strategy=init_to_mean, seed=0)
+    k.setup(0, Y)
+    params = k.initial_params
+    for _ in range(12):
+        params = k.sample(params)
+
+    def warned():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert k.diagnostics()["acceptance rate"] == 0.0
+        return [w for w in caught if "accepted none" in str(w.message)]
+
+    assert len(warned()) == 1
+    assert warned() == []
+    k.sample(params)
+    assert len(warned()) == 1
+
+
 def test_far_start_is_flagged():
     k = pyro_dp.DPPenalty(model, 0.01, llr_clip=4.0, noise_multiplier=1.0, seed=0)
     mcmc = _run(k, samples=600, warmup=0, initial_params={"mu": torch.tensor(1.0, dtype=torch.float64)})

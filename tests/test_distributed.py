@@ -15,6 +15,7 @@ import pathlib
 import socket
 import sys
 import traceback
+import warnings
 
 import pytest
 import torch
@@ -48,6 +49,12 @@ KERNELS = {
         init=pyro_dp.DPGradientInit(num_steps=3, step_size=0.5, grad_clip=2.0, noise_multiplier=5.0), **kw),
 }
 KW = dict(seed=11, noise_seed=12, init_strategy=init_to_mean)
+# kernels run by single tests only (not in the chain-equality grid)
+EXTRA = {
+    # delta = 1/200: above 1/N for the 301 rows of all ranks, below it for one rank's 150 or 151
+    "penalty_budget": lambda **kw: pyro_dp.DPPenalty(gauss_model_2d, 0.1, llr_clip=2.0, epsilon=5.0, delta=1 / 200,
+                                                     num_iterations=STEPS, **kw),
+}
 
 
 def _data():
@@ -96,9 +103,12 @@ def _worker(rank, world, port, out_dir, name, fail_rank):
     try:
         shard = torch.load(os.path.join(out_dir, f"shard{rank}.pt"))  # this rank's rows only
         _record_collectives(log)
-        k = KERNELS[name](distributed=True, **KW)
+        k = {**KERNELS, **EXTRA}[name](distributed=True, **KW)
         try:
-            chain = _run(k, shard, fail_at=5 if rank == fail_rank else None)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                chain = _run(k, shard, fail_at=5 if rank == fail_rank else None)
+            result["warnings"] = [str(w.message) for w in caught]
             result.update(chain=chain, ledger=[[repr(e.event), e.count] for e in k.ledger.entries],
                           eps=k.get_epsilon(1e-5), rows=k.lik.num_rows, global_rows=k.lik.global_num_rows,
                           data=k.lik.model_args[0], dim=k.lik.dim,
@@ -172,6 +182,14 @@ def test_a_failing_rank_stops_the_others_without_a_hang_or_a_release(tmp_path, f
     assert "a peer rank raised, died or timed out" in other["error"]
     # the failing rank stopped before iteration 5's release; the other could not complete that release either
     assert ranks[0]["releases"] == ranks[1]["releases"] == 5
+
+
+def test_the_delta_warning_counts_the_rows_of_every_rank(tmp_path):
+    """delta above 1/N is judged on the global N (301 rows), not on one rank's shard."""
+    for r in _launch(tmp_path, "penalty_budget"):
+        assert "error" not in r, r.get("trace")
+        assert r["rows"] < 200 < r["global_rows"] == 301
+        assert any("above 1/N for N=301 rows" in w for w in r["warnings"]), r["warnings"]
 
 
 REFUSED = {  # every kernel that cannot shard refuses at construction, before anything else is checked

@@ -517,6 +517,7 @@ class DPKernel(MCMCKernel):
         self._state = None
         self._init_done = False
         self.__dict__.pop("_eps_log", None)  # the progress bar's ε starts afresh with the chain
+        self._diagnostics_warned = set()  # (iteration, message) pairs diagnostics() has warned
         self.__dict__.pop("_eps_log_start", None)
 
     def _new_chain_ledger(self) -> ChainLedger:
@@ -638,6 +639,12 @@ class DPKernel(MCMCKernel):
             self._noise.shards = self._shards
             n = torch.tensor([self.lik.num_rows], dtype=torch.int64)
             self.lik.global_num_rows = int(self._shards.all_reduce_sum(n)[0])
+        if self.epsilon is not None and not self.__dict__.get("_delta_checked"):
+            self._delta_checked = True  # once per kernel, as the run-length notice
+            n = self.lik.global_num_rows  # all ranks' rows: a neighbour may differ in any of them
+            if self.delta is not None and self.delta * n > 1.0:
+                warnings.warn(f"delta={self.delta} is above 1/N for N={n} rows: pass a smaller delta", PrivacyNotice,
+                              stacklevel=3)
         if self._user_initial_params is not None:
             missing = set(self.lik.latent_names) - set(self._user_initial_params)
             if missing:
@@ -762,10 +769,6 @@ class DPKernel(MCMCKernel):
             + (". Pass epsilon= (and delta=) for your own budget" if self.default_budget else ""),
             PrivacyNotice, stacklevel=4,
         )
-        n = getattr(self.lik, "num_rows", 0)
-        if self.delta is not None and n and self.delta * n > 1.0:
-            warnings.warn(f"delta={self.delta} is above 1/N for N={n} rows: pass a smaller delta", PrivacyNotice,
-                          stacklevel=4)
 
     def _auto_tuner(self) -> DPAutoTune:
         """The :class:`~pyro_dp.kernels.tuning.DPAutoTune` of a kernel whose settings
@@ -995,28 +998,36 @@ class DPKernel(MCMCKernel):
         if self.nonprivate_diagnostics:
             out.update({NONPRIVATE_PREFIX + k: v for k, v in self._nonprivate().items()})
         if self.default_budget and self._iteration > 0:  # say what the default spent (Pyro asks once a chain)
-            warnings.warn(
+            self._diagnostics_warn(
                 f"{type(self).__name__} ran with the default budget (epsilon={self.epsilon}, delta={self.delta}): "
                 f"this chain spent epsilon={out['epsilon']:.4g}; all chains of this kernel so far: "
                 f"epsilon={self._epsilon_now():.4g} at delta={self.reference_delta}",
-                PrivacyNotice, stacklevel=2,
+                PrivacyNotice,
             )
         if self._iteration >= 10 and self._num_accepted == 0:  # Pyro asks at the end of each chain
-            warnings.warn(
+            self._diagnostics_warn(
                 f"this chain accepted none of its {self._iteration} proposals: its samples are its starting "
                 "point, not posterior draws. Lower llr_clip or the noise, shrink the proposal, or start closer "
                 "(pyro_dp.check_run(mcmc) checks a whole run)",
                 SamplingWarning,
-                stacklevel=2,
             )
         elif not self._budget_exhausted and len(self._draws) >= _MIN_CHECKED_DRAWS:
             # never silently wrong: this chain's own draws, checked at its end (post-processing)
             problems = chain_problems(torch.stack(self._draws).cpu(), names=self.lik.coordinate_names())
             out["sampling problems"] = tuple(problems)
             for p in problems:
-                warnings.warn(f"{type(self).__name__} chain: {p} (pyro_dp.check_run(mcmc) also compares chains)",
-                              SamplingWarning, stacklevel=2)
+                self._diagnostics_warn(f"{type(self).__name__} chain: {p} (pyro_dp.check_run(mcmc) also compares "
+                                       "chains)", SamplingWarning)
         return out
+
+    def _diagnostics_warn(self, message: str, category) -> None:
+        """Warn from :meth:`diagnostics` once per chain state: calling it again before the
+        chain has moved (Pyro asks once per chain; users and ``check_run`` ask again) returns the
+        same values without repeating the warning."""
+        warned = self.__dict__.setdefault("_diagnostics_warned", set())
+        if (self._iteration, message) not in warned:
+            warned.add((self._iteration, message))
+            warnings.warn(message, category, stacklevel=3)
 
     def _logged_epsilon(self) -> str:
         """ε for the progress bar, which Pyro asks for every iteration.

@@ -87,6 +87,18 @@ def test_outside_mcmc_the_run_length_is_assumed_and_said():
     assert mcmc_run_length() is None
 
 
+@pytest.mark.parametrize("num_iterations", [None, 50], ids=["run_length_assumed", "run_length_given"])
+def test_a_delta_above_one_over_n_is_said_once(num_iterations):
+    kernel = pyro_dp.DPPenalty(gauss_model, 0.05, llr_clip=2.0, epsilon=1.0, delta=2.0 / len(Y),
+                               num_iterations=num_iterations, seed=0)
+    with pytest.warns(PrivacyNotice, match=f"above 1/N for N={len(Y)} rows"):
+        kernel.setup(0, Y)
+    with warnings.catch_warnings(record=True) as caught:  # a second run of the same kernel: said already
+        warnings.simplefilter("always")
+        kernel.setup(0, Y)
+    assert not [w for w in caught if "above 1/N" in str(w.message)]
+
+
 def test_given_settings_are_not_tuned_and_the_given_start_is_kept():
     kernel = pyro_dp.DPPenalty(gauss_model, 0.05, llr_clip=2.0, epsilon=1.0, num_iterations=50, seed=0)
     assert kernel.auto_tuned == () and kernel.init is None
