@@ -7,9 +7,17 @@ tolerances from the Monte Carlo standard error), so in the test suite a kernel b
 the test is marked ``fresh_noise`` (tests of the default behaviour itself) or uses
 ``secure_mode``.
 """
+import os
+
 import pytest
+import torch
 
 from pyro_dp.kernels.base import DPKernel
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # one torch thread per pytest-xdist worker: the suite runs one worker per core (pyproject's
+    # addopts), and two workers with two threads each would oversubscribe a 2-core machine
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)
