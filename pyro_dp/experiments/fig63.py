@@ -144,6 +144,7 @@ def _plot(rows, path, log) -> Optional[str]:
         axes[0, j].set(xscale="log", xlabel="clip bound b", title=pn)
         axes[1, j].set(xscale="symlog", xlabel="clipped fraction of ratios")
         axes[1, j].set_xscale("symlog", linthresh=1e-4)
+        axes[1, j].set_xlim(0.0, 1.0)  # a fraction: no negative side, room for the most clipped chains
     fig.suptitle("fig63: effect of log-likelihood-ratio clipping (non-private)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
