@@ -66,12 +66,18 @@ def timed_runs(make_kernel, data, n_iter, init, warm=20):
 A_BAN = 20.0
 
 
-def banana_pass(x, theta, clip, inv_var):
-    """Closed-form per-example log-likelihoods (up to a constant) and clipped gradient sum of
-    the thesis banana likelihood (Räisä 2021 thesis Thm 12): mean (θ1, θ2 + aθ1²)."""
+def banana_loglik(x, theta, inv_var):
+    """``(ℓ, r1, r2)``: closed-form per-example log-likelihoods (up to a constant) of the thesis
+    banana (Räisä 2021 thesis Thm 12: mean (θ1, θ2 + aθ1²)) and the residuals."""
     r1 = x[:, 0] - theta[0]
     r2 = x[:, 1] - theta[1] - A_BAN * theta[0] ** 2
-    ll = -0.5 * (r1 * r1 * inv_var[0] + r2 * r2 * inv_var[1])
+    return -0.5 * (r1 * r1 * inv_var[0] + r2 * r2 * inv_var[1]), r1, r2
+
+
+def banana_pass(x, theta, clip, inv_var):
+    """Closed-form per-example log-likelihoods and clipped gradient sum of the banana
+    (:func:`banana_loglik`)."""
+    ll, r1, r2 = banana_loglik(x, theta, inv_var)
     g2 = r2 * inv_var[1]
     g1 = r1 * inv_var[0] + g2 * 2 * A_BAN * theta[0]
     norms = torch.sqrt(g1 * g1 + g2 * g2)
@@ -110,9 +116,7 @@ def fused_banana_hmc(pass_fn, x, n_iter, eta, L, clip, nm_g, nm_l, llr_clip, inv
 def banana_penalty_pass(x, theta_new, ll_old, bound, inv_var):
     """Closed-form per-example log-likelihoods at ``theta_new`` and their ratios to
     ``ll_old`` clipped to ``±bound`` and summed (Yıldırım & Ermiş 2019 §3.1), in one pass."""
-    r1 = x[:, 0] - theta_new[0]
-    r2 = x[:, 1] - theta_new[1] - A_BAN * theta_new[0] ** 2
-    ll = -0.5 * (r1 * r1 * inv_var[0] + r2 * r2 * inv_var[1])
+    ll = banana_loglik(x, theta_new, inv_var)[0]
     return ll, torch.clamp(ll - ll_old, -bound, bound).sum()
 
 

@@ -43,7 +43,6 @@ def test_a_chain_that_never_moves_is_flagged():
         MCMC(k, num_samples=20, warmup_steps=0, disable_progbar=True).run(Y)
 
 
-
 def test_diagnostics_warns_once_per_chain_state():
     """Asked twice before the chain moves on (a user stepping the kernel, then Pyro), the same
     values come back without the warning repeated; a later state warns again."""

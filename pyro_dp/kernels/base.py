@@ -639,8 +639,7 @@ class DPKernel(MCMCKernel):
             self._noise.shards = self._shards
             n = torch.tensor([self.lik.num_rows], dtype=torch.int64)
             self.lik.global_num_rows = int(self._shards.all_reduce_sum(n)[0])
-        if self.epsilon is not None and not self.__dict__.get("_delta_checked"):
-            self._delta_checked = True  # once per kernel, as the run-length notice
+        if self.epsilon is not None and self._num_setups == 1:  # once per kernel, as the run-length notice
             n = self.lik.global_num_rows  # all ranks' rows: a neighbour may differ in any of them
             if self.delta is not None and self.delta * n > 1.0:
                 warnings.warn(f"delta={self.delta} is above 1/N for N={n} rows: pass a smaller delta", PrivacyNotice,
