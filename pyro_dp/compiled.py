@@ -347,7 +347,7 @@ def _distinct(data: tuple, inputs: tuple) -> tuple:
 
 
 def _signature(t: torch.Tensor) -> tuple:
-    return (tuple(t.shape), t.dtype, t.device.type, t.device.index)
+    return (t.shape, t.dtype, t.device)  # torch.Size and torch.device compare and hash by value
 
 
 class CompiledLikelihood:

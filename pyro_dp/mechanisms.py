@@ -37,6 +37,7 @@ tensor([0.9000, 1.2000], dtype=torch.float64)
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import secrets
@@ -876,8 +877,14 @@ def _gaussian_event(like: torch.Tensor, clip, noise_multiplier: float, relation:
     sens_factor = 2.0 if relation == "substitute" else 1.0  # l2-sensitivity 2*clip (substitute) or clip
     clip_t = torch.as_tensor(clip, dtype=like.dtype, device=like.device)
     std = float(noise_multiplier) * sens_factor * clip_t  # sigma = nm * Delta (Räisä 2021 thesis Def. 7)
-    event = GaussianEvent(noise_multiplier=float(noise_multiplier)) if noise_multiplier > 0 else NonPrivateEvent()
-    return NoisyRelease(None, event, std, 0.0)
+    return NoisyRelease(None, _gaussian_event_of(float(noise_multiplier)), std, 0.0)
+
+
+@functools.lru_cache(maxsize=64)
+def _gaussian_event_of(noise_multiplier: float) -> PrivacyEvent:
+    """The event of one Gaussian release (events are immutable values: one object per noise
+    multiplier saves building and validating it at every iteration, #17)."""
+    return GaussianEvent(noise_multiplier=noise_multiplier) if noise_multiplier > 0 else NonPrivateEvent()
 
 
 def draw_gaussian_noise(

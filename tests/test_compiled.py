@@ -344,6 +344,42 @@ def test_dphmc_unfusable_steps_fall_back_before_any_release(monkeypatch):
         _close(got, chain, 1e-12)
 
 
+@pytest.mark.parametrize("name", ["penalty", "penalty_gwmh_adapt", "penalty_init"])
+def test_dppenalty_fused_step_is_one_graph_with_the_recorded_chain(name):
+    """#17: on the compiled path a DP penalty iteration's release and accept test are one graph
+    (the clipped ratio sum, the pre-drawn noise, the penalty test with its data-free validity
+    check): the recorded eager chain (the golden tests check both backends) and the fused
+    graph, not the unfused ratio pass, ran."""
+    factory, y = cases(**GRAPH)[name]
+    k = factory()
+    chain, ledger = run(lambda: k, y)
+    assert ledger == RECORDED[name]["ledger"]
+    _close(chain, RECORDED[name]["chain"], rtol=1e-12)
+    names = {key[0] for key, fn in k._jit_cache.items() if fn is not None}
+    assert "penalty_step[T=1.0]" in names and "clipped_ratio_sum" not in names
+
+
+def _tempered_penalty_chain(model, y, **extra):
+    k = pyro_dp.DPPenalty(model, 0.1, llr_clip=2.0, noise_multiplier=3.0, temperature=0.7, **dict(GOLDEN_KW, **extra))
+    return run(lambda: k, y)
+
+
+def test_dppenalty_fused_step_matches_eager_with_adversarial_rows_and_falls_back_when_untraceable():
+    """Finite rows whose per-example terms overflow (log-likelihood -inf, ratio NaN: the per-row
+    rule inside the graph) and a temperature: the fused step gives the eager chain and ledger;
+    an untraceable model falls back before any draw."""
+    y = make_data(300, seed=5)
+    y[3], y[7], y[11] = 1e200, -1e200, 1e308
+    for model in (gauss_model, branching_model):
+        chain, ledger = _tempered_penalty_chain(model, y)
+        for extra, rtol in ((GRAPH, 1e-12), (dict(jit_compile=True), 1e-10)):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", CompileFallbackWarning)
+                got, got_ledger = _tempered_penalty_chain(model, y, **extra)
+            assert got_ledger == ledger
+            _close(got, chain, rtol)
+
+
 def _logistic(x, y):
     w = pyro.sample("w", dist.Normal(torch.zeros(x.shape[1], dtype=x.dtype), 1.0).to_event(1))
     with pyro.plate("data", x.shape[0]) as idx:

@@ -515,6 +515,7 @@ class DPKernel(MCMCKernel):
         self._budget_exhausted = False
         self._stop_cause_text = ""
         self._state = None
+        self._returned = None  # the last sample()'s output (_returned_unchanged)
         self._init_done = False
         self.__dict__.pop("_eps_log", None)  # the progress bar's ε starts afresh with the chain
         self._diagnostics_warned = set()  # (iteration, message) pairs diagnostics() has warned
@@ -858,9 +859,10 @@ class DPKernel(MCMCKernel):
     def _sample(self, params):
         if self._state is None:
             raise RuntimeError("call setup() before sample()")
-        z = self.lik.flatten(params).detach()
-        if not torch.equal(z, self._state_z(self._state)):
-            self._state = self._init_state(z)  # params were changed from outside
+        if not self._returned_unchanged(params):
+            z = self.lik.flatten(params).detach()
+            if not torch.equal(z, self._state_z(self._state)):
+                self._state = self._init_state(z)  # params were changed from outside
         pending_init = self.init is not None and not self._init_done
         if not self._budget_exhausted:
             declared = _counts((self._init_events() if pending_init else []) + self._step_events(self._state))
@@ -893,7 +895,20 @@ class DPKernel(MCMCKernel):
         self._num_accepted += int(bool(info.accepted))
         self._clipped_sum += float(info.clipped_fraction)
         self._clipped_count += 1
-        return self.lik.unravel(self._state_z(self._state))
+        z = self._state_z(self._state)
+        out = self.lik.unravel(z)
+        self._returned = (out, tuple(out.values()), z)
+        return out
+
+    def _returned_unchanged(self, params) -> bool:
+        """Whether ``params`` is the dict the last :meth:`sample` returned, holding the same
+        tensors, for the current state (Pyro's runner passes it straight back): then the
+        flatten-and-compare of the general check is skipped (#17: Python per iteration). An
+        in-place change of those tensors changes the state's own tensor (they are views of it),
+        which the general check could not see either."""
+        last = self.__dict__.get("_returned")
+        return (last is not None and params is last[0] and last[2] is self._state_z(self._state)
+                and len(params) == len(last[1]) and all(a is b for a, b in zip(params.values(), last[1])))
 
     def _record_init(self, event, label: Optional[str] = None) -> None:
         """Record one release of the private initialisation under its own label (the
@@ -925,6 +940,7 @@ class DPKernel(MCMCKernel):
         if rng is not None:
             state["_rng_state"] = (str(rng.device), rng.get_state())
         state.pop("_eps_cache", None)
+        state.pop("_returned", None)  # identities do not survive pickling
         state["_jit_cache"] = {}  # compiled graphs stay in their process (rebuilt lazily)
         state["_shards"] = None  # a process group stays in its process (setup() sets it again)
         return state

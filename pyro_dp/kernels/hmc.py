@@ -49,6 +49,7 @@ from pyro.ops.dual_averaging import DualAveraging
 from ..accounting.algorithms import dphmc_events, dphmc_max_iterations, dphmc_max_iterations_zcdp, dphmc_mu
 from ..mechanisms import ClippedSum, clip_and_sum, clipped_sum_with_noise, draw_gaussian_noise
 from .base import DPKernel, check_positive
+from .mh import can_fuse
 from .proposals import kinetic_energy, leapfrog, penalty_accept, penalty_log_accept_threshold, sample_momentum
 from .tuning import init_to_center
 
@@ -178,13 +179,6 @@ def _fused_step_fn(cl, temperature: float, last: bool):
     return step
 
 
-def _can_fuse(lik, noise) -> bool:
-    """The fused leapfrog step needs the compiled path and one process (no shards: their noise
-    enters inside the all-reduce); :meth:`~pyro_dp.compiled.CompiledLikelihood.fused_graph`
-    decides the rest (the model traces, a full-data pass runs as one graph)."""
-    return getattr(lik, "compiled", None) is not None and getattr(noise, "shards", None) is None
-
-
 def _fused_trajectory(noise, lik, state, p0, *, step_size, num_steps, inv_mass, grad_clip, noise_multiplier,
                       llr_clip, events, grad_fracs):
     """The leapfrog trajectory of :func:`hmc_step` on the compiled path, one graph call per
@@ -264,7 +258,7 @@ def hmc_step(
     z = state.z
     p0 = sample_momentum(rng, mass_sqrt, z)  # the algorithm's stream (momenta); the noise has its own
     fused = None
-    if _can_fuse(lik, noise):  # the compiled path: one graph per leapfrog step, the same chain
+    if can_fuse(lik, noise):  # the compiled path: one graph per leapfrog step, the same chain
         fused = _fused_trajectory(noise, lik, state, p0, step_size=step_size, num_steps=num_steps,
                                   inv_mass=inv_mass, grad_clip=grad_clip, noise_multiplier=grad_noise_multiplier,
                                   llr_clip=llr_clip, events=events, grad_fracs=grad_fracs)

@@ -35,7 +35,8 @@ from ..mechanisms import GaussianEvent, NonPrivateEvent
 from .base import DPKernel, check_positive
 from .proposals import AdaptiveProposalScale, flip_direction, initial_directions, random_walk
 
-__all__ = ["MHState", "MHInfo", "RatioRelease", "mh_init", "mh_step", "RandomWalkKernel", "check_batch_size"]
+__all__ = ["MHState", "MHInfo", "RatioRelease", "mh_init", "mh_step", "RandomWalkKernel", "check_batch_size",
+           "can_fuse"]
 
 
 class MHState(NamedTuple):
@@ -116,6 +117,13 @@ def _finite(x) -> bool:
     return bool(torch.isfinite(torch.as_tensor(x)).all())
 
 
+def can_fuse(lik, noise) -> bool:
+    """Whether a kernel may run a step as one fused graph: the compiled path in one process (no
+    shards: their noise enters inside the all-reduce). :meth:`~pyro_dp.compiled.CompiledLikelihood.fused_graph`
+    decides the rest (the model traces, a full-data pass runs as one graph)."""
+    return getattr(lik, "compiled", None) is not None and getattr(noise, "shards", None) is None
+
+
 def mh_step(
     rng: torch.Generator,
     noise,
@@ -125,13 +133,23 @@ def mh_step(
     release: Callable[..., RatioRelease],
     accept: Callable,
     mode: str = "full",
+    fused: Optional[Callable] = None,
 ) -> Tuple[MHState, MHInfo]:
-    """One random-walk DP MH iteration (module docstring): propose, release, accept, flip."""
+    """One random-walk DP MH iteration (module docstring): propose, release, accept, flip.
+
+    ``fused(noise, rng, state, z_new, log_q_ratio)`` (the compiled path, #17) may do moves 2–4
+    in one graph and return ``(RatioRelease, accepted)`` — the same draws from the same streams
+    in the same order, the same validity check — or ``None`` (decided before any draw): then
+    ``release`` and ``accept`` run as usual."""
     prop = random_walk(rng, state.z, proposal_scale, mode, state.direction)
-    rel = release(noise, state, prop.z)
-    lambda_hat = rel.log_ratio + (rel.log_prior - state.log_prior) + prop.log_q_ratio
-    valid = _finite(rel.log_prior) and _finite(lambda_hat) and _finite(rel.noise_var)  # data-free
-    accepted = accept(rng, lambda_hat, rel.noise_var) and valid  # always drawn: streams stay aligned
+    out = None if fused is None else fused(noise, rng, state, prop.z, prop.log_q_ratio)
+    if out is not None:
+        rel, accepted = out
+    else:
+        rel = release(noise, state, prop.z)
+        lambda_hat = rel.log_ratio + (rel.log_prior - state.log_prior) + prop.log_q_ratio
+        valid = _finite(rel.log_prior) and _finite(lambda_hat) and _finite(rel.noise_var)  # data-free
+        accepted = accept(rng, lambda_hat, rel.noise_var) and valid  # always drawn: streams stay aligned
     direction = flip_direction(state.direction, prop.coord, accepted) if mode == "gwmh" else state.direction
     if accepted:
         new = MHState(prop.z, rel.log_prior, direction, rel.cache_new)
@@ -199,6 +217,10 @@ class RandomWalkKernel(AdaptiveProposalScale, DPKernel):
     def _initial_cache(self, z: torch.Tensor):
         return None
 
+    #: ``_fused_release_accept(noise, rng, state, z_new, log_q_ratio)``: the release and the
+    #: accept test as one graph on the compiled path (see :func:`mh_step`), or ``None``
+    _fused_release_accept = None
+
     def _check_data(self) -> None:
         """Data-free checks of the likelihood (shapes, N, indexing) before the first release."""
         if self.batch_size is not None and self.batch_size > self.lik.num_rows:
@@ -218,6 +240,7 @@ class RandomWalkKernel(AdaptiveProposalScale, DPKernel):
 
     def _step(self, state):
         new, info = mh_step(self._rng, self._noise, state, proposal_scale=self.adapted_proposal_scale,
-                            release=self._release, accept=self._accept, mode=self.mode)
+                            release=self._release, accept=self._accept, mode=self.mode,
+                            fused=self._fused_release_accept)
         self._adapt(info)  # warmup only; reads the accept decision (post-processing)
         return new, info

@@ -25,13 +25,13 @@ from typing import Optional
 
 import torch
 
-from ..mechanisms import clipped_sum_with_noise
+from ..mechanisms import clip_and_sum, clipped_sum_with_noise, draw_gaussian_noise
 from .base import check_positive
-from .mh import MHState, RandomWalkKernel, RatioRelease
-from .proposals import penalty_accept
+from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse
+from .proposals import penalty_accept, penalty_log_accept_threshold
 from .tuning import init_to_center
 
-__all__ = ["DPPenalty", "penalty_release"]
+__all__ = ["DPPenalty", "penalty_release", "fused_penalty_release_accept"]
 
 
 def penalty_release(lik, noise, state: MHState, z_new: torch.Tensor, *, llr_clip: float,
@@ -50,6 +50,71 @@ def penalty_release(lik, noise, state: MHState, z_new: torch.Tensor, *, llr_clip
     # penalty: λ̂ = T ŝ + ..., accepted w.p. min{1, exp(λ̂ − T²σ²/2)} (Yıldırım & Ermiş 2019 §3.1)
     return RatioRelease(T * rel.value, (T * rel.noise_std) ** 2, lp_new, (rel.event,), rel.clipped_fraction,
                         float(rel.noise_std), cache_new=ll_new, cache_old=loglik)
+
+
+def _fused_penalty_fn(lik, temperature: float):
+    r"""The release and the accept test of :func:`penalty_release` + :func:`~.proposals.penalty_accept`
+    as one pure tensor function, for :meth:`~pyro_dp.compiled.CompiledLikelihood.fused_graph`
+    (the compiled path). The same arithmetic in the same order as the eager path:
+
+    .. math::
+        \hat s = \sum_i \mathrm{clip}_{\pm c}(\ell_i(\theta')-\ell_i(\theta)) + \xi,\quad
+        \hat\lambda = T\hat s + \log p(\theta') - \log p(\theta) + \log q\text{-ratio},\quad
+        \text{accept iff } \log u < \min\{0, \hat\lambda - (T\sigma)^2/2\}
+
+    (Yıldırım & Ermiş 2019 §3.1; thesis §3.1), ANDed with the data-free validity check of
+    :func:`~.mh.mh_step` (finite prior, :math:`\hat\lambda` and noise variance). The clip
+    :math:`c = b\|\theta'-\theta\|`, the noise :math:`\xi` (drawn before the call by
+    :func:`~pyro_dp.mechanisms.draw_gaussian_noise` from the secret stream, standard
+    deviation :math:`\sigma`) and :math:`\log u`'s uniform (the algorithm stream) are
+    inputs; the clipped sum leaves the graph only inside the accept decision, with its noise
+    added. Outputs: ``accepted, ℓ(θ') [N], log p(θ'), clipped rows, rows``."""
+
+    def step(z_new, ll_old, lp_old, clip, xi, std, u, log_q_ratio):
+        ll, lp = lik._eager_loglik_and_prior(z_new, None)
+        cs = clip_and_sum(ll - ll_old, clip)
+        log_ratio = temperature * (cs.total + xi)  # T ŝ
+        noise_var = (temperature * std) ** 2  # (T σ)²
+        lambda_hat = log_ratio + (lp - lp_old) + log_q_ratio
+        accepted = torch.log(u) < penalty_log_accept_threshold(lambda_hat, noise_var)
+        valid = torch.isfinite(lp) & torch.isfinite(lambda_hat) & torch.isfinite(noise_var)  # data-free
+        return accepted & valid, ll, lp, cs.num_clipped, cs.num_rows
+
+    return step
+
+
+def fused_penalty_release_accept(lik, noise, rng, state: MHState, z_new: torch.Tensor, log_q_ratio: float, *,
+                                 llr_clip: float, noise_multiplier: float):
+    r"""``(RatioRelease, accepted)`` of one DP penalty iteration in one compiled graph
+    (:func:`_fused_penalty_fn`), or ``None`` — decided before anything is drawn — when the
+    step cannot be fused (eager path, sharded rows, a model the trace cannot represent, a
+    pass that needs chunks). The same draws from the same streams as :func:`penalty_release`
+    followed by :func:`~.proposals.penalty_accept`: the release noise (secret stream), then
+    the accept uniform (algorithm stream); the chain and the ledger are those of the eager
+    path (``tests/test_compiled.py``). The release's ``log_ratio`` is not returned (``None``):
+    nothing after the accept decision reads it."""
+    if not can_fuse(lik, noise):
+        return None
+    cl, T = lik.compiled, float(lik.temperature)
+    z = state.z
+    loglik = state.cache
+    if loglik is None:
+        loglik = lik.per_example_loglik(z)  # released inside this step's mechanism
+    clip = llr_clip * torch.linalg.vector_norm(z_new - z)  # b‖θ'−θ‖: sensitivity 2b‖θ'−θ‖ (thesis §3.1)
+    example = (z_new, loglik, state.log_prior, clip, clip, clip, clip, clip)
+    graph = cl.fused_graph(f"penalty_step[T={T!r}]", _fused_penalty_fn(lik, T), example)
+    if graph is None:
+        return None
+    draw = draw_gaussian_noise(clip, clip, noise_multiplier, noise)  # the secret stream, as add_gaussian_noise
+    u = torch.rand((), generator=rng, dtype=z.dtype, device=z.device)  # as proposals.uniform_log
+    q = torch.as_tensor(log_q_ratio, dtype=z.dtype, device=z.device)
+    accepted, ll_new, lp_new, n_clipped, n_rows = graph(z_new, loglik, state.log_prior, clip, draw.value,
+                                                          draw.noise_std, u, q)
+    n_rows = int(n_rows)
+    std = float(draw.noise_std)
+    rel = RatioRelease(None, (T * std) ** 2, lp_new, (draw.event,), int(n_clipped) / n_rows if n_rows else 0.0,
+                       std, cache_new=ll_new, cache_old=loglik)
+    return rel, bool(accepted)
 
 
 class DPPenalty(RandomWalkKernel):
@@ -164,3 +229,7 @@ class DPPenalty(RandomWalkKernel):
 
     def _accept(self, rng, lambda_hat, noise_var):
         return penalty_accept(rng, lambda_hat, noise_var)
+
+    def _fused_release_accept(self, noise, rng, state, z_new, log_q_ratio):
+        return fused_penalty_release_accept(self.lik, noise, rng, state, z_new, log_q_ratio, llr_clip=self.llr_clip,
+                                            noise_multiplier=self.noise_multiplier)
