@@ -56,7 +56,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from .likelihood import _model_arguments
-from .mechanisms import ClippedSum, clip_and_sum, clip_and_sum_columns
+from .mechanisms import ClippedSum, clip_and_sum, clip_and_sum_columns, clip_scalars
 
 __all__ = ["CompileFallbackWarning", "CompiledLikelihood", "bucket_size", "hoist_broadcasts", "CHUNK_ELEMENTS", "FORWARD_MAX_DIM",
            "COLUMNS_MAX_DIM",
@@ -332,6 +332,21 @@ def _arange(size: int, device) -> torch.Tensor:
     return out
 
 
+_VALID: Dict[tuple, torch.Tensor] = {}
+
+
+def _valid_mask(b: int, size: int, dtype, device) -> torch.Tensor:
+    """The 0/1 mask of the first ``b`` of ``size`` rows (cached: a fixed batch size reuses one;
+    graphs only read it)."""
+    key = (b, size, dtype, str(device))
+    out = _VALID.get(key)
+    if out is None:
+        if len(_VALID) > 4096:  # Poisson batch sizes: bounded
+            _VALID.clear()
+        out = _VALID[key] = (_arange(size, device) < b).to(dtype)
+    return out
+
+
 def _distinct(data: tuple, inputs: tuple) -> tuple:
     """``inputs`` with a copy of every tensor already passed before it (or among ``data``): the
     tracer maps one tensor object passed twice to one graph input, so a graph traced on a call
@@ -533,7 +548,7 @@ class CompiledLikelihood:
         b = int(idx.numel())
         size = (bucket_size(b) if name is None else self._bucket_for(name, b)) if size is None else size
         padded = torch.nn.functional.pad(idx, (0, size - b))  # pads with 0: row 0
-        valid = (_arange(size, idx.device) < b).to(dtype) if with_valid else None
+        valid = _valid_mask(b, size, dtype, idx.device) if with_valid else None
         return padded, valid, size
 
     # ------------------------------------------------------------------ functions
@@ -562,6 +577,26 @@ class CompiledLikelihood:
         padded, _, size = self._padded(idx, z.dtype, with_valid=False, name="log_ratios[idx]")
         out = self._call("log_ratios[idx]", ratios, (z, z_new, padded), size)
         return out if out is None else (out[0][:b], out[1])
+
+    def clipped_batch_ratios(self, name: str, statistics: Callable, z, z_new, idx, clip):
+        """:func:`~pyro_dp.kernels.barker.batch_ratio_statistics` in one graph on a padded bucket
+        of ``idx``: the ratios on the rows, the per-row rule and clip (:func:`~pyro_dp.mechanisms.clip_scalars`),
+        padded rows set to 0, the counts, and ``statistics(r, valid, clip)``. ``name`` must
+        identify ``statistics`` with every Python constant it closes over."""
+        lik = self.lik
+        clip_t = torch.as_tensor(clip, dtype=z.dtype, device=z.device)
+
+        def fused(zz, zn, c, i, valid):
+            ll_old, _ = lik._eager_loglik_and_prior(zz, i)
+            ll_new, lp_new = lik._eager_loglik_and_prior(zn, i)
+            r, mask = clip_scalars(ll_new - ll_old, c)
+            keep = valid.to(torch.bool)
+            r = r * valid  # padded rows: 0
+            return (lp_new, (mask & keep).sum(), keep.sum()) + tuple(statistics(r, valid, c))
+
+        padded, valid, size = self._padded(idx, z.dtype, name=name)
+        out = self._call(name, fused, (z, z_new, clip_t, padded, valid), size)
+        return out if out is None else (out[0], out[1], out[2], tuple(out[3:]))
 
     def _grads(self, zz, i):
         """Inside a graph: ``(ℓ [B], gradients)``, the gradients as ``D`` columns ``[B]``

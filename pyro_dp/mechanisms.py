@@ -224,6 +224,12 @@ class RDPCurveEvent(PrivacyEvent):
             raise ValueError("RDP values must be >= 0 (NaN is not allowed)")
         object.__setattr__(self, "orders", orders)
         object.__setattr__(self, "rdp", rdp)
+        # hashed once: the ledger and the budget check hash the event at every iteration, and a
+        # curve has hundreds of orders (#17: Python per iteration)
+        object.__setattr__(self, "_hash", hash((orders, rdp)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 @dataclass(frozen=True)
@@ -556,9 +562,9 @@ def sample_without_replacement(rng: torch.Generator, n: int, b: int, device=None
     while True:
         extra = torch.randint(n, (b + b // 2 + 8,), generator=rng, device=gdev)
         draws = torch.cat([draws, extra])
-        if gdev.type == "cpu":  # numpy's unique returns the first occurrences (2x faster here)
+        if gdev.type == "cpu":
             values = draws.numpy()
-            _, first_pos = np.unique(values, return_index=True)
+            first_pos = _first_occurrences(values, n)
             if first_pos.size >= b:
                 first_pos.sort()  # the first b distinct draws, in draw order
                 return torch.from_numpy(values[first_pos[:b]]).to(device)
@@ -571,6 +577,23 @@ def sample_without_replacement(rng: torch.Generator, n: int, b: int, device=None
     first = first.scatter_reduce(0, inverse, pos, reduce="amin")
     order = torch.argsort(first)[:b]
     return uniq[order].to(device)
+
+
+def _first_occurrences(values: np.ndarray, n: int) -> np.ndarray:
+    """Positions of the first occurrence of each distinct value of ``values`` (integers in
+    ``[0, n)``), in increasing value order: ``np.unique(values, return_index=True)[1]``. Sorts
+    one key ``value * m + position`` with numpy's default (SIMD) sort instead of the stable
+    argsort ``unique`` needs (#17: about half the time at b = 1000)."""
+    m = values.size
+    if m == 0 or n * m >= 2**62:  # the key would overflow int64
+        return np.unique(values, return_index=True)[1]
+    keys = values * m + np.arange(m)
+    keys.sort()
+    value = keys // m
+    start = np.empty(m, dtype=bool)
+    start[0] = True
+    np.not_equal(value[1:], value[:-1], out=start[1:])
+    return keys[start] - value[start] * m
 
 
 def poisson_subsample(rng: torch.Generator, n: int, q: float, device=None) -> torch.Tensor:

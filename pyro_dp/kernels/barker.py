@@ -58,6 +58,7 @@ __all__ = [
     "DPBarker",
     "barker_release",
     "batch_log_ratios",
+    "batch_ratio_statistics",
     "barker_batch_statistics",
     "load_correction",
     "BARKER_C",
@@ -85,6 +86,55 @@ def batch_log_ratios(lik, z: torch.Tensor, z_new: torch.Tensor, idx: torch.Tenso
     return lik.log_ratios(z, z_new, idx)  # one graph on the compiled path
 
 
+def batch_ratio_statistics(lik, z: torch.Tensor, z_new: torch.Tensor, idx: torch.Tensor, clip, statistics,
+                           name: str):
+    r"""``(log_prior(z_new), clipped rows, rows, statistics(r, None, clip))`` where :math:`r_i =
+    \ell_i(z') - \ell_i(z)` on rows ``idx`` (untempered) went through
+    :func:`~pyro_dp.mechanisms.clip_scalars` (the per-row rule, then the clip to
+    :math:`\pm` ``clip``). ``statistics`` reduces the clipped ratios to a tuple of 0-d tensors
+    (the minibatch kernels' :math:`\lambda^*`, :math:`\sigma_b^2`, ...). On the compiled path it
+    all runs as one graph on a padded bucket of the rows
+    (:meth:`~pyro_dp.compiled.CompiledLikelihood.clipped_batch_ratios`): ``statistics`` is then
+    called with the 0/1 mask of the real rows as ``valid`` (the padded rows' ratios are 0) and
+    must give the same values; ``name`` identifies it and every constant it closes over.
+    **Reads the data** (release the statistics only through a mechanism); cost :math:`O(|idx|)`.
+
+    >>> import torch
+    >>> from pyro_dp.models.examples import normal_mean_model as model
+    >>> from pyro_dp.likelihood import PrivateLikelihood
+    >>> lik = PrivateLikelihood(model, (torch.tensor([0.0, 3.0, 1.0]),), seed=0)
+    >>> lp, nc, nr, (s,) = batch_ratio_statistics(lik, torch.tensor([0.0]), torch.tensor([1.0]),
+    ...                                           torch.tensor([0, 1]), 2.0, lambda r, valid, c: (r.sum(),), "sum")
+    >>> float(s), int(nc), int(nr)  # ratios -0.5 and 2.5, the second clipped to 2
+    (1.5, 1, 2)
+    """
+    if idx.numel() and getattr(lik, "compiled", None) is not None:
+        out = lik.compiled.clipped_batch_ratios(name, statistics, z, z_new, idx, clip)
+        if out is not None:
+            return out
+    r, lp_new = batch_log_ratios(lik, z, z_new, idx)
+    r, clipped = clip_scalars(r, clip)
+    return lp_new, clipped.sum(), clipped.numel(), tuple(statistics(r, None, clip))
+
+
+def _barker_statistics(n: int, b: int, temperature: float):
+    r"""``statistics(r, valid, clip) -> (lambda*, sigma_b^2)`` of clipped ratios (Heikkilä et al.
+    2019 eq. (6), tempered; thesis §3.3: the :math:`1/b` sample variance), for
+    :func:`batch_ratio_statistics`."""
+    scale = n * temperature / b
+
+    def statistics(r, valid, clip):
+        lam_batch = scale * r.sum()
+        if valid is None:
+            var = r.var(unbiased=False)
+        else:  # a padded bucket (padded rows are 0): the 1/b variance of the b real rows
+            var = (valid * (r - r.sum() / b) ** 2).sum() / b
+        # the clip bounds the variance term by 1 < C; the clamp only guards round-off
+        return lam_batch, torch.clamp(scale * scale * b * var, max=1.0)
+
+    return statistics
+
+
 def barker_batch_statistics(r: torch.Tensor, n: int, b: int, temperature: float):
     r"""``(lambda*, sigma_b^2, clipped mask)`` of a batch of untempered ratios ``r``.
 
@@ -101,9 +151,7 @@ def barker_batch_statistics(r: torch.Tensor, n: int, b: int, temperature: float)
     (0.0, 1.0, True)
     """
     r, clipped = clip_scalars(r, math.sqrt(b) / (n * temperature))
-    scale = n * temperature / b
-    lam_batch = scale * r.sum()
-    var_b = torch.clamp(scale * scale * b * r.var(unbiased=False), max=1.0)
+    lam_batch, var_b = _barker_statistics(n, b, temperature)(r, None, None)
     return lam_batch, var_b, clipped
 
 
@@ -114,11 +162,13 @@ def barker_release(lik, noise, state: MHState, z_new: torch.Tensor, *, batch_siz
     :math:`\mathcal N(\lambda^*_S, C - \sigma_b^2)` (Heikkilä et al. 2019, eq. (18))."""
     n, b, T = lik.num_rows, int(batch_size), lik.temperature
     idx = noise.sample_without_replacement(n, b, device=state.z.device)  # secret batch
-    r, lp_new = batch_log_ratios(lik, state.z, z_new, idx)
     # Heikkilä et al. 2019, Thm 2 condition (19) with tempering (23): |T r_i| <= sqrt(b)/N
-    lam_batch, var_b, clipped = barker_batch_statistics(r, n, b, T)
+    lp_new, n_clipped, n_rows, (lam_batch, var_b) = batch_ratio_statistics(
+        lik, state.z, z_new, idx, math.sqrt(b) / (n * T), _barker_statistics(n, b, T),
+        f"barker_statistics[n={n},b={b},T={T!r}]")
     rel = gaussian_release(lam_batch, torch.sqrt(correction.C - var_b), event, noise)
-    frac = float(clipped.double().mean()) if clipped.numel() else 0.0
+    n_rows = int(n_rows)
+    frac = int(n_clipped) / n_rows if n_rows else 0.0
     # What the step sees of the noise is public: its total variance C (privacy noise C - sigma_b^2
     # plus, by the CLT, the batch's sigma_b^2), never the data-dependent split.
     total = torch.as_tensor(correction.C, dtype=lam_batch.dtype, device=lam_batch.device)

@@ -59,11 +59,11 @@ from ..accounting.base import canonical_event
 from ..mechanisms import (
     NonPrivateEvent,
     SubsampledGaussianEvent,
-    clip_scalars,
-    clipped_sum_with_noise,
+    add_gaussian_noise,
+    clip_and_sum,
     gaussian_release,
 )
-from .barker import batch_log_ratios
+from .barker import batch_ratio_statistics
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease, check_batch_size
 from .proposals import penalty_accept
@@ -97,6 +97,27 @@ def thesis_sensitivity(n: int, b: int, temperature: float, llr_clip: float, dist
     return d_lambda + d_sigma
 
 
+def _poisson_statistics(a1: float, a2: float):
+    r"""``statistics(r, valid, clip) -> (sum_i clip_h(g_i),)`` with :math:`g_i = a_1 r_i - a_2 r_i^2`
+    (Horvitz–Thompson :math:`\lambda^*` minus half its unbiased variance estimate) and
+    :math:`h = a_1 L\|\theta'-\theta\| + a_2 (L\|\theta'-\theta\|)^2 \ge |g_i|` (module doc),
+    through :func:`~pyro_dp.mechanisms.clip_and_sum` (the per-row rule), for
+    :func:`~.barker.batch_ratio_statistics`."""
+
+    def statistics(r, valid, clip):
+        g = a1 * r - a2 * r * r
+        h = a1 * clip + a2 * clip * clip
+        return (clip_and_sum(g, h, valid).total,)
+
+    return statistics
+
+
+def _sums(r, valid, clip):
+    r"""``(sum r_i, sum r_i^2)`` of the clipped ratios (thesis §3.3's :math:`R` and
+    :math:`\sum r_i^2`; padded rows are 0)."""
+    return r.sum(), (r * r).sum()
+
+
 def minibatch_penalty_release(lik, noise, state: MHState, z_new: torch.Tensor, *, batch_size: int,
                               llr_clip: float, noise_multiplier: float, subsampling: str = "poisson") -> RatioRelease:
     r"""One minibatch penalty release: a noisy :math:`\lambda^* - \sigma_b^2/2` of a secret batch
@@ -107,23 +128,20 @@ def minibatch_penalty_release(lik, noise, state: MHState, z_new: torch.Tensor, *
     clip = llr_clip * dist  # data-free: L ||θ'-θ||
     if subsampling == "poisson":
         idx = noise.poisson_subsample(n, q, device=state.z.device)  # secret batch
-    else:
-        idx = noise.sample_without_replacement(n, b, device=state.z.device)  # secret batch
-    r, lp_new = batch_log_ratios(lik, state.z, z_new, idx)
-    r, clipped = clip_scalars(r, clip)
-    frac = float(clipped.double().mean()) if clipped.numel() else 0.0
-    if subsampling == "poisson":
         a1, a2 = T / q, T * T * (1.0 - q) / (2.0 * q * q)
-        g = a1 * r - a2 * r * r  # Horvitz–Thompson lambda* minus half its unbiased variance estimate
+        lp_new, n_clipped, n_rows, (total,) = batch_ratio_statistics(
+            lik, state.z, z_new, idx, clip, _poisson_statistics(a1, a2), f"minibatch_poisson[a1={a1!r},a2={a2!r}]")
         h = a1 * clip + a2 * clip * clip  # |g_i| <= h: centred interval, substitute sensitivity 2h
-        rel = clipped_sum_with_noise(g, h, noise_multiplier, noise)
+        rel = add_gaussian_noise(total, h, noise_multiplier, noise)
         value, std = rel.value, rel.noise_std
         event = SubsampledGaussianEvent(q, noise_multiplier, "poisson") if noise_multiplier > 0 else rel.event
     else:
+        idx = noise.sample_without_replacement(n, b, device=state.z.device)  # secret batch
+        lp_new, n_clipped, n_rows, (big_r, sum_sq) = batch_ratio_statistics(
+            lik, state.z, z_new, idx, clip, _sums, "minibatch_sums")
         s = n * T / b
-        big_r = r.sum()
         lam = s * big_r  # thesis §3.3, lambda*
-        var_b = s * s * ((r * r).sum() - big_r * big_r / b)  # thesis §3.3, sigma_b^2
+        var_b = s * s * (sum_sq - big_r * big_r / b)  # thesis §3.3, sigma_b^2
         c = thesis_sensitivity(n, b, T, llr_clip, dist)  # thesis Thm 8
         std = noise_multiplier * c  # sigma^2 = tau c^2 (thesis Thm 8)
         value = lam - var_b / 2
@@ -131,6 +149,8 @@ def minibatch_penalty_release(lik, noise, state: MHState, z_new: torch.Tensor, *
         if noise_multiplier > 0:
             event = SubsampledGaussianEvent(q, noise_multiplier, "without_replacement")
             value = gaussian_release(value, std, event, noise).value
+    n_rows = int(n_rows)
+    frac = int(n_clipped) / n_rows if n_rows else 0.0
     # thesis §3.3: accept w.p. min{1, exp(λ* − (σ² + σ_b²)/2)}
     return RatioRelease(value, std * std, lp_new, (event,), frac, float(std))
 

@@ -255,12 +255,30 @@ class GaussianMixtureCorrection(NamedTuple):
 
 def sample_correction(rng: torch.Generator, corr: GaussianMixtureCorrection, like: torch.Tensor) -> torch.Tensor:
     """One draw of :math:`V_{\\rm corr}` from the algorithm's generator (data-free)."""
-    k = int(torch.multinomial(corr.weights.to(torch.float64), 1, generator=rng))
+    means, sds, weights = _correction_tensors(corr, like.dtype, like.device)
+    # the component: Gumbel-max with exponentials, argmax_k w_k / E_k, E_k ~ Exp(1) — what
+    # torch.multinomial(weights, 1) computes (ATen's one-sample fast path), without its three
+    # validity checks on the (fixed, checked at load) weights (#17)
+    k = int(torch.argmax(weights / torch.empty_like(weights).exponential_(1.0, generator=rng)))
     sign = 1.0 if float(torch.rand((), generator=rng, dtype=torch.float64)) < 0.5 else -1.0
     xi = torch.randn((), generator=rng, dtype=like.dtype, device=like.device)
-    mean = torch.as_tensor(corr.means[k], dtype=like.dtype, device=like.device)
-    var = torch.as_tensor(corr.variances[k], dtype=like.dtype, device=like.device)
-    return sign * mean + torch.sqrt(var) * xi
+    return sign * means[k] + sds[k] * xi
+
+
+_CORRECTIONS: dict = {}
+
+
+def _correction_tensors(corr: GaussianMixtureCorrection, dtype, device):
+    """``(means, standard deviations, float64 weights)`` of ``corr`` in ``dtype`` on ``device``,
+    converted once (the standard deviations are ``sqrt`` of the variances in ``dtype``, as a
+    per-draw conversion would compute them)."""
+    key = (id(corr), dtype, str(device))
+    out = _CORRECTIONS.get(key)
+    if out is None or out[0] is not corr:
+        means = torch.as_tensor(corr.means, dtype=dtype, device=device)
+        sds = torch.sqrt(torch.as_tensor(corr.variances, dtype=dtype, device=device))
+        out = _CORRECTIONS[key] = (corr, (means, sds, corr.weights.to(torch.float64)))
+    return out[1]
 
 
 def barker_accept(rng: torch.Generator, lambda_hat: torch.Tensor, corr: GaussianMixtureCorrection) -> bool:

@@ -338,3 +338,21 @@ def test_batch_larger_than_data_raises_before_reading_data():
     with pytest.raises(ValueError, match="exceeds the number of rows"):
         MCMC(kernel, num_samples=5, warmup_steps=0, disable_progbar=True).run(make_data(40))
     assert not kernel.ledger
+
+
+def test_correction_draw_is_torch_multinomial_then_sign_then_normal():
+    """#17: the mixture component is drawn by Gumbel-max with exponentials, which is what
+    ``torch.multinomial(weights, 1)`` computes: the same component and the same generator state
+    as the reference draw (a change of torch's sampler would show here, not as a silent drift)."""
+    from pyro_dp.kernels.proposals import sample_correction
+
+    corr = load_correction()
+    like = torch.zeros((), dtype=torch.float64)
+    g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    for _ in range(2000):
+        k = int(torch.multinomial(corr.weights.to(torch.float64), 1, generator=g1))
+        sign = 1.0 if float(torch.rand((), generator=g1, dtype=torch.float64)) < 0.5 else -1.0
+        xi = torch.randn((), generator=g1, dtype=torch.float64)
+        want = sign * corr.means[k] + torch.sqrt(corr.variances[k]) * xi
+        assert float(sample_correction(g2, corr, like)) == float(want)
+    assert torch.equal(g1.get_state(), g2.get_state())

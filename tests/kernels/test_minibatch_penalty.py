@@ -178,13 +178,13 @@ def test_mismatched_scheme_and_accountant_refused_before_reading_data(scheme, ac
 def test_only_the_batch_is_read(scheme, monkeypatch):
     """Per-iteration cost must not grow with N: every likelihood evaluation names a batch."""
     sizes = []
-    real = mbp.batch_log_ratios
+    real = mbp.batch_ratio_statistics
 
-    def spy(lik, z, z_new, idx):
+    def spy(lik, z, z_new, idx, *args):
         sizes.append(idx.numel())
-        return real(lik, z, z_new, idx)
+        return real(lik, z, z_new, idx, *args)
 
-    monkeypatch.setattr(mbp, "batch_log_ratios", spy)
+    monkeypatch.setattr(mbp, "batch_ratio_statistics", spy)
     y = make_data(5000)
     kernel = DPMinibatchPenalty(gauss_model, 20, 0.05, llr_clip=2.0, noise_multiplier=1.0, subsampling=scheme, seed=0)
     kernel.diagnostics = lambda: {}  # skip the (slow, irrelevant here) epsilon computation

@@ -66,3 +66,17 @@ def test_without_replacement_is_first_distinct_draws(n, b):
     for seed in range(20):
         got = sample_without_replacement(torch.Generator().manual_seed(seed), n, b)
         assert torch.equal(got, _first_distinct_reference(torch.Generator().manual_seed(seed), n, b)), seed
+
+
+def test_first_occurrences_is_numpy_unique_return_index():
+    """The sort-key first occurrences (#17) equal ``np.unique(..., return_index=True)[1]``, also
+    where the key would overflow int64 (the fallback) and for tiny and all-equal draws."""
+    import numpy as np
+
+    from pyro_dp.mechanisms import _first_occurrences
+
+    rng = np.random.default_rng(1)
+    for n in (1, 2, 7, 1000, 10**5, 10**7, 2**40, 2**61):
+        for m in (1, 5, 100, 1508):
+            v = rng.integers(0, n, size=m)
+            assert np.array_equal(_first_occurrences(v, n), np.unique(v, return_index=True)[1]), (n, m)
