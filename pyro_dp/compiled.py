@@ -699,6 +699,23 @@ class CompiledLikelihood:
             return torch.cat(lls), ClippedSum(total, nc, nr)
         return self._clipped_idx(fused, z, clip_t, idx)
 
+    def clipped_grad_sum_and_prior_grad(self, z, clip, idx):
+        """``(ClippedSum of the per-example gradients on rows idx, gradient of the log prior)``
+        in one graph on a padded bucket of ``idx`` (the stochastic-gradient kernels' release
+        and its data-free prior term, :func:`~pyro_dp.kernels.sgmcmc.private_gradient`), or
+        ``None`` when it cannot be compiled (the caller then runs the two unfused functions,
+        which give the same values)."""
+        clip_t = torch.as_tensor(clip, dtype=z.dtype, device=z.device)
+
+        def fused(zz, c, i, valid):
+            _, cs = self.clipped_grad_terms(zz, c, i, valid)
+            _, grad_lp = self.log_prior_terms(zz)
+            return cs.total, cs.num_clipped, cs.num_rows, grad_lp
+
+        padded, valid, size = self._padded(idx, z.dtype, name="clipped_grad_sum_prior[idx]")
+        out = self._call("clipped_grad_sum_prior[idx]", fused, (z, clip_t, padded, valid), size)
+        return out if out is None else (ClippedSum(*out[:3]), out[3])
+
     def clipped_ratio_sum(self, z_new, ll_old, clip, idx=None):
         lik = self.lik
         clip_t = torch.as_tensor(clip, dtype=z_new.dtype, device=z_new.device)

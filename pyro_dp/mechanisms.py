@@ -53,6 +53,7 @@ __all__ = [
     "PrivacyEvent",
     "GaussianEvent",
     "SubsampledGaussianEvent",
+    "subsampled_gaussian_event",
     "PureDPEvent",
     "ApproxDPEvent",
     "RDPCurveEvent",
@@ -901,6 +902,17 @@ def _gaussian_event(like: torch.Tensor, clip, noise_multiplier: float, relation:
     clip_t = torch.as_tensor(clip, dtype=like.dtype, device=like.device)
     std = float(noise_multiplier) * sens_factor * clip_t  # sigma = nm * Delta (Räisä 2021 thesis Def. 7)
     return NoisyRelease(None, _gaussian_event_of(float(noise_multiplier)), std, 0.0)
+
+
+@functools.lru_cache(maxsize=64)
+def subsampled_gaussian_event(sample_rate: float, noise_multiplier: float, scheme: str = "poisson"):
+    """``SubsampledGaussianEvent(sample_rate, noise_multiplier, scheme)``, built once per value
+    (events are immutable values; a kernel records the same one at every iteration, #17).
+
+    >>> subsampled_gaussian_event(0.01, 1.1) is subsampled_gaussian_event(0.01, 1.1)
+    True
+    """
+    return SubsampledGaussianEvent(sample_rate, noise_multiplier, scheme)
 
 
 @functools.lru_cache(maxsize=64)

@@ -103,7 +103,8 @@ def test_poisson_batches_compile_a_few_graphs_not_one_per_size(monkeypatch):
     for b in (b for b in sizes if b):
         if bucket_size(b) not in compiled and not any(b <= c <= 2 * b for c in compiled):
             compiled.append(bucket_size(b))
-    assert k.lik.compiled.num_compiled == len(compiled) + 1 <= len(buckets) + 1 <= 7  # (+ the prior)
+    # the prior's gradient is in the same graph as the batch's clipped gradient sum
+    assert k.lik.compiled.num_compiled == len(compiled) <= len(buckets) <= 6
 
 
 def test_a_rare_small_batch_is_padded_into_a_compiled_bucket():

@@ -62,6 +62,7 @@ from ..mechanisms import (
     add_gaussian_noise,
     clip_and_sum,
     gaussian_release,
+    subsampled_gaussian_event,
 )
 from .barker import batch_ratio_statistics
 from .base import check_positive
@@ -134,7 +135,7 @@ def minibatch_penalty_release(lik, noise, state: MHState, z_new: torch.Tensor, *
         h = a1 * clip + a2 * clip * clip  # |g_i| <= h: centred interval, substitute sensitivity 2h
         rel = add_gaussian_noise(total, h, noise_multiplier, noise)
         value, std = rel.value, rel.noise_std
-        event = SubsampledGaussianEvent(q, noise_multiplier, "poisson") if noise_multiplier > 0 else rel.event
+        event = subsampled_gaussian_event(q, noise_multiplier, "poisson") if noise_multiplier > 0 else rel.event
     else:
         idx = noise.sample_without_replacement(n, b, device=state.z.device)  # secret batch
         lp_new, n_clipped, n_rows, (big_r, sum_sq) = batch_ratio_statistics(
@@ -147,7 +148,7 @@ def minibatch_penalty_release(lik, noise, state: MHState, z_new: torch.Tensor, *
         value = lam - var_b / 2
         event = NonPrivateEvent()
         if noise_multiplier > 0:
-            event = SubsampledGaussianEvent(q, noise_multiplier, "without_replacement")
+            event = subsampled_gaussian_event(q, noise_multiplier, "without_replacement")
             value = gaussian_release(value, std, event, noise).value
     n_rows = int(n_rows)
     frac = int(n_clipped) / n_rows if n_rows else 0.0

@@ -74,7 +74,7 @@ from typing import NamedTuple, Optional, Tuple
 import torch
 
 from ..accounting import get_accountant
-from ..mechanisms import SubsampledGaussianEvent, clipped_sum_with_noise
+from ..mechanisms import SubsampledGaussianEvent, clipped_sum_with_noise, subsampled_gaussian_event
 from .base import DPKernel, check_positive
 
 __all__ = [
@@ -186,15 +186,22 @@ def private_gradient(noise, lik, z, *, sample_rate, grad_clip, noise_multiplier,
     :math:`N`."""
     q = float(sample_rate)
     idx = noise.poisson_subsample(lik.num_rows, q, device=z.device)
-    if idx.numel():  # the per-example gradients clipped and summed (fused on the compiled path)
+    grads, grad_lp = None, None
+    if idx.numel() and getattr(lik, "compiled", None) is not None:  # one graph with the prior's gradient
+        out = lik.compiled.clipped_grad_sum_and_prior_grad(z, grad_clip, idx)
+        if out is not None:
+            grads, grad_lp = out
+    if grads is None and idx.numel():  # the per-example gradients clipped and summed
         _, grads = lik.clipped_grad_sum(z, grad_clip, idx)
-    else:  # an empty batch still releases (pure noise): the event is the same
+    elif grads is None:  # an empty batch still releases (pure noise): the event is the same
         grads = z.new_zeros((0, z.numel()))
     # clip per example, sum, add N(0, (nm Δ)^2) (Räisä 2021 thesis Alg. 3; Abadi et al. 2016 Alg. 1)
     rel = clipped_sum_with_noise(grads, grad_clip, noise_multiplier, noise, relation=relation)
+    if grad_lp is None:
+        grad_lp = lik.grad_log_prior(z)  # data-free
     # Horvitz–Thompson scaling 1/q = N/b and tempering T: post-processing (Welling & Teh 2011, eq. 4)
-    grad = lik.grad_log_prior(z) + (lik.temperature / q) * rel.value
-    event = SubsampledGaussianEvent(q, float(noise_multiplier), "poisson")
+    grad = grad_lp + (lik.temperature / q) * rel.value
+    event = subsampled_gaussian_event(q, float(noise_multiplier), "poisson")
     return GradientRelease(grad, event, rel.clipped_fraction, float(rel.noise_std))
 
 
