@@ -255,13 +255,22 @@ class GaussianMixtureCorrection(NamedTuple):
 
 def sample_correction(rng: torch.Generator, corr: GaussianMixtureCorrection, like: torch.Tensor) -> torch.Tensor:
     """One draw of :math:`V_{\\rm corr}` from the algorithm's generator (data-free)."""
-    means, sds, weights = _correction_tensors(corr, like.dtype, like.device)
+    v = _correction_draw(rng, corr, like)
+    return v if torch.is_tensor(v) else torch.tensor(v, dtype=like.dtype, device=like.device)
+
+
+def _correction_draw(rng: torch.Generator, corr: GaussianMixtureCorrection, like: torch.Tensor):
+    """:func:`sample_correction`'s draw, as a Python float for float64 on the CPU (the same
+    IEEE double arithmetic without 0-d tensor operations, #17), else as a tensor."""
+    means, sds, weights, floats = _correction_tensors(corr, like.dtype, like.device)
     # the component: Gumbel-max with exponentials, argmax_k w_k / E_k, E_k ~ Exp(1) — what
     # torch.multinomial(weights, 1) computes (ATen's one-sample fast path), without its three
     # validity checks on the (fixed, checked at load) weights (#17)
     k = int(torch.argmax(weights / torch.empty_like(weights).exponential_(1.0, generator=rng)))
     sign = 1.0 if float(torch.rand((), generator=rng, dtype=torch.float64)) < 0.5 else -1.0
     xi = torch.randn((), generator=rng, dtype=like.dtype, device=like.device)
+    if floats is not None:
+        return sign * floats[0][k] + floats[1][k] * float(xi)
     return sign * means[k] + sds[k] * xi
 
 
@@ -277,7 +286,8 @@ def _correction_tensors(corr: GaussianMixtureCorrection, dtype, device):
     if out is None or out[0] is not corr:
         means = torch.as_tensor(corr.means, dtype=dtype, device=device)
         sds = torch.sqrt(torch.as_tensor(corr.variances, dtype=dtype, device=device))
-        out = _CORRECTIONS[key] = (corr, (means, sds, corr.weights.to(torch.float64)))
+        floats = (means.tolist(), sds.tolist()) if dtype == torch.float64 and means.device.type == "cpu" else None
+        out = _CORRECTIONS[key] = (corr, (means, sds, corr.weights.to(torch.float64), floats))
     return out[1]
 
 
@@ -289,7 +299,7 @@ def barker_accept(rng: torch.Generator, lambda_hat: torch.Tensor, corr: Gaussian
     this is the Barker test :math:`\lambda + V_{\rm log} > 0` (Barker 1965; Seita et al. 2017,
     §3; Heikkilä et al. 2019, eqs. (5), (9), (18)), which satisfies detailed balance.
     Data-free."""
-    return bool(lambda_hat + sample_correction(rng, corr, lambda_hat) > 0)
+    return bool(lambda_hat + _correction_draw(rng, corr, lambda_hat) > 0)
 
 
 __all__ += ["GaussianMixtureCorrection", "sample_correction", "barker_accept"]
