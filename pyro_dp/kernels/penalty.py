@@ -28,7 +28,7 @@ import torch
 from ..mechanisms import clip_and_sum, clipped_sum_with_noise, draw_gaussian_noise
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse
-from .proposals import penalty_accept, penalty_log_accept_threshold
+from .proposals import accept_uniform, penalty_accept, penalty_log_accept_threshold
 from .tuning import init_to_center
 
 __all__ = ["DPPenalty", "penalty_release", "fused_penalty_release_accept"]
@@ -106,7 +106,7 @@ def fused_penalty_release_accept(lik, noise, rng, state: MHState, z_new: torch.T
     if graph is None:
         return None
     draw = draw_gaussian_noise(clip, clip, noise_multiplier, noise)  # the secret stream, as add_gaussian_noise
-    u = torch.rand((), generator=rng, dtype=z.dtype, device=z.device)  # as proposals.uniform_log
+    u = accept_uniform(rng, z)  # the draw of proposals.uniform_log
     q = torch.as_tensor(log_q_ratio, dtype=z.dtype, device=z.device)
     accepted, ll_new, lp_new, n_clipped, n_rows = graph(z_new, loglik, state.log_prior, clip, draw.value,
                                                           draw.noise_std, u, q)

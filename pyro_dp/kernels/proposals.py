@@ -18,13 +18,19 @@ __all__ = [
     "initial_directions",
     "check_proposal_scale",
     "uniform_log",
+    "accept_uniform",
 ]
+
+
+def accept_uniform(rng: torch.Generator, like: torch.Tensor) -> torch.Tensor:
+    """The accept test's ``U ~ Uniform(0, 1)`` (0-d, dtype and device of ``like``), drawn from
+    the algorithm's generator (data-free)."""
+    return torch.rand((), generator=rng, dtype=like.dtype, device=like.device)
 
 
 def uniform_log(rng: torch.Generator, like: torch.Tensor) -> torch.Tensor:
     """``log U`` with ``U ~ Uniform(0, 1)`` drawn from the algorithm's generator."""
-    u = torch.rand((), generator=rng, dtype=like.dtype, device=like.device)
-    return torch.log(u)
+    return torch.log(accept_uniform(rng, like))
 
 
 def penalty_log_accept_threshold(lambda_hat: torch.Tensor, noise_var: torch.Tensor) -> torch.Tensor:
