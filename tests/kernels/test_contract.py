@@ -102,3 +102,29 @@ def _required_args(k):
         if p.default is inspect.Parameter.empty and p.kind is not p.VAR_KEYWORD:
             out[p.name] = getattr(k, p.name, None)
     return out
+
+
+@pytest.mark.parametrize("name", ["penalty", "hmc", "barker", "sgld"])
+def test_params_changed_from_outside_restart_the_state(name):
+    """``sample`` skips its flatten-and-compare only for the very dict it returned, holding the
+    very tensors (#17): a new dict, a new tensor in the returned dict, or the returned dict of a
+    state that has since been replaced all restart the state at the given point (as before)."""
+    k = _setup(name)
+    params = k.sample(k.initial_params)
+    site = next(iter(params))
+    moved = {site: params[site] + 0.25}
+    restarted = []
+    real = k._init_state
+
+    def spy(z):
+        restarted.append(z.clone())
+        return real(z)
+
+    k._init_state = spy
+    out = k.sample(moved)  # a new dict: restarts
+    for _ in range(3):
+        out = k.sample(out)  # the dicts it returned: no restart
+    assert len(restarted) == 1 and torch.allclose(restarted[0], k.lik.flatten(moved))
+    out[site] = out[site] + 0.5  # a new tensor in the returned dict
+    k.sample(out)
+    assert len(restarted) == 2 and torch.allclose(restarted[1], k.lik.flatten(out))
