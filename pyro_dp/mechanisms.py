@@ -54,6 +54,7 @@ __all__ = [
     "GaussianEvent",
     "SubsampledGaussianEvent",
     "subsampled_gaussian_event",
+    "gaussian_event",
     "PureDPEvent",
     "ApproxDPEvent",
     "RDPCurveEvent",
@@ -903,7 +904,7 @@ def _gaussian_event(like: torch.Tensor, clip, noise_multiplier: float, relation:
     sens_factor = 2.0 if relation == "substitute" else 1.0  # l2-sensitivity 2*clip (substitute) or clip
     clip_t = torch.as_tensor(clip, dtype=like.dtype, device=like.device)
     std = float(noise_multiplier) * sens_factor * clip_t  # sigma = nm * Delta (Räisä 2021 thesis Def. 7)
-    return NoisyRelease(None, _gaussian_event_of(float(noise_multiplier)), std, 0.0)
+    return NoisyRelease(None, gaussian_event(float(noise_multiplier)), std, 0.0)
 
 
 @functools.lru_cache(maxsize=64)
@@ -918,10 +919,15 @@ def subsampled_gaussian_event(sample_rate: float, noise_multiplier: float, schem
 
 
 @functools.lru_cache(maxsize=64)
-def _gaussian_event_of(noise_multiplier: float) -> PrivacyEvent:
-    """The event of one Gaussian release (events are immutable values: one object per noise
-    multiplier saves building and validating it at every iteration, #17)."""
-    return GaussianEvent(noise_multiplier=noise_multiplier) if noise_multiplier > 0 else NonPrivateEvent()
+def gaussian_event(noise_multiplier: float) -> PrivacyEvent:
+    """The event of one Gaussian release with ``noise_multiplier`` (``NonPrivateEvent`` for 0,
+    the non-private test mode), built once per value (events are immutable values; a kernel
+    records the same one at every iteration, #17).
+
+    >>> gaussian_event(2.0), gaussian_event(0.0)
+    (GaussianEvent(noise_multiplier=2.0), NonPrivateEvent())
+    """
+    return GaussianEvent(noise_multiplier=noise_multiplier) if noise_multiplier != 0 else NonPrivateEvent()
 
 
 def draw_gaussian_noise(

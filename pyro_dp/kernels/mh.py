@@ -31,7 +31,7 @@ from typing import Callable, NamedTuple, Optional, Tuple
 import torch
 
 from ..accounting import calibrate_noise_multiplier
-from ..mechanisms import GaussianEvent, NonPrivateEvent
+from ..mechanisms import GaussianEvent, gaussian_event
 from .base import DPKernel, check_positive
 from .proposals import AdaptiveProposalScale, flip_direction, initial_directions, random_walk
 
@@ -197,7 +197,7 @@ class RandomWalkKernel(AdaptiveProposalScale, DPKernel):
     @staticmethod
     def _gaussian_events(noise_multiplier) -> list:
         """One Gaussian mechanism per iteration (``NonPrivateEvent`` in the noise-free test mode)."""
-        return [NonPrivateEvent()] if noise_multiplier == 0 else [GaussianEvent(noise_multiplier)]
+        return [gaussian_event(float(noise_multiplier))]
 
     def _calibrated_gaussian_noise_multiplier(self) -> float:
         """The smallest noise multiplier of one Gaussian release per iteration that fits the

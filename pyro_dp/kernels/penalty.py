@@ -68,7 +68,8 @@ def _fused_penalty_fn(lik, temperature: float):
     :func:`~pyro_dp.mechanisms.draw_gaussian_noise` from the secret stream, standard
     deviation :math:`\sigma`) and :math:`\log u`'s uniform (the algorithm stream) are
     inputs; the clipped sum leaves the graph only inside the accept decision, with its noise
-    added. Outputs: ``accepted, ℓ(θ') [N], log p(θ'), clipped rows, rows``."""
+    added. Outputs: ``ℓ(θ') [N], log p(θ')`` and ``(accepted, clipped rows, rows)`` as one
+    float64 vector."""
 
     def step(z_new, ll_old, lp_old, clip, xi, std, u, log_q_ratio):
         ll, lp = lik._eager_loglik_and_prior(z_new, None)
@@ -78,7 +79,9 @@ def _fused_penalty_fn(lik, temperature: float):
         lambda_hat = log_ratio + (lp - lp_old) + log_q_ratio
         accepted = torch.log(u) < penalty_log_accept_threshold(lambda_hat, noise_var)
         valid = torch.isfinite(lp) & torch.isfinite(lambda_hat) & torch.isfinite(noise_var)  # data-free
-        return accepted & valid, ll, lp, cs.num_clipped, cs.num_rows
+        flags = torch.stack([(accepted & valid).to(torch.float64), cs.num_clipped.to(torch.float64),
+                             cs.num_rows.to(torch.float64)])  # read back in one transfer
+        return ll, lp, flags
 
     return step
 
@@ -108,13 +111,12 @@ def fused_penalty_release_accept(lik, noise, rng, state: MHState, z_new: torch.T
     draw = draw_gaussian_noise(clip, clip, noise_multiplier, noise)  # the secret stream, as add_gaussian_noise
     u = accept_uniform(rng, z)  # the draw of proposals.uniform_log
     q = torch.as_tensor(log_q_ratio, dtype=z.dtype, device=z.device)
-    accepted, ll_new, lp_new, n_clipped, n_rows = graph(z_new, loglik, state.log_prior, clip, draw.value,
-                                                          draw.noise_std, u, q)
-    n_rows = int(n_rows)
+    ll_new, lp_new, flags = graph(z_new, loglik, state.log_prior, clip, draw.value, draw.noise_std, u, q)
+    accepted, n_clipped, n_rows = flags.tolist()
     std = float(draw.noise_std)
-    rel = RatioRelease(None, (T * std) ** 2, lp_new, (draw.event,), int(n_clipped) / n_rows if n_rows else 0.0,
+    rel = RatioRelease(None, (T * std) ** 2, lp_new, (draw.event,), n_clipped / n_rows if n_rows else 0.0,
                        std, cache_new=ll_new, cache_old=loglik)
-    return rel, bool(accepted)
+    return rel, accepted == 1.0
 
 
 class DPPenalty(RandomWalkKernel):
