@@ -88,7 +88,7 @@ def batch_log_ratios(lik, z: torch.Tensor, z_new: torch.Tensor, idx: torch.Tenso
 
 def batch_ratio_statistics(lik, z: torch.Tensor, z_new: torch.Tensor, idx: torch.Tensor, clip, statistics,
                            name: str):
-    r"""``(log_prior(z_new), clipped rows, rows, statistics(r, None, clip))`` where :math:`r_i =
+    r"""``(log_prior(z_new), clipped fraction, statistics(r, None, clip))`` where :math:`r_i =
     \ell_i(z') - \ell_i(z)` on rows ``idx`` (untempered) went through
     :func:`~pyro_dp.mechanisms.clip_scalars` (the per-row rule, then the clip to
     :math:`\pm` ``clip``). ``statistics`` reduces the clipped ratios to a tuple of 0-d tensors
@@ -97,24 +97,28 @@ def batch_ratio_statistics(lik, z: torch.Tensor, z_new: torch.Tensor, idx: torch
     (:meth:`~pyro_dp.compiled.CompiledLikelihood.clipped_batch_ratios`): ``statistics`` is then
     called with the 0/1 mask of the real rows as ``valid`` (the padded rows' ratios are 0) and
     must give the same values; ``name`` identifies it and every constant it closes over.
-    **Reads the data** (release the statistics only through a mechanism); cost :math:`O(|idx|)`.
+    The clipped fraction is a **non-private** diagnostic (0 for an empty batch). **Reads the
+    data** (release the statistics only through a mechanism); cost :math:`O(|idx|)`.
 
     >>> import torch
     >>> from pyro_dp.models.examples import normal_mean_model as model
     >>> from pyro_dp.likelihood import PrivateLikelihood
     >>> lik = PrivateLikelihood(model, (torch.tensor([0.0, 3.0, 1.0]),), seed=0)
-    >>> lp, nc, nr, (s,) = batch_ratio_statistics(lik, torch.tensor([0.0]), torch.tensor([1.0]),
-    ...                                           torch.tensor([0, 1]), 2.0, lambda r, valid, c: (r.sum(),), "sum")
-    >>> float(s), int(nc), int(nr)  # ratios -0.5 and 2.5, the second clipped to 2
-    (1.5, 1, 2)
+    >>> lp, frac, (s,) = batch_ratio_statistics(lik, torch.tensor([0.0]), torch.tensor([1.0]),
+    ...                                         torch.tensor([0, 1]), 2.0, lambda r, valid, c: (r.sum(),), "sum")
+    >>> float(s), frac  # ratios -0.5 and 2.5, the second clipped to 2
+    (1.5, 0.5)
     """
+    out = None
     if idx.numel() and getattr(lik, "compiled", None) is not None:
         out = lik.compiled.clipped_batch_ratios(name, statistics, z, z_new, idx, clip)
-        if out is not None:
-            return out
-    r, lp_new = batch_log_ratios(lik, z, z_new, idx)
-    r, clipped = clip_scalars(r, clip)
-    return lp_new, clipped.sum(), clipped.numel(), tuple(statistics(r, None, clip))
+    if out is None:
+        r, lp_new = batch_log_ratios(lik, z, z_new, idx)
+        r, clipped = clip_scalars(r, clip)
+        out = lp_new, clipped.sum(), clipped.numel(), tuple(statistics(r, None, clip))
+    lp_new, n_clipped, n_rows, stats = out
+    n_rows = int(n_rows)
+    return lp_new, (int(n_clipped) / n_rows if n_rows else 0.0), stats
 
 
 def _barker_statistics(n: int, b: int, temperature: float):
@@ -163,12 +167,10 @@ def barker_release(lik, noise, state: MHState, z_new: torch.Tensor, *, batch_siz
     n, b, T = lik.num_rows, int(batch_size), lik.temperature
     idx = noise.sample_without_replacement(n, b, device=state.z.device)  # secret batch
     # Heikkilä et al. 2019, Thm 2 condition (19) with tempering (23): |T r_i| <= sqrt(b)/N
-    lp_new, n_clipped, n_rows, (lam_batch, var_b) = batch_ratio_statistics(
+    lp_new, frac, (lam_batch, var_b) = batch_ratio_statistics(
         lik, state.z, z_new, idx, math.sqrt(b) / (n * T), _barker_statistics(n, b, T),
         f"barker_statistics[n={n},b={b},T={T!r}]")
     rel = gaussian_release(lam_batch, torch.sqrt(correction.C - var_b), event, noise)
-    n_rows = int(n_rows)
-    frac = int(n_clipped) / n_rows if n_rows else 0.0
     # What the step sees of the noise is public: its total variance C (privacy noise C - sigma_b^2
     # plus, by the CLT, the batch's sigma_b^2), never the data-dependent split.
     total = torch.as_tensor(correction.C, dtype=lam_batch.dtype, device=lam_batch.device)

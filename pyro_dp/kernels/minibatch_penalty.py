@@ -106,11 +106,16 @@ def _poisson_statistics(a1: float, a2: float):
     :func:`~.barker.batch_ratio_statistics`."""
 
     def statistics(r, valid, clip):
-        g = a1 * r - a2 * r * r
-        h = a1 * clip + a2 * clip * clip
-        return (clip_and_sum(g, h, valid).total,)
+        g = a1 * r - a2 * r * r  # Horvitz–Thompson lambda* minus half its unbiased variance estimate
+        return (clip_and_sum(g, _poisson_bound(a1, a2, clip), valid).total,)
 
     return statistics
+
+
+def _poisson_bound(a1: float, a2: float, clip):
+    """:math:`h = a_1 c + a_2 c^2 \ge |g_i|` for ratios clipped to :math:`\pm c` (module doc): the
+    centred interval of the Poisson terms, substitute sensitivity :math:`2h`."""
+    return a1 * clip + a2 * clip * clip
 
 
 def _sums(r, valid, clip):
@@ -130,15 +135,14 @@ def minibatch_penalty_release(lik, noise, state: MHState, z_new: torch.Tensor, *
     if subsampling == "poisson":
         idx = noise.poisson_subsample(n, q, device=state.z.device)  # secret batch
         a1, a2 = T / q, T * T * (1.0 - q) / (2.0 * q * q)
-        lp_new, n_clipped, n_rows, (total,) = batch_ratio_statistics(
+        lp_new, frac, (total,) = batch_ratio_statistics(
             lik, state.z, z_new, idx, clip, _poisson_statistics(a1, a2), f"minibatch_poisson[a1={a1!r},a2={a2!r}]")
-        h = a1 * clip + a2 * clip * clip  # |g_i| <= h: centred interval, substitute sensitivity 2h
-        rel = add_gaussian_noise(total, h, noise_multiplier, noise)
+        rel = add_gaussian_noise(total, _poisson_bound(a1, a2, clip), noise_multiplier, noise)
         value, std = rel.value, rel.noise_std
         event = subsampled_gaussian_event(q, noise_multiplier, "poisson") if noise_multiplier > 0 else rel.event
     else:
         idx = noise.sample_without_replacement(n, b, device=state.z.device)  # secret batch
-        lp_new, n_clipped, n_rows, (big_r, sum_sq) = batch_ratio_statistics(
+        lp_new, frac, (big_r, sum_sq) = batch_ratio_statistics(
             lik, state.z, z_new, idx, clip, _sums, "minibatch_sums")
         s = n * T / b
         lam = s * big_r  # thesis §3.3, lambda*
@@ -150,8 +154,6 @@ def minibatch_penalty_release(lik, noise, state: MHState, z_new: torch.Tensor, *
         if noise_multiplier > 0:
             event = subsampled_gaussian_event(q, noise_multiplier, "without_replacement")
             value = gaussian_release(value, std, event, noise).value
-    n_rows = int(n_rows)
-    frac = int(n_clipped) / n_rows if n_rows else 0.0
     # thesis §3.3: accept w.p. min{1, exp(λ* − (σ² + σ_b²)/2)}
     return RatioRelease(value, std * std, lp_new, (event,), frac, float(std))
 

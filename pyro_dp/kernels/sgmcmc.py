@@ -186,15 +186,16 @@ def private_gradient(noise, lik, z, *, sample_rate, grad_clip, noise_multiplier,
     :math:`N`."""
     q = float(sample_rate)
     idx = noise.poisson_subsample(lik.num_rows, q, device=z.device)
-    grads, grad_lp = None, None
-    if idx.numel() and getattr(lik, "compiled", None) is not None:  # one graph with the prior's gradient
-        out = lik.compiled.clipped_grad_sum_and_prior_grad(z, grad_clip, idx)
-        if out is not None:
-            grads, grad_lp = out
-    if grads is None and idx.numel():  # the per-example gradients clipped and summed
-        _, grads = lik.clipped_grad_sum(z, grad_clip, idx)
-    elif grads is None:  # an empty batch still releases (pure noise): the event is the same
+    grad_lp = None
+    if not idx.numel():  # an empty batch still releases (pure noise): the event is the same
         grads = z.new_zeros((0, z.numel()))
+    else:  # the per-example gradients clipped and summed; compiled: one graph with the prior's gradient
+        compiled = getattr(lik, "compiled", None)
+        out = None if compiled is None else compiled.clipped_grad_sum_and_prior_grad(z, grad_clip, idx)
+        if out is None:
+            _, grads = lik.clipped_grad_sum(z, grad_clip, idx)
+        else:
+            grads, grad_lp = out
     # clip per example, sum, add N(0, (nm Δ)^2) (Räisä 2021 thesis Alg. 3; Abadi et al. 2016 Alg. 1)
     rel = clipped_sum_with_noise(grads, grad_clip, noise_multiplier, noise, relation=relation)
     if grad_lp is None:
