@@ -654,7 +654,7 @@ class CompiledLikelihood:
         :meth:`_chunk_rows` rows; a model that does not index its data runs whole)."""
         return self.lik.num_rows <= self._chunk_rows() or not self.lik.indexable
 
-    def fused_graph(self, name: str, fn: Callable, inputs: tuple) -> Optional[Callable]:
+    def fused_graph(self, name: str, fn: Callable, inputs: tuple, full_data: bool = True) -> Optional[Callable]:
         r"""``fn`` — a pure tensor function of full-data passes written with
         :meth:`clipped_grad_terms`, :meth:`log_prior_terms` and :mod:`pyro_dp.mechanisms`'
         clip-and-sum functions — traced into **one** graph and compiled (once, from the shapes
@@ -665,8 +665,10 @@ class CompiledLikelihood:
         the cache key). A kernel fuses what happens *between* releases with the release's
         clipped sum (DP-HMC's leapfrog step, :mod:`pyro_dp.kernels.hmc`), so an iteration
         costs a few graph calls instead of many small operations; it asks for the graph
-        before it draws any noise, so it never falls back half-way through a step."""
-        if not self._one_chunk():
+        before it draws any noise, so it never falls back half-way through a step. With
+        ``full_data=False`` ``fn`` reads only rows it indexes itself (a batch step, DP Barker's
+        :func:`~pyro_dp.kernels.barker.fused_barker_release_accept`): no chunking applies."""
+        if full_data and not self._one_chunk():
             return None
         key = self._key(name, inputs)
         run = self._get(name, fn, inputs, None, key)

@@ -64,6 +64,9 @@ __all__ = [
     "NoiseSource",
     "ReproducibleNoiseWarning",
     "sample_without_replacement",
+    "without_replacement_draws",
+    "sorted_draw_keys",
+    "first_distinct_draws",
     "poisson_subsample",
     "NoisyRelease",
     "finite_row_mask",
@@ -485,15 +488,27 @@ class NoiseSource:
         r"""Draw :math:`\mathcal N(0, \mathrm{std}^2)` noise of ``shape``: drawn and scaled by
         ``std`` in float64, then cast to the dtype (and device) of ``like``."""
         dtype = like.dtype if like is not None else torch.get_default_dtype()
+        z = self.standard_normal(shape) * torch.as_tensor(std, dtype=torch.float64, device=self.device)
+        out_device = like.device if like is not None else self.device
+        return z.to(dtype=dtype, device=out_device)
+
+    def standard_normal(self, shape=()) -> torch.Tensor:
+        r"""The float64 :math:`\mathcal N(0, 1)` draw of ``shape`` that :meth:`normal` scales by its
+        ``std`` (the same draws from the same stream, on the generator's device). For a graph
+        that scales the noise itself (the compiled path's fused steps, #17): ``normal(std,
+        shape, like)`` is ``(standard_normal(shape) * std.double()).to(like.dtype)``.
+
+        >>> a, b = NoiseSource(seed=0, warn=False), NoiseSource(seed=0, warn=False)
+        >>> bool(a.standard_normal((2,)).mul(3.0).eq(b.normal(3.0, (2,), like=torch.zeros(2, dtype=torch.float64))).all())
+        True
+        """
         shape = tuple(shape)
         z = torch.randn(shape, generator=self.generator, dtype=torch.float64, device=self.device)
         if self.secure_mode:  # Holohan et al. 2021 §5.1 / Opacus: (Z1 + Z2 + Z3 + Z4) / 2
             for _ in range(3):
                 z += torch.randn(shape, generator=self.generator, dtype=torch.float64, device=self.device)
             z = z / 2
-        z = z * torch.as_tensor(std, dtype=torch.float64, device=self.device)
-        out_device = like.device if like is not None else self.device
-        return z.to(dtype=dtype, device=out_device)
+        return z
 
     # ------------------------------------------------------------ batch selection (secret)
     def poisson_subsample(self, n: int, q: float, device=None) -> torch.Tensor:
@@ -562,7 +577,7 @@ def sample_without_replacement(rng: torch.Generator, n: int, b: int, device=None
         return torch.randperm(n, generator=rng, device=gdev)[:b].to(device)
     draws = None
     while True:
-        extra = torch.randint(n, (b + b // 2 + 8,), generator=rng, device=gdev)
+        extra = torch.randint(n, (_draws_per_round(b),), generator=rng, device=gdev)
         draws = extra if draws is None else torch.cat([draws, extra])
         if gdev.type == "cpu":
             values = draws.numpy()
@@ -578,6 +593,83 @@ def sample_without_replacement(rng: torch.Generator, n: int, b: int, device=None
     first = first.scatter_reduce(0, inverse, pos, reduce="amin")
     order = torch.argsort(first)[:b]
     return uniq[order].to(device)
+
+
+def _draws_per_round(b: int) -> int:
+    """Indices :func:`sample_without_replacement` draws per round (enough for ``b`` distinct
+    ones in one round, unless ``b`` is close to half of ``n``)."""
+    return b + b // 2 + 8
+
+
+def without_replacement_draws(n: int, b: int) -> Optional[int]:
+    """How many indices :func:`sample_without_replacement` draws in its first round (the
+    iid-draws branch), or ``None`` when it takes another branch (``b = 0``, the dense
+    :math:`2b > n` permutation), or when :func:`sorted_draw_keys` would overflow ``int64``.
+    For a graph that
+    selects the batch itself from pre-drawn indices (:func:`first_distinct_draws`).
+
+    >>> without_replacement_draws(10**6, 1000), without_replacement_draws(1500, 1000)
+    (1508, None)
+    """
+    n, b = int(n), int(b)
+    m = _draws_per_round(b)
+    if b <= 0 or 2 * b > n or n << _position_bits(m) >= 2**62:  # sorted_draw_keys would overflow
+        return None
+    return m
+
+
+def _position_bits(m: int) -> int:
+    """Bits that hold a position in ``range(m)`` (the low bits of a draw's sort key)."""
+    return max(int(m) - 1, 1).bit_length()
+
+
+def sorted_draw_keys(draws: torch.Tensor) -> torch.Tensor:
+    """The keys ``value << s | position`` (``s`` bits hold a position in ``range(m)``) of
+    ``m`` draws, sorted (numpy's SIMD sort on the CPU, several times faster than
+    ``torch.sort`` there): the input of :func:`first_distinct_draws`. Shifts and masks, not
+    the ``value * m + position`` of :func:`_first_occurrences`: 64-bit integer division is
+    not vectorised (the same order, so the same first occurrences).
+
+    >>> sorted_draw_keys(torch.tensor([5, 3, 5])).tolist()  # 3<<2|1, 5<<2|0, 5<<2|2
+    [13, 20, 22]
+    """
+    m = draws.shape[0]
+    s = _position_bits(m)
+    if draws.device.type == "cpu":
+        keys = (draws.numpy() << s) | np.arange(m)
+        keys.sort()
+        return torch.from_numpy(keys)
+    return torch.sort((draws << s) | torch.arange(m, device=draws.device))[0]
+
+
+def first_distinct_draws(draws: torch.Tensor, keys: torch.Tensor, b: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(the first b distinct values of draws in draw order, whether there are fewer than b)``
+    from the draws and their :func:`sorted_draw_keys`, with fixed shapes and no sort
+    (traceable into a graph; #17): what :func:`sample_without_replacement` keeps of its first
+    round of draws (values in ``[0, n)`` with :func:`without_replacement_draws` not ``None``).
+    Each value's first position is the first of its run of sorted keys; a running count over
+    the positions in draw order gives each first occurrence its slot. With fewer than ``b``
+    distinct values the batch is padded with row 0 and the flag is set (the caller must then
+    draw more).
+
+    >>> d = torch.tensor([5, 3, 5, 9, 3, 1])
+    >>> idx, short = first_distinct_draws(d, sorted_draw_keys(d), 3)
+    >>> idx.tolist(), bool(short)
+    ([5, 3, 9], False)
+    >>> d = torch.tensor([5, 3, 5, 3])
+    >>> bool(first_distinct_draws(d, sorted_draw_keys(d), 3)[1])
+    True
+    """
+    m = draws.shape[0]
+    s = _position_bits(m)
+    value = keys >> s
+    start = torch.cat([torch.ones(1, dtype=torch.bool, device=draws.device), value[1:] != value[:-1]])
+    # the sorted keys' positions are a permutation of range(m): a scatter without collisions
+    first = torch.zeros(m, dtype=torch.long, device=draws.device).scatter(0, keys & ((1 << s) - 1), start.long())
+    rank = torch.cumsum(first, 0) - 1  # slot of each first occurrence, in draw order
+    slot = torch.where((first == 1) & (rank < b), rank, b)  # the rest goes to a discarded slot b
+    out = torch.zeros(b + 1, dtype=draws.dtype, device=draws.device).scatter(0, slot, draws)
+    return out[:b], rank[-1] + 1 < b
 
 
 def _first_occurrences(values: np.ndarray, n: int) -> np.ndarray:

@@ -360,6 +360,48 @@ def test_dppenalty_fused_step_is_one_graph_with_the_recorded_chain(name):
     assert "penalty_step[T=1.0]" in names and "clipped_ratio_sum" not in names
 
 
+@pytest.mark.parametrize("extra, rtol", [(GRAPH, 1e-12), (dict(jit_compile=True), 1e-10)])
+def test_dpbarker_fused_step_is_one_graph_with_the_recorded_chain(extra, rtol):
+    """#17: on the compiled path a DP Barker iteration after the proposal is one graph (the
+    batch's selection from pre-drawn indices, the clipped ratios' statistics, the release
+    noise, the Barker test with its V_corr draw): the recorded eager chain and ledger, and the
+    fused graph, not the unfused statistics graph, ran."""
+    factory, y = cases(**extra)["barker"]
+    k = factory()
+    chain, ledger = run(lambda: k, y)
+    assert ledger == RECORDED["barker"]["ledger"]
+    _close(chain, RECORDED["barker"]["chain"], rtol=rtol)
+    names = {key[0] for key, fn in k._jit_cache.items() if fn is not None}
+    assert "barker_step[n=300,b=100,T=0.3,C=2.0]" in names
+    assert not any(nm.startswith("barker_statistics") for nm in names)
+
+
+def test_dpbarker_fused_step_with_too_few_distinct_draws_restores_the_streams(monkeypatch):
+    """When the pre-drawn indices hold fewer than b distinct values (forced here by drawing
+    fewer per round), the fused step puts both generators back and the eager step draws the
+    batch again: the chain and ledger stay the eager ones (adversarial rows included: the
+    per-row rule inside the graph), while most steps still ran fused."""
+    import pyro_dp.mechanisms as mech
+
+    monkeypatch.setattr(mech, "_draws_per_round", lambda b: b + 4)
+    y = make_data(60, seed=5)
+    y[3], y[7], y[11] = 1e200, -1e200, 1e308  # terms that overflow: the per-row rule
+    eager_calls = []
+    orig = mech.sample_without_replacement
+    monkeypatch.setattr(mech, "sample_without_replacement", lambda *a, **kw: eager_calls.append(1) or orig(*a, **kw))
+
+    def chain(**extra):
+        return run(lambda: pyro_dp.DPBarker(gauss_model, 20, 0.1, temperature=0.3, **dict(GOLDEN_KW, **extra)), y)
+
+    want, want_ledger = chain()
+    eager_calls.clear()
+    for extra, rtol in ((GRAPH, 1e-12), (dict(jit_compile=True), 1e-10)):
+        got, got_ledger = chain(**extra)
+        assert got_ledger == want_ledger
+        _close(got, want, rtol)
+    assert 0 < len(eager_calls) < 25  # 2 x 25 steps: some fell back, most were fused
+
+
 def _tempered_penalty_chain(model, y, **extra):
     k = pyro_dp.DPPenalty(model, 0.1, llr_clip=2.0, noise_multiplier=3.0, temperature=0.7, **dict(GOLDEN_KW, **extra))
     return run(lambda: k, y)

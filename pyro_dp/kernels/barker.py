@@ -49,16 +49,18 @@ import torch
 
 from ..accounting import UnsupportedEventError, get_accountant
 from ..accounting.subsampled import barker_orders, dp_barker_event
-from ..mechanisms import RDPCurveEvent, clip_scalars, gaussian_release
+from ..mechanisms import (RDPCurveEvent, clip_scalars, first_distinct_draws, gaussian_release, sorted_draw_keys,
+                          without_replacement_draws)
 from .base import check_positive
-from .mh import MHState, RandomWalkKernel, RatioRelease, check_batch_size
-from .proposals import GaussianMixtureCorrection, barker_accept
+from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse, check_batch_size
+from .proposals import GaussianMixtureCorrection, _correction_tensors, barker_accept
 
 __all__ = [
     "DPBarker",
     "barker_release",
     "batch_log_ratios",
     "batch_ratio_statistics",
+    "fused_barker_release_accept",
     "barker_batch_statistics",
     "load_correction",
     "BARKER_C",
@@ -177,6 +179,93 @@ def barker_release(lik, noise, state: MHState, z_new: torch.Tensor, *, batch_siz
     return RatioRelease(rel.value, total, lp_new, (event,), frac, float(torch.sqrt(total)))
 
 
+def _fused_barker_fn(lik, n: int, b: int, temperature: float, C: float):
+    r"""One DP Barker step after the proposal, as a pure tensor function for one graph: the
+    batch (the first ``b`` distinct of the pre-drawn indices ``draws`` with their sorted
+    ``keys``, :func:`~pyro_dp.mechanisms.first_distinct_draws`), the clipped ratios' :math:`\lambda^*_S`
+    and :math:`\sigma_b^2` (:func:`_barker_statistics`), the release :math:`\lambda^*_S +
+    \sqrt{C - \sigma_b^2}\,\xi` (eq. (18); ``xi`` the secret stream's standard normal, scaled
+    as :meth:`~pyro_dp.mechanisms.NoiseSource.normal` scales it), and the Barker test with the
+    :math:`V_{\rm corr}` draw from the pre-drawn ``expo`` (the component by Gumbel-max, as
+    :func:`~.proposals._correction_draw`), ``u`` (the sign) and ``xc``, ANDed with the data-free
+    validity check of :func:`~.mh.mh_step`. Outputs ``log p(θ')`` and ``(accepted, clipped
+    rows, fewer than b distinct draws)`` as one float64 vector; the ratios and statistics never
+    leave the graph, and the release leaves only inside the accept decision."""
+    statistics = _barker_statistics(n, b, temperature)
+    clip = math.sqrt(b) / (n * temperature)  # Heikkilä et al. 2019, Thm 2 (19) with tempering (23)
+
+    def step(z, z_new, draws, keys, xi, expo, u, xc, lp_old, log_q, means, sds, weights):
+        idx, short = first_distinct_draws(draws, keys, b)
+        ll_old, _ = lik._eager_loglik_and_prior(z, idx)
+        ll_new, lp_new = lik._eager_loglik_and_prior(z_new, idx)
+        r, clipped = clip_scalars(ll_new - ll_old, clip)
+        lam_batch, var_b = statistics(r, None, clip)
+        std = torch.sqrt(C - var_b)
+        log_ratio = lam_batch + (xi * std.to(torch.float64)).to(lam_batch.dtype)  # eq. (18), gaussian_release
+        lambda_hat = log_ratio + (lp_new - lp_old) + log_q
+        k = torch.argmax(weights / expo).reshape(1)  # a tensor index: no value leaves the graph
+        corr = (torch.where(u < 0.5, 1.0, -1.0).to(means.dtype) * means.index_select(0, k)
+                + sds.index_select(0, k) * xc).reshape(())
+        valid = torch.isfinite(lp_new) & torch.isfinite(lambda_hat)  # data-free (the noise variance is C)
+        accepted = (lambda_hat + corr > 0) & valid  # proposals.barker_accept
+        flags = torch.stack([accepted.to(torch.float64), clipped.sum().to(torch.float64), short.to(torch.float64)])
+        return lp_new, flags
+
+    return step
+
+
+def fused_barker_release_accept(lik, noise, rng, state: MHState, z_new: torch.Tensor, log_q_ratio, *,
+                                batch_size: int, correction: GaussianMixtureCorrection, event):
+    r"""``(RatioRelease, accepted)`` of one DP Barker iteration in one compiled graph
+    (:func:`_fused_barker_fn`), or ``None`` with both streams as they were: decided before
+    any draw when the step cannot be fused (eager path, sharded rows, an untraceable model,
+    the dense or overflow branches of :func:`~pyro_dp.mechanisms.sample_without_replacement`),
+    or after the graph when the pre-drawn indices hold fewer than ``b`` distinct values
+    (rare; it depends only on the secret draws, not on the data): the generators are then
+    restored and the eager step draws the batch again with its extra draws. The draws are
+    those of :func:`barker_release` followed by :func:`~.proposals.barker_accept`, in their
+    order: the batch's indices and the release noise (secret stream), then the
+    :math:`V_{\rm corr}` draw (algorithm stream); chain and ledger are the eager path's
+    (``tests/test_compiled.py``). The release's ``log_ratio`` is not returned (``None``):
+    nothing after the accept decision reads it."""
+    if not can_fuse(lik, noise):
+        return None
+    n, b, T = lik.num_rows, int(batch_size), float(lik.temperature)
+    m = without_replacement_draws(n, b)
+    if m is None:
+        return None
+    z = state.z
+    means, sds, weights, _ = _correction_tensors(correction, z.dtype, z.device)
+    gen = noise.generator
+    q = torch.as_tensor(log_q_ratio, dtype=z.dtype, device=z.device)
+    like = torch.zeros((), dtype=torch.float64, device=z.device)
+    ints = torch.zeros(m, dtype=torch.long, device=z.device)
+    example = (z, z_new, ints, ints, like, weights.to(z.device), like,
+               q, state.log_prior, q, means, sds, weights.to(z.device))
+    graph = lik.compiled.fused_graph(f"barker_step[n={n},b={b},T={T!r},C={correction.C!r}]",
+                                     _fused_barker_fn(lik, n, b, T, correction.C), example, full_data=False)
+    if graph is None:
+        return None
+    secret, public = gen.get_state(), rng.get_state()
+    draws = torch.randint(n, (m,), generator=gen, device=gen.device)  # sample_without_replacement's first draws
+    xi = noise.standard_normal(())  # gaussian_release's draw
+    expo = torch.empty_like(weights).exponential_(1.0, generator=rng)  # proposals._correction_draw's draws
+    u = torch.rand((), generator=rng, dtype=torch.float64)
+    xc = torch.randn((), generator=rng, dtype=z.dtype, device=z.device)
+    dev = z.device
+    keys = sorted_draw_keys(draws)  # outside the graph: numpy's sort on the CPU
+    lp_new, flags = graph(z, z_new, draws.to(dev), keys.to(dev), xi.to(dev), expo.to(dev), u.to(dev), xc, state.log_prior, q,
+                          means, sds, weights.to(dev))
+    accepted, n_clipped, short = flags.tolist()
+    if short:  # fewer than b distinct draws: the eager step draws more (data-free, see above)
+        gen.set_state(secret)
+        rng.set_state(public)
+        return None
+    total = correction.C
+    rel = RatioRelease(None, total, lp_new, (event,), n_clipped / b, math.sqrt(total))
+    return rel, accepted == 1.0
+
+
 class DPBarker(RandomWalkKernel):
     r"""DP Barker (Heikkilä et al. 2019) as a Pyro ``MCMCKernel``.
 
@@ -263,3 +352,8 @@ class DPBarker(RandomWalkKernel):
 
     def _accept(self, rng, lambda_hat, noise_var):
         return barker_accept(rng, lambda_hat, self.correction)  # the noise is exactly C: no penalty
+
+    def _fused_release_accept(self, noise, rng, state, z_new, log_q_ratio):
+        return fused_barker_release_accept(self.lik, noise, rng, state, z_new, log_q_ratio,
+                                           batch_size=self.batch_size, correction=self.correction,
+                                           event=self._rdp_event())
