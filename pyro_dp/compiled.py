@@ -332,6 +332,21 @@ def _arange(size: int, device) -> torch.Tensor:
     return out
 
 
+_ZEROS: Dict[tuple, torch.Tensor] = {}
+
+
+def cached_zeros(shape, dtype, device) -> torch.Tensor:
+    """A zero tensor of ``shape``, cached: the shape-only example inputs of a graph lookup
+    (:meth:`CompiledLikelihood.fused_graph`), which must never be written to."""
+    key = (tuple(shape), dtype, str(device))
+    out = _ZEROS.get(key)
+    if out is None:
+        if len(_ZEROS) > 1024:
+            _ZEROS.clear()
+        out = _ZEROS[key] = torch.zeros(tuple(shape), dtype=dtype, device=device)
+    return out
+
+
 _VALID: Dict[tuple, torch.Tensor] = {}
 
 
@@ -521,6 +536,10 @@ class CompiledLikelihood:
             return out
         return run(*inputs)
 
+    def bucket_for(self, name: str, b: int) -> int:
+        """The padded size of a batch of ``b`` rows for the graph ``name`` (:meth:`_bucket_for`)."""
+        return self._bucket_for(name, b)
+
     def _bucket_for(self, name: str, b: int) -> int:
         """The padded size for a batch of ``b`` rows of ``name``: its bucket
         (:func:`bucket_size`), or, when that bucket's graph is not compiled yet, the smallest
@@ -654,7 +673,8 @@ class CompiledLikelihood:
         :meth:`_chunk_rows` rows; a model that does not index its data runs whole)."""
         return self.lik.num_rows <= self._chunk_rows() or not self.lik.indexable
 
-    def fused_graph(self, name: str, fn: Callable, inputs: tuple, full_data: bool = True) -> Optional[Callable]:
+    def fused_graph(self, name: str, fn: Callable, inputs: tuple, full_data: bool = True,
+                    bucket: Optional[int] = None) -> Optional[Callable]:
         r"""``fn`` — a pure tensor function of full-data passes written with
         :meth:`clipped_grad_terms`, :meth:`log_prior_terms` and :mod:`pyro_dp.mechanisms`'
         clip-and-sum functions — traced into **one** graph and compiled (once, from the shapes
@@ -667,11 +687,13 @@ class CompiledLikelihood:
         costs a few graph calls instead of many small operations; it asks for the graph
         before it draws any noise, so it never falls back half-way through a step. With
         ``full_data=False`` ``fn`` reads only rows it indexes itself (a batch step, DP Barker's
-        :func:`~pyro_dp.kernels.barker.fused_barker_release_accept`): no chunking applies."""
+        :func:`~pyro_dp.kernels.barker.fused_barker_release_accept`): no chunking applies;
+        ``bucket`` then names the padded batch size the graph was built for (chosen with
+        :meth:`bucket_for`)."""
         if full_data and not self._one_chunk():
             return None
-        key = self._key(name, inputs)
-        run = self._get(name, fn, inputs, None, key)
+        key = self._key(name, inputs, bucket)
+        run = self._get(name, fn, inputs, bucket, key)
         if run is None:
             return None
         return lambda *xs: self._run(key, run, xs)

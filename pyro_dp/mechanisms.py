@@ -67,7 +67,9 @@ __all__ = [
     "without_replacement_draws",
     "sorted_draw_keys",
     "first_distinct_draws",
+    "distinct_draws_and_count",
     "poisson_subsample",
+    "poisson_batch_size",
     "NoisyRelease",
     "finite_row_mask",
     "finite_rows",
@@ -623,6 +625,13 @@ def _position_bits(m: int) -> int:
     return max(int(m) - 1, 1).bit_length()
 
 
+@functools.lru_cache(maxsize=64)
+def _np_arange(m: int) -> np.ndarray:
+    out = np.arange(m)
+    out.setflags(write=False)
+    return out
+
+
 def sorted_draw_keys(draws: torch.Tensor) -> torch.Tensor:
     """The keys ``value << s | position`` (``s`` bits hold a position in ``range(m)``) of
     ``m`` draws, sorted (numpy's SIMD sort on the CPU, several times faster than
@@ -636,7 +645,7 @@ def sorted_draw_keys(draws: torch.Tensor) -> torch.Tensor:
     m = draws.shape[0]
     s = _position_bits(m)
     if draws.device.type == "cpu":
-        keys = (draws.numpy() << s) | np.arange(m)
+        keys = (draws.numpy() << s) | _np_arange(m)
         keys.sort()
         return torch.from_numpy(keys)
     return torch.sort((draws << s) | torch.arange(m, device=draws.device))[0]
@@ -660,6 +669,23 @@ def first_distinct_draws(draws: torch.Tensor, keys: torch.Tensor, b: int) -> Tup
     >>> bool(first_distinct_draws(d, sorted_draw_keys(d), 3)[1])
     True
     """
+    out, count = distinct_draws_and_count(draws, keys, b)
+    return out, count < b
+
+
+def distinct_draws_and_count(draws: torch.Tensor, keys: torch.Tensor, size: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(the first size distinct values of draws in draw order, padded with row 0, the number
+    of distinct values)``: :func:`first_distinct_draws` for a batch whose size is not fixed
+    (a Poisson batch of ``k <= size`` rows keeps the first ``k``, and needs ``count >= k``).
+    Padding ``draws`` at the end with copies of ``draws[0]`` changes nothing (a copy is never a
+    first occurrence).
+
+    >>> d = torch.tensor([5, 3, 5, 9, 3, 1, 5, 5])  # the last two: padding
+    >>> out, count = distinct_draws_and_count(d, sorted_draw_keys(d), 5)
+    >>> out.tolist(), int(count)
+    ([5, 3, 9, 1, 0], 4)
+    """
+    b = int(size)
     m = draws.shape[0]
     s = _position_bits(m)
     value = keys >> s
@@ -669,7 +695,7 @@ def first_distinct_draws(draws: torch.Tensor, keys: torch.Tensor, b: int) -> Tup
     rank = torch.cumsum(first, 0) - 1  # slot of each first occurrence, in draw order
     slot = torch.where((first == 1) & (rank < b), rank, b)  # the rest goes to a discarded slot b
     out = torch.zeros(b + 1, dtype=draws.dtype, device=draws.device).scatter(0, slot, draws)
-    return out[:b], rank[-1] + 1 < b
+    return out[:b], rank[-1] + 1
 
 
 def _first_occurrences(values: np.ndarray, n: int) -> np.ndarray:
@@ -700,11 +726,20 @@ def poisson_subsample(rng: torch.Generator, n: int, q: float, device=None) -> to
     >>> len(poisson_subsample(torch.Generator().manual_seed(0), 10, 1.0))
     10
     """
+    return sample_without_replacement(rng, n, poisson_batch_size(rng, n, q), device=device)
+
+
+def poisson_batch_size(rng: torch.Generator, n: int, q: float) -> int:
+    r"""The size :math:`K \sim \mathrm{Binomial}(n, q)` of a Poisson sample, drawn from ``rng``
+    (:func:`poisson_subsample`'s first draw).
+
+    >>> poisson_batch_size(torch.Generator().manual_seed(0), 10, 1.0)
+    10
+    """
     if not (0.0 < q <= 1.0):
         raise ValueError(f"sample rate q must be in (0, 1], got {q!r}")
     count = torch.tensor(float(n), dtype=torch.float64, device=rng.device)
-    k = int(torch.binomial(count, torch.tensor(float(q), dtype=torch.float64, device=rng.device), generator=rng))
-    return sample_without_replacement(rng, n, k, device=device)
+    return int(torch.binomial(count, torch.tensor(float(q), dtype=torch.float64, device=rng.device), generator=rng))
 
 
 # --------------------------------------------------------------------------- release

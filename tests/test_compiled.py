@@ -402,6 +402,53 @@ def test_dpbarker_fused_step_with_too_few_distinct_draws_restores_the_streams(mo
     assert 0 < len(eager_calls) < 25  # 2 x 25 steps: some fell back, most were fused
 
 
+@pytest.mark.parametrize("name", ["minibatch_poisson", "minibatch_wor"])
+@pytest.mark.parametrize("extra, rtol", [(GRAPH, 1e-12), (dict(jit_compile=True), 1e-10)])
+def test_minibatch_penalty_fused_step_is_one_graph_with_the_recorded_chain(name, extra, rtol):
+    """#17: a minibatch penalty iteration after the proposal is one graph (batch selection from
+    pre-drawn indices, padded to a bucket for Poisson sizes; the clipped statistics; the release
+    noise; the penalty test): the recorded eager chain and ledger, and no unfused graph ran."""
+    factory, y = cases(**extra)[name]
+    k = factory()
+    chain, ledger = run(lambda: k, y)
+    assert ledger == RECORDED[name]["ledger"]
+    _close(chain, RECORDED[name]["chain"], rtol=rtol)
+    names = {key[0] for key, fn in k._jit_cache.items() if fn is not None}
+    steps = [key for key, fn in k._jit_cache.items() if fn is not None and key[0].startswith("minibatch_step[")]
+    assert 1 <= len(steps) <= 3  # Poisson sizes (100 ± 8 here) share buckets: no graph per size
+    assert not any(nm.startswith(("minibatch_poisson", "minibatch_sums")) for nm in names)
+
+
+@pytest.mark.parametrize("subsampling", ["poisson", "without_replacement"])
+def test_minibatch_penalty_fused_step_falls_back_with_the_streams_restored(monkeypatch, subsampling):
+    """Rounds with too few distinct indices (forced by drawing fewer per round), empty or dense
+    Poisson batches (b/N = 0.3 on 40 rows), adversarial rows and the noise-free mode: the fused
+    step restores both generators and the eager step runs, so chain and ledger stay the eager
+    ones, while most steps still ran fused."""
+    import pyro_dp.mechanisms as mech
+
+    monkeypatch.setattr(mech, "_draws_per_round", lambda b: b + 3)
+    eager_calls = []
+    orig = mech.sample_without_replacement
+    monkeypatch.setattr(mech, "sample_without_replacement", lambda *a, **kw: eager_calls.append(1) or orig(*a, **kw))
+    for n, b, extra in ((40, 12, {}), (40, 12, dict(noise_multiplier=0.0, non_private=True))):
+        y = make_data(n, seed=5)
+        y[3], y[7], y[11] = 1e200, -1e200, 1e308  # terms that overflow: the per-row rule
+
+        def chain(**more):
+            kw = dict(dict(GOLDEN_KW, noise_multiplier=1.0, **more), **extra)
+            return run(lambda: pyro_dp.DPMinibatchPenalty(gauss_model, b, 0.1, llr_clip=2.0, temperature=0.3,
+                                                          subsampling=subsampling, **kw), y)
+
+        want, want_ledger = chain()
+        eager_calls.clear()
+        for more, rtol in ((GRAPH, 1e-12), (dict(jit_compile=True), 1e-10)):
+            got, got_ledger = chain(**more)
+            assert got_ledger == want_ledger
+            _close(got, want, rtol)
+        assert 0 < len(eager_calls) < 25, (n, len(eager_calls))  # 2 x 25 steps: some fell back
+
+
 def _tempered_penalty_chain(model, y, **extra):
     k = pyro_dp.DPPenalty(model, 0.1, llr_clip=2.0, noise_multiplier=3.0, temperature=0.7, **dict(GOLDEN_KW, **extra))
     return run(lambda: k, y)

@@ -51,6 +51,7 @@ from ..accounting import UnsupportedEventError, get_accountant
 from ..accounting.subsampled import barker_orders, dp_barker_event
 from ..mechanisms import (RDPCurveEvent, clip_scalars, first_distinct_draws, gaussian_release, sorted_draw_keys,
                           without_replacement_draws)
+from ..compiled import cached_zeros
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse, check_batch_size
 from .proposals import GaussianMixtureCorrection, _correction_tensors, barker_accept
@@ -237,11 +238,9 @@ def fused_barker_release_accept(lik, noise, rng, state: MHState, z_new: torch.Te
     z = state.z
     means, sds, weights, _ = _correction_tensors(correction, z.dtype, z.device)
     gen = noise.generator
-    q = torch.as_tensor(log_q_ratio, dtype=z.dtype, device=z.device)
-    like = torch.zeros((), dtype=torch.float64, device=z.device)
-    ints = torch.zeros(m, dtype=torch.long, device=z.device)
-    example = (z, z_new, ints, ints, like, weights.to(z.device), like,
-               q, state.log_prior, q, means, sds, weights.to(z.device))
+    like, ints = cached_zeros((), torch.float64, z.device), cached_zeros((m,), torch.long, z.device)
+    zero, w_dev = cached_zeros((), z.dtype, z.device), weights.to(z.device)
+    example = (z, z_new, ints, ints, like, w_dev, like, zero, state.log_prior, zero, means, sds, w_dev)
     graph = lik.compiled.fused_graph(f"barker_step[n={n},b={b},T={T!r},C={correction.C!r}]",
                                      _fused_barker_fn(lik, n, b, T, correction.C), example, full_data=False)
     if graph is None:
@@ -254,8 +253,9 @@ def fused_barker_release_accept(lik, noise, rng, state: MHState, z_new: torch.Te
     xc = torch.randn((), generator=rng, dtype=z.dtype, device=z.device)
     dev = z.device
     keys = sorted_draw_keys(draws)  # outside the graph: numpy's sort on the CPU
-    lp_new, flags = graph(z, z_new, draws.to(dev), keys.to(dev), xi.to(dev), expo.to(dev), u.to(dev), xc, state.log_prior, q,
-                          means, sds, weights.to(dev))
+    q = torch.as_tensor(log_q_ratio, dtype=z.dtype, device=dev)
+    lp_new, flags = graph(z, z_new, draws.to(dev), keys.to(dev), xi.to(dev), expo.to(dev), u.to(dev), xc,
+                          state.log_prior, q, means, sds, w_dev)
     accepted, n_clipped, short = flags.tolist()
     if short:  # fewer than b distinct draws: the eager step draws more (data-free, see above)
         gen.set_state(secret)

@@ -56,22 +56,30 @@ import torch
 
 from ..accounting import UnsupportedEventError, get_accountant
 from ..accounting.base import canonical_event
+from ..compiled import cached_zeros
 from ..mechanisms import (
     NonPrivateEvent,
     SubsampledGaussianEvent,
+    _draws_per_round,
     add_gaussian_noise,
     clip_and_sum,
+    clip_scalars,
+    distinct_draws_and_count,
     gaussian_release,
+    poisson_batch_size,
+    sorted_draw_keys,
     subsampled_gaussian_event,
+    without_replacement_draws,
 )
 from .barker import batch_ratio_statistics
 from .base import check_positive
-from .mh import MHState, RandomWalkKernel, RatioRelease, check_batch_size
-from .proposals import penalty_accept
+from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse, check_batch_size
+from .proposals import accept_uniform, penalty_accept, penalty_log_accept_threshold
 
 __all__ = [
     "DPMinibatchPenalty",
     "minibatch_penalty_release",
+    "fused_minibatch_penalty_release_accept",
     "thesis_sensitivity",
     "SCHEMES",
 ]
@@ -156,6 +164,112 @@ def minibatch_penalty_release(lik, noise, state: MHState, z_new: torch.Tensor, *
             value = gaussian_release(value, std, event, noise).value
     # thesis §3.3: accept w.p. min{1, exp(λ* − (σ² + σ_b²)/2)}
     return RatioRelease(value, std * std, lp_new, (event,), frac, float(std))
+
+
+def _fused_minibatch_fn(lik, n: int, b: int, temperature: float, subsampling: str, size: int, llr_clip: float,
+                        noise_multiplier: float):
+    r"""One minibatch penalty step after the proposal, as a pure tensor function for one graph
+    on a batch bucket of ``size`` rows: the batch (the first ``k`` distinct of the pre-drawn,
+    padded indices, :func:`~pyro_dp.mechanisms.distinct_draws_and_count`; ``k`` the Poisson
+    size, or ``b``), the clipped ratios (per-row rule, rows past ``k`` masked to 0), the
+    release of :func:`minibatch_penalty_release` — its data-free clip, bound and noise
+    standard deviation computed as there, the pre-drawn standard normal ``xi`` scaled as
+    :meth:`~pyro_dp.mechanisms.NoiseSource.normal` scales it (``xi = 0`` without noise) — and
+    the penalty test with the pre-drawn uniform ``u``, ANDed with the data-free validity check
+    of :func:`~.mh.mh_step`. Outputs ``log p(θ')`` and ``(accepted, clipped rows, fewer than k
+    distinct draws, noise std)`` as one float64 vector; the statistics leave the graph only
+    inside the accept decision, with their noise added."""
+    q = b / n
+    a1, a2 = temperature / q, temperature * temperature * (1.0 - q) / (2.0 * q * q)
+    s = n * temperature / b
+
+    def step(z, z_new, draws, keys, k, xi, u, lp_old, log_q):
+        dist = torch.linalg.vector_norm(z_new - z)
+        clip = llr_clip * dist  # data-free: L ||θ'-θ||
+        idx, count = distinct_draws_and_count(draws, keys, size)
+        ll_old, _ = lik._eager_loglik_and_prior(z, idx)
+        ll_new, lp_new = lik._eager_loglik_and_prior(z_new, idx)
+        r, clipped = clip_scalars(ll_new - ll_old, clip)
+        keep = torch.arange(size, device=z.device) < k
+        valid = keep.to(r.dtype)
+        r = r * valid  # rows past k: 0
+        if subsampling == "poisson":
+            bound = _poisson_bound(a1, a2, clip)
+            g = a1 * r - a2 * r * r  # Horvitz–Thompson lambda* minus half its variance estimate (module doc)
+            value = clip_and_sum(g, bound, valid).total
+            std = float(noise_multiplier) * 2.0 * bound  # add_gaussian_noise: sigma = nm * 2h (substitute)
+        else:
+            big_r, sum_sq = r.sum(), (r * r).sum()
+            value = s * big_r - s * s * (sum_sq - big_r * big_r / b) / 2  # thesis §3.3: lambda* - sigma_b^2/2
+            std = noise_multiplier * thesis_sensitivity(n, b, temperature, llr_clip, dist)  # thesis Thm 8
+        value = value + (xi * std.to(torch.float64)).to(value.dtype)  # the release's noise
+        noise_var = std * std
+        lambda_hat = value + (lp_new - lp_old) + log_q
+        accepted = torch.log(u) < penalty_log_accept_threshold(lambda_hat, noise_var)  # thesis §3.3
+        ok = torch.isfinite(lp_new) & torch.isfinite(lambda_hat) & torch.isfinite(noise_var)  # data-free
+        flags = torch.stack([(accepted & ok).to(torch.float64), (clipped & keep).sum().to(torch.float64),
+                             (count < k).to(torch.float64), std.to(torch.float64)])
+        return lp_new, flags
+
+    return step
+
+
+def fused_minibatch_penalty_release_accept(lik, noise, rng, state: MHState, z_new: torch.Tensor, log_q_ratio, *,
+                                           batch_size: int, llr_clip: float, noise_multiplier: float,
+                                           subsampling: str = "poisson"):
+    r"""``(RatioRelease, accepted)`` of one minibatch penalty iteration in one compiled graph
+    (:func:`_fused_minibatch_fn`), or ``None`` with both streams as they were (then the eager
+    release and test run): decided before any draw when the step cannot be fused (eager path,
+    sharded rows, an untraceable model), or after the secret draws when the batch takes
+    another branch of :func:`~pyro_dp.mechanisms.sample_without_replacement` (an empty or a
+    dense batch) or the pre-drawn indices hold fewer distinct values than the batch needs —
+    facts about the secret draws only, never the data. The draws are those of
+    :func:`minibatch_penalty_release` and :func:`~.proposals.penalty_accept` in their order:
+    the Poisson size, the batch's indices and the release noise (secret stream), then the
+    accept uniform (algorithm stream). The batch is padded to a bucket
+    (:meth:`~pyro_dp.compiled.CompiledLikelihood.bucket_for`), so varying Poisson sizes share
+    a few graphs. The release's ``log_ratio`` is not returned (``None``)."""
+    if not can_fuse(lik, noise):
+        return None
+    n, b, T = lik.num_rows, int(batch_size), float(lik.temperature)
+    z, cl, gen = state.z, lik.compiled, noise.generator
+    nm = float(noise_multiplier)
+    secret = gen.get_state()
+    k = poisson_batch_size(gen, n, b / n) if subsampling == "poisson" else b
+    m = without_replacement_draws(n, k)
+    name = f"minibatch_step[{subsampling},n={n},b={b},T={T!r},L={float(llr_clip)!r},nm={nm!r}]"
+    size = k if subsampling != "poisson" else cl.bucket_for(name, k)
+    big_m = without_replacement_draws(n, size)
+    if m is None or big_m is None:  # an empty or dense batch: the eager branches
+        gen.set_state(secret)
+        return None
+    ints, kt = cached_zeros((big_m,), torch.long, z.device), cached_zeros((), torch.long, z.device)
+    f64, zero = cached_zeros((), torch.float64, z.device), cached_zeros((), z.dtype, z.device)
+    graph = cl.fused_graph(name, _fused_minibatch_fn(lik, n, b, T, subsampling, size, float(llr_clip), nm),
+                           (z, z_new, ints, ints, kt, f64, zero, state.log_prior, zero), full_data=False, bucket=size)
+    if graph is None:
+        gen.set_state(secret)
+        return None
+    draws = torch.randint(n, (m,), generator=gen, device=gen.device)  # sample_without_replacement's first round
+    if big_m > m:  # padding: copies of the first draw are never first occurrences
+        draws = torch.cat([draws, draws[:1].expand(big_m - m)])
+    xi = noise.standard_normal(()) if nm > 0 else f64  # the release's draw
+    public = rng.get_state()
+    u = accept_uniform(rng, z)  # proposals.penalty_accept's draw
+    keys = sorted_draw_keys(draws)
+    dev = z.device
+    lp_new, flags = graph(z, z_new, draws.to(dev), keys.to(dev), torch.as_tensor(k, device=dev), xi.to(dev), u,
+                          state.log_prior, torch.as_tensor(log_q_ratio, dtype=z.dtype, device=dev))
+    accepted, n_clipped, short, std = flags.tolist()
+    if short:  # fewer than k distinct draws: the eager step draws more (see above)
+        gen.set_state(secret)
+        rng.set_state(public)
+        return None
+    if nm > 0:
+        event = subsampled_gaussian_event(b / n, nm, subsampling)
+    else:
+        event = NonPrivateEvent()
+    return RatioRelease(None, std * std, lp_new, (event,), n_clipped / k, std), accepted == 1.0
 
 
 class DPMinibatchPenalty(RandomWalkKernel):
@@ -248,3 +362,8 @@ class DPMinibatchPenalty(RandomWalkKernel):
 
     def _accept(self, rng, lambda_hat, noise_var):
         return penalty_accept(rng, lambda_hat, noise_var)
+
+    def _fused_release_accept(self, noise, rng, state, z_new, log_q_ratio):
+        return fused_minibatch_penalty_release_accept(
+            self.lik, noise, rng, state, z_new, log_q_ratio, batch_size=self.batch_size, llr_clip=self.llr_clip,
+            noise_multiplier=self.noise_multiplier, subsampling=self.subsampling)
