@@ -914,10 +914,13 @@ def clip_and_sum_columns(columns: Sequence[torch.Tensor], clip, valid: Optional[
     finite = probe == 0
     zero = torch.zeros_like(columns[0])
     columns = [torch.where(finite, c, zero) for c in columns]  # finite_rows, column by column
-    sq = columns[0] * columns[0]
-    for c in columns[1:]:
-        sq = sq + c * c
-    norms = torch.sqrt(sq)  # as clip_rows: x * min(1, b/||x||), a zero row stays zero
+    if len(columns) == 1:  # torch.linalg.vector_norm over one entry is |x| (no overflow of x^2)
+        norms = columns[0].abs()
+    else:  # the sum of squares, as vector_norm computes it (a row whose squares overflow: inf, zeroed)
+        sq = columns[0] * columns[0]
+        for c in columns[1:]:
+            sq = sq + c * c
+        norms = torch.sqrt(sq)  # as clip_rows: x * min(1, b/||x||), a zero row stays zero
     clip_t = torch.as_tensor(clip, dtype=columns[0].dtype, device=columns[0].device)
     factor = torch.clamp(clip_t / torch.clamp(norms, min=torch.finfo(columns[0].dtype).tiny), max=1.0)
     mask = (norms > clip_t) | ~finite

@@ -84,16 +84,16 @@ def test_bucket_sizes():
 def test_poisson_batches_compile_a_few_graphs_not_one_per_size(monkeypatch):
     """#17: 'no recompilation per iteration' — Poisson batch sizes vary (here about 50 ± 7) but
     fall into a few size buckets (at most 25% apart)."""
-    from pyro_dp.mechanisms import NoiseSource
+    import pyro_dp.kernels.sgmcmc as sgmcmc
 
-    sizes, draw = [], NoiseSource.poisson_subsample
+    sizes, draw = [], sgmcmc.poisson_batch_size
 
-    def recording(self, *a, **kw):
-        idx = draw(self, *a, **kw)
-        sizes.append(idx.numel())
-        return idx
+    def recording(*a, **kw):  # the fused step's Poisson size (its batch is selected in the graph)
+        k = draw(*a, **kw)
+        sizes.append(k)
+        return k
 
-    monkeypatch.setattr(NoiseSource, "poisson_subsample", recording)
+    monkeypatch.setattr(sgmcmc, "poisson_batch_size", recording)
     y = make_data(500, seed=2)
     k = pyro_dp.DPSGLD(gauss_model, 50, 1e-3, 2.0, seed=0, **GRAPH)
     MCMC(k, num_samples=80, warmup_steps=0, disable_progbar=True).run(y)
@@ -103,7 +103,7 @@ def test_poisson_batches_compile_a_few_graphs_not_one_per_size(monkeypatch):
     for b in (b for b in sizes if b):
         if bucket_size(b) not in compiled and not any(b <= c <= 2 * b for c in compiled):
             compiled.append(bucket_size(b))
-    # the prior's gradient is in the same graph as the batch's clipped gradient sum
+    # the batch's selection, clipped gradient sum and noise and the prior's gradient: one graph
     assert k.lik.compiled.num_compiled == len(compiled) <= len(buckets) <= 6
 
 
@@ -447,6 +447,47 @@ def test_minibatch_penalty_fused_step_falls_back_with_the_streams_restored(monke
             assert got_ledger == want_ledger
             _close(got, want, rtol)
         assert 0 < len(eager_calls) < 25, (n, len(eager_calls))  # 2 x 25 steps: some fell back
+
+
+@pytest.mark.parametrize("name", ["sgld", "sgnht"])
+@pytest.mark.parametrize("extra, rtol", [(GRAPH, 1e-12), (dict(jit_compile=True), 1e-10)])
+def test_sgmcmc_fused_private_gradient_is_one_graph_with_the_recorded_chain(name, extra, rtol):
+    """#17: DP-SGLD/SGNHT's private gradient is one graph (the Poisson batch selected from
+    pre-drawn indices, the clipped gradient sum, its noise, the prior's gradient): the recorded
+    eager chain and ledger, and no unfused graph ran."""
+    factory, y = cases(**extra)[name]
+    k = factory()
+    chain, ledger = run(lambda: k, y)
+    assert ledger == RECORDED[name]["ledger"]
+    _close(chain, RECORDED[name]["chain"], rtol=rtol)
+    names = {key[0] for key, fn in k._jit_cache.items() if fn is not None}
+    assert any(nm.startswith("private_gradient[") for nm in names)
+    assert "clipped_grad_sum_prior[idx]" not in names
+
+
+def test_sgld_fused_private_gradient_falls_back_with_the_stream_restored(monkeypatch):
+    """Rounds with too few distinct indices (forced), empty and dense Poisson batches, and
+    adversarial rows: the secret stream is restored and the unfused release runs, so chain and
+    ledger stay the eager ones, while most steps ran fused."""
+    import pyro_dp.mechanisms as mech
+
+    monkeypatch.setattr(mech, "_draws_per_round", lambda b: b + 3)
+    eager_calls = []
+    orig = mech.sample_without_replacement
+    monkeypatch.setattr(mech, "sample_without_replacement", lambda *a, **kw: eager_calls.append(1) or orig(*a, **kw))
+    y = make_data(40, seed=5)
+    y[3], y[7], y[11] = 1e200, -1e200, 1e308  # terms that overflow: the per-row rule
+
+    def chain(**more):
+        return run(lambda: pyro_dp.DPSGLD(gauss_model, 12, 1e-3, 2.0, **dict(GOLDEN_KW, **more)), y)
+
+    want, want_ledger = chain()
+    eager_calls.clear()
+    for more, rtol in ((GRAPH, 1e-12), (dict(jit_compile=True), 1e-10)):
+        got, got_ledger = chain(**more)
+        assert got_ledger == want_ledger
+        _close(got, want, rtol)
+    assert 0 < len(eager_calls) < 25  # 2 x 25 steps: some fell back
 
 
 def _tempered_penalty_chain(model, y, **extra):

@@ -124,5 +124,14 @@ def test_clip_and_sum_columns_is_clip_and_sum_column_by_column():
         b = clip_and_sum_columns(list(rows.T), 1.5, v)
         torch.testing.assert_close(a.total, b.total, rtol=1e-14, atol=1e-14)
         assert int(a.num_clipped) == int(b.num_clipped) and int(a.num_rows) == int(b.num_rows)
+    # finite rows whose squared norm overflows (an adversary's row): the same treatment as
+    # clip_rows' torch.linalg.vector_norm, for one column (|x|: clipped to ±clip) and several
+    for d in (1, 2, 3):
+        big = torch.randn(6, d, generator=g, dtype=torch.float64)
+        big[1], big[4, 0] = 1e200, -1e300
+        a = clip_and_sum(big, 1.5)
+        b = clip_and_sum_columns(list(big.T), 1.5)
+        assert torch.equal(a.total, b.total), d
+        assert int(a.num_clipped) == int(b.num_clipped)
     with pytest.raises(ValueError):
         clip_and_sum_columns([], 1.0)

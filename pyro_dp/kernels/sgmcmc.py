@@ -74,8 +74,11 @@ from typing import NamedTuple, Optional, Tuple
 import torch
 
 from ..accounting import get_accountant
-from ..mechanisms import SubsampledGaussianEvent, clipped_sum_with_noise, subsampled_gaussian_event
+from ..compiled import cached_zeros
+from ..mechanisms import (SubsampledGaussianEvent, clipped_sum_with_noise, distinct_draws_and_count, poisson_batch_size,
+                          sorted_draw_keys, subsampled_gaussian_event, without_replacement_draws)
 from .base import DPKernel, check_positive
+from .mh import can_fuse
 
 __all__ = [
     "DPSGLD",
@@ -185,6 +188,9 @@ def private_gradient(noise, lik, z, *, sample_rate, grad_clip, noise_multiplier,
     both come from ``noise`` (the privacy stream). Cost :math:`O(b)`, independent of
     :math:`N`."""
     q = float(sample_rate)
+    fused = _fused_private_gradient(noise, lik, z, q, grad_clip, float(noise_multiplier), relation)
+    if fused is not None:
+        return fused
     idx = noise.poisson_subsample(lik.num_rows, q, device=z.device)
     grad_lp = None
     if not idx.numel():  # an empty batch still releases (pure noise): the event is the same
@@ -204,6 +210,76 @@ def private_gradient(noise, lik, z, *, sample_rate, grad_clip, noise_multiplier,
     grad = grad_lp + (lik.temperature / q) * rel.value
     event = subsampled_gaussian_event(q, float(noise_multiplier), "poisson")
     return GradientRelease(grad, event, rel.clipped_fraction, float(rel.noise_std))
+
+
+def _fused_private_gradient_fn(cl, temperature: float, q: float, size: int, nm: float, sens: float):
+    r""":func:`private_gradient` after its secret draws, as a pure tensor function for one graph
+    on a batch bucket of ``size`` rows: the batch (the first ``k`` distinct of the pre-drawn,
+    padded indices, :func:`~pyro_dp.mechanisms.distinct_draws_and_count`), the per-example
+    gradients clipped and summed with the rows past ``k`` masked, the release noise (the
+    pre-drawn standard normals ``xi`` scaled by :math:`\sigma = \mathrm{nm}\,\Delta` as
+    :meth:`~pyro_dp.mechanisms.NoiseSource.normal` scales them), the prior's gradient and
+    :math:`\tilde g`. Outputs :math:`\tilde g` and ``(clipped rows, rows, fewer than k
+    distinct draws, noise std)`` as one float64 vector; the clipped sum leaves only with its
+    noise added."""
+
+    def step(z, clip, draws, keys, k, xi):
+        idx, count = distinct_draws_and_count(draws, keys, size)
+        keep = torch.arange(size, device=z.device) < k
+        _, cs = cl.clipped_grad_terms(z, clip, idx, keep.to(z.dtype))
+        _, grad_lp = cl.log_prior_terms(z)
+        std = nm * sens * clip  # sigma = nm * Delta (mechanisms._gaussian_event)
+        value = cs.total + (xi * std.to(torch.float64)).to(cs.total.dtype) if nm > 0 else cs.total
+        grad = grad_lp + (temperature / q) * value  # Welling & Teh 2011, eq. 4 (Horvitz–Thompson 1/q)
+        flags = torch.stack([torch.as_tensor(cs.num_clipped).to(torch.float64),
+                             torch.as_tensor(cs.num_rows).to(torch.float64), (count < k).to(torch.float64),
+                             std.to(torch.float64)])
+        return grad, flags
+
+    return step
+
+
+def _fused_private_gradient(noise, lik, z, q: float, grad_clip, nm: float, relation: str):
+    r""":func:`private_gradient` as one compiled graph (:func:`_fused_private_gradient_fn`), or
+    ``None`` with the secret stream as it was (then the unfused release runs): not compiled,
+    sharded rows, an untraceable model, or — after the draws — an empty or dense batch or
+    pre-drawn indices with fewer distinct values than the batch needs (facts about the secret
+    draws only, never the data). The draws are :func:`private_gradient`'s: the Poisson size, the
+    batch's indices, then the noise, all from the secret stream; the values, the event and the
+    chain are the unfused path's (``tests/test_compiled.py``)."""
+    if not can_fuse(lik, noise):
+        return None
+    n, T, cl, gen = lik.num_rows, float(lik.temperature), lik.compiled, noise.generator
+    sens = 2.0 if relation == "substitute" else 1.0  # l2-sensitivity 2C (substitute) or C (add/remove)
+    name = f"private_gradient[n={n},q={q!r},T={T!r},nm={nm!r},sens={sens!r}]"
+    secret = gen.get_state()
+    k = poisson_batch_size(gen, n, q)
+    size = cl.bucket_for(name, k) if k else 0
+    m, big_m = without_replacement_draws(n, k), without_replacement_draws(n, size)
+    if m is None or big_m is None:  # an empty or dense batch: the unfused branches
+        gen.set_state(secret)
+        return None
+    clip = torch.as_tensor(grad_clip, dtype=z.dtype, device=z.device)
+    ints, kt = cached_zeros((big_m,), torch.long, z.device), cached_zeros((), torch.long, z.device)
+    xi0 = cached_zeros(z.shape, torch.float64, z.device)
+    graph = cl.fused_graph(name, _fused_private_gradient_fn(cl, T, q, size, nm, sens), (z, clip, ints, ints, kt, xi0),
+                           full_data=False, bucket=size)
+    if graph is None:
+        gen.set_state(secret)
+        return None
+    draws = torch.randint(n, (m,), generator=gen, device=gen.device)  # sample_without_replacement's first round
+    if big_m > m:  # padding: copies of the first draw are never first occurrences
+        draws = torch.cat([draws, draws[:1].expand(big_m - m)])
+    xi = noise.standard_normal(z.shape) if nm > 0 else xi0  # the release's draws
+    dev = z.device
+    grad, flags = graph(z, clip, draws.to(dev), sorted_draw_keys(draws).to(dev), torch.as_tensor(k, device=dev),
+                        xi.to(dev))
+    n_clipped, n_rows, short, std = flags.tolist()
+    if short:  # fewer than k distinct draws: the unfused release draws more (see above)
+        gen.set_state(secret)
+        return None
+    return GradientRelease(grad, subsampled_gaussian_event(q, nm, "poisson"), n_clipped / n_rows if n_rows else 0.0,
+                           std)
 
 
 def sgld_init(lik, z: torch.Tensor) -> SGLDState:
