@@ -66,6 +66,7 @@ __all__ = [
     "sample_without_replacement",
     "without_replacement_draws",
     "sorted_draw_keys",
+    "draw_batch_indices",
     "first_distinct_draws",
     "distinct_draws_and_count",
     "poisson_subsample",
@@ -649,6 +650,25 @@ def sorted_draw_keys(draws: torch.Tensor) -> torch.Tensor:
         keys.sort()
         return torch.from_numpy(keys)
     return torch.sort((draws << s) | torch.arange(m, device=draws.device))[0]
+
+
+def draw_batch_indices(rng: torch.Generator, n: int, m: int, padded: int, device=None
+                       ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(draws, sorted keys)`` on ``device``: the first round of ``m`` iid indices that
+    :func:`sample_without_replacement` draws from ``rng`` (``m`` from
+    :func:`without_replacement_draws`), padded to ``padded`` with copies of the first draw
+    (never a first occurrence, so the batch :func:`distinct_draws_and_count` keeps is unchanged;
+    a batch bucket's graph then has fixed shapes), and their :func:`sorted_draw_keys`. The
+    fused steps of the compiled path select their batch from these inside the graph (#17).
+
+    >>> d, keys = draw_batch_indices(torch.Generator().manual_seed(0), 100, 5, 7)
+    >>> d.shape, bool((d[5:] == d[0]).all()), bool((keys[1:] > keys[:-1]).all())
+    (torch.Size([7]), True, True)
+    """
+    draws = torch.randint(int(n), (int(m),), generator=rng, device=rng.device)
+    if padded > m:
+        draws = torch.cat([draws, draws[:1].expand(int(padded) - int(m))])
+    return draws.to(device), sorted_draw_keys(draws).to(device)
 
 
 def first_distinct_draws(draws: torch.Tensor, keys: torch.Tensor, b: int) -> Tuple[torch.Tensor, torch.Tensor]:

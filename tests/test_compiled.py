@@ -360,134 +360,104 @@ def test_dppenalty_fused_step_is_one_graph_with_the_recorded_chain(name):
     assert "penalty_step[T=1.0]" in names and "clipped_ratio_sum" not in names
 
 
-@pytest.mark.parametrize("extra, rtol", [(GRAPH, 1e-12), (dict(jit_compile=True), 1e-10)])
+BACKENDS = [(GRAPH, 1e-12), (dict(jit_compile=True), 1e-10)]
+
+
+def _fused_graphs_of_recorded_case(name, extra, rtol, fused_prefix):
+    """Run the recorded case ``name`` on a compiled backend: the recorded chain and ledger;
+    returns the names of the graphs it compiled and the count of its fused ones."""
+    factory, y = cases(**extra)[name]
+    k = factory()
+    chain, ledger = run(lambda: k, y)
+    assert ledger == RECORDED[name]["ledger"]
+    _close(chain, RECORDED[name]["chain"], rtol=rtol)
+    names = [key[0] for key, fn in k._jit_cache.items() if fn is not None]
+    return set(names), sum(nm.startswith(fused_prefix) for nm in names)
+
+
+def _forced_fallbacks_keep_the_eager_chain(monkeypatch, make, y, extra_draws):
+    """Draw only ``b + extra_draws`` indices per round, so that rounds with too few distinct ones
+    are common: the fused step must restore the generators and let the eager step draw again.
+    ``make(**kw)`` builds the kernel; its eager, traced and inductor chains and ledgers must be
+    equal (adversarial rows in ``y`` exercise the per-row rule inside the graph), and over the
+    2 x 25 compiled steps some fell back and most were fused."""
+    import pyro_dp.mechanisms as mech
+
+    monkeypatch.setattr(mech, "_draws_per_round", lambda b: b + extra_draws)
+    eager_calls = []
+    orig = mech.sample_without_replacement
+    monkeypatch.setattr(mech, "sample_without_replacement", lambda *a, **kw: eager_calls.append(1) or orig(*a, **kw))
+    want, want_ledger = run(make, y)
+    eager_calls.clear()
+    for extra, rtol in BACKENDS:
+        got, got_ledger = run(lambda: make(**extra), y)
+        assert got_ledger == want_ledger
+        _close(got, want, rtol)
+    assert 0 < len(eager_calls) < 25, len(eager_calls)
+
+
+def _adversarial_data(n):
+    y = make_data(n, seed=5)
+    y[3], y[7], y[11] = 1e200, -1e200, 1e308  # finite rows whose terms overflow: the per-row rule
+    return y
+
+
+@pytest.mark.parametrize("extra, rtol", BACKENDS)
 def test_dpbarker_fused_step_is_one_graph_with_the_recorded_chain(extra, rtol):
     """#17: on the compiled path a DP Barker iteration after the proposal is one graph (the
     batch's selection from pre-drawn indices, the clipped ratios' statistics, the release
     noise, the Barker test with its V_corr draw): the recorded eager chain and ledger, and the
     fused graph, not the unfused statistics graph, ran."""
-    factory, y = cases(**extra)["barker"]
-    k = factory()
-    chain, ledger = run(lambda: k, y)
-    assert ledger == RECORDED["barker"]["ledger"]
-    _close(chain, RECORDED["barker"]["chain"], rtol=rtol)
-    names = {key[0] for key, fn in k._jit_cache.items() if fn is not None}
-    assert "barker_step[n=300,b=100,T=0.3,C=2.0]" in names
-    assert not any(nm.startswith("barker_statistics") for nm in names)
+    names, fused = _fused_graphs_of_recorded_case("barker", extra, rtol, "barker_step[")
+    assert fused == 1 and not any(nm.startswith("barker_statistics") for nm in names)
 
 
 def test_dpbarker_fused_step_with_too_few_distinct_draws_restores_the_streams(monkeypatch):
-    """When the pre-drawn indices hold fewer than b distinct values (forced here by drawing
-    fewer per round), the fused step puts both generators back and the eager step draws the
-    batch again: the chain and ledger stay the eager ones (adversarial rows included: the
-    per-row rule inside the graph), while most steps still ran fused."""
-    import pyro_dp.mechanisms as mech
-
-    monkeypatch.setattr(mech, "_draws_per_round", lambda b: b + 4)
-    y = make_data(60, seed=5)
-    y[3], y[7], y[11] = 1e200, -1e200, 1e308  # terms that overflow: the per-row rule
-    eager_calls = []
-    orig = mech.sample_without_replacement
-    monkeypatch.setattr(mech, "sample_without_replacement", lambda *a, **kw: eager_calls.append(1) or orig(*a, **kw))
-
-    def chain(**extra):
-        return run(lambda: pyro_dp.DPBarker(gauss_model, 20, 0.1, temperature=0.3, **dict(GOLDEN_KW, **extra)), y)
-
-    want, want_ledger = chain()
-    eager_calls.clear()
-    for extra, rtol in ((GRAPH, 1e-12), (dict(jit_compile=True), 1e-10)):
-        got, got_ledger = chain(**extra)
-        assert got_ledger == want_ledger
-        _close(got, want, rtol)
-    assert 0 < len(eager_calls) < 25  # 2 x 25 steps: some fell back, most were fused
+    """Rounds with too few distinct indices: both generators restored, the eager chain."""
+    _forced_fallbacks_keep_the_eager_chain(
+        monkeypatch, lambda **kw: pyro_dp.DPBarker(gauss_model, 20, 0.1, temperature=0.3, **dict(GOLDEN_KW, **kw)),
+        _adversarial_data(60), 4)
 
 
 @pytest.mark.parametrize("name", ["minibatch_poisson", "minibatch_wor"])
-@pytest.mark.parametrize("extra, rtol", [(GRAPH, 1e-12), (dict(jit_compile=True), 1e-10)])
+@pytest.mark.parametrize("extra, rtol", BACKENDS)
 def test_minibatch_penalty_fused_step_is_one_graph_with_the_recorded_chain(name, extra, rtol):
     """#17: a minibatch penalty iteration after the proposal is one graph (batch selection from
     pre-drawn indices, padded to a bucket for Poisson sizes; the clipped statistics; the release
     noise; the penalty test): the recorded eager chain and ledger, and no unfused graph ran."""
-    factory, y = cases(**extra)[name]
-    k = factory()
-    chain, ledger = run(lambda: k, y)
-    assert ledger == RECORDED[name]["ledger"]
-    _close(chain, RECORDED[name]["chain"], rtol=rtol)
-    names = {key[0] for key, fn in k._jit_cache.items() if fn is not None}
-    steps = [key for key, fn in k._jit_cache.items() if fn is not None and key[0].startswith("minibatch_step[")]
-    assert 1 <= len(steps) <= 3  # Poisson sizes (100 ± 8 here) share buckets: no graph per size
+    names, fused = _fused_graphs_of_recorded_case(name, extra, rtol, "minibatch_step[")
+    assert 1 <= fused <= 3  # Poisson sizes (100 ± 8 here) share buckets: no graph per size
     assert not any(nm.startswith(("minibatch_poisson", "minibatch_sums")) for nm in names)
 
 
 @pytest.mark.parametrize("subsampling", ["poisson", "without_replacement"])
-def test_minibatch_penalty_fused_step_falls_back_with_the_streams_restored(monkeypatch, subsampling):
-    """Rounds with too few distinct indices (forced by drawing fewer per round), empty or dense
-    Poisson batches (b/N = 0.3 on 40 rows), adversarial rows and the noise-free mode: the fused
-    step restores both generators and the eager step runs, so chain and ledger stay the eager
-    ones, while most steps still ran fused."""
-    import pyro_dp.mechanisms as mech
-
-    monkeypatch.setattr(mech, "_draws_per_round", lambda b: b + 3)
-    eager_calls = []
-    orig = mech.sample_without_replacement
-    monkeypatch.setattr(mech, "sample_without_replacement", lambda *a, **kw: eager_calls.append(1) or orig(*a, **kw))
-    for n, b, extra in ((40, 12, {}), (40, 12, dict(noise_multiplier=0.0, non_private=True))):
-        y = make_data(n, seed=5)
-        y[3], y[7], y[11] = 1e200, -1e200, 1e308  # terms that overflow: the per-row rule
-
-        def chain(**more):
-            kw = dict(dict(GOLDEN_KW, noise_multiplier=1.0, **more), **extra)
-            return run(lambda: pyro_dp.DPMinibatchPenalty(gauss_model, b, 0.1, llr_clip=2.0, temperature=0.3,
-                                                          subsampling=subsampling, **kw), y)
-
-        want, want_ledger = chain()
-        eager_calls.clear()
-        for more, rtol in ((GRAPH, 1e-12), (dict(jit_compile=True), 1e-10)):
-            got, got_ledger = chain(**more)
-            assert got_ledger == want_ledger
-            _close(got, want, rtol)
-        assert 0 < len(eager_calls) < 25, (n, len(eager_calls))  # 2 x 25 steps: some fell back
+@pytest.mark.parametrize("extra", [{}, dict(noise_multiplier=0.0, non_private=True)])
+def test_minibatch_penalty_fused_step_falls_back_with_the_streams_restored(monkeypatch, subsampling, extra):
+    """Rounds with too few distinct indices, empty or dense Poisson batches (b/N = 0.3 on 40
+    rows), adversarial rows, with noise and in the noise-free mode: the eager chain."""
+    kw0 = dict(GOLDEN_KW, noise_multiplier=1.0)
+    _forced_fallbacks_keep_the_eager_chain(
+        monkeypatch, lambda **kw: pyro_dp.DPMinibatchPenalty(gauss_model, 12, 0.1, llr_clip=2.0, temperature=0.3,
+                                                             subsampling=subsampling, **dict(kw0, **kw, **extra)),
+        _adversarial_data(40), 3)
 
 
 @pytest.mark.parametrize("name", ["sgld", "sgnht"])
-@pytest.mark.parametrize("extra, rtol", [(GRAPH, 1e-12), (dict(jit_compile=True), 1e-10)])
+@pytest.mark.parametrize("extra, rtol", BACKENDS)
 def test_sgmcmc_fused_private_gradient_is_one_graph_with_the_recorded_chain(name, extra, rtol):
     """#17: DP-SGLD/SGNHT's private gradient is one graph (the Poisson batch selected from
     pre-drawn indices, the clipped gradient sum, its noise, the prior's gradient): the recorded
     eager chain and ledger, and no unfused graph ran."""
-    factory, y = cases(**extra)[name]
-    k = factory()
-    chain, ledger = run(lambda: k, y)
-    assert ledger == RECORDED[name]["ledger"]
-    _close(chain, RECORDED[name]["chain"], rtol=rtol)
-    names = {key[0] for key, fn in k._jit_cache.items() if fn is not None}
-    assert any(nm.startswith("private_gradient[") for nm in names)
-    assert "clipped_grad_sum_prior[idx]" not in names
+    names, fused = _fused_graphs_of_recorded_case(name, extra, rtol, "private_gradient[")
+    assert fused >= 1 and "clipped_grad_sum_prior[idx]" not in names
 
 
 def test_sgld_fused_private_gradient_falls_back_with_the_stream_restored(monkeypatch):
-    """Rounds with too few distinct indices (forced), empty and dense Poisson batches, and
-    adversarial rows: the secret stream is restored and the unfused release runs, so chain and
-    ledger stay the eager ones, while most steps ran fused."""
-    import pyro_dp.mechanisms as mech
-
-    monkeypatch.setattr(mech, "_draws_per_round", lambda b: b + 3)
-    eager_calls = []
-    orig = mech.sample_without_replacement
-    monkeypatch.setattr(mech, "sample_without_replacement", lambda *a, **kw: eager_calls.append(1) or orig(*a, **kw))
-    y = make_data(40, seed=5)
-    y[3], y[7], y[11] = 1e200, -1e200, 1e308  # terms that overflow: the per-row rule
-
-    def chain(**more):
-        return run(lambda: pyro_dp.DPSGLD(gauss_model, 12, 1e-3, 2.0, **dict(GOLDEN_KW, **more)), y)
-
-    want, want_ledger = chain()
-    eager_calls.clear()
-    for more, rtol in ((GRAPH, 1e-12), (dict(jit_compile=True), 1e-10)):
-        got, got_ledger = chain(**more)
-        assert got_ledger == want_ledger
-        _close(got, want, rtol)
-    assert 0 < len(eager_calls) < 25  # 2 x 25 steps: some fell back
+    """Rounds with too few distinct indices, empty and dense Poisson batches, adversarial rows
+    (a one-coordinate gradient of 1e200: clipped to ±C on both paths): the eager chain."""
+    _forced_fallbacks_keep_the_eager_chain(
+        monkeypatch, lambda **kw: pyro_dp.DPSGLD(gauss_model, 12, 1e-3, 2.0, **dict(GOLDEN_KW, **kw)),
+        _adversarial_data(40), 3)
 
 
 def _tempered_penalty_chain(model, y, **extra):

@@ -49,7 +49,7 @@ import torch
 
 from ..accounting import UnsupportedEventError, get_accountant
 from ..accounting.subsampled import barker_orders, dp_barker_event
-from ..mechanisms import (RDPCurveEvent, clip_scalars, first_distinct_draws, gaussian_release, sorted_draw_keys,
+from ..mechanisms import (RDPCurveEvent, clip_scalars, draw_batch_indices, first_distinct_draws, gaussian_release,
                           without_replacement_draws)
 from ..compiled import cached_zeros
 from .base import check_positive
@@ -246,15 +246,14 @@ def fused_barker_release_accept(lik, noise, rng, state: MHState, z_new: torch.Te
     if graph is None:
         return None
     secret, public = gen.get_state(), rng.get_state()
-    draws = torch.randint(n, (m,), generator=gen, device=gen.device)  # sample_without_replacement's first draws
+    dev = z.device
+    draws, keys = draw_batch_indices(gen, n, m, m, dev)  # sample_without_replacement's first draws
     xi = noise.standard_normal(())  # gaussian_release's draw
     expo = torch.empty_like(weights).exponential_(1.0, generator=rng)  # proposals._correction_draw's draws
     u = torch.rand((), generator=rng, dtype=torch.float64)
     xc = torch.randn((), generator=rng, dtype=z.dtype, device=z.device)
-    dev = z.device
-    keys = sorted_draw_keys(draws)  # outside the graph: numpy's sort on the CPU
     q = torch.as_tensor(log_q_ratio, dtype=z.dtype, device=dev)
-    lp_new, flags = graph(z, z_new, draws.to(dev), keys.to(dev), xi.to(dev), expo.to(dev), u.to(dev), xc,
+    lp_new, flags = graph(z, z_new, draws, keys, xi.to(dev), expo.to(dev), u.to(dev), xc,
                           state.log_prior, q, means, sds, w_dev)
     accepted, n_clipped, short = flags.tolist()
     if short:  # fewer than b distinct draws: the eager step draws more (data-free, see above)

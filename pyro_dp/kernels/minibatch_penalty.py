@@ -60,14 +60,13 @@ from ..compiled import cached_zeros
 from ..mechanisms import (
     NonPrivateEvent,
     SubsampledGaussianEvent,
-    _draws_per_round,
     add_gaussian_noise,
     clip_and_sum,
     clip_scalars,
     distinct_draws_and_count,
+    draw_batch_indices,
     gaussian_release,
     poisson_batch_size,
-    sorted_draw_keys,
     subsampled_gaussian_event,
     without_replacement_draws,
 )
@@ -250,15 +249,12 @@ def fused_minibatch_penalty_release_accept(lik, noise, rng, state: MHState, z_ne
     if graph is None:
         gen.set_state(secret)
         return None
-    draws = torch.randint(n, (m,), generator=gen, device=gen.device)  # sample_without_replacement's first round
-    if big_m > m:  # padding: copies of the first draw are never first occurrences
-        draws = torch.cat([draws, draws[:1].expand(big_m - m)])
+    dev = z.device
+    draws, keys = draw_batch_indices(gen, n, m, big_m, dev)  # sample_without_replacement's first round
     xi = noise.standard_normal(()) if nm > 0 else f64  # the release's draw
     public = rng.get_state()
     u = accept_uniform(rng, z)  # proposals.penalty_accept's draw
-    keys = sorted_draw_keys(draws)
-    dev = z.device
-    lp_new, flags = graph(z, z_new, draws.to(dev), keys.to(dev), torch.as_tensor(k, device=dev), xi.to(dev), u,
+    lp_new, flags = graph(z, z_new, draws, keys, torch.as_tensor(k, device=dev), xi.to(dev), u,
                           state.log_prior, torch.as_tensor(log_q_ratio, dtype=z.dtype, device=dev))
     accepted, n_clipped, short, std = flags.tolist()
     if short:  # fewer than k distinct draws: the eager step draws more (see above)

@@ -75,8 +75,8 @@ import torch
 
 from ..accounting import get_accountant
 from ..compiled import cached_zeros
-from ..mechanisms import (SubsampledGaussianEvent, clipped_sum_with_noise, distinct_draws_and_count, poisson_batch_size,
-                          sorted_draw_keys, subsampled_gaussian_event, without_replacement_draws)
+from ..mechanisms import (SubsampledGaussianEvent, clipped_sum_with_noise, distinct_draws_and_count, draw_batch_indices,
+                          poisson_batch_size, subsampled_gaussian_event, without_replacement_draws)
 from .base import DPKernel, check_positive
 from .mh import can_fuse
 
@@ -267,13 +267,10 @@ def _fused_private_gradient(noise, lik, z, q: float, grad_clip, nm: float, relat
     if graph is None:
         gen.set_state(secret)
         return None
-    draws = torch.randint(n, (m,), generator=gen, device=gen.device)  # sample_without_replacement's first round
-    if big_m > m:  # padding: copies of the first draw are never first occurrences
-        draws = torch.cat([draws, draws[:1].expand(big_m - m)])
-    xi = noise.standard_normal(z.shape) if nm > 0 else xi0  # the release's draws
     dev = z.device
-    grad, flags = graph(z, clip, draws.to(dev), sorted_draw_keys(draws).to(dev), torch.as_tensor(k, device=dev),
-                        xi.to(dev))
+    draws, keys = draw_batch_indices(gen, n, m, big_m, dev)  # sample_without_replacement's first round
+    xi = noise.standard_normal(z.shape) if nm > 0 else xi0  # the release's draws
+    grad, flags = graph(z, clip, draws, keys, torch.as_tensor(k, device=dev), xi.to(dev))
     n_clipped, n_rows, short, std = flags.tolist()
     if short:  # fewer than k distinct draws: the unfused release draws more (see above)
         gen.set_state(secret)
