@@ -54,7 +54,7 @@ from ..mechanisms import (RDPCurveEvent, clip_scalars, draw_batch_indices, first
 from ..compiled import cached_zeros
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse, check_batch_size
-from .proposals import GaussianMixtureCorrection, _correction_tensors, barker_accept
+from .proposals import GaussianMixtureCorrection, _correction_tensors, barker_accept, correction_draws
 
 __all__ = [
     "DPBarker",
@@ -249,9 +249,7 @@ def fused_barker_release_accept(lik, noise, rng, state: MHState, z_new: torch.Te
     dev = z.device
     draws, keys = draw_batch_indices(gen, n, m, m, dev)  # sample_without_replacement's first draws
     xi = noise.standard_normal(())  # gaussian_release's draw
-    expo = torch.empty_like(weights).exponential_(1.0, generator=rng)  # proposals._correction_draw's draws
-    u = torch.rand((), generator=rng, dtype=torch.float64)
-    xc = torch.randn((), generator=rng, dtype=z.dtype, device=z.device)
+    expo, u, xc = correction_draws(rng, correction, z)  # proposals._correction_draw's draws
     q = torch.as_tensor(log_q_ratio, dtype=z.dtype, device=dev)
     lp_new, flags = graph(z, z_new, draws, keys, xi.to(dev), expo.to(dev), u.to(dev), xc,
                           state.log_prior, q, means, sds, w_dev)

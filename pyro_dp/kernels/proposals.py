@@ -269,15 +269,29 @@ def _correction_draw(rng: torch.Generator, corr: GaussianMixtureCorrection, like
     """:func:`sample_correction`'s draw, as a Python float for float64 on the CPU (the same
     IEEE double arithmetic without 0-d tensor operations, #17), else as a tensor."""
     means, sds, weights, floats = _correction_tensors(corr, like.dtype, like.device)
+    expo, u, xi = correction_draws(rng, corr, like)
     # the component: Gumbel-max with exponentials, argmax_k w_k / E_k, E_k ~ Exp(1) — what
     # torch.multinomial(weights, 1) computes (ATen's one-sample fast path), without its three
     # validity checks on the (fixed, checked at load) weights (#17)
-    k = int(torch.argmax(weights / torch.empty_like(weights).exponential_(1.0, generator=rng)))
-    sign = 1.0 if float(torch.rand((), generator=rng, dtype=torch.float64)) < 0.5 else -1.0
-    xi = torch.randn((), generator=rng, dtype=like.dtype, device=like.device)
+    k = int(torch.argmax(weights / expo))
+    sign = 1.0 if float(u) < 0.5 else -1.0
     if floats is not None:
         return sign * floats[0][k] + floats[1][k] * float(xi)
     return sign * means[k] + sds[k] * xi
+
+
+def correction_draws(rng: torch.Generator, corr: GaussianMixtureCorrection, like: torch.Tensor):
+    r"""The randomness of one :math:`V_{\rm corr}` draw from the algorithm's generator
+    (data-free), in its order: ``(E, u, xi)`` with :math:`E_k \sim \mathrm{Exp}(1)` per mixture
+    component (float64, CPU; the component is :math:`\arg\max_k w_k/E_k`), the sign's
+    uniform ``u`` (float64) and the standard normal ``xi`` (dtype and device of ``like``). The
+    compiled DP Barker step draws them before its graph and evaluates the draw inside it
+    (:func:`~pyro_dp.kernels.barker.fused_barker_release_accept`)."""
+    weights = _correction_tensors(corr, like.dtype, like.device)[2]
+    expo = torch.empty_like(weights).exponential_(1.0, generator=rng)
+    u = torch.rand((), generator=rng, dtype=torch.float64)
+    xi = torch.randn((), generator=rng, dtype=like.dtype, device=like.device)
+    return expo, u, xi
 
 
 _CORRECTIONS: dict = {}
@@ -308,4 +322,4 @@ def barker_accept(rng: torch.Generator, lambda_hat: torch.Tensor, corr: Gaussian
     return bool(lambda_hat + _correction_draw(rng, corr, lambda_hat) > 0)
 
 
-__all__ += ["GaussianMixtureCorrection", "sample_correction", "barker_accept"]
+__all__ += ["GaussianMixtureCorrection", "sample_correction", "correction_draws", "barker_accept"]
