@@ -357,7 +357,7 @@ def test_dppenalty_fused_step_is_one_graph_with_the_recorded_chain(name):
     assert ledger == RECORDED[name]["ledger"]
     _close(chain, RECORDED[name]["chain"], rtol=1e-12)
     names = {key[0] for key, fn in k._jit_cache.items() if fn is not None}
-    assert "penalty_step[T=1.0]" in names and "clipped_ratio_sum" not in names
+    assert any(nm.startswith("penalty_step[T=1.0,") for nm in names) and "clipped_ratio_sum" not in names
 
 
 BACKENDS = [(GRAPH, 1e-12), (dict(jit_compile=True), 1e-10)]

@@ -25,7 +25,8 @@ from typing import Optional
 
 import torch
 
-from ..mechanisms import clip_and_sum, clipped_sum_with_noise, draw_gaussian_noise
+from ..compiled import cached_zeros
+from ..mechanisms import clip_and_sum, clipped_sum_with_noise, gaussian_event
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse
 from .proposals import accept_uniform, penalty_accept, penalty_log_accept_threshold
@@ -52,35 +53,41 @@ def penalty_release(lik, noise, state: MHState, z_new: torch.Tensor, *, llr_clip
                         float(rel.noise_std), cache_new=ll_new, cache_old=loglik)
 
 
-def _fused_penalty_fn(lik, temperature: float):
+def _fused_penalty_fn(lik, temperature: float, llr_clip: float, noise_multiplier: float):
     r"""The release and the accept test of :func:`penalty_release` + :func:`~.proposals.penalty_accept`
     as one pure tensor function, for :meth:`~pyro_dp.compiled.CompiledLikelihood.fused_graph`
     (the compiled path). The same arithmetic in the same order as the eager path:
 
     .. math::
-        \hat s = \sum_i \mathrm{clip}_{\pm c}(\ell_i(\theta')-\ell_i(\theta)) + \xi,\quad
+        \hat s = \sum_i \mathrm{clip}_{\pm c}(\ell_i(\theta')-\ell_i(\theta)) + \sigma\xi,\quad
         \hat\lambda = T\hat s + \log p(\theta') - \log p(\theta) + \log q\text{-ratio},\quad
         \text{accept iff } \log u < \min\{0, \hat\lambda - (T\sigma)^2/2\}
 
     (Yıldırım & Ermiş 2019 §3.1; thesis §3.1), ANDed with the data-free validity check of
-    :func:`~.mh.mh_step` (finite prior, :math:`\hat\lambda` and noise variance). The clip
-    :math:`c = b\|\theta'-\theta\|`, the noise :math:`\xi` (drawn before the call by
-    :func:`~pyro_dp.mechanisms.draw_gaussian_noise` from the secret stream, standard
-    deviation :math:`\sigma`) and :math:`\log u`'s uniform (the algorithm stream) are
-    inputs; the clipped sum leaves the graph only inside the accept decision, with its noise
-    added. Outputs: ``ℓ(θ') [N], log p(θ')`` and ``(accepted, clipped rows, rows)`` as one
-    float64 vector."""
+    :func:`~.mh.mh_step` (finite prior, :math:`\hat\lambda` and noise variance), with the
+    data-free clip :math:`c = b\|\theta'-\theta\|` and noise standard deviation
+    :math:`\sigma = \mathrm{nm}\cdot 2c` (substitute sensitivity) computed as the eager path
+    computes them. The standard normal :math:`\xi` (drawn before the call by
+    :meth:`~pyro_dp.mechanisms.NoiseSource.standard_normal` from the secret stream, scaled as
+    :meth:`~pyro_dp.mechanisms.NoiseSource.normal` scales it) and :math:`\log u`'s uniform
+    (the algorithm stream) are inputs; the clipped sum leaves the graph only inside the accept
+    decision, with its noise added. Outputs: ``ℓ(θ') [N], log p(θ')`` and ``(accepted, clipped
+    rows, rows, σ)`` as one float64 vector."""
+    nm = float(noise_multiplier)
 
-    def step(z_new, ll_old, lp_old, clip, xi, std, u, log_q_ratio):
+    def step(z, z_new, ll_old, lp_old, xi, u, log_q_ratio):
+        clip = llr_clip * torch.linalg.vector_norm(z_new - z)  # b‖θ'−θ‖ (thesis §3.1)
         ll, lp = lik._eager_loglik_and_prior(z_new, None)
         cs = clip_and_sum(ll - ll_old, clip)
-        log_ratio = temperature * (cs.total + xi)  # T ŝ
+        std = nm * 2.0 * clip  # sigma = nm * 2b‖θ'−θ‖ (mechanisms._gaussian_event, substitute)
+        s_hat = cs.total + (xi * std.to(torch.float64)).to(cs.total.dtype) if nm > 0 else cs.total
+        log_ratio = temperature * s_hat  # T ŝ
         noise_var = (temperature * std) ** 2  # (T σ)²
         lambda_hat = log_ratio + (lp - lp_old) + log_q_ratio
         accepted = torch.log(u) < penalty_log_accept_threshold(lambda_hat, noise_var)
         valid = torch.isfinite(lp) & torch.isfinite(lambda_hat) & torch.isfinite(noise_var)  # data-free
         flags = torch.stack([(accepted & valid).to(torch.float64), cs.num_clipped.to(torch.float64),
-                             cs.num_rows.to(torch.float64)])  # read back in one transfer
+                             cs.num_rows.to(torch.float64), std.to(torch.float64)])  # read back in one transfer
         return ll, lp, flags
 
     return step
@@ -98,23 +105,23 @@ def fused_penalty_release_accept(lik, noise, rng, state: MHState, z_new: torch.T
     nothing after the accept decision reads it."""
     if not can_fuse(lik, noise):
         return None
-    cl, T = lik.compiled, float(lik.temperature)
+    cl, T, nm = lik.compiled, float(lik.temperature), float(noise_multiplier)
     z = state.z
     loglik = state.cache
     if loglik is None:
         loglik = lik.per_example_loglik(z)  # released inside this step's mechanism
-    clip = llr_clip * torch.linalg.vector_norm(z_new - z)  # b‖θ'−θ‖: sensitivity 2b‖θ'−θ‖ (thesis §3.1)
-    example = (z_new, loglik, state.log_prior, clip, clip, clip, clip, clip)
-    graph = cl.fused_graph(f"penalty_step[T={T!r}]", _fused_penalty_fn(lik, T), example)
+    f64 = cached_zeros((), torch.float64, z.device)
+    example = (z, z_new, loglik, state.log_prior, f64, state.log_prior, state.log_prior)
+    graph = cl.fused_graph(f"penalty_step[T={T!r},L={float(llr_clip)!r},nm={nm!r}]",
+                           _fused_penalty_fn(lik, T, float(llr_clip), nm), example)
     if graph is None:
         return None
-    draw = draw_gaussian_noise(clip, clip, noise_multiplier, noise)  # the secret stream, as add_gaussian_noise
+    xi = noise.standard_normal(()).to(z.device) if nm > 0 else f64  # the secret stream, as add_gaussian_noise
     u = accept_uniform(rng, z)  # the draw of proposals.uniform_log
     q = torch.as_tensor(log_q_ratio, dtype=z.dtype, device=z.device)
-    ll_new, lp_new, flags = graph(z_new, loglik, state.log_prior, clip, draw.value, draw.noise_std, u, q)
-    accepted, n_clipped, n_rows = flags.tolist()
-    std = float(draw.noise_std)
-    rel = RatioRelease(None, (T * std) ** 2, lp_new, (draw.event,), n_clipped / n_rows if n_rows else 0.0,
+    ll_new, lp_new, flags = graph(z, z_new, loglik, state.log_prior, xi, u, q)
+    accepted, n_clipped, n_rows, std = flags.tolist()
+    rel = RatioRelease(None, (T * std) ** 2, lp_new, (gaussian_event(nm),), n_clipped / n_rows if n_rows else 0.0,
                        std, cache_new=ll_new, cache_old=loglik)
     return rel, accepted == 1.0
 
