@@ -537,10 +537,6 @@ class CompiledLikelihood:
         return run(*inputs)
 
     def bucket_for(self, name: str, b: int) -> int:
-        """The padded size of a batch of ``b`` rows for the graph ``name`` (:meth:`_bucket_for`)."""
-        return self._bucket_for(name, b)
-
-    def _bucket_for(self, name: str, b: int) -> int:
         """The padded size for a batch of ``b`` rows of ``name``: its bucket
         (:func:`bucket_size`), or, when that bucket's graph is not compiled yet, the smallest
         already compiled bucket of ``name`` that holds ``b`` rows at most twice over. A run of
@@ -561,11 +557,11 @@ class CompiledLikelihood:
 
     def _padded(self, idx: torch.Tensor, dtype, size: Optional[int] = None, with_valid: bool = True,
                 name: Optional[str] = None) -> Tuple[torch.Tensor, Optional[torch.Tensor], int]:
-        """``idx`` padded with row 0 to ``size`` (default: :meth:`_bucket_for` the graph
+        """``idx`` padded with row 0 to ``size`` (default: :meth:`bucket_for` the graph
         ``name``), and the 0/1 mask of its real rows (``None`` without ``with_valid``: for
         outputs that are sliced, not summed)."""
         b = int(idx.numel())
-        size = (bucket_size(b) if name is None else self._bucket_for(name, b)) if size is None else size
+        size = (bucket_size(b) if name is None else self.bucket_for(name, b)) if size is None else size
         padded = torch.nn.functional.pad(idx, (0, size - b))  # pads with 0: row 0
         valid = _valid_mask(b, size, dtype, idx.device) if with_valid else None
         return padded, valid, size

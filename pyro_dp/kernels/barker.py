@@ -49,9 +49,9 @@ import torch
 
 from ..accounting import UnsupportedEventError, get_accountant
 from ..accounting.subsampled import barker_orders, dp_barker_event
+from ..compiled import cached_zeros
 from ..mechanisms import (RDPCurveEvent, clip_scalars, draw_batch_indices, first_distinct_draws, gaussian_release,
                           without_replacement_draws)
-from ..compiled import cached_zeros
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse, check_batch_size
 from .proposals import GaussianMixtureCorrection, _correction_tensors, barker_accept, correction_draws

@@ -218,11 +218,12 @@ def fused_minibatch_penalty_release_accept(lik, noise, rng, state: MHState, z_ne
                                            subsampling: str = "poisson"):
     r"""``(RatioRelease, accepted)`` of one minibatch penalty iteration in one compiled graph
     (:func:`_fused_minibatch_fn`), or ``None`` with both streams as they were (then the eager
-    release and test run): decided before any draw when the step cannot be fused (eager path,
-    sharded rows, an untraceable model), or after the secret draws when the batch takes
-    another branch of :func:`~pyro_dp.mechanisms.sample_without_replacement` (an empty or a
-    dense batch) or the pre-drawn indices hold fewer distinct values than the batch needs —
-    facts about the secret draws only, never the data. The draws are those of
+    release and test run): decided before any draw on the eager path or with sharded rows;
+    after the Poisson size is drawn (it picks the graph's bucket) for a model the trace cannot
+    represent or a batch that takes another branch of
+    :func:`~pyro_dp.mechanisms.sample_without_replacement` (an empty or a dense batch); after
+    the graph when the pre-drawn indices hold fewer distinct values than the batch needs —
+    facts about the model's code and the secret draws only, never the data. The draws are those of
     :func:`minibatch_penalty_release` and :func:`~.proposals.penalty_accept` in their order:
     the Poisson size, the batch's indices and the release noise (secret stream), then the
     accept uniform (algorithm stream). The batch is padded to a bucket

@@ -231,9 +231,8 @@ def _fused_private_gradient_fn(cl, temperature: float, q: float, size: int, nm: 
         std = nm * sens * clip  # sigma = nm * Delta (mechanisms._gaussian_event)
         value = cs.total + (xi * std.to(torch.float64)).to(cs.total.dtype) if nm > 0 else cs.total
         grad = grad_lp + (temperature / q) * value  # Welling & Teh 2011, eq. 4 (Horvitz–Thompson 1/q)
-        flags = torch.stack([torch.as_tensor(cs.num_clipped).to(torch.float64),
-                             torch.as_tensor(cs.num_rows).to(torch.float64), (count < k).to(torch.float64),
-                             std.to(torch.float64)])
+        flags = torch.stack([cs.num_clipped.to(torch.float64), cs.num_rows.to(torch.float64),
+                             (count < k).to(torch.float64), std.to(torch.float64)])
         return grad, flags
 
     return step
@@ -241,10 +240,11 @@ def _fused_private_gradient_fn(cl, temperature: float, q: float, size: int, nm: 
 
 def _fused_private_gradient(noise, lik, z, q: float, grad_clip, nm: float, relation: str):
     r""":func:`private_gradient` as one compiled graph (:func:`_fused_private_gradient_fn`), or
-    ``None`` with the secret stream as it was (then the unfused release runs): not compiled,
-    sharded rows, an untraceable model, or — after the draws — an empty or dense batch or
-    pre-drawn indices with fewer distinct values than the batch needs (facts about the secret
-    draws only, never the data). The draws are :func:`private_gradient`'s: the Poisson size, the
+    ``None`` with the secret stream as it was (then the unfused release runs): not compiled or
+    sharded rows (decided before any draw), or — after the Poisson size is drawn, which picks
+    the graph's bucket — an untraceable model, an empty or dense batch, or pre-drawn indices
+    with fewer distinct values than the batch needs (facts about the model's code and the
+    secret draws only, never the data). The draws are :func:`private_gradient`'s: the Poisson size, the
     batch's indices, then the noise, all from the secret stream; the values, the event and the
     chain are the unfused path's (``tests/test_compiled.py``)."""
     if not can_fuse(lik, noise):
