@@ -490,7 +490,7 @@ def audit(
     >>> from pyro.infer.autoguide.initialization import init_to_mean
     >>> from pyro_dp import DPPenalty
     >>> def model(y):
-    ...     mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=y.dtype), 1.0))
+    ...     mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=y.dtype, device=y.device), 1.0))
     ...     with pyro.plate("data", len(y)) as i:
     ...         pyro.sample("y", dist.Normal(mu, 1.0), obs=y[i])
     >>> y = torch.zeros(50, dtype=torch.float64)

@@ -87,6 +87,10 @@ COLUMNS_MAX_DIM = 32
 #: graph) and ``"graph"`` (the traced graph run as is: exact, no compile time).
 BACKENDS = ("inductor", "graph")
 
+#: ``torch.compile`` modes that capture CUDA graphs: refused in ``jit_options`` (see
+#: :class:`CompiledLikelihood`).
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+
 
 class CompileFallbackWarning(UserWarning):
     """A function of the model could not be traced into a graph; the eager path is used for it."""
@@ -406,6 +410,14 @@ class CompiledLikelihood:
         backend = options.pop("backend", "inductor")
         if backend not in BACKENDS:
             raise ValueError(f"jit_options['backend'] must be one of {BACKENDS}, got {backend!r}")
+        if options.get("mode") in CUDA_GRAPH_MODES or (options.get("options") or {}).get("triton.cudagraphs"):
+            # measured on an H200 (benchmarks/cuda_graphs.py): torch refuses DP penalty's second
+            # iteration ("accessing tensor output of CUDAGraphs that has been overwritten") and
+            # cannot re-trace DP-HMC's or DP Barker's graphs ("Attempt to trace generator")
+            raise ValueError(
+                f"jit_options: CUDA graphs ({options.get('mode') or 'triton.cudagraphs'}) are not supported: a CUDA "
+                "graph's outputs are overwritten by its next replay, while a kernel keeps the previous iteration's "
+                "per-example log-likelihoods in its state. Use the default mode or 'max-autotune-no-cudagraphs'.")
         self.backend = backend
         self.compile_kwargs = options
         self.lik = lik

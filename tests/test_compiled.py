@@ -173,6 +173,9 @@ def test_full_data_fused_pass_runs_in_chunks(monkeypatch):
 def test_bad_jit_options():
     with pytest.raises(ValueError, match="backend"):
         PrivateLikelihood(gauss_model, (make_data(5),), jit_compile=True, jit_options={"backend": "nope"})
+    for bad in ({"mode": "reduce-overhead"}, {"mode": "max-autotune"}, {"options": {"triton.cudagraphs": True}}):
+        with pytest.raises(ValueError, match="CUDA graphs"):
+            PrivateLikelihood(gauss_model, (make_data(5),), jit_compile=True, jit_options=bad)
     with pytest.raises(ValueError, match="jit_compile=True"):
         pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=1.0, noise_multiplier=1.0, jit_options={"backend": "graph"})
 

@@ -54,7 +54,7 @@ BETA = torch.tensor([1.0, -2.0, 0.5, 0.0], dtype=torch.float64)  # the simulatio
 
 # %%
 def model(X, y):
-    beta = pyro.sample("beta", dist.Normal(torch.zeros(X.shape[1], dtype=X.dtype), 2.0).to_event(1))
+    beta = pyro.sample("beta", dist.Normal(torch.zeros(X.shape[1], dtype=X.dtype, device=X.device), 2.0).to_event(1))
     with pyro.plate("data", X.shape[0]) as idx:
         pyro.sample("y", dist.Normal(X[idx] @ beta, 1.0), obs=y[idx])
 

@@ -118,7 +118,7 @@ print(f"N = {N} rows, D = {D} coefficients")
 
 # %%
 def model(X, y):
-    w = pyro.sample("w", dist.Normal(torch.zeros(X.shape[1], dtype=X.dtype), 2.0).to_event(1))
+    w = pyro.sample("w", dist.Normal(torch.zeros(X.shape[1], dtype=X.dtype, device=X.device), 2.0).to_event(1))
     with pyro.plate("data", X.shape[0]) as idx:
         pyro.sample("y", dist.Geometric(logits=-(X[idx] @ w)), obs=y[idx])
 

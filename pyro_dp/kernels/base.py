@@ -460,7 +460,7 @@ class DPKernel(MCMCKernel):
 
         >>> import torch, pyro, pyro.distributions as dist, pyro_dp
         >>> def model(y):
-        ...     mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=y.dtype), 1.0))
+        ...     mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=y.dtype, device=y.device), 1.0))
         ...     with pyro.plate("data", len(y)) as i:
         ...         pyro.sample("y", dist.Normal(mu, 1.0), obs=y[i])
         >>> k = pyro_dp.DPPenalty(model, 0.1, llr_clip=1.0, noise_multiplier=10.0, seed=0)

@@ -292,7 +292,8 @@ def hmc_step(
         if not math.isfinite(accept_prob):
             accepted, accept_prob = False, 0.0
     else:  # left the support / diverged: a data-free rejection, no ratio released
-        penalty_accept(rng, torch.zeros((), dtype=z.dtype), torch.zeros((), dtype=z.dtype))  # keep the stream aligned
+        zero = torch.zeros((), dtype=z.dtype, device=z.device)
+        penalty_accept(rng, zero, zero)  # keep the stream aligned
         accepted, accept_prob = False, 0.0
     if accepted:  # thesis Alg. 3: G_{i+1,0} = G_{i,L}
         new = HMCState(z_new, lp_new, ll_new, g_new)

@@ -120,7 +120,7 @@ def _poisson_statistics(a1: float, a2: float):
 
 
 def _poisson_bound(a1: float, a2: float, clip):
-    """:math:`h = a_1 c + a_2 c^2 \ge |g_i|` for ratios clipped to :math:`\pm c` (module doc): the
+    r""":math:`h = a_1 c + a_2 c^2 \ge |g_i|` for ratios clipped to :math:`\pm c` (module doc): the
     centred interval of the Poisson terms, substitute sensitivity :math:`2h`."""
     return a1 * clip + a2 * clip * clip
 

@@ -62,7 +62,7 @@ class DPGradientInit:
     >>> import torch, pyro, pyro.distributions as dist
     >>> from pyro_dp import DPPenalty
     >>> def model(y):
-    ...     mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=y.dtype), 10.0))
+    ...     mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=y.dtype, device=y.device), 10.0))
     ...     with pyro.plate("data", len(y)) as i:
     ...         pyro.sample("y", dist.Normal(mu, 1.0), obs=y[i])
     >>> y = torch.full((1000,), 2.0, dtype=torch.float64)

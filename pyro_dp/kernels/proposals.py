@@ -24,8 +24,8 @@ __all__ = [
 
 def accept_uniform(rng: torch.Generator, like: torch.Tensor) -> torch.Tensor:
     """The accept test's ``U ~ Uniform(0, 1)`` (0-d, dtype and device of ``like``), drawn from
-    the algorithm's generator (data-free)."""
-    return torch.rand((), generator=rng, dtype=like.dtype, device=like.device)
+    the algorithm's generator (data-free), on the generator's device."""
+    return torch.rand((), generator=rng, dtype=like.dtype, device=rng.device).to(like.device)
 
 
 def uniform_log(rng: torch.Generator, like: torch.Tensor) -> torch.Tensor:
@@ -273,7 +273,7 @@ def _correction_draw(rng: torch.Generator, corr: GaussianMixtureCorrection, like
     # the component: Gumbel-max with exponentials, argmax_k w_k / E_k, E_k ~ Exp(1) — what
     # torch.multinomial(weights, 1) computes (ATen's one-sample fast path), without its three
     # validity checks on the (fixed, checked at load) weights (#17)
-    k = int(torch.argmax(weights / expo))
+    k = int(torch.argmax(weights.to(expo.device) / expo))
     sign = 1.0 if float(u) < 0.5 else -1.0
     if floats is not None:
         return sign * floats[0][k] + floats[1][k] * float(xi)
@@ -283,13 +283,14 @@ def _correction_draw(rng: torch.Generator, corr: GaussianMixtureCorrection, like
 def correction_draws(rng: torch.Generator, corr: GaussianMixtureCorrection, like: torch.Tensor):
     r"""The randomness of one :math:`V_{\rm corr}` draw from the algorithm's generator
     (data-free), in its order: ``(E, u, xi)`` with :math:`E_k \sim \mathrm{Exp}(1)` per mixture
-    component (float64, CPU; the component is :math:`\arg\max_k w_k/E_k`), the sign's
-    uniform ``u`` (float64) and the standard normal ``xi`` (dtype and device of ``like``). The
+    component (float64, on the generator's device; the component is :math:`\arg\max_k w_k/E_k`), the sign's
+    uniform ``u`` (float64, likewise) and the standard normal ``xi`` (dtype and device of ``like``). The
     compiled DP Barker step draws them before its graph and evaluates the draw inside it
     (:func:`~pyro_dp.kernels.barker.fused_barker_release_accept`)."""
     weights = _correction_tensors(corr, like.dtype, like.device)[2]
-    expo = torch.empty_like(weights).exponential_(1.0, generator=rng)
-    u = torch.rand((), generator=rng, dtype=torch.float64)
+    # on the generator's device (the algorithm stream follows the data's device, #17)
+    expo = torch.empty(weights.shape, dtype=torch.float64, device=rng.device).exponential_(1.0, generator=rng)
+    u = torch.rand((), generator=rng, dtype=torch.float64, device=rng.device)
     xi = torch.randn((), generator=rng, dtype=like.dtype, device=like.device)
     return expo, u, xi
 

@@ -109,11 +109,11 @@ class Banana(dist.TorchDistribution):
         return torch.cat([v[..., :1], v2.unsqueeze(-1), v[..., 2:]], dim=-1)
 
 
-def banana_lik_scale(dim: int, dtype=torch.float64) -> torch.Tensor:
+def banana_lik_scale(dim: int, dtype=torch.float64, device=None) -> torch.Tensor:
     r"""Thesis §6.1 likelihood standard deviations: :math:`\sigma^2 = (20, 2.5, 1, \dots, 1)`."""
     if dim < 2:
         raise ValueError("dim must be >= 2")
-    var = torch.ones(dim, dtype=dtype)
+    var = torch.ones(dim, dtype=dtype, device=device)
     var[0], var[1] = 20.0, 2.5
     return var.sqrt()
 
@@ -141,8 +141,11 @@ def banana_model(X, a: float = 20.0, b: float = 0.0, m: float = 0.0, sigma0_sq: 
     r"""Pyro model of thesis Thm 12: latent ``"theta"`` (shape ``[d]``), observed ``"obs"``
     rows ``X[idx]`` in the ``"data"`` plate. Untempered: kernels apply the temperature."""
     d = X.shape[-1]
-    scale = banana_lik_scale(d, X.dtype) if lik_scale is None else torch.as_tensor(lik_scale, dtype=X.dtype)
-    prior = Banana(torch.zeros(d, dtype=X.dtype), torch.full((d,), math.sqrt(sigma0_sq), dtype=X.dtype), a, b, m)
+    dev = X.device
+    scale = (banana_lik_scale(d, X.dtype, dev) if lik_scale is None
+             else torch.as_tensor(lik_scale, dtype=X.dtype, device=dev))
+    prior = Banana(torch.zeros(d, dtype=X.dtype, device=dev),
+                   torch.full((d,), math.sqrt(sigma0_sq), dtype=X.dtype, device=dev), a, b, m)
     theta = pyro.sample("theta", prior)
     with pyro.plate("data", X.shape[0]) as idx:
         pyro.sample("obs", dist.Normal(_mean_fn(theta, a, b, m), scale).to_event(1), obs=X[idx])

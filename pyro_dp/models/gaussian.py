@@ -51,10 +51,11 @@ def diagonal_cov(dim: int, dtype=torch.float64) -> torch.Tensor:
     return torch.diag(v)
 
 
-def _prior(d, dtype, prior_loc, prior_var):
-    loc = torch.zeros(d, dtype=dtype) if prior_loc is None else torch.as_tensor(prior_loc, dtype=dtype)
-    pv = torch.as_tensor(prior_var, dtype=dtype)
-    cov = pv if pv.dim() == 2 else torch.eye(d, dtype=dtype) * pv
+def _prior(d, dtype, prior_loc, prior_var, device=None):
+    loc = torch.zeros(d, dtype=dtype, device=device) if prior_loc is None else torch.as_tensor(
+        prior_loc, dtype=dtype, device=device)
+    pv = torch.as_tensor(prior_var, dtype=dtype, device=device)
+    cov = pv if pv.dim() == 2 else torch.eye(d, dtype=dtype, device=device) * pv
     return loc, cov
 
 
@@ -63,9 +64,9 @@ def gaussian_model(X, cov, prior_var=1000.0, prior_loc=None):
     ``"data"`` plate with known covariance ``cov``. ``prior_var`` is a scalar (isotropic)
     or a ``[d, d]`` covariance."""
     d = X.shape[-1]
-    loc0, cov0 = _prior(d, X.dtype, prior_loc, prior_var)
+    loc0, cov0 = _prior(d, X.dtype, prior_loc, prior_var, X.device)
     theta = pyro.sample("theta", dist.MultivariateNormal(loc0, covariance_matrix=cov0))
-    scale_tril = torch.linalg.cholesky(torch.as_tensor(cov, dtype=X.dtype))
+    scale_tril = torch.linalg.cholesky(torch.as_tensor(cov, dtype=X.dtype, device=X.device))
     with pyro.plate("data", X.shape[0]) as idx:
         pyro.sample("obs", dist.MultivariateNormal(theta, scale_tril=scale_tril), obs=X[idx])
 
@@ -88,8 +89,8 @@ def make_gaussian_data(n: int, cov, *, theta: Optional[Sequence[float]] = None, 
 def gaussian_posterior(X, cov, prior_var=1000.0, prior_loc=None, temperature: float = 1.0):
     r"""Closed-form (tempered) posterior as a ``MultivariateNormal``."""
     n, d = X.shape
-    cov = torch.as_tensor(cov, dtype=X.dtype)
-    loc0, cov0 = _prior(d, X.dtype, prior_loc, prior_var)
+    cov = torch.as_tensor(cov, dtype=X.dtype, device=X.device)
+    loc0, cov0 = _prior(d, X.dtype, prior_loc, prior_var, X.device)
     T = float(temperature)
     p0, p = torch.linalg.inv(cov0), torch.linalg.inv(cov)
     prec = p0 + T * n * p

@@ -16,14 +16,14 @@ S, M0, S0 = 1.0, 0.0, 3.0
 
 
 def gauss_model(y):
-    mu = pyro.sample("mu", dist.Normal(torch.tensor(M0, dtype=y.dtype), S0))
+    mu = pyro.sample("mu", dist.Normal(torch.tensor(M0, dtype=y.dtype, device=y.device), S0))
     with pyro.plate("data", y.shape[0]) as idx:
         pyro.sample("obs", dist.Normal(mu, S), obs=y[idx])
 
 
 def gauss_model_2d(y):
     """Two independent coordinates (for OCU/GWMH): y_i in R^2, mu ~ N(0, S0^2 I)."""
-    mu = pyro.sample("mu", dist.Normal(torch.zeros(2, dtype=y.dtype), S0).to_event(1))
+    mu = pyro.sample("mu", dist.Normal(torch.zeros(2, dtype=y.dtype, device=y.device), S0).to_event(1))
     with pyro.plate("data", y.shape[0]) as idx:
         pyro.sample("obs", dist.Normal(mu, S).to_event(1), obs=y[idx])
 
