@@ -66,6 +66,7 @@ from .regression import (
 from .gaussian import (
     correlated_cov,
     diagonal_cov,
+    gaussian_diag_model,
     gaussian_model,
     gaussian_posterior,
     gaussian_reference_sample,
@@ -76,7 +77,7 @@ __all__ = [
     "Banana", "banana_lik_scale", "banana_model", "banana_posterior", "banana_reference_sample",
     "banana_true_theta", "make_banana_data",
     "circle_log_density", "circle_model", "circle_reference_sample", "make_circle_data",
-    "correlated_cov", "diagonal_cov", "gaussian_model", "gaussian_posterior",
+    "correlated_cov", "diagonal_cov", "gaussian_diag_model", "gaussian_model", "gaussian_posterior",
     "gaussian_reference_sample", "make_gaussian_data",
     "GridDensity",
     "GMM_LIK_VAR", "GMM_PRIOR_VAR", "GMM_TRUE_THETA", "TRUNCATED_GMM_BOX", "gmm_log_posterior", "gmm_loglik",
@@ -179,7 +180,10 @@ def get_problem(name: str, n: Optional[int] = None, seed: int = 0) -> Problem:
         cov = diagonal_cov(d) if family == "gauss-diag" else correlated_cov(0.999)
         X = make_gaussian_data(n, cov, seed=seed)
         post = gaussian_posterior(X, cov, prior_var=s0, temperature=T)
-        model = partial(gaussian_model, cov=cov, prior_var=s0)
+        if family == "gauss-diag":  # independent Normals: the same density, no solve per row
+            model = partial(gaussian_diag_model, sd=cov.diagonal().sqrt(), prior_var=s0)
+        else:
+            model = partial(gaussian_model, cov=cov, prior_var=s0)
         start = torch.zeros(d, dtype=X.dtype)
         start[1] = 3.0
         return Problem(name, model, (X,), T, start, start_sd, post,
