@@ -4,6 +4,12 @@ the chains compared (the same seed must give the same chain). On a GPU a DP MCMC
 launch- and synchronisation-bound (a few kernels per graph, one host read of the accept
 decision per iteration), which is what CUDA graphs address.
 
+The library refuses these modes (``pyro_dp.compiled.CUDA_GRAPH_MODES``) because of what this
+script measured on an NVIDIA H200 (2026-11-26): torch stops DP penalty's second iteration
+("accessing tensor output of CUDAGraphs that has been overwritten by a subsequent run") and
+cannot re-trace DP-HMC's and DP Barker's graphs ("Attempt to trace generator"). The script
+lifts the refusal for its own kernels to show it again.
+
 Run on a machine with CUDA: ``python benchmarks/cuda_graphs.py``.
 """
 import sys
@@ -17,9 +23,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 from compiled import gauss_model, timed_runs  # noqa: E402
 
 import pyro_dp  # noqa: E402
+import pyro_dp.compiled  # noqa: E402
 from pyro_dp.models.banana import banana_model, make_banana_data  # noqa: E402
 
 warnings.simplefilter("ignore")
+pyro_dp.compiled.CUDA_GRAPH_MODES = ()  # lift the refusal: this script measures what it prevents
 
 
 def chain(make, data, init, n=30):
