@@ -329,6 +329,16 @@ def test_dphmc_fused_leapfrog_steps_give_the_eager_chain_and_ledger(num_steps):
         ["dphmc_step[last=True,T=1.0]"] if num_steps == 1 else
         ["dphmc_step[last=False,T=1.0]", "dphmc_step[last=True,T=1.0]"])
     assert "clipped_grad_sum" not in names and "clipped_difference_sum" not in names
+    # the non-private gradient clipped fraction (read from the graphs' counts in one transfer)
+    # is the eager one; a clip of 0.3 binds on about two thirds of the rows
+    fracs = []
+    for extra in ({}, GRAPH):
+        k = pyro_dp.DPHMC(gauss_model, 0.02, num_steps, 0.3, 2.0, 5.0, 3.0, nonprivate_diagnostics=True,
+                          **dict(GOLDEN_KW, **extra))
+        m = MCMC(k, num_samples=10, warmup_steps=0, disable_progbar=True)
+        m.run(y)
+        fracs.append(m.diagnostics()["non-private gradient clipped fraction"]["chain 0"])
+    assert fracs[0] == fracs[1] and 0.1 < fracs[0] < 0.9
 
 
 def test_dphmc_unfusable_steps_fall_back_before_any_release(monkeypatch):

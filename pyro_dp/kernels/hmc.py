@@ -217,7 +217,9 @@ def _fused_trajectory(noise, lik, state, p0, *, step_size, num_steps, inv_mass, 
     out = last(zz, p, eta, inv_mass, clip, draws.value[num_steps - 1], state.loglik, z, llr)
     counts.append(out[4:6])
     events.extend([draws.event] * num_steps)
-    for n_clipped, n_rows in counts:  # the non-private clipped fractions, as clipped_sum_with_noise
+    # the non-private clipped fractions, as clipped_sum_with_noise: read in one host transfer
+    # (on a GPU each read is a synchronisation; 2L of them were most of an iteration's 27, #17)
+    for n_clipped, n_rows in torch.stack([torch.stack(c) for c in counts]).tolist():
         n_rows = int(n_rows)
         grad_fracs.append(int(n_clipped) / n_rows if n_rows else 0.0)
     zz, p, g, lp, _, _, ll, ratio_clip, total, n_clipped, n_rows = out
