@@ -24,6 +24,12 @@ import pyro_dp.models  # noqa: E402
 
 DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
 
+# One build per test run: the build writes the tutorials' rendered output into the source tree
+# (docs/_ext/tutorial_outputs.py, docs/_generated), so two pytest-xdist workers building at once
+# delete each other's files (seen: both builds failed with -n 2). ``--dist loadgroup``
+# (pyproject's addopts) keeps this module's tests on one worker.
+pytestmark = pytest.mark.xdist_group("sphinx_build")
+
 
 @pytest.fixture(scope="module")
 def built_docs(tmp_path_factory):
