@@ -239,8 +239,8 @@ def fused_barker_release_accept(lik, noise, rng, state: MHState, z_new: torch.Te
     means, sds, weights, _ = _correction_tensors(correction, z.dtype, z.device)
     gen = noise.generator
     like, ints = cached_zeros((), torch.float64, z.device), cached_zeros((m,), torch.long, z.device)
-    zero, w_dev = cached_zeros((), z.dtype, z.device), weights.to(z.device)
-    example = (z, z_new, ints, ints, like, w_dev, like, zero, state.log_prior, zero, means, sds, w_dev)
+    zero = cached_zeros((), z.dtype, z.device)
+    example = (z, z_new, ints, ints, like, weights, like, zero, state.log_prior, zero, means, sds, weights)
     graph = lik.compiled.fused_graph(f"barker_step[n={n},b={b},T={T!r},C={correction.C!r}]",
                                      _fused_barker_fn(lik, n, b, T, correction.C), example, full_data=False)
     if graph is None:
@@ -252,7 +252,7 @@ def fused_barker_release_accept(lik, noise, rng, state: MHState, z_new: torch.Te
     expo, u, xc = correction_draws(rng, correction, z)  # proposals._correction_draw's draws
     q = torch.as_tensor(log_q_ratio, dtype=z.dtype, device=dev)
     lp_new, flags = graph(z, z_new, draws, keys, xi.to(dev), expo.to(dev), u.to(dev), xc,
-                          state.log_prior, q, means, sds, w_dev)
+                          state.log_prior, q, means, sds, weights)
     accepted, n_clipped, short = flags.tolist()
     if short:  # fewer than b distinct draws: the eager step draws more (data-free, see above)
         gen.set_state(secret)

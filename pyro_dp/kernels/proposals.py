@@ -308,7 +308,7 @@ def _correction_tensors(corr: GaussianMixtureCorrection, dtype, device):
         means = torch.as_tensor(corr.means, dtype=dtype, device=device)
         sds = torch.sqrt(torch.as_tensor(corr.variances, dtype=dtype, device=device))
         floats = (means.tolist(), sds.tolist()) if dtype == torch.float64 and means.device.type == "cpu" else None
-        out = _CORRECTIONS[key] = (corr, (means, sds, corr.weights.to(torch.float64), floats))
+        out = _CORRECTIONS[key] = (corr, (means, sds, corr.weights.to(dtype=torch.float64, device=device), floats))
     return out[1]
 
 

@@ -60,13 +60,17 @@ def _prior(d, dtype, prior_loc, prior_var, device=None):
     return loc, cov
 
 
+def _sample_theta(X, prior_var, prior_loc):
+    """The latent ``"theta"`` of both Gaussian models: its Normal prior on ``X``'s device."""
+    loc0, cov0 = _prior(X.shape[-1], X.dtype, prior_loc, prior_var, X.device)
+    return pyro.sample("theta", dist.MultivariateNormal(loc0, covariance_matrix=cov0))
+
+
 def gaussian_model(X, cov, prior_var=1000.0, prior_loc=None):
     r"""Pyro model: latent ``"theta"`` ``[d]``, rows ``X[idx]`` observed as ``"obs"`` in the
     ``"data"`` plate with known covariance ``cov``. ``prior_var`` is a scalar (isotropic)
     or a ``[d, d]`` covariance."""
-    d = X.shape[-1]
-    loc0, cov0 = _prior(d, X.dtype, prior_loc, prior_var, X.device)
-    theta = pyro.sample("theta", dist.MultivariateNormal(loc0, covariance_matrix=cov0))
+    theta = _sample_theta(X, prior_var, prior_loc)
     scale_tril = torch.linalg.cholesky(torch.as_tensor(cov, dtype=X.dtype, device=X.device))
     with pyro.plate("data", X.shape[0]) as idx:
         pyro.sample("obs", dist.MultivariateNormal(theta, scale_tril=scale_tril), obs=X[idx])
@@ -86,9 +90,7 @@ def gaussian_diag_model(X, sd, prior_var=1000.0, prior_loc=None):
     >>> tr.nodes["obs"]["fn"].event_shape
     torch.Size([3])
     """
-    d = X.shape[-1]
-    loc0, cov0 = _prior(d, X.dtype, prior_loc, prior_var, X.device)
-    theta = pyro.sample("theta", dist.MultivariateNormal(loc0, covariance_matrix=cov0))
+    theta = _sample_theta(X, prior_var, prior_loc)
     sd = torch.as_tensor(sd, dtype=X.dtype, device=X.device)
     with pyro.plate("data", X.shape[0]) as idx:
         pyro.sample("obs", dist.Normal(theta, sd).to_event(1), obs=X[idx])
