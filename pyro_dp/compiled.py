@@ -44,7 +44,11 @@ Exactness. The ``"graph"`` backend replays the eager aten operations: chains are
 eager ones. Inductor may fuse sums in another order, so its per-example terms can differ from
 eager in the last bits (tests compare chains to ``1e-10`` relative); the privacy analysis is
 unaffected (clip bounds hold exactly: the clip is applied inside the graph to the values that
-are summed).
+are summed). A float32 model stays float32 on both paths; with float32 the compiled chain
+follows the eager one to float32 rounding (an accept decision within rounding of its
+threshold may then differ; tests compare 30-step chains to ``1e-4``). A graph refuses inputs
+of another dtype, shape or device than it was compiled for (an internal error, never a
+silently reinterpreted value).
 """
 from __future__ import annotations
 
@@ -384,6 +388,31 @@ def _signature(t: torch.Tensor) -> tuple:
     return (t.shape, t.dtype, t.device)  # torch.Size and torch.device compare and hash by value
 
 
+def _checked(name: str, signatures: tuple, inputs: tuple) -> tuple:
+    """``inputs`` if each has the shape, dtype and device of the example its graph was compiled
+    from (:meth:`CompiledLikelihood.fused_graph`), else a ``RuntimeError``. A compiled graph
+    checks its inputs' sizes and strides, not their dtypes: a float64 input where a float32
+    one was traced would be read as float32 bits, a silently wrong value. Shapes, dtypes and
+    devices are not data, so the check reads nothing private.
+
+    >>> x = torch.zeros(2)
+    >>> _checked("f", (_signature(x),), (torch.ones(2),))[0].tolist()
+    [1.0, 1.0]
+    >>> _checked("f", (_signature(x),), (torch.ones(2, dtype=torch.float64),))
+    Traceback (most recent call last):
+    ...
+    RuntimeError: internal error: graph f was compiled for input 0 of (torch.Size([2]), torch.float32, device(type='cpu')), called with (torch.Size([2]), torch.float64, device(type='cpu')) (please report)
+    """
+    if len(inputs) != len(signatures):
+        raise RuntimeError(f"internal error: graph {name} takes {len(signatures)} inputs, called with {len(inputs)} "
+                           "(please report)")
+    for j, (x, sig) in enumerate(zip(inputs, signatures)):
+        if x.dtype != sig[1] or x.shape != sig[0] or x.device != sig[2]:
+            raise RuntimeError(f"internal error: graph {name} was compiled for input {j} of {sig}, called with "
+                               f"{_signature(x)} (please report)")
+    return inputs
+
+
 class CompiledLikelihood:
     r"""The traced and compiled functions of one :class:`~pyro_dp.likelihood.PrivateLikelihood`
     (built by it when ``jit_compile=True``; kernels never call this class directly).
@@ -641,7 +670,11 @@ class CompiledLikelihood:
             basis = torch.zeros_like(zz)
             basis[j] = 1
             ll, col = torch.func.jvp(f, (zz,), (basis,))
-            cols.append(col)
+            # In the latent's dtype, as reverse mode gives it: forward mode can promote a float32
+            # tangent to float64 (torch 2.13: the jvp of AffineTransform(0., 1) -- Pyro's
+            # transform to a positive 0-d site -- at a 0-d float32 point is float64), and a
+            # float64 gradient would turn the chain's state float64 (tests/test_compiled.py)
+            cols.append(col.to(zz.dtype))
         return ll, cols
 
     def per_example_grad(self, z, idx=None):
@@ -704,7 +737,7 @@ class CompiledLikelihood:
         run = self._get(name, fn, inputs, bucket, key)
         if run is None:
             return None
-        return lambda *xs: self._run(key, run, xs)
+        return lambda *xs: self._run(key, run, _checked(name, key[2], xs))
 
     def clipped_grad_sum(self, z, clip, idx=None):
         lik = self.lik

@@ -341,6 +341,61 @@ def test_dphmc_fused_leapfrog_steps_give_the_eager_chain_and_ledger(num_steps):
     assert fracs[0] == fracs[1] and 0.1 < fracs[0] < 0.9
 
 
+def _scale_model(y):
+    """Normal(mu, sigma) with a 0-d positive latent: Pyro maps it to the real line with
+    ``ComposeTransform(Exp, AffineTransform(0., 1))``, whose forward-mode derivative at a 0-d
+    float32 point torch 2.13 returns as float64."""
+    mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=y.dtype), 5.0))
+    sigma = pyro.sample("sigma", dist.HalfNormal(torch.tensor(3.0, dtype=y.dtype)))
+    with pyro.plate("data", len(y)):
+        pyro.sample("obs", dist.Normal(mu, sigma), obs=y)
+
+
+def test_float32_model_keeps_its_dtype_and_the_eager_chain_on_the_compiled_path():
+    """A new user's float32 model with a positive scalar latent. The compiled path's
+    forward-mode gradient columns came out float64 (the torch quirk of :func:`_scale_model`),
+    so DP-HMC's momentum became float64 and its float32 leapfrog graph read float64 bits as
+    float32: non-finite trajectories, data-free rejections, a chain stuck at its start while
+    eager moved, and a different ledger (gradient releases without their ratio release).
+    Now the compiled chain is the eager one (float32: to 1e-4, inductor may reorder sums), the
+    ledger is the same and the state stays float32, also for DP-SGLD."""
+    y = (1.0 + 2.0 * torch.randn(400, generator=torch.Generator().manual_seed(0), dtype=torch.float64)).float()
+    kw = dict(seed=3, noise_seed=4, init_strategy=pyro.infer.autoguide.initialization.init_to_median)
+    factories = {
+        "hmc": lambda **e: pyro_dp.DPHMC(_scale_model, 0.01, 3, 2.0, 2.0, 3.0, 2.0, **kw, **e),
+        "sgld": lambda **e: pyro_dp.DPSGLD(_scale_model, 50, 1e-4, 2.0, **kw, **e),
+    }
+    for name, make in factories.items():
+        chain, ledger = run(make, y)
+        for extra in (GRAPH, dict(jit_compile=True)):
+            k = make(**extra)
+            got, got_ledger = run(lambda: k, y)
+            assert got_ledger == ledger, name
+            torch.testing.assert_close(torch.tensor(got), torch.tensor(chain), rtol=1e-4, atol=1e-5)
+            assert k._state.z.dtype == torch.float32, name
+    moved = torch.tensor(chain)
+    assert bool((moved[1:] != moved[:-1]).any(1).float().mean() > 0.3)  # the eager chain moves
+
+
+def test_a_fused_graph_refuses_inputs_of_another_dtype_than_it_was_compiled_for():
+    """Inductor checks a graph's input sizes and strides, not dtypes: a float64 input where the
+    graph was compiled for float32 would be read as float32 bits. The callable of
+    :meth:`~pyro_dp.compiled.CompiledLikelihood.fused_graph` refuses it (an internal error:
+    dtypes are not data)."""
+    y = make_data(20, seed=1)
+    for options in ({"backend": "graph"}, {}):
+        lik = PrivateLikelihood(gauss_model, (y,), seed=0, jit_compile=True, jit_options=options)
+        z = torch.tensor([0.3], dtype=torch.float64)
+        graph = lik.compiled.fused_graph("twice", lambda v: 2 * v, (z,))
+        out = graph(z)
+        assert (out[0] if isinstance(out, (tuple, list)) else out).tolist() == [0.6]
+        for bad in (z.float(), torch.zeros(2, dtype=torch.float64)):
+            with pytest.raises(RuntimeError, match="compiled for input 0"):
+                graph(bad)
+        with pytest.raises(RuntimeError, match="takes 1 inputs"):
+            graph(z, z)
+
+
 def test_dphmc_unfusable_steps_fall_back_before_any_release(monkeypatch):
     """A model the trace cannot represent, and data whose gradient pass needs chunks, run the
     unfused DP-HMC step (decided from code and shapes, before any noise is drawn): the same
