@@ -173,11 +173,11 @@ def main():
     n_it = args.iterations
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), device {dev}")
     print(f"{'kernel':40s} {'iteration':>10s} {'graph':>8s} {'draws':>8s} {'rng':>8s} {'floor':>8s} {'python':>8s} "
-          f"{'target':>7s}   (ms)")
+          f"{'target':>7s} {'it/floor':>8s}   (ms)")
 
     def row(name, it, g, d, r, target):
         print(f"{name:40s} {it * 1e3:10.3f} {g * 1e3:8.3f} {d * 1e3:8.3f} {r * 1e3:8.3f} {(g + r) * 1e3:8.3f} "
-              f"{(it - g - r) * 1e3:8.3f} {target:7.2f}", flush=True)
+              f"{(it - g - r) * 1e3:8.3f} {target:7.2f} {it / (g + r):8.2f}", flush=True)
 
     gen = torch.Generator().manual_seed(0)
     for n in (100_000, 10_000_000):
