@@ -12,6 +12,12 @@ materialises all ``N × d`` per-example gradients.
 
 Run: ``python benchmarks/memory.py`` (N = 1e6 both paths, then N = 1e7 compiled only; about
 2 minutes and 5 GB of RAM) or ``--quick`` (N = 1e6 only).
+
+``--heap``: the resident memory a long chain gains (:mod:`pyro_dp.heap`). A DP penalty chain
+through ``pyro.infer.MCMC`` on N = 50 000 rows, 1 500 iterations, in fresh processes, with the
+kernels' heap trimming (every :data:`~pyro_dp.heap.HEAP_TRIM_EVERY` iterations) and without it
+(the baseline, measured in the same run); prints both growths, over ``--repeats`` processes (glibc's
+fragmentation depends on the process's address layout, so the untrimmed growth varies).
 """
 from __future__ import annotations
 
@@ -73,10 +79,52 @@ def measure(n, d, jit):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+HEAP_CHILD = r"""
+import os, sys, warnings
+import torch, pyro, pyro.distributions as dist
+from pyro.infer import MCMC
+import pyro_dp, pyro_dp.kernels.base as base
+warnings.simplefilter("ignore")
+torch.set_num_threads(1)
+base.HEAP_TRIM_EVERY = int(sys.argv[1])
+def model(y):
+    mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=y.dtype), 10.0))
+    with pyro.plate("data", y.shape[0]) as i:
+        pyro.sample("obs", dist.Normal(mu, 1.0), obs=y[i])
+y = torch.randn(50_000, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+rss = lambda: int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+start = {"mu": torch.tensor(0.0, dtype=torch.float64)}
+k = pyro_dp.DPPenalty(model, 0.005, llr_clip=3.0, noise_multiplier=1.0, seed=0)
+MCMC(k, num_samples=200, warmup_steps=0, disable_progbar=True, initial_params=start).run(y)
+r0 = rss()
+MCMC(k, num_samples=1500, warmup_steps=0, disable_progbar=True, initial_params=start).run(y)
+print((rss() - r0) / 2**20)
+"""
+
+
+def heap(repeats: int):
+    from pyro_dp.heap import HEAP_TRIM_EVERY
+
+    def growth(every):
+        out = subprocess.run([sys.executable, "-c", HEAP_CHILD, str(every)], capture_output=True, text=True,
+                             check=True, timeout=1800)
+        return float(out.stdout.strip().splitlines()[-1])
+
+    print(f"{'process':>7} {'untrimmed MiB':>14} {'trimmed MiB':>12}   (DP penalty, N = 5e4, 1 500 iterations)")
+    for r in range(repeats):
+        u, t = growth(10**9), growth(HEAP_TRIM_EVERY)
+        print(f"{r:>7} {u:14.1f} {t:12.1f}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--heap", action="store_true", help="a long chain's resident memory, trimmed or not")
+    ap.add_argument("--repeats", type=int, default=4)
     args = ap.parse_args()
+    if args.heap:
+        heap(args.repeats)
+        return
     cases = [(1_000_000, 100, False), (1_000_000, 100, True)]
     if not args.quick:
         cases.append((10_000_000, 100, True))

@@ -53,6 +53,7 @@ from pyro.infer.autoguide.initialization import init_to_sample
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
 from ..checks import SamplingWarning, chain_problems
+from ..heap import HEAP_TRIM_EVERY, release_free_heap
 from ..likelihood import PrivateLikelihood
 from ..accounting import DEFAULT_ACCOUNTANT, calibrate, get_accountant
 from ..mechanisms import NoiseSource, PrivacyEvent, PrivacyLedger, ReproducibleNoiseWarning
@@ -890,6 +891,8 @@ class DPKernel(MCMCKernel):
                 f"{dict(declared)} (recorded in the ledger; please report)"
             )
         self._iteration += 1
+        if self._iteration % HEAP_TRIM_EVERY == 0:  # bounded memory over long runs (pyro_dp.heap): a fixed,
+            release_free_heap()  # data-free schedule
         if self._iteration > self._warmup_steps and len(self._draws) < _MAX_CHECKED_DRAWS:
             self._draws.append(self._state_z(self._state))
         self._num_accepted += int(bool(info.accepted))
