@@ -34,6 +34,8 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
+from ..checks import linear_memory_ess
+
 __all__ = [
     "KEY_COLUMNS", "fmt", "run_grid", "read_rows", "run_kernel", "summarise", "plot_metric_vs_epsilon",
     "quick_mode", "pick_device", "pyplot_or_none",
@@ -234,7 +236,9 @@ def run_kernel(kernel, args: tuple = (), *, num_samples: int, warmup_steps: int 
         site = next(iter(samples))
     x = samples[site].reshape(num_samples, -1)
     # the kernel files its chain at cleanup(); MCMC kept the per-chain diagnostics
-    diag = {k: v["chain 0"] for k, v in mcmc.diagnostics().items() if isinstance(v, dict) and "chain 0" in v}
+    with linear_memory_ess():  # Pyro's ESS in O(draws) memory (pyro_dp.checks)
+        all_diag = mcmc.diagnostics()
+    diag = {k: v["chain 0"] for k, v in all_diag.items() if isinstance(v, dict) and "chain 0" in v}
     diag["epsilon_total"] = get_epsilon(mcmc, delta=kernel.reference_delta) if not kernel.non_private else math.inf
     return x, diag
 
