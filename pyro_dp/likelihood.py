@@ -713,4 +713,7 @@ class PrivateLikelihood:
             return ll, ll
 
         jac, ll = jacfwd(full, has_aux=True)(z)
-        return ll.detach(), jac.detach()
+        # in the latent's dtype, as reverse mode gives it: forward mode can promote a float32
+        # derivative to float64 (the jvp of Pyro's AffineTransform(0., 1) at a 0-d float32
+        # point, torch 2.13), which would turn a float32 chain's state float64
+        return ll.detach(), jac.detach().to(z.dtype)

@@ -210,3 +210,35 @@ def test_explicit_plate_and_nonfinite_data(y64):
         PrivateLikelihood(gauss_model, (bad,), seed=0)
     with pytest.raises(ValueError, match="temperature"):
         PrivateLikelihood(gauss_model, (y64,), temperature=0.0)
+
+
+def test_forward_mode_gradients_keep_a_float32_models_dtype():
+    """A model whose plate is not sized by its data gets its per-example gradients from forward
+    mode (``jacfwd``). For a float32 model with a positive scalar latent torch returned them as
+    float64 (the derivative of Pyro's ``AffineTransform(0., 1)`` at a 0-d float32 point), and a
+    DP-HMC chain's state then turned float64. They are now in the latent's dtype, eager and
+    compiled, and equal to the float64 gradients to float32 precision."""
+    import pyro_dp
+    from pyro.infer.autoguide.initialization import init_to_median
+
+    def model(y, n):
+        mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=y.dtype), 5.0))
+        s = pyro.sample("s", dist.HalfNormal(torch.tensor(3.0, dtype=y.dtype)))
+        with pyro.plate("data", n):
+            pyro.sample("obs", dist.Normal(mu, s), obs=y)
+
+    y = 1 + 2 * torch.randn(50, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    z = torch.tensor([0.5, 0.3], dtype=torch.float64)
+    want = PrivateLikelihood(model, (y, 50), seed=0).per_example_grad(z)[1]
+    for extra in ({}, dict(jit_compile=True, jit_options={"backend": "graph"})):
+        lik = PrivateLikelihood(model, (y.float(), 50), seed=0, **extra)
+        assert not lik.indexable
+        g = lik.per_example_grad(z.float())[1]
+        assert g.dtype == torch.float32
+        torch.testing.assert_close(g.double(), want, rtol=1e-5, atol=1e-5)
+        k = pyro_dp.DPHMC(model, 0.01, 3, 2.0, 2.0, 3.0, 2.0, seed=1, init_strategy=init_to_median, **extra)
+        k.setup(0, y.float(), 50)
+        p = k.initial_params
+        for _ in range(5):
+            p = k.sample(p)
+        assert k._state.z.dtype == torch.float32 and all(v.dtype == torch.float32 for v in p.values())
