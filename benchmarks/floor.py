@@ -38,14 +38,9 @@ from pyro_dp.kernels.proposals import accept_uniform, correction_draws, random_w
 from pyro_dp.mechanisms import draw_batch_indices, without_replacement_draws
 from pyro_dp.models.banana import banana_model, make_banana_data
 
-from compiled import gauss_model
+from compiled import _sync, gauss_model
 
 warnings.simplefilter("ignore")
-
-
-def _sync(dev):
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
 
 
 def per_call(fn, n: int, dev) -> float:

@@ -70,6 +70,12 @@ def linear_memory_ess():
         _pyro_stats._cummin = old
 
 
+def _ess(x: torch.Tensor) -> float:
+    """Pyro's effective sample size of ``x`` ``[chains, draws]``, in linear memory."""
+    with linear_memory_ess():
+        return float(effective_sample_size(x, chain_dim=0, sample_dim=1))
+
+
 class SamplingWarning(UserWarning):
     """The samples of a run may not represent the posterior (a chain that never moved, a
     repeated tail, chains that disagree): see :func:`pyro_dp.check_run`.
@@ -124,8 +130,7 @@ def chain_problems(draws: torch.Tensor, *, min_ess: float = 50.0, start_sd: floa
     for name, x in coords.items():
         if float(x.std()) == 0:
             continue
-        with linear_memory_ess():
-            ess = float(effective_sample_size(x.unsqueeze(0), chain_dim=0, sample_dim=1))
+        ess = _ess(x.unsqueeze(0))
         if not ess >= min_ess:
             low.append(f"{name} {ess:.3g}")
     if low:
@@ -202,8 +207,7 @@ def check_run(mcmc, *, rhat_threshold: float = 1.05, min_ess: float = 50.0, star
             if float(x.std()) == 0:
                 continue
             rhat = float(split_gelman_rubin(x, chain_dim=0, sample_dim=1))
-            with linear_memory_ess():
-                ess = float(effective_sample_size(x, chain_dim=0, sample_dim=1))
+            ess = _ess(x)
             if not rhat <= rhat_threshold:
                 bad_rhat.append(f"{name} {rhat:.3g}")
             if not ess >= min_ess:

@@ -14,7 +14,8 @@ N = 10⁵, compiled): about 130 KB per iteration through ``pyro.infer.MCMC``, 23
 :func:`release_free_heap` calls glibc's ``malloc_trim(0)``, which returns every whole free
 page of every arena to the system (glibc ≥ 2.8; a no-op returning ``False`` elsewhere: other
 C libraries, macOS, Windows). Every kernel calls it every :data:`HEAP_TRIM_EVERY` iterations of
-a chain on the CPU (:meth:`pyro_dp.kernels.base.DPKernel.sample`): on a fixed schedule of
+a chain, on any device (on a GPU the C heap has little to return; the call is then cheap)
+(:meth:`pyro_dp.kernels.base.DPKernel.sample`): on a fixed schedule of
 iteration counts, so what it does depends on no data value. The same run then grows by the
 samples it keeps, not by the holes (``tests/test_heap.py``).
 
@@ -29,7 +30,7 @@ import sys
 
 __all__ = ["HEAP_TRIM_EVERY", "release_free_heap"]
 
-#: A kernel running on the CPU returns freed heap memory to the system every this many
+#: A kernel returns freed heap memory to the system every this many
 #: iterations of a chain (one call takes well under a millisecond to a few milliseconds).
 HEAP_TRIM_EVERY = 1000
 

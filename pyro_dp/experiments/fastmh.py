@@ -116,8 +116,7 @@ import torch
 from ..accounting import get_accountant
 from ..accounting.gdp import gdp_mu
 from ..accounting.subsampled import dp_barker_event
-from ..checks import linear_memory_ess
-from .grid import KEY_COLUMNS, pick_device, pyplot_or_none, quick_mode, run_grid
+from .grid import KEY_COLUMNS, first_chain_diagnostics, pick_device, pyplot_or_none, quick_mode, run_grid
 
 __all__ = ["FASTMH_PARAMS", "run_fastmh_fig1", "COLUMNS", "KEYS", "ALGORITHMS", "barker_batch_for_step_epsilon"]
 
@@ -232,9 +231,7 @@ def run_fastmh_fig1(out_dir: str, quick: Optional[bool] = None, log=print, devic
             t0 = time.perf_counter()
             mcmc.run(xd)
         s = mcmc.get_samples()["theta"].reshape(p["iters"], -1).double().cpu()
-        with linear_memory_ess():  # Pyro's ESS in O(draws) memory (pyro_dp.checks)
-            all_diag = mcmc.diagnostics()
-        diag = {kk: v["chain 0"] for kk, v in all_diag.items() if isinstance(v, dict) and "chain 0" in v}
+        diag = first_chain_diagnostics(mcmc)
         se, sd = _step_privacy(k.planned_events()[1][0], delta)  # the event every iteration records
         chain = {
             "batch_size": diag.get("mean batch size", b if b is not None else p["n"]),

@@ -37,7 +37,7 @@ import torch
 from ..checks import linear_memory_ess
 
 __all__ = [
-    "KEY_COLUMNS", "fmt", "run_grid", "read_rows", "run_kernel", "summarise", "plot_metric_vs_epsilon",
+    "KEY_COLUMNS", "fmt", "run_grid", "read_rows", "run_kernel", "first_chain_diagnostics", "summarise", "plot_metric_vs_epsilon",
     "quick_mode", "pick_device", "pyplot_or_none",
 ]
 
@@ -236,11 +236,17 @@ def run_kernel(kernel, args: tuple = (), *, num_samples: int, warmup_steps: int 
         site = next(iter(samples))
     x = samples[site].reshape(num_samples, -1)
     # the kernel files its chain at cleanup(); MCMC kept the per-chain diagnostics
-    with linear_memory_ess():  # Pyro's ESS in O(draws) memory (pyro_dp.checks)
-        all_diag = mcmc.diagnostics()
-    diag = {k: v["chain 0"] for k, v in all_diag.items() if isinstance(v, dict) and "chain 0" in v}
+    diag = first_chain_diagnostics(mcmc)
     diag["epsilon_total"] = get_epsilon(mcmc, delta=kernel.reference_delta) if not kernel.non_private else math.inf
     return x, diag
+
+
+def first_chain_diagnostics(mcmc) -> dict:
+    """The per-chain entries of ``mcmc.diagnostics()`` for chain 0 (``{key: value}``), with
+    Pyro's ESS computed in linear memory (:func:`pyro_dp.checks.linear_memory_ess`)."""
+    with linear_memory_ess():
+        all_diag = mcmc.diagnostics()
+    return {k: v["chain 0"] for k, v in all_diag.items() if isinstance(v, dict) and "chain 0" in v}
 
 
 def summarise(rows: Sequence[dict], metric: str, by: Sequence[str] = ("problem", "algorithm", "epsilon")) -> List[dict]:
