@@ -186,16 +186,20 @@ def check_run(mcmc, *, rhat_threshold: float = 1.05, min_ess: float = 50.0, star
     num_chains, num_draws = next(iter(coords.values())).shape
     problems: List[str] = []
     for c, diag in enumerate(per_chain):
-        if diag.get("budget exhausted"):
+        exhausted = bool(diag.get("budget exhausted"))
+        if exhausted:
             problems.append(
                 f"chain {c} ran out of privacy budget after {diag.get('private iterations')} iterations "
                 f"(warmup included): its last samples repeat one state and are not posterior draws. "
                 f"Cause: {diag.get('budget exhausted cause', 'see the BudgetExhaustedWarning')}"
             )
         moved = any(bool((x[c] != x[c, 0]).any()) for x in coords.values())
+        if exhausted and diag.get("acceptance rate", 0.0) > 0.0:
+            continue  # its kept samples may all be the repeated last state: said above
         if diag.get("acceptance rate", 1.0) == 0.0 or not moved:
             problems.append(f"chain {c} did not move: acceptance rate {diag.get('acceptance rate', 0.0):.3g}; "
-                            "the samples are its start. Lower llr_clip or the noise, or start closer")
+                            "the samples are its start. Shrink the proposal, lower the noise (more epsilon) or "
+                            "the clip, or start closer")
             continue
         if num_draws >= 4:
             far = _far_start({name: x[c] for name, x in coords.items()}, start_sd)

@@ -201,8 +201,12 @@ class PrivateLikelihood:
         self.temperature = t
         self.vmap_chunk_size = vmap_chunk_size
         self._init_strategy = init_strategy
-        self._check_finite_inputs()
-        with _forked_rng(seed), poutine.block(), _kernel_chooses_rows():
+        # No finiteness check of the data: a row may be NaN or infinite (the adversary's
+        # choice), and an exception raised because of one row would reveal it. Such a row
+        # passes the per-row rule of every release (pyro_dp.mechanisms.clip_scalars /
+        # clip_rows) like any other. The trace runs with Pyro's validation off, so that a
+        # parameter computed from such a row (e.g. logits = X @ w) raises nothing either.
+        with _forked_rng(seed), poutine.block(), _kernel_chooses_rows(), pyro.validation_enabled(False):
             trace = poutine.trace(InitMessenger(init_strategy)(model)).get_trace(
                 *self.model_args, **self.model_kwargs
             )
@@ -230,14 +234,6 @@ class PrivateLikelihood:
             )
 
     # ------------------------------------------------------------------ set-up (data-free)
-    def _check_finite_inputs(self):
-        # Domain contract: rows are finite reals. Checked once, before any likelihood is
-        # evaluated; this is input validation of the data domain, not a release.
-        for tensor in _iter_tensors((self.model_args, self.model_kwargs)):
-            if tensor.is_floating_point() or tensor.is_complex():
-                if not bool(torch.isfinite(tensor).all()):
-                    raise ValueError("the data contain NaN or infinite values; remove or impute them first")
-
     def _parse_trace(self, trace, data_plate, transforms):
         latents, observed, plates = [], [], {}
         for name, site in trace.nodes.items():
@@ -337,15 +333,6 @@ class PrivateLikelihood:
                 raise TypeError(f"latent site {name!r} is discrete; pyro_dp kernels need continuous latents")
         for name in observed:
             site = trace.nodes[name]
-            value = site["value"]
-            # Domain contract (as _check_finite_inputs), for data that reach the model another way
-            # (poutine.condition, a closure): rows are finite reals, checked before any likelihood
-            # is evaluated; the data holder sees the error, nothing is released.
-            if torch.is_tensor(value) and (value.is_floating_point() or value.is_complex()):
-                if not bool(torch.isfinite(value).all()):
-                    raise ValueError(
-                        f"observed site {name!r} contains NaN or infinite values; remove or impute them first"
-                    )
             if site["scale"] != 1.0:
                 raise ValueError(
                     f"observed site {name!r} is scaled (poutine.scale); use the kernel's "

@@ -55,7 +55,7 @@ from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 from ..checks import SamplingWarning, chain_problems
 from ..heap import HEAP_TRIM_EVERY, release_free_heap
 from ..likelihood import PrivateLikelihood
-from ..accounting import DEFAULT_ACCOUNTANT, calibrate, get_accountant
+from ..accounting import DEFAULT_ACCOUNTANT, UnsupportedEventError, calibrate, get_accountant
 from ..mechanisms import NoiseSource, PrivacyEvent, PrivacyLedger, ReproducibleNoiseWarning
 from .plan import PrivacyPlan, counts as _counts, within as _within
 from .tuning import DPAutoTune, mcmc_run_length, penalty_jump_length, posterior_scale_guess
@@ -631,7 +631,10 @@ class DPKernel(MCMCKernel):
             self.init.configure(epsilon=self.epsilon, delta=self.delta, num_chains=self.num_chains,
                                 non_private=self.non_private)
         self._calibrate()
+        if isinstance(self.init, DPAutoTune):  # data-free: the ratio clip's quantile depends on N and the noise
+            self.init.set_ratio_noise(self._ratio_noise_multiplier())
         self._setup_budget()
+        self._check_accountant_supports_plan()
         refusal = self._chain_slot_refusal()
         self._rng = torch.Generator(device=self.lik.device)
         self._rng.manual_seed(self._chain_seed(_PURPOSE_ALGO))
@@ -704,6 +707,12 @@ class DPKernel(MCMCKernel):
             "noise": self._noise.__getstate__(),
             "ledger": self._ledger.copy(),
             "chains": {cid: led.copy() for cid, led in self._chains.items()},
+            # the run length a budget was planned for when the kernel chose it itself (from the
+            # MCMC that ran it, or assumed): a resumed run must keep that plan, not re-plan the
+            # budget for the iterations that remain (data-free)
+            "run_length": None if self.run_length_source in (None, "given") else {
+                "num_iterations": self.num_iterations, "source": self.run_length_source,
+                "num_chains": self.num_chains},
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -719,6 +728,16 @@ class DPKernel(MCMCKernel):
                 f"checkpoint of a {state['kernel']} under relation {state['relation']!r}; this is a "
                 f"{type(self).__name__} under {self.relation!r}"
             )
+        planned = state.get("run_length")
+        if planned is not None and self.run_length_source is None and self.epsilon is not None:
+            if self.lik is not None:
+                raise ValueError(
+                    "this checkpoint's budget was planned for the run length of the MCMC that ran it "
+                    f"({planned['num_iterations']} iterations per chain): call load_state_dict() before setup() "
+                    "(before mcmc.run), or pass that num_iterations= to the kernel")
+            self.num_iterations, self.run_length_source = planned["num_iterations"], planned["source"]
+            if not self._num_chains_given:
+                self.num_chains = planned["num_chains"]
         if self.lik is None:
             self._pending_state = state
         else:
@@ -790,6 +809,12 @@ class DPKernel(MCMCKernel):
         """Take the settings a :class:`~pyro_dp.kernels.tuning.DPAutoTune` run found (kernels
         with a default path override it). Called at the first iteration of every chain."""
 
+    def _ratio_noise_multiplier(self) -> Optional[float]:
+        """The noise multiplier of the kernel's ratio release, for the default path's ratio
+        clip (:meth:`~pyro_dp.kernels.tuning.DPAutoTune.ratio_quantile`); ``None``: no ratio
+        release whose clip is tuned (kernels with a default path override it)."""
+        return None
+
     def _move_scales(self, result, noise_multiplier: float) -> Tuple[float, float]:
         """``(jump, sd)`` from which the default path sets a kernel's step sizes, both
         post-processing of the tuning releases (``result``, a
@@ -812,6 +837,25 @@ class DPKernel(MCMCKernel):
                 SamplingWarning, stacklevel=4,
             )
         return jump, sd
+
+    def _check_accountant_supports_plan(self) -> None:
+        """Refuse, before any data access, an accountant that cannot compose a release this
+        kernel plans (its private initialisation's included): otherwise the chain would read
+        the data and only the report of its ε fail. Data-free: events only."""
+        if self.non_private:
+            return
+        fixed, per = self.planned_events()
+        acc = get_accountant(self.accountant, relation=self.relation)
+        for item in list(fixed) + list(per):
+            event = item[0] if isinstance(item, tuple) else item
+            if not acc.supports(event):
+                try:
+                    acc._require(event)
+                except UnsupportedEventError as e:
+                    raise UnsupportedEventError(
+                        f"{type(self).__name__}: accountant {self.accountant!r} cannot compose a planned release "
+                        f"({e}); choose one that can (e.g. 'pld' composes Gaussian and (epsilon, delta) "
+                        "releases; docs/privacy.md, \"Accountants\")") from None
 
     @property
     def _steps_allowed(self) -> Optional[int]:
@@ -982,7 +1026,18 @@ class DPKernel(MCMCKernel):
         if key not in cache:
             ledger = self._ledger if chain_only else self.ledger
             cache.clear()
-            cache[key] = get_accountant(self.accountant, ledger).get_epsilon(self.reference_delta) if ledger else 0.0
+            try:
+                cache[key] = get_accountant(self.accountant, ledger).get_epsilon(self.reference_delta) if ledger else 0.0
+            except ValueError as e:
+                # for the progress bar and diagnostics() only (get_epsilon raises): a report that
+                # fails must not lose the chain's samples, and must not read as a small epsilon
+                cache[key] = math.inf
+                if not self.__dict__.get("_eps_failure_warned"):
+                    self._eps_failure_warned = True
+                    warnings.warn(
+                        f"the accountant {self.accountant!r} could not compute epsilon for this run's ledger ({e}); "
+                        "the progress bar and diagnostics() report inf. Compute it with "
+                        "kernel.get_epsilon(delta, accountant=...) and another accountant", UserWarning, stacklevel=3)
         return cache[key]
 
     def _nonprivate(self) -> dict:

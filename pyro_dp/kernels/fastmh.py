@@ -235,8 +235,9 @@ class DPFastMH(RandomWalkKernel):
         from :math:`0` to :math:`1-e^{-\Delta}` — so enabling it records
         :math:`\delta_{\rm step} \approx \varepsilon` per iteration (honest, and nearly useless).
     :param accountant: default: exact optimal composition of the per-iteration events
-        (:class:`~pyro_dp.accounting.composition.OptimalCompositionAccountant`), or ``"gdp"``
-        for the full-batch variant. :meth:`privacy_report` also gives the paper's advanced
+        (:class:`~pyro_dp.accounting.composition.OptimalCompositionAccountant`), ``"gdp"``
+        for the full-batch variant, or ``"pld"`` with a private initialisation (``init=``),
+        whose Gaussian releases the (ε, δ) compositions cannot take. :meth:`privacy_report` also gives the paper's advanced
         composition; :meth:`get_epsilon` returns the smaller.
 
     Other keyword arguments as in :class:`~pyro_dp.kernels.base.DPKernel` (``epsilon`` and
@@ -288,7 +289,14 @@ class DPFastMH(RandomWalkKernel):
         self.privacy_for_free = bool(privacy_for_free)
         if accountant is None:
             non_private = kwargs.get("non_private", False)
-            accountant = "gdp" if (self.full_batch and not self.privacy_for_free and not non_private) else "optimal"
+            if self.full_batch and not self.privacy_for_free and not non_private:
+                accountant = "gdp"
+            elif kwargs.get("init") is not None and not non_private:
+                # a private initialisation releases Gaussian sums, which the (epsilon, delta)
+                # compositions cannot take: dp_accounting's PLD composes both kinds
+                accountant = "pld"
+            else:
+                accountant = "optimal"
         super().__init__(model, accountant=accountant, **kwargs)
         self._setup_walk(proposal_scale)
         if callable(lipschitz):
@@ -403,15 +411,21 @@ class DPFastMH(RandomWalkKernel):
         return new, info
 
     # ------------------------------------------------------------------ reporting
-    def _paper_ledger(self) -> PrivacyLedger:
+    def _paper_ledger(self) -> Optional[PrivacyLedger]:
         """The run as the paper states it: one ``ApproxDPEvent(step_epsilon, step_delta)``
-        (or the certified event, if larger) per iteration."""
+        (or the certified event, if larger) per iteration; ``None`` when the ledger holds
+        other releases too (a private initialisation's or tuning's Gaussian sums, labelled in
+        the ledger), which the paper's (ε, δ) compositions cannot take. Until 2026-11-26 those
+        were counted as Fast MH steps, and :meth:`get_epsilon` under-reported such a run."""
         out = PrivacyLedger()
         sp = self.step_privacy
         if sp is None or self.non_private:
             return out
+        ledger = self.ledger
+        if any(label for _, _, label in ledger.labelled_entries()):
+            return None
         ev = sp.event if isinstance(sp.event, ApproxDPEvent) else ApproxDPEvent(self.step_epsilon, self.step_delta)
-        out.record(ev, self.ledger.num_releases)
+        out.record(ev, ledger.num_releases)
         return out
 
     def privacy_report(self, delta: Optional[float] = None) -> dict:
@@ -419,13 +433,14 @@ class DPFastMH(RandomWalkKernel):
         ``"advanced"`` (the paper's: DRV 2010 / KOV 2015 Thm 3.5 over the per-iteration
         :math:`(\varepsilon,\delta)`), ``"optimal"`` (exact optimal composition of the same
         events, KOV Thm 3.3) and, for the full-batch variant, ``"gdp"`` (exact composition
-        of the Gaussian mechanisms actually released)."""
+        of the Gaussian mechanisms actually released). The first two only when every release
+        was a Fast MH step (not with a private initialisation: :meth:`_paper_ledger`)."""
 
         delta = self.reference_delta if delta is None else float(delta)
         if self.non_private:
             return {"advanced": math.inf, "optimal": math.inf}
         paper = self._paper_ledger()
-        out = {
+        out = {} if paper is None else {
             "advanced": AdvancedCompositionAccountant(paper).get_epsilon(delta),
             "optimal": OptimalCompositionAccountant(paper).get_epsilon(delta),
         }

@@ -498,6 +498,9 @@ class DPHMC(DPKernel):
                                             "_adapter", "_inv_mass", "_mass_sqrt", "step_size", "grad_clip",
                                             "llr_clip", "_step_floor")
 
+    def _ratio_noise_multiplier(self):
+        return self.llr_noise_multiplier
+
     def _apply_tuning(self, result):
         for name in ("grad_clip", "llr_clip"):
             if name in self.auto_tuned:

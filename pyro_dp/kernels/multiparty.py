@@ -32,17 +32,49 @@ ledger, :func:`pyro_dp.get_epsilon`) is the worst party's: one Gaussian event wi
 """
 from __future__ import annotations
 
+import os
 from typing import NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
 from ..accounting import DEFAULT_ACCOUNTANT, get_accountant
 from ..mechanisms import NonPrivateEvent, PrivacyLedger, clipped_sum_with_noise
-from .base import check_positive
+from .base import _KERNELS, check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease
 from .proposals import penalty_accept
 
-__all__ = ["PartyReleases", "multiparty_release", "DPMultiPartyPenalty", "party_ledger", "party_epsilon"]
+__all__ = ["PartyReleases", "PartyLedgers", "multiparty_release", "DPMultiPartyPenalty", "party_ledger",
+           "party_epsilon"]
+
+
+class PartyLedgers(tuple):
+    """One chain's per-party ledgers (``diagnostics()["party privacy ledgers"]``): a tuple of
+    :class:`~pyro_dp.mechanisms.PrivacyLedger`, one per party, tagged with the kernel object and
+    the chain. Like :class:`~pyro_dp.kernels.base.ChainLedger`, when it is unpickled in the
+    process that owns the kernel (a chain run in an ``MCMC`` worker process comes back this
+    way) it files itself with that kernel (idempotently, by chain), so per-party ε counts
+    every chain of every run.
+
+    >>> from pyro_dp.mechanisms import GaussianEvent
+    >>> a = PrivacyLedger(); a.record(GaussianEvent(2.0), 3)
+    >>> p = PartyLedgers((a, PrivacyLedger()), kernel_id="k", chain_id="c")
+    >>> p[0].num_releases, p.chain_id, len(p)
+    (3, 'c', 2)
+    """
+
+    def __new__(cls, ledgers, kernel_id: str = "", chain_id: str = ""):
+        out = super().__new__(cls, tuple(ledgers))
+        out.kernel_id, out.chain_id = kernel_id, chain_id
+        return out
+
+    def __getnewargs__(self):
+        return (tuple(self),)
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        kernel = _KERNELS.get(self.kernel_id)
+        if kernel is not None and kernel._owner_pid == os.getpid() and hasattr(kernel, "_file_party_chain"):
+            kernel._file_party_chain(self.chain_id, self)
 
 
 class PartyReleases(NamedTuple):
@@ -185,14 +217,15 @@ class DPMultiPartyPenalty(RandomWalkKernel):
                 raise ValueError(f"noise_multiplier has {len(nms)} entries for {num_parties} parties")
             self.noise_multipliers = tuple(self._check_noise_multiplier("noise_multiplier", v) for v in nms)
         self._party_ledgers = [PrivacyLedger() for _ in range(num_parties)]
-        self._finished_party_ledgers = []
+        #: finished chains' party ledgers by chain id (this process's and worker processes')
+        self._party_chains = {}
 
     @property
     def noise_multiplier(self) -> Optional[float]:
         """The smallest party noise multiplier (the worst party's)."""
         return None if self.noise_multipliers is None else min(self.noise_multipliers)
 
-    _chain_attrs = RandomWalkKernel._chain_attrs + ("_party_ledgers", "_finished_party_ledgers")
+    _chain_attrs = RandomWalkKernel._chain_attrs + ("_party_ledgers", "_party_chains")
 
     def _calibrate(self):
         if self.noise_multipliers is None:  # no private init here (refused in __init__)
@@ -228,14 +261,25 @@ class DPMultiPartyPenalty(RandomWalkKernel):
     # ------------------------------------------------------------------ per-party ledgers
     def cleanup(self):
         if self._ledger:  # file this chain's party ledgers with its main ledger
-            self._finished_party_ledgers.append(self._party_ledgers)
+            self._file_party_chain(self._ledger.chain_id, self._party_ledgers)
             self._party_ledgers = [PrivacyLedger() for _ in range(self.num_parties)]
         super().cleanup()
 
+    def _file_party_chain(self, chain_id: str, ledgers) -> None:
+        """File a finished chain's party ledgers (idempotent by chain id; the longer copy wins,
+        as :meth:`~pyro_dp.kernels.base.DPKernel._file_chain`). The live chain is never filed
+        from a copy of itself."""
+        if not chain_id or chain_id == self._ledger.chain_id and ledgers is not self._party_ledgers:
+            return
+        old = self._party_chains.get(chain_id)
+        if old is None or sum(x.num_releases for x in old) < sum(x.num_releases for x in ledgers):
+            self._party_chains[chain_id] = tuple(x.copy() for x in ledgers)
+
     def party_ledger(self, party: int) -> PrivacyLedger:
-        """Every release of party ``party``'s data, over every chain run in this process."""
+        """Every release of party ``party``'s data: every chain of every run, in this process
+        and (once their diagnostics came back) in worker processes."""
         j = self._check_party(party)
-        return PrivacyLedger.merged([c[j] for c in self._finished_party_ledgers] + [self._party_ledgers[j]])
+        return PrivacyLedger.merged([c[j] for c in self._party_chains.values()] + [self._party_ledgers[j]])
 
     def _check_party(self, party) -> int:
         if isinstance(party, bool) or not isinstance(party, int) or not (0 <= party < self.num_parties):
@@ -258,7 +302,8 @@ class DPMultiPartyPenalty(RandomWalkKernel):
 
     def diagnostics(self) -> dict:
         out = super().diagnostics()
-        out["party privacy ledgers"] = tuple(led.copy() for led in self._party_ledgers)
+        out["party privacy ledgers"] = PartyLedgers((led.copy() for led in self._party_ledgers), self._id,
+                                                    self._ledger.chain_id)
         return out
 
 
@@ -267,11 +312,24 @@ def _is_scalar(x) -> bool:
 
 
 def party_ledger(mcmc, party: int) -> PrivacyLedger:
-    """Party ``party``'s merged ledger over every chain of an ``MCMC`` run (worker processes included)."""
+    """Party ``party``'s merged ledger over every chain of every run of the ``MCMC`` object's
+    kernel (worker processes included). Until 2026-11-26 this read only the last run's chains
+    (Pyro keeps only those in ``MCMC._diagnostics``) and under-reported a re-run's ε."""
+    kernel = getattr(mcmc, "kernel", None)
     per_chain = getattr(mcmc, "_diagnostics", None)
-    if not per_chain or any(d is None or "party privacy ledgers" not in d for d in per_chain):
-        raise ValueError("this MCMC object has no finished DPMultiPartyPenalty run")
-    return PrivacyLedger.merged([d["party privacy ledgers"][party] for d in per_chain])
+    if not isinstance(kernel, DPMultiPartyPenalty) or per_chain is None:
+        raise ValueError("this MCMC object does not use a DPMultiPartyPenalty kernel")
+    for d in per_chain:  # idempotent: files any chain the kernel has not seen (e.g. an unpickled MCMC)
+        ledgers = None if d is None else d.get("party privacy ledgers")
+        main = None if d is None else d.get("privacy ledger")
+        if ledgers is not None and main is not None:
+            kernel._file_party_chain(getattr(ledgers, "chain_id", "") or main.chain_id, ledgers)
+    if kernel._incomplete:
+        raise RuntimeError(kernel._incomplete)
+    ledger = kernel.party_ledger(party)
+    if not ledger:
+        raise ValueError("this MCMC object's kernel has released nothing yet")
+    return ledger
 
 
 def party_epsilon(mcmc, delta: float, party: int, accountant: Optional[str] = None) -> float:

@@ -223,6 +223,9 @@ class DPPenalty(RandomWalkKernel):
 
     _chain_attrs = RandomWalkKernel._chain_attrs + ("llr_clip", "proposal_scale")
 
+    def _ratio_noise_multiplier(self):
+        return self.noise_multiplier
+
     def _apply_tuning(self, result):
         if "llr_clip" in self.auto_tuned:
             self.llr_clip = result.llr_clip

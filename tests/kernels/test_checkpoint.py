@@ -80,3 +80,36 @@ def test_state_dict_needs_a_chain_and_checks_what_it_loads():
         other.setup(0, data[:-1])
     with pytest.raises(ValueError, match="checkpoint"):
         factory().load_state_dict({"chain": {}})
+
+
+def test_resume_on_the_default_path_keeps_the_planned_run_length():
+    """2026-11-26 new-user sweep: on the default path (``DPPenalty(model, epsilon=...)``, run
+    length read from the MCMC) the documented resume re-planned the budget for the remaining
+    iterations only: other noise, then no data read at all (every resumed sample was one
+    repeated state). The checkpoint now carries the run length the budget was planned for."""
+    from .helpers import gauss_model, make_data
+
+    y = make_data(200, seed=2)
+    saved = {}
+
+    def hook(kernel, samples, stage, i):
+        if stage == "Sample" and i == 9:
+            saved["state"] = kernel.state_dict()
+
+    def kernel():
+        return pyro_dp.DPPenalty(gauss_model, epsilon=2.0, seed=0, noise_seed=1)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        whole = kernel()
+        full = MCMC(whole, num_samples=30, warmup_steps=20, hook_fn=hook, disable_progbar=True)
+        full.run(y)
+        resumed = kernel()
+        resumed.load_state_dict(pickle.loads(pickle.dumps(saved["state"])))
+        rest = MCMC(resumed, num_samples=20, warmup_steps=0, disable_progbar=True)
+        rest.run(y)
+    assert resumed.num_iterations == whole.num_iterations == 50
+    assert resumed.noise_multiplier == whole.noise_multiplier
+    assert torch.equal(rest.get_samples()["mu"], full.get_samples()["mu"][10:])
+    assert resumed.ledger == whole.ledger
+    assert rest.diagnostics()["private iterations"]["chain 0"] == 50

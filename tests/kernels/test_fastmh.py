@@ -221,6 +221,78 @@ def test_full_batch_variant_records_the_gaussian():
     assert mcmc.diagnostics()["full-batch fraction"]["chain 0"] == 1.0
 
 
+@pytest.mark.parametrize("full_batch", [True, False], ids=["full-batch", "minibatch"])
+def test_private_init_releases_are_counted(full_batch):
+    """2026-11-26 audit: with ``init=DPGradientInit(...)`` the paper's compositions counted the
+    init's Gaussian sums as Fast MH steps, and ``get_epsilon`` (the smallest of the reports)
+    returned 14.5 for a ledger that composes to 1190; the minibatch variant's default accountant
+    could not compose them at all, and the run failed after reading the data. Now the paper's
+    compositions are left out for such a ledger, the minibatch variant's default accountant is
+    dp_accounting's PLD, and ε is checked against an independent dp_accounting computation."""
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant
+
+    from pyro_dp.kernels.private_init import DPGradientInit
+
+    y = make_data(300, seed=5)
+    kw = dict(full_batch=True) if full_batch else dict(lam=20.0, max_batch_size=60)
+    kernel = DPFastMH(gauss_model, 0.02, lipschitz=4.0, step_epsilon=0.5, step_delta=1e-9, seed=0,
+                      init=DPGradientInit(num_steps=5, step_size=0.1, grad_clip=1.0, noise_multiplier=2.0), **kw)
+    assert kernel.accountant == ("gdp" if full_batch else "pld")
+    mcmc = MCMC(kernel, num_samples=20, warmup_steps=10, disable_progbar=True,
+                initial_params={"mu": torch.tensor(0.0, dtype=F64)})
+    mcmc.run(y)
+    (init_ev, n_init), (step_ev, n_steps) = kernel.ledger.entries
+    assert (init_ev, n_init, n_steps) == (GaussianEvent(2.0), 5, 30)
+    rep = kernel.privacy_report(1e-5)
+    assert "optimal" not in rep and "advanced" not in rep
+    eps = kernel.get_epsilon(1e-5)
+    init_only = pyro_dp_ledger_epsilon([(GaussianEvent(2.0), 5)], 1e-5)
+    assert eps > init_only  # the steps add to the init's epsilon, never replace it
+    if full_batch:
+        # the oracle: dp_accounting's own PLD accountant (REPLACE_ONE: our noise multiplier nm is its 2 nm)
+        acc = pld_privacy_accountant.PLDAccountant(dp_accounting.NeighboringRelation.REPLACE_ONE)
+        acc.compose(dp_accounting.GaussianDpEvent(2 * 2.0), 5)
+        acc.compose(dp_accounting.GaussianDpEvent(2 * step_ev.noise_multiplier), 30)
+        oracle = acc.get_epsilon(1e-5)
+        assert oracle - 0.02 <= eps <= oracle + 0.02
+    else:
+        # bounds from other code: at least the steps' exact optimal composition (KOV Thm 3.3),
+        # at most that and the init's exact GDP epsilon at delta / 2 each (basic composition)
+        steps = pyro_dp_ledger_epsilon([(step_ev, 30)], 1e-5, "optimal")
+        basic = (pyro_dp_ledger_epsilon([(GaussianEvent(2.0), 5)], 5e-6)
+                 + pyro_dp_ledger_epsilon([(step_ev, 30)], 5e-6, "optimal"))
+        assert max(steps, init_only) < eps <= basic
+    import pyro_dp
+
+    assert pyro_dp.get_epsilon(mcmc, 1e-5) == pytest.approx(eps, rel=1e-12)
+
+
+def pyro_dp_ledger_epsilon(entries, delta, accountant="gdp"):
+    from pyro_dp.accounting import get_accountant
+    from pyro_dp.mechanisms import PrivacyLedger
+
+    ledger = PrivacyLedger()
+    for ev, n in entries:
+        ledger.record(ev, n)
+    return get_accountant(accountant, ledger).get_epsilon(delta)
+
+
+def test_an_accountant_that_cannot_compose_the_plan_is_refused_before_data():
+    """An accountant that cannot compose a planned release (here the private init's Gaussian
+    sums under exact (ε, δ) composition) is refused at set-up, before any data access; before,
+    the chain ran and only its ε report failed."""
+    from pyro_dp.accounting import UnsupportedEventError
+    from pyro_dp.kernels.private_init import DPGradientInit
+
+    kernel = DPFastMH(gauss_model, 0.02, lipschitz=4.0, lam=20.0, max_batch_size=60, step_epsilon=0.5,
+                      step_delta=1e-9, accountant="optimal",
+                      init=DPGradientInit(num_steps=5, step_size=0.1, grad_clip=1.0, noise_multiplier=2.0))
+    with pytest.raises(UnsupportedEventError, match="'pld'"):
+        kernel.setup(0, make_data(100))
+    assert not kernel.ledger
+
+
 # ---------------------------------------------------------------------------- per-iteration privacy
 
 

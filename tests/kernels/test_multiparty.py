@@ -131,6 +131,36 @@ def test_sequential_chains_compose_per_party():
     assert pyro_dp.get_epsilon(mcmc, 1e-5) == pytest.approx(kernel.get_epsilon(1e-5, party=0), rel=1e-12)
 
 
+def test_party_epsilon_counts_every_run_and_worker_chain(monkeypatch):
+    """2026-11-26 audit: ``party_epsilon(mcmc, ...)`` read only the last run's chains (Pyro's
+    ``MCMC._diagnostics``): two runs of 30 iterations gave party 0 epsilon 4.87 instead of 7.33.
+    Now every run counts, chains in worker processes included (their party ledgers file
+    themselves when they come back), also after a later run has replaced them in Pyro's list."""
+    import dp_accounting
+    import pyro.infer.mcmc.api as api
+
+    y = make_data(40, seed=6)
+    kernel = DPMultiPartyPenalty(gauss_model, _parties(40, 2), 0.2, llr_clip=1.0, noise_multiplier=[2.0, 4.0], seed=0)
+    mcmc = _run(kernel, y, n=30)
+    mcmc = _run(kernel, y, n=30)  # a second run of the same MCMC object
+    monkeypatch.setattr(api.mp, "cpu_count", lambda: 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        workers = MCMC(kernel, num_samples=20, warmup_steps=10, num_chains=2, disable_progbar=True)
+        assert type(workers.sampler).__name__ == "_MultiSampler"
+        workers.run(y)  # two chains in worker processes
+    last = _run(kernel, y, n=30)  # and one more in this process: Pyro's list now holds only it
+    for j, nm in enumerate([2.0, 4.0]):
+        assert kernel.party_ledger(j).entries == ((GaussianEvent(nm), 30 * 3 + 2 * 30),)
+        acc = dp_accounting.pld.PLDAccountant(
+            neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE, value_discretization_interval=1e-3
+        )
+        acc.compose(dp_accounting.GaussianDpEvent(2 * nm), 150)  # substitute nm -> 2*nm (REPLACE_ONE)
+        for m in (mcmc, workers, last):
+            assert party_epsilon(m, 1e-5, j) == pytest.approx(kernel.get_epsilon(1e-5, party=j), rel=1e-12)
+        assert kernel.get_epsilon(1e-5, party=j) == pytest.approx(acc.get_epsilon(1e-5), rel=1e-3)
+
+
 def test_budget_calibrates_each_party():
     y = make_data(30, seed=5)
     kernel = DPMultiPartyPenalty(gauss_model, _parties(30), 0.2, llr_clip=1.0, epsilon=1.0, delta=1e-5,
