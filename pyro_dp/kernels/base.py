@@ -633,6 +633,9 @@ class DPKernel(MCMCKernel):
         self._calibrate()
         if isinstance(self.init, DPAutoTune):  # data-free: the ratio clip's quantile depends on N and the noise
             self.init.set_ratio_noise(self._ratio_noise_multiplier())
+            problem = self.init.reliability_problem(getattr(self.lik, "global_num_rows", self.lik.num_rows))
+            if problem is not None and self._num_setups == 1:
+                warnings.warn(f"{type(self).__name__} default path: {problem}", SamplingWarning, stacklevel=2)
         self._setup_budget()
         self._check_accountant_supports_plan()
         refusal = self._chain_slot_refusal()

@@ -344,6 +344,30 @@ class DPAutoTune:
         rows_above = max(2.0 * nm, 3.0 * self.noise_multipliers[2], 1.0)
         return max(self.llr_quantile, 1.0 - rows_above / float(num_rows))
 
+    def reliability_problem(self, num_rows: int) -> Optional[str]:
+        r"""Why this tuning cannot be trusted on ``num_rows`` rows, or ``None``. Data-free (the
+        public :math:`N` and noise multipliers): the adaptive clips move on noisy counts of the
+        rows below them, and when a count's noise standard deviation exceeds half of the
+        rows the gradient clip's quantile leaves above it, :math:`(1-q)N`, the clips follow
+        the noise (measured at :math:`N = 1000`, :math:`\varepsilon = 1`: gradient clips from 1
+        to 1360 for a true 1.6, and the DP-Adam start, clipped there, ended further from the
+        posterior than it began in 6 of 20 runs).
+
+        >>> t = DPAutoTune(noise_multipliers=(30.0, 30.0, 290.0))
+        >>> t.reliability_problem(100_000) is None, t.reliability_problem(1000) is not None
+        (True, True)
+        """
+        if self.noise_multipliers is None:
+            return None
+        nm_count = self.noise_multipliers[2]
+        tail = (1.0 - self.grad_quantile) * num_rows
+        if nm_count <= tail / 2.0:
+            return None
+        return (f"at this budget the private tuning's counts have noise of about {nm_count:.3g} rows, against the "
+                f"{tail:.3g} of N = {num_rows} rows its gradient clip leaves above it: its clips and its start can be "
+                "far off (a chain may start far from the posterior and barely move, with high acceptance). Give "
+                "the settings yourself (docs/tuning.md), spend more epsilon, or use more rows")
+
     def configure(self, *, epsilon: Optional[float], delta: Optional[float], num_chains: int = 1,
                   non_private: bool = False) -> None:
         """Choose the noise of the tuning releases from the budget (data-free; once: every

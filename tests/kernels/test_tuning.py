@@ -262,3 +262,17 @@ def test_a_different_initialiser_with_tuned_settings_is_refused():
 def test_delta_alone_is_not_a_budget():
     with pytest.raises(ValueError, match="delta alone"):
         pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=1.0, delta=1e-5)
+
+
+@pytest.mark.parametrize("n, warned", [(1000, True), (10_000, False)])
+def test_an_unreliable_tuning_is_said_before_the_chain_runs(n, warned):
+    """2026-11-26 new-user sweep: ``DPHMC(model)`` at the default budget on 1000 rows tuned
+    gradient clips from 1 to 1360 (true 1.6) and sometimes a start far from the posterior,
+    where a chain froze with high acceptance and only "run longer" was said. Set-up now says,
+    data-free, when the tuning's count noise exceeds half the rows its clip leaves above it."""
+    y = make_data(n, seed=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pyro_dp.DPHMC(gauss_model).setup(0, y)
+    said = [w for w in caught if issubclass(w.category, pyro_dp.SamplingWarning) and "tuning's counts" in str(w.message)]
+    assert bool(said) == warned
