@@ -240,8 +240,11 @@ class DPFastMH(RandomWalkKernel):
         whose Gaussian releases the (ε, δ) compositions cannot take. :meth:`privacy_report` also gives the paper's advanced
         composition; :meth:`get_epsilon` returns the smaller.
 
-    Other keyword arguments as in :class:`~pyro_dp.kernels.base.DPKernel` (``epsilon`` and
-    ``delta`` are the *total* budget over all iterations and chains).
+    Other keyword arguments as in :class:`~pyro_dp.kernels.base.DPKernel`. ``step_epsilon``
+    and ``step_delta`` are always required: the paper's noise is set per iteration (Alg. 2),
+    so unlike the other kernels DP-Fast MH does not derive its noise from a total budget.
+    ``epsilon`` and ``delta``, if given, are a *total* budget over all iterations and chains,
+    enforced on the ledger: the chain stops reading data when the next iteration would exceed it.
 
     Warmup and chains: every iteration reads data (warmup too), and every chain reads the
     same data, so :math:`T = \text{chains}\times(\text{warmup}+\text{samples})` events compose.
@@ -330,7 +333,8 @@ class DPFastMH(RandomWalkKernel):
                 raise ValueError("non_private=True is the noise-free test mode: leave step_epsilon/step_delta unset")
         else:
             if step_epsilon is None or step_delta is None:
-                raise ValueError("give step_epsilon and step_delta (the per-iteration privacy of Thm 2)")
+                raise ValueError("give step_epsilon and step_delta (the per-iteration privacy of Thm 2; DP-Fast MH sets "
+                                 "its noise per iteration, and epsilon/delta, if given, only cap the total)")
             se, sd = check_positive("step_epsilon", step_epsilon), float(step_delta)
             if not se < 1.0:
                 raise ValueError(f"step_epsilon must be in (0, 1) (Gaussian mechanism, Dwork & Roth Thm A.1), got {step_epsilon!r}")
