@@ -321,7 +321,7 @@ class DPAutoTune:
         :math:`k = \max(2\,\mathrm{nm}, 3\,\mathrm{nm}_{\rm count}, 1)` rows above the clip.
 
         Why (a first-order bias–variance balance, the argument of Amin et al. 2019,
-        "Bounding user contributions", ICML, §3): raising the ratio clip :math:`b` (per unit
+        "Bounding user contributions: a bias-variance trade-off in differential privacy", ICML; derived here for this clip): raising the ratio clip :math:`b` (per unit
         jump :math:`\|\Delta\|`) by :math:`db` raises the penalty noise's standard deviation
         :math:`\mathrm{nm}\cdot 2b\|\Delta\|` (thesis §3.1) by :math:`2\,\mathrm{nm}\|\Delta\|\,db`
         and lowers the clipping bias :math:`\sum_i(\|\nabla\ell_i\|-b)_+\|\Delta\|` by
