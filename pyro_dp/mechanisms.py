@@ -59,6 +59,7 @@ __all__ = [
     "ApproxDPEvent",
     "RDPCurveEvent",
     "NonPrivateEvent",
+    "seed_from_os",
     "LedgerEntry",
     "PrivacyLedger",
     "NoiseSource",
@@ -421,6 +422,51 @@ def _fresh_seed() -> int:
     return secrets.randbits(63)
 
 
+#: torch's CPU generator state (``CPUGeneratorImplState``, stable since torch 1.x): a uint64
+#: initial seed, int ``left``, int ``seeded``, uint64 ``next``, then the 624 MT19937 words,
+#: each in the low half of a uint64, then the normal-sampling caches; 5056 bytes in all
+_CPU_STATE_BYTES, _MT_WORDS, _MT_OFFSET = 5056, 624, 24
+
+
+def seed_from_os(generator: torch.Generator) -> torch.Generator:
+    r"""Seed ``generator`` with its **whole** state from the operating system's CSPRNG.
+
+    ``manual_seed`` is not enough on the CPU: torch's MT19937 keeps only the low 32 bits of a
+    seed (the state is derived from ``seed & 0xffffffff``), so a 63-bit OS seed gave 2^32
+    possible noise streams — about 16 CPU-hours to try them all and replay a run's noise
+    (found by a privacy audit, 2026-11-26). Here all 624 state words (19 968 bits) come from
+    ``os.urandom``; on CUDA (Philox) the 64-bit seed and the offset do. Refuses (rather than
+    seeding weakly) a CPU state layout it does not know.
+
+    >>> a, b = seed_from_os(torch.Generator()), seed_from_os(torch.Generator())
+    >>> bool((torch.randn(4, generator=a) == torch.randn(4, generator=b)).all())
+    False
+    """
+    if generator.device.type != "cpu":
+        generator.manual_seed(secrets.randbits(64))
+        state = generator.get_state()
+        if state.numel() == 16:  # Philox: uint64 seed, uint64 offset (a multiple of 4)
+            raw = bytearray(state.cpu().numpy().tobytes())
+            raw[8:16] = (secrets.randbits(60) * 4).to_bytes(8, "little")
+            generator.set_state(torch.frombuffer(raw, dtype=torch.uint8).clone())
+        return generator
+    generator.manual_seed(0)  # left = 1, seeded = 1, next = 0: the next draw regenerates the state
+    raw = bytearray(generator.get_state().numpy().tobytes())
+    if len(raw) != _CPU_STATE_BYTES:
+        raise RuntimeError(f"torch's CPU generator state has {len(raw)} bytes, not {_CPU_STATE_BYTES}: cannot seed its "
+                           "whole state from the OS on this torch version (please report)")
+    words = secrets.token_bytes(4 * _MT_WORDS)
+    if not any(words):  # MT19937 needs a non-zero state (probability 2^-19968)
+        words = b"\x01" + words[1:]
+    for i in range(_MT_WORDS):
+        at = _MT_OFFSET + 8 * i
+        raw[at:at + 8] = words[4 * i:4 * i + 4] + bytes(4)
+    generator.set_state(torch.frombuffer(raw, dtype=torch.uint8).clone())
+    if bytes(generator.get_state().numpy().tobytes()) != bytes(raw):
+        raise RuntimeError("torch did not take the OS-seeded generator state (please report)")
+    return generator
+
+
 class ReproducibleNoiseWarning(UserWarning):
     """Privacy noise or batch selection was seeded by the user: anyone who knows the seed can
     replay the noise and remove it from the released values. For tests only.
@@ -442,8 +488,8 @@ class NoiseSource:
 
     :param seed: an integer makes the stream reproducible — a **testing option**: it warns
         with :class:`ReproducibleNoiseWarning` unless ``warn=False``. ``None`` (default): OS
-        entropy.
-    :param secure_mode: refuse a ``seed``, seed from ``os.urandom``, and draw every Gaussian
+        entropy: the generator's whole state from ``os.urandom`` (:func:`seed_from_os`).
+    :param secure_mode: refuse a ``seed`` and draw every Gaussian
         as the Opacus/Holohan et al. (2021, §5.1) construction
         :math:`(Z_1+Z_2+Z_3+Z_4)/2` in float64, scaled by σ in float64 before any cast.
         **What it does not guarantee**: torch's generator (MT19937 on CPU, Philox on CUDA)
@@ -468,13 +514,9 @@ class NoiseSource:
     def __init__(self, seed: Optional[int] = None, secure_mode: bool = False, device=None, *, warn: bool = True):
         self.secure_mode = bool(secure_mode)
         self.device = torch.device(device if device is not None else "cpu")
-        if self.secure_mode:
-            if seed is not None:
-                raise ValueError("secure_mode=True draws its seed from the OS: do not pass a noise seed")
-            seed = int.from_bytes(os.urandom(8), "little") >> 1
-        elif seed is None:
-            seed = _fresh_seed()
-        elif warn:
+        if self.secure_mode and seed is not None:
+            raise ValueError("secure_mode=True draws its seed from the OS: do not pass a noise seed")
+        if seed is not None and warn:
             warnings.warn(
                 "privacy noise and batch selection are seeded: anyone who knows the seed can replay the "
                 "noise and remove it from every released value. Use this for tests only.",
@@ -482,7 +524,10 @@ class NoiseSource:
                 stacklevel=3,
             )
         self.generator = torch.Generator(device=self.device)
-        self.generator.manual_seed(int(seed))
+        if seed is None:  # the whole generator state from os.urandom (not a 32-bit CPU seed)
+            seed_from_os(self.generator)
+        else:
+            self.generator.manual_seed(int(seed))
         #: :class:`~pyro_dp.distributed.Shards` of a sharded kernel (``None``: one process). The
         #: releases then sum the ranks' local sums, rank 0's noise added inside the reduction.
         self.shards = None

@@ -151,6 +151,8 @@ NONPRIVATE_PREFIX = "non-private "
 # Kernel objects of this process by id: a ChainLedger unpickled here (a worker's chain coming
 # back with its diagnostics) files itself with the kernel object it belongs to.
 _KERNELS: "weakref.WeakValueDictionary[str, DPKernel]" = weakref.WeakValueDictionary()
+#: checkpoints (their ``"token"``) this process has resumed: each may continue one chain once
+_RESUMED_CHECKPOINTS: set = set()
 
 
 @dataclass(eq=False)
@@ -673,6 +675,10 @@ class DPKernel(MCMCKernel):
             self._stop(refusal)
         if self._pending_state is not None:  # resuming a checkpoint: continue its chain
             state, self._pending_state = self._pending_state, None
+            chains = (mcmc_run_length() or {}).get("num_chains", 1)
+            if self._worker_chain_id() is not None or chains > 1:
+                raise ValueError(f"a checkpoint continues one chain: resume it with num_chains=1 (this run has "
+                                 f"{chains}); more chains would each continue it and spend its budget again")
             self._restore(state)
 
     # ------------------------------------------------------------------ checkpoints
@@ -680,10 +686,14 @@ class DPKernel(MCMCKernel):
         r"""A checkpoint of this kernel object: the chain in progress (state, counters, warmup
         adaptation, the algorithm and noise generators' states) and the cumulative ledger.
 
-        **A checkpoint is private data**: the chain state caches per-example log-likelihoods
-        and the noise generator's state lets anyone replay the noise. Store it like the raw
-        data; never publish it. It holds no rows of data (the data are given to ``setup``
-        again), but the number of rows and the data plate's name, which are checked on load.
+        **A checkpoint is private data**: the chain state caches per-example log-likelihoods.
+        Store it like the raw data; never publish it. It holds no rows of data (the data are
+        given to ``setup`` again), but the number of rows and the data plate's name, which are
+        checked on load. It does not hold the secret noise stream (only under the test option
+        ``noise_seed``): a resumed chain draws fresh noise, so it continues the chain's state,
+        data-free randomness and ledger, not its noise. Resume it once, into a new kernel object
+        and one chain (a second resume in the same process is refused; across processes it
+        cannot be detected, and each continuation would spend up to the budget).
 
         >>> import torch, pyro_dp
         >>> from pyro_dp.models.examples import normal_mean_model
@@ -707,25 +717,37 @@ class DPKernel(MCMCKernel):
             "data_plate": self.lik.data_plate,
             "chain": {a: copy.deepcopy(self.__dict__.get(a)) for a in self._chain_attrs},
             "rng": self._rng.get_state(),
-            "noise": self._noise.__getstate__(),
+            # the secret stream's state only under the test option noise_seed: anyone holding it could
+            # replay the noise of every later release of this chain (and a resumed chain draws fresh noise)
+            "noise": self._noise.__getstate__() if self.noise_seed is not None else None,
             "ledger": self._ledger.copy(),
             "chains": {cid: led.copy() for cid, led in self._chains.items()},
             # the run length a budget was planned for when the kernel chose it itself (from the
             # MCMC that ran it, or assumed): a resumed run must keep that plan, not re-plan the
             # budget for the iterations that remain (data-free)
+            "token": self.__dict__.setdefault("_checkpoint_tokens", {}).setdefault(
+                (self._ledger.chain_id, self._ledger.num_releases, self._iteration), secrets.token_hex(8)),
             "run_length": None if self.run_length_source in (None, "given") else {
                 "num_iterations": self.num_iterations, "source": self.run_length_source,
                 "num_chains": self.num_chains},
         }
 
     def load_state_dict(self, state: dict) -> None:
-        """Continue the chain and the ledger of :meth:`state_dict`, on a kernel built with the
-        same arguments. Call it before ``setup()`` (e.g. before ``mcmc.run``: the next
+        """Continue the chain and the ledger of :meth:`state_dict`, on a new kernel object built
+        with the same arguments (refused on a kernel that has released anything, and for a
+        checkpoint already resumed in this process). Call it before ``setup()`` (e.g. before ``mcmc.run``: the next
         ``setup`` restores the chain instead of starting a new one, and ``MCMC`` continues it
         from where it stopped, warmup length included) or after ``setup()`` (restored at once).
         The ledger, and with it the budget, counts every release made before the checkpoint."""
         if not isinstance(state, dict) or state.get("format") != 1:
             raise ValueError("not a pyro_dp kernel checkpoint (state_dict() of a DPKernel)")
+        if self.ledger:
+            raise ValueError(
+                f"this kernel object has already released {self.ledger.num_releases} values: load a checkpoint into a "
+                "new kernel object (built with the same arguments), so that no release is forgotten")
+        if state.get("token") in _RESUMED_CHECKPOINTS:
+            raise ValueError("this checkpoint was already resumed in this process: a checkpoint continues its chain "
+                             "once (a second continuation would spend its budget again)")
         if state["kernel"] != type(self).__name__ or state["relation"] != self.relation:
             raise ValueError(
                 f"checkpoint of a {state['kernel']} under relation {state['relation']!r}; this is a "
@@ -752,10 +774,21 @@ class DPKernel(MCMCKernel):
                 f"checkpoint of a run on {state['num_rows']} rows of plate {state['data_plate']!r}; "
                 f"this set-up has {self.lik.num_rows} rows of plate {self.lik.data_plate!r}"
             )
+        token = state.get("token")
+        if token in _RESUMED_CHECKPOINTS:
+            raise ValueError("this checkpoint was already resumed in this process: a checkpoint continues its chain "
+                             "once (a second continuation would spend its budget again)")
+        if token is not None:
+            _RESUMED_CHECKPOINTS.add(token)
         for a, v in state["chain"].items():
             setattr(self, a, copy.deepcopy(v))
-        self._rng.set_state(state["rng"])
-        self._noise.__setstate__(state["noise"])
+        self._rng.set_state(state["rng"])  # the data-free stream continues
+        if self.noise_seed is not None:  # the test option: the same noise as an uninterrupted run
+            self._noise.__setstate__(state["noise"])
+            self._noise.shards = self._shards
+        # else the secret stream stays the fresh one setup() drew from the OS: restoring its state
+        # would replay the checkpoint's noise on whatever data this run reads (the difference of
+        # two resumed runs on neighbouring data would be one row's noise-free term)
         self._chains, self._filed_counts = {}, Counter()
         for led in state["chains"].values():
             self._file_chain(led)

@@ -1,5 +1,6 @@
 """#18 item 7: checkpoint and resume. A resumed chain continues exactly (same chain, same ledger)
-as an uninterrupted one with the same seeds, for every kernel; the budget counts everything."""
+as an uninterrupted one with the same seeds (``noise_seed``, the test option, included: without
+it the resumed chain draws fresh noise), for every kernel; the budget counts everything."""
 import pickle
 import warnings
 
@@ -113,3 +114,59 @@ def test_resume_on_the_default_path_keeps_the_planned_run_length():
     assert torch.equal(rest.get_samples()["mu"], full.get_samples()["mu"][10:])
     assert resumed.ledger == whole.ledger
     assert rest.diagnostics()["private iterations"]["chain 0"] == 50
+
+
+def _penalty(**kw):
+    from .helpers import gauss_model
+
+    return pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=1.0, noise_multiplier=3.0, seed=0, **kw)
+
+
+@pytest.mark.fresh_noise
+def test_a_resumed_chain_draws_fresh_noise():
+    """2026-11-26 privacy audit: a checkpoint restored its noise generator, so resuming it on a
+    neighbouring data set replayed the same noise: the difference of the two runs' releases
+    was one row's noise-free term. Without ``noise_seed`` the resumed chain's secret stream is
+    now fresh OS entropy (its data-free stream continues)."""
+    from .helpers import make_data
+
+    y = make_data(30, seed=1)
+    k = _penalty()
+    k.setup(0, y)
+    p = k.sample(k.initial_params)
+    state = k.state_dict()
+    resumed = _penalty()
+    resumed.load_state_dict(state)
+    resumed.setup(0, y)
+    assert torch.equal(resumed._rng.get_state(), k._rng.get_state())  # data-free: continues
+    assert not torch.equal(resumed._noise.standard_normal((8,)), k._noise.standard_normal((8,)))
+    assert resumed.ledger == k.ledger and torch.equal(resumed.lik.flatten(resumed.initial_params), k.lik.flatten(p))
+
+
+def test_a_checkpoint_continues_once_into_a_fresh_kernel_and_one_chain():
+    """2026-11-26 privacy audit: one checkpoint resumed in two kernels let each spend the whole
+    budget; loaded into a kernel that had run on, it replaced (forgot) the later releases; and
+    resumed with ``num_chains=2``, both chains continued it while the kernel filed only one."""
+    from .helpers import make_data
+
+    y = make_data(30, seed=1)
+    k = _penalty()
+    k.setup(0, y)
+    k.sample(k.initial_params)
+    state = k.state_dict()
+    with pytest.raises(ValueError, match="already released"):
+        k.load_state_dict(state)  # the kernel ran on: loading would forget its later releases
+    first = _penalty()
+    first.load_state_dict(state)
+    first.setup(0, y)
+    with pytest.raises(ValueError, match="already resumed"):
+        _penalty().load_state_dict(state)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        k2 = _penalty()
+        MCMC(k2, num_samples=3, warmup_steps=0, disable_progbar=True).run(y)
+        again = _penalty()
+        again.load_state_dict(k2.state_dict())
+        with pytest.raises(ValueError, match="num_chains=1"):
+            MCMC(again, num_samples=3, warmup_steps=0, num_chains=2, disable_progbar=True).run(y)
+    assert again.ledger.num_releases == 0
