@@ -415,6 +415,12 @@ def _one_run(k, args: tuple, statistic, num_iterations: int, seeds: set, where: 
             "fresh noise per run (take the run index as seed, or pass no seed)"
         )
     seeds.add(k.seed)
+    if k.noise_seed is not None:  # the test option: a repeated noise seed would replay one run's noise
+        if ("noise", k.noise_seed) in seeds:
+            raise ValueError(
+                f"kernel_factory returned a kernel with the noise_seed of an earlier run ({where}): the audit's "
+                "bound assumes independent noise per run (pass no noise_seed, or a different one per run)")
+        seeds.add(("noise", k.noise_seed))
     k.setup(0, *args)
     before = params = k.initial_params
     for _ in range(int(num_iterations)):

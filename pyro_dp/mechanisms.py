@@ -388,13 +388,14 @@ class PrivacyLedger:
         return new
 
     def state_dict(self) -> dict:
-        return {"relation": self.relation, "entries": list(self._entries)}
+        return {"relation": self.relation, "entries": list(self._entries), "labels": list(self._label_list())}
 
     def load_state_dict(self, state: dict) -> None:
         self.relation = state["relation"]
-        self._entries = []
-        for ev, cnt in state["entries"]:
-            self.record(ev, cnt)
+        self._entries, self._labels = [], []
+        labels = state.get("labels") or [""] * len(state["entries"])  # a state saved before labels: ""
+        for (ev, cnt), label in zip(state["entries"], labels):
+            self.record(ev, cnt, label=label)
 
     def __eq__(self, other) -> bool:
         return (

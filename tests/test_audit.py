@@ -448,6 +448,9 @@ def test_audit_refuses_shared_seeds_foreign_kernels_and_mismatched_data():
     _, y, y2 = _audit_inputs()
     with pytest.raises(ValueError, match="fresh noise"):
         audit(lambda: _penalty(lognormal_model, 7), y, y2, num_runs=2)  # one fixed seed for every run
+    with pytest.raises(ValueError, match="noise_seed of an earlier run"):  # 2026-11-26 audit: replayed noise
+        audit(lambda i: pyro_dp.DPPenalty(lognormal_model, 0.1, llr_clip=CLIP, noise_multiplier=2.0,
+                                          init_strategy=init_to_mean, seed=i, noise_seed=5), y, y2, num_runs=2)
     with pytest.raises(TypeError, match="DPKernel"):
         audit(lambda: pyro.infer.HMC(lognormal_model), y, y2, num_runs=2)
     with pytest.raises(TypeError, match="run index"):

@@ -76,9 +76,11 @@ def test_ledger_merges_and_round_trips():
     led.record(GaussianEvent(2.0))
     led.record(PureDPEvent(0.1))
     assert led.num_releases == 5 and len(led.entries) == 2
+    led.record(GaussianEvent(5.0), 2, label="tune:clip")
     other = PrivacyLedger()
     other.load_state_dict(led.state_dict())
-    assert other == led
+    assert other == led and other.labelled_entries() == led.labelled_entries()  # labels kept (2026-11-26)
+    led._entries.pop(), led._labels.pop()
     merged = PrivacyLedger.merged([led, led])
     assert merged.aggregate() == {GaussianEvent(2.0): 8, PureDPEvent(0.1): 2}
     with pytest.raises(ValueError, match="cannot merge"):

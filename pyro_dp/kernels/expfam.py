@@ -60,9 +60,19 @@ __all__ = [
 
 
 def _zeroed_arguments(lik):
-    """``lik``'s model arguments with every tensor replaced by zeros of its shape, dtype and
-    device while the block runs (the data-free model of :meth:`DPExpFamPenalty._validate`)."""
-    zero = lambda t: torch.zeros_like(t) if torch.is_tensor(t) else t  # noqa: E731
+    """``lik``'s model arguments with every tensor (and numpy array) replaced by zeros of its
+    shape and dtype while the block runs (the data-free model of
+    :meth:`DPExpFamPenalty._validate`). Data a model reads from a closure are not arguments
+    and cannot be zeroed: such a model needs ``check_family=False`` (documented there)."""
+    import numpy as np
+
+    def zero(t):
+        if torch.is_tensor(t):
+            return torch.zeros_like(t)
+        if isinstance(t, np.ndarray):
+            return np.zeros_like(t)
+        return t
+
     return _model_arguments(lik, *tree_map(zero, (lik.model_args, lik.model_kwargs)))
 
 
@@ -321,7 +331,10 @@ class DPExpFamPenalty(RandomWalkKernel):
     :param one_component, guided_walk, adapt_proposal, target_accept: the random walk, as for
         :class:`~pyro_dp.kernels.penalty.DPPenalty` (:class:`~pyro_dp.kernels.mh.RandomWalkKernel`).
     :param bool check_family: verify at set-up, on data drawn from the model at two
-        parameter values, that the model's log-likelihood ratio equals eq. (7).
+        parameter values, that the model's log-likelihood ratio equals eq. (7). The check runs
+        with the model's tensor and numpy arguments replaced by zeros, so that whether it
+        raises depends on no row; a model that reads data any other way (a closure, Python
+        lists of numbers) would run it on the real data: pass ``check_family=False`` for it.
 
     Other keyword arguments are those of :class:`~pyro_dp.kernels.base.DPKernel`.
 
