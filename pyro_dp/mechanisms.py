@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import secrets
 import warnings
 from dataclasses import dataclass, field
@@ -416,11 +415,6 @@ class PrivacyLedger:
 
 
 # --------------------------------------------------------------------------- noise
-
-
-def _fresh_seed() -> int:
-    """63 bits from the operating system's CSPRNG (``secrets`` reads ``os.urandom``)."""
-    return secrets.randbits(63)
 
 
 #: torch's CPU generator state (``CPUGeneratorImplState``, stable since torch 1.x): a uint64

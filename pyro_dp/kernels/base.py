@@ -155,6 +155,20 @@ _KERNELS: "weakref.WeakValueDictionary[str, DPKernel]" = weakref.WeakValueDictio
 _RESUMED_CHECKPOINTS: set = set()
 
 
+def _refuse_resumed(state: dict) -> None:
+    """A checkpoint continues its chain once: refuse one this process has resumed already."""
+    if state.get("token") in _RESUMED_CHECKPOINTS:
+        raise ValueError("this checkpoint was already resumed in this process: a checkpoint continues its chain "
+                         "once (a second continuation would spend its budget again)")
+
+
+def _owned_kernel(kernel_id: str) -> Optional["DPKernel"]:
+    """The kernel object ``kernel_id`` if this process owns it (a ledger coming back from a
+    worker process files itself there), else ``None`` (e.g. inside the worker)."""
+    kernel = _KERNELS.get(kernel_id)
+    return kernel if kernel is not None and kernel._owner_pid == os.getpid() else None
+
+
 @dataclass(eq=False)
 class ChainLedger(PrivacyLedger):
     r"""The ledger of one chain of one kernel object: a :class:`~pyro_dp.mechanisms.PrivacyLedger`
@@ -184,8 +198,8 @@ class ChainLedger(PrivacyLedger):
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        kernel = _KERNELS.get(self.kernel_id)
-        if kernel is not None and kernel._owner_pid == os.getpid():
+        kernel = _owned_kernel(self.kernel_id)
+        if kernel is not None:
             kernel._file_chain(self)
 
 
@@ -208,8 +222,8 @@ class ChainFailedError(RuntimeError):
 
 
 def _unpickle_chain_failure(message, ledger):
-    kernel = _KERNELS.get(getattr(ledger, "kernel_id", ""))
-    if kernel is not None and kernel._owner_pid == os.getpid():
+    kernel = _owned_kernel(getattr(ledger, "kernel_id", ""))
+    if kernel is not None:
         kernel._incomplete = (
             "a chain failed in an MCMC worker process and Pyro terminated its siblings: releases they made "
             "are not in this ledger, so epsilon is a LOWER bound of what was spent. Run chains in this "
@@ -722,11 +736,11 @@ class DPKernel(MCMCKernel):
             "noise": self._noise.__getstate__() if self.noise_seed is not None else None,
             "ledger": self._ledger.copy(),
             "chains": {cid: led.copy() for cid, led in self._chains.items()},
+            # which point of which chain this is (the chain id is random): resumed once per process
+            "token": f"{self._ledger.chain_id}:{self._iteration}:{self._ledger.num_releases}",
             # the run length a budget was planned for when the kernel chose it itself (from the
             # MCMC that ran it, or assumed): a resumed run must keep that plan, not re-plan the
             # budget for the iterations that remain (data-free)
-            "token": self.__dict__.setdefault("_checkpoint_tokens", {}).setdefault(
-                (self._ledger.chain_id, self._ledger.num_releases, self._iteration), secrets.token_hex(8)),
             "run_length": None if self.run_length_source in (None, "given") else {
                 "num_iterations": self.num_iterations, "source": self.run_length_source,
                 "num_chains": self.num_chains},
@@ -745,9 +759,7 @@ class DPKernel(MCMCKernel):
             raise ValueError(
                 f"this kernel object has already released {self.ledger.num_releases} values: load a checkpoint into a "
                 "new kernel object (built with the same arguments), so that no release is forgotten")
-        if state.get("token") in _RESUMED_CHECKPOINTS:
-            raise ValueError("this checkpoint was already resumed in this process: a checkpoint continues its chain "
-                             "once (a second continuation would spend its budget again)")
+        _refuse_resumed(state)
         if state["kernel"] != type(self).__name__ or state["relation"] != self.relation:
             raise ValueError(
                 f"checkpoint of a {state['kernel']} under relation {state['relation']!r}; this is a "
@@ -774,12 +786,9 @@ class DPKernel(MCMCKernel):
                 f"checkpoint of a run on {state['num_rows']} rows of plate {state['data_plate']!r}; "
                 f"this set-up has {self.lik.num_rows} rows of plate {self.lik.data_plate!r}"
             )
-        token = state.get("token")
-        if token in _RESUMED_CHECKPOINTS:
-            raise ValueError("this checkpoint was already resumed in this process: a checkpoint continues its chain "
-                             "once (a second continuation would spend its budget again)")
-        if token is not None:
-            _RESUMED_CHECKPOINTS.add(token)
+        _refuse_resumed(state)
+        if state.get("token") is not None:
+            _RESUMED_CHECKPOINTS.add(state["token"])
         for a, v in state["chain"].items():
             setattr(self, a, copy.deepcopy(v))
         self._rng.set_state(state["rng"])  # the data-free stream continues
@@ -883,15 +892,13 @@ class DPKernel(MCMCKernel):
         fixed, per = self.planned_events()
         acc = get_accountant(self.accountant, relation=self.relation)
         for item in list(fixed) + list(per):
-            event = item[0] if isinstance(item, tuple) else item
-            if not acc.supports(event):
-                try:
-                    acc._require(event)
-                except UnsupportedEventError as e:
-                    raise UnsupportedEventError(
-                        f"{type(self).__name__}: accountant {self.accountant!r} cannot compose a planned release "
-                        f"({e}); choose one that can (e.g. 'pld' composes Gaussian and (epsilon, delta) "
-                        "releases; docs/privacy.md, \"Accountants\")") from None
+            try:
+                acc._require(item[0] if isinstance(item, tuple) else item)
+            except UnsupportedEventError as e:
+                raise UnsupportedEventError(
+                    f"{type(self).__name__}: accountant {self.accountant!r} cannot compose a planned release "
+                    f"({e}); choose one that can (e.g. 'pld' composes Gaussian and (epsilon, delta) "
+                    "releases; docs/privacy.md, \"Accountants\")") from None
 
     @property
     def _steps_allowed(self) -> Optional[int]:

@@ -36,6 +36,7 @@ import warnings
 from functools import partial
 from typing import Callable, NamedTuple, Optional
 
+import numpy as np
 import torch
 from torch.utils._pytree import tree_map
 
@@ -64,7 +65,6 @@ def _zeroed_arguments(lik):
     shape and dtype while the block runs (the data-free model of
     :meth:`DPExpFamPenalty._validate`). Data a model reads from a closure are not arguments
     and cannot be zeroed: such a model needs ``check_family=False`` (documented there)."""
-    import numpy as np
 
     def zero(t):
         if torch.is_tensor(t):

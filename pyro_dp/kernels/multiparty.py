@@ -32,14 +32,13 @@ ledger, :func:`pyro_dp.get_epsilon`) is the worst party's: one Gaussian event wi
 """
 from __future__ import annotations
 
-import os
 from typing import NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
 from ..accounting import DEFAULT_ACCOUNTANT, get_accountant
 from ..mechanisms import NonPrivateEvent, PrivacyLedger, clipped_sum_with_noise
-from .base import _KERNELS, check_positive
+from .base import _owned_kernel, check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease
 from .proposals import penalty_accept
 
@@ -72,8 +71,8 @@ class PartyLedgers(tuple):
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        kernel = _KERNELS.get(self.kernel_id)
-        if kernel is not None and kernel._owner_pid == os.getpid() and hasattr(kernel, "_file_party_chain"):
+        kernel = _owned_kernel(self.kernel_id)
+        if isinstance(kernel, DPMultiPartyPenalty):
             kernel._file_party_chain(self.chain_id, self)
 
 

@@ -432,7 +432,8 @@ class DPAutoTune:
         # approaches a high quantile fast from above, but from below only at a rate of about
         # (q - fraction below) per step, too slow for 1 - q of a few rows in 10^5 (measured).
         # At the default quantile both start at c0, as before.
-        c_ratio = max(c0, c0_ratio) if q_ratio > self.llr_quantile else c0
+        raised = q_ratio > self.llr_quantile
+        c_ratio = max(c0, c0_ratio) if raised else c0
         clips, quantiles, clip_sums = [c0, c_ratio], (self.grad_quantile, q_ratio), [0.0, 0.0]
         for t in range(self.num_steps):
             lr = _learning_rate(t, self.num_steps, lr0, lr1)  # data-free schedule
@@ -442,7 +443,7 @@ class DPAutoTune:
             rec("tune:start")(rel.event)
             for j in range(2):
                 clips[j] = _adapt_clip(norms, clips[j], quantiles[j], n, nm_count, noise, relation,
-                                       rec("tune:clip"), tail_scaled=(j == 1 and q_ratio > self.llr_quantile))
+                                       rec("tune:clip"), tail_scaled=(j == 1 and raised))
             # ascent direction of the tempered log posterior per row (post-processing; prior data-free)
             g = (lik.temperature * rel.value + lik.grad_log_prior(z)) / n
             m = b1 * m + (1 - b1) * g
