@@ -44,7 +44,7 @@ from ..likelihood import _forked_rng, _model_arguments
 from ..mechanisms import NoisyRelease, add_gaussian_noise, clip_rows
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease
-from .proposals import penalty_accept
+from .proposals import penalty_accept, pop_target_accept_prob
 
 __all__ = [
     "ExpFamily",
@@ -328,7 +328,7 @@ class DPExpFamPenalty(RandomWalkKernel):
         (:math:`\xi = (\mathrm{nm}\,2b)^2`). Omit it and give ``epsilon``, ``delta`` and
         ``num_iterations`` to calibrate it. Corollary 1's scaling
         :math:`\xi_n \propto n^{2\alpha}` corresponds to ``nm`` :math:`\propto n^\alpha`.
-    :param one_component, guided_walk, adapt_proposal, target_accept: the random walk, as for
+    :param one_component, guided_walk, adapt_proposal, target_accept_prob: the random walk, as for
         :class:`~pyro_dp.kernels.penalty.DPPenalty` (:class:`~pyro_dp.kernels.mh.RandomWalkKernel`).
     :param bool check_family: verify at set-up, on data drawn from the model at two
         parameter values, that the model's log-likelihood ratio equals eq. (7). The check runs
@@ -364,10 +364,11 @@ class DPExpFamPenalty(RandomWalkKernel):
         one_component: bool = False,
         guided_walk: bool = False,
         adapt_proposal: bool = False,
-        target_accept: float = 0.3,
+        target_accept_prob: Optional[float] = None,
         check_family: bool = True,
         **kwargs,
     ):
+        target_accept_prob = pop_target_accept_prob(kwargs, target_accept_prob)  # before DPKernel sees kwargs
         super().__init__(model, **kwargs)
         if not isinstance(family, ExpFamily):
             raise TypeError(
@@ -378,7 +379,8 @@ class DPExpFamPenalty(RandomWalkKernel):
         check_positive("family.bound", family.bound)
         self.family = family
         self._setup_walk(proposal_scale, one_component=one_component, guided_walk=guided_walk,
-                         adapt_proposal=adapt_proposal, target_accept=target_accept)
+                         adapt_proposal=adapt_proposal,
+                         target_accept_prob=target_accept_prob)
         self.noise_multiplier = self._check_noise_multiplier("noise_multiplier", noise_multiplier)
         self.check_family = bool(check_family)
         self._checked_lik = None

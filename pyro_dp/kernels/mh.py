@@ -33,7 +33,7 @@ import torch
 from ..accounting import calibrate_noise_multiplier
 from ..mechanisms import GaussianEvent, gaussian_event
 from .base import DPKernel, check_positive
-from .proposals import AdaptiveProposalScale, flip_direction, initial_directions, random_walk
+from .proposals import DEFAULT_TARGET_ACCEPT_PROB, AdaptiveProposalScale, flip_direction, initial_directions, random_walk
 
 __all__ = ["MHState", "MHInfo", "RatioRelease", "mh_init", "mh_step", "RandomWalkKernel", "check_batch_size",
            "can_fuse"]
@@ -168,7 +168,7 @@ def check_batch_size(batch_size) -> int:
 class RandomWalkKernel(AdaptiveProposalScale, DPKernel):
     r"""Base of the random-walk DP kernels: :meth:`_setup_walk` in ``__init__`` sets the
     proposal (``proposal_scale``; ``one_component``/``guided_walk`` modes; warmup adaptation
-    of the scale towards ``target_accept``, which reads only accept decisions and costs no
+    of the scale towards ``target_accept_prob``, which reads only accept decisions and costs no
     privacy), and the lifecycle calls the subclass's :meth:`_release` through
     :func:`mh_step`. A subclass defines ``_release(noise, state, z_new) -> RatioRelease``,
     the privacy plan (``_per_iteration_events``, ``_calibrate``), and optionally
@@ -185,13 +185,13 @@ class RandomWalkKernel(AdaptiveProposalScale, DPKernel):
     draws_directions = True  # penalty-type kernels draw guided-walk directions at every chain start
 
     def _setup_walk(self, proposal_scale, *, one_component=False, guided_walk=False, adapt_proposal=False,
-                    target_accept=0.3) -> None:
+                    target_accept_prob=DEFAULT_TARGET_ACCEPT_PROB) -> None:
         # None: set at each chain's start by the kernel's private tuning (kernels.tuning)
         self.proposal_scale = None if proposal_scale is None else check_positive("proposal_scale", proposal_scale)
         self.guided_walk = bool(guided_walk)
         self.one_component = bool(one_component) or self.guided_walk
         self.mode = "gwmh" if self.guided_walk else ("ocu" if self.one_component else "full")
-        self._setup_adaptation(adapt_proposal, target_accept)
+        self._setup_adaptation(adapt_proposal, target_accept_prob)
 
     # ------------------------------------------------------------------ Gaussian-per-iteration plans
     @staticmethod

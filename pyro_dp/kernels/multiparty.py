@@ -40,7 +40,7 @@ from ..accounting import DEFAULT_ACCOUNTANT, get_accountant
 from ..mechanisms import NonPrivateEvent, PrivacyLedger, clipped_sum_with_noise
 from .base import _owned_kernel, check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease
-from .proposals import penalty_accept
+from .proposals import penalty_accept, pop_target_accept_prob
 
 __all__ = ["PartyReleases", "PartyLedgers", "multiparty_release", "DPMultiPartyPenalty", "party_ledger",
            "party_epsilon"]
@@ -149,7 +149,7 @@ class DPMultiPartyPenalty(RandomWalkKernel):
         ``epsilon``, ``delta`` and ``num_iterations`` to calibrate one ``nm`` for all
         parties (each party then gets the budget against the others).
     :param int num_parties: default ``max(party) + 1``; every party must own a row.
-    :param one_component, guided_walk, adapt_proposal, target_accept: the random walk, as for
+    :param one_component, guided_walk, adapt_proposal, target_accept_prob: the random walk, as for
         :class:`~pyro_dp.kernels.penalty.DPPenalty` (:class:`~pyro_dp.kernels.mh.RandomWalkKernel`).
 
     :meth:`get_epsilon` with ``party=j`` reports party ``j``'s privacy against all others;
@@ -184,9 +184,10 @@ class DPMultiPartyPenalty(RandomWalkKernel):
         one_component: bool = False,
         guided_walk: bool = False,
         adapt_proposal: bool = False,
-        target_accept: float = 0.3,
+        target_accept_prob: Optional[float] = None,
         **kwargs,
     ):
+        target_accept_prob = pop_target_accept_prob(kwargs, target_accept_prob)  # before DPKernel sees kwargs
         if kwargs.get("init") is not None:
             raise ValueError("DPMultiPartyPenalty does not support a private init: each party's rows "
                              "would need their own initialisation releases")
@@ -205,7 +206,8 @@ class DPMultiPartyPenalty(RandomWalkKernel):
         self.num_parties = num_parties
         self._party_rows = [torch.nonzero(self.party == j).reshape(-1) for j in range(num_parties)]
         self._setup_walk(proposal_scale, one_component=one_component, guided_walk=guided_walk,
-                         adapt_proposal=adapt_proposal, target_accept=target_accept)
+                         adapt_proposal=adapt_proposal,
+                         target_accept_prob=target_accept_prob)
         self.llr_clip = check_positive("llr_clip", llr_clip)
         if noise_multiplier is None or _is_scalar(noise_multiplier):
             nm = self._check_noise_multiplier("noise_multiplier", noise_multiplier)

@@ -29,7 +29,7 @@ from ..compiled import cached_zeros
 from ..mechanisms import clip_and_sum, clipped_sum_with_noise, gaussian_event
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse
-from .proposals import accept_uniform, penalty_accept, penalty_log_accept_threshold
+from .proposals import accept_uniform, penalty_accept, penalty_log_accept_threshold, pop_target_accept_prob
 from .tuning import init_to_center
 
 __all__ = ["DPPenalty", "penalty_release", "fused_penalty_release_accept"]
@@ -144,12 +144,14 @@ class DPPenalty(RandomWalkKernel):
     :param bool one_component: propose a change of one coordinate at a time (OCU).
     :param bool guided_walk: guided-walk MH (GWMH); implies one-component proposals.
     :param bool adapt_proposal: during warmup, adapt the proposal scale (per coordinate
-        for one-component modes) towards ``target_accept`` by Robbins–Monro on the log
+        for one-component modes) towards ``target_accept_prob`` by Robbins–Monro on the log
         scale (Andrieu & Thoms 2008, Alg. 4). It reads only the accept decisions, which are
         post-processing of released values (thesis Thm 3), so it costs no privacy; warmup
         iterations are accounted like any other. The scale is frozen after warmup, so the
         sampling phase is a valid (time-homogeneous) MCMC.
-    :param float target_accept: acceptance rate targeted by the adaptation.
+    :param float target_accept_prob: acceptance rate targeted by the adaptation (default 0.3;
+        Pyro's name, as in ``RandomWalkKernel``; the old name ``target_accept`` still works, with a
+        ``FutureWarning``).
 
     **The default path** (``DPPenalty(model)`` or ``DPPenalty(model, epsilon=2.0)``): with
     ``proposal_scale`` or ``llr_clip`` left out, a :class:`~pyro_dp.kernels.tuning.DPAutoTune`
@@ -196,9 +198,10 @@ class DPPenalty(RandomWalkKernel):
         one_component: bool = False,
         guided_walk: bool = False,
         adapt_proposal: Optional[bool] = None,
-        target_accept: float = 0.3,
+        target_accept_prob: Optional[float] = None,
         **kwargs,
     ):
+        target_accept_prob = pop_target_accept_prob(kwargs, target_accept_prob)  # before DPKernel sees kwargs
         if kwargs.get("init_strategy") is None and (proposal_scale is None or llr_clip is None):
             kwargs["init_strategy"] = init_to_center  # the tuner's data-free start: the prior centre
         super().__init__(model, **kwargs)
@@ -208,7 +211,8 @@ class DPPenalty(RandomWalkKernel):
         if adapt_proposal is None:
             adapt_proposal = "proposal_scale" in self.auto_tuned
         self._setup_walk(proposal_scale, one_component=one_component, guided_walk=guided_walk,
-                         adapt_proposal=adapt_proposal, target_accept=target_accept)
+                         adapt_proposal=adapt_proposal,
+                         target_accept_prob=target_accept_prob)
         self.llr_clip = None if llr_clip is None else check_positive("llr_clip", llr_clip)
         self.noise_multiplier = self._check_noise_multiplier("noise_multiplier", noise_multiplier)
         if self.auto_tuned:

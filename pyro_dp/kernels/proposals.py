@@ -5,6 +5,7 @@ its noise variance; none of them touches data.
 """
 from __future__ import annotations
 
+import warnings
 from typing import NamedTuple, Optional
 
 import torch
@@ -118,10 +119,29 @@ def check_proposal_scale(scale, z: torch.Tensor) -> torch.Tensor:
     return scale
 
 
+#: the random-walk kernels' default acceptance target (Roberts, Gelman & Gilks 1997: 0.234 in
+#: high dimension; 0.3 is the usual rounding, and what these kernels have always used)
+DEFAULT_TARGET_ACCEPT_PROB = 0.3
+
+
+def pop_target_accept_prob(kwargs: dict, target_accept_prob: Optional[float]) -> float:
+    """The acceptance target from a kernel's arguments: ``target_accept_prob`` (Pyro's name, as in
+    ``pyro.infer.mcmc.RandomWalkKernel`` and ``HMC``), or the old name ``target_accept`` (popped
+    from ``kwargs`` with a ``FutureWarning``); the default when neither is given."""
+    if "target_accept" in kwargs:
+        old = kwargs.pop("target_accept")
+        if target_accept_prob is not None:
+            raise TypeError("give target_accept_prob only (target_accept is its old name)")
+        warnings.warn("target_accept is renamed target_accept_prob (Pyro's name for it); the old name "
+                      "will be removed", FutureWarning, stacklevel=3)
+        return old
+    return DEFAULT_TARGET_ACCEPT_PROB if target_accept_prob is None else target_accept_prob
+
+
 class AdaptiveProposalScale:
     r"""Mixin for random-walk kernels: warmup adaptation of the proposal scale.
 
-    Robbins–Monro on the log scale towards ``target_accept`` (Andrieu & Thoms 2008, Alg. 4;
+    Robbins–Monro on the log scale towards ``target_accept_prob`` (Andrieu & Thoms 2008, Alg. 4;
     gain :math:`t^{-0.6}`), per coordinate for one-component modes. Its only input is the
     accept decision, which is post-processing of released values (Räisä 2021 thesis Thm 3),
     so it costs no privacy; warmup iterations are accounted like any other. The scale is
@@ -134,11 +154,11 @@ class AdaptiveProposalScale:
 
     _chain_attrs = ("_user_scale", "_log_scale", "_scale_adapted")  # joined with DPKernel's by RandomWalkKernel
 
-    def _setup_adaptation(self, adapt_proposal: bool, target_accept: float) -> None:
+    def _setup_adaptation(self, adapt_proposal: bool, target_accept_prob: float) -> None:
         self.adapt_proposal = bool(adapt_proposal)
-        self.target_accept = float(target_accept)
-        if not (0.0 < self.target_accept < 1.0):
-            raise ValueError(f"target_accept must be in (0, 1), got {target_accept!r}")
+        self.target_accept_prob = float(target_accept_prob)
+        if not (0.0 < self.target_accept_prob < 1.0):
+            raise ValueError(f"target_accept_prob must be in (0, 1), got {target_accept_prob!r}")
 
     def _start_scale(self, z: torch.Tensor) -> None:
         if self._iteration == 0 or getattr(self, "_log_scale", None) is None:  # a new chain: the user's scale
@@ -149,7 +169,7 @@ class AdaptiveProposalScale:
 
     def _adapt(self, info) -> None:
         if self.adapt_proposal and self._iteration < self._warmup_steps:
-            gain = (self._iteration + 1.0) ** -0.6 * (float(info.accepted) - self.target_accept)
+            gain = (self._iteration + 1.0) ** -0.6 * (float(info.accepted) - self.target_accept_prob)
             if self.mode == "full" or info.coord < 0:
                 self._log_scale = self._log_scale + gain
             else:

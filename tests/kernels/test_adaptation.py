@@ -16,7 +16,7 @@ N = 300
 
 
 def _make(kind, **kw):
-    common = dict(noise_multiplier=2.0, seed=3, adapt_proposal=True, target_accept=0.3, **kw)
+    common = dict(noise_multiplier=2.0, seed=3, adapt_proposal=True, target_accept_prob=0.3, **kw)
     if kind == "penalty":
         return DPPenalty(gauss_model, 1e-3, llr_clip=4.0, **common)
     if kind == "expfam":
@@ -59,13 +59,27 @@ def test_each_chain_starts_from_the_users_scale():
         assert abs(torch.log(torch.tensor(f / 1e-3))) <= 1.0
 
 
+def _build(kind, **k):
+    k = dict(noise_multiplier=2.0, seed=3, adapt_proposal=True, **k)
+    if kind == "penalty":
+        return DPPenalty(gauss_model, 0.1, llr_clip=4.0, **k)
+    if kind == "expfam":
+        return DPExpFamPenalty(gauss_model, gaussian_known_variance("mu", scale=S, low=-3.0, high=3.0), 0.1, **k)
+    return DPMultiPartyPenalty(gauss_model, torch.arange(N) % 2, 0.1, llr_clip=4.0, **k)
+
+
 @pytest.mark.parametrize("kind", ["penalty", "expfam", "multiparty"])
-def test_bad_target_accept(kind):
-    with pytest.raises(ValueError, match="target_accept"):
-        k = dict(noise_multiplier=2.0, seed=3, adapt_proposal=True, target_accept=1.5)
-        if kind == "penalty":
-            DPPenalty(gauss_model, 0.1, llr_clip=4.0, **k)
-        elif kind == "expfam":
-            DPExpFamPenalty(gauss_model, gaussian_known_variance("mu", scale=S, low=-3.0, high=3.0), 0.1, **k)
-        else:
-            DPMultiPartyPenalty(gauss_model, torch.arange(N) % 2, 0.1, llr_clip=4.0, **k)
+def test_bad_target_accept_prob(kind):
+    with pytest.raises(ValueError, match="target_accept_prob"):
+        _build(kind, target_accept_prob=1.5)
+
+
+@pytest.mark.parametrize("kind", ["penalty", "expfam", "multiparty"])
+def test_target_accept_is_the_old_name(kind):
+    """Pyro's name is target_accept_prob (RandomWalkKernel, HMC); the old name still works, warns, and
+    cannot be given together with the new one."""
+    assert _build(kind).target_accept_prob == 0.3  # the documented default
+    with pytest.warns(FutureWarning, match="target_accept_prob"):
+        assert _build(kind, target_accept=0.4).target_accept_prob == 0.4
+    with pytest.raises(TypeError, match="target_accept_prob only"):
+        _build(kind, target_accept=0.4, target_accept_prob=0.4)
