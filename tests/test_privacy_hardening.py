@@ -156,6 +156,59 @@ def test_a_failing_worker_marks_the_ledger_incomplete():
         k.get_epsilon(1e-5)
 
 
+def _fail_in_worker_hook(kernel, params, stage, i):
+    import multiprocessing
+
+    if multiprocessing.current_process().name == "1" and stage.startswith("Sample") and i == 5:
+        raise OSError("a user hook failed in the worker (e.g. disk full writing a checkpoint)")
+
+
+def test_a_worker_failing_outside_the_step_loses_no_release(monkeypatch):
+    """s10 audit, F1: a worker that fails outside ``kernel.sample`` (here a user ``hook_fn``; also
+    ``diagnostics()`` with warnings turned into errors, a killed worker, an interrupted run) sent
+    no ledger back, so the kernel reported epsilon 0 and a retry spent the whole budget again.
+    Worker releases are now counted in shared memory as they are made: the kernel refuses to
+    report, and its next chains refuse to read data."""
+    import pyro.infer.mcmc.api as api
+
+    monkeypatch.setattr(api.mp, "cpu_count", lambda: 8)
+    k = pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=2.0, epsilon=2.0, delta=1e-5, num_iterations=30, num_chains=2)
+    y = make_data(50)
+    mcmc = MCMC(k, num_samples=20, warmup_steps=10, num_chains=2, disable_progbar=True, hook_fn=_fail_in_worker_hook)
+    assert type(mcmc.sampler).__name__ == "_MultiSampler"
+    with pytest.raises(OSError, match="user hook failed"):
+        mcmc.run(y)
+    assert k.ledger.num_releases == 0  # nothing came back ...
+    assert k._lost_worker_releases() >= 16  # ... but chain 1 alone had made 16 releases
+    with pytest.raises(RuntimeError, match="LOWER bound"):
+        k.get_epsilon(1e-5)
+    with pytest.warns(pyro_dp.BudgetExhaustedWarning, match="may miss releases"):
+        again = MCMC(k, num_samples=20, warmup_steps=10, num_chains=2, disable_progbar=True)
+        again.run(y)
+    assert [again._diagnostics[i]["private iterations"] for i in range(2)] == [0, 0]  # read nothing
+    with pytest.raises(RuntimeError, match="LOWER bound"):
+        pyro_dp.get_epsilon(again, 1e-5)
+    # sequential chains (this process) refuse too
+    with pytest.warns(pyro_dp.BudgetExhaustedWarning, match="may miss releases"):
+        MCMC(k, num_samples=5, warmup_steps=0, disable_progbar=True).run(y)
+
+
+def test_worker_release_counters_stay_in_their_process():
+    """The shared counters travel only to MCMC workers: a pickled copy (saving an MCMC object)
+    counts afresh, and a copy of a ledger keeps its worker slot."""
+    import pickle
+
+    k = pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=2.0, noise_multiplier=3.0)
+    k._worker_releases.made[0] += 5
+    copy = pickle.loads(pickle.dumps(k))
+    assert sum(copy._worker_releases.made) == 0 and copy._worker_releases is not k._worker_releases
+    with pytest.raises(RuntimeError, match="5 release"):
+        k.get_epsilon(1e-5)
+    led = k._ledger.copy()
+    led.worker_slot = 3
+    assert led.copy().worker_slot == 3
+
+
 # ---------------------------------------------------------------------------- findings 3-5
 
 

@@ -35,6 +35,7 @@ How this fits :class:`pyro.infer.MCMC` (see ``shared/FACTS.md``):
 from __future__ import annotations
 
 import copy
+import ctypes
 import logging
 import math
 import multiprocessing
@@ -169,6 +170,58 @@ def _owned_kernel(kernel_id: str) -> Optional["DPKernel"]:
     return kernel if kernel is not None and kernel._owner_pid == os.getpid() else None
 
 
+#: chain slots of the shared release counters of chains run in ``MCMC`` worker processes (Pyro
+#: names chain i's worker process "i"; chain ids from this number on share slots modulo it)
+WORKER_SLOTS = 256
+
+
+class WorkerReleases:
+    """Releases made by a kernel object's chains in ``MCMC`` worker processes, counted in shared
+    memory as they are made (``made[slot]``, with the worker's ``pid[slot]``), so that the owner
+    process knows how many releases its ledger should hold even when a worker's ledger never
+    comes back: a worker that fails outside a chain's step (a ``hook_fn``, ``diagnostics()``
+    with warnings turned into errors), is killed, or is terminated by Pyro because a sibling
+    failed or the run was interrupted. Created with the kernel (before any worker is forked);
+    inherited by forked workers, handed to spawned ones with the kernel. Counts only: no data.
+
+    >>> w = WorkerReleases(); w.made[3] += 2; sum(w.made)
+    2
+    """
+
+    def __init__(self):
+        self.made = multiprocessing.RawArray(ctypes.c_int64, WORKER_SLOTS)
+        self.pid = multiprocessing.RawArray(ctypes.c_int64, WORKER_SLOTS)
+
+
+def _lost_releases_message(lost: int) -> str:
+    return (
+        f"{lost} release(s) made by this kernel's chains in MCMC worker processes are not in its ledger: "
+        "their ledgers did not come back (a worker failed outside the chain's step, e.g. in a hook_fn or in "
+        "diagnostics() with warnings turned into errors, was killed, or Pyro terminated it when a sibling "
+        "failed or the run was interrupted; or the run is still going). An epsilon from this ledger would be "
+        "a LOWER bound of what was spent, so none is reported, and this kernel object's next chains refuse "
+        "to read data (their budget cannot be checked). The releases made count against these data: bound "
+        "them (at most num_chains full chain plans per run) before spending more on them"
+    )
+
+
+def _process_alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (an exited, not yet reaped process does not)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True  # no /proc: assume it runs (the caller then does not count it as lost)
+
+
 @dataclass(eq=False)
 class ChainLedger(PrivacyLedger):
     r"""The ledger of one chain of one kernel object: a :class:`~pyro_dp.mechanisms.PrivacyLedger`
@@ -186,12 +239,15 @@ class ChainLedger(PrivacyLedger):
 
     kernel_id: str = ""
     chain_id: str = ""
+    #: the :class:`WorkerReleases` slot of the worker process that made the releases (-1: the owner)
+    worker_slot: int = -1
 
     def __eq__(self, other) -> bool:
         return PrivacyLedger.__eq__(self, other)
 
     def copy(self) -> "ChainLedger":
-        new = ChainLedger(self.relation, kernel_id=self.kernel_id, chain_id=self.chain_id)
+        new = ChainLedger(self.relation, kernel_id=self.kernel_id, chain_id=self.chain_id,
+                          worker_slot=self.worker_slot)
         new._entries = list(self._entries)
         new._labels = list(self._label_list())
         return new
@@ -435,6 +491,7 @@ class DPKernel(MCMCKernel):
         self._pending_state: Optional[dict] = None  # a load_state_dict() waiting for setup()
         self._last_checkpoint: Optional[dict] = None  # state_dict() of the last chain cleanup() ended
         self._incomplete: Optional[str] = None  # set when worker releases may have been lost
+        self._worker_releases: Optional[WorkerReleases] = WorkerReleases()  # before any worker is forked
         DPKernel._reset_chain_stats(self)  # the base's fields only: subclasses reset theirs in setup()
 
     def _adopt_default_budget(self) -> None:
@@ -539,7 +596,49 @@ class DPKernel(MCMCKernel):
         self.__dict__.pop("_eps_log_start", None)
 
     def _new_chain_ledger(self) -> ChainLedger:
-        return ChainLedger(self.relation, kernel_id=self._id, chain_id=secrets.token_hex(8))
+        return ChainLedger(self.relation, kernel_id=self._id, chain_id=secrets.token_hex(8),
+                           worker_slot=self._worker_slot())
+
+    def _worker_slot(self) -> int:
+        """This process's slot of :class:`WorkerReleases` (``-1`` in the owner process)."""
+        chain = self._worker_chain_id()
+        if chain is None:
+            return -1
+        return chain % WORKER_SLOTS if chain >= 0 else WORKER_SLOTS - 1
+
+    def _count_worker_release(self) -> None:
+        """Count one release of a chain in a worker process in shared memory, as it is made."""
+        slot, shared = self._ledger.worker_slot, self.__dict__.get("_worker_releases")
+        if slot >= 0 and shared is not None:
+            shared.made[slot] += 1
+
+    def _lost_worker_releases(self, finished_only: bool = False) -> int:
+        """Releases made in worker processes (:class:`WorkerReleases`) that are not in this
+        object's ledgers: their chains' ledgers never came back. ``finished_only``: count only
+        slots whose worker has exited (a running sibling's releases come back with it)."""
+        shared = self.__dict__.get("_worker_releases")
+        if shared is None:
+            return 0
+        back: Counter = Counter()
+        for led in list(self._chains.values()) + [self._ledger]:
+            if getattr(led, "worker_slot", -1) >= 0:
+                back[led.worker_slot] += led.num_releases
+        own = self._worker_slot()
+        lost = 0
+        for slot in range(WORKER_SLOTS):
+            made = shared.made[slot]
+            if made > back[slot] and not (finished_only and slot != own and _process_alive(shared.pid[slot])):
+                lost += made - back[slot]
+        return lost
+
+    def _require_complete(self) -> None:
+        """Raise ``RuntimeError`` when this object's ledger may miss releases (an ε from it would
+        be a lower bound of what was spent)."""
+        if self._incomplete:
+            raise RuntimeError(self._incomplete)
+        lost = self._lost_worker_releases()
+        if lost:
+            raise RuntimeError(_lost_releases_message(lost))
 
     def _file_chain(self, ledger: PrivacyLedger) -> None:
         """File a finished chain's ledger with this kernel object (idempotent by chain id; a
@@ -593,9 +692,23 @@ class DPKernel(MCMCKernel):
         budget's ``num_chains`` chain plans. A refused chain does not raise — Pyro would then
         terminate its siblings, and releases they had made would never come back — it stops
         like an exhausted chain: it reads nothing, repeats its start and warns.
+
+        Any chain (also in this process) is refused when the ledger may miss releases: an earlier
+        parallel run's worker made releases (:class:`WorkerReleases`) whose ledger never came back,
+        or a worker chain failed (:class:`ChainFailedError`); ``get_epsilon`` then raises.
         """
         chain = self._worker_chain_id()
-        if self.epsilon is None or chain is None:
+        lost = self._lost_worker_releases(finished_only=True)
+        if lost:  # an earlier parallel run lost ledgers: what was spent is unknown
+            self._incomplete = self._incomplete or _lost_releases_message(lost)
+        if chain is not None and self._worker_releases is not None:
+            self._worker_releases.pid[self._worker_slot()] = os.getpid()
+        if self.epsilon is None:
+            return None
+        if self._incomplete:
+            return ("this kernel object's ledger may miss releases of earlier chains (RuntimeError from "
+                    "get_epsilon says why), so its budget cannot be checked")
+        if chain is None:
             return None
         if chain < 0:
             return (f"this worker process ({multiprocessing.current_process().name!r}) does not name its "
@@ -972,6 +1085,7 @@ class DPKernel(MCMCKernel):
         self._state, info = self._step(self._state)
         for ev in info.events:
             self._ledger.record(ev)
+            self._count_worker_release()
         if not _within(_counts(info.events), declared):
             raise RuntimeError(
                 f"internal error: {type(self).__name__} released {list(info.events)} but declared "
@@ -1004,6 +1118,7 @@ class DPKernel(MCMCKernel):
         """Record one release of the private initialisation under its own label (the
         initialiser's ``label``, e.g. ``"init:DPGradientInit"``, unless it names a finer one)."""
         self._ledger.record(event, label=label or getattr(self.init, "label", f"init:{type(self.init).__name__}"))
+        self._count_worker_release()
 
     def cleanup(self):
         """End of a chain: file its ledger with the finished chains (idempotent). The chain's
@@ -1033,6 +1148,8 @@ class DPKernel(MCMCKernel):
         state.pop("_returned", None)  # identities do not survive pickling
         state["_jit_cache"] = {}  # compiled graphs stay in their process (rebuilt lazily)
         state["_shards"] = None  # a process group stays in its process (setup() sets it again)
+        if multiprocessing.context.get_spawning_popen() is None:
+            state["_worker_releases"] = None  # shared memory travels only to workers (a copy counts afresh)
         return state
 
     def __setstate__(self, state):
@@ -1041,6 +1158,8 @@ class DPKernel(MCMCKernel):
         if rng_state is not None:
             self._rng = torch.Generator(device=rng_state[0])
             self._rng.set_state(rng_state[1])
+        if self.__dict__.get("_worker_releases") is None:
+            self._worker_releases = WorkerReleases()
         _KERNELS.setdefault(self._id, self)  # a copy in a worker; the original keeps its entry
 
     # ------------------------------------------------------------------ reporting
@@ -1056,8 +1175,7 @@ class DPKernel(MCMCKernel):
         diagnostics)."""
         delta = self.reference_delta if delta is None else delta
         ledger = self.ledger
-        if self._incomplete:
-            raise RuntimeError(self._incomplete)
+        self._require_complete()
         if not ledger and self._num_setups > 0 and self._iteration > 0:
             raise RuntimeError("this kernel object ran iterations but recorded no release: please report")
         return get_accountant(accountant or self.accountant, ledger).get_epsilon(delta) if ledger else 0.0
