@@ -193,6 +193,23 @@ def test_a_worker_failing_outside_the_step_loses_no_release(monkeypatch):
         MCMC(k, num_samples=5, warmup_steps=0, disable_progbar=True).run(y)
 
 
+def test_a_copied_kernel_files_its_workers_ledgers_with_itself(monkeypatch):
+    """s10 audit, F2: ``copy.deepcopy`` kept the kernel's id, so the copy's worker ledgers filed with
+    the original: the copy reported epsilon 0 and spent its budget again on every run."""
+    import copy
+
+    import pyro.infer.mcmc.api as api
+
+    monkeypatch.setattr(api.mp, "cpu_count", lambda: 8)
+    template = pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=2.0, epsilon=2.0, delta=1e-5, num_iterations=15,
+                                 num_chains=2)
+    k = copy.deepcopy(template)
+    assert k._id != template._id
+    MCMC(k, num_samples=10, warmup_steps=5, num_chains=2, disable_progbar=True).run(make_data(50))
+    assert k.ledger.num_releases == 30 and template.ledger.num_releases == 0
+    assert k.get_epsilon(1e-5) > 0.0 and template.get_epsilon(1e-5) == 0.0
+
+
 def test_worker_release_counters_stay_in_their_process():
     """The shared counters travel only to MCMC workers: a pickled copy (saving an MCMC object)
     counts afresh, and a copy of a ledger keeps its worker slot."""

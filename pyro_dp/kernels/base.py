@@ -1160,6 +1160,11 @@ class DPKernel(MCMCKernel):
             self._rng.set_state(rng_state[1])
         if self.__dict__.get("_worker_releases") is None:
             self._worker_releases = WorkerReleases()
+        if os.getpid() == self._owner_pid and _KERNELS.get(self._id) not in (None, self):
+            # a copy in the owner's process (copy.deepcopy, a pickle round trip) is a kernel object of its
+            # own: its workers' ledgers must file with it, not with the original (s10 audit F2)
+            self._id = secrets.token_hex(8)
+            self._ledger.kernel_id = self._id
         _KERNELS.setdefault(self._id, self)  # a copy in a worker; the original keeps its entry
 
     # ------------------------------------------------------------------ reporting
