@@ -450,6 +450,7 @@ class CompiledLikelihood:
         self.backend = backend
         self.compile_kwargs = options
         self.lik = lik
+        #: compiled graphs (``None``: fell back to eager), shared by the kernel object's likelihoods
         self.cache: Dict[tuple, Optional[Callable]] = cache if cache is not None else {}
         self._flatten_args()
         static = tuple(None if torch.is_tensor(x) else x for x in self._leaves)
@@ -469,12 +470,16 @@ class CompiledLikelihood:
         self._tensor_pos = [i for i, x in enumerate(leaves) if torch.is_tensor(x)]
         self._leaves = leaves
         self._data = tuple(leaves[i] for i in self._tensor_pos)
+        # the graphs bound to THIS likelihood's data (the shared cache holds graphs only: a graph
+        # bound to the data of the likelihood that compiled it would read those rows in a later
+        # run on other data of the same shape, s10 audit F3)
+        self._runs: Dict[tuple, Optional[Callable]] = {}
 
     def __getstate__(self):
         # compiled graphs cannot be pickled: a copy (a worker process) rebuilds them lazily
         state = self.__dict__.copy()
         state["cache"], state["_first_call_pending"] = {}, set()
-        for key in ("_spec", "_leaves", "_data", "_tensor_pos"):
+        for key in ("_spec", "_leaves", "_data", "_tensor_pos", "_runs"):
             state[key] = None  # rebuilt from the likelihood's arguments on first use
         return state
 
@@ -505,10 +510,26 @@ class CompiledLikelihood:
         return wrapped
 
     def _get_graph(self, name: str, fn: Callable, inputs: tuple, bucket=None, key=None) -> Optional[Callable]:
+        """``fn`` as a callable on ``inputs`` bound to this likelihood's data (``None``: eager),
+        compiled once per kernel object and process (the shared :attr:`cache`)."""
         key = self._key(name, inputs, bucket) if key is None else key
-        run = self.cache.get(key, _MISSING)
+        run = self._runs.get(key, _MISSING)
         if run is not _MISSING:
             return run
+        compiled = self.cache.get(key, _MISSING)
+        if compiled is _MISSING:
+            compiled = self._compile(name, fn, inputs, key)
+        data = self._data
+
+        def bound(*xs):
+            return compiled(*data, *xs)
+
+        self._runs[key] = run = None if compiled is None else bound
+        return run
+
+    def _compile(self, name: str, fn: Callable, inputs: tuple, key: tuple) -> Optional[Callable]:
+        """Trace ``fn`` (data inputs first) and compile it into :attr:`cache` (``None``: it
+        cannot be traced, eager then)."""
         from torch.fx.experimental.proxy_tensor import make_fx
 
         t0 = time.perf_counter()
@@ -546,17 +567,12 @@ class CompiledLikelihood:
                     CompileFallbackWarning,
                     stacklevel=4,
                 )
-        data = self._data
-
-        def run(*xs):
-            return compiled(*data, *xs)
-
         # the first call compiles (inductor): count its time as compile time
-        self.cache[key] = run
+        self.cache[key] = compiled
         self.num_compiled += 1
         self.compile_seconds += time.perf_counter() - t0
         self._first_call_pending = getattr(self, "_first_call_pending", set()) | {key}
-        return run
+        return compiled
 
     def _call(self, name, fn, inputs, bucket=None):
         """Run the compiled ``fn`` on ``inputs``, or ``None`` if it fell back to eager."""

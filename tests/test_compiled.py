@@ -125,6 +125,27 @@ def test_a_rare_small_batch_is_padded_into_a_compiled_bucket():
         assert jit.compiled.num_compiled == graphs, b
 
 
+def _second_run_on_other_data(make, y):
+    """A chain of ``make()``'s kernel object run on ``y`` after a first (one-iteration) run on
+    other data of the same shape (``y + 3``)."""
+    k = make()
+    k.setup(0, y + 3.0)
+    k.sample(k.initial_params)
+    return run(lambda: k, y)
+
+
+@pytest.mark.parametrize("name", sorted(RECORDED))
+def test_a_second_run_on_other_data_reads_the_new_data(name):
+    """s10 audit F3: the graphs cached per kernel object closed over the data of the likelihood
+    that compiled them, so a second ``mcmc.run`` on other data of the same shape silently
+    sampled the first data set's posterior. The compiled chain of the second run must be the
+    eager one."""
+    eager = _second_run_on_other_data(cases()[name][0], cases()[name][1])
+    traced = _second_run_on_other_data(*cases(**GRAPH)[name])
+    _close(traced[0], eager[0], 1e-12)
+    assert traced[1] == eager[1]
+
+
 def test_sequential_chains_reuse_the_compiled_graphs():
     y = make_data(100, seed=3)
     k = pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=2.0, noise_multiplier=3.0, seed=0, **GRAPH)
