@@ -1,6 +1,7 @@
 """Issue #14: no single row may change the output outside the ledger; budgets across runs and
 processes; secret batches and seeds. One section per finding; each test names the finding it
 pins down and failed before the fix (see the note on the issue for the before/after runs)."""
+import copy
 import math
 import pathlib
 import re
@@ -18,6 +19,7 @@ from pyro.infer.autoguide.initialization import init_to_mean
 import pyro_dp
 from pyro_dp.kernels.base import NONPRIVATE_PREFIX
 from pyro_dp.mechanisms import (
+    GaussianEvent,
     NoiseSource,
     clip_rows,
     clip_scalars,
@@ -182,6 +184,8 @@ def test_a_worker_failing_outside_the_step_loses_no_release(monkeypatch):
     assert k._lost_worker_releases() >= 16  # ... but chain 1 alone had made 16 releases
     with pytest.raises(RuntimeError, match="LOWER bound"):
         k.get_epsilon(1e-5)
+    with pytest.raises(RuntimeError, match="LOWER bound"):  # a copy knows the loss too (s10 audit F4)
+        copy.deepcopy(k).get_epsilon(1e-5)
     with pytest.warns(pyro_dp.BudgetExhaustedWarning, match="may miss releases"):
         again = MCMC(k, num_samples=20, warmup_steps=10, num_chains=2, disable_progbar=True)
         again.run(y)
@@ -196,8 +200,6 @@ def test_a_worker_failing_outside_the_step_loses_no_release(monkeypatch):
 def test_a_copied_kernel_files_its_workers_ledgers_with_itself(monkeypatch):
     """s10 audit, F2: ``copy.deepcopy`` kept the kernel's id, so the copy's worker ledgers filed with
     the original: the copy reported epsilon 0 and spent its budget again on every run."""
-    import copy
-
     import pyro.infer.mcmc.api as api
 
     monkeypatch.setattr(api.mp, "cpu_count", lambda: 8)
@@ -208,6 +210,24 @@ def test_a_copied_kernel_files_its_workers_ledgers_with_itself(monkeypatch):
     MCMC(k, num_samples=10, warmup_steps=5, num_chains=2, disable_progbar=True).run(make_data(50))
     assert k.ledger.num_releases == 30 and template.ledger.num_releases == 0
     assert k.get_epsilon(1e-5) > 0.0 and template.get_epsilon(1e-5) == 0.0
+
+
+def test_workers_never_record_into_the_owners_live_ledger(monkeypatch):
+    """s10 audit F5: a run interrupted during the private start left the owner's live ledger
+    non-empty at iteration 0; parallel workers then recorded into (copies of) it under its chain
+    id, and the owner dropped their ledgers as copies of its own live chain (epsilon 6.26
+    reported for releases composing to 23.8)."""
+    import pyro.infer.mcmc.api as api
+
+    monkeypatch.setattr(api.mp, "cpu_count", lambda: 8)
+    k = pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=2.0, noise_multiplier=3.0)
+    y = make_data(50)
+    k.setup(0, y)
+    k._ledger.record(GaussianEvent(3.0), label="init:interrupted")  # as an interrupted private start leaves it
+    mcmc = MCMC(k, num_samples=10, warmup_steps=5, num_chains=2, disable_progbar=True)
+    mcmc.run(y)
+    assert k.ledger.num_releases == 1 + 2 * 15
+    assert pyro_dp.get_ledger(mcmc).num_releases == 1 + 2 * 15
 
 
 def test_worker_release_counters_stay_in_their_process():

@@ -343,15 +343,18 @@ def calibrate(
 
     fine = dict(accountant_kwargs or {})
     coarse = _search_options(accountant, fine)
-    if coarse is None:  # closed forms: plain bisection
-        eps_of = eps_with(fine)
-        return _bisect_scale(lambda s: eps_of(s) <= eps_t, rtol)
-    guess = None
-    try:  # locate with the coarse accountant (module doc) ...
-        guess = _secant_scale(eps_with(coarse), eps_t, max(rtol, 1e-4))
-    except ValueError:
+    try:
+        if coarse is None:  # closed forms: plain bisection
+            eps_of = eps_with(fine)
+            return _bisect_scale(lambda s: eps_of(s) <= eps_t, rtol)
         guess = None
-    return _secant_scale(eps_with(fine), eps_t, rtol, start=guess)  # ... certify with the requested one
+        try:  # locate with the coarse accountant (module doc) ...
+            guess = _secant_scale(eps_with(coarse), eps_t, max(rtol, 1e-4))
+        except ValueError:
+            guess = None
+        return _secant_scale(eps_with(fine), eps_t, rtol, start=guess)  # ... certify with the requested one
+    except OverflowError:  # dp_accounting squares the noise scale: only reached when no scale fits (s10 audit)
+        raise ValueError(f"{_NO_SCALE}: the search reached noise scales whose square overflows") from None
 
 
 _NO_SCALE = "no noise scale reaches the budget (do fixed releases exceed it?)"

@@ -738,7 +738,9 @@ class DPKernel(MCMCKernel):
         self._num_setups += 1
         if self._iteration > 0:  # a new run without cleanup(): file the old chain
             self.cleanup()
-        if not self._ledger:  # a fresh chain id, also in each worker process (copies of this kernel)
+        if not self._ledger or self._ledger.worker_slot != self._worker_slot():
+            # a fresh chain id, also in each worker process: a worker never records into the owner's
+            # live ledger (e.g. one left non-empty by an interrupted private init, s10 audit F5)
             self._ledger = self._new_chain_ledger()
         self._reset_chain_stats()  # a chain starts here (the object is fully built by now)
         self.lik = PrivateLikelihood(
@@ -1149,7 +1151,10 @@ class DPKernel(MCMCKernel):
         state["_jit_cache"] = {}  # compiled graphs stay in their process (rebuilt lazily)
         state["_shards"] = None  # a process group stays in its process (setup() sets it again)
         if multiprocessing.context.get_spawning_popen() is None:
-            state["_worker_releases"] = None  # shared memory travels only to workers (a copy counts afresh)
+            state["_worker_releases"] = None  # shared memory travels only to workers (a copy counts afresh) ...
+            lost = self._lost_worker_releases()
+            if lost and not state.get("_incomplete"):  # ... but keeps knowing what was lost (s10 audit F4)
+                state["_incomplete"] = _lost_releases_message(lost)
         return state
 
     def __setstate__(self, state):
@@ -1216,6 +1221,10 @@ class DPKernel(MCMCKernel):
     def diagnostics(self) -> dict:
         """Per-chain diagnostics (merged by ``MCMC.diagnostics()`` as ``{key: {"chain i": v}}``).
 
+        It describes the chain **in progress**: Pyro calls it at the end of each chain, before
+        ``cleanup()``. After ``mcmc.run`` the kernel holds no chain (a fresh, empty one: ``"epsilon"``
+        0.0, ``"private iterations"`` 0); read a run's chains from ``mcmc.diagnostics()`` and the
+        total from :meth:`get_epsilon`.
         ``"epsilon"`` is this chain's own ε at ``"delta"``; the total over all chains and runs
         is :meth:`get_epsilon` / :func:`pyro_dp.get_epsilon`. ``"privacy ledger"`` is this
         chain's :class:`ChainLedger`. ``"divergences"`` is empty (these kernels do not detect

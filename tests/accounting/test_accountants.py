@@ -380,3 +380,32 @@ def test_pld_cache_follows_the_ledger():
     state["relation"] = "add_remove"
     ledger.load_state_dict(state)
     assert acc.get_epsilon(1e-5) != sub
+
+
+def test_pld_of_a_small_noise_subsampled_gaussian_coarsens_its_grid_instead_of_running_for_minutes():
+    """s10 audit: ``SubsampledGaussianEvent(q=0.01, nm=0.05)`` needed a grid of ~8e6 points (60 s,
+    0.6 GB; a DP-SGLD run with nm 0.04 never returned from its diagnostics). The grid is now
+    coarsened (adapters.MAX_SUBSAMPLED_GRID_POINTS): the result stays an upper bound, checked
+    against dp_accounting's optimistic (lower) PLD on the same grid."""
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+    from pyro_dp.accounting import adapters
+
+    ev = SubsampledGaussianEvent(sample_rate=0.01, noise_multiplier=0.05)
+    ledger = PrivacyLedger(relation="add_remove")
+    ledger.record(ev, 3)
+    eps = get_accountant("pld", ledger).get_epsilon(1e-5)
+    vdi = adapters._gaussian_span(0.05) / adapters.MAX_SUBSAMPLED_GRID_POINTS
+    assert vdi > 1e-4  # the default grid would have been too fine
+    lower = pld_lib.from_gaussian_mechanism(standard_deviation=0.05, sensitivity=1.0, sampling_prob=0.01,
+                                            value_discretization_interval=vdi, pessimistic_estimate=False)
+    assert eps >= lower.self_compose(3).get_epsilon_for_delta(1e-5)
+
+
+def test_pld_rounds_against_itself_on_gaussian_ledgers():
+    """s10 audit: on Gaussian-only ledgers ``pld`` came out ~1e-11 relative below the exact value
+    (floating point in the connect-the-dots bound); the exact ``gdp`` value is the oracle."""
+    ledger = PrivacyLedger()
+    ledger.record(GaussianEvent(0.5), 3)
+    ledger.record(GaussianEvent(7.0), 1000)
+    assert get_accountant("pld", ledger).get_epsilon(1e-8) >= get_accountant("gdp", ledger).get_epsilon(1e-8)
