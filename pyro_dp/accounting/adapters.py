@@ -292,7 +292,12 @@ class PRVAccountant(Accountant):
         acc, counts = self._accountant(events, self._opts["delta_error"] or delta / 1000)
         if acc is None:
             return 0.0
-        return max(0.0, acc.compute_epsilon(delta, counts)[2])
+        try:
+            return max(0.0, acc.compute_epsilon(delta, counts)[2])
+        except RuntimeError:  # prv_accountant finds no root when delta is above delta(0): then epsilon is 0
+            if self._delta(events, 0.0) <= delta:
+                return 0.0
+            raise
 
     def _delta(self, events, epsilon):
         acc, counts = self._accountant(events, self._opts["delta_error"] or 1e-10)

@@ -90,7 +90,8 @@ def zcdp_delta(rho: float, epsilon: float) -> float:
         return 0.0
     if not eps > rho:
         return 1.0
-    return math.exp(-((eps - rho) ** 2) / (4.0 * rho))
+    d = eps - rho
+    return math.exp(-(d * d) / (4.0 * rho))  # d * d, not d ** 2: inf (delta 0) rather than OverflowError
 
 
 def zcdp_rho_budget(epsilon: float, delta: float) -> float:

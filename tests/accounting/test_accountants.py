@@ -409,3 +409,12 @@ def test_pld_rounds_against_itself_on_gaussian_ledgers():
     ledger.record(GaussianEvent(0.5), 3)
     ledger.record(GaussianEvent(7.0), 1000)
     assert get_accountant("pld", ledger).get_epsilon(1e-8) >= get_accountant("gdp", ledger).get_epsilon(1e-8)
+
+
+def test_edge_deltas_and_epsilons_give_numbers_not_errors():
+    """s10 audit F4: ``prv`` raised ``RuntimeError`` at delta = 0.999 (above delta(0) = 0.197 for one
+    release at nm 2: epsilon 0 is exact) and ``zcdp.get_delta(1e308)`` raised ``OverflowError`` (0)."""
+    ledger = PrivacyLedger()
+    ledger.record(GaussianEvent(2.0), 1)
+    assert get_accountant("prv", ledger).get_epsilon(0.999) == 0.0
+    assert get_accountant("zcdp", ledger).get_delta(1e308) == 0.0
