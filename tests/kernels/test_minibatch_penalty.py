@@ -68,7 +68,7 @@ def _broken_no_sigma_b(monkeypatch):
     monkeypatch.setattr(mbp, "_poisson_statistics", lambda a1, a2: orig(a1, 0.0 * a2))
 
 
-@pytest.fixture(params=["correct", "no_penalty", "no_sigma_b"])
+@pytest.fixture(params=["correct", "no_penalty", pytest.param("no_sigma_b", marks=pytest.mark.slow)])
 def variant(request, monkeypatch):
     """The kernel as it is, and two deliberately wrong ones the invariance test must catch
     (s10 audit: the long-chain test above passed both)."""
