@@ -219,10 +219,9 @@ def test_planned_ledger_counts():
         (lambda: zcdp_max_iterations_penalty(1.0, 1e-5, tau=0.0, n=10, alpha=0.5), ValueError, "tau"),
         # s10 audit: fixed releases over the budget with a subsampled per-iteration release under "pld":
         # the search grew the scale until dp_accounting's std**2 overflowed (OverflowError)
-        (lambda: calibrate(1.0, 1e-5, 10, lambda s: ([(GaussianEvent(0.5), 5)],
-                                                     [SubsampledGaussianEvent(0.1, s)]), accountant="pld",
-                           relation="add_remove"),
-         ValueError, "no noise scale"),
+        (lambda: calibrate(1.0, 1e-5, 10, lambda s: ([PureDPEvent(2.0)], [SubsampledGaussianEvent(0.1, s)]),
+                           accountant="pld", relation="add_remove"),
+         ValueError, "square overflows"),
     ],
 )
 def test_bad_inputs(call, exc, match):
