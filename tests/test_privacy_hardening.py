@@ -180,8 +180,7 @@ def test_a_worker_failing_outside_the_step_loses_no_release(monkeypatch):
     assert type(mcmc.sampler).__name__ == "_MultiSampler"
     with pytest.raises(OSError, match="user hook failed"):
         mcmc.run(y)
-    assert k.ledger.num_releases == 0  # nothing came back ...
-    assert k._lost_worker_releases() >= 16  # ... but chain 1 alone had made 16 releases
+    assert k._lost_worker_releases() >= 16  # chain 1 alone had made 16 releases (chain 0's may have come back)
     with pytest.raises(RuntimeError, match="LOWER bound"):
         k.get_epsilon(1e-5)
     with pytest.raises(RuntimeError, match="LOWER bound"):  # a copy knows the loss too (s10 audit F4)

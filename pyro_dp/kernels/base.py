@@ -627,6 +627,8 @@ class DPKernel(MCMCKernel):
         lost = 0
         for slot in range(WORKER_SLOTS):
             made = shared.made[slot]
+            if finished_only and own >= 0 and slot != own:
+                continue  # a worker cannot tell a lost slot from a sibling of this run that already exited
             if made > back[slot] and not (finished_only and slot != own and _process_alive(shared.pid[slot])):
                 lost += made - back[slot]
         return lost
