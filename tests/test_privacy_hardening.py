@@ -196,6 +196,21 @@ def test_a_worker_failing_outside_the_step_loses_no_release(monkeypatch):
         MCMC(k, num_samples=5, warmup_steps=0, disable_progbar=True).run(y)
 
 
+def test_workers_inherit_a_loss_in_another_workers_slot(monkeypatch):
+    """A loss in slot 1 (chain 1's ledger never came back, chain 0's did) must stop chain 0 of the
+    next run too: a worker checks only its own slot, so the owner notes the loss just before it
+    forks the workers (``_before_fork``), and they inherit the mark."""
+    import pyro.infer.mcmc.api as api
+
+    monkeypatch.setattr(api.mp, "cpu_count", lambda: 8)
+    k = pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=2.0, epsilon=2.0, delta=1e-5, num_iterations=15, num_chains=2)
+    k._worker_releases.made[1] = 7  # made by an exited worker (pid 0) whose ledger never came back
+    with pytest.warns(pyro_dp.BudgetExhaustedWarning, match="may miss releases"):
+        mcmc = MCMC(k, num_samples=10, warmup_steps=5, num_chains=2, disable_progbar=True)
+        mcmc.run(make_data(50))
+    assert [mcmc._diagnostics[i]["private iterations"] for i in range(2)] == [0, 0]
+
+
 def test_a_copied_kernel_files_its_workers_ledgers_with_itself(monkeypatch):
     """s10 audit, F2: ``copy.deepcopy`` kept the kernel's id, so the copy's worker ledgers filed with
     the original: the copy reported epsilon 0 and spent its budget again on every run."""

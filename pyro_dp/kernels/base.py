@@ -222,6 +222,19 @@ def _process_alive(pid: int) -> bool:
         return True  # no /proc: assume it runs (the caller then does not count it as lost)
 
 
+def _before_fork() -> None:
+    """Before this process forks (Pyro starting MCMC workers): every kernel object it owns notes
+    releases of earlier workers that never came back, so the new workers inherit the mark. The
+    owner sees every slot (a worker sees only its own: a sibling of its run that has already
+    exited looks the same as a lost one)."""
+    for kernel in list(_KERNELS.values()):
+        if kernel._owner_pid == os.getpid():
+            kernel._note_lost_releases()
+
+
+os.register_at_fork(before=_before_fork)
+
+
 @dataclass(eq=False)
 class ChainLedger(PrivacyLedger):
     r"""The ledger of one chain of one kernel object: a :class:`~pyro_dp.mechanisms.PrivacyLedger`
@@ -624,14 +637,31 @@ class DPKernel(MCMCKernel):
             if getattr(led, "worker_slot", -1) >= 0:
                 back[led.worker_slot] += led.num_releases
         own = self._worker_slot()
+        # a worker checks its own slot only: it cannot tell a lost slot from a sibling of this run
+        # that has already exited (its ledger went to the owner, not to this copy)
+        slots = [own] if finished_only and own >= 0 else range(WORKER_SLOTS)
         lost = 0
-        for slot in range(WORKER_SLOTS):
+        for slot in slots:
             made = shared.made[slot]
-            if finished_only and own >= 0 and slot != own:
-                continue  # a worker cannot tell a lost slot from a sibling of this run that already exited
             if made > back[slot] and not (finished_only and slot != own and _process_alive(shared.pid[slot])):
                 lost += made - back[slot]
         return lost
+
+    def _note_lost_releases(self) -> None:
+        """Mark the ledger incomplete when releases of exited workers never came back (what was
+        spent is unknown). Run in the owner just before it starts workers (:func:`_before_fork`,
+        ``__getstate__`` when spawning), so they inherit the mark, and at every chain's set-up."""
+        lost = self._lost_worker_releases(finished_only=True)
+        if lost:
+            self._incomplete = self._incomplete or _lost_releases_message(lost)
+
+    def _check_worker_releases(self) -> None:
+        """At a chain's set-up: :meth:`_note_lost_releases`, then register this worker's process
+        in its slot."""
+        self._note_lost_releases()
+        shared = self.__dict__.get("_worker_releases")
+        if self._worker_chain_id() is not None and shared is not None:
+            shared.pid[self._worker_slot()] = os.getpid()
 
     def _require_complete(self) -> None:
         """Raise ``RuntimeError`` when this object's ledger may miss releases (an ε from it would
@@ -695,16 +725,11 @@ class DPKernel(MCMCKernel):
         terminate its siblings, and releases they had made would never come back — it stops
         like an exhausted chain: it reads nothing, repeats its start and warns.
 
-        Any chain (also in this process) is refused when the ledger may miss releases: an earlier
-        parallel run's worker made releases (:class:`WorkerReleases`) whose ledger never came back,
-        or a worker chain failed (:class:`ChainFailedError`); ``get_epsilon`` then raises.
+        Any chain (also in this process) is refused when the ledger may miss releases
+        (``_incomplete``, set by :meth:`_check_worker_releases` just before, or by a
+        :class:`ChainFailedError`); ``get_epsilon`` then raises.
         """
         chain = self._worker_chain_id()
-        lost = self._lost_worker_releases(finished_only=True)
-        if lost:  # an earlier parallel run lost ledgers: what was spent is unknown
-            self._incomplete = self._incomplete or _lost_releases_message(lost)
-        if chain is not None and self._worker_releases is not None:
-            self._worker_releases.pid[self._worker_slot()] = os.getpid()
         if self.epsilon is None:
             return None
         if self._incomplete:
@@ -771,6 +796,7 @@ class DPKernel(MCMCKernel):
                 warnings.warn(f"{type(self).__name__} default path: {problem}", SamplingWarning, stacklevel=2)
         self._setup_budget()
         self._check_accountant_supports_plan()
+        self._check_worker_releases()
         refusal = self._chain_slot_refusal()
         self._rng = torch.Generator(device=self.lik.device)
         self._rng.manual_seed(self._chain_seed(_PURPOSE_ALGO))
@@ -1138,6 +1164,8 @@ class DPKernel(MCMCKernel):
 
     # torch.Generator cannot be pickled; MCMC(num_chains>1, mp_context="spawn") pickles kernels.
     def __getstate__(self):
+        if multiprocessing.context.get_spawning_popen() is not None:
+            self._note_lost_releases()  # a spawned worker inherits the mark (as a forked one, _before_fork)
         state = self.__dict__.copy()
         if multiprocessing.context.get_spawning_popen() is not None:
             # pickled into a new worker process (MCMC with mp_context="spawn"): the worker's setup()
