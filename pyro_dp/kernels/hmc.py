@@ -56,6 +56,13 @@ from .tuning import init_to_center
 #: Leapfrog steps per iteration when ``num_steps`` is not given (each costs one gradient release).
 DEFAULT_NUM_STEPS = 5
 
+#: Acceptance the step-size adaptation targets when the step size is tuned privately (the
+#: default path). Between the noise-limited optimum (~0.23) and leapfrog's (~0.65): measured on
+#: a three-latent model (N = 5000; 2 seeds each; 2026-11-26), the smallest effective sample size
+#: over the latents was best at 0.5 of {0.3, 0.5, 0.65, 0.8}, at eps = 100 (7.1-7.6 against
+#: 3.2-4.9 at 0.8) and at eps = 10^4 (154-168 against 31-56 at 0.8).
+DEFAULT_TARGET_ACCEPT_PROB = 0.5
+
 __all__ = [
     "DPHMC",
     "HMCState",
@@ -69,6 +76,7 @@ __all__ = [
     "dphmc_max_iterations",
     "dphmc_max_iterations_zcdp",
     "DEFAULT_NUM_STEPS",
+    "DEFAULT_TARGET_ACCEPT_PROB",
 ]
 
 
@@ -355,7 +363,13 @@ class DPHMC(DPKernel):
         to ``MCMC``. It reads only the penalty acceptance probability computed from the
         released :math:`\hat\lambda` — post-processing, so it **costs no privacy**; warmup
         iterations release data like any other and are counted in the ledger.
-    :param float target_accept_prob: target of the adaptation (default 0.8).
+    :param float target_accept_prob: target of the adaptation; default
+        :data:`DEFAULT_TARGET_ACCEPT_PROB` (0.5) when the step size is tuned privately (the
+        default path), else 0.8 (Pyro's ``HMC``). The penalty rejects long moves, so the
+        expected squared jump peaks at a lower acceptance than noise-free HMC's: for a move
+        limited by its penalty noise alone, at :math:`2\Phi(-1.2)\approx 0.23` (maximise
+        :math:`\sigma^2\cdot 2\Phi(-\sigma/2)`, the acceptance of a noise-only penalty test,
+        Yıldırım & Ermiş 2019 §3.1), for leapfrog error alone near 0.65 (Beskos et al. 2013).
     :param float noise_ratio: :math:`\mathrm{nm}_g/\mathrm{nm}_l` used by calibration.
 
     **The default path** (``MCMC(DPHMC(model))``, ``DPHMC(model, epsilon=2.0)``): with
@@ -363,12 +377,15 @@ class DPHMC(DPKernel):
     :class:`~pyro_dp.kernels.tuning.DPAutoTune` (``init``) spends a fixed share of each
     chain's budget on a private start (DP-Adam with an adaptive clip, from the prior centre
     :func:`~pyro_dp.kernels.tuning.init_to_center`) and on private quantiles of the
-    per-example gradient norms there (``grad_clip``: 0.9 quantile; ``llr_clip``: 0.98
-    quantile, per unit jump); these releases are in the ledger as ``"tune:clip"`` and
+    per-example gradient norms there (``llr_clip`` per unit jump and ``grad_clip`` both at the
+    ratio clip's quantile, :meth:`~pyro_dp.kernels.tuning.DPAutoTune.ratio_quantile`: 0.98,
+    raised at large :math:`N` so that about :math:`2\,\mathrm{nm}` rows lie above); these
+    releases are in the ledger as ``"tune:clip"`` and
     ``"tune:start"``. The step size starts at the smaller of the step whose trajectory
     of ``num_steps`` (default :data:`DEFAULT_NUM_STEPS`) steps has penalty noise of standard
     deviation about 1 and a posterior-scale guess, and adapts during warmup (dual averaging on
-    released quantities, ``adapt_step_size`` defaults to ``True`` then) with a floor of a tenth
+    released quantities towards acceptance :data:`DEFAULT_TARGET_ACCEPT_PROB`,
+    ``adapt_step_size`` defaults to ``True`` then) with a floor of a tenth
     of its start, so it cannot collapse. The noise is calibrated to the budget (the default
     budget when none is given) over the iterations ``MCMC`` runs. See ``docs/tuning.md``.
 
@@ -419,7 +436,7 @@ class DPHMC(DPKernel):
         mass=None,
         jitter: bool = False,
         adapt_step_size: Optional[bool] = None,
-        target_accept_prob: float = 0.8,
+        target_accept_prob: Optional[float] = None,
         noise_ratio: float = 1.0,
         **kwargs,
     ):
@@ -445,6 +462,8 @@ class DPHMC(DPKernel):
         self.mass = None if mass is None else check_positive("mass", mass)
         self.jitter = bool(jitter)
         self.adapt_step_size = bool(adapt_step_size)
+        if target_accept_prob is None:
+            target_accept_prob = DEFAULT_TARGET_ACCEPT_PROB if "step_size" in auto else 0.8
         self.target_accept_prob = float(target_accept_prob)
         if not 0.0 < self.target_accept_prob < 1.0:
             raise ValueError(f"target_accept_prob must be in (0, 1), got {target_accept_prob!r}")
@@ -502,9 +521,17 @@ class DPHMC(DPKernel):
         return self.llr_noise_multiplier
 
     def _apply_tuning(self, result):
-        for name in ("grad_clip", "llr_clip"):
-            if name in self.auto_tuned:
-                setattr(self, name, result.grad_clip if name == "grad_clip" else result.llr_clip)
+        # Both clips track the ratio clip's quantile (DPAutoTune.ratio_quantile): about 2 nm rows
+        # above the clip, where raising it by db adds as much noise (2 nm db) as it removes
+        # clipping bias ((rows above) db) -- for the gradient sum as for the ratio sum (Amin et al.
+        # 2019's bias-variance balance; exact at the default noise_ratio = 1, nm_g = nm_l). A
+        # gradient clip at the 0.9 quantile biases the clipped sum by ~N/10 row-gradients: its
+        # leapfrog follows a force the penalty test then rejects (measured: acceptance 0.05
+        # noise-free at N = 5000, a chain frozen at 0.1-0.3 of the posterior's spread; docs/tuning.md).
+        if "grad_clip" in self.auto_tuned:  # the higher one: the tracked clips are noisy and may cross
+            self.grad_clip = max(result.grad_clip, result.llr_clip)
+        if "llr_clip" in self.auto_tuned:
+            self.llr_clip = result.llr_clip
         if "step_size" in self.auto_tuned:
             jump, sd = self._move_scales(result, self.llr_noise_multiplier)
             # a trajectory of L steps moves about L*eta*sqrt(d) (unit mass): its penalty noise sd ~ 1
