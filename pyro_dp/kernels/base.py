@@ -1164,10 +1164,11 @@ class DPKernel(MCMCKernel):
 
     # torch.Generator cannot be pickled; MCMC(num_chains>1, mp_context="spawn") pickles kernels.
     def __getstate__(self):
-        if multiprocessing.context.get_spawning_popen() is not None:
+        spawning = multiprocessing.context.get_spawning_popen() is not None  # pickled into a new worker
+        if spawning:
             self._note_lost_releases()  # a spawned worker inherits the mark (as a forked one, _before_fork)
         state = self.__dict__.copy()
-        if multiprocessing.context.get_spawning_popen() is not None:
+        if spawning:
             # pickled into a new worker process (MCMC with mp_context="spawn"): the worker's setup()
             # rebuilds the likelihood and the chain state, so the data and this process's private
             # caches (per-example log-likelihoods) are not shipped
@@ -1180,7 +1181,7 @@ class DPKernel(MCMCKernel):
         state.pop("_returned", None)  # identities do not survive pickling
         state["_jit_cache"] = {}  # compiled graphs stay in their process (rebuilt lazily)
         state["_shards"] = None  # a process group stays in its process (setup() sets it again)
-        if multiprocessing.context.get_spawning_popen() is None:
+        if not spawning:
             state["_worker_releases"] = None  # shared memory travels only to workers (a copy counts afresh) ...
             lost = self._lost_worker_releases()
             if lost and not state.get("_incomplete"):  # ... but keeps knowing what was lost (s10 audit F4)
