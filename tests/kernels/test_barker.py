@@ -220,14 +220,41 @@ def test_gmm_small_scale_lands_on_both_modes():
     assert kernel.ledger.num_releases == 1100
 
 
-@pytest.fixture(params=["correct", "no_vcorr"])
+@pytest.fixture(params=["correct", "no_vcorr", "plus_var"])
 def barker_variant(request, monkeypatch):
-    """The kernel as it is, and a deliberately wrong one (V_corr dropped: a probit test, no
-    detailed balance) that the acceptance test below must catch (s10 audit: the GMM test above
-    passes it)."""
+    """The kernel as it is, and two deliberately wrong ones that the acceptance tests below
+    must catch (s10 audit: the GMM test above passes both): ``no_vcorr`` drops V_corr (a probit
+    test, no detailed balance); ``plus_var`` draws the privacy noise with variance
+    C + sigma_b^2 instead of C - sigma_b^2 (eq. (18) with the sign flipped)."""
     if request.param == "no_vcorr":
         monkeypatch.setattr(barker_mod, "barker_accept", lambda rng, lam, corr: bool(lam > 0))
+    elif request.param == "plus_var":
+        release, C = barker_mod.gaussian_release, BARKER_C
+
+        def plus_var(value, std, event, noise):  # std = sqrt(C - v)  ->  sqrt(C + v) = sqrt(2C - std^2)
+            return release(value, torch.sqrt(2 * C - torch.as_tensor(std) ** 2), event, noise)
+
+        monkeypatch.setattr(barker_mod, "gaussian_release", plus_var)
     return request.param
+
+
+def _acceptance_frequency(k, z, z_new, m, monkeypatch):
+    """Steps from ``z`` to the fixed ``z_new`` (fresh batch, noise and V_corr each time): the
+    frequency of acceptance over ``m`` steps and the exact tempered log ratio (prior included)."""
+    import pyro_dp.kernels.mh as mh_mod
+    from pyro_dp.kernels.proposals import RandomWalkProposal
+
+    T = k.lik.temperature
+    lam = T * float((k.lik.per_example_loglik(z_new) - k.lik.per_example_loglik(z)).sum())
+    lam += float(k.lik.log_prior(z_new) - k.lik.log_prior(z))
+    monkeypatch.setattr(mh_mod, "random_walk", lambda *a, **kw: RandomWalkProposal(z_new.clone(), -1, 0.0))
+    state = k._init_state(z)
+    return sum(bool(k._step(state)[1].accepted) for _ in range(m)) / m, lam
+
+
+def _binomial_ok(freq, lam, m, n_se=4.0):
+    p = 1.0 / (1.0 + math.exp(-lam))
+    return abs(freq - p) <= n_se * math.sqrt(p * (1 - p) / m), p
 
 
 def test_acceptance_probability_is_logistic_in_the_exact_log_ratio(barker_variant, monkeypatch):
@@ -237,26 +264,48 @@ def test_acceptance_probability_is_logistic_in_the_exact_log_ratio(barker_varian
     full-data tempered log ratio (plus the prior's). 8 000 steps from the same state (fresh
     batch, noise and V_corr each time): the frequency must be within 4 binomial standard errors
     (the CLT error is small here: sigma_b^2 ~ 0.03 of C = 2; nothing is clipped). Without
-    V_corr it is Phi(lambda/sqrt(2)): 0.856 instead of 0.818 at lambda = 1.5, ~9 standard errors."""
-    import pyro_dp.kernels.mh as mh_mod
-    from pyro_dp.kernels.proposals import RandomWalkProposal
-
+    V_corr it is Phi(lambda/sqrt(2)): 0.856 instead of 0.818 at lambda = 1.5, ~9 standard errors.
+    (``plus_var`` is invisible here, sigma_b^2 being small: the next test catches it.)"""
     y = make_data(2000, seed=5)
     T = 0.005  # n0 = N T = 10: per-example ratios |r_i| <= 0.55 * 3.2 + 0.15 stay below the clip sqrt(b)/n0 = 2
     k = DPBarker(gauss_model, 400, 0.1, temperature=T, seed=3)
     k.setup(0, y)
     z = k.lik.flatten({"mu": torch.tensor(float(y.mean()) - math.sqrt(0.3), dtype=torch.float64)})
     z_new = k.lik.flatten({"mu": torch.tensor(float(y.mean()), dtype=torch.float64)})
-    lam = T * float((k.lik.per_example_loglik(z_new) - k.lik.per_example_loglik(z)).sum())
-    lam += float(k.lik.log_prior(z_new) - k.lik.log_prior(z))
-    assert 1.4 < lam < 1.6
-    monkeypatch.setattr(mh_mod, "random_walk", lambda *a, **kw: RandomWalkProposal(z_new.clone(), -1, 0.0))
-    state = k._init_state(z)
     m = 8_000
-    accepted = sum(bool(k._step(state)[1].accepted) for _ in range(m))
-    p = 1.0 / (1.0 + math.exp(-lam))
-    ok = abs(accepted / m - p) <= 4.0 * math.sqrt(p * (1 - p) / m)
-    assert ok == (barker_variant == "correct"), (barker_variant, accepted / m, p)
+    freq, lam = _acceptance_frequency(k, z, z_new, m, monkeypatch)
+    assert 1.4 < lam < 1.6
+    ok, p = _binomial_ok(freq, lam, m)
+    assert ok == (barker_variant != "no_vcorr"), (barker_variant, freq, p)
+
+
+def test_acceptance_is_logistic_when_the_batch_variance_is_large(barker_variant, monkeypatch):
+    """As above, with a batch whose CLT variance sigma_b^2 is 0.81 of C = 2 (eq. (18): the
+    privacy noise must then be only C - sigma_b^2 = 1.19). Two-point data y = m +- 9, N = 2e4,
+    T = 1e-3 (n0 = 20), b = 400: clip sqrt(b)/n0 = 1; a step of 0.1 gives per-example ratios
+    0.1 (+-9 + 0.75) in {0.975, -0.825}, none clipped, sigma_b^2 = n0^2/b * 0.1^2 * 81 = 0.81
+    and lambda = n0 * 0.1 * 0.75 = 1.5 (+ the prior's). Sampling without replacement shrinks the
+    batch's variance by (N - b)/(N - 1) = 0.98, a total 0.016 below C: 0.3 standard errors here.
+    ``plus_var`` (noise variance C + sigma_b^2, total 3.6) accepts about 0.75 instead of 0.82:
+    ~15 standard errors; ``no_vcorr`` ~8."""
+    n, T, b, m0, step = 20_000, 1e-3, 400, 3.0, 0.1
+    y = torch.full((n,), m0, dtype=torch.float64)
+    y[: n // 2] += 9.0
+    y[n // 2:] -= 9.0
+    k = DPBarker(gauss_model, b, 0.1, temperature=T, seed=4)
+    k.setup(0, y)
+    mid = m0 - 0.75
+    z = k.lik.flatten({"mu": torch.tensor(mid - step / 2, dtype=torch.float64)})
+    z_new = k.lik.flatten({"mu": torch.tensor(mid + step / 2, dtype=torch.float64)})
+    r = k.lik.per_example_loglik(z_new) - k.lik.per_example_loglik(z)
+    assert float(r.abs().max()) < math.sqrt(b) / (n * T)  # nothing clipped
+    var_b = (n * T) ** 2 / b * float(r.var(unbiased=False))
+    assert 0.8 < var_b < 0.82 < BARKER_C
+    m = 8_000
+    freq, lam = _acceptance_frequency(k, z, z_new, m, monkeypatch)
+    assert 1.4 < lam < 1.6
+    ok, p = _binomial_ok(freq, lam, m)
+    assert ok == (barker_variant == "correct"), (barker_variant, freq, p)
 
 
 @pytest.mark.slow
