@@ -196,6 +196,31 @@ def test_a_worker_failing_outside_the_step_loses_no_release(monkeypatch):
         MCMC(k, num_samples=5, warmup_steps=0, disable_progbar=True).run(y)
 
 
+@pytest.mark.parametrize("budget", [dict(epsilon=2.0, delta=1e-5, num_iterations=30, num_chains=256),
+                                    dict(noise_multiplier=3.0)], ids=["budget", "no-budget"])
+def test_a_worker_chain_beyond_the_release_slots_reads_nothing(budget):
+    """Worker chains count their releases in WORKER_SLOTS shared slots; chain ids from there on
+    would share a slot (a lost ledger could go unnoticed), so such a chain stops before it reads
+    data, with or without a budget, and says why."""
+    from pyro_dp.kernels.base import WORKER_SLOTS
+
+    k = pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=2.0, **budget)
+    y = make_data(20)
+    with mock.patch("pyro_dp.kernels.base.DPKernel._worker_chain_id", return_value=WORKER_SLOTS):
+        with pytest.warns(pyro_dp.BudgetExhaustedWarning, match=f"worker chains 0..{WORKER_SLOTS - 1} only"):
+            k.setup(0, y)
+        for _ in range(3):
+            k.sample(k.initial_params)
+        assert k._ledger.num_releases == 0 and k.diagnostics()["private iterations"] == 0
+    with mock.patch("pyro_dp.kernels.base.DPKernel._worker_chain_id", return_value=WORKER_SLOTS - 1):
+        k2 = pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=2.0, **budget)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", pyro_dp.BudgetExhaustedWarning)
+            k2.setup(0, y)
+            k2.sample(k2.initial_params)
+        assert k2._ledger.num_releases > 0
+
+
 def test_workers_inherit_a_loss_in_another_workers_slot(monkeypatch):
     """A loss in slot 1 (chain 1's ledger never came back, chain 0's did) must stop chain 0 of the
     next run too: a worker checks only its own slot, so the owner notes the loss just before it

@@ -171,7 +171,8 @@ def _owned_kernel(kernel_id: str) -> Optional["DPKernel"]:
 
 
 #: chain slots of the shared release counters of chains run in ``MCMC`` worker processes (Pyro
-#: names chain i's worker process "i"; chain ids from this number on share slots modulo it)
+#: names chain i's worker process "i"); a worker chain with an id from this number on is refused
+#: before it reads data (its count would share a slot, so a lost ledger could go unnoticed)
 WORKER_SLOTS = 256
 
 
@@ -730,6 +731,10 @@ class DPKernel(MCMCKernel):
         :class:`ChainFailedError`); ``get_epsilon`` then raises.
         """
         chain = self._worker_chain_id()
+        if chain is not None and chain >= WORKER_SLOTS:  # with or without a budget: its count would share a slot
+            return (f"MCMC runs chain {chain} in a worker process, but a kernel object counts the releases of "
+                    f"worker chains 0..{WORKER_SLOTS - 1} only (WORKER_SLOTS): a lost ledger of this chain could "
+                    "go unnoticed; run at most that many chains in parallel, or the rest in this process")
         if self.epsilon is None:
             return None
         if self._incomplete:
@@ -1070,9 +1075,10 @@ class DPKernel(MCMCKernel):
         """Stop reading data for the rest of this chain, and say why."""
         self._budget_exhausted = True
         self._stop_cause_text = cause
+        head = (f"privacy budget (epsilon={self.epsilon}, delta={self.delta}) spent after" if self.epsilon is not None
+                else "this chain (no budget set) refused to read data after")
         msg = (
-            f"privacy budget (epsilon={self.epsilon}, delta={self.delta}) spent after "
-            f"{self._iteration} iterations of this chain: {cause}. The kernel has STOPPED READING DATA "
+            f"{head} {self._iteration} iterations of this chain: {cause}. The kernel has STOPPED READING DATA "
             "and repeats its last state for every remaining iteration: discard the repeated tail "
             "(diagnostics()['private iterations'] says how many iterations are real)."
         )
