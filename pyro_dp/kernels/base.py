@@ -789,6 +789,7 @@ class DPKernel(MCMCKernel):
             jit_cache=self.__dict__.setdefault("_jit_cache", {}),
         )
         self.transforms = self.lik.transforms
+        self.lik.likelihood_mask  # the likelihood's coordinates, determined now (data-free; cached per kernel object)
         self._resolve_run_length()
         if isinstance(self.init, DPAutoTune):
             self.init.configure(epsilon=self.epsilon, delta=self.delta, num_chains=self.num_chains,

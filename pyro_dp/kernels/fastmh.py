@@ -136,7 +136,7 @@ def fastmh_release(lik, noise, state: MHState, z_new: torch.Tensor, *, config: F
     :class:`FastMHInfo` without the accept decision."""
     cfg, z = config, state.z
     ll_old = None
-    m = torch.linalg.vector_norm(z_new - z)  # M(theta, theta') = ||theta - theta'|| (Asm. 1)
+    m = lik.jump_norm(z_new, z)  # M(theta, theta') = ||theta - theta'|| (Asm. 1), likelihood coordinates
     mf = float(m)
     n = lik.num_rows
     t = lik.temperature

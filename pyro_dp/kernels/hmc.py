@@ -144,7 +144,7 @@ def release_gradient(noise, lik, z, *, grad_clip, noise_multiplier):
     rel = clipped_sum_with_noise(pe, grad_clip, noise_multiplier, noise)
     lp, grad_lp = lik.log_prior_and_grad(z)
     # Räisä 2021 thesis Alg. 3 / Räisä et al. 2021 §3: g = T(sum clip(grad l_i) + xi) + grad log p
-    g = lik.temperature * rel.value + grad_lp
+    g = lik.temperature * lik.project(rel.value) + grad_lp  # project: post-processing (PrivateLikelihood.project)
     return g, (loglik, lp, rel)
 
 
@@ -169,18 +169,21 @@ def _fused_step_fn(cl, temperature: float, last: bool):
     (thesis Thm 11 proof), which the caller releases through the mechanism, or drops for a
     data-free rejection."""
 
+    lik = cl.lik
+    lik.likelihood_mask  # determined here, outside the trace (data-free)
+
     def step(z, p, eta, inv_mass, clip, xi, *ratio_inputs):
         z = z + eta * inv_mass * p
         ll, cs = cl.clipped_grad_terms(z, clip)
         lp, grad_lp = cl.log_prior_terms(z)
-        g = temperature * (cs.total + xi) + grad_lp  # thesis Alg. 3: T(sum clip + noise) + grad log p
+        g = temperature * lik.project(cs.total + xi) + grad_lp  # thesis Alg. 3: T(sum clip + noise) + grad log p
         half = 0.5 * eta
         p = p + half * g
         if not last:
             p = p + half * g
             return z, p, g, lp, cs.num_clipped, cs.num_rows
         ll_old, z0, llr_clip = ratio_inputs
-        ratio_clip = llr_clip * torch.linalg.vector_norm(z - z0)  # b_l ||theta' - theta|| (thesis Thm 11)
+        ratio_clip = llr_clip * lik.jump_norm(z, z0)  # b_l ||theta' - theta|| (thesis Thm 11), likelihood coordinates
         r = clip_and_sum(ll - ll_old, ratio_clip)
         return z, p, g, lp, cs.num_clipped, cs.num_rows, ll, ratio_clip, r.total, r.num_clipped, r.num_rows
 
@@ -287,7 +290,7 @@ def hmc_step(
         # Per-example ratios ℓ_i(θ')−ℓ_i(θ) clipped to ±b_l‖θ'−θ‖ (NaN/±inf rows: the per-row
         # rule): sensitivity 2 b_l‖θ'−θ‖ (thesis Thm 11 proof). One fused graph when compiled.
         if fused is None:
-            clip = llr_clip * torch.linalg.vector_norm(z_new - z)
+            clip = llr_clip * lik.jump_norm(z_new, z)  # likelihood coordinates (PrivateLikelihood.jump_norm)
             ratios = lik.clipped_difference_sum(ll_new, state.loglik, clip)
         rel = clipped_sum_with_noise(ratios, clip, llr_noise_multiplier, noise)
         events.append(rel.event)

@@ -137,7 +137,7 @@ def minibatch_penalty_release(lik, noise, state: MHState, z_new: torch.Tensor, *
     (formulas in the module docstring); the accept rule then subtracts half the noise variance."""
     n, b, T = lik.num_rows, int(batch_size), lik.temperature
     q = b / n
-    dist = torch.linalg.vector_norm(z_new - state.z)
+    dist = lik.jump_norm(z_new, state.z)  # likelihood coordinates (PrivateLikelihood.jump_norm)
     clip = llr_clip * dist  # data-free: L ||θ'-θ||
     if subsampling == "poisson":
         idx = noise.poisson_subsample(n, q, device=state.z.device)  # secret batch
@@ -181,9 +181,10 @@ def _fused_minibatch_fn(lik, n: int, b: int, temperature: float, subsampling: st
     q = b / n
     a1, a2 = temperature / q, temperature * temperature * (1.0 - q) / (2.0 * q * q)
     s = n * temperature / b
+    lik.likelihood_mask  # determined here, outside the trace (data-free)
 
     def step(z, z_new, draws, keys, k, xi, u, lp_old, log_q):
-        dist = torch.linalg.vector_norm(z_new - z)
+        dist = lik.jump_norm(z_new, z)  # likelihood coordinates (PrivateLikelihood.jump_norm)
         clip = llr_clip * dist  # data-free: L ||θ'-θ||
         idx, count = distinct_draws_and_count(draws, keys, size)
         ll_old, _ = lik._eager_loglik_and_prior(z, idx)

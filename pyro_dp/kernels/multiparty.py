@@ -108,7 +108,7 @@ def multiparty_release(lik, noise, state: MHState, z_new: torch.Tensor, parties:
         loglik = lik.per_example_loglik(state.z)  # enters only this step's releases
     ll_new, lp_new = lik.loglik_and_prior(z_new)
     ratios = ll_new - loglik
-    clip = llr_clip * torch.linalg.vector_norm(z_new - state.z)
+    clip = llr_clip * lik.jump_norm(z_new, state.z)  # b‖θ'−θ‖, likelihood coordinates
     # Alg. 2, step 1 / eq. (6): each party releases its clipped share in its own Gaussian noise
     # (sensitivity 2b‖θ'−θ‖ as in the single-party penalty, §3.2.2: "the same as in Section 3.2").
     rels = [clipped_sum_with_noise(ratios[idx], clip, nm, noise) for idx, nm in zip(parties, noise_multipliers)]

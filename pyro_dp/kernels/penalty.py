@@ -43,7 +43,7 @@ def penalty_release(lik, noise, state: MHState, z_new: torch.Tensor, *, llr_clip
     loglik = state.cache
     if loglik is None:
         loglik = lik.per_example_loglik(state.z)  # released inside this step's mechanism
-    dist = torch.linalg.vector_norm(z_new - state.z)
+    dist = lik.jump_norm(z_new, state.z)  # ‖θ'−θ‖ in the likelihood's coordinates (PrivateLikelihood.jump_norm)
     # Per-example ratios clipped to ±b‖θ'−θ‖: substitute sensitivity 2b‖θ'−θ‖ (thesis §3.1).
     ll_new, lp_new, ratios = lik.clipped_ratio_sum(z_new, loglik, llr_clip * dist)
     rel = clipped_sum_with_noise(ratios, llr_clip * dist, noise_multiplier, noise)
@@ -74,9 +74,10 @@ def _fused_penalty_fn(lik, temperature: float, llr_clip: float, noise_multiplier
     decision, with its noise added. Outputs: ``ℓ(θ') [N], log p(θ')`` and ``(accepted, clipped
     rows, rows, σ)`` as one float64 vector."""
     nm = float(noise_multiplier)
+    lik.likelihood_mask  # determined here, outside the trace (data-free)
 
     def step(z, z_new, ll_old, lp_old, xi, u, log_q_ratio):
-        clip = llr_clip * torch.linalg.vector_norm(z_new - z)  # b‖θ'−θ‖ (thesis §3.1)
+        clip = llr_clip * lik.jump_norm(z_new, z)  # b‖θ'−θ‖ (thesis §3.1), likelihood coordinates
         ll, lp = lik._eager_loglik_and_prior(z_new, None)
         cs = clip_and_sum(ll - ll_old, clip)
         std = nm * 2.0 * clip  # sigma = nm * 2b‖θ'−θ‖ (mechanisms._gaussian_event, substitute)

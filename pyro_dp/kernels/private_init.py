@@ -110,7 +110,7 @@ class DPGradientInit:
                 record(rel.event)
             clipped += rel.clipped_fraction
             # DP-GD step on the tempered log posterior (module docstring); the prior is data-free
-            step = lik.temperature * rel.value + lik.grad_log_prior(z)
+            step = lik.temperature * lik.project(rel.value) + lik.grad_log_prior(z)
             z = (z + self.step_size / n * step).detach()
             if not bool(torch.isfinite(z).all()):
                 raise FloatingPointError(

@@ -207,7 +207,7 @@ def private_gradient(noise, lik, z, *, sample_rate, grad_clip, noise_multiplier,
     if grad_lp is None:
         grad_lp = lik.grad_log_prior(z)  # data-free
     # Horvitz–Thompson scaling 1/q = N/b and tempering T: post-processing (Welling & Teh 2011, eq. 4)
-    grad = grad_lp + (lik.temperature / q) * rel.value
+    grad = grad_lp + (lik.temperature / q) * lik.project(rel.value)  # project: post-processing
     event = subsampled_gaussian_event(q, float(noise_multiplier), "poisson")
     return GradientRelease(grad, event, rel.clipped_fraction, float(rel.noise_std))
 
@@ -223,6 +223,8 @@ def _fused_private_gradient_fn(cl, temperature: float, q: float, size: int, nm: 
     distinct draws, noise std)`` as one float64 vector; the clipped sum leaves only with its
     noise added."""
 
+    cl.lik.likelihood_mask  # determined here, outside the trace (data-free)
+
     def step(z, clip, draws, keys, k, xi):
         idx, count = distinct_draws_and_count(draws, keys, size)
         keep = torch.arange(size, device=z.device) < k
@@ -230,7 +232,7 @@ def _fused_private_gradient_fn(cl, temperature: float, q: float, size: int, nm: 
         _, grad_lp = cl.log_prior_terms(z)
         std = nm * sens * clip  # sigma = nm * Delta (mechanisms._gaussian_event)
         value = cs.total + (xi * std.to(torch.float64)).to(cs.total.dtype) if nm > 0 else cs.total
-        grad = grad_lp + (temperature / q) * value  # Welling & Teh 2011, eq. 4 (Horvitz–Thompson 1/q)
+        grad = grad_lp + (temperature / q) * cl.lik.project(value)  # Welling & Teh 2011, eq. 4 (Horvitz–Thompson 1/q)
         flags = torch.stack([cs.num_clipped.to(torch.float64), cs.num_rows.to(torch.float64),
                              (count < k).to(torch.float64), std.to(torch.float64)])
         return grad, flags

@@ -445,7 +445,7 @@ class DPAutoTune:
                 clips[j] = _adapt_clip(norms, clips[j], quantiles[j], n, nm_count, noise, relation,
                                        rec("tune:clip"), tail_scaled=(j == 1 and raised))
             # ascent direction of the tempered log posterior per row (post-processing; prior data-free)
-            g = (lik.temperature * rel.value + lik.grad_log_prior(z)) / n
+            g = (lik.temperature * lik.project(rel.value) + lik.grad_log_prior(z)) / n
             m = b1 * m + (1 - b1) * g
             v = b2 * v + (1 - b2) * g * g
             step = lr * (m / (1 - b1 ** (t + 1))) / (torch.sqrt(v / (1 - b2 ** (t + 1))) + 1e-300)

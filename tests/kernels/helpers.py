@@ -31,7 +31,20 @@ def gauss_model_2d(y):
 class ClippedGradSum:
     """Mixin for closed-form stand-ins of PrivateLikelihood: ``clipped_grad_sum`` from their
     ``per_example_grad``, and ``clipped_difference_sum``, by :func:`pyro_dp.mechanisms.clip_and_sum`
-    (as the eager path)."""
+    (as the eager path); ``jump_norm`` and ``project`` are PrivateLikelihood's own, with every
+    coordinate in the likelihood (``likelihood_mask = None``)."""
+
+    likelihood_mask = None
+
+    def jump_norm(self, z_new, z):
+        from pyro_dp.likelihood import PrivateLikelihood
+
+        return PrivateLikelihood.jump_norm(self, z_new, z)
+
+    def project(self, released):
+        from pyro_dp.likelihood import PrivateLikelihood
+
+        return PrivateLikelihood.project(self, released)
 
     def clipped_grad_sum(self, z, clip, idx=None):
         from pyro_dp.mechanisms import clip_and_sum

@@ -26,6 +26,7 @@ from pyro_dp.kernels.fastmh import DPFastMH, FastMHConfig, fastmh_init, fastmh_s
 from pyro_dp.mechanisms import ApproxDPEvent, GaussianEvent, NoiseSource, NonPrivateEvent
 from tests.kernels.helpers import (
     M0,
+    ClippedGradSum,
     S,
     S0,
     gauss_model,
@@ -38,7 +39,7 @@ from tests.kernels.helpers import (
 F64 = torch.float64
 
 
-class GaussLik:
+class GaussLik(ClippedGradSum):
     """Closed-form per-example terms of ``helpers.gauss_model`` (the PrivateLikelihood API)."""
 
     def __init__(self, y, temperature=1.0):

@@ -1,0 +1,140 @@
+"""The likelihood's coordinates (``PrivateLikelihood.likelihood_mask``): which latent sites the
+per-example log-likelihood depends on, found from the model's code and shapes only; the ratio
+clip measures moves in those coordinates (``jump_norm``) and released gradients are restricted
+to them (``project``). Privacy never rests on the mask being right: a wrong mask biases, it
+cannot leak (the last test)."""
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+
+import pyro_dp
+from pyro_dp.kernels.hmc import release_gradient
+from pyro_dp.kernels.penalty import penalty_release
+from pyro_dp.likelihood import PrivateLikelihood
+
+G = 3
+
+
+def two_level(group, y):
+    """mu and tau enter only the prior of the group intercepts u (outside the data plate)."""
+    mu = pyro.sample("mu", dist.Normal(torch.zeros((), dtype=y.dtype), 5.0))
+    tau = pyro.sample("tau", dist.HalfNormal(torch.ones((), dtype=y.dtype)))
+    with pyro.plate("groups", G):
+        u = pyro.sample("u", dist.Normal(mu, tau))
+    with pyro.plate("data", len(y)) as i:
+        pyro.sample("obs", dist.Normal(u[group[i]], 1.0), obs=y[i])
+
+
+def flat(y):
+    mu = pyro.sample("mu", dist.Normal(torch.zeros((), dtype=y.dtype), 5.0))
+    with pyro.plate("data", len(y)) as i:
+        pyro.sample("obs", dist.Normal(mu, 1.0), obs=y[i])
+
+
+def data(n=60, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    group = torch.arange(n) % G
+    y = torch.tensor([-1.0, 0.5, 2.0], dtype=torch.float64)[group] + torch.randn(n, generator=g, dtype=torch.float64)
+    return group, y
+
+
+def test_sites_of_the_likelihood():
+    lik = PrivateLikelihood(two_level, data(), seed=0)
+    assert lik.latent_names == ("mu", "tau", "u")
+    assert lik.likelihood_sites() == ("u",)
+    assert lik.likelihood_mask.tolist() == [0.0, 0.0, 1.0, 1.0, 1.0] and lik.likelihood_mask.dtype == torch.float64
+    # the per-example gradients vanish exactly outside the mask (so clipping sees the same rows)
+    _, g = lik.per_example_grad(lik.flatten(lik.prototype_params))
+    assert torch.equal(g[:, :2], torch.zeros_like(g[:, :2])) and bool((g[:, 2:] != 0).any())
+    flat_lik = PrivateLikelihood(flat, (data()[1],), seed=0)
+    assert flat_lik.likelihood_sites() == ("mu",) and flat_lik.likelihood_mask is None  # nothing changes
+
+
+def _branching_on_data(y):
+    mu = pyro.sample("mu", dist.Normal(0.0, 5.0))
+    nu = pyro.sample("nu", dist.Normal(0.0, 5.0))
+    loc = mu if bool(y.sum() > 0) else nu  # which latent the likelihood reads depends on the data
+    with pyro.plate("data", len(y)) as i:
+        pyro.sample("obs", dist.Normal(loc, 1.0), obs=y[i])
+
+
+@pytest.mark.filterwarnings("ignore:The model does not index")
+def test_the_mask_never_depends_on_data_values():
+    """A model whose likelihood reads ``mu`` or ``nu`` depending on the data: the trace has no
+    data values (fake tensors), so it cannot take the branch and the answer is "undetermined"
+    (every site counts) for any data; so is data read from the model's closure, whose values a
+    trace would see."""
+    y = torch.ones(10)
+    for d in (y, -y):
+        lik = PrivateLikelihood(_branching_on_data, (d,), seed=0)
+        assert lik.likelihood_sites() is None and lik.likelihood_mask is None
+    conditioned = pyro.condition(lambda n: flat(torch.zeros(n)), data={"obs": y})
+    lik = PrivateLikelihood(conditioned, (10,), seed=0)
+    assert lik.likelihood_sites() is None and lik.likelihood_mask is None
+
+
+def test_a_move_outside_the_likelihood_costs_no_noise():
+    """Räisä 2021 thesis §3.1 with ‖m ⊙ (θ'−θ)‖: a move of mu and tau alone changes no row's
+    likelihood, so its ratio clip, noise and released sum are exactly zero (the ledger still
+    records the release), and a move of u is clipped by its own length only."""
+    k = pyro_dp.DPPenalty(two_level, 0.1, llr_clip=1.0, noise_multiplier=2.0, seed=0)
+    k.setup(0, *data())
+    z = k.lik.flatten(k.lik.prototype_params)
+    state = k._init_state(z)
+    prior_move = z + torch.tensor([0.3, -0.2, 0.0, 0.0, 0.0], dtype=z.dtype)
+    rel = penalty_release(k.lik, k._noise, state, prior_move, llr_clip=1.0, noise_multiplier=2.0)
+    assert float(rel.log_ratio) == 0.0 and rel.noise_var == 0.0 and len(rel.events) == 1
+    move = z + torch.tensor([0.3, -0.2, 0.1, 0.0, 0.0], dtype=z.dtype)
+    rel = penalty_release(k.lik, k._noise, state, move, llr_clip=1.0, noise_multiplier=2.0)
+    assert float(rel.noise_std) == pytest.approx(2.0 * 2 * 1.0 * 0.1)  # nm * 2 b * ||m (θ'−θ)||
+
+
+def test_released_gradients_are_exact_outside_the_likelihood():
+    """DP-HMC's G = T m ⊙ (Σ clip(∇ℓ_i) + ξ) + ∇log p: in mu and tau it is the prior's gradient
+    exactly, with no noise; in u it is noisy."""
+    k = pyro_dp.DPHMC(two_level, step_size=0.01, num_steps=3, grad_clip=1.0, llr_clip=1.0,
+                      grad_noise_multiplier=5.0, llr_noise_multiplier=5.0, seed=0)
+    k.setup(0, *data())
+    z = k.lik.flatten(k.lik.prototype_params)
+    g, _ = release_gradient(k._noise, k.lik, z, grad_clip=1.0, noise_multiplier=5.0)
+    prior = k.lik.grad_log_prior(z)
+    assert torch.equal(g[:2], prior[:2]) and bool((g[2:] != prior[2:]).all())
+
+
+@pytest.mark.parametrize("make", [
+    lambda **kw: pyro_dp.DPHMC(two_level, step_size=0.05, num_steps=3, grad_clip=1.0, llr_clip=1.0,
+                               grad_noise_multiplier=1.0, llr_noise_multiplier=1.0, seed=1, noise_seed=2, **kw),
+    lambda **kw: pyro_dp.DPPenalty(two_level, 0.05, llr_clip=1.0, noise_multiplier=1.0, seed=1, noise_seed=2, **kw),
+], ids=["DPHMC", "DPPenalty"])
+def test_compiled_and_eager_chains_agree_on_a_masked_model(make):
+    """The fused graphs restrict gradients and measure moves as the eager path does: one chain,
+    one ledger (``tests/test_compiled.py``'s tolerance for inductor)."""
+    chains = []
+    for kw in ({}, {"jit_compile": True}):
+        k = make(**kw)
+        k.setup(0, *data())
+        p, out = k.initial_params, []
+        for _ in range(6):
+            p = k.sample(p)
+            out.append(k.lik.flatten(p))
+        chains.append((torch.stack(out), [[repr(e.event), e.count] for e in k.ledger.entries]))
+    assert chains[0][1] == chains[1][1]
+    torch.testing.assert_close(chains[0][0], chains[1][0], rtol=1e-10, atol=1e-15)
+    assert bool((chains[0][0][1:] != chains[0][0][:-1]).any())  # the chain moved
+
+
+def test_a_wrong_mask_biases_but_cannot_leak():
+    """With the mask forced to leave out u (which the likelihood does read), a move of u gets
+    the clip ‖m ⊙ (θ'−θ)‖ = 0: every row's ratio is clipped to 0 and the release is exactly 0
+    whatever the data -- the chain is wrong, the release carries nothing."""
+    values = []
+    for seed in (0, 1):
+        k = pyro_dp.DPPenalty(two_level, 0.1, llr_clip=1.0, noise_multiplier=2.0, seed=0)
+        k.setup(0, *data(seed=seed))
+        k.lik._likelihood_mask = torch.tensor([1.0, 1.0, 0.0, 0.0, 0.0], dtype=torch.float64)
+        z = k.lik.flatten(k.lik.prototype_params)
+        move = z + torch.tensor([0.0, 0.0, 0.5, -0.5, 0.5], dtype=z.dtype)
+        rel = penalty_release(k.lik, k._noise, k._init_state(z), move, llr_clip=1.0, noise_multiplier=2.0)
+        values.append((float(rel.log_ratio), rel.noise_var))
+    assert values == [(0.0, 0.0), (0.0, 0.0)]
