@@ -831,6 +831,9 @@ class DPKernel(MCMCKernel):
             raise ValueError("initial parameters must be finite and match the model's latent shapes")
         if self._shards is not None:
             self._shards.check_same(z0.detach().cpu(), "the initial point")
+            mask = self.lik.likelihood_mask  # every rank must clip and restrict alike (data-free)
+            self._shards.check_same(torch.ones(self.lik.dim, dtype=torch.float64) if mask is None
+                                    else mask.detach().cpu().to(torch.float64), "the likelihood's coordinates")
         self._initial_params = self.lik.unravel(z0)
         self._state = self._init_state(z0)
         self._init_done = False
