@@ -138,3 +138,25 @@ def test_a_wrong_mask_biases_but_cannot_leak():
         rel = penalty_release(k.lik, k._noise, k._init_state(z), move, llr_clip=1.0, noise_multiplier=2.0)
         values.append((float(rel.log_ratio), rel.noise_var))
     assert values == [(0.0, 0.0), (0.0, 0.0)]
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_the_default_penalty_walk_moves_prior_only_sites_at_the_noise_free_scale():
+    """DPPenalty's default path: the penalty noise limits the moves of the likelihood's
+    coordinates only (``jump_norm``), so mu and tau get the noise-free random-walk scale
+    2.38/sqrt(d) x the guessed posterior sd (Roberts, Gelman & Gilks 1997) and u the smaller
+    noise-limited one; a model with every latent in the likelihood keeps one scalar scale."""
+    import math
+
+    k = pyro_dp.DPPenalty(two_level, epsilon=2.0, num_iterations=500, seed=0)
+    k.setup(0, *data(n=5000))
+    k.sample(k.initial_params)
+    jump, sd = k._move_scales(k.init.result, k.noise_multiplier)
+    free, lik_scale = 2.38 / math.sqrt(5) * sd, min(jump / math.sqrt(3), 2.38 / math.sqrt(5) * sd)
+    assert jump < sd  # noise-limited here, so the two scales differ
+    torch.testing.assert_close(k.proposal_scale, torch.tensor([free, free, lik_scale, lik_scale, lik_scale],
+                                                              dtype=torch.float64))
+    k = pyro_dp.DPPenalty(flat, epsilon=2.0, num_iterations=500, seed=0)
+    k.setup(0, data(n=5000)[1])
+    k.sample(k.initial_params)
+    assert isinstance(k.proposal_scale, float)

@@ -160,9 +160,10 @@ class DPPenalty(RandomWalkKernel):
     adaptive clip, from the prior centre) and on private quantiles of the per-example gradient
     norms there (ledger labels ``"tune:clip"``, ``"tune:start"``): ``llr_clip``
     is their 0.98 quantile (per unit jump), the proposal scale the smaller of the jump whose
-    penalty noise has standard deviation 1 and 2.38/√d times a posterior-scale guess, and the
-    scale adapts during warmup (``adapt_proposal`` defaults to ``True`` then). See
-    ``docs/tuning.md``.
+    penalty noise has standard deviation 1 and 2.38/√d times a posterior-scale guess (latents
+    that enter only the prior, :attr:`~pyro_dp.likelihood.PrivateLikelihood.likelihood_mask`,
+    cost no noise and take the second), and the scale adapts during warmup
+    (``adapt_proposal`` defaults to ``True`` then). See ``docs/tuning.md``.
 
     Other keyword arguments are those of :class:`~pyro_dp.kernels.base.DPKernel`
     (``temperature``, ``data_plate``, ``epsilon``, ``delta``, ``num_iterations``,
@@ -238,7 +239,15 @@ class DPPenalty(RandomWalkKernel):
             d = self.lik.dim if self.mode == "full" else 1  # coordinates one proposal moves
             jump, sd = self._move_scales(result, self.noise_multiplier)
             # Roberts, Gelman & Gilks 1997: random-walk scale 2.38/sqrt(d) x the posterior sd
-            self.proposal_scale = min(jump / math.sqrt(d), 2.38 / math.sqrt(d) * sd)
+            free = 2.38 / math.sqrt(self.lik.dim if self.mode == "full" else 1) * sd
+            mask = self.lik.likelihood_mask
+            if mask is None:
+                self.proposal_scale = min(jump / math.sqrt(d), free)
+            else:  # the noise grows with the move of the likelihood's coordinates only (jump_norm):
+                # the others (a hierarchical model's mu, tau) move at the noise-free scale
+                d_lik = int(mask.sum()) if self.mode == "full" else 1
+                lik_scale = min(jump / math.sqrt(max(d_lik, 1)), free)
+                self.proposal_scale = mask * lik_scale + (1.0 - mask) * free
 
     def _release(self, noise, state, z_new):
         return penalty_release(self.lik, noise, state, z_new, llr_clip=self.llr_clip,
