@@ -386,7 +386,9 @@ class DPHMC(DPKernel):
     releases are in the ledger as ``"tune:clip"`` and
     ``"tune:start"``. The step size starts at the smaller of the step whose trajectory
     of ``num_steps`` (default :data:`DEFAULT_NUM_STEPS`) steps has penalty noise of standard
-    deviation about 1 and a posterior-scale guess, and adapts during warmup (dual averaging on
+    deviation about 1 and a posterior-scale guess (latents that enter only the prior,
+    :attr:`~pyro_dp.likelihood.PrivateLikelihood.likelihood_mask`, cost no noise: they get a
+    lighter mass, so that a trajectory moves them about that guess), and adapts during warmup (dual averaging on
     released quantities towards acceptance :data:`DEFAULT_TARGET_ACCEPT_PROB`,
     ``adapt_step_size`` defaults to ``True`` then) with a floor of a tenth
     of its start, so it cannot collapse. The noise is calibrated to the budget (the default
@@ -537,10 +539,18 @@ class DPHMC(DPKernel):
             self.llr_clip = result.llr_clip
         if "step_size" in self.auto_tuned:
             jump, sd = self._move_scales(result, self.llr_noise_multiplier)
-            # a trajectory of L steps moves about L*eta*sqrt(d) (unit mass): its penalty noise sd ~ 1
-            eta = min(jump / (self.num_steps * math.sqrt(self.lik.dim)), sd)
+            mask = self.lik.likelihood_mask
+            d_lik = self.lik.dim if mask is None else max(int(mask.sum()), 1)
+            # a trajectory of L steps moves the likelihood's d_lik coordinates about L*eta*sqrt(d_lik)
+            # (unit mass; the ratio clip measures only those, PrivateLikelihood.jump_norm): penalty noise sd ~ 1
+            eta = min(jump / (self.num_steps * math.sqrt(d_lik)), sd)
             self.step_size = self._adapted_step_size = eta
             self._step_floor = eta / 10.0  # the adaptation may not shrink it further (no frozen chain)
+            if mask is not None and self.mass is None:
+                # latents outside the likelihood cost no noise: a lighter mass lets a trajectory move
+                # them about sd (L steps of eta/sqrt(m) each), not the noise-limited L*eta
+                m_free = min((self.num_steps * eta / sd) ** 2, 1.0)
+                self._default_mass = mask + (1.0 - mask) * m_free
 
     def _reset_chain_stats(self):
         super()._reset_chain_stats()
@@ -549,9 +559,11 @@ class DPHMC(DPKernel):
         self._llr_count = 0
         self._adapted_step_size = self.step_size
         self._adapter = None
+        self.__dict__.pop("_default_mass", None)  # set again by this chain's tuning (_apply_tuning)
 
     def _init_state(self, z):
-        mass = torch.as_tensor(1.0 if self.mass is None else self.mass, dtype=z.dtype, device=z.device)
+        mass = self.mass if self.mass is not None else self.__dict__.get("_default_mass", 1.0)
+        mass = torch.as_tensor(mass, dtype=z.dtype, device=z.device)
         if mass.numel() not in (1, z.numel()):
             raise ValueError(f"mass must be a scalar or have {z.numel()} entries (the flattened latents)")
         self._inv_mass, self._mass_sqrt = 1.0 / mass.reshape(-1), mass.reshape(-1).sqrt()
