@@ -497,6 +497,11 @@ class PrivateLikelihood:
             ll = ll + term
         return ll, lp
 
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_jit_cache"] = None  # the kernel object's shared cache (compiled graphs) stays in its process
+        return state
+
     # ------------------------------------------------------------------ the likelihood's coordinates (data-free)
     @property
     def likelihood_mask(self) -> Optional[torch.Tensor]:

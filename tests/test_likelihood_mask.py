@@ -182,3 +182,17 @@ def test_the_default_dphmc_trajectory_moves_prior_only_sites_further():
     k.setup(0, data(n=5000)[1])
     k.sample(k.initial_params)
     assert torch.equal(k._inv_mass, torch.ones(1, dtype=torch.float64))
+
+
+def test_a_used_compiled_likelihood_still_pickles_with_its_mask():
+    """The likelihood keeps the kernel object's shared cache (where its sites are kept, beside
+    compiled graphs, which cannot be pickled) only in its own process: a copy keeps the mask."""
+    import copy
+    import pickle
+
+    k = pyro_dp.DPPenalty(two_level, 0.05, llr_clip=1.0, noise_multiplier=1.0, seed=1, jit_compile=True)
+    k.setup(0, *data())
+    k.sample(k.initial_params)
+    lik = pickle.loads(pickle.dumps(k.lik))
+    assert torch.equal(lik.likelihood_mask, k.lik.likelihood_mask)
+    assert torch.equal(copy.deepcopy(k).lik.likelihood_mask, k.lik.likelihood_mask)
