@@ -72,6 +72,16 @@ def test_the_mask_never_depends_on_data_values():
     conditioned = pyro.condition(lambda n: flat(torch.zeros(n)), data={"obs": y})
     lik = PrivateLikelihood(conditioned, (10,), seed=0)
     assert lik.likelihood_sites() is None and lik.likelihood_mask is None
+    for sign in (1.0, -1.0):  # a branch on a tensor read from the closure cannot be traced either
+        x = sign * torch.ones(10)
+
+        def closure_branch(y):
+            mu = pyro.sample("mu", dist.Normal(0.0, 5.0))
+            nu = pyro.sample("nu", dist.Normal(0.0, 5.0))
+            with pyro.plate("data", len(y)) as i:
+                pyro.sample("obs", dist.Normal(mu if bool(x.sum() > 0) else nu, 1.0), obs=y[i])
+
+        assert PrivateLikelihood(closure_branch, (y,), seed=0).likelihood_sites() is None
 
 
 def test_a_move_outside_the_likelihood_costs_no_noise():
