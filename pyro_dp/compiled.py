@@ -57,9 +57,9 @@ import warnings
 from typing import Callable, Dict, Optional, Tuple
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_unflatten
+from torch.utils._pytree import tree_flatten
 
-from .likelihood import _model_arguments
+from .likelihood import _model_arguments, _tensor_arguments, _with_tensors
 from .mechanisms import ClippedSum, clip_and_sum, clip_and_sum_columns, clip_scalars
 
 __all__ = ["CompileFallbackWarning", "CompiledLikelihood", "bucket_size", "hoist_broadcasts", "CHUNK_ELEMENTS", "FORWARD_MAX_DIM",
@@ -466,8 +466,7 @@ class CompiledLikelihood:
 
     def _flatten_args(self):
         """The model's arguments as pytree leaves: the tensors become the graphs' data inputs."""
-        leaves, self._spec = tree_flatten((self.lik.model_args, self.lik.model_kwargs))
-        self._tensor_pos = [i for i, x in enumerate(leaves) if torch.is_tensor(x)]
+        leaves, self._spec, self._tensor_pos = _tensor_arguments(self.lik.model_args, self.lik.model_kwargs)
         self._leaves = leaves
         self._data = tuple(leaves[i] for i in self._tensor_pos)
         # the graphs bound to THIS likelihood's data (the shared cache holds graphs only: a graph
@@ -501,10 +500,7 @@ class CompiledLikelihood:
 
         def wrapped(*inputs):
             data, rest = inputs[:n], inputs[n:]
-            leaves = list(self._leaves)
-            for pos, t in zip(self._tensor_pos, data):
-                leaves[pos] = t
-            with _model_arguments(lik, *tree_unflatten(leaves, self._spec)):
+            with _model_arguments(lik, *_with_tensors(self._leaves, self._spec, self._tensor_pos, data)):
                 return fn(*rest)
 
         return wrapped
@@ -534,6 +530,7 @@ class CompiledLikelihood:
 
         t0 = time.perf_counter()
         inputs = _distinct(self._data, inputs)
+        self.lik.likelihood_mask  # a graph may read it (jump_norm, project): determined outside this trace
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")

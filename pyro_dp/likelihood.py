@@ -57,7 +57,7 @@ from pyro.infer.autoguide.initialization import InitMessenger, init_to_sample
 from pyro.poutine.subsample_messenger import SubsampleMessenger, _Subsample
 from torch.distributions import biject_to
 from torch.func import grad_and_value, jacfwd, vmap
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from .mechanisms import clip_and_sum
 
@@ -85,6 +85,22 @@ def _model_arguments(lik, args, kwargs):
         yield
     finally:
         lik.model_args, lik.model_kwargs = saved
+
+
+def _tensor_arguments(args, kwargs):
+    """``(leaves, spec, positions)``: a model's arguments as pytree leaves, and where the tensors
+    (the data, for the traces that replace them by graph inputs or fake tensors) sit among them."""
+    leaves, spec = tree_flatten((args, kwargs))
+    return leaves, spec, [i for i, x in enumerate(leaves) if torch.is_tensor(x)]
+
+
+def _with_tensors(leaves, spec, positions, tensors):
+    """``(args, kwargs)`` of :func:`_tensor_arguments`' leaves with the tensors at ``positions``
+    replaced by ``tensors``."""
+    vals = list(leaves)
+    for i, t in zip(positions, tensors):
+        vals[i] = t
+    return tree_unflatten(vals, spec)
 
 
 @contextlib.contextmanager
@@ -557,17 +573,12 @@ class PrivateLikelihood:
     def _trace_likelihood_sites(self) -> Optional[Tuple[str, ...]]:
         from torch._subclasses.fake_tensor import is_fake
         from torch.fx.experimental.proxy_tensor import make_fx
-        from torch.utils._pytree import tree_flatten, tree_unflatten
 
-        leaves, spec = tree_flatten((self.model_args, self.model_kwargs))
-        pos = [i for i, x in enumerate(leaves) if torch.is_tensor(x)]
+        leaves, spec, pos = _tensor_arguments(self.model_args, self.model_kwargs)
         data, names = [leaves[i] for i in pos], self.latent_names
 
         def loglik(*inputs):
-            vals = list(leaves)
-            for i, t in zip(pos, inputs[: len(data)]):
-                vals[i] = t
-            args, kwargs = tree_unflatten(vals, spec)
+            args, kwargs = _with_tensors(leaves, spec, pos, inputs[: len(data)])
             values = {n: self.transforms[n].inv(u) for n, u in zip(names, inputs[len(data):])}
             with poutine.block(), pyro.validation_enabled(False), _kernel_chooses_rows():
                 tr = poutine.trace(poutine.condition(self.model, data=values)).get_trace(*args, **kwargs)

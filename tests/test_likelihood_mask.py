@@ -206,3 +206,15 @@ def test_a_used_compiled_likelihood_still_pickles_with_its_mask():
     lik = pickle.loads(pickle.dumps(k.lik))
     assert torch.equal(lik.likelihood_mask, k.lik.likelihood_mask)
     assert torch.equal(copy.deepcopy(k).lik.likelihood_mask, k.lik.likelihood_mask)
+
+
+def test_a_graph_traced_before_the_mask_is_known_reads_it_correctly():
+    """A fused graph that measures a move (jump_norm), built on a fresh likelihood whose mask is
+    not determined yet (CompiledLikelihood._compile determines it before tracing), measures it in
+    the likelihood's coordinates only."""
+    lik = PrivateLikelihood(two_level, data(), seed=0, jit_compile=True, jit_options={"backend": "graph"})
+    assert "_likelihood_mask" not in lik.__dict__
+    z = lik.flatten(lik.prototype_params)
+    move = z + torch.tensor([3.0, 4.0, 0.0, 0.0, 0.5], dtype=z.dtype)
+    graph = lik.compiled.fused_graph("jump", lambda a, b: lik.jump_norm(b, a), (z, move), full_data=False)
+    assert float(graph(z, move)) == pytest.approx(0.5)

@@ -170,7 +170,6 @@ def _fused_step_fn(cl, temperature: float, last: bool):
     data-free rejection."""
 
     lik = cl.lik
-    lik.likelihood_mask  # determined here, outside the trace (data-free)
 
     def step(z, p, eta, inv_mass, clip, xi, *ratio_inputs):
         z = z + eta * inv_mass * p

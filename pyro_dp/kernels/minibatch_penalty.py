@@ -181,7 +181,6 @@ def _fused_minibatch_fn(lik, n: int, b: int, temperature: float, subsampling: st
     q = b / n
     a1, a2 = temperature / q, temperature * temperature * (1.0 - q) / (2.0 * q * q)
     s = n * temperature / b
-    lik.likelihood_mask  # determined here, outside the trace (data-free)
 
     def step(z, z_new, draws, keys, k, xi, u, lp_old, log_q):
         dist = lik.jump_norm(z_new, z)  # likelihood coordinates (PrivateLikelihood.jump_norm)

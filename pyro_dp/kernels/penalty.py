@@ -74,7 +74,6 @@ def _fused_penalty_fn(lik, temperature: float, llr_clip: float, noise_multiplier
     decision, with its noise added. Outputs: ``ℓ(θ') [N], log p(θ')`` and ``(accepted, clipped
     rows, rows, σ)`` as one float64 vector."""
     nm = float(noise_multiplier)
-    lik.likelihood_mask  # determined here, outside the trace (data-free)
 
     def step(z, z_new, ll_old, lp_old, xi, u, log_q_ratio):
         clip = llr_clip * lik.jump_norm(z_new, z)  # b‖θ'−θ‖ (thesis §3.1), likelihood coordinates
@@ -239,7 +238,7 @@ class DPPenalty(RandomWalkKernel):
             d = self.lik.dim if self.mode == "full" else 1  # coordinates one proposal moves
             jump, sd = self._move_scales(result, self.noise_multiplier)
             # Roberts, Gelman & Gilks 1997: random-walk scale 2.38/sqrt(d) x the posterior sd
-            free = 2.38 / math.sqrt(self.lik.dim if self.mode == "full" else 1) * sd
+            free = 2.38 / math.sqrt(d) * sd
             mask = self.lik.likelihood_mask
             if mask is None:
                 self.proposal_scale = min(jump / math.sqrt(d), free)

@@ -223,8 +223,6 @@ def _fused_private_gradient_fn(cl, temperature: float, q: float, size: int, nm: 
     distinct draws, noise std)`` as one float64 vector; the clipped sum leaves only with its
     noise added."""
 
-    cl.lik.likelihood_mask  # determined here, outside the trace (data-free)
-
     def step(z, clip, draws, keys, k, xi):
         idx, count = distinct_draws_and_count(draws, keys, size)
         keep = torch.arange(size, device=z.device) < k
