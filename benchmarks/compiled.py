@@ -19,7 +19,8 @@ run). The research code's figures quoted in the table (thesis DP-HMC code 31 ms,
 penalty code 0.89 ms, Heikkilä et al.'s DP Barker 1.2 ms) are the issue's own measurements on
 this machine type, not re-measured here. No assertion is made on timings.
 
-Run: ``python benchmarks/compiled.py`` (about 3–5 minutes) or ``--quick``.
+Run: ``python benchmarks/compiled.py`` (about 3–5 minutes) or ``--quick``; ``--dtype float32`` for
+the data and latents in float32 (the thesis JAX code's default precision; float64 by default).
 """
 from __future__ import annotations
 
@@ -184,9 +185,12 @@ def main():
     ap.add_argument("--quick", action="store_true", help="fewer iterations, N = 1e6 instead of 1e7")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", choices=("float64", "float32"), default="float64",
+                    help="the data's and latents' dtype (float32 is the thesis JAX code's default)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     dev = torch.device(args.device)
+    dt = getattr(torch, args.dtype)
     q = args.quick
     rows = []
 
@@ -199,19 +203,19 @@ def main():
         c = "" if compile_s is None else f"{compile_s:6.1f}"
         print(f"{name:46s} {e:>9s} {jit * 1e3:9.3f} {ratio:>8s} {b:>26s} {ratio_b:>7s} {c:>7s} {note}", flush=True)
 
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), device {dev}")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), device {dev}, {args.dtype}")
     print(f"{'what':46s} {'eager ms':>9s} {'jit ms':>9s} {'speedup':>8s} {'baseline ms':>26s} {'jit/bl':>7s} "
           f"{'compile s':>9s}")
 
     # ---- banana DP-HMC and DP penalty (thesis §6.1 hyperparameters as in the issue)
-    X = make_banana_data(100_000, 2, seed=0).to(dev)
-    init = {"theta": torch.tensor([0.0, 3.0], dtype=torch.float64, device=dev)}
+    X = make_banana_data(100_000, 2, seed=0, dtype=dt).to(dev)
+    init = {"theta": torch.tensor([0.0, 3.0], dtype=dt, device=dev)}
     hmc_kw = dict(step_size=0.002, num_steps=10, grad_clip=3.0, llr_clip=5.0, grad_noise_multiplier=2.0,
                   llr_noise_multiplier=1.0, seed=0)
     n_hmc = 20 if q else 60
     _, eager = timed_runs(lambda: pyro_dp.DPHMC(banana_model, **hmc_kw), (X,), max(5, n_hmc // 4), init)
     comp, jit = timed_runs(lambda: pyro_dp.DPHMC(banana_model, jit_compile=True, **hmc_kw), (X,), n_hmc, init)
-    inv_var = banana_lik_scale(2).to(dev) ** -2
+    inv_var = banana_lik_scale(2, dt).to(dev) ** -2
     fused = torch.compile(banana_pass, fullgraph=True, dynamic=False)
     fused_banana_hmc(fused, X, 2, 0.002, 10, 3.0, 2.0, 1.0, 5.0, inv_var)  # compile
     base = fused_banana_hmc(fused, X, n_hmc, 0.002, 10, 3.0, 2.0, 1.0, 5.0, inv_var)
@@ -230,7 +234,7 @@ def main():
     # ---- minibatch kernels at b = 1000
     n_big = 1_000_000 if q else 10_000_000
     g = torch.Generator().manual_seed(0)
-    init1 = {"mu": torch.tensor(0.7, dtype=torch.float64, device=dev)}
+    init1 = {"mu": torch.tensor(0.7, dtype=dt, device=dev)}
     mb = {
         "DPBarker": lambda jit: pyro_dp.DPBarker(gauss_model, 1000, 1e-3, seed=0, jit_compile=jit),
         "DPMinibatchPenalty": lambda jit: pyro_dp.DPMinibatchPenalty(gauss_model, 1000, 1e-3, llr_clip=2.0,
@@ -241,7 +245,7 @@ def main():
     for name, make in mb.items():
         per = {}
         for n in (100_000, n_big):
-            y = (torch.randn(n, generator=g, dtype=torch.float64) * 0.8 + 0.7).to(dev)
+            y = (torch.randn(n, generator=g, dtype=dt) * 0.8 + 0.7).to(dev)
             _, eager = timed_runs(lambda: make(False), (y,), n_mb // 5, init1)
             # warm long enough that the batches have reached every size bucket they will reach
             comp, per[n] = timed_runs(lambda: make(True), (y,), n_mb, init1, warm=300)
@@ -251,16 +255,16 @@ def main():
 
     # ---- logistic regression d = 10, per gradient evaluation
     D, N = 10, 100_000
-    x = torch.randn(N, D, generator=g, dtype=torch.float64) / math.sqrt(D)
+    x = torch.randn(N, D, generator=g, dtype=dt) / math.sqrt(D)
     x = (x / x.norm(dim=1, keepdim=True).clamp(min=1.0)).to(dev)
-    yb = torch.bernoulli(torch.sigmoid(x @ torch.randn(D, generator=g, dtype=torch.float64).to(dev)))
+    yb = torch.bernoulli(torch.sigmoid(x @ torch.randn(D, generator=g, dtype=dt).to(dev)))
     L = 5
     kw = dict(step_size=0.01, num_steps=L, grad_clip=1.0, llr_clip=1.0, grad_noise_multiplier=5.0,
               llr_noise_multiplier=2.0, seed=0)
-    initw = {"w": torch.zeros(D, dtype=torch.float64, device=dev)}
+    initw = {"w": torch.zeros(D, dtype=dt, device=dev)}
     n_lr = 20 if q else 60
     fused_lr = torch.compile(logreg_pass, fullgraph=True, dynamic=False)
-    w0 = torch.zeros(D, dtype=torch.float64, device=dev)
+    w0 = torch.zeros(D, dtype=dt, device=dev)
     fused_lr(x, yb, w0, 1.0)
     _sync(dev)
     t = time.perf_counter()

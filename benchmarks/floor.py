@@ -22,7 +22,7 @@ skeleton's proposal bookkeeping, budget check, ledger, statistics, Pyro's ``samp
 ``logging`` calls). The issue's targets (0.3 ms for DPPenalty and
 the minibatch kernels at b = 1000) are printed beside them. No assertion is made on timings.
 
-Run: ``python benchmarks/floor.py`` (about a minute; ``--threads``, ``--device``).
+Run: ``python benchmarks/floor.py`` (about a minute; ``--threads``, ``--device``, ``--dtype float32``).
 """
 from __future__ import annotations
 
@@ -162,11 +162,14 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--iterations", type=int, default=2000)
+    ap.add_argument("--dtype", choices=("float64", "float32"), default="float64",
+                    help="the data's and latents' dtype (float32 is the thesis JAX code's default)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     dev = torch.device(args.device)
+    dt = getattr(torch, args.dtype)
     n_it = args.iterations
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), device {dev}")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), device {dev}, {args.dtype}")
     print(f"{'kernel':40s} {'iteration':>10s} {'graph':>8s} {'draws':>8s} {'rng':>8s} {'floor':>8s} {'python':>8s} "
           f"{'target':>7s} {'it/floor':>8s}   (ms)")
 
@@ -176,15 +179,15 @@ def main():
 
     gen = torch.Generator().manual_seed(0)
     for n in (100_000, 10_000_000):
-        y = (torch.randn(n, generator=gen, dtype=torch.float64) * 0.8 + 0.7).to(dev)
+        y = (torch.randn(n, generator=gen, dtype=dt) * 0.8 + 0.7).to(dev)
         k = pyro_dp.DPBarker(gauss_model, 1000, 1e-3, seed=0, jit_compile=True)
-        res = breakdown(k, (y,), {"mu": torch.tensor(0.7, dtype=torch.float64, device=dev)}, barker_draws,
+        res = breakdown(k, (y,), {"mu": torch.tensor(0.7, dtype=dt, device=dev)}, barker_draws,
                         barker_rng, n_it, warm=200)
         row(f"DPBarker b=1000 N={n:.0e}", *res, 0.3)
-    X = make_banana_data(100_000, 2, seed=0).to(dev)
+    X = make_banana_data(100_000, 2, seed=0, dtype=dt).to(dev)
     k = pyro_dp.DPPenalty(banana_model, proposal_scale=0.01, llr_clip=5.0, noise_multiplier=2.0, seed=0,
                           jit_compile=True)
-    res = breakdown(k, (X,), {"theta": torch.tensor([0.0, 3.0], dtype=torch.float64, device=dev)}, penalty_draws,
+    res = breakdown(k, (X,), {"theta": torch.tensor([0.0, 3.0], dtype=dt, device=dev)}, penalty_draws,
                     penalty_rng, max(n_it // 2, 1), warm=50)
     row("DPPenalty banana d=2 n=1e5", *res, 0.3)
 

@@ -983,16 +983,22 @@ def clip_and_sum_columns(columns: Sequence[torch.Tensor], clip, valid: Optional[
         norms = torch.sqrt(sq)  # as clip_rows: x * min(1, b/||x||), a zero row stays zero
     clip_t = torch.as_tensor(clip, dtype=columns[0].dtype, device=columns[0].device)
     factor = torch.clamp(clip_t / torch.clamp(norms, min=torch.finfo(columns[0].dtype).tiny), max=1.0)
-    mask = (norms > clip_t) | ~finite
+    # The clipped rows, (norms > clip) | ~finite as in clip_rows, counted as a float64 sum of
+    # 0/1 (exact below 2^53 rows): an OR of boolean masks and an integer sum kept inductor's
+    # CPU code from vectorising the pass (10^5 banana rows: 0.37 ms for the gradient pass
+    # instead of 0.22 ms; benchmarks/compiled.py). Nested where, not OR: the same count.
+    one = torch.ones((), dtype=torch.float64, device=norms.device)
+    zero = torch.zeros((), dtype=torch.float64, device=norms.device)
+    clipped = torch.where(finite, torch.where(norms > clip_t, one, zero), one)
     if valid is None:
-        keep_count = torch.tensor(mask.numel(), device=mask.device)
+        keep_count = torch.tensor(norms.numel(), device=norms.device)
     else:
         keep = valid.to(torch.bool)
         factor = factor * keep.to(factor.dtype)
-        mask = mask & keep
+        clipped = torch.where(keep, clipped, zero)
         keep_count = keep.sum()
     total = torch.stack([(c * factor).sum(0) for c in columns])
-    return ClippedSum(total, mask.sum(), keep_count)
+    return ClippedSum(total, clipped.sum().to(torch.int64), keep_count)
 
 
 def clipped_sum_with_noise(

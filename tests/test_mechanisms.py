@@ -126,6 +126,10 @@ def test_clip_and_sum_columns_is_clip_and_sum_column_by_column():
         b = clip_and_sum_columns(list(rows.T), 1.5, v)
         torch.testing.assert_close(a.total, b.total, rtol=1e-14, atol=1e-14)
         assert int(a.num_clipped) == int(b.num_clipped) and int(a.num_rows) == int(b.num_rows)
+        # the count is summed as float64 0/1 (vectorises under inductor) but stays an exact integer
+        assert b.num_clipped.dtype == torch.int64
+        c = clip_and_sum_columns(list(rows.T.float()), 1.5, v)
+        assert c.num_clipped.dtype == torch.int64 and int(c.num_clipped) == int(a.num_clipped)
     # finite rows whose squared norm overflows (an adversary's row): the same treatment as
     # clip_rows' torch.linalg.vector_norm, for one column (|x|: clipped to ±clip) and several
     for d in (1, 2, 3):
