@@ -9,7 +9,9 @@ Rows (one torch thread by default, as the issue's measurements; ``--threads`` to
 * **DPPenalty, same banana**: eager, compiled, and a hand-fused DP penalty iteration (one
   compiled pass for the ratios, the rest of the loop as a hand-written script has it);
 * **DPBarker, DPMinibatchPenalty, DPSGLD** at b = 1000 on a 1-d Gaussian mean, N = 1e5 and
-  N = 1e7 (``--quick``: 1e6): compiled per-iteration cost and the ratio of the two N;
+  N = 1e7 (``--quick``: 1e6): compiled per-iteration cost and the ratio of the two N (each the
+  median of five blocks, the two N timed in turn, so that the ratio does not carry a drift of
+  the machine's speed between two runs);
 * **logistic regression** d = 10, N = 1e5: DPHMC per gradient evaluation, compiled, with the
   indexed idiom (``obs=y[idx]``) and the usual one (``obs=y``), against the compiled
   hand-fused pass.
@@ -41,29 +43,55 @@ from pyro_dp.models.banana import banana_lik_scale, banana_model, make_banana_da
 warnings.simplefilter("ignore")
 
 
-def timed_runs(make_kernel, data, n_iter, init, warm=20):
-    """``(one-time cost: a first ``MCMC`` run of ``warm`` iterations beyond their steady cost,
-    seconds per iteration)``. The first run compiles the graphs (for batch kernels: the size
-    buckets its batches reach). The iterations are then timed as Pyro's runner makes them,
-    ``params = kernel.sample(params)``, without the per-chain costs around them (set-up, and
-    the chain's ε in ``diagnostics()``, which a numerical accountant computes once per chain)."""
+def prepared(make_kernel, data, init, warm=20):
+    """``(seconds of a first ``MCMC`` run of ``warm`` iterations, step)``: a kernel that has run
+    once (the first run compiles the graphs; for batch kernels, the size buckets its batches
+    reach) and a function ``step(n_iter)`` that returns the seconds per iteration of ``n_iter``
+    more, made as Pyro's runner makes them, ``params = kernel.sample(params)``, without the
+    per-chain costs around them (set-up, and the chain's ε in ``diagnostics()``, which a
+    numerical accountant computes once per chain)."""
     k = make_kernel()
     t = time.perf_counter()
     MCMC(k, num_samples=warm, warmup_steps=0, disable_progbar=True, initial_params=init).run(*data)
     first = time.perf_counter() - t
     k.initial_params = init
     k.setup(0, *data)
-    params = k.initial_params
+    state = {"params": k.initial_params}
     dev = data[0].device
-    _sync(dev)
-    t = time.perf_counter()
-    for _ in range(n_iter):
-        params = k.sample(params)
-        k.logging()  # Pyro asks for the progress-bar postfix every iteration
-    _sync(dev)
-    per = (time.perf_counter() - t) / n_iter
-    k.cleanup()
+
+    def step(n_iter):
+        params = state["params"]
+        _sync(dev)
+        t = time.perf_counter()
+        for _ in range(n_iter):
+            params = k.sample(params)
+            k.logging()  # Pyro asks for the progress-bar postfix every iteration
+        _sync(dev)
+        state["params"] = params
+        return (time.perf_counter() - t) / n_iter
+
+    return first, step
+
+
+def timed_runs(make_kernel, data, n_iter, init, warm=20):
+    """``(one-time cost: a first ``MCMC`` run of ``warm`` iterations beyond their steady cost,
+    seconds per iteration)`` (:func:`prepared`)."""
+    first, step = prepared(make_kernel, data, init, warm)
+    per = step(n_iter)
     return max(first - warm * per, 0.0), per
+
+
+def interleaved(steps, n_iter, rounds=5):
+    """Seconds per iteration of each of ``steps`` (from :func:`prepared`), as the median of
+    ``rounds`` blocks of ``n_iter // rounds`` iterations run in turn (A, B, A, B, …), and each
+    one's blocks: a ratio of two such medians is not moved by a drift of the machine's speed
+    or a burst of other work during one of them, as a ratio of two runs made one after the
+    other is."""
+    blocks = [[] for _ in steps]
+    for _ in range(rounds):
+        for j, step in enumerate(steps):
+            blocks[j].append(step(max(1, n_iter // rounds)))
+    return [sorted(b)[len(b) // 2] for b in blocks], blocks
 
 
 def _sync(dev):
@@ -242,16 +270,22 @@ def main():
         "DPSGLD": lambda jit: pyro_dp.DPSGLD(gauss_model, 1000, 1e-6, 2.0, seed=0, jit_compile=jit),
     }
     n_mb = 200 if q else 1000
+    ys = {n: (torch.randn(n, generator=g, dtype=dt) * 0.8 + 0.7).to(dev) for n in (100_000, n_big)}
     for name, make in mb.items():
-        per = {}
-        for n in (100_000, n_big):
-            y = (torch.randn(n, generator=g, dtype=dt) * 0.8 + 0.7).to(dev)
-            _, eager = timed_runs(lambda: make(False), (y,), n_mb // 5, init1)
+        eager, comp, steps = {}, {}, []
+        for n, y in ys.items():
+            _, eager[n] = timed_runs(lambda: make(False), (y,), n_mb // 5, init1)
             # warm long enough that the batches have reached every size bucket they will reach
-            comp, per[n] = timed_runs(lambda: make(True), (y,), n_mb, init1, warm=300)
-            row(f"{name} b=1000 N={n:.0e}", eager, per[n], None, "", comp,
-                "Heikkila et al. numpy: 1.2 ms" if name == "DPBarker" and n == 100_000 else "")
-        print(f"{'':46s} ratio N={n_big:.0e} / N=1e5 (compiled): {per[n_big] / per[100_000]:.2f}")
+            first, step = prepared(lambda: make(True), (y,), init1, warm=300)
+            comp[n] = max(first - 300 * step(n_mb // 5), 0.0)
+            steps.append(step)
+        per, blocks = interleaved(steps, n_mb)  # the two N in turn: their ratio is not a drift
+        for (n, p), b in zip(zip(ys, per), blocks):
+            row(f"{name} b=1000 N={n:.0e}", eager[n], p, None, "", comp[n],
+                ("Heikkila et al. numpy: 1.2 ms; " if name == "DPBarker" and n == 100_000 else "")
+                + f"blocks {min(b) * 1e3:.3f}-{max(b) * 1e3:.3f}")
+        print(f"{'':46s} ratio N={n_big:.0e} / N=1e5 (compiled, medians of interleaved blocks): "
+              f"{per[1] / per[0]:.2f}")
 
     # ---- logistic regression d = 10, per gradient evaluation
     D, N = 10, 100_000
