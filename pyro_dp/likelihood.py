@@ -25,8 +25,9 @@ Conventions
   sensitivities always refer to untempered terms (Räisä 2021 thesis, Alg. 3:
   :math:`g = T(\sum_i \mathrm{clip}(\nabla\ell_i) + \xi)`).
 * The data plate's size :math:`N` is public.
-* The prior must not depend on the data (it is evaluated without privacy cost). This
-  cannot be checked automatically; it is the user's contract.
+* The prior must not depend on the data (it is evaluated without privacy cost). Construction
+  checks it from the model's code, data-free (:meth:`PrivateLikelihood.prior_data_reads`), and
+  refuses a prior that reads a data argument.
 
 Example
 -------
@@ -227,6 +228,7 @@ class PrivateLikelihood:
                 *self.model_args, **self.model_kwargs
             )
         self._parse_trace(trace, data_plate, transforms)
+        self._check_prior_reads_no_data(jit_cache)
         #: how a row subset is evaluated: "index" (the model indexes its data by the plate's
         #: indices), "slice" (the usual idiom: the model's row-aligned arguments are sliced) or None
         self.row_access = self._probe_row_access()
@@ -387,6 +389,166 @@ class PrivateLikelihood:
         self.dtype, self.device = dtype, unconstrained[latents[0]].device
         # data-free prior draw, unconstrained
         self.prototype_params = {k: v.to(dtype) for k, v in unconstrained.items()}
+
+    # ------------------------------------------------------------------ the prior reads no data (data-free)
+    def _data_arguments(self):
+        """``(leaves, spec, positions, names)`` of the model's tensor arguments
+        (:func:`_tensor_arguments`), with ``names[j]`` describing tensor ``j`` when it is **data**:
+        a tensor with a dimension of ``N`` entries (the rows, the covariates, per-row counts);
+        ``None`` for the others (a tensor of hyperparameters)."""
+        leaves, spec, pos = _tensor_arguments(self.model_args, self.model_kwargs)
+        labels = []
+        for i, a in enumerate(self.model_args):
+            labels += [f"model argument {i}"] * len(tree_flatten(a)[0])
+        for k, a in self.model_kwargs.items():
+            labels += [f"model argument {k!r}"] * len(tree_flatten(a)[0])
+        names = [labels[i] if self.num_rows in tuple(leaves[i].shape) else None for i in pos]
+        return leaves, spec, pos, names
+
+    def _prior_terms_fn(self, leaves, spec, pos, check_observed: bool = False):
+        """``f(*tensors, *units)``: for each latent site, its prior log-density at the
+        unconstrained ``unit`` (``transforms[n].inv``) and ``biject_to(support)(unit)`` — the
+        map to its support as the model builds it on these arguments — with the model's tensor
+        arguments replaced by ``tensors``."""
+        names = self.latent_names
+
+        def terms(*inputs):
+            from torch._subclasses.fake_tensor import is_fake
+
+            args, kwargs = _with_tensors(leaves, spec, pos, inputs[: len(pos)])
+            units = inputs[len(pos):]
+            values = {n: self.transforms[n].inv(u) for n, u in zip(names, units)}
+            with poutine.block(), pyro.validation_enabled(False), _kernel_chooses_rows():
+                tr = poutine.trace(poutine.condition(self.model, data=values)).get_trace(*args, **kwargs)
+                if check_observed and not all(is_fake(tr.nodes[n]["value"]) for n in self.observed_names):
+                    raise ValueError("an observed value is not a model argument")  # closure data: undetermined
+                out = []
+                for n, u in zip(names, units):
+                    fn = tr.nodes[n]["fn"]
+                    out += [fn.log_prob(tr.nodes[n]["value"]).sum(), biject_to(fn.support)(u)]
+            return tuple(out)
+
+        return terms
+
+    def prior_data_reads(self) -> Optional[Dict[str, Tuple[str, ...]]]:
+        r"""``{latent site: the data arguments its prior reads}`` for the sites whose prior
+        density or support depends on the model's **data** (tensor arguments with a dimension
+        of ``N`` entries, :meth:`_data_arguments`), or ``None`` when that cannot be determined.
+        Data-free: the latents' prior terms are traced into a graph
+        (:func:`torch.fx.experimental.proxy_tensor.make_fx`, the compiled path's tracer) with
+        the model's tensor arguments as **fake tensors** (shapes, no values), and a site reads
+        an argument when the argument's input is an ancestor of the site's terms. ``None`` when
+        the trace fails (Python control flow on a value) or an observed value is not a model
+        argument (data in the model's closure or given by ``pyro.condition``): the kernels then
+        probe the prior with stand-in data (:meth:`_prior_probe`) or warn that it could not be
+        checked.
+
+        >>> import torch, pyro, pyro.distributions as dist
+        >>> def model(y):
+        ...     mu = pyro.sample("mu", dist.Normal(y.mean(), 5.))  # a prior centred on the data
+        ...     with pyro.plate("data", len(y)):
+        ...         pyro.sample("obs", dist.Normal(mu, 1.), obs=y)
+        >>> PrivateLikelihood(model, (torch.zeros(4),), seed=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: the prior of latent site 'mu' reads the data (model argument 0: ...
+        """
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        leaves, spec, pos, names = self._data_arguments()
+        units = [self.prototype_params[n] for n in self.latent_names]
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                graph = make_fx(self._prior_terms_fn(leaves, spec, pos, check_observed=True), tracing_mode="fake",
+                                _allow_non_fake_inputs=True)(*[leaves[i] for i in pos], *units)
+        except Exception:  # noqa: BLE001 - undetermined (the caller then probes with stand-in data)
+            return None
+        placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"][: len(pos)]
+        data_of = {node: name for node, name in zip(placeholders, names) if name is not None}
+        (output,) = [n for n in graph.graph.nodes if n.op == "output"]
+        outs = list(output.args[0])
+        reads = {}
+        for j, site in enumerate(self.latent_names):
+            seen, stack = set(), [x for x in outs[2 * j: 2 * j + 2] if isinstance(x, torch.fx.Node)]
+            while stack:
+                node = stack.pop()
+                if node not in seen:
+                    seen.add(node)
+                    stack.extend(node.all_input_nodes)
+            found = tuple(dict.fromkeys(data_of[node] for node in data_of if node in seen))
+            if found:
+                reads[site] = found
+        return reads
+
+    def _prior_probe(self) -> Optional[Dict[str, Tuple[str, ...]]]:
+        """:meth:`prior_data_reads` for a model that cannot be traced: its prior terms with every
+        data argument replaced by zeros, then by ones (data-free stand-ins, never the data),
+        compared; a site whose terms differ reads the data. ``None`` when the model fails on
+        the stand-ins. Not a proof (a prior could read the data in a way these two fills do not
+        show); the caller warns that the check was partial."""
+        leaves, spec, pos, names = self._data_arguments()
+        if all(name is None for name in names):  # the data are not arguments (a closure): nothing to replace
+            return None
+        fn = self._prior_terms_fn(leaves, spec, pos)
+        units = [self.prototype_params[n] for n in self.latent_names]
+        outs = []
+        for fill in (0, 1):
+            tensors = [torch.full_like(leaves[i], fill) if name is not None else leaves[i]
+                       for i, name in zip(pos, names)]
+            try:
+                with torch.no_grad(), warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    outs.append(fn(*tensors, *units))
+            except Exception:  # noqa: BLE001 - e.g. a shape that depends on the stand-in's values
+                return None
+        reads = {}
+        every = tuple(dict.fromkeys(name for name in names if name is not None))
+        for j, site in enumerate(self.latent_names):
+            for a, b in zip(outs[0][2 * j: 2 * j + 2], outs[1][2 * j: 2 * j + 2]):
+                if a.shape != b.shape or not torch.equal(torch.nan_to_num(a, 0.5, 1.5, -1.5),
+                                                         torch.nan_to_num(b, 0.5, 1.5, -1.5)):
+                    reads[site] = every
+        return reads
+
+    def _check_prior_reads_no_data(self, cache: Optional[dict]) -> None:
+        """Refuse a model whose prior reads the data (:meth:`prior_data_reads`), at set-up,
+        before anything is released: the kernels evaluate the prior's density and gradient
+        without noise in every acceptance test and leapfrog step (and draw the start from it),
+        so a prior centred on ``y.mean()`` would publish the mean through the chain. Cached per
+        kernel object (``cache``, keyed by the model and the arguments' shapes)."""
+        key = ("prior_data_reads", getattr(self.model, "__qualname__", repr(self.model)), id(self.model),
+               self.latent_names, tuple((tuple(t.shape), t.dtype, str(t.device))
+                                        for t in _iter_tensors((self.model_args, self.model_kwargs))))
+        cache = cache if cache is not None else {}
+        if key not in cache:
+            reads, partial = self.prior_data_reads(), False
+            if reads is None:
+                reads, partial = self._prior_probe(), True
+            cache[key] = (reads, partial)
+        reads, partial = cache[key]
+        if reads:
+            site, args = next(iter(reads.items()))
+            raise ValueError(
+                f"the prior of latent site {site!r} reads the data ({', '.join(args)}: a tensor with a dimension of "
+                f"N = {self.num_rows} entries)" + (f", and so do those of {sorted(reads)[1:]}" if len(reads) > 1 else "")
+                + ". The kernels evaluate the prior without noise in every step, so the chain would publish what it "
+                "reads (e.g. a prior centred on y.mean()). Compute such values from public information and pass them "
+                "as numbers or as tensors without an N-sized dimension; every use of the rows must be in the data "
+                "plate's observed sites (docs/privacy.md, 'The prior')")
+        if reads is None:
+            warnings.warn(
+                "pyro_dp could not check that the model's prior reads no data: the model cannot be traced (Python "
+                "control flow on a value) and fails when its data arguments are replaced by stand-ins, or its data are "
+                "not among its arguments (pyro.condition, a closure). The kernels "
+                "evaluate the prior without noise: make sure it reads no data argument (docs/privacy.md, 'The prior')",
+                UserWarning, stacklevel=4)
+        elif partial:
+            warnings.warn(
+                "pyro_dp checked that the model's prior reads no data only by evaluating it on two stand-in data sets "
+                "(the model cannot be traced: Python control flow on a value), which is not a proof. The kernels "
+                "evaluate the prior without noise: make sure it reads no data argument (docs/privacy.md, 'The prior')",
+                UserWarning, stacklevel=4)
 
     def _probe_row_access(self) -> Optional[str]:
         """How the model can be evaluated on a subset of rows (shapes only): ``"index"`` if
