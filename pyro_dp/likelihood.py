@@ -28,6 +28,9 @@ Conventions
 * The prior must not depend on the data (it is evaluated without privacy cost). Construction
   checks it from the model's code, data-free (:meth:`PrivateLikelihood.prior_data_reads`), and
   refuses a prior that reads a data argument.
+* Each row's log-likelihood reads that row alone (the clip bounds one row's own term).
+  Construction looks for models that break this on stand-in data
+  (:meth:`PrivateLikelihood.rows_read_across`) and refuses them.
 
 Example
 -------
@@ -47,6 +50,7 @@ Example
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import math
 import warnings
 from typing import Callable, Dict, Optional, Sequence, Tuple
@@ -131,6 +135,26 @@ def _kernel_chooses_rows():
         yield
     finally:
         SubsampleMessenger._subsample = original
+
+
+#: True while the model runs on stand-in data (zeros and ones in the data's shapes, never the
+#: data) for the set-up checks :meth:`PrivateLikelihood.rows_read_across` and ``_prior_probe``
+_ON_STAND_IN = contextvars.ContextVar("pyro_dp_on_stand_in", default=False)
+
+
+def on_stand_in() -> bool:
+    """Whether the model is being evaluated on stand-in data by a set-up check (no data value
+    is read then); for tests that count data accesses."""
+    return _ON_STAND_IN.get()
+
+
+@contextlib.contextmanager
+def _stand_in():
+    token = _ON_STAND_IN.set(True)
+    try:
+        yield
+    finally:
+        _ON_STAND_IN.reset(token)
 
 
 #: subsample_size declared by each plate in the last evaluation (read by _parse_trace)
@@ -229,6 +253,7 @@ class PrivateLikelihood:
             )
         self._parse_trace(trace, data_plate, transforms)
         self._check_prior_reads_no_data(jit_cache)
+        self._check_rows_independent(jit_cache)
         #: how a row subset is evaluated: "index" (the model indexes its data by the plate's
         #: indices), "slice" (the usual idiom: the model's row-aligned arguments are sliced) or None
         self.row_access = self._probe_row_access()
@@ -497,7 +522,7 @@ class PrivateLikelihood:
             tensors = [torch.full_like(leaves[i], fill) if name is not None else leaves[i]
                        for i, name in zip(pos, names)]
             try:
-                with torch.no_grad(), warnings.catch_warnings():
+                with _stand_in(), torch.no_grad(), warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     outs.append(fn(*tensors, *units))
             except Exception:  # noqa: BLE001 - e.g. a shape that depends on the stand-in's values
@@ -549,6 +574,95 @@ class PrivateLikelihood:
                 "(the model cannot be traced: Python control flow on a value), which is not a proof. The kernels "
                 "evaluate the prior without noise: make sure it reads no data argument (docs/privacy.md, 'The prior')",
                 UserWarning, stacklevel=4)
+
+    # ------------------------------------------------------------------ one row, one term (data-free)
+    def rows_read_across(self, k: int = 6) -> Optional[Dict[int, Tuple[int, ...]]]:
+        r"""``{row changed: the other rows whose log-likelihood changed with it}`` on **stand-in
+        data** of ``k`` rows (never the data), empty when each row's term depends on that row
+        alone, ``None`` when it cannot be told. The stand-in replaces every data argument (a
+        tensor with a dimension of ``N`` entries, :meth:`_data_arguments`) by zeros with ``k``
+        entries in that dimension, and a Python ``int`` argument equal to ``N`` by ``k``; then
+        the first row, and then the last, is set to ones, and the per-example log-likelihoods
+        at the prior draw are compared. This catches data centred or standardised inside the
+        model (``y - y.mean()``) and likelihoods that chain rows (a time series); it is not a
+        proof, and a model that fails on the stand-in (``None``) is not checked.
+
+        >>> import torch, pyro, pyro.distributions as dist
+        >>> def model(y):
+        ...     mu = pyro.sample("mu", dist.Normal(0., 5.))
+        ...     with pyro.plate("data", len(y)):
+        ...         pyro.sample("obs", dist.Normal(mu, 1.), obs=(y - y.mean()) / y.std())
+        >>> PrivateLikelihood(model, (torch.randn(10),), seed=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: the log-likelihood of one row depends on other rows' data: ...
+        """
+        n = self.num_rows
+        if n < 2:
+            return None
+        k = min(int(k), n)
+        leaves, spec, pos, names = self._data_arguments()
+        if all(name is None for name in names):
+            return None
+        tensor_at = dict(zip(pos, names))
+        z = self.flatten(self.prototype_params)
+
+        def evaluate(changed_row: Optional[int]):
+            vals = list(leaves)
+            for i, x in enumerate(leaves):
+                if i in tensor_at and tensor_at[i] is not None:
+                    dim = tuple(x.shape).index(n)
+                    shape = list(x.shape)
+                    shape[dim] = k
+                    stand_in = torch.zeros(shape, dtype=x.dtype, device=x.device)
+                    if changed_row is not None:
+                        stand_in.select(dim, changed_row).fill_(1)
+                    vals[i] = stand_in
+                elif i not in tensor_at and type(x) is int and x == n:
+                    vals[i] = k
+            args, kwargs = tree_unflatten(vals, spec)
+            with _model_arguments(self, args, kwargs), _stand_in(), torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return self._terms(z, None)[0]
+
+        try:
+            base = evaluate(None)
+            changed = {row: evaluate(row) for row in (0, k - 1)}
+        except Exception:  # noqa: BLE001 - the model does not run on the stand-in: not checked
+            return None
+        if not (torch.is_tensor(base) and base.shape == (k,)):
+            return None
+        found = {}
+        for row, ll in changed.items():
+            if ll.shape != base.shape:
+                return None
+            same = (ll == base) | (torch.isnan(ll) & torch.isnan(base))
+            others = [j for j in range(k) if j != row and not bool(same[j])]
+            if others:
+                found[row] = tuple(others)
+        return found
+
+    def _check_rows_independent(self, cache: Optional[dict]) -> None:
+        """Refuse a model in which a row's log-likelihood reads other rows' data
+        (:meth:`rows_read_across`), at set-up, before anything is released: every mechanism
+        clips each row's own term, which bounds one person's effect only when no other term
+        moves with that person's data. Cached per kernel object."""
+        key = ("rows_read_across", getattr(self.model, "__qualname__", repr(self.model)), id(self.model),
+               self.latent_names, tuple((tuple(t.shape), t.dtype, str(t.device))
+                                        for t in _iter_tensors((self.model_args, self.model_kwargs))))
+        cache = cache if cache is not None else {}
+        if key not in cache:
+            cache[key] = self.rows_read_across()
+        found = cache[key]
+        if found:
+            row, others = next(iter(found.items()))
+            raise ValueError(
+                "the log-likelihood of one row depends on other rows' data: on stand-in data (zeros, never your "
+                f"data), changing row {row} changed the terms of rows {list(others)}. Data centred or standardised "
+                "inside the model (y - y.mean(), y / y.std()) or a likelihood that chains rows (a time series) does "
+                "this. Every release clips each row's own term, which bounds one person's effect only when no "
+                "other row's term moves with that person's data: standardise with public constants before calling "
+                "the model, and keep each row's term a function of that row (docs/privacy.md, 'One row, one term')")
 
     def _probe_row_access(self) -> Optional[str]:
         """How the model can be evaluated on a subset of rows (shapes only): ``"index"`` if

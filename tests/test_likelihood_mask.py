@@ -60,12 +60,17 @@ def _branching_on_data(y):
 
 
 @pytest.mark.filterwarnings("ignore:The model does not index")
-def test_the_mask_never_depends_on_data_values():
+def test_the_mask_never_depends_on_data_values(monkeypatch):
     """A model whose likelihood reads ``mu`` or ``nu`` depending on the data: the trace has no
     data values (fake tensors), so it cannot take the branch and the answer is "undetermined"
     (every site counts) for any data; so is data read from the model's closure, whose values a
-    trace would see."""
+    trace would see. (The branch on ``y.sum()`` makes every row's term depend on every row, so
+    set-up refuses the model, ``tests/test_one_row_one_term.py``; that check is switched off
+    here to test the mask on its own.)"""
     y = torch.ones(10)
+    with pytest.raises(ValueError, match="depends on other rows' data"):
+        PrivateLikelihood(_branching_on_data, (y,), seed=0)
+    monkeypatch.setattr(PrivateLikelihood, "_check_rows_independent", lambda self, cache: None)
     for d in (y, -y):
         lik = PrivateLikelihood(_branching_on_data, (d,), seed=0)
         assert lik.likelihood_sites() is None and lik.likelihood_mask is None

@@ -1,0 +1,162 @@
+"""One row, one term (``PrivateLikelihood.rows_read_across``): every release clips each row's own
+log-likelihood term, which bounds one person's effect only when no other row's term moves with
+that person's data. A model that centres or standardises its data inside, or chains rows (a time
+series), is refused at set-up, before anything is released. The check runs on stand-in data
+(zeros with one row set to ones), never on the data."""
+import warnings
+
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+from pyro.infer import MCMC
+
+import pyro_dp
+from pyro_dp.likelihood import PrivateLikelihood
+
+N = 30
+
+
+def ys(seed=0):
+    return torch.randn(N, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) + 1.0
+
+
+def _mu(y):
+    return pyro.sample("mu", dist.Normal(torch.zeros((), dtype=y.dtype), 5.0))
+
+
+def centred(y):
+    mu = _mu(y)
+    with pyro.plate("data", len(y)):
+        pyro.sample("obs", dist.Normal(mu, 1.0), obs=y - y.mean())
+
+
+def standardised(y):
+    mu = _mu(y)
+    with pyro.plate("data", len(y)) as i:
+        pyro.sample("obs", dist.Normal(mu, 1.0), obs=((y - y.mean()) / y.std())[i])
+
+
+def ar1(y):
+    mu = _mu(y)
+    previous = torch.cat([y.new_zeros(1), y[:-1]])  # row t reads row t - 1
+    with pyro.plate("data", len(y)):
+        pyro.sample("obs", dist.Normal(mu + 0.5 * previous, 1.0), obs=y)
+
+
+def reads_the_next_row(y):
+    mu = _mu(y)
+    following = torch.cat([y[1:], y.new_zeros(1)])  # row t reads row t + 1: seen by changing the last row
+    with pyro.plate("data", len(y)):
+        pyro.sample("obs", dist.Normal(mu + 0.5 * following, 1.0), obs=y)
+
+
+def normalised_covariate(X, y):
+    w = pyro.sample("w", dist.Normal(torch.zeros(2, dtype=y.dtype), 1.0).to_event(1))
+    with pyro.plate("data", len(y)):
+        pyro.sample("obs", dist.Normal((X / X.norm(dim=0)) @ w, 1.0), obs=y)
+
+
+def row_wise(X, group, trials, y, k):
+    """Per-row terms only: indexed covariates, group ids, per-row trial counts."""
+    w = pyro.sample("w", dist.Normal(torch.zeros(2, dtype=y.dtype), 1.0).to_event(1))
+    with pyro.plate("groups", 3):
+        u = pyro.sample("u", dist.Normal(torch.zeros((), dtype=y.dtype), 1.0))
+    p = pyro.sample("p", dist.Beta(2.0, 2.0))
+    with pyro.plate("data", len(y)) as i:
+        pyro.sample("obs", dist.Normal(X[i] @ w + u[group[i]], 1.0), obs=y[i])
+        pyro.sample("k", dist.Binomial(trials[i], p), obs=k[i])
+
+
+def with_n(y, n):
+    """The row count passed as an int: the stand-in gets its own."""
+    mu = _mu(y)
+    with pyro.plate("data", n) as i:
+        pyro.sample("obs", dist.Normal(mu, 1.0), obs=y[i] - y.mean())
+
+
+def row_wise_data(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(N, 2, generator=g, dtype=torch.float64)
+    trials = torch.randint(1, 10, (N,), generator=g).double()
+    return X, torch.arange(N) % 3, trials, ys(seed), torch.floor(trials / 2)
+
+
+@pytest.mark.parametrize("model, row", [(centred, 0), (standardised, 0), (ar1, 0), (reads_the_next_row, 5)])
+def test_a_row_that_reads_other_rows_is_refused(model, row):
+    with pytest.raises(ValueError, match=f"depends on other rows' data: .*changing row {row} changed"):
+        PrivateLikelihood(model, (ys(),), seed=0)
+
+
+def test_a_covariate_normalised_inside_the_model_is_refused_and_the_kernel_releases_nothing():
+    X = torch.randn(N, 2, dtype=torch.float64)
+    for kernel in (pyro_dp.DPPenalty(normalised_covariate, epsilon=1.0, num_iterations=20),
+                   pyro_dp.DPHMC(normalised_covariate, epsilon=1.0, num_iterations=20)):
+        with pytest.raises(ValueError, match="depends on other rows' data"):
+            MCMC(kernel, num_samples=10, warmup_steps=10, disable_progbar=True).run(X, ys())
+        assert kernel.get_epsilon(1e-5) == 0.0
+
+
+def test_row_wise_models_pass():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        lik = PrivateLikelihood(row_wise, row_wise_data(), seed=0)
+    assert lik.rows_read_across() == {}
+
+
+def test_the_row_count_passed_as_an_int_is_replaced_in_the_stand_in():
+    with pytest.raises(ValueError, match="depends on other rows' data"):
+        PrivateLikelihood(with_n, (ys(), N), seed=0)
+
+
+def test_a_model_that_fails_on_the_stand_in_is_not_checked():
+    def needs_positive_rows(y):
+        mu = _mu(y)
+        if bool((y == 0).any()):  # the stand-in's zeros: the model refuses to run on them
+            raise RuntimeError("zero rows")
+        with pyro.plate("data", len(y)):
+            pyro.sample("obs", dist.Normal(mu, 1.0), obs=y - y.mean())
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lik = PrivateLikelihood(needs_positive_rows, (ys(),), seed=0)
+    assert lik.rows_read_across() is None
+
+
+@pytest.mark.parametrize("model", [centred, ar1])
+def test_the_check_reads_no_data_value(model):
+    answers = set()
+    for y in (ys(0), ys(1) * 1e8, torch.full((N,), float("nan"), dtype=torch.float64),
+              torch.tensor([float("inf"), -float("inf")] * (N // 2), dtype=torch.float64)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                PrivateLikelihood(model, (y,), seed=0)
+                answers.add("allowed")
+            except ValueError as e:
+                answers.add(str(e))
+    assert len(answers) == 1 and "allowed" not in answers
+
+
+def test_the_stand_in_holds_no_data_value():
+    """Every value the checks evaluate the model on is a 0 or a 1 of the stand-in, marked by
+    ``on_stand_in()``; the data (7.5 everywhere) are never among them."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    from pyro_dp.likelihood import on_stand_in
+
+    seen = []
+
+    class Recording(dist.Normal):
+        def log_prob(self, value):
+            if not is_fake(value):
+                seen.append((on_stand_in(), set(value.reshape(-1).tolist())))
+            return super().log_prob(value)
+
+    def model(y):
+        mu = _mu(y)
+        with pyro.plate("data", len(y)) as i:
+            pyro.sample("obs", Recording(mu, 1.0), obs=y[i])
+
+    PrivateLikelihood(model, (torch.full((N,), 7.5, dtype=torch.float64),), seed=0)
+    assert seen and all(flag and values <= {0.0, 1.0} for flag, values in seen)
