@@ -536,15 +536,21 @@ class PrivateLikelihood:
                     reads[site] = every
         return reads
 
+    def _check_key(self, what: str) -> tuple:
+        """The cache key of a set-up check: the model, its latents, and its arguments — every
+        tensor's shape, dtype and device, every other argument's ``repr`` (a flag such as
+        ``centre=True`` changes the model's code path, so a cached answer must not cover it)."""
+        leaves, spec, _ = _tensor_arguments(self.model_args, self.model_kwargs)
+        return (what, id(self.model), self.latent_names, repr(spec),
+                tuple((tuple(x.shape), x.dtype, str(x.device)) if torch.is_tensor(x) else repr(x) for x in leaves))
+
     def _check_prior_reads_no_data(self, cache: Optional[dict]) -> None:
         """Refuse a model whose prior reads the data (:meth:`prior_data_reads`), at set-up,
         before anything is released: the kernels evaluate the prior's density and gradient
         without noise in every acceptance test and leapfrog step (and draw the start from it),
         so a prior centred on ``y.mean()`` would publish the mean through the chain. Cached per
         kernel object (``cache``, keyed by the model and the arguments' shapes)."""
-        key = ("prior_data_reads", getattr(self.model, "__qualname__", repr(self.model)), id(self.model),
-               self.latent_names, tuple((tuple(t.shape), t.dtype, str(t.device))
-                                        for t in _iter_tensors((self.model_args, self.model_kwargs))))
+        key = self._check_key("prior_data_reads")
         cache = cache if cache is not None else {}
         if key not in cache:
             reads, partial = self.prior_data_reads(), False
@@ -647,9 +653,7 @@ class PrivateLikelihood:
         (:meth:`rows_read_across`), at set-up, before anything is released: every mechanism
         clips each row's own term, which bounds one person's effect only when no other term
         moves with that person's data. Cached per kernel object."""
-        key = ("rows_read_across", getattr(self.model, "__qualname__", repr(self.model)), id(self.model),
-               self.latent_names, tuple((tuple(t.shape), t.dtype, str(t.device))
-                                        for t in _iter_tensors((self.model_args, self.model_kwargs))))
+        key = self._check_key("rows_read_across")
         cache = cache if cache is not None else {}
         if key not in cache:
             cache[key] = self.rows_read_across()

@@ -160,3 +160,17 @@ def test_the_stand_in_holds_no_data_value():
 
     PrivateLikelihood(model, (torch.full((N,), 7.5, dtype=torch.float64),), seed=0)
     assert seen and all(flag and values <= {0.0, 1.0} for flag, values in seen)
+
+
+def test_a_kernel_checks_again_when_a_non_tensor_argument_changes():
+    """The checks are cached per kernel object, keyed by every argument: a flag that switches
+    the model to centring its data is checked anew, not covered by the first run's answer."""
+    def model(y, centre=False):
+        mu = _mu(y)
+        with pyro.plate("data", len(y)):
+            pyro.sample("obs", dist.Normal(mu, 1.0), obs=y - y.mean() if centre else y)
+
+    kernel = pyro_dp.DPPenalty(model, proposal_scale=0.1, llr_clip=1.0, noise_multiplier=1.0, seed=0)
+    MCMC(kernel, num_samples=2, warmup_steps=0, disable_progbar=True).run(ys())
+    with pytest.raises(ValueError, match="depends on other rows' data"):
+        MCMC(kernel, num_samples=2, warmup_steps=0, disable_progbar=True).run(ys(), centre=True)
