@@ -591,7 +591,7 @@ class PrivateLikelihood:
         the first row, and then the last, is set to ones, and the per-example log-likelihoods
         at the prior draw are compared. This catches data centred or standardised inside the
         model (``y - y.mean()``) and likelihoods that chain rows (a time series); it is not a
-        proof, and a model that fails on the stand-in (``None``) is not checked.
+        proof, and a model that fails on the stand-in (``None``) is not checked (set-up warns).
 
         >>> import torch, pyro, pyro.distributions as dist
         >>> def model(y):
@@ -658,6 +658,13 @@ class PrivateLikelihood:
         if key not in cache:
             cache[key] = self.rows_read_across()
         found = cache[key]
+        if found is None and self.num_rows >= 2:
+            warnings.warn(
+                "pyro_dp could not check that each row's log-likelihood reads that row alone: the model fails on "
+                "stand-in data of its arguments' shapes (e.g. it takes N from a constant outside its arguments), or "
+                "its data are not among its arguments (pyro.condition, a closure). Every release clips each row's own "
+                "term: make sure no row's term depends on other rows (docs/privacy.md, 'One row, one term')",
+                UserWarning, stacklevel=4)
         if found:
             row, others = next(iter(found.items()))
             raise ValueError(
