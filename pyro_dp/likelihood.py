@@ -157,6 +157,32 @@ def _stand_in():
         _ON_STAND_IN.reset(token)
 
 
+#: rows of the stand-in data the set-up checks evaluate the model on
+STAND_IN_ROWS = 6
+
+
+def _ancestors(nodes) -> set:
+    """Every node of an fx graph that ``nodes`` depend on, themselves included."""
+    seen, stack = set(), [x for x in nodes if isinstance(x, torch.fx.Node)]
+    while stack:
+        node = stack.pop()
+        if node not in seen:
+            seen.add(node)
+            stack.extend(node.all_input_nodes)
+    return seen
+
+
+def _same_values(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Element-wise: equal, or both NaN (a NaN term on one stand-in and a NaN on the other are
+    the same answer; ±inf compare as values, and no finite value stands in for a NaN).
+
+    >>> nan, inf = float("nan"), float("inf")
+    >>> _same_values(torch.tensor([nan, 0.5, inf, nan]), torch.tensor([nan, nan, inf, 1.5])).tolist()
+    [True, False, True, False]
+    """
+    return (a == b) | (torch.isnan(a) & torch.isnan(b))
+
+
 #: subsample_size declared by each plate in the last evaluation (read by _parse_trace)
 _DECLARED: dict = {}
 
@@ -495,44 +521,57 @@ class PrivateLikelihood:
         outs = list(output.args[0])
         reads = {}
         for j, site in enumerate(self.latent_names):
-            seen, stack = set(), [x for x in outs[2 * j: 2 * j + 2] if isinstance(x, torch.fx.Node)]
-            while stack:
-                node = stack.pop()
-                if node not in seen:
-                    seen.add(node)
-                    stack.extend(node.all_input_nodes)
+            seen = _ancestors(outs[2 * j: 2 * j + 2])
             found = tuple(dict.fromkeys(data_of[node] for node in data_of if node in seen))
             if found:
                 reads[site] = found
         return reads
 
+    def _stand_in_leaves(self, leaves, pos, names, fill: int = 0, row: Optional[int] = None) -> list:
+        """The model's argument leaves (:meth:`_data_arguments`) with every data tensor replaced by
+        a **stand-in** (never the data): ``fill`` with :data:`STAND_IN_ROWS` entries (at most
+        ``N``) in its ``N``-sized dimension, entry ``row`` of that dimension set to ones; and a
+        Python ``int`` argument equal to ``N`` replaced by the stand-in's row count."""
+        n, k = self.num_rows, min(STAND_IN_ROWS, self.num_rows)
+        data = {i for i, name in zip(pos, names) if name is not None}
+        vals = list(leaves)
+        for i, x in enumerate(leaves):
+            if i in data:
+                dim = tuple(x.shape).index(n)
+                shape = list(x.shape)
+                shape[dim] = k
+                stand_in = torch.full(shape, fill, dtype=x.dtype, device=x.device)
+                if row is not None:
+                    stand_in.select(dim, row).fill_(1)
+                vals[i] = stand_in
+            elif i not in pos and type(x) is int and x == n:
+                vals[i] = k
+        return vals
+
     def _prior_probe(self) -> Optional[Dict[str, Tuple[str, ...]]]:
-        """:meth:`prior_data_reads` for a model that cannot be traced: its prior terms with every
-        data argument replaced by zeros, then by ones (data-free stand-ins, never the data),
-        compared; a site whose terms differ reads the data. ``None`` when the model fails on
-        the stand-ins. Not a proof (a prior could read the data in a way these two fills do not
-        show); the caller warns that the check was partial."""
+        """:meth:`prior_data_reads` for a model that cannot be traced: its prior terms on the
+        stand-in data of :meth:`_stand_in_leaves` filled with zeros, then with ones (never the
+        data), compared; a site whose terms differ reads the data. ``None`` when the model fails
+        on the stand-ins. Not a proof (a prior could read the data in a way these two fills do
+        not show); the caller warns that the check was partial."""
         leaves, spec, pos, names = self._data_arguments()
         if all(name is None for name in names):  # the data are not arguments (a closure): nothing to replace
             return None
-        fn = self._prior_terms_fn(leaves, spec, pos)
         units = [self.prototype_params[n] for n in self.latent_names]
         outs = []
         for fill in (0, 1):
-            tensors = [torch.full_like(leaves[i], fill) if name is not None else leaves[i]
-                       for i, name in zip(pos, names)]
+            vals = self._stand_in_leaves(leaves, pos, names, fill)
             try:
                 with _stand_in(), torch.no_grad(), warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    outs.append(fn(*tensors, *units))
+                    outs.append(self._prior_terms_fn(vals, spec, pos)(*[vals[i] for i in pos], *units))
             except Exception:  # noqa: BLE001 - e.g. a shape that depends on the stand-in's values
                 return None
         reads = {}
         every = tuple(dict.fromkeys(name for name in names if name is not None))
         for j, site in enumerate(self.latent_names):
             for a, b in zip(outs[0][2 * j: 2 * j + 2], outs[1][2 * j: 2 * j + 2]):
-                if a.shape != b.shape or not torch.equal(torch.nan_to_num(a, 0.5, 1.5, -1.5),
-                                                         torch.nan_to_num(b, 0.5, 1.5, -1.5)):
+                if a.shape != b.shape or not bool(_same_values(a, b).all()):
                     reads[site] = every
         return reads
 
@@ -582,7 +621,7 @@ class PrivateLikelihood:
                 UserWarning, stacklevel=4)
 
     # ------------------------------------------------------------------ one row, one term (data-free)
-    def rows_read_across(self, k: int = 6) -> Optional[Dict[int, Tuple[int, ...]]]:
+    def rows_read_across(self) -> Optional[Dict[int, Tuple[int, ...]]]:
         r"""``{row changed: the other rows whose log-likelihood changed with it}`` on **stand-in
         data** of ``k`` rows (never the data), empty when each row's term depends on that row
         alone, ``None`` when it cannot be told. The stand-in replaces every data argument (a
@@ -606,27 +645,14 @@ class PrivateLikelihood:
         n = self.num_rows
         if n < 2:
             return None
-        k = min(int(k), n)
+        k = min(STAND_IN_ROWS, n)
         leaves, spec, pos, names = self._data_arguments()
         if all(name is None for name in names):
             return None
-        tensor_at = dict(zip(pos, names))
         z = self.flatten(self.prototype_params)
 
         def evaluate(changed_row: Optional[int]):
-            vals = list(leaves)
-            for i, x in enumerate(leaves):
-                if i in tensor_at and tensor_at[i] is not None:
-                    dim = tuple(x.shape).index(n)
-                    shape = list(x.shape)
-                    shape[dim] = k
-                    stand_in = torch.zeros(shape, dtype=x.dtype, device=x.device)
-                    if changed_row is not None:
-                        stand_in.select(dim, changed_row).fill_(1)
-                    vals[i] = stand_in
-                elif i not in tensor_at and type(x) is int and x == n:
-                    vals[i] = k
-            args, kwargs = tree_unflatten(vals, spec)
+            args, kwargs = tree_unflatten(self._stand_in_leaves(leaves, pos, names, 0, changed_row), spec)
             with _model_arguments(self, args, kwargs), _stand_in(), torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 return self._terms(z, None)[0]
@@ -642,7 +668,7 @@ class PrivateLikelihood:
         for row, ll in changed.items():
             if ll.shape != base.shape:
                 return None
-            same = (ll == base) | (torch.isnan(ll) & torch.isnan(base))
+            same = _same_values(ll, base)
             others = [j for j in range(k) if j != row and not bool(same[j])]
             if others:
                 found[row] = tuple(others)
@@ -882,13 +908,7 @@ class PrivateLikelihood:
             return None
         placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
         site_of = {node: name for node, name in zip(placeholders[len(data):], names)}
-        seen, stack = set(), [n for n in graph.graph.nodes if n.op == "output"]
-        while stack:
-            node = stack.pop()
-            if node in seen:
-                continue
-            seen.add(node)
-            stack.extend(node.all_input_nodes)
+        seen = _ancestors(n for n in graph.graph.nodes if n.op == "output")
         return tuple(n for node, n in site_of.items() if node in seen)
 
     def jump_norm(self, z_new: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
