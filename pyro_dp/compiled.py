@@ -59,7 +59,7 @@ from typing import Callable, Dict, Optional, Tuple
 import torch
 from torch.utils._pytree import tree_flatten
 
-from .likelihood import _model_arguments, _tensor_arguments, _with_tensors
+from .arguments import model_arguments as _model_arguments, tensor_arguments as _tensor_arguments, with_tensors as _with_tensors
 from .mechanisms import ClippedSum, clip_and_sum, clip_and_sum_columns, clip_scalars
 
 __all__ = ["CompileFallbackWarning", "CompiledLikelihood", "bucket_size", "hoist_broadcasts", "CHUNK_ELEMENTS", "FORWARD_MAX_DIM",

@@ -40,7 +40,8 @@ import numpy as np
 import torch
 from torch.utils._pytree import tree_map
 
-from ..likelihood import _forked_rng, _model_arguments
+from ..arguments import model_arguments as _model_arguments
+from ..likelihood import _forked_rng
 from ..mechanisms import NoisyRelease, add_gaussian_noise, clip_rows
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease
