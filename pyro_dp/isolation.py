@@ -194,8 +194,8 @@ def describe_row_failure(e: BaseException) -> str:
         return ("the model needs a Python value of its data (int(y.max()), .item(), float(), or a Python `if` on a "
                 "data value). Shapes and control flow must come from shapes and public values: pass such numbers "
                 "(e.g. the number of classes) as public arguments")
-    if "vmap" in msg:
-        name = first_distribution_in(e.__traceback__)
+    name = first_distribution_in(e.__traceback__)
+    if "vmap" in msg or name:
         where = f"distribution {name}" if name else "the model's code"
         return (f"{where} cannot be evaluated one row at a time with torch.func.vmap ({msg.splitlines()[0][:200]}). "
                 "pyro_dp computes each row's term from that row alone this way; rewrite the operation out of place "
