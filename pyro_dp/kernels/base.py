@@ -30,7 +30,9 @@ How this fits :class:`pyro.infer.MCMC` (see ``shared/FACTS.md``):
   :class:`~pyro_dp.mechanisms.NoiseSource` seeded from OS entropy, per chain; ``noise_seed``
   makes it reproducible for tests, with a :class:`~pyro_dp.mechanisms.ReproducibleNoiseWarning`.
   A kernel running in a process other than the one that built it mixes fresh OS entropy
-  into its data-free seeds too, so parallel chains are independent.
+  into its data-free seeds too, so parallel chains are independent. A copy of a kernel
+  (``copy.deepcopy``, pickle) never carries the secret stream: its ``NoiseSource`` is
+  reseeded from OS entropy (only the ``noise_seed`` test stream is copied as it is).
 """
 from __future__ import annotations
 
@@ -885,7 +887,7 @@ class DPKernel(MCMCKernel):
             "rng": self._rng.get_state(),
             # the secret stream's state only under the test option noise_seed: anyone holding it could
             # replay the noise of every later release of this chain (and a resumed chain draws fresh noise)
-            "noise": self._noise.__getstate__() if self.noise_seed is not None else None,
+            "noise": self._noise.get_state() if self.noise_seed is not None else None,
             "ledger": self._ledger.copy(),
             "chains": {cid: led.copy() for cid, led in self._chains.items()},
             # which point of which chain this is (the chain id is random): resumed once per process
@@ -945,7 +947,8 @@ class DPKernel(MCMCKernel):
             setattr(self, a, copy.deepcopy(v))
         self._rng.set_state(state["rng"])  # the data-free stream continues
         if self.noise_seed is not None:  # the test option: the same noise as an uninterrupted run
-            self._noise.__setstate__(state["noise"])
+            noise = state["noise"]
+            self._noise.set_state(noise["state"] if isinstance(noise, dict) else noise)  # a dict: format 1
             self._noise.shards = self._shards
         # else the secret stream stays the fresh one setup() drew from the OS: restoring its state
         # would replay the checkpoint's noise on whatever data this run reads (the difference of
