@@ -1226,7 +1226,8 @@ class DPKernel(MCMCKernel):
     def get_epsilon(self, delta: Optional[float] = None, accountant: Optional[str] = None) -> float:
         r"""Total ε spent so far by this kernel object, at ``delta``: every chain of every run,
         also chains run in ``MCMC`` worker processes (their ledgers come back with their
-        diagnostics)."""
+        diagnostics). It is stated under the kernel's neighbouring relation :attr:`relation`
+        (``self.ledger.relation``; ``diagnostics()["relation"]``)."""
         delta = self.reference_delta if delta is None else delta
         ledger = self.ledger
         self._require_complete()
@@ -1269,7 +1270,9 @@ class DPKernel(MCMCKernel):
         ``cleanup()``. After ``mcmc.run`` the kernel holds no chain (a fresh, empty one: ``"epsilon"``
         0.0, ``"private iterations"`` 0); read a run's chains from ``mcmc.diagnostics()`` and the
         total from :meth:`get_epsilon`.
-        ``"epsilon"`` is this chain's own ε at ``"delta"``; the total over all chains and runs
+        ``"epsilon"`` is this chain's own ε at ``"delta"`` under ``"relation"`` (the
+        neighbouring relation, :attr:`relation`: ``"substitute"`` unless the kernel was built
+        with ``relation="add_remove"``); the total over all chains and runs
         is :meth:`get_epsilon` / :func:`pyro_dp.get_epsilon`. ``"privacy ledger"`` is this
         chain's :class:`ChainLedger`. ``"divergences"`` is empty (these kernels do not detect
         divergences; ArviZ and Pyro's summary expect the key). Everything here is
@@ -1281,6 +1284,7 @@ class DPKernel(MCMCKernel):
             "acceptance rate": self._num_accepted / max(self._iteration, 1),
             "epsilon": self._epsilon_now(chain_only=True),
             "delta": self.reference_delta,
+            "relation": self.relation,  # the neighbouring relation epsilon is stated under
             "private iterations": self._iteration,
             "budget exhausted": self._budget_exhausted,
             "budget exhausted cause": self._stop_cause_text,
@@ -1293,7 +1297,7 @@ class DPKernel(MCMCKernel):
             self._diagnostics_warn(
                 f"{type(self).__name__} ran with the default budget (epsilon={self.epsilon}, delta={self.delta}): "
                 f"this chain spent epsilon={out['epsilon']:.4g}; all chains of this kernel so far: "
-                f"epsilon={self._epsilon_now():.4g} at delta={self.reference_delta}",
+                f"epsilon={self._epsilon_now():.4g} at delta={self.reference_delta} ({self.relation} relation)",
                 PrivacyNotice,
             )
         if self._iteration >= 10 and self._num_accepted == 0:  # Pyro asks at the end of each chain
