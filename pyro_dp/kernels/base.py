@@ -60,6 +60,7 @@ from ..heap import HEAP_TRIM_EVERY, release_free_heap
 from ..likelihood import PrivateLikelihood
 from ..accounting import DEFAULT_ACCOUNTANT, UnsupportedEventError, calibrate, get_accountant
 from ..mechanisms import NoiseSource, PrivacyEvent, PrivacyLedger, ReproducibleNoiseWarning
+from .checkpoint import from_plain, to_plain
 from .plan import PrivacyPlan, counts as _counts, within as _within
 from .tuning import DPAutoTune, mcmc_run_length, penalty_jump_length, posterior_scale_guess
 
@@ -863,6 +864,12 @@ class DPKernel(MCMCKernel):
         and one chain (a second resume in the same process is refused; across processes it
         cannot be detected, and each continuation would spend up to the budget).
 
+        It holds only tensors and plain Python values (``dict``, ``list``, ``tuple``, ``str``,
+        ``int``, ``float``, ``bool``, ``None``; states and ledgers as tagged dicts,
+        :mod:`pyro_dp.kernels.checkpoint`): ``torch.save(kernel.state_dict(), path)`` and
+        ``kernel.load_state_dict(torch.load(path))`` with torch's default ``weights_only=True``,
+        which unpickles no arbitrary object.
+
         >>> import torch, pyro_dp
         >>> from pyro_dp.models.examples import normal_mean_model
         >>> y = torch.zeros(20, dtype=torch.float64)
@@ -877,19 +884,19 @@ class DPKernel(MCMCKernel):
             return self._last_checkpoint  # the chain MCMC just finished (cleanup() ended it)
         if self.lik is None or self._state is None:
             raise RuntimeError("call setup() before state_dict(): there is no chain to save")
-        return {
-            "format": 1,
+        return {  # tensors and plain values only: torch.load's default weights_only=True reads it (#42)
+            "format": 2,
             "kernel": type(self).__name__,
             "relation": self.relation,
             "num_rows": self.lik.num_rows,
             "data_plate": self.lik.data_plate,
-            "chain": {a: copy.deepcopy(self.__dict__.get(a)) for a in self._chain_attrs},
+            "chain": {a: to_plain(self.__dict__.get(a)) for a in self._chain_attrs},
             "rng": self._rng.get_state(),
             # the secret stream's state only under the test option noise_seed: anyone holding it could
             # replay the noise of every later release of this chain (and a resumed chain draws fresh noise)
             "noise": self._noise.get_state() if self.noise_seed is not None else None,
-            "ledger": self._ledger.copy(),
-            "chains": {cid: led.copy() for cid, led in self._chains.items()},
+            "ledger": to_plain(self._ledger),
+            "chains": {cid: to_plain(led) for cid, led in self._chains.items()},
             # which point of which chain this is (the chain id is random): resumed once per process
             "token": f"{self._ledger.chain_id}:{self._iteration}:{self._ledger.num_releases}",
             # the run length a budget was planned for when the kernel chose it itself (from the
@@ -907,7 +914,7 @@ class DPKernel(MCMCKernel):
         ``setup`` restores the chain instead of starting a new one, and ``MCMC`` continues it
         from where it stopped, warmup length included) or after ``setup()`` (restored at once).
         The ledger, and with it the budget, counts every release made before the checkpoint."""
-        if not isinstance(state, dict) or state.get("format") != 1:
+        if not isinstance(state, dict) or state.get("format") not in (1, 2):  # 1: objects (weights_only=False)
             raise ValueError("not a pyro_dp kernel checkpoint (state_dict() of a DPKernel)")
         if self.ledger:
             raise ValueError(
@@ -944,7 +951,7 @@ class DPKernel(MCMCKernel):
         if state.get("token") is not None:
             _RESUMED_CHECKPOINTS.add(state["token"])
         for a, v in state["chain"].items():
-            setattr(self, a, copy.deepcopy(v))
+            setattr(self, a, copy.deepcopy(from_plain(v)))
         self._rng.set_state(state["rng"])  # the data-free stream continues
         if self.noise_seed is not None:  # the test option: the same noise as an uninterrupted run
             noise = state["noise"]
@@ -955,8 +962,8 @@ class DPKernel(MCMCKernel):
         # two resumed runs on neighbouring data would be one row's noise-free term)
         self._chains, self._filed_counts = {}, Counter()
         for led in state["chains"].values():
-            self._file_chain(led)
-        live = state["ledger"]
+            self._file_chain(from_plain(led))
+        live = from_plain(state["ledger"])
         self._ledger = ChainLedger(self.relation, kernel_id=self._id, chain_id=live.chain_id)
         self._ledger.extend(live)
         self._initial_params = self.lik.unravel(self._state_z(self._state))
