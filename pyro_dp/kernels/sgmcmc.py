@@ -48,8 +48,9 @@ its Poisson sampler from its secure generator in secure mode).
 **Accounting.** Each iteration records ``SubsampledGaussianEvent(q, nm, "poisson")``. The
 ledger's neighbouring relation is a parameter: ``"substitute"`` (default, as every kernel
 of this library; ``nm = σ/(2C)``) or ``"add_remove"`` (Opacus's; ``nm = σ/C``, twice the
-substitute value for the same physical noise). Under both the default accountant is ``"pld"``: ``dp_accounting``'s privacy-loss distribution with its
-pessimistic (connect-the-dots) discretisation, ``ADD_OR_REMOVE_ONE`` or ``REPLACE_ONE``
+substitute value for the same physical noise). Under both the default accountant is
+``"pld"``: ``dp_accounting``'s privacy-loss distribution with its pessimistic
+(connect-the-dots) discretisation, ``REPLACE_ONE`` or ``ADD_OR_REMOVE_ONE``
 (:class:`~pyro_dp.accounting.PLDAccountant`), as tight as the best of Opacus and
 ``dp_accounting`` (``docs/accounting.md``; e.g. :math:`q = 0.01`, nm = 1, 300 steps,
 :math:`\delta = 10^{-5}`: ε = 1.068, where Opacus's RDP gives 1.451 and its PRV 1.078).
@@ -64,8 +65,8 @@ rate is 1 by construction.
 Substitution neighbours have the same :math:`N`, so under the default relation :math:`N`
 is public and ε is the same on both neighbours. Add/remove neighbours differ in
 :math:`N`: a kernel that read :math:`N` there would publish an ε that tells them apart
-(Opacus's ``sample_rate = b/len(data)`` does; e.g. ε 0.189972576 at :math:`N = 1000` against
-0.189989549 at :math:`N = 1001`). So ``relation="add_remove"`` needs
+(as ``sample_rate = b/len(data)`` in Opacus does; before issue #38 this kernel's default
+published ε 0.189972576 at :math:`N = 1000` and 0.189989549 at :math:`N = 1001`). So ``relation="add_remove"`` needs
 ``public_num_rows=M``, a public row count the user states (a published data-set size, a
 bound), used in place of :math:`N` everywhere the kernel would read it: :math:`q = b/M`, the
 :math:`M/b` scaling, the calibration, the :math:`\delta \le 1/N` notice and a private
