@@ -10,8 +10,10 @@ constants or hyper-parameters in the text we have, so:
   with the thesis-code parameters (:data:`~pyro_dp.experiments._sampling.THESIS_PARAMS`);
 * Gaussian: **our choice** of a 10-d :math:`\mathcal N(\theta, \Sigma)` likelihood with
   :math:`\Sigma_{ij} = 0.8^{|i-j|}`, prior :math:`\mathcal N(0, 1000 I)`, :math:`\theta^* = (0, 3, 0, \dots)`;
-* DP-SGLD / DP-SGNHT (Poisson batches, b = 1000, noise calibrated to ε) under the kernels'
-  default add/remove relation and default accountant (``dp_accounting``'s PLD since issue #18;
+* DP-SGLD / DP-SGNHT (Poisson batches, b = 1000, noise calibrated to ε) under the
+  add/remove relation (with the benchmark's N stated public, ``public_num_rows=n``; the
+  kernels' default was add/remove then and is substitution since #38) and default
+  accountant (``dp_accounting``'s PLD since issue #18;
   the recorded results used RDP with Mironov's conversion, the default then, because PLD
   calibration took ~2 CPU-minutes per kernel before the two-stage search of
   :mod:`pyro_dp.accounting.planning`). Add/remove ε is about half the substitute ε,

@@ -263,6 +263,8 @@ def run_heikkila_fig23(out_dir: str, quick: Optional[bool] = None, log=print, de
                     model, step, temp = partial(gmm_model, prior_var=_PRIOR_VAR_SQ), plans["eta_authors"], 2 * T
                 k = DPSGLD(model, batch_size=p["sgld_batch"], step_size=step, grad_clip=plans["sgld_clip"],
                            noise_multiplier=plans["sgld_nm"], relation=plans["dp_sgld"][3],
+                           # the authors' add/remove accounting with N public (q = b/N): stated explicitly (#38)
+                           public_num_rows=p["n"] if plans["dp_sgld"][3] == "add_remove" else None,
                            accountant=plans["dp_sgld"][2], temperature=temp,
                            epsilon=budget, delta=p["delta"], num_iterations=iters, **common)
                 args = (xd,)

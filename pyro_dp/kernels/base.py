@@ -30,7 +30,9 @@ How this fits :class:`pyro.infer.MCMC` (see ``shared/FACTS.md``):
   :class:`~pyro_dp.mechanisms.NoiseSource` seeded from OS entropy, per chain; ``noise_seed``
   makes it reproducible for tests, with a :class:`~pyro_dp.mechanisms.ReproducibleNoiseWarning`.
   A kernel running in a process other than the one that built it mixes fresh OS entropy
-  into its data-free seeds too, so parallel chains are independent.
+  into its data-free seeds too, so parallel chains are independent. A copy of a kernel
+  (``copy.deepcopy``, pickle) never carries the secret stream: its ``NoiseSource`` is
+  reseeded from OS entropy (only the ``noise_seed`` test stream is copied as it is).
 """
 from __future__ import annotations
 
@@ -58,6 +60,7 @@ from ..heap import HEAP_TRIM_EVERY, release_free_heap
 from ..likelihood import PrivateLikelihood
 from ..accounting import DEFAULT_ACCOUNTANT, UnsupportedEventError, calibrate, get_accountant
 from ..mechanisms import NoiseSource, PrivacyEvent, PrivacyLedger, ReproducibleNoiseWarning
+from .checkpoint import from_plain, to_plain
 from .plan import PrivacyPlan, counts as _counts, within as _within
 from .tuning import DPAutoTune, mcmc_run_length, penalty_jump_length, posterior_scale_guess
 
@@ -861,6 +864,12 @@ class DPKernel(MCMCKernel):
         and one chain (a second resume in the same process is refused; across processes it
         cannot be detected, and each continuation would spend up to the budget).
 
+        It holds only tensors and plain Python values (``dict``, ``list``, ``tuple``, ``str``,
+        ``int``, ``float``, ``bool``, ``None``; states and ledgers as tagged dicts,
+        :mod:`pyro_dp.kernels.checkpoint`): ``torch.save(kernel.state_dict(), path)`` and
+        ``kernel.load_state_dict(torch.load(path))`` with torch's default ``weights_only=True``,
+        which unpickles no arbitrary object.
+
         >>> import torch, pyro_dp
         >>> from pyro_dp.models.examples import normal_mean_model
         >>> y = torch.zeros(20, dtype=torch.float64)
@@ -875,19 +884,19 @@ class DPKernel(MCMCKernel):
             return self._last_checkpoint  # the chain MCMC just finished (cleanup() ended it)
         if self.lik is None or self._state is None:
             raise RuntimeError("call setup() before state_dict(): there is no chain to save")
-        return {
-            "format": 1,
+        return {  # tensors and plain values only: torch.load's default weights_only=True reads it (#42)
+            "format": 2,
             "kernel": type(self).__name__,
             "relation": self.relation,
             "num_rows": self.lik.num_rows,
             "data_plate": self.lik.data_plate,
-            "chain": {a: copy.deepcopy(self.__dict__.get(a)) for a in self._chain_attrs},
+            "chain": {a: to_plain(self.__dict__.get(a)) for a in self._chain_attrs},
             "rng": self._rng.get_state(),
             # the secret stream's state only under the test option noise_seed: anyone holding it could
             # replay the noise of every later release of this chain (and a resumed chain draws fresh noise)
-            "noise": self._noise.__getstate__() if self.noise_seed is not None else None,
-            "ledger": self._ledger.copy(),
-            "chains": {cid: led.copy() for cid, led in self._chains.items()},
+            "noise": self._noise.get_state() if self.noise_seed is not None else None,
+            "ledger": to_plain(self._ledger),
+            "chains": {cid: to_plain(led) for cid, led in self._chains.items()},
             # which point of which chain this is (the chain id is random): resumed once per process
             "token": f"{self._ledger.chain_id}:{self._iteration}:{self._ledger.num_releases}",
             # the run length a budget was planned for when the kernel chose it itself (from the
@@ -905,7 +914,7 @@ class DPKernel(MCMCKernel):
         ``setup`` restores the chain instead of starting a new one, and ``MCMC`` continues it
         from where it stopped, warmup length included) or after ``setup()`` (restored at once).
         The ledger, and with it the budget, counts every release made before the checkpoint."""
-        if not isinstance(state, dict) or state.get("format") != 1:
+        if not isinstance(state, dict) or state.get("format") not in (1, 2):  # 1: objects (weights_only=False)
             raise ValueError("not a pyro_dp kernel checkpoint (state_dict() of a DPKernel)")
         if self.ledger:
             raise ValueError(
@@ -942,18 +951,19 @@ class DPKernel(MCMCKernel):
         if state.get("token") is not None:
             _RESUMED_CHECKPOINTS.add(state["token"])
         for a, v in state["chain"].items():
-            setattr(self, a, copy.deepcopy(v))
+            setattr(self, a, copy.deepcopy(from_plain(v)))
         self._rng.set_state(state["rng"])  # the data-free stream continues
         if self.noise_seed is not None:  # the test option: the same noise as an uninterrupted run
-            self._noise.__setstate__(state["noise"])
+            noise = state["noise"]
+            self._noise.set_state(noise["state"] if isinstance(noise, dict) else noise)  # a dict: format 1
             self._noise.shards = self._shards
         # else the secret stream stays the fresh one setup() drew from the OS: restoring its state
         # would replay the checkpoint's noise on whatever data this run reads (the difference of
         # two resumed runs on neighbouring data would be one row's noise-free term)
         self._chains, self._filed_counts = {}, Counter()
         for led in state["chains"].values():
-            self._file_chain(led)
-        live = state["ledger"]
+            self._file_chain(from_plain(led))
+        live = from_plain(state["ledger"])
         self._ledger = ChainLedger(self.relation, kernel_id=self._id, chain_id=live.chain_id)
         self._ledger.extend(live)
         self._initial_params = self.lik.unravel(self._state_z(self._state))
@@ -1223,7 +1233,8 @@ class DPKernel(MCMCKernel):
     def get_epsilon(self, delta: Optional[float] = None, accountant: Optional[str] = None) -> float:
         r"""Total ε spent so far by this kernel object, at ``delta``: every chain of every run,
         also chains run in ``MCMC`` worker processes (their ledgers come back with their
-        diagnostics)."""
+        diagnostics). It is stated under the kernel's neighbouring relation :attr:`relation`
+        (``self.ledger.relation``; ``diagnostics()["relation"]``)."""
         delta = self.reference_delta if delta is None else delta
         ledger = self.ledger
         self._require_complete()
@@ -1266,7 +1277,9 @@ class DPKernel(MCMCKernel):
         ``cleanup()``. After ``mcmc.run`` the kernel holds no chain (a fresh, empty one: ``"epsilon"``
         0.0, ``"private iterations"`` 0); read a run's chains from ``mcmc.diagnostics()`` and the
         total from :meth:`get_epsilon`.
-        ``"epsilon"`` is this chain's own ε at ``"delta"``; the total over all chains and runs
+        ``"epsilon"`` is this chain's own ε at ``"delta"`` under ``"relation"`` (the
+        neighbouring relation, :attr:`relation`: ``"substitute"`` unless the kernel was built
+        with ``relation="add_remove"``); the total over all chains and runs
         is :meth:`get_epsilon` / :func:`pyro_dp.get_epsilon`. ``"privacy ledger"`` is this
         chain's :class:`ChainLedger`. ``"divergences"`` is empty (these kernels do not detect
         divergences; ArviZ and Pyro's summary expect the key). Everything here is
@@ -1278,6 +1291,7 @@ class DPKernel(MCMCKernel):
             "acceptance rate": self._num_accepted / max(self._iteration, 1),
             "epsilon": self._epsilon_now(chain_only=True),
             "delta": self.reference_delta,
+            "relation": self.relation,  # the neighbouring relation epsilon is stated under
             "private iterations": self._iteration,
             "budget exhausted": self._budget_exhausted,
             "budget exhausted cause": self._stop_cause_text,
@@ -1290,7 +1304,7 @@ class DPKernel(MCMCKernel):
             self._diagnostics_warn(
                 f"{type(self).__name__} ran with the default budget (epsilon={self.epsilon}, delta={self.delta}): "
                 f"this chain spent epsilon={out['epsilon']:.4g}; all chains of this kernel so far: "
-                f"epsilon={self._epsilon_now():.4g} at delta={self.reference_delta}",
+                f"epsilon={self._epsilon_now():.4g} at delta={self.reference_delta} ({self.relation} relation)",
                 PrivacyNotice,
             )
         if self._iteration >= 10 and self._num_accepted == 0:  # Pyro asks at the end of each chain
