@@ -343,10 +343,12 @@ def legend_below(fig, axes, ncol: int = 4) -> None:
 def plot_metric_vs_epsilon(rows: Sequence[dict], metric: str, path: str, *, panel: str = "problem",
                            series: str = "algorithm", logy: bool = False, title: str = "",
                            baseline: Optional[Dict[str, float]] = None, log=print,
-                           xlabel: str = "target ε (δ = 0.1/n)", ylabel: Optional[str] = None) -> Optional[str]:
+                           xlabel: str = "target ε (δ = 0.1/n)", ylabel: Optional[str] = None,
+                           hlines: Sequence[Tuple[float, str]] = ()) -> Optional[str]:
     """One panel per ``panel`` value, one line per ``series`` value: mean ± standard error of
     ``metric`` over repeats against ε (log x axis). ``baseline`` maps a panel value to a
-    horizontal reference line (e.g. MMD between two exact samples, the non-private reference).
+    horizontal reference line (e.g. MMD between two exact samples, the non-private reference);
+    ``hlines`` are further ``(value, label)`` lines drawn in every panel (e.g. a threshold).
     Series differ in colour, marker and line style and are dodged sideways, so none hides
     another; the legend sits below the panels. Returns ``path``, or ``None`` when matplotlib is
     not importable."""
@@ -373,6 +375,8 @@ def plot_metric_vs_epsilon(rows: Sequence[dict], metric: str, path: str, *, pane
                         **series_style(i))
         if baseline and pv in baseline:
             ax.axhline(baseline[pv], color="k", ls=":", lw=1, label="exact vs exact draws (non-private floor)")
+        for value, label in hlines:
+            ax.axhline(value, color="0.4", ls="--", lw=1, label=label)
         ax.set_xscale("log")
         eps_ticks = sorted({float(s["epsilon"]) for s in stats if s[panel] == pv})
         ax.set_xticks(eps_ticks, [f"{e:g}" for e in eps_ticks])  # the grid's ε values, plainly

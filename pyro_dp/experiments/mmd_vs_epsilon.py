@@ -166,12 +166,15 @@ def _plots(name, out_dir, rows, log, note: str = "") -> dict:
 
     out = {"png": plot_metric_vs_epsilon(chains, "mmd", os.path.join(out_dir, f"{name}.png"),
                                          baseline=baseline_of(rows), title=title("mmd", "MMD vs ε"), log=log)}
-    for metric, suffix, rs, base, what in (
-            ("clipped_fraction", "clipping", chains, None, "clipped fraction of the ratios"),
-            ("mean_error", "mean_error", chains, baseline_of(rows, "mean_error"), "mean error"),
-            ("grad_clipped_fraction", "grad_clipping", hmc, None, "DP-HMC's clipped fraction of the gradients")):
-        out[f"png_{suffix}"] = plot_metric_vs_epsilon(rs, metric, os.path.join(out_dir, f"{name}_{suffix}.png"),
-                                                      baseline=base, title=title(suffix, what), log=log)
+    for metric, suffix, rs, base, what, logy in (
+            ("clipped_fraction", "clipping", chains, None, "clipped fraction of the ratios (log scale)", True),
+            ("mean_error", "mean_error", chains, baseline_of(rows, "mean_error"), "mean error", False),
+            ("grad_clipped_fraction", "grad_clipping", hmc, None, "DP-HMC's clipped fraction of the gradients",
+             False)):
+        out[f"png_{suffix}"] = plot_metric_vs_epsilon(
+            rs, metric, os.path.join(out_dir, f"{name}_{suffix}.png"), baseline=base, logy=logy,
+            title=title(suffix, what), log=log,
+            hlines=[(0.1, "10 % (the thesis's 'less than 10 % clipping')")] if suffix == "clipping" else ())
     return out
 
 
