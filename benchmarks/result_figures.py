@@ -7,9 +7,13 @@ differs in colour, marker and line style and is dodged sideways), a legend below
 and the non-private reference where the paper has one (exact draws; for Fig. 6.3, the
 non-private chains themselves).
 
-Two PNGs are not redrawn: ``heikkila_fig23_scatter.png`` and
-``heikkila_fig23_sgld_check_scatter.png`` are scatters of one chain's draws, which the CSVs do
-not hold; only a rerun of those chains redraws them.
+Two PNGs are not redrawn here: ``heikkila_fig23_scatter.png`` and
+``heikkila_fig23_sgld_check_scatter.png`` are scatters of repeat 0's draws, which the CSVs do not
+hold. They are redrawn by rerunning that chain (single thread: 100 s and 45 s on the 2026-11-27
+machine; the rerun's CSV rows equalled the shipped ones in every compared column)::
+
+    run_heikkila_fig23(DIR, algorithms=("dp_barker",), repeats=[0])   # -> DIR/heikkila_fig23_scatter.png
+    run_heikkila_fig23(DIR, setting="sgld_check", repeats=[0])         # -> ..._sgld_check_scatter.png
 
 ``--out DIR`` writes elsewhere (the tests draw into a temporary folder).
 """

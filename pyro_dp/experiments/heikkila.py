@@ -382,7 +382,7 @@ def _scatter(state, exact, path, plt):
         ax.scatter(exact[:, 0], exact[:, 1], s=1, alpha=0.2, color="0.6", label="exact draws (non-private)")
         s = state[k]
         ax.scatter(s[:, 0], s[:, 1], s=1, alpha=0.3, label=LABELS.get(k, k))
-        ax.set(title=f"{LABELS.get(k, k)}, repeat 0, {len(s)} draws", xlim=(-2.5, 2.5), ylim=(-2.5, 2.6),
+        ax.set(title=f"{LABELS.get(k, k)}\nrepeat 0, {len(s)} draws", xlim=(-2.5, 2.5), ylim=(-2.5, 2.6),
                xlabel="θ1 (data units)", ylabel="θ2 (data units)")
         ax.legend(fontsize=7, markerscale=5, loc="lower left")
     fig.tight_layout()
