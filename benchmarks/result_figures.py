@@ -73,6 +73,13 @@ def redraw(results=SHIPPED, out=SHIPPED, log=print) -> list:
     fastmh._plot(_rows("fastmh_fig1", results), str(out / "fastmh_fig1.png"), plt, final=10000, curve_eps=0.05,
                  n=50000)
     done.append("fastmh_fig1.png")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("yildirim_thm1", ROOT / "benchmarks" / "yildirim_thm1.py")
+    yil = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(yil)
+    yil.plot(_rows("yildirim_thm1", results), str(out / "yildirim_thm1.png"))
+    done.append("yildirim_thm1.png")
     return done
 
 

@@ -96,3 +96,14 @@ def test_issue_41_numbers():
 
 def test_doctests():
     assert doctest.testmod(claims).failed == 0
+
+
+def test_welch_against_scipy():
+    stats = pytest.importorskip("scipy.stats")
+    rng = random.Random(3)
+    a = [rng.gauss(0, 1) for _ in range(5)]
+    b = [rng.gauss(0.5, 0.1) for _ in range(7)]
+    t = claims.welch(a, b)
+    ref = stats.ttest_ind(b, a, equal_var=False)
+    assert math.isclose(t.z, ref.statistic, rel_tol=1e-12)
+    assert abs(t.p - ref.pvalue) < 0.03  # integer degrees of freedom here, fractional in scipy
