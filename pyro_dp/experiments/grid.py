@@ -311,7 +311,13 @@ def series_style(i: int) -> dict:
 
 def dodge(xs: Sequence[float], i: int, k: int, log: bool = True, width: float = 0.06) -> List[float]:
     """``xs`` shifted for the ``i``-th of ``k`` series so that equal values side by side do not hide
-    each other (a factor of up to ``±width/2`` in log scale, a fraction of the span otherwise)."""
+    each other (a factor of up to ``±width/2`` in log scale, a fraction of the span otherwise).
+
+    >>> [round(x, 3) for x in dodge([1.0, 10.0], 0, 2)], [round(x, 3) for x in dodge([1.0, 10.0], 1, 2)]
+    ([0.933, 9.333], [1.072, 10.715])
+    >>> dodge([1.0, 2.0], 0, 1)  # a lone series stays put
+    [1.0, 2.0]
+    """
     off = (i - (k - 1) / 2) * width / max(k - 1, 1)
     if log:
         return [x * 10 ** off for x in xs]
