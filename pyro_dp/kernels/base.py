@@ -360,6 +360,9 @@ class DPKernel(MCMCKernel):
         :attr:`supports_distributed` only.
     :param process_group: the process group to shard over (implies ``distributed=True``;
         default: the default group).
+    :param public: positions and keywords of ``MCMC.run`` arguments that are public although they
+        look like data (a tensor whose first dimension has ``N`` entries): they are passed whole to
+        every row's evaluation, without noise (:mod:`pyro_dp.arguments`).
     :param init: optional private initialisation run at the first iteration of every chain,
         e.g. :class:`~pyro_dp.kernels.private_init.DPGradientInit`; its releases are recorded
         in the chain's ledger and counted by the budget and by noise calibration.
@@ -416,6 +419,7 @@ class DPKernel(MCMCKernel):
         jit_options: Optional[dict] = None,
         distributed: bool = False,
         process_group=None,
+        public=(),
     ):
         if not callable(model):
             raise TypeError(f"model must be a callable Pyro model, got {type(model).__name__}")
@@ -457,6 +461,8 @@ class DPKernel(MCMCKernel):
             raise ValueError(f"reference_delta must be in (0, 1), got {rd!r}")
         self.reference_delta = float(rd)
         self.jit_compile = bool(jit_compile)
+        #: arguments named public (:mod:`pyro_dp.arguments`)
+        self.public = tuple(public or ())
         self.jit_options = dict(jit_options or {})
         if self.jit_options and not self.jit_compile:
             raise ValueError("jit_options needs jit_compile=True")
@@ -790,6 +796,7 @@ class DPKernel(MCMCKernel):
             jit_compile=self.jit_compile,
             jit_options=self.jit_options,
             jit_cache=self.__dict__.setdefault("_jit_cache", {}),
+            public=self.public,
         )
         self.transforms = self.lik.transforms
         self.lik.likelihood_mask  # the likelihood's coordinates, determined now (data-free; cached per kernel object)
