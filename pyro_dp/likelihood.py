@@ -170,7 +170,6 @@ class PrivateLikelihood(SetUpChecks):
         # 1. Shapes from shapes: the data plate and N from a trace on fake tensors (no value exists)
         num_rows = self._structure_num_rows(data_plate)
         self.arguments.classify(num_rows)
-        self._check_shapes_from_shapes()
         # 2. The prototype (the default start, the sites, their supports and transforms) from a
         # trace on stand-in data (zeros in the data's shapes): a prior draw that reads no data.
         # No finiteness check of the data: a row may be NaN or infinite (the adversary's
@@ -186,8 +185,11 @@ class PrivateLikelihood(SetUpChecks):
                     "the start and evaluates the prior without reading the data; the model's code must run on any "
                     "values of the right shapes (docs/privacy.md, 'What is refused')") from e
         self._parse_trace(trace, data_plate, transforms)
-        self._check_prior_reads_no_data(jit_cache)
+        # 3. The set-up checks (data-free): a model that cannot be evaluated one row at a time (a
+        # Python value of its data: under vmap the data are batched, latents are not), or whose
+        # terms or prior would change under isolation, is refused before anything is released
         self._check_isolation(jit_cache)
+        self._check_prior_reads_no_data(jit_cache)
         #: how a row subset is evaluated: every row is evaluated alone (:mod:`pyro_dp.isolation`)
         self.row_access = "isolated"
         #: rows over all ranks of a sharded kernel (:mod:`pyro_dp.distributed`); ``num_rows`` otherwise
@@ -244,29 +246,6 @@ class PrivateLikelihood(SetUpChecks):
             f"{describe_row_failure(errors[0])}. (On zeros of the data's shapes: {type(errors[-1]).__name__}: "
             f"{str(errors[-1]).splitlines()[0][:200] if str(errors[-1]) else ''}.) Name public tensor arguments "
             "whose values the model needs in public= (docs/privacy.md, 'What is refused')")
-
-    def _check_shapes_from_shapes(self) -> None:
-        """Refuse a model that needs a Python value of a **data** argument (``K = int(y.max()) + 1``,
-        ``.item()``, ``if y.sum() > 0``): traced with the data as fake tensors and the public
-        arguments as they are, it asks a fake tensor for a value. Decided from code and shapes."""
-        from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensorMode
-        from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
-
-        from .isolation import describe_row_failure
-
-        a = self.arguments
-        mode = FakeTensorMode(allow_non_fake_inputs=True)
-        args, kwargs = a.build([mode.from_tensor(x) for x in a.data])
-        try:
-            with _forked_rng(0), mode, poutine.block(), kernel_chooses_rows(), pyro.validation_enabled(False), \
-                    stand_in(), warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                poutine.trace(InitMessenger(init_to_sample)(self.model)).get_trace(*args, **kwargs)
-        except (DataDependentOutputException, GuardOnDataDependentSymNode) as e:
-            raise ValueError(f"the model cannot be evaluated from its data's shapes: {describe_row_failure(e)} "
-                             "(docs/privacy.md, 'What is refused')") from None
-        except Exception:  # noqa: BLE001 - another failure on fakes: the row-isolation probe decides
-            pass
 
     def _parse_trace(self, trace, data_plate, transforms):
         data_plate, frame, latents, observed = _find_data_plate(trace, data_plate)
