@@ -47,6 +47,8 @@ from typing import Iterable, NamedTuple, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
+from .warn import warn_user
+
 __all__ = [
     "RELATIONS",
     "PrivacyEvent",
@@ -512,11 +514,10 @@ class NoiseSource:
         if self.secure_mode and seed is not None:
             raise ValueError("secure_mode=True draws its seed from the OS: do not pass a noise seed")
         if seed is not None and warn:
-            warnings.warn(
+            warn_user(
                 "privacy noise and batch selection are seeded: anyone who knows the seed can replay the "
                 "noise and remove it from every released value. Use this for tests only.",
                 ReproducibleNoiseWarning,
-                stacklevel=3,
             )
         self.generator = torch.Generator(device=self.device)
         if seed is None:  # the whole generator state from os.urandom (not a 32-bit CPU seed)
