@@ -99,10 +99,16 @@ def _purpose(label: str) -> str:
 
 
 def _describe_label(label: str) -> str:
-    """``"tuning (clip)"``, ``"start (DPGradientInit)"``, ``"sampling"``."""
-    purpose = _purpose(label)
-    detail = label.split(":", 1)[1] if ":" in label else ""
-    return f"{purpose} ({detail})" if detail else purpose
+    """What a label's releases were for, in words: ``"sampling"``, ``"the private tuning of
+    the clip"`` (``tune:clip``), ``"the private start by DPGradientInit"`` (``init:DPGradientInit``)."""
+    head, _, detail = label.partition(":")
+    if label == "":
+        return "sampling"
+    if head == "tune":
+        return f"the private tuning of the {detail}" if detail else "private tuning"
+    if head == "init":
+        return f"the private start by {detail}" if detail else "the private start"
+    return f"{head} ({detail})" if detail else head
 
 
 # ----------------------------------------------------------------------------- records
@@ -274,13 +280,13 @@ class PrivacyReport:
             _, ax = plt.subplots(figsize=(5.5, 3.5))
         chains = f"{self.num_chains} chain{'s' if self.num_chains != 1 else ''}"
         # steps drawn at the value reached by the end of each step: never below the curve between points
-        ax.plot(self.curve_iterations, self.curve_epsilon, drawstyle="steps-pre", label=f"spent ({chains})")
         if self.plan is not None:
             p = self.plan
-            ax.plot(p.curve_iterations, p.curve_epsilon, drawstyle="steps-pre", ls="--", color="0.45",
+            ax.plot(p.curve_iterations, p.curve_epsilon, drawstyle="steps-pre", lw=4, alpha=0.35, color="C1",
                     label=f"planned ({p.num_chains} chain{'s' if p.num_chains != 1 else ''})")
-            if p.delta == self.delta:
-                ax.axhline(p.epsilon, ls=":", color="k", label=f"budget ε = {p.epsilon:g}")
+        ax.plot(self.curve_iterations, self.curve_epsilon, drawstyle="steps-pre", color="C0", label=f"spent ({chains})")
+        if self.plan is not None and self.plan.delta == self.delta:
+            ax.axhline(self.plan.epsilon, ls=":", color="k", label=f"budget ε = {self.plan.epsilon:g}")
         ax.set_xlabel("iterations of each chain (warmup included)")
         ax.set_ylabel(f"ε at δ = {self.delta:g}")
         ax.set_title(f"{self.kernel}: privacy spent ({self.accountant} accountant)")
@@ -483,15 +489,20 @@ def _paragraph(r: PrivacyReport) -> str:
                 f"{_count(r.num_releases, 'release')} of the data carry no noise, and it is NOT differentially "
                 "private (ε = ∞).")
     iters = sorted({c.iterations for c in r.chains})
-    per_chain = (f"of {iters[0]:,} iterations each".replace(",", " ") if len(iters) == 1
+    each = " each" if r.num_chains > 1 else ""
+    per_chain = (f"of {_count(iters[0], 'iteration')}{each}" if len(iters) == 1
                  else f"of {iters[0]:,} to {iters[-1]:,} iterations".replace(",", " "))
-    groups = "; ".join(f"{_count(g.releases, 'release')} for {_describe_label(g.label)}" for g in r.mechanisms)
+    parts = [f"{g.releases:,}".replace(",", " ") + f" for {_describe_label(g.label)}" for g in r.mechanisms]
+    if len(parts) == 1:
+        groups = f" for {_describe_label(r.mechanisms[0].label)}"
+    else:
+        groups = " — " + ", ".join(parts[:-1]) + " and " + parts[-1] + " —"
     acc = ACCOUNTANT_DESCRIPTIONS.get(r.accountant, f"the {r.accountant!r} accountant")
     rel = RELATION_DESCRIPTIONS.get(r.relation, f"the {r.relation!r} neighbouring relation")
     text = (
         f"Posterior samples were drawn with the differentially private MCMC kernel {r.kernel} (pyro_dp "
         f"{r.version}). Everything the sampler read from the data is {_count(r.num_releases, 'noisy release')} "
-        f"({groups}) over {_count(r.num_chains, 'chain')} {per_chain} (warmup included). Composed with the "
+        f"{groups} over {_count(r.num_chains, 'chain')} {per_chain} (warmup included). Composed with the "
         f"{r.accountant} accountant ({acc}), the whole run satisfies (ε = {_up(r.epsilon)}, δ = {r.delta:g})-"
         f"differential privacy under the {rel}."
     )
@@ -508,7 +519,7 @@ def _paragraph(r: PrivacyReport) -> str:
             budget += f"; the run spent {100 * r.epsilon / p.epsilon:.1f} % of its ε"
         text += " " + budget + "."
     text += (" The posterior samples and the statistics reported from the run (acceptance rates, ε) are "
-             "post-processing of these releases and cost no further privacy; ε values are rounded up.")
+             "post-processing of these releases and cost no further privacy. Reported ε and δ are rounded up.")
     return text
 
 

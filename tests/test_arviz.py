@@ -67,6 +67,21 @@ def test_from_pyro_works_and_copies_the_raw_data():
     assert "not covered by epsilon" in idata.attrs["pyro_dp_private_data"]
 
 
+def test_from_pyro_warning_check_has_power(monkeypatch):
+    """Mutant: ArviZ's converter unguarded: the run converts without a PrivateDataWarning, so the
+    pytest.warns above would fail."""
+    from arviz.data import io_pyro
+
+    monkeypatch.setattr(io_pyro.PyroConverter, "to_inference_data",
+                        io_pyro.PyroConverter.to_inference_data.__wrapped__)
+    mcmc, _ = _run("penalty")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        idata = az.from_pyro(mcmc)
+    assert not [w for w in caught if w.category is pyro_dp.PrivateDataWarning]
+    assert "pyro_dp_private_data" not in idata.attrs
+
+
 def test_from_pyro_refuses_under_an_error_filter_and_leaves_other_kernels_alone():
     from arviz.data import io_pyro
     from pyro.infer import NUTS

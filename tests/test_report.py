@@ -175,8 +175,9 @@ def test_plot_draws_spent_planned_and_budget():
     report = pyro_dp.privacy_report(kernel)
     ax = report.plot()
     labels = [line.get_label() for line in ax.get_lines()]
-    assert labels == ["spent (1 chain)", "planned (1 chain)", "budget ε = 2"]
-    assert list(ax.get_lines()[0].get_ydata()) == list(report.curve_epsilon)
+    assert labels == ["planned (1 chain)", "spent (1 chain)", "budget ε = 2"]
+    assert list(ax.get_lines()[1].get_ydata()) == list(report.curve_epsilon)
+    assert list(ax.get_lines()[0].get_ydata()) == list(report.plan.curve_epsilon)
     plt.close("all")
 
 
