@@ -40,7 +40,7 @@ from __future__ import annotations
 import functools
 import math
 import secrets
-import warnings
+import warnings  # noqa: F401 (the doctests use it)
 from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple, Optional, Sequence, Tuple, Union
 

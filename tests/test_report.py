@@ -6,7 +6,6 @@ import math
 import warnings
 
 import pytest
-import torch
 from pyro.infer import MCMC
 
 import pyro_dp
@@ -224,3 +223,24 @@ def test_releases_without_marks_count_from_where_they_were_recorded():
     bare = ChainLedger()
     bare.load_state_dict(old.state_dict())  # a state without marks
     assert bare.release_positions([0, 3]) == [6, 6]
+
+
+def test_chains_run_in_worker_processes_bring_their_iteration_marks_back(monkeypatch):
+    import pyro.infer.mcmc.api as api
+
+    monkeypatch.setattr(api.mp, "cpu_count", lambda: 8)
+    y = make_data(50)
+    kernel = pyro_dp.DPPenalty(gauss_model, 0.2, llr_clip=1.0, noise_multiplier=3.0, seed=0)
+    mcmc = MCMC(kernel, num_samples=20, warmup_steps=10, num_chains=2, disable_progbar=True)
+    assert type(mcmc.sampler).__name__ == "_MultiSampler"
+    mcmc.run(y)
+    mcmc.run(y)  # a second run: four chains of the kernel object, two of them in the last run
+    report = pyro_dp.privacy_report(mcmc, delta=DELTA)
+    assert report.epsilon == pyro_dp.get_epsilon(mcmc, DELTA) and report.num_releases == 120
+    assert [c.iterations for c in report.chains] == [30] * 4
+    assert sorted(c.run_chain for c in report.chains if c.run_chain is not None) == [0, 1]
+    # after t iterations of each chain: 4t releases of the same Gaussian
+    for t, e in zip(report.curve_iterations, report.curve_epsilon):
+        led = PrivacyLedger()
+        led.record(GaussianEvent(3.0), 4 * t)
+        assert e == pytest.approx(get_accountant("gdp", led).get_epsilon(DELTA), rel=1e-12)
