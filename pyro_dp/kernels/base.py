@@ -273,13 +273,13 @@ class ChainLedger(PrivacyLedger):
 
     def record(self, event: PrivacyEvent, count: int = 1, label: str = "") -> None:
         super().record(event, count, label)
-        self.__dict__["_pending"] = self.__dict__.get("_pending", 0) + int(count)
+        self._pending += int(count)
 
     def end_iteration(self) -> None:
         """Mark the end of one iteration of the chain (the releases since the last mark were its own)."""
-        marks = self.__dict__.setdefault("iteration_marks", [])
-        r, self._pending = self.__dict__.get("_pending", 0), 0
-        if marks and marks[-1][1] > 0 and marks[-1][0] == r:
+        marks, r = self.iteration_marks, self._pending
+        self._pending = 0
+        if marks and marks[-1][0] == r and marks[-1][1] > 0:
             marks[-1][1] += 1
         else:
             marks.append([r, 1])
@@ -372,6 +372,8 @@ class ChainLedger(PrivacyLedger):
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+        self.__dict__.setdefault("iteration_marks", [])  # a ledger pickled before marks existed: none
+        self.__dict__.setdefault("_pending", 0)
         kernel = _owned_kernel(self.kernel_id)
         if kernel is not None:
             kernel._file_chain(self)
