@@ -40,12 +40,14 @@ from __future__ import annotations
 import functools
 import math
 import secrets
-import warnings
+import warnings  # noqa: F401 (the doctests use it)
 from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
+
+from .warn import warn_user
 
 __all__ = [
     "RELATIONS",
@@ -522,11 +524,10 @@ class NoiseSource:
         if self.secure_mode and seed is not None:
             raise ValueError("secure_mode=True draws its seed from the OS: do not pass a noise seed")
         if seed is not None and warn:
-            warnings.warn(
+            warn_user(
                 "privacy noise and batch selection are seeded: anyone who knows the seed can replay the "
                 "noise and remove it from every released value. Use this for tests only.",
                 ReproducibleNoiseWarning,
-                stacklevel=3,
             )
         #: ``True`` for the test option (an explicit ``seed``): the only stream a copy continues
         self.seeded = seed is not None

@@ -44,10 +44,9 @@ import multiprocessing
 import os
 import secrets
 import time
-import warnings
 import weakref
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
@@ -60,6 +59,7 @@ from ..heap import HEAP_TRIM_EVERY, release_free_heap
 from ..likelihood import PrivateLikelihood
 from ..accounting import DEFAULT_ACCOUNTANT, UnsupportedEventError, calibrate, get_accountant
 from ..mechanisms import NoiseSource, PrivacyEvent, PrivacyLedger, ReproducibleNoiseWarning
+from ..warn import warn_user
 from .checkpoint import from_plain, to_plain
 from .plan import PrivacyPlan, counts as _counts, within as _within
 from .tuning import DPAutoTune, mcmc_run_length, penalty_jump_length, posterior_scale_guess
@@ -239,6 +239,11 @@ def _before_fork() -> None:
 os.register_at_fork(before=_before_fork)
 
 
+def _marked_releases(marks) -> int:
+    """Releases covered by run-length iteration marks (:attr:`ChainLedger.iteration_marks`)."""
+    return sum(r * n if n else r for r, n in marks)
+
+
 @dataclass(eq=False)
 class ChainLedger(PrivacyLedger):
     r"""The ledger of one chain of one kernel object: a :class:`~pyro_dp.mechanisms.PrivacyLedger`
@@ -258,19 +263,120 @@ class ChainLedger(PrivacyLedger):
     chain_id: str = ""
     #: the :class:`WorkerReleases` slot of the worker process that made the releases (-1: the owner)
     worker_slot: int = -1
+    #: where the chain's iterations end, run-length encoded: ``[r, n]`` = ``n`` iterations that
+    #: released ``r`` values each, oldest first; ``[r, 0]`` = ``r`` releases not tied to an
+    #: iteration (e.g. those of a ledger extended into this one). Releases recorded since the last
+    #: :meth:`end_iteration` are pending. Public counts only; the ε-over-iterations curve of
+    #: :func:`pyro_dp.privacy_report` reads them (:meth:`release_positions`).
+    iteration_marks: list = field(default_factory=list, repr=False, compare=False)
+    _pending: int = field(default=0, repr=False, compare=False)
 
     def __eq__(self, other) -> bool:
         return PrivacyLedger.__eq__(self, other)
+
+    def record(self, event: PrivacyEvent, count: int = 1, label: str = "") -> None:
+        super().record(event, count, label)
+        self._pending += int(count)
+
+    def end_iteration(self) -> None:
+        """Mark the end of one iteration of the chain (the releases since the last mark were its own)."""
+        marks, r = self.iteration_marks, self._pending
+        self._pending = 0
+        if marks and marks[-1][0] == r and marks[-1][1] > 0:
+            marks[-1][1] += 1
+        else:
+            marks.append([r, 1])
+
+    @property
+    def num_iterations(self) -> int:
+        """Iterations marked by :meth:`end_iteration` (0 for a ledger without marks)."""
+        return sum(n for _, n in self.__dict__.get("iteration_marks", ()))
+
+    def release_positions(self, iterations) -> list:
+        """For each ``t`` of the increasing ``iterations``: how many of this ledger's releases were
+        made by the end of its ``t``-th iteration, pessimistically — releases not tied to an
+        iteration count from where they were recorded (a ledger without marks: from the start),
+        and from ``t`` = :attr:`num_iterations` on, every release (pending ones included).
+
+        >>> from pyro_dp.mechanisms import GaussianEvent
+        >>> led = ChainLedger()
+        >>> for t in range(3):
+        ...     led.record(GaussianEvent(5.0), 2); led.end_iteration()
+        >>> led.iteration_marks, led.release_positions([0, 1, 3])
+        ([[2, 3]], [0, 2, 6])
+        """
+        total = self.num_releases
+        marks = self.__dict__.get("iteration_marks", ())
+        done = self.num_iterations
+        pos = max(total - _marked_releases(marks) - self.__dict__.get("_pending", 0), 0)  # unmarked head: at 0
+        out, it, k, used = [], 0, 0, 0  # ``used`` iterations of marks[k] are behind us
+        for t in iterations:
+            if t >= done:
+                out.append(total)
+                continue
+            while k < len(marks):
+                r, n = marks[k]
+                if n == 0:  # not tied to an iteration: counted from the iteration before it
+                    pos, k = pos + r, k + 1
+                    continue
+                take = min(n - used, t - it)
+                pos, it, used = pos + r * take, it + take, used + take
+                if used < n:
+                    break
+                k, used = k + 1, 0
+            out.append(min(pos, total))
+        return out
+
+    def extend(self, other) -> None:
+        """:meth:`PrivacyLedger.extend`, keeping the iteration marks pessimistic: this ledger's
+        pending releases and ``other``'s releases are not tied to an iteration of this chain
+        (counted from where they are), except that a :class:`ChainLedger`'s own marks are kept
+        (a chain's ledger restored into a fresh one continues its marks)."""
+        before = self.__dict__.get("_pending", 0)
+        n0 = self.num_releases
+        super().extend(other)
+        added = self.num_releases - n0
+        mine = self.__dict__.setdefault("iteration_marks", [])
+        if before:
+            mine.append([before, 0])
+        theirs = other.__dict__.get("iteration_marks") if isinstance(other, ChainLedger) else None
+        if not theirs:
+            if added:
+                mine.append([added, 0])
+            self._pending = 0
+            return
+        pending = other.__dict__.get("_pending", 0)
+        head = added - _marked_releases(theirs) - pending
+        if head > 0:
+            mine.append([head, 0])
+        mine.extend([r, n] for r, n in theirs)
+        self._pending = pending
 
     def copy(self) -> "ChainLedger":
         new = ChainLedger(self.relation, kernel_id=self.kernel_id, chain_id=self.chain_id,
                           worker_slot=self.worker_slot)
         new._entries = list(self._entries)
         new._labels = list(self._label_list())
+        new.iteration_marks = [list(m) for m in self.__dict__.get("iteration_marks", ())]
+        new._pending = self.__dict__.get("_pending", 0)
         return new
+
+    def state_dict(self) -> dict:
+        """:meth:`PrivacyLedger.state_dict` plus the iteration marks (plain ints)."""
+        return {**super().state_dict(), "pending": self.__dict__.get("_pending", 0),
+                "iteration_marks": [list(m) for m in self.__dict__.get("iteration_marks", ())]}
+
+    def load_state_dict(self, state: dict) -> None:
+        """:meth:`PrivacyLedger.load_state_dict` and the iteration marks; a state without them
+        leaves its releases untied to iterations (the ε curve counts them from the start)."""
+        super().load_state_dict(state)
+        self.iteration_marks = [[int(r), int(n)] for r, n in state.get("iteration_marks", ())]
+        self._pending = int(state.get("pending", 0)) if "iteration_marks" in state else 0
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+        self.__dict__.setdefault("iteration_marks", [])  # a ledger pickled before marks existed: none
+        self.__dict__.setdefault("_pending", 0)
         kernel = _owned_kernel(self.kernel_id)
         if kernel is not None:
             kernel._file_chain(self)
@@ -481,11 +587,10 @@ class DPKernel(MCMCKernel):
         if noise_seed is not None:
             if self.secure_mode:
                 raise ValueError("secure_mode=True draws the noise seed from the OS: do not pass noise_seed")
-            warnings.warn(
+            warn_user(
                 "noise_seed makes the privacy noise and batch selection reproducible: anyone who knows it "
                 "can replay the noise and remove it from the released values. Use it for tests only.",
                 ReproducibleNoiseWarning,
-                stacklevel=3,
             )
         self.noise_seed = None if noise_seed is None else int(noise_seed)
         self.nonprivate_diagnostics = bool(nonprivate_diagnostics)
@@ -809,7 +914,7 @@ class DPKernel(MCMCKernel):
             self.init.set_ratio_noise(self._ratio_noise_multiplier())
             problem = self.init.reliability_problem(getattr(self.lik, "global_num_rows", self.lik.num_rows))
             if problem is not None and self._num_setups == 1:
-                warnings.warn(f"{type(self).__name__} default path: {problem}", SamplingWarning, stacklevel=2)
+                warn_user(f"{type(self).__name__} default path: {problem}", SamplingWarning)
         self._setup_budget()
         self._check_accountant_supports_plan()
         self._check_worker_releases()
@@ -825,8 +930,7 @@ class DPKernel(MCMCKernel):
         if self.epsilon is not None and self._num_setups == 1:  # once per kernel, as the run-length notice
             n = self.lik.global_num_rows  # all ranks' rows: a neighbour may differ in any of them
             if self.delta is not None and self.delta * n > 1.0:
-                warnings.warn(f"delta={self.delta} is above 1/N for N={n} rows: pass a smaller delta", PrivacyNotice,
-                              stacklevel=3)
+                warn_user(f"delta={self.delta} is above 1/N for N={n} rows: pass a smaller delta", PrivacyNotice)
         if self._user_initial_params is not None:
             missing = set(self.lik.latent_names) - set(self._user_initial_params)
             if missing:
@@ -998,10 +1102,10 @@ class DPKernel(MCMCKernel):
             said = (f"{self.num_iterations} iterations per chain over {self.num_chains} chain(s) (ASSUMED: not run "
                     "by pyro.infer.MCMC and no num_iterations given; longer chains stop at the budget)")
         budget = "the DEFAULT budget" if self.default_budget else "the budget"
-        warnings.warn(
+        warn_user(
             f"{type(self).__name__}: {budget} epsilon={self.epsilon}, delta={self.delta} funds {said}"
             + (". Pass epsilon= (and delta=) for your own budget" if self.default_budget else ""),
-            PrivacyNotice, stacklevel=4,
+            PrivacyNotice,
         )
 
     def _auto_tuner(self) -> DPAutoTune:
@@ -1043,12 +1147,12 @@ class DPKernel(MCMCKernel):
         sd = posterior_scale_guess(result.grad_clip, n, self.lik.dim, T)
         ratio = jump / sd
         if ratio < NOISE_LIMITED_RATIO:
-            warnings.warn(
+            warn_user(
                 f"{type(self).__name__}: at this budget the privacy noise limits each move to about {ratio:.2g} "
                 "of the posterior's scale (guessed from the private clip): expect slow mixing and few effective "
                 "samples. Spend more epsilon, run fewer iterations (the noise per iteration grows with their "
                 "square root) or use more rows (docs/tuning.md)",
-                SamplingWarning, stacklevel=4,
+                SamplingWarning,
             )
         return jump, sd
 
@@ -1084,12 +1188,11 @@ class DPKernel(MCMCKernel):
                                  per_iteration=list(self._per_iteration_events()), accountant=self.accountant,
                                  num_chains=self.num_chains, relation=self.relation)
         if self.num_iterations is not None and self._steps_allowed < self.num_iterations:
-            warnings.warn(
+            warn_user(
                 f"the budget (epsilon={self.epsilon}, delta={self.delta}) allows only "
                 f"{self._steps_allowed} iterations per chain over {self.num_chains} chain(s), "
                 f"fewer than num_iterations={self.num_iterations}",
                 BudgetExhaustedWarning,
-                stacklevel=3,
             )
 
     def _stop(self, cause: str):
@@ -1103,7 +1206,7 @@ class DPKernel(MCMCKernel):
             "and repeats its last state for every remaining iteration: discard the repeated tail "
             "(diagnostics()['private iterations'] says how many iterations are real)."
         )
-        warnings.warn(msg, BudgetExhaustedWarning, stacklevel=3)
+        warn_user(msg, BudgetExhaustedWarning)
         _logger.warning(msg)
 
     def sample(self, params):
@@ -1127,6 +1230,7 @@ class DPKernel(MCMCKernel):
             if self._plan is not None and not self._plan.fits(self._ledger, self._filed_counts, declared):
                 self._stop(self._plan.stop_cause(self._ledger, declared, len(self._chains)))
         if self._budget_exhausted:
+            self._ledger.end_iteration()  # an iteration that released nothing (the ε curve stays flat)
             return {k: v.clone() for k, v in self.lik.unravel(self._state_z(self._state)).items()}
         if pending_init:
             # private initialisation: reads the data through its own mechanism; each release is
@@ -1148,6 +1252,7 @@ class DPKernel(MCMCKernel):
                 f"internal error: {type(self).__name__} released {list(info.events)} but declared "
                 f"{dict(declared)} (recorded in the ledger; please report)"
             )
+        self._ledger.end_iteration()  # where this iteration's releases end (pyro_dp.privacy_report's curve)
         self._iteration += 1
         if self._iteration % HEAP_TRIM_EVERY == 0:  # bounded memory over long runs (pyro_dp.heap): a fixed,
             release_free_heap()  # data-free schedule
@@ -1235,7 +1340,13 @@ class DPKernel(MCMCKernel):
     def ledger(self) -> PrivacyLedger:
         """Every release of this kernel object: every chain of every ``mcmc.run``, in this
         process and in worker processes (merged back with their ``diagnostics()``)."""
-        return PrivacyLedger.merged(list(self._chains.values()) + [self._ledger], self.relation)
+        return PrivacyLedger.merged(self.chain_ledgers(), self.relation)
+
+    def chain_ledgers(self) -> list:
+        """The :class:`ChainLedger` of every chain of this kernel object, in the order
+        :attr:`ledger` merges them: the finished chains as they were filed (this process and
+        worker processes), then the chain in progress (empty between runs)."""
+        return list(self._chains.values()) + [self._ledger]
 
     def get_epsilon(self, delta: Optional[float] = None, accountant: Optional[str] = None) -> float:
         r"""Total ε spent so far by this kernel object, at ``delta``: every chain of every run,
@@ -1264,10 +1375,10 @@ class DPKernel(MCMCKernel):
                 cache[key] = math.inf
                 if not self.__dict__.get("_eps_failure_warned"):
                     self._eps_failure_warned = True
-                    warnings.warn(
+                    warn_user(
                         f"the accountant {self.accountant!r} could not compute epsilon for this run's ledger ({e}); "
                         "the progress bar and diagnostics() report inf. Compute it with "
-                        "kernel.get_epsilon(delta, accountant=...) and another accountant", UserWarning, stacklevel=3)
+                        "kernel.get_epsilon(delta, accountant=...) and another accountant", UserWarning)
         return cache[key]
 
     def _nonprivate(self) -> dict:
@@ -1337,7 +1448,7 @@ class DPKernel(MCMCKernel):
         warned = self.__dict__.setdefault("_diagnostics_warned", set())
         if (self._iteration, message) not in warned:
             warned.add((self._iteration, message))
-            warnings.warn(message, category, stacklevel=3)
+            warn_user(message, category)
 
     def _logged_epsilon(self) -> str:
         """ε for the progress bar, which Pyro asks for every iteration.
