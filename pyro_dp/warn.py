@@ -83,7 +83,11 @@ def warn_user(message, category: Type[Warning] = UserWarning, *, skip: Tuple[str
         frame = frame.f_back
     module_globals = frame.f_globals
     registry = module_globals.setdefault("__warningregistry__", {})
+    filename = frame.f_code.co_filename
+    # module_globals lets the warning show the source line through the module's loader; code run
+    # with `python -c` has no source file (its loader, BuiltinImporter, raises on get_source)
     warnings.warn_explicit(
-        message, category, frame.f_code.co_filename, frame.f_lineno,
-        module=module_globals.get("__name__", "<string>"), registry=registry, module_globals=module_globals,
+        message, category, filename, frame.f_lineno,
+        module=module_globals.get("__name__", "<string>"), registry=registry,
+        module_globals=module_globals if os.path.isfile(filename) else None,
     )
