@@ -454,10 +454,13 @@ class PrivateLikelihood(SetUpChecks):
             raise ValueError("the model has no data argument to evaluate rows on")
         return rows
 
-    def _isolated_loglik(self, z, idx=None) -> torch.Tensor:
-        """``[B]``: every row's (or rows ``idx``') term, each from that row alone."""
+    def _isolated_loglik(self, z, idx=None, robust: bool = True) -> torch.Tensor:
+        """``[B]``: every row's (or rows ``idx``') term, each from that row alone (rows whose
+        code raises bisected to NaN terms, or, with ``robust=False``, the exception raised)."""
         fn = vmap(self._row_term, in_dims=(None,) + (0,) * len(self.arguments.data_pos),
                   chunk_size=self.vmap_chunk_size)
+        if not robust:
+            return fn(z, *self._rows(idx))
         return robust_rows(lambda r: fn(z, *r), self._rows(idx),
                            lambda b: nan_like_rows(b, None, z.dtype, z.device))
 

@@ -341,3 +341,19 @@ def test_the_prior_and_the_start_are_computed_on_a_stand_in_never_the_data():
     starts = {tuple(PrivateLikelihood(_regression, (X, y2), seed=0).prototype_params["w"].tolist())
               for y2 in [y] + list(neighbours(y))}
     assert len(values) == 1 and len(starts) == 1
+
+
+def test_a_row_that_raises_runs_the_compiled_path_eagerly_with_the_same_values():
+    """A compiled graph would raise for the whole batch on a row whose code raises: such data
+    run eagerly (timing only), with the eager path's values."""
+    X, y = data()
+    g = _labels()
+    g[7] = 99
+    z = torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64)
+    eager = PrivateLikelihood(group_index, (X, g, y), seed=0)
+    jit = PrivateLikelihood(group_index, (X, g, y), seed=0, jit_compile=True, jit_options={"backend": "graph"})
+    assert same(jit.per_example_grad(z)[1], eager.per_example_grad(z)[1])
+    assert jit.compiled.num_compiled == 0
+    ok = PrivateLikelihood(group_index, (X, _labels(), y), seed=0, jit_compile=True, jit_options={"backend": "graph"})
+    ok.per_example_grad(z)
+    assert ok.compiled.num_compiled == 1
