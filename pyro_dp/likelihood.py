@@ -69,11 +69,13 @@ from torch.distributions import biject_to
 from torch.func import grad_and_value, vmap
 from torch.utils._pytree import tree_unflatten
 
-from .arguments import ModelArguments, model_arguments, tensor_arguments, with_tensors
+from .arguments import ModelArguments, model_arguments
+from .compiled import CompiledLikelihood
 from .isolation import (DECLARED_SUBSAMPLE, kernel_chooses_rows, nan_like_rows, robust_rows, support_rule,
                         vmap_safe_distributions)
-from .mechanisms import clip_and_sum
-from .setup_checks import SetUpChecks, _ancestors, on_stand_in, stand_in  # noqa: F401 - on_stand_in re-exported for tests
+from .mechanisms import ClippedSum, clip_and_sum
+from .coordinates import LikelihoodCoordinates
+from .setup_checks import SetUpChecks, on_stand_in, stand_in  # noqa: F401 - on_stand_in re-exported for tests
 
 __all__ = ["PrivateLikelihood"]
 
@@ -100,7 +102,7 @@ def _batch_shape(site) -> torch.Size:
 
 
 
-class PrivateLikelihood(SetUpChecks):
+class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates):
     r"""Private per-example terms of a Pyro model.
 
     :param model: a Pyro model whose observed sites all lie in one vectorised
@@ -197,8 +199,6 @@ class PrivateLikelihood(SetUpChecks):
         #: the compiled path (:class:`~pyro_dp.compiled.CompiledLikelihood`), or ``None`` (eager)
         self.compiled = None
         if jit_compile:
-            from .compiled import CompiledLikelihood  # compiled imports this module's helpers' modules, not this one
-
             self.compiled = CompiledLikelihood(self, jit_options, jit_cache)
 
     # the model's arguments, for code that reads them (the compiled path, stand-in contexts)
@@ -477,115 +477,6 @@ class PrivateLikelihood(SetUpChecks):
         state["_jit_cache"] = None  # the kernel object's shared cache (compiled graphs) stays in its process
         return state
 
-    # ------------------------------------------------------------------ the likelihood's coordinates (data-free)
-    @property
-    def likelihood_mask(self) -> Optional[torch.Tensor]:
-        r"""``[D]`` 0/1 in the chain's dtype: the coordinates of the latent sites the per-example
-        log-likelihood depends on; ``None`` when it depends on every site (or when that cannot
-        be determined): a site that enters only the prior, such as a hierarchical model's
-        population mean and scale, is not one of them. **Data-free** (:meth:`likelihood_sites`).
-
-        The kernels use it in two places, both safe whatever the mask says: the norm of a
-        move in the ratio clip, :meth:`jump_norm` (the clip is applied to the released ratios,
-        so their sensitivity is what the noise assumes), and the released gradients,
-        :meth:`project` (post-processing of a release).
-
-        >>> import torch, pyro, pyro.distributions as dist
-        >>> def model(y):
-        ...     mu = pyro.sample("mu", dist.Normal(0., 5.))
-        ...     theta = pyro.sample("theta", dist.Normal(mu, 1.))  # mu enters only theta's prior
-        ...     with pyro.plate("data", len(y)) as i:
-        ...         pyro.sample("obs", dist.Normal(theta, 1.), obs=y[i])
-        >>> PrivateLikelihood(model, (torch.zeros(4),), seed=0).likelihood_mask
-        tensor([0., 1.])
-        """
-        if not hasattr(self, "_likelihood_mask"):
-            sites = self.likelihood_sites()
-            mask = None
-            if sites is not None and set(sites) != set(self.latent_names):
-                mask = torch.cat([torch.full((self._sizes[n],), float(n in sites), dtype=self.dtype,
-                                             device=self.device) for n in self.latent_names])
-            self._likelihood_mask = mask
-        return self._likelihood_mask
-
-    def likelihood_sites(self) -> Optional[Tuple[str, ...]]:
-        r"""The latent sites the per-example log-likelihood depends on, from the model's code and
-        the shapes of its arguments only, or ``None`` if that cannot be determined.
-
-        The log-likelihood of the observed sites in the data plate is traced into a graph
-        (:func:`torch.fx.experimental.proxy_tensor.make_fx`) with every latent site a separate
-        input and the model's tensor arguments as **fake tensors** (a shape, a dtype and a
-        device, no values, as the compiled path traces them: ``docs/performance.md``); a site
-        belongs to the likelihood when its input is an ancestor of the output. No value of the
-        data exists during the trace, so the answer cannot depend on one. ``None`` (every site
-        counts, as before) when the trace fails (a branch on a value), or when an observed
-        value is not a fake tensor (data read from the model's closure, whose values the
-        trace would see)."""
-        cache = self._jit_cache if self._jit_cache is not None else {}
-        key = self._check_key("likelihood_sites") + (tuple(tuple(self._shapes[n]) for n in self.latent_names),)
-        if key not in cache:
-            cache[key] = self._trace_likelihood_sites()
-        return cache[key]
-
-    def _trace_likelihood_sites(self) -> Optional[Tuple[str, ...]]:
-        from torch._subclasses.fake_tensor import is_fake
-        from torch.fx.experimental.proxy_tensor import make_fx
-
-        leaves, spec, pos = tensor_arguments(self.model_args, self.model_kwargs)
-        data, names = [leaves[i] for i in pos], self.latent_names
-
-        def loglik(*inputs):
-            args, kwargs = with_tensors(leaves, spec, pos, inputs[: len(data)])
-            values = {n: self.transforms[n].inv(u) for n, u in zip(names, inputs[len(data):])}
-            with poutine.block():
-                tr = self._run(values, args, kwargs)
-                if not all(is_fake(tr.nodes[n]["value"]) for n in self.observed_names):
-                    raise ValueError("an observed value is not a model argument")  # closure data: see docstring
-                return self._observed_terms(tr)
-
-        units = [self.prototype_params[n] for n in names]
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                graph = make_fx(loglik, tracing_mode="fake", _allow_non_fake_inputs=True)(*data, *units)
-        except Exception:  # noqa: BLE001 - undetermined: every site counts (no change)
-            return None
-        placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
-        site_of = {node: name for node, name in zip(placeholders[len(data):], names)}
-        seen = _ancestors(n for n in graph.graph.nodes if n.op == "output")
-        return tuple(n for node, n in site_of.items() if node in seen)
-
-    def jump_norm(self, z_new: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        r""":math:`\|m\odot(\theta'-\theta)\|` with :math:`m` = :attr:`likelihood_mask` (all ones when
-        ``None``): the length of a move as the per-example log-likelihood sees it, which scales
-        the ratio clip :math:`b\|\theta'-\theta\|` of the penalty kernels (Räisä 2021 thesis
-        §3.1, Thm 11). A move in sites that enter only the prior changes no row's likelihood:
-        its ratios are exactly zero, and so is its clip and noise. Privacy does not rest on the
-        mask being right: the ratios are clipped to this bound, whatever they are.
-
-        >>> import torch
-        >>> from pyro_dp.models.examples import normal_mean_model as model
-        >>> lik = PrivateLikelihood(model, (torch.tensor([0.0, 3.0]),), seed=0)
-        >>> float(lik.jump_norm(torch.tensor([3.0]), torch.tensor([-1.0])))
-        4.0
-        """
-        mask = self.likelihood_mask
-        return torch.linalg.vector_norm(z_new - z if mask is None else (z_new - z) * mask)
-
-    def project(self, released: torch.Tensor) -> torch.Tensor:
-        r"""A released sum of per-example gradients (noise added) restricted to
-        :attr:`likelihood_mask`'s coordinates: in the others the clipped sum is exactly zero
-        (no row's likelihood depends on them) and what was released there is noise alone.
-        Post-processing of the release, so private whatever the mask; unchanged when ``None``.
-
-        >>> import torch
-        >>> from pyro_dp.models.examples import normal_mean_model as model
-        >>> PrivateLikelihood(model, (torch.tensor([0.0, 3.0]),), seed=0).project(torch.tensor([0.7]))
-        tensor([0.7000])
-        """
-        mask = self.likelihood_mask
-        return released if mask is None else released * mask
-
     def _check_idx(self, idx):
         if idx is None:
             return None
@@ -774,7 +665,7 @@ class PrivateLikelihood(SetUpChecks):
         ll_new, lp_new = self._eager_loglik_and_prior(z_new, idx)
         return ll_new, lp_new, clip_and_sum(ll_new - ll_old, clip)
 
-    def clipped_difference_sum(self, ll_new: torch.Tensor, ll_old: torch.Tensor, clip) -> "pyro_dp.mechanisms.ClippedSum":
+    def clipped_difference_sum(self, ll_new: torch.Tensor, ll_old: torch.Tensor, clip) -> ClippedSum:
         r"""The per-example log-likelihood ratios ``ll_new - ll_old`` (both computed by this
         likelihood for the same rows) passed through :func:`~pyro_dp.mechanisms.clip_and_sum`
         (the per-row rule, the clip to ``[-clip, clip]`` and the sum), for

@@ -140,6 +140,7 @@ class SetUpChecks:
         checked.
 
         >>> import torch, pyro, pyro.distributions as dist
+        >>> from pyro_dp.likelihood import PrivateLikelihood
         >>> def model(y):
         ...     mu = pyro.sample("mu", dist.Normal(y.mean(), 5.))  # a prior centred on the data
         ...     with pyro.plate("data", len(y)):
@@ -268,6 +269,7 @@ class SetUpChecks:
         isolation would run another model than the one written, so set-up refuses it.
 
         >>> import torch, pyro, pyro.distributions as dist
+        >>> from pyro_dp.likelihood import PrivateLikelihood
         >>> def model(y):
         ...     mu = pyro.sample("mu", dist.Normal(0., 5.))
         ...     with pyro.plate("data", len(y)):

@@ -64,13 +64,12 @@ def test_the_mask_never_depends_on_data_values(monkeypatch):
     """A model whose likelihood reads ``mu`` or ``nu`` depending on the data: the trace has no
     data values (fake tensors), so it cannot take the branch and the answer is "undetermined"
     (every site counts) for any data; so is data read from the model's closure, whose values a
-    trace would see. (The branch on ``y.sum()`` makes every row's term depend on every row, so
-    set-up refuses the model, ``tests/test_one_row_one_term.py``; that check is switched off
-    here to test the mask on its own.)"""
+    trace would see. (Set-up refuses both models since #38 — a Python value of the data, data
+    that are not arguments — and that check is switched off here to test the mask on its own.)"""
     y = torch.ones(10)
-    with pytest.raises(ValueError, match="depends on other rows' data"):
+    with pytest.raises(ValueError, match="needs a Python value of its data"):
         PrivateLikelihood(_branching_on_data, (y,), seed=0)
-    monkeypatch.setattr(PrivateLikelihood, "_check_rows_independent", lambda self, cache: None)
+    monkeypatch.setattr(PrivateLikelihood, "_check_isolation", lambda self, cache: None)
     for d in (y, -y):
         lik = PrivateLikelihood(_branching_on_data, (d,), seed=0)
         assert lik.likelihood_sites() is None and lik.likelihood_mask is None
