@@ -233,7 +233,7 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates):
                 with _forked_rng(0), mode, poutine.block(), kernel_chooses_rows(), pyro.validation_enabled(False), \
                         stand_in(), warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    trace = poutine.trace(InitMessenger(init_to_sample)(self.model)).get_trace(*args, **kwargs)
+                    trace = poutine.trace(InitMessenger(self._init_strategy)(self.model)).get_trace(*args, **kwargs)
             except Exception as e:  # noqa: BLE001 - decided on fakes / zeros: data-free
                 errors.append(e)
                 continue

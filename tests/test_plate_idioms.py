@@ -33,14 +33,26 @@ def test_poutine_mask_is_the_supported_way_for_missing_values():
 
 
 def test_nested_plates_state_the_privacy_unit():
+    def model(y):  # y: [rows, groups]
+        mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=F64), 1.0))
+        with pyro.plate("rows", y.shape[0], dim=-2) as i, pyro.plate("groups", y.shape[1], dim=-1):
+            pyro.sample("y", dist.Normal(mu, 1.0), obs=y[i])
+
+    with pytest.warns(UserWarning, match=r"privacy unit .* plate 'rows' across all of \['groups'\]"):
+        lik = PrivateLikelihood(model, (torch.zeros(5, 3, dtype=F64),), data_plate="rows", seed=0)
+    assert lik.num_rows == 5 and lik.per_example_loglik(torch.zeros(1, dtype=F64)).shape == (5,)
+
+
+def test_data_with_the_rows_in_a_later_dimension_are_refused():
+    """Since #38 each row's term is computed from its slice of every data argument, along the
+    first dimension: data laid out [groups, rows] are refused with what to do."""
     def model(y):  # y: [groups, rows]
         mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=F64), 1.0))
         with pyro.plate("groups", y.shape[0], dim=-2), pyro.plate("rows", y.shape[1], dim=-1) as i:
             pyro.sample("y", dist.Normal(mu, 1.0), obs=y[:, i])
 
-    with pytest.warns(UserWarning, match=r"privacy unit .* plate 'rows' across all of \['groups'\]"):
-        lik = PrivateLikelihood(model, (torch.zeros(3, 5, dtype=F64),), data_plate="rows", seed=0)
-    assert lik.num_rows == 5 and lik.per_example_loglik(torch.zeros(1, dtype=F64)).shape == (5,)
+    with pytest.raises(ValueError, match="N = 5 entries in a later dimension"):
+        PrivateLikelihood(model, (torch.zeros(3, 5, dtype=F64),), data_plate="rows", seed=0)
 
 
 def test_a_single_plate_does_not_warn(recwarn):
@@ -76,7 +88,7 @@ def _pyro_subsample(y):
 def test_subsampling_idioms_evaluate_the_rows_the_kernel_chooses(model):
     y = torch.randn(50, dtype=F64, generator=torch.Generator().manual_seed(0))
     ref, lik = PrivateLikelihood(_plain, (y,), seed=0), PrivateLikelihood(model, (y,), seed=0)
-    assert lik.num_rows == 50 and lik.declared_subsample_size == 10 and lik.row_access == "index"
+    assert lik.num_rows == 50 and lik.declared_subsample_size == 10 and lik.row_access == "isolated"
     z, idx = torch.tensor([0.3], dtype=F64), torch.tensor([1, 4, 7, 30])
     assert torch.equal(lik.per_example_loglik(z), ref.per_example_loglik(z))  # all 50 rows, unscaled
     for u, v in zip(lik.per_example_grad(z, idx), ref.per_example_grad(z, idx)):

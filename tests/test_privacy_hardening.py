@@ -337,6 +337,8 @@ def test_no_module_outside_mechanisms_draws_release_randomness():
         "experiments/": "synthetic data and starting points",
         "demo.py": "synthetic data",
         "likelihood.py": "prior draws through Pyro's init strategy",
+        "arguments.py": "stand-in data of the set-up checks, from a fixed-seed generator (never the data)",
+        "setup_checks.py": "a data-free point for the set-up checks, from a fixed-seed generator",
         "kernels/expfam.py": "set-up check of the family on rows simulated from the model (forked RNG)",
     }
     pattern = re.compile(r"torch\.(randn|rand|randint|randperm|poisson|binomial|multinomial|normal)\(|"
@@ -521,10 +523,11 @@ def test_a_nonfinite_row_shows_nothing_but_its_releases(kernel_name, jit):
         assert bool(torch.isfinite(s).all()) and len({tuple(r) for r in s.reshape(len(s), -1).tolist()}) > 1
 
 
-def test_nonfinite_data_given_by_condition_raise_nothing():
-    """Finding 8 was fixed by refusing NaN data reaching the model through ``poutine.condition``
-    (an exception that depends on one row); such data now go through the per-row rule, and the
-    chain moves on D' as on D."""
+def test_data_given_by_condition_are_refused_the_same_way_on_any_data():
+    """Finding 8: NaN data reaching the model through ``poutine.condition`` once raised on D'
+    only. Since #38 data given by ``condition`` (not arguments) are refused at set-up, the same
+    way whatever they hold, before any release; as arguments they go through the per-row rule
+    and the chain moves on D' as on D."""
     y = make_data(20)
 
     def model():
@@ -532,17 +535,28 @@ def test_nonfinite_data_given_by_condition_raise_nothing():
         with pyro.plate("data", 20):
             pyro.sample("obs", dist.Normal(mu, 1.0))
 
-    ledgers = []
+    def as_argument(y):
+        mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=F64), 1.0))
+        with pyro.plate("data", len(y)):
+            pyro.sample("obs", dist.Normal(mu, 1.0), obs=y)
+
+    ledgers, refusals = [], set()
     for bad in (None, float("nan"), float("inf")):
         yb = y.clone()
         if bad is not None:
             yb[3] = bad
         k = pyro_dp.DPPenalty(poutine.condition(model, data={"obs": yb}), 0.1, llr_clip=1.0, noise_multiplier=5.0,
                               seed=0, noise_seed=0)
+        with pytest.raises(ValueError) as e:
+            MCMC(k, num_samples=30, warmup_steps=0, disable_progbar=True).run()
+        refusals.add(str(e.value))
+        assert not k.ledger
+        k = pyro_dp.DPPenalty(as_argument, 0.1, llr_clip=1.0, noise_multiplier=5.0, seed=0, noise_seed=0)
         mcmc = MCMC(k, num_samples=30, warmup_steps=0, disable_progbar=True)
-        mcmc.run()
+        mcmc.run(yb)
         assert mcmc.diagnostics()["acceptance rate"]["chain 0"] > 0.1
         ledgers.append(k.ledger.labelled_entries())
+    assert len(refusals) == 1 and "no data argument" in refusals.pop()
     assert ledgers[0] == ledgers[1] == ledgers[2]
 
 
