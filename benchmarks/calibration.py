@@ -68,14 +68,16 @@ def cases(accountant):
     # (label, rows, kernel); step_size 1.0 makes the Langevin noise negligible: calibration decides
     for n, b, k, rel in ((10_000, 100, 300, "add_remove"), (10_000, 100, 1000, "add_remove"),
                          (10_000, 100, 1000, "substitute"), (1000, 100, 200, "add_remove")):
+        public = dict(public_num_rows=n) if rel == "add_remove" else {}  # add/remove reads no N (#38)
         yield (f"DPSGLD {rel} q={b / n:g} T={k}", n,
-               DPSGLD(model, b, 1.0, 1.0, relation=rel, num_iterations=k, **kw))
+               DPSGLD(model, b, 1.0, 1.0, relation=rel, num_iterations=k, **public, **kw))
     # a small step: the Langevin noise alone is private enough; the budget search runs long
     yield ("DPSGLD substitute q=0.01 T=1000, Langevin nm", 10_000,
            DPSGLD(model, 100, 1e-4, 1.0, relation="substitute", num_iterations=1000, **kw))
     # Heikkilä et al.'s GMM settings (quick): the Langevin noise (nm ~ 9.4) allows ~7.5e5 steps
     yield ("DPSGLD add_remove q=0.005 T=400, Langevin nm", 20_000,
-           DPSGLD(model, 100, 5e-3, 3.0, temperature=100 / 20_000, num_iterations=400, **kw))
+           DPSGLD(model, 100, 5e-3, 3.0, temperature=100 / 20_000, num_iterations=400, relation="add_remove",
+                  public_num_rows=20_000, **kw))
     yield ("DPMinibatchPenalty poisson q=0.1 T=1000", 1000,
            DPMinibatchPenalty(model, 100, 0.03, llr_clip=5.0, num_iterations=1000, **kw))
 

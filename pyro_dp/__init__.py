@@ -20,10 +20,11 @@ from .kernels import (
     DPSGLD,
     DPSGNHT,
 )
-from .arviz import to_arviz
+from .arviz import PrivateDataWarning, to_arviz
 from .checks import SamplingWarning, check_run
 from .likelihood import PrivateLikelihood
 from .mechanisms import PrivacyLedger
+from .report import PrivacyReport, privacy_report
 from .run import get_epsilon, get_ledger
 
 __version__ = "0.1.0"
@@ -50,4 +51,13 @@ __all__ = [
     "check_run",
     "SamplingWarning",
     "to_arviz",
+    "PrivateDataWarning",
+    "privacy_report",
+    "PrivacyReport",
 ]
+
+# az.from_pyro on a pyro_dp run warns that it copies the raw data (pyro_dp/arviz.py); installed
+# lazily: arviz is imported only if and when the user imports it
+from .arviz import _install_from_pyro_guard  # noqa: E402
+
+_install_from_pyro_guard()

@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import contextlib
 import math
-import warnings
 from typing import List
 
 import pyro.ops.stats as _pyro_stats
 import torch
 from pyro.ops.stats import effective_sample_size, split_gelman_rubin
+
+from .warn import warn_user
 
 __all__ = ["SamplingWarning", "check_run", "chain_problems", "linear_memory_ess"]
 
@@ -222,5 +223,5 @@ def check_run(mcmc, *, rhat_threshold: float = 1.05, min_ess: float = 50.0, star
             problems.append(f"effective sample size below {min_ess:g}: {', '.join(bad_ess)}; run longer")
     if warn:
         for p in problems:
-            warnings.warn(p, SamplingWarning, stacklevel=2)
+            warn_user(p, SamplingWarning)
     return problems

@@ -59,7 +59,7 @@ from typing import Callable, Dict, Optional, Tuple
 import torch
 from torch.utils._pytree import tree_flatten
 
-from .likelihood import _model_arguments, _tensor_arguments, _with_tensors
+from .arguments import model_arguments as _model_arguments, tensor_arguments as _tensor_arguments, with_tensors as _with_tensors
 from .mechanisms import ClippedSum, clip_and_sum, clip_and_sum_columns, clip_scalars
 
 __all__ = ["CompileFallbackWarning", "CompiledLikelihood", "bucket_size", "hoist_broadcasts", "CHUNK_ELEMENTS", "FORWARD_MAX_DIM",
@@ -477,7 +477,7 @@ class CompiledLikelihood:
     def __getstate__(self):
         # compiled graphs cannot be pickled: a copy (a worker process) rebuilds them lazily
         state = self.__dict__.copy()
-        state["cache"], state["_first_call_pending"] = {}, set()
+        state["cache"], state["_first_call_pending"], state["_raises"] = {}, set(), None
         for key in ("_spec", "_leaves", "_data", "_tensor_pos", "_runs"):
             state[key] = None  # rebuilt from the likelihood's arguments on first use
         return state
@@ -485,7 +485,28 @@ class CompiledLikelihood:
     def _get(self, name: str, fn: Callable, inputs: tuple, bucket=None, key=None) -> Optional[Callable]:
         if self._spec is None:
             self._flatten_args()
+        if self._a_row_raises():
+            return None
         return self._get_graph(name, fn, inputs, bucket, key)
+
+    def _a_row_raises(self) -> bool:
+        """Whether the model's own code raises on some row of this likelihood's data (a group id
+        used as an index out of range), at the start. The eager path bisects such rows to the
+        per-row rule (:func:`~pyro_dp.isolation.robust_rows`); a compiled graph would raise for
+        the whole batch, so such data run eagerly: the same values and releases, only slower.
+        Asked once per likelihood (one eager pass over the rows); what it changes is timing
+        alone, which is outside the threat model (``docs/privacy.md``). A row that raises only at
+        other points of the chain is not foreseen (documented)."""
+        if getattr(self, "_raises", None) is None:
+            lik = self.lik
+            z = lik.flatten(lik.prototype_params)
+            try:
+                with torch.no_grad():
+                    lik._isolated_loglik(z, robust=False)
+                self._raises = False
+            except Exception:  # noqa: BLE001 - some row raises: eager for this data (timing only)
+                self._raises = True
+        return self._raises
 
     def _key(self, name: str, inputs: tuple, bucket=None) -> tuple:
         """The cache key of ``name`` on ``inputs``: the function, the bucket, every input's

@@ -10,6 +10,7 @@ Run it with ``pyro-dp demo`` (or ``python -m pyro_dp demo``).
 """
 from __future__ import annotations
 
+import textwrap
 import time
 import warnings
 from typing import Optional
@@ -36,9 +37,10 @@ def run_demo(
 ) -> dict:
     """Run DPPenalty (OCU + guided walk, calibrated to ``(epsilon, delta)``) and NUTS.
 
-    Returns a dict with the DP and reference posterior means/sds and the ε spent.
+    Returns a dict with the DP and reference posterior means/sds, the ε spent and the run's
+    :func:`~pyro_dp.privacy_report` (``"privacy_report"``), whose paragraph it prints last.
     """
-    from . import DPPenalty, get_epsilon
+    from . import DPPenalty, get_epsilon, privacy_report
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     X, y, w_true = make_logistic_data(n, seed=seed, device=device)
@@ -96,4 +98,9 @@ def run_demo(
         f"{result['acceptance']:.2f}, {t_dp:.1f} s"
     )
     out(f"privacy spent: epsilon = {eps:.4f} at delta = {delta} (tight Gaussian accountant, all chains)")
+    report = result["privacy_report"] = privacy_report(mcmc, delta=delta)
+    out("")
+    out("The privacy statement to publish with the samples (pyro_dp.privacy_report(mcmc); export the samples with "
+        "pyro_dp.to_arviz(mcmc), which holds no data):")
+    out(textwrap.fill(str(report), 100))
     return result

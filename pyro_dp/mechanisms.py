@@ -40,12 +40,14 @@ from __future__ import annotations
 import functools
 import math
 import secrets
-import warnings
+import warnings  # noqa: F401 (the doctests use it)
 from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
+
+from .warn import warn_user
 
 __all__ = [
     "RELATIONS",
@@ -496,6 +498,16 @@ class NoiseSource:
     :param device: device the noise is drawn on (a generator is device-bound).
     :param bool warn: warn when ``seed`` is given (default ``True``).
 
+    **Copies** (``copy.deepcopy``, a pickle round trip, e.g. of a kernel mid-run) never carry
+    the secret stream: an OS-seeded source is reseeded from OS entropy in the copy, and its
+    pickle holds no generator state at all, so a copy cannot draw the original's next
+    normals (two copies run on neighbouring data sets would otherwise release with the same
+    noise, and the difference of their releases is one row's noise-free term). An explicitly
+    ``seed``-ed source (the test option: whoever knows the seed can replay it anyway) is
+    copied with its state, so a copy of a seeded test stream continues it exactly — the
+    reproducibility the test option exists for. Checkpoints of the test option carry the
+    state explicitly (:meth:`get_state`, :meth:`set_state`).
+
     >>> import warnings
     >>> with warnings.catch_warnings():
     ...     warnings.simplefilter("ignore", ReproducibleNoiseWarning)
@@ -512,12 +524,13 @@ class NoiseSource:
         if self.secure_mode and seed is not None:
             raise ValueError("secure_mode=True draws its seed from the OS: do not pass a noise seed")
         if seed is not None and warn:
-            warnings.warn(
+            warn_user(
                 "privacy noise and batch selection are seeded: anyone who knows the seed can replay the "
                 "noise and remove it from every released value. Use this for tests only.",
                 ReproducibleNoiseWarning,
-                stacklevel=3,
             )
+        #: ``True`` for the test option (an explicit ``seed``): the only stream a copy continues
+        self.seeded = seed is not None
         self.generator = torch.Generator(device=self.device)
         if seed is None:  # the whole generator state from os.urandom (not a 32-bit CPU seed)
             seed_from_os(self.generator)
@@ -576,20 +589,40 @@ class NoiseSource:
         u = torch.rand(tuple(shape), generator=self.generator, dtype=torch.float64, device=self.device)
         return u.to(dtype=like.dtype, device=like.device)
 
-    # torch.Generator is not picklable: carry its state instead (needed for
-    # ``MCMC(num_chains>1)`` with a "spawn" context, which pickles kernels).
+    # ------------------------------------------------------------ copies and checkpoints
+    def get_state(self) -> torch.Tensor:
+        """The generator's state, for a checkpoint of the seeded test option only (an OS-seeded
+        stream's state is the secret: refused)."""
+        if not self.seeded:
+            raise RuntimeError("the secret stream's state never leaves the NoiseSource: only a seeded test stream "
+                               "(noise_seed) can be saved")
+        return self.generator.get_state()
+
+    def set_state(self, state: torch.Tensor) -> None:
+        """Continue a seeded test stream from :meth:`get_state`."""
+        self.generator.set_state(state)
+        self.seeded = True
+
+    # torch.Generator is not picklable, and the secret stream must not travel: a copy
+    # (``copy.deepcopy``, pickle) of an OS-seeded source is reseeded from OS entropy; only the
+    # seeded test stream carries its state (class docstring).
     def __getstate__(self):
         return {
             "secure_mode": self.secure_mode,
             "device": str(self.device),
-            "state": self.generator.get_state(),
+            "seeded": self.seeded,
+            "state": self.generator.get_state() if self.seeded else None,
         }
 
     def __setstate__(self, state):
         self.secure_mode = state["secure_mode"]
         self.device = torch.device(state["device"])
         self.generator = torch.Generator(device=self.device)
-        self.generator.set_state(state["state"])
+        self.seeded = bool(state.get("seeded", False)) and state.get("state") is not None
+        if self.seeded:
+            self.generator.set_state(state["state"])
+        else:  # the copy's own secret stream, from os.urandom
+            seed_from_os(self.generator)
         self.shards = None  # a process group does not travel: the kernel's setup() sets it again
 
 

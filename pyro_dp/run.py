@@ -7,12 +7,12 @@ are filed with it (:class:`~pyro_dp.kernels.base.ChainLedger`).
 """
 from __future__ import annotations
 
-import warnings
 from typing import Optional
 
 from .accounting import DEFAULT_ACCOUNTANT, get_accountant
 from .kernels.base import BudgetExhaustedWarning, DPKernel
 from .mechanisms import PrivacyLedger
+from .warn import warn_user
 
 __all__ = ["get_ledger", "get_epsilon"]
 
@@ -90,10 +90,9 @@ def get_epsilon(mcmc, delta: float, accountant: Optional[str] = None) -> float:
     kernel = mcmc.kernel
     budget = getattr(kernel, "epsilon", None)
     if budget is not None and eps > budget * (1 + 1e-9) and getattr(kernel, "delta", None) == delta:
-        warnings.warn(
+        warn_user(
             f"this run spent epsilon={eps:.4g} > the kernel's budget {budget} "
             f"(please report: the kernel enforces its budget on this ledger)",
             BudgetExhaustedWarning,
-            stacklevel=2,
         )
     return eps

@@ -56,11 +56,80 @@ def test_to_arviz_has_no_data_and_arviz_tools_run(name):
 
 
 def test_from_pyro_works_and_copies_the_raw_data():
-    """Why to_arviz exists: ArviZ's own converter publishes the private rows."""
+    """Why to_arviz exists: ArviZ's own converter publishes the private rows. On a pyro_dp run
+    it now warns (at the caller's line) and marks the result (#42)."""
     mcmc, y = _run("penalty")
-    idata = az.from_pyro(mcmc)
+    with pytest.warns(pyro_dp.PrivateDataWarning, match="RAW PRIVATE DATA") as caught:
+        idata = az.from_pyro(mcmc)
+    assert [w.filename for w in caught if w.category is pyro_dp.PrivateDataWarning] == [__file__]
     assert "observed_data" in idata.groups()
     np.testing.assert_array_equal(idata.observed_data["obs"].values, y.numpy())
+    assert "not covered by epsilon" in idata.attrs["pyro_dp_private_data"]
+
+
+def test_from_pyro_warning_check_has_power(monkeypatch):
+    """Mutant: ArviZ's converter unguarded: the run converts without a PrivateDataWarning, so the
+    pytest.warns above would fail."""
+    from arviz.data import io_pyro
+
+    monkeypatch.setattr(io_pyro.PyroConverter, "to_inference_data",
+                        io_pyro.PyroConverter.to_inference_data.__wrapped__)
+    mcmc, _ = _run("penalty")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        idata = az.from_pyro(mcmc)
+    assert not [w for w in caught if w.category is pyro_dp.PrivateDataWarning]
+    assert "pyro_dp_private_data" not in idata.attrs
+
+
+def test_from_pyro_refuses_under_an_error_filter_and_leaves_other_kernels_alone():
+    from arviz.data import io_pyro
+    from pyro.infer import NUTS
+
+    from pyro_dp.models.examples import normal_mean_model
+
+    mcmc, _ = _run("penalty")
+    converted = []
+    real = io_pyro.PyroConverter.posterior_to_xarray
+    with warnings.catch_warnings(), pytest.MonkeyPatch.context() as m:
+        warnings.simplefilter("error", pyro_dp.PrivateDataWarning)
+        m.setattr(io_pyro.PyroConverter, "posterior_to_xarray", lambda self: converted.append(1) or real(self))
+        with pytest.raises(pyro_dp.PrivateDataWarning):
+            az.from_pyro(mcmc)
+    assert not converted  # refused before anything was converted
+    nuts = MCMC(NUTS(normal_mean_model), num_samples=5, warmup_steps=5, disable_progbar=True)
+    nuts.run(torch.zeros(5))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pyro_dp.PrivateDataWarning)
+        idata = az.from_pyro(nuts)  # not a pyro_dp run: untouched
+    assert "pyro_dp_private_data" not in idata.attrs
+
+
+def test_from_pyro_is_guarded_whichever_is_imported_first():
+    """pyro_dp first (as in this process, where conftest imports it): a finder waited for
+    arviz.data.io_pyro and removed itself; ArviZ first (a fresh process): guarded at once."""
+    import subprocess
+    import sys
+
+    from arviz.data import io_pyro
+
+    import pyro_dp.arviz as guard
+
+    assert io_pyro.PyroConverter.to_inference_data._pyro_dp_guard and guard._FINDER not in sys.meta_path
+    code = ("import warnings; warnings.simplefilter('ignore')\nimport arviz\nimport pyro_dp\n"
+            "from arviz.data import io_pyro\nprint(io_pyro.PyroConverter.to_inference_data._pyro_dp_guard)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         cwd=str(__import__("pathlib").Path(__file__).parent.parent))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["True"]
+
+
+def test_to_arviz_carries_the_privacy_report():
+    mcmc, _ = _run("hmc")
+    idata = pyro_dp.to_arviz(mcmc)
+    report = pyro_dp.PrivacyReport.from_json(idata.attrs["privacy_report"])
+    assert report == pyro_dp.privacy_report(mcmc, delta=mcmc.kernel.reference_delta)
+    assert report.epsilon == idata.attrs["epsilon"]
 
 
 def test_to_arviz_refuses_a_non_pyro_dp_run():

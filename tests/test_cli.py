@@ -14,6 +14,8 @@ def test_demo_quick_end_to_end():
     assert res["epsilon"] <= 4.0 + 1e-9
     text = "\n".join(lines)
     assert "privacy spent: epsilon" in text and "w[2]" in text
+    assert res["privacy_report"].epsilon == res["epsilon"]  # the demo ends with the statement to publish
+    assert "differential privacy under the substitute-one" in " ".join(text.split())
 
 
 def test_cli_version_and_help(capsys):

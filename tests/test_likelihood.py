@@ -74,7 +74,7 @@ def test_usual_idiom_is_evaluated_by_slicing_its_arguments(y64):
     per-row gradient path by slicing the row-aligned arguments; same values as indexing."""
     a = PrivateLikelihood(gauss_model, (y64,), seed=0)
     b = PrivateLikelihood(gauss_model_unindexed, (y64,), seed=0)
-    assert (a.row_access, b.row_access) == ("index", "slice") and b.indexable
+    assert (a.row_access, b.row_access) == ("isolated", "isolated") and b.indexable
     z = torch.tensor([0.3, 0.2], dtype=torch.float64)
     for idx in (None, torch.tensor([4, 0, 9])):
         for f in ("loglik_and_prior", "per_example_grad"):
@@ -83,10 +83,11 @@ def test_usual_idiom_is_evaluated_by_slicing_its_arguments(y64):
 
 
 def test_per_example_grad_matches_autograd_and_fallback(y64):
+    """A plate sized by an int argument equal to N: each row is evaluated with it set to 1
+    (pyro_dp.arguments), so this model gets the same per-row path and values as the indexed one."""
     lik = PrivateLikelihood(gauss_model, (y64,), seed=0)
-    with pytest.warns(UserWarning, match="does not index its data"):
-        lik2 = PrivateLikelihood(gauss_model_fixed_size, (y64, len(y64)), seed=0)
-    assert lik._indexable and not lik2._indexable and lik2.row_access is None
+    lik2 = PrivateLikelihood(gauss_model_fixed_size, (y64, len(y64)), seed=0)
+    assert lik2.arguments.describe()["row count"] == ["argument 1"]
     z = torch.tensor([0.3, 0.2], dtype=torch.float64)
     ll, g = lik.per_example_grad(z)
     ll2, g2 = lik2.per_example_grad(z)
@@ -96,8 +97,7 @@ def test_per_example_grad_matches_autograd_and_fallback(y64):
         s = torch.exp(zz[1])
         dist.Normal(zz[0], s).log_prob(y64[i]).backward()
         assert torch.allclose(g[i], zz.grad)
-    with pytest.raises(ValueError, match="indexes its data"):
-        lik2.per_example_loglik(z, torch.tensor([0]))
+    assert torch.allclose(lik2.per_example_loglik(z, torch.tensor([17])), ll[17:18])
 
 
 def test_float32_logistic_subset():
@@ -230,7 +230,6 @@ def test_forward_mode_gradients_keep_a_float32_models_dtype():
     want = PrivateLikelihood(model, (y, 50), seed=0).per_example_grad(z)[1]
     for extra in ({}, dict(jit_compile=True, jit_options={"backend": "graph"})):
         lik = PrivateLikelihood(model, (y.float(), 50), seed=0, **extra)
-        assert not lik.indexable
         g = lik.per_example_grad(z.float())[1]
         assert g.dtype == torch.float32
         torch.testing.assert_close(g.double(), want, rtol=1e-5, atol=1e-5)

@@ -390,8 +390,9 @@ def test_unsupported_relation_is_refused_in_init(make):
 
 
 def test_sg_kernels_support_both_relations():
-    for rel in ("add_remove", "substitute"):
-        assert pyro_dp.DPSGLD(gauss_model, 20, 1e-3, 1.0, relation=rel).relation == rel
+    # add/remove only with a stated public row count (#38: N is private under add/remove)
+    for rel, extra in (("add_remove", dict(public_num_rows=100)), ("substitute", {})):
+        assert pyro_dp.DPSGLD(gauss_model, 20, 1e-3, 1.0, relation=rel, **extra).relation == rel
 
 
 # ---------------------------------------------------------------------------- finding 7

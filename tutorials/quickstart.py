@@ -293,9 +293,45 @@ except ImportError:
     print("matplotlib is not installed: no figure (pip install -e '.[tutorials]')")
 
 # %% [markdown]
+# ## 8. Publish: the privacy statement and the samples
+#
+# What you publish is the posterior, the privacy statement and perhaps the chain.
+# `pyro_dp.privacy_report(mcmc)` gathers the statement in one object: ε at your δ, the
+# neighbouring relation and the accountant, the releases grouped by what they were for
+# (here the 50 steps of the private start, then the sampler's iterations), each chain and
+# the total (the same number as `get_epsilon`), the budget against what was spent, and
+# how ε grew over the iterations. Printed, it is a paragraph you can paste into a paper (ε
+# rounded up); `report.to_json()` is the machine-readable version, which
+# `pyro_dp.PrivacyReport.from_json` reads back. Computing it costs no privacy.
+#
+# Export the samples with `pyro_dp.to_arviz(mcmc)`, never with `az.from_pyro(mcmc)`:
+# ArviZ's converter copies the raw rows into `observed_data` (on a pyro_dp run it warns).
+# `to_arviz` holds the draws and released statistics only, and the report in its `attrs`.
+#
+# The plot shows ε against the iterations of the chain: it jumps at the first iteration
+# (the private start's releases, made before the first step) and then grows with every
+# noisy log-likelihood-ratio sum, up to the budget line, which the kernel never crosses.
+
+# %%
+report = pyro_dp.privacy_report(mcmc, delta=DELTA)
+print(report)
+print(f"epsilon after {report.curve_iterations[1]} iteration(s): {report.curve_epsilon[1]:.3f}; "
+      f"after all {report.curve_iterations[-1]}: {report.epsilon:.3f} (budget {report.plan.epsilon:g})")
+try:  # pip install -e ".[tutorials]" for matplotlib
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    report.plot(ax=ax)
+    fig.tight_layout()
+    path = os.path.join(os.environ.get("PYRO_DP_FIGURES", "."), "quickstart_privacy.png")
+    fig.savefig(path)
+    print("figure saved to", path)
+except NameError:  # matplotlib was not importable above
+    print("matplotlib is not installed: no figure")
+
+# %% [markdown]
 # ## Where to go next
 #
-# * Read [what is released, and how it is accounted](../docs/privacy.md) before you publish.
+# * Read [what is released, and how it is accounted](../docs/privacy.md) before you publish
+#   (its last section: publishing a run).
 # * `tutorials/planning_budget.py`: how ε grows with the number of iterations, and how to
 #   choose noise and clip before touching the data.
 # * `tutorials/compare_kernels.py`: DP penalty, DP-HMC and DP Barker side by side.

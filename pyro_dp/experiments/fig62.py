@@ -266,15 +266,19 @@ def run_fig62(out_dir: str, quick: bool = False, params: Optional[dict] = None, 
 
 
 def _plot(rows, path, log) -> Optional[str]:
-    from .grid import pyplot_or_none
+    """Thesis Fig. 6.2: iterations allowed against ε, one panel per algorithm, one line per
+    accounting method (the Fourier curve dashed grey: a reference only)."""
+    from .grid import legend_below, pyplot_or_none, series_style
 
     plt = pyplot_or_none(log, "fig62")
     if plt is None:
         return None
-    panels = [("dp_penalty", "DP penalty"), ("minibatch_dp_penalty", "Minibatch DP penalty"), ("dp_hmc", "DP HMC")]
-    fig, axes = plt.subplots(1, 3, figsize=(12, 4))
+    panels = [("dp_penalty", "DP penalty"), ("minibatch_dp_penalty", "minibatch DP penalty (b = 1000)"),
+              ("dp_hmc", "DP-HMC (L = 10)")]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 5.2))
+    n, delta = (rows[0]["n"], rows[0]["delta"]) if rows else ("n", "δ")
     for ax, (alg, title) in zip(axes, panels):
-        for (a, acc, thm) in METHODS:
+        for i, (a, acc, thm) in enumerate(METHODS):
             if a != alg:
                 continue
             pts = sorted((float(r["epsilon"]), int(r["iterations"])) for r in rows
@@ -283,13 +287,18 @@ def _plot(rows, path, log) -> Optional[str]:
                 continue
             if (a, acc) in REFERENCE_ONLY:
                 ax.plot(*zip(*pts), linestyle="--", color="grey",
-                        label="Fourier acc. (thesis), reference only:\nnot valid under composition\n(Lebeda et al. 2024)")
+                        label="Fourier accountant (thesis), reference only:\nnot valid under composition "
+                              "(Lebeda et al. 2024)")
             else:
-                ax.plot(*zip(*pts), marker=".", label=f"{acc} ({thm})")
-        ax.set(title=title, xlabel="epsilon", ylabel="iterations")
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize="small")
-    fig.tight_layout()
+                st = series_style(i)
+                ax.plot(*zip(*pts), color=st["color"], ls=st["ls"], marker=st["marker"], mfc="none", ms=3,
+                        markevery=4, label=f"{title.split(' (')[0]}: {acc} ({thm})")
+        ax.set(title=title, xlabel=f"target ε (δ = {float(delta):g}, n = {int(float(n)):,})",
+               ylabel="iterations allowed (count)")
+        ax.grid(alpha=0.3)
+    fig.suptitle("thesis Fig. 6.2 reproduction: iterations allowed by each accounting method, flat 2-d banana")
+    legend_below(fig, axes, ncol=3)
+    fig.subplots_adjust(top=1 - 0.6 / fig.get_figheight())
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path

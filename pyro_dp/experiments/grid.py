@@ -38,7 +38,7 @@ from ..checks import linear_memory_ess
 
 __all__ = [
     "KEY_COLUMNS", "fmt", "run_grid", "read_rows", "run_kernel", "first_chain_diagnostics", "summarise", "plot_metric_vs_epsilon",
-    "quick_mode", "pick_device", "pyplot_or_none",
+    "quick_mode", "pick_device", "pyplot_or_none", "LABELS", "METRIC_LABELS", "series_style", "dodge", "legend_below",
 ]
 
 #: key columns every sampling experiment's CSV starts with (a cell is identified by them)
@@ -275,13 +275,89 @@ def summarise(rows: Sequence[dict], metric: str, by: Sequence[str] = ("problem",
     return out
 
 
+#: Display names of the experiments' algorithm keys in figures (the CSVs keep the keys).
+LABELS = {
+    "exact": "exact draws (non-private reference)", "dp_penalty": "DP penalty",
+    "dp_penalty_ocu_gwmh": "DP penalty, OCU+GWMH", "dp_hmc": "DP-HMC", "dp_barker": "DP Barker",
+    "minibatch_dp_penalty": "minibatch DP penalty", "dp_sgld": "DP-SGLD", "dp_sgnht": "DP-SGNHT",
+    "rwmh": "RWMH (non-private)", "hmc": "HMC (non-private)", "dp_fast_mh": "DP-Fast MH, K = εN",
+    "dp_fast_mh_pff": "DP-Fast MH, K = εN, privacy for free (opt-in)",
+    "dp_fast_mh_pff_k60": "DP-Fast MH, K = 60, privacy for free (opt-in)",
+    "dp_fast_mh_full": "DP-Fast MH, full batch", "dp_sgld_authors": "DP-SGLD, the authors' update",
+}
+
+#: Axis labels, with units, of the metric columns.
+METRIC_LABELS = {
+    "mmd": "MMD to exact posterior draws\n(unitless; 0 = same distribution)",
+    "mean_error": "mean error: ‖sample mean − exact mean‖\n(units of θ)",
+    "var_error": "variance error (units of θ²)",
+    "variance_error": "variance error: Σ|var − exact var|\n(units of θ²)",
+    "clipped_fraction": "fraction of per-example log-likelihood\nratios clipped (0–1)",
+    "grad_clipped_fraction": "fraction of per-example\ngradients clipped (0–1)",
+    "sym_kl": "symmetric KL to exact draws (nats)",
+    "acceptance": "acceptance rate (0–1)",
+}
+
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+_LINES = ("-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1)), (0, (1, 1)), (0, (4, 2, 1, 2)))
+
+
+def series_style(i: int) -> dict:
+    """Colour, marker and line style of the ``i``-th series: every series differs in all three, so
+    one drawn over another still shows (hollow markers let a covered point show through)."""
+    return dict(color=f"C{i % 10}", marker=_MARKERS[i % len(_MARKERS)], ls=_LINES[i % len(_LINES)],
+                mfc="none", ms=5, mew=1.2)
+
+
+def dodge(xs: Sequence[float], i: int, k: int, log: bool = True, width: float = 0.06) -> List[float]:
+    """``xs`` shifted for the ``i``-th of ``k`` series so that equal values side by side do not hide
+    each other (a factor of up to ``±width/2`` in log scale, a fraction of the span otherwise).
+
+    >>> [round(x, 3) for x in dodge([1.0, 10.0], 0, 2)], [round(x, 3) for x in dodge([1.0, 10.0], 1, 2)]
+    ([0.933, 9.333], [1.072, 10.715])
+    >>> dodge([1.0, 2.0], 0, 1)  # a lone series stays put
+    [1.0, 2.0]
+    """
+    off = (i - (k - 1) / 2) * width / max(k - 1, 1)
+    if log:
+        return [x * 10 ** off for x in xs]
+    span = (max(xs) - min(xs)) or 1.0
+    return [x + off * span * 0.2 for x in xs]
+
+
+def legend_below(fig, axes, ncol: int = 4) -> None:
+    """One legend for the figure, below its panels (never over data); then a tight layout that
+    leaves it room."""
+    handles, labels = [], []
+    for ax in list(getattr(axes, "flat", axes)):
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    if not labels:
+        fig.tight_layout()
+        return
+    ncol = min(ncol, len(labels))
+    rows = math.ceil(len(labels) / ncol)
+    h = fig.get_figheight()
+    frac = min(0.45, (0.22 * rows + 0.12) / h)
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, frameon=False, fontsize=8,
+               bbox_to_anchor=(0.5, 0.0))
+    fig.tight_layout(rect=(0, frac, 1, 1))
+
+
 def plot_metric_vs_epsilon(rows: Sequence[dict], metric: str, path: str, *, panel: str = "problem",
                            series: str = "algorithm", logy: bool = False, title: str = "",
-                           baseline: Optional[Dict[str, float]] = None, log=print) -> Optional[str]:
+                           baseline: Optional[Dict[str, float]] = None, log=print,
+                           xlabel: str = "target ε (δ = 0.1/n)", ylabel: Optional[str] = None,
+                           hlines: Sequence[Tuple[float, str]] = ()) -> Optional[str]:
     """One panel per ``panel`` value, one line per ``series`` value: mean ± standard error of
     ``metric`` over repeats against ε (log x axis). ``baseline`` maps a panel value to a
-    horizontal reference line (e.g. MMD between two exact samples). Returns ``path``, or
-    ``None`` when matplotlib is not importable."""
+    horizontal reference line (e.g. MMD between two exact samples, the non-private reference);
+    ``hlines`` are further ``(value, label)`` lines drawn in every panel (e.g. a threshold).
+    Series differ in colour, marker and line style and are dodged sideways, so none hides
+    another; the legend sits below the panels. Returns ``path``, or ``None`` when matplotlib is
+    not importable."""
     plt = pyplot_or_none(log, path)
     if plt is None:
         return None
@@ -291,31 +367,37 @@ def plot_metric_vs_epsilon(rows: Sequence[dict], metric: str, path: str, *, pane
         return None
     ncol = min(4, len(panels))
     nrow = math.ceil(len(panels) / ncol)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(4 * ncol, 3.3 * nrow), squeeze=False)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 3.4 * nrow + 0.9), squeeze=False)
+    every = sorted({s[series] for s in stats})
     for ax, pv in zip(axes.flat, panels):
-        for sv in sorted({s[series] for s in stats if s[panel] == pv}):
+        for i, sv in enumerate(every):
             pts = sorted((float(s["epsilon"]), s["mean"], s["se"]) for s in stats
                          if s[panel] == pv and s[series] == sv and s["n"] > 0)
             if not pts:
                 continue
             e, m, se = zip(*pts)
             se = [0.0 if not math.isfinite(v) else v for v in se]
-            ax.errorbar(e, m, yerr=se, marker="o", ms=3, capsize=2, label=sv)
+            ax.errorbar(dodge(e, i, len(every)), m, yerr=se, capsize=2, label=LABELS.get(sv, sv),
+                        **series_style(i))
         if baseline and pv in baseline:
-            ax.axhline(baseline[pv], color="k", ls=":", lw=1, label="exact vs exact")
+            ax.axhline(baseline[pv], color="k", ls=":", lw=1, label="exact vs exact draws (non-private floor)")
+        for value, label in hlines:
+            ax.axhline(value, color="0.4", ls="--", lw=1, label=label)
         ax.set_xscale("log")
         eps_ticks = sorted({float(s["epsilon"]) for s in stats if s[panel] == pv})
         ax.set_xticks(eps_ticks, [f"{e:g}" for e in eps_ticks])  # the grid's ε values, plainly
         ax.minorticks_off()
         if logy:
             ax.set_yscale("log")
-        ax.set(title=pv, xlabel="epsilon", ylabel=metric)
-        ax.legend(fontsize=7)
+        ax.set(title=pv, xlabel=xlabel, ylabel=ylabel or METRIC_LABELS.get(metric, metric))
+        ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
+    legend_below(fig, axes, ncol=3)
+    if title:
+        fig.subplots_adjust(top=1 - 0.7 / fig.get_figheight())
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

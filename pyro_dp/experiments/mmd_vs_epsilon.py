@@ -149,16 +149,32 @@ def baseline_of(rows, metric="mmd") -> Dict[str, float]:
                                                         by=("problem", "algorithm")) if s["n"] > 0}
 
 
-def _plots(name, out_dir, rows, log) -> dict:
+#: The thesis figure each panel set reproduces (Räisä 2021 thesis §6.4).
+_FIGURES = {"fig64": {"mmd": "6.4", "clipping": "6.6", "grad_clipping": "6.8", "mean_error": "6.4 (mean error)"},
+            "fig65": {"mmd": "6.5", "clipping": "6.7", "grad_clipping": "6.8", "mean_error": "6.9"}}
+
+
+def _plots(name, out_dir, rows, log, note: str = "") -> dict:
     chains = [r for r in rows if r["algorithm"] != "exact"]
     hmc = [r for r in chains if r["algorithm"] == "dp_hmc"]
+    reps = max((int(r["repeat"]) for r in chains), default=-1) + 1
+    figs = _FIGURES.get(name, {})
+
+    def title(key, what):
+        fig = f"thesis Fig. {figs[key]} reproduction: " if key in figs else f"{name}: "
+        return f"{fig}{what}, mean ± s.e. over {reps} repeats{note}"
+
     out = {"png": plot_metric_vs_epsilon(chains, "mmd", os.path.join(out_dir, f"{name}.png"),
-                                         baseline=baseline_of(rows), title=f"{name}: MMD vs epsilon", log=log)}
-    for metric, suffix, rs, base in (("clipped_fraction", "clipping", chains, None),
-                                     ("mean_error", "mean_error", chains, baseline_of(rows, "mean_error")),
-                                     ("grad_clipped_fraction", "grad_clipping", hmc, None)):
-        out[f"png_{suffix}"] = plot_metric_vs_epsilon(rs, metric, os.path.join(out_dir, f"{name}_{suffix}.png"),
-                                                      baseline=base, title=f"{name}: {metric}", log=log)
+                                         baseline=baseline_of(rows), title=title("mmd", "MMD vs ε"), log=log)}
+    for metric, suffix, rs, base, what, logy in (
+            ("clipped_fraction", "clipping", chains, None, "clipped fraction of the ratios (log scale)", True),
+            ("mean_error", "mean_error", chains, baseline_of(rows, "mean_error"), "mean error", False),
+            ("grad_clipped_fraction", "grad_clipping", hmc, None, "DP-HMC's clipped fraction of the gradients",
+             False)):
+        out[f"png_{suffix}"] = plot_metric_vs_epsilon(
+            rs, metric, os.path.join(out_dir, f"{name}_{suffix}.png"), baseline=base, logy=logy,
+            title=title(suffix, what), log=log,
+            hlines=[(0.1, "10 % (the thesis's 'less than 10 % clipping')")] if suffix == "clipping" else ())
     return out
 
 

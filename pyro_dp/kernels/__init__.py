@@ -52,7 +52,7 @@ def default_accountants() -> dict:
         warnings.simplefilter("ignore")
         return {
             "gaussian": DEFAULT_ACCOUNTANT,  # DPPenalty, DPHMC, DPExpFamPenalty, DPMultiPartyPenalty
-            "poisson/add_remove": DPSGLD(model, 10, 1e-3, 1.0).accountant,
+            "poisson/add_remove": DPSGLD(model, 10, 1e-3, 1.0, relation="add_remove", public_num_rows=100).accountant,
             "poisson/substitute": DPMinibatchPenalty(model, 10, 0.1, 1.0, 1.0).accountant,
             "without_replacement": DPMinibatchPenalty(model, 10, 0.1, 1.0, 1.0,
                                                       subsampling="without_replacement").accountant,

@@ -30,7 +30,9 @@ How this fits :class:`pyro.infer.MCMC` (see ``shared/FACTS.md``):
   :class:`~pyro_dp.mechanisms.NoiseSource` seeded from OS entropy, per chain; ``noise_seed``
   makes it reproducible for tests, with a :class:`~pyro_dp.mechanisms.ReproducibleNoiseWarning`.
   A kernel running in a process other than the one that built it mixes fresh OS entropy
-  into its data-free seeds too, so parallel chains are independent.
+  into its data-free seeds too, so parallel chains are independent. A copy of a kernel
+  (``copy.deepcopy``, pickle) never carries the secret stream: its ``NoiseSource`` is
+  reseeded from OS entropy (only the ``noise_seed`` test stream is copied as it is).
 """
 from __future__ import annotations
 
@@ -42,10 +44,9 @@ import multiprocessing
 import os
 import secrets
 import time
-import warnings
 import weakref
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
@@ -58,6 +59,8 @@ from ..heap import HEAP_TRIM_EVERY, release_free_heap
 from ..likelihood import PrivateLikelihood
 from ..accounting import DEFAULT_ACCOUNTANT, UnsupportedEventError, calibrate, get_accountant
 from ..mechanisms import NoiseSource, PrivacyEvent, PrivacyLedger, ReproducibleNoiseWarning
+from ..warn import warn_user
+from .checkpoint import from_plain, to_plain
 from .plan import PrivacyPlan, counts as _counts, within as _within
 from .tuning import DPAutoTune, mcmc_run_length, penalty_jump_length, posterior_scale_guess
 
@@ -236,6 +239,11 @@ def _before_fork() -> None:
 os.register_at_fork(before=_before_fork)
 
 
+def _marked_releases(marks) -> int:
+    """Releases covered by run-length iteration marks (:attr:`ChainLedger.iteration_marks`)."""
+    return sum(r * n if n else r for r, n in marks)
+
+
 @dataclass(eq=False)
 class ChainLedger(PrivacyLedger):
     r"""The ledger of one chain of one kernel object: a :class:`~pyro_dp.mechanisms.PrivacyLedger`
@@ -255,19 +263,120 @@ class ChainLedger(PrivacyLedger):
     chain_id: str = ""
     #: the :class:`WorkerReleases` slot of the worker process that made the releases (-1: the owner)
     worker_slot: int = -1
+    #: where the chain's iterations end, run-length encoded: ``[r, n]`` = ``n`` iterations that
+    #: released ``r`` values each, oldest first; ``[r, 0]`` = ``r`` releases not tied to an
+    #: iteration (e.g. those of a ledger extended into this one). Releases recorded since the last
+    #: :meth:`end_iteration` are pending. Public counts only; the ε-over-iterations curve of
+    #: :func:`pyro_dp.privacy_report` reads them (:meth:`release_positions`).
+    iteration_marks: list = field(default_factory=list, repr=False, compare=False)
+    _pending: int = field(default=0, repr=False, compare=False)
 
     def __eq__(self, other) -> bool:
         return PrivacyLedger.__eq__(self, other)
+
+    def record(self, event: PrivacyEvent, count: int = 1, label: str = "") -> None:
+        super().record(event, count, label)
+        self._pending += int(count)
+
+    def end_iteration(self) -> None:
+        """Mark the end of one iteration of the chain (the releases since the last mark were its own)."""
+        marks, r = self.iteration_marks, self._pending
+        self._pending = 0
+        if marks and marks[-1][0] == r and marks[-1][1] > 0:
+            marks[-1][1] += 1
+        else:
+            marks.append([r, 1])
+
+    @property
+    def num_iterations(self) -> int:
+        """Iterations marked by :meth:`end_iteration` (0 for a ledger without marks)."""
+        return sum(n for _, n in self.__dict__.get("iteration_marks", ()))
+
+    def release_positions(self, iterations) -> list:
+        """For each ``t`` of the increasing ``iterations``: how many of this ledger's releases were
+        made by the end of its ``t``-th iteration, pessimistically — releases not tied to an
+        iteration count from where they were recorded (a ledger without marks: from the start),
+        and from ``t`` = :attr:`num_iterations` on, every release (pending ones included).
+
+        >>> from pyro_dp.mechanisms import GaussianEvent
+        >>> led = ChainLedger()
+        >>> for t in range(3):
+        ...     led.record(GaussianEvent(5.0), 2); led.end_iteration()
+        >>> led.iteration_marks, led.release_positions([0, 1, 3])
+        ([[2, 3]], [0, 2, 6])
+        """
+        total = self.num_releases
+        marks = self.__dict__.get("iteration_marks", ())
+        done = self.num_iterations
+        pos = max(total - _marked_releases(marks) - self.__dict__.get("_pending", 0), 0)  # unmarked head: at 0
+        out, it, k, used = [], 0, 0, 0  # ``used`` iterations of marks[k] are behind us
+        for t in iterations:
+            if t >= done:
+                out.append(total)
+                continue
+            while k < len(marks):
+                r, n = marks[k]
+                if n == 0:  # not tied to an iteration: counted from the iteration before it
+                    pos, k = pos + r, k + 1
+                    continue
+                take = min(n - used, t - it)
+                pos, it, used = pos + r * take, it + take, used + take
+                if used < n:
+                    break
+                k, used = k + 1, 0
+            out.append(min(pos, total))
+        return out
+
+    def extend(self, other) -> None:
+        """:meth:`PrivacyLedger.extend`, keeping the iteration marks pessimistic: this ledger's
+        pending releases and ``other``'s releases are not tied to an iteration of this chain
+        (counted from where they are), except that a :class:`ChainLedger`'s own marks are kept
+        (a chain's ledger restored into a fresh one continues its marks)."""
+        before = self.__dict__.get("_pending", 0)
+        n0 = self.num_releases
+        super().extend(other)
+        added = self.num_releases - n0
+        mine = self.__dict__.setdefault("iteration_marks", [])
+        if before:
+            mine.append([before, 0])
+        theirs = other.__dict__.get("iteration_marks") if isinstance(other, ChainLedger) else None
+        if not theirs:
+            if added:
+                mine.append([added, 0])
+            self._pending = 0
+            return
+        pending = other.__dict__.get("_pending", 0)
+        head = added - _marked_releases(theirs) - pending
+        if head > 0:
+            mine.append([head, 0])
+        mine.extend([r, n] for r, n in theirs)
+        self._pending = pending
 
     def copy(self) -> "ChainLedger":
         new = ChainLedger(self.relation, kernel_id=self.kernel_id, chain_id=self.chain_id,
                           worker_slot=self.worker_slot)
         new._entries = list(self._entries)
         new._labels = list(self._label_list())
+        new.iteration_marks = [list(m) for m in self.__dict__.get("iteration_marks", ())]
+        new._pending = self.__dict__.get("_pending", 0)
         return new
+
+    def state_dict(self) -> dict:
+        """:meth:`PrivacyLedger.state_dict` plus the iteration marks (plain ints)."""
+        return {**super().state_dict(), "pending": self.__dict__.get("_pending", 0),
+                "iteration_marks": [list(m) for m in self.__dict__.get("iteration_marks", ())]}
+
+    def load_state_dict(self, state: dict) -> None:
+        """:meth:`PrivacyLedger.load_state_dict` and the iteration marks; a state without them
+        leaves its releases untied to iterations (the ε curve counts them from the start)."""
+        super().load_state_dict(state)
+        self.iteration_marks = [[int(r), int(n)] for r, n in state.get("iteration_marks", ())]
+        self._pending = int(state.get("pending", 0)) if "iteration_marks" in state else 0
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+        self.__dict__.setdefault("iteration_marks", [])  # a ledger pickled before marks existed: none
+        self.__dict__.setdefault("_pending", 0)
         kernel = _owned_kernel(self.kernel_id)
         if kernel is not None:
             kernel._file_chain(self)
@@ -357,6 +466,9 @@ class DPKernel(MCMCKernel):
         :attr:`supports_distributed` only.
     :param process_group: the process group to shard over (implies ``distributed=True``;
         default: the default group).
+    :param public: positions and keywords of ``MCMC.run`` arguments that are public although they
+        look like data (a tensor whose first dimension has ``N`` entries): they are passed whole to
+        every row's evaluation, without noise (:mod:`pyro_dp.arguments`).
     :param init: optional private initialisation run at the first iteration of every chain,
         e.g. :class:`~pyro_dp.kernels.private_init.DPGradientInit`; its releases are recorded
         in the chain's ledger and counted by the budget and by noise calibration.
@@ -413,6 +525,7 @@ class DPKernel(MCMCKernel):
         jit_options: Optional[dict] = None,
         distributed: bool = False,
         process_group=None,
+        public=(),
     ):
         if not callable(model):
             raise TypeError(f"model must be a callable Pyro model, got {type(model).__name__}")
@@ -454,6 +567,8 @@ class DPKernel(MCMCKernel):
             raise ValueError(f"reference_delta must be in (0, 1), got {rd!r}")
         self.reference_delta = float(rd)
         self.jit_compile = bool(jit_compile)
+        #: arguments named public (:mod:`pyro_dp.arguments`)
+        self.public = tuple(public or ())
         self.jit_options = dict(jit_options or {})
         if self.jit_options and not self.jit_compile:
             raise ValueError("jit_options needs jit_compile=True")
@@ -472,11 +587,10 @@ class DPKernel(MCMCKernel):
         if noise_seed is not None:
             if self.secure_mode:
                 raise ValueError("secure_mode=True draws the noise seed from the OS: do not pass noise_seed")
-            warnings.warn(
+            warn_user(
                 "noise_seed makes the privacy noise and batch selection reproducible: anyone who knows it "
                 "can replay the noise and remove it from the released values. Use it for tests only.",
                 ReproducibleNoiseWarning,
-                stacklevel=3,
             )
         self.noise_seed = None if noise_seed is None else int(noise_seed)
         self.nonprivate_diagnostics = bool(nonprivate_diagnostics)
@@ -787,6 +901,7 @@ class DPKernel(MCMCKernel):
             jit_compile=self.jit_compile,
             jit_options=self.jit_options,
             jit_cache=self.__dict__.setdefault("_jit_cache", {}),
+            public=self.public,
         )
         self.transforms = self.lik.transforms
         self.lik.likelihood_mask  # the likelihood's coordinates, determined now (data-free; cached per kernel object)
@@ -799,7 +914,7 @@ class DPKernel(MCMCKernel):
             self.init.set_ratio_noise(self._ratio_noise_multiplier())
             problem = self.init.reliability_problem(getattr(self.lik, "global_num_rows", self.lik.num_rows))
             if problem is not None and self._num_setups == 1:
-                warnings.warn(f"{type(self).__name__} default path: {problem}", SamplingWarning, stacklevel=2)
+                warn_user(f"{type(self).__name__} default path: {problem}", SamplingWarning)
         self._setup_budget()
         self._check_accountant_supports_plan()
         self._check_worker_releases()
@@ -815,8 +930,7 @@ class DPKernel(MCMCKernel):
         if self.epsilon is not None and self._num_setups == 1:  # once per kernel, as the run-length notice
             n = self.lik.global_num_rows  # all ranks' rows: a neighbour may differ in any of them
             if self.delta is not None and self.delta * n > 1.0:
-                warnings.warn(f"delta={self.delta} is above 1/N for N={n} rows: pass a smaller delta", PrivacyNotice,
-                              stacklevel=3)
+                warn_user(f"delta={self.delta} is above 1/N for N={n} rows: pass a smaller delta", PrivacyNotice)
         if self._user_initial_params is not None:
             missing = set(self.lik.latent_names) - set(self._user_initial_params)
             if missing:
@@ -861,6 +975,12 @@ class DPKernel(MCMCKernel):
         and one chain (a second resume in the same process is refused; across processes it
         cannot be detected, and each continuation would spend up to the budget).
 
+        It holds only tensors and plain Python values (``dict``, ``list``, ``tuple``, ``str``,
+        ``int``, ``float``, ``bool``, ``None``; states and ledgers as tagged dicts,
+        :mod:`pyro_dp.kernels.checkpoint`): ``torch.save(kernel.state_dict(), path)`` and
+        ``kernel.load_state_dict(torch.load(path))`` with torch's default ``weights_only=True``,
+        which unpickles no arbitrary object.
+
         >>> import torch, pyro_dp
         >>> from pyro_dp.models.examples import normal_mean_model
         >>> y = torch.zeros(20, dtype=torch.float64)
@@ -875,19 +995,19 @@ class DPKernel(MCMCKernel):
             return self._last_checkpoint  # the chain MCMC just finished (cleanup() ended it)
         if self.lik is None or self._state is None:
             raise RuntimeError("call setup() before state_dict(): there is no chain to save")
-        return {
-            "format": 1,
+        return {  # tensors and plain values only: torch.load's default weights_only=True reads it (#42)
+            "format": 2,
             "kernel": type(self).__name__,
             "relation": self.relation,
             "num_rows": self.lik.num_rows,
             "data_plate": self.lik.data_plate,
-            "chain": {a: copy.deepcopy(self.__dict__.get(a)) for a in self._chain_attrs},
+            "chain": {a: to_plain(self.__dict__.get(a)) for a in self._chain_attrs},
             "rng": self._rng.get_state(),
             # the secret stream's state only under the test option noise_seed: anyone holding it could
             # replay the noise of every later release of this chain (and a resumed chain draws fresh noise)
-            "noise": self._noise.__getstate__() if self.noise_seed is not None else None,
-            "ledger": self._ledger.copy(),
-            "chains": {cid: led.copy() for cid, led in self._chains.items()},
+            "noise": self._noise.get_state() if self.noise_seed is not None else None,
+            "ledger": to_plain(self._ledger),
+            "chains": {cid: to_plain(led) for cid, led in self._chains.items()},
             # which point of which chain this is (the chain id is random): resumed once per process
             "token": f"{self._ledger.chain_id}:{self._iteration}:{self._ledger.num_releases}",
             # the run length a budget was planned for when the kernel chose it itself (from the
@@ -905,7 +1025,7 @@ class DPKernel(MCMCKernel):
         ``setup`` restores the chain instead of starting a new one, and ``MCMC`` continues it
         from where it stopped, warmup length included) or after ``setup()`` (restored at once).
         The ledger, and with it the budget, counts every release made before the checkpoint."""
-        if not isinstance(state, dict) or state.get("format") != 1:
+        if not isinstance(state, dict) or state.get("format") not in (1, 2):  # 1: objects (weights_only=False)
             raise ValueError("not a pyro_dp kernel checkpoint (state_dict() of a DPKernel)")
         if self.ledger:
             raise ValueError(
@@ -942,18 +1062,19 @@ class DPKernel(MCMCKernel):
         if state.get("token") is not None:
             _RESUMED_CHECKPOINTS.add(state["token"])
         for a, v in state["chain"].items():
-            setattr(self, a, copy.deepcopy(v))
+            setattr(self, a, copy.deepcopy(from_plain(v)))
         self._rng.set_state(state["rng"])  # the data-free stream continues
         if self.noise_seed is not None:  # the test option: the same noise as an uninterrupted run
-            self._noise.__setstate__(state["noise"])
+            noise = state["noise"]
+            self._noise.set_state(noise["state"] if isinstance(noise, dict) else noise)  # a dict: format 1
             self._noise.shards = self._shards
         # else the secret stream stays the fresh one setup() drew from the OS: restoring its state
         # would replay the checkpoint's noise on whatever data this run reads (the difference of
         # two resumed runs on neighbouring data would be one row's noise-free term)
         self._chains, self._filed_counts = {}, Counter()
         for led in state["chains"].values():
-            self._file_chain(led)
-        live = state["ledger"]
+            self._file_chain(from_plain(led))
+        live = from_plain(state["ledger"])
         self._ledger = ChainLedger(self.relation, kernel_id=self._id, chain_id=live.chain_id)
         self._ledger.extend(live)
         self._initial_params = self.lik.unravel(self._state_z(self._state))
@@ -981,10 +1102,10 @@ class DPKernel(MCMCKernel):
             said = (f"{self.num_iterations} iterations per chain over {self.num_chains} chain(s) (ASSUMED: not run "
                     "by pyro.infer.MCMC and no num_iterations given; longer chains stop at the budget)")
         budget = "the DEFAULT budget" if self.default_budget else "the budget"
-        warnings.warn(
+        warn_user(
             f"{type(self).__name__}: {budget} epsilon={self.epsilon}, delta={self.delta} funds {said}"
             + (". Pass epsilon= (and delta=) for your own budget" if self.default_budget else ""),
-            PrivacyNotice, stacklevel=4,
+            PrivacyNotice,
         )
 
     def _auto_tuner(self) -> DPAutoTune:
@@ -1026,12 +1147,12 @@ class DPKernel(MCMCKernel):
         sd = posterior_scale_guess(result.grad_clip, n, self.lik.dim, T)
         ratio = jump / sd
         if ratio < NOISE_LIMITED_RATIO:
-            warnings.warn(
+            warn_user(
                 f"{type(self).__name__}: at this budget the privacy noise limits each move to about {ratio:.2g} "
                 "of the posterior's scale (guessed from the private clip): expect slow mixing and few effective "
                 "samples. Spend more epsilon, run fewer iterations (the noise per iteration grows with their "
                 "square root) or use more rows (docs/tuning.md)",
-                SamplingWarning, stacklevel=4,
+                SamplingWarning,
             )
         return jump, sd
 
@@ -1067,12 +1188,11 @@ class DPKernel(MCMCKernel):
                                  per_iteration=list(self._per_iteration_events()), accountant=self.accountant,
                                  num_chains=self.num_chains, relation=self.relation)
         if self.num_iterations is not None and self._steps_allowed < self.num_iterations:
-            warnings.warn(
+            warn_user(
                 f"the budget (epsilon={self.epsilon}, delta={self.delta}) allows only "
                 f"{self._steps_allowed} iterations per chain over {self.num_chains} chain(s), "
                 f"fewer than num_iterations={self.num_iterations}",
                 BudgetExhaustedWarning,
-                stacklevel=3,
             )
 
     def _stop(self, cause: str):
@@ -1086,7 +1206,7 @@ class DPKernel(MCMCKernel):
             "and repeats its last state for every remaining iteration: discard the repeated tail "
             "(diagnostics()['private iterations'] says how many iterations are real)."
         )
-        warnings.warn(msg, BudgetExhaustedWarning, stacklevel=3)
+        warn_user(msg, BudgetExhaustedWarning)
         _logger.warning(msg)
 
     def sample(self, params):
@@ -1110,6 +1230,7 @@ class DPKernel(MCMCKernel):
             if self._plan is not None and not self._plan.fits(self._ledger, self._filed_counts, declared):
                 self._stop(self._plan.stop_cause(self._ledger, declared, len(self._chains)))
         if self._budget_exhausted:
+            self._ledger.end_iteration()  # an iteration that released nothing (the ε curve stays flat)
             return {k: v.clone() for k, v in self.lik.unravel(self._state_z(self._state)).items()}
         if pending_init:
             # private initialisation: reads the data through its own mechanism; each release is
@@ -1131,6 +1252,7 @@ class DPKernel(MCMCKernel):
                 f"internal error: {type(self).__name__} released {list(info.events)} but declared "
                 f"{dict(declared)} (recorded in the ledger; please report)"
             )
+        self._ledger.end_iteration()  # where this iteration's releases end (pyro_dp.privacy_report's curve)
         self._iteration += 1
         if self._iteration % HEAP_TRIM_EVERY == 0:  # bounded memory over long runs (pyro_dp.heap): a fixed,
             release_free_heap()  # data-free schedule
@@ -1218,12 +1340,19 @@ class DPKernel(MCMCKernel):
     def ledger(self) -> PrivacyLedger:
         """Every release of this kernel object: every chain of every ``mcmc.run``, in this
         process and in worker processes (merged back with their ``diagnostics()``)."""
-        return PrivacyLedger.merged(list(self._chains.values()) + [self._ledger], self.relation)
+        return PrivacyLedger.merged(self.chain_ledgers(), self.relation)
+
+    def chain_ledgers(self) -> list:
+        """The :class:`ChainLedger` of every chain of this kernel object, in the order
+        :attr:`ledger` merges them: the finished chains as they were filed (this process and
+        worker processes), then the chain in progress (empty between runs)."""
+        return list(self._chains.values()) + [self._ledger]
 
     def get_epsilon(self, delta: Optional[float] = None, accountant: Optional[str] = None) -> float:
         r"""Total ε spent so far by this kernel object, at ``delta``: every chain of every run,
         also chains run in ``MCMC`` worker processes (their ledgers come back with their
-        diagnostics)."""
+        diagnostics). It is stated under the kernel's neighbouring relation :attr:`relation`
+        (``self.ledger.relation``; ``diagnostics()["relation"]``)."""
         delta = self.reference_delta if delta is None else delta
         ledger = self.ledger
         self._require_complete()
@@ -1246,10 +1375,10 @@ class DPKernel(MCMCKernel):
                 cache[key] = math.inf
                 if not self.__dict__.get("_eps_failure_warned"):
                     self._eps_failure_warned = True
-                    warnings.warn(
+                    warn_user(
                         f"the accountant {self.accountant!r} could not compute epsilon for this run's ledger ({e}); "
                         "the progress bar and diagnostics() report inf. Compute it with "
-                        "kernel.get_epsilon(delta, accountant=...) and another accountant", UserWarning, stacklevel=3)
+                        "kernel.get_epsilon(delta, accountant=...) and another accountant", UserWarning)
         return cache[key]
 
     def _nonprivate(self) -> dict:
@@ -1266,7 +1395,9 @@ class DPKernel(MCMCKernel):
         ``cleanup()``. After ``mcmc.run`` the kernel holds no chain (a fresh, empty one: ``"epsilon"``
         0.0, ``"private iterations"`` 0); read a run's chains from ``mcmc.diagnostics()`` and the
         total from :meth:`get_epsilon`.
-        ``"epsilon"`` is this chain's own ε at ``"delta"``; the total over all chains and runs
+        ``"epsilon"`` is this chain's own ε at ``"delta"`` under ``"relation"`` (the
+        neighbouring relation, :attr:`relation`: ``"substitute"`` unless the kernel was built
+        with ``relation="add_remove"``); the total over all chains and runs
         is :meth:`get_epsilon` / :func:`pyro_dp.get_epsilon`. ``"privacy ledger"`` is this
         chain's :class:`ChainLedger`. ``"divergences"`` is empty (these kernels do not detect
         divergences; ArviZ and Pyro's summary expect the key). Everything here is
@@ -1278,6 +1409,7 @@ class DPKernel(MCMCKernel):
             "acceptance rate": self._num_accepted / max(self._iteration, 1),
             "epsilon": self._epsilon_now(chain_only=True),
             "delta": self.reference_delta,
+            "relation": self.relation,  # the neighbouring relation epsilon is stated under
             "private iterations": self._iteration,
             "budget exhausted": self._budget_exhausted,
             "budget exhausted cause": self._stop_cause_text,
@@ -1290,7 +1422,7 @@ class DPKernel(MCMCKernel):
             self._diagnostics_warn(
                 f"{type(self).__name__} ran with the default budget (epsilon={self.epsilon}, delta={self.delta}): "
                 f"this chain spent epsilon={out['epsilon']:.4g}; all chains of this kernel so far: "
-                f"epsilon={self._epsilon_now():.4g} at delta={self.reference_delta}",
+                f"epsilon={self._epsilon_now():.4g} at delta={self.reference_delta} ({self.relation} relation)",
                 PrivacyNotice,
             )
         if self._iteration >= 10 and self._num_accepted == 0:  # Pyro asks at the end of each chain
@@ -1316,7 +1448,7 @@ class DPKernel(MCMCKernel):
         warned = self.__dict__.setdefault("_diagnostics_warned", set())
         if (self._iteration, message) not in warned:
             warned.add((self._iteration, message))
-            warnings.warn(message, category, stacklevel=3)
+            warn_user(message, category)
 
     def _logged_epsilon(self) -> str:
         """ε for the progress bar, which Pyro asks for every iteration.

@@ -32,7 +32,6 @@ Data access. The per-row statistics are the only data this kernel reads, through
 from __future__ import annotations
 
 import math
-import warnings
 from functools import partial
 from typing import Callable, NamedTuple, Optional
 
@@ -40,8 +39,10 @@ import numpy as np
 import torch
 from torch.utils._pytree import tree_map
 
-from ..likelihood import _forked_rng, _model_arguments
+from ..arguments import model_arguments as _model_arguments
+from ..likelihood import _forked_rng
 from ..mechanisms import NoisyRelease, add_gaussian_noise, clip_rows
+from ..warn import warn_user
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease
 from .proposals import penalty_accept, pop_target_accept_prob
@@ -417,10 +418,10 @@ class DPExpFamPenalty(RandomWalkKernel):
                     fn0 = lik._trace(z, idx)[0].nodes[name]["fn"]
                     fn1 = lik._trace(z1, idx)[0].nodes[name]["fn"]
             except Exception as e:  # noqa: BLE001 - decided on zeros: data-free
-                warnings.warn(
+                warn_user(
                     f"DPExpFamPenalty could not simulate rows from the model with its data arguments replaced "
                     f"by zeros ({type(e).__name__}: {str(e)[:200]}); the family check is skipped. Pass "
-                    "check_family=False to silence this.", UserWarning, stacklevel=4)
+                    "check_family=False to silence this.", UserWarning)
                 return
             fake = fn0.sample()
             site = {"value": fake, "fn": fn0}

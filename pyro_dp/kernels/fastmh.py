@@ -33,7 +33,6 @@ the underlying Gaussian mechanism instead, composed exactly in GDP.
 from __future__ import annotations
 
 import math
-import warnings
 from functools import partial
 from typing import Callable, NamedTuple, Optional, Tuple, Union
 
@@ -42,6 +41,7 @@ import torch
 from ..accounting import get_accountant
 from ..accounting.composition import AdvancedCompositionAccountant, OptimalCompositionAccountant
 from ..accounting.algorithms import StepPrivacy, fastmh_step_privacy
+from ..warn import warn_user
 from ..mechanisms import ApproxDPEvent, GaussianEvent, NonPrivateEvent, PrivacyLedger, clip_scalars, clipped_sum_with_noise
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease, mh_init, mh_step
@@ -373,12 +373,11 @@ class DPFastMH(RandomWalkKernel):
         ev = self.step_privacy.event
         if isinstance(ev, ApproxDPEvent) and (ev.epsilon > self.step_epsilon or ev.delta > self.step_delta):
 
-            warnings.warn(
+            warn_user(
                 f"Thm 2's per-iteration ({self.step_epsilon}, {self.step_delta}) does not hold for this "
                 f"configuration (K={k}, N={n}, privacy_for_free={self.privacy_for_free}); recording the "
                 f"certified ({ev.epsilon:.4g}, {ev.delta:.4g}) per iteration instead",
                 UserWarning,
-                stacklevel=3,
             )
 
     def _config(self) -> FastMHConfig:

@@ -61,6 +61,10 @@ class PrivacyPlan:
     def __init__(self, epsilon: float, delta: float, *, fixed, per_iteration, accountant: str = DEFAULT_ACCOUNTANT,
                  num_chains: int = 1, relation: str = "substitute"):
         self.num_chains = int(num_chains)
+        #: the plan's releases as given (``fixed`` once per chain, ``per_iteration`` each iteration), e.g.
+        #: for the planned ε-over-iterations curve of :func:`pyro_dp.privacy_report`
+        self.fixed, self.per_iteration = list(fixed), list(per_iteration)
+        self.epsilon, self.delta, self.accountant, self.relation = epsilon, delta, accountant, relation
         self.steps_allowed = max_iterations(epsilon, delta, list(per_iteration), fixed=list(fixed),
                                             accountant=accountant, num_chains=self.num_chains, relation=relation)
         chain = counts(fixed)

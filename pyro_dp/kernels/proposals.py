@@ -5,10 +5,11 @@ its noise variance; none of them touches data.
 """
 from __future__ import annotations
 
-import warnings
 from typing import NamedTuple, Optional
 
 import torch
+
+from ..warn import warn_user
 
 __all__ = [
     "penalty_log_accept_threshold",
@@ -132,8 +133,8 @@ def pop_target_accept_prob(kwargs: dict, target_accept_prob: Optional[float]) ->
         old = kwargs.pop("target_accept")
         if target_accept_prob is not None:
             raise TypeError("give target_accept_prob only (target_accept is its old name)")
-        warnings.warn("target_accept is renamed target_accept_prob (Pyro's name for it); the old name "
-                      "will be removed", FutureWarning, stacklevel=3)
+        warn_user("target_accept is renamed target_accept_prob (Pyro's name for it); the old name "
+                  "will be removed", FutureWarning)
         return old
     return DEFAULT_TARGET_ACCEPT_PROB if target_accept_prob is None else target_accept_prob
 

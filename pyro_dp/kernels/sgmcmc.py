@@ -46,20 +46,41 @@ amplification by subsampling needs the batch to be as secret as the noise (as Op
 its Poisson sampler from its secure generator in secure mode).
 
 **Accounting.** Each iteration records ``SubsampledGaussianEvent(q, nm, "poisson")``. The
-ledger's neighbouring relation is a parameter: ``"add_remove"`` (default, Opacus's;
-``nm = σ/C``) or ``"substitute"`` (the papers' and this library's default elsewhere;
-``nm = σ/(2C)``, half the add/remove value for the same physical noise). Under both the
-default accountant is ``"pld"``: ``dp_accounting``'s privacy-loss distribution with its
-pessimistic (connect-the-dots) discretisation, ``ADD_OR_REMOVE_ONE`` or ``REPLACE_ONE``
+ledger's neighbouring relation is a parameter: ``"substitute"`` (default, as every kernel
+of this library; ``nm = σ/(2C)``) or ``"add_remove"`` (Opacus's; ``nm = σ/C``, twice the
+substitute value for the same physical noise). Under both the default accountant is
+``"pld"``: ``dp_accounting``'s privacy-loss distribution with its pessimistic
+(connect-the-dots) discretisation, ``REPLACE_ONE`` or ``ADD_OR_REMOVE_ONE``
 (:class:`~pyro_dp.accounting.PLDAccountant`), as tight as the best of Opacus and
 ``dp_accounting`` (``docs/accounting.md``; e.g. :math:`q = 0.01`, nm = 1, 300 steps,
 :math:`\delta = 10^{-5}`: ε = 1.068, where Opacus's RDP gives 1.451 and its PRV 1.078).
 Under add/remove ``"rdp"`` (Opacus's RDP analysis, improved conversion: the value of
 Opacus's ``RDPAccountant``), ``"prv"`` (Opacus's default, its upper bound) and ``"dp_rdp"``
 also apply. Calibration searches on a coarse PLD grid first and certifies on the fine one
-(:mod:`pyro_dp.accounting.planning`). :math:`N` is public (as in Opacus, which computes
-``sample_rate`` from the data set's size). There is no accept/reject step: the acceptance
+(:mod:`pyro_dp.accounting.planning`). There is no accept/reject step: the acceptance
 rate is 1 by construction.
+
+**What is public: N only under substitution** (issue #38). :math:`q = b/N` and the
+:math:`N/b` scaling read :math:`N`, and the ledger's :math:`q` (hence ε) with them.
+Substitution neighbours have the same :math:`N`, so under the default relation :math:`N`
+is public and ε is the same on both neighbours. Add/remove neighbours differ in
+:math:`N`: a kernel that read :math:`N` there would publish an ε that tells them apart
+(as ``sample_rate = b/len(data)`` in Opacus does; before issue #38 this kernel's default
+published ε 0.189972576 at :math:`N = 1000` and 0.189989549 at :math:`N = 1001`). So ``relation="add_remove"`` needs
+``public_num_rows=M``, a public row count the user states (a published data-set size, a
+bound), used in place of :math:`N` everywhere the kernel would read it: :math:`q = b/M`, the
+:math:`M/b` scaling, the calibration, the :math:`\delta \le 1/N` notice and a private
+initialisation's step. The rows themselves are still Poisson-sampled one by one with
+probability :math:`q` (the mechanism, whatever :math:`N` is), so ε depends on
+:math:`b, M, \eta, C, T` and the run length only; without ``public_num_rows`` add/remove
+is refused. **When** :math:`M \ne N`: the gradient estimate stays unbiased (each row is
+kept with probability :math:`q`, so :math:`E[\frac1q\sum_{i\in B} c_i] = \sum_{i=1}^N
+c_i` for any :math:`q`) and the Langevin noise is unchanged (:math:`\mathrm{nm}_L`
+depends on :math:`q` only); what changes is the expected batch :math:`qN = bN/M` rows,
+not :math:`b` — more work and less subsampling variance when :math:`M < N`, the reverse
+when :math:`M > N` — and the ledger's :math:`q` is the stated :math:`b/M`, which is the
+true inclusion probability, so ε is exact for the rows actually sampled. Only the batch
+size, a secret, depends on :math:`N`.
 
 **Bias.** SG-MCMC with a fixed step size is biased: on a Gaussian posterior with variance
 :math:`v`, exact-gradient SGLD has stationary variance :math:`v/(1-\eta/(4v))`, and the
@@ -153,7 +174,7 @@ class GradientRelease(NamedTuple):
 
 def langevin_noise_multiplier(
     kind: str, *, step_size: float, sample_rate: float, grad_clip: float, temperature: float = 1.0,
-    thermostat: float = 1.0, relation: str = "add_remove",
+    thermostat: float = 1.0, relation: str = "substitute",
 ) -> float:
     r"""Noise multiplier the Langevin noise alone gives the clipped gradient sum (module doc).
 
@@ -164,10 +185,10 @@ def langevin_noise_multiplier(
     :math:`\sigma_L/\Delta` with :math:`\Delta = C` (add/remove) or :math:`2C` (substitute).
 
     >>> langevin_noise_multiplier("sgld", step_size=1e-4, sample_rate=0.01, grad_clip=1.0)
-    2.0
-    >>> langevin_noise_multiplier("sgld", step_size=1e-4, sample_rate=0.01, grad_clip=1.0,
-    ...                           relation="substitute")
     1.0
+    >>> langevin_noise_multiplier("sgld", step_size=1e-4, sample_rate=0.01, grad_clip=1.0,
+    ...                           relation="add_remove")
+    2.0
     """
     q, T, C = float(sample_rate), float(temperature), float(grad_clip)
     if relation not in _SENSITIVITY:
@@ -285,7 +306,7 @@ def sgld_init(lik, z: torch.Tensor) -> SGLDState:
 
 
 def sgld_step(noise, state: SGLDState, lik, *, step_size, sample_rate, grad_clip, noise_multiplier,
-              relation="add_remove") -> Tuple[SGLDState, SGMCMCInfo]:
+              relation="substitute") -> Tuple[SGLDState, SGMCMCInfo]:
     r"""One DP-SGLD step :math:`\theta' = \theta + \frac\eta2\tilde g(\theta)`. With
     ``noise_multiplier`` equal to :func:`langevin_noise_multiplier` the noise inside
     :math:`\tilde g` is exactly the :math:`\mathcal N(0,\eta I)` of Welling & Teh (2011, eq. 4)."""
@@ -303,7 +324,7 @@ def sgnht_init(lik, z: torch.Tensor, rng: torch.Generator, thermostat: float) ->
 
 
 def sgnht_step(noise, state: SGNHTState, lik, *, step_size, sample_rate, grad_clip, noise_multiplier,
-               relation="add_remove") -> Tuple[SGNHTState, SGMCMCInfo]:
+               relation="substitute") -> Tuple[SGNHTState, SGMCMCInfo]:
     r"""One DP-SGNHT step (Ding et al. 2014, Alg. 1, with :math:`-\nabla\tilde U = \tilde g`):
 
     .. math:: p' = p - h\xi p + h\tilde g(\theta), \quad \theta' = \theta + h p', \quad
@@ -327,9 +348,22 @@ class _SGMCMC(DPKernel):
     supported_relations = ("add_remove", "substitute")
 
     def __init__(self, model, batch_size, step_size, grad_clip, noise_multiplier=None, *,
-                 relation="add_remove", accountant=None, **kwargs):
+                 relation="substitute", public_num_rows=None, accountant=None, **kwargs):
         if relation not in _SENSITIVITY:
             raise ValueError(f"relation must be 'add_remove' or 'substitute', got {relation!r}")
+        if relation == "add_remove" and public_num_rows is None:  # issue #38 (module doc)
+            raise ValueError(
+                f"{type(self).__name__}: relation='add_remove' makes the number of rows N private (add/remove "
+                "neighbours differ in it), but the sampling rate q = b/N and the N/b scaling would read it and "
+                "publish it through epsilon. Pass public_num_rows=M, a public row count you state (used in place "
+                "of N; the rows are still sampled with probability b/M), or use relation='substitute' (the "
+                "default), under which N is public")
+        if relation != "add_remove" and public_num_rows is not None:
+            raise ValueError(f"public_num_rows is for relation='add_remove' only: under relation={relation!r} "
+                             "N is public and is read from the data")
+        #: the public row count standing for N under add/remove (``None`` under substitution)
+        self.public_num_rows = (None if public_num_rows is None
+                                else check_positive("public_num_rows", public_num_rows, integer=True))
         if kwargs.pop("non_private", False):
             raise ValueError("SG-MCMC has no noise-free mode: its Langevin noise is the privacy noise")
         if accountant is None:  # the tight numerical accountant under both relations (module doc)
@@ -358,9 +392,16 @@ class _SGMCMC(DPKernel):
         return 1.0
 
     def _calibrate(self):
-        n = self.lik.num_rows
-        if self.batch_size > n:
-            raise ValueError(f"batch_size={self.batch_size} exceeds the number of rows N={n}")
+        if self.public_num_rows is not None:  # add/remove: N is private; M stands for it (module doc)
+            n = self.public_num_rows
+            # every later read of "the public N" (the delta <= 1/N notice, a private init's eta/N step) sees M
+            self.lik.global_num_rows = n
+            if self.batch_size > n:
+                raise ValueError(f"batch_size={self.batch_size} exceeds public_num_rows={n}")
+        else:  # substitution: N is public
+            n = self.lik.num_rows
+            if self.batch_size > n:
+                raise ValueError(f"batch_size={self.batch_size} exceeds the number of rows N={n}")
         if not self.lik.indexable:
             raise ValueError(
                 "DP-SGLD/DP-SGNHT read minibatches: the model must index its data by the plate's "
@@ -371,7 +412,7 @@ class _SGMCMC(DPKernel):
         key = (n, self.temperature, self.num_chains)
         if key == self._calibration_key:
             return  # setup() runs again (MCMC._set_transforms): nothing to redo
-        q = self.batch_size / n  # q = b/N, b the expected batch size
+        q = self.batch_size / n  # q = b/N (b/M under add/remove), b the expected batch size
         nm_l = langevin_noise_multiplier(
             self._kind, step_size=self.step_size, sample_rate=q, grad_clip=self.grad_clip,
             temperature=self.temperature, thermostat=self._thermostat_value(), relation=self.relation,
@@ -415,7 +456,7 @@ class _SGMCMC(DPKernel):
             "noise multiplier": self.noise_multiplier,
             "Langevin noise multiplier": self.langevin_noise_multiplier,
             "sample rate": self.sample_rate,
-            "relation": self.relation,
+            "public num rows": self.public_num_rows,
         })
         return out
 
@@ -429,7 +470,8 @@ _PARAMS_HEAD = r"""
     :param model: Pyro model whose data plate is indexed by the plate's indices
         (``with pyro.plate("data", N) as idx: ... obs=y[idx]``).
     :param int batch_size: :math:`b`, the **expected** batch size; rows are Poisson-sampled
-        with :math:`q = b/N` and gradients scaled by :math:`N/b` (module doc).
+        with :math:`q = b/N` (:math:`b/M` under add/remove) and gradients scaled by :math:`1/q`
+        (module doc).
     :param float step_size: :math:`\eta` (SGLD) or :math:`h` (SGNHT), fixed.
     :param float grad_clip: :math:`C`, L2 clip of each per-example gradient in unconstrained space.
 """
@@ -438,7 +480,13 @@ _PARAMS_TAIL = r"""    :param float noise_multiplier: optional *minimum* noise m
         explicitly. Omit it and give ``epsilon``, ``delta``, ``num_iterations`` to calibrate it
         (as Opacus's ``make_private_with_epsilon``); omit all and the run is charged the
         Langevin noise alone ("privacy for free", Wang et al. 2015).
-    :param str relation: ``"add_remove"`` (default, Opacus's) or ``"substitute"``.
+    :param str relation: ``"substitute"`` (default, as every kernel: :math:`N` is public)
+        or ``"add_remove"`` (Opacus's), which needs ``public_num_rows``.
+    :param int public_num_rows: :math:`M`, under ``relation="add_remove"`` only and required
+        there: a public row count you state (e.g. the published size of the data set, or a
+        bound), used in place of :math:`N` for :math:`q = b/M`, the scaling and the
+        calibration, so that nothing published depends on :math:`N` (module doc: with
+        :math:`M \ne N` the estimate stays unbiased, the expected batch is :math:`bN/M`).
     :param str accountant: default ``"pld"`` (``dp_accounting``'s PLD, pessimistic; both
         relations). Under add/remove ``"rdp"``, ``"prv"`` (Opacus's default) and ``"dp_rdp"``
         are accepted too; they are looser (module doc).
@@ -469,10 +517,19 @@ class DPSGLD(_SGMCMC):
     >>> mcmc.run(y)
     >>> abs(float(mcmc.get_samples()["mu"].mean()) - float(y.mean())) < 0.1
     True
-    >>> kernel.noise_multiplier  # 2 b / (T N C sqrt(eta)) = 2*100 / (1000 * 5 * 0.02)
-    2.0
-    >>> round(kernel.get_epsilon(1e-5), 3)  # 100 Poisson-subsampled Gaussians, q = 0.1, add/remove PLD
-    2.337
+    >>> kernel.noise_multiplier  # b / (T N C sqrt(eta)) = 100 / (1000 * 5 * 0.02) (substitute: Δ = 2C)
+    1.0
+    >>> kernel.relation, round(kernel.get_epsilon(1e-5), 3)  # 100 Poisson-subsampled Gaussians, q = 0.1, PLD
+    ('substitute', 4.368)
+
+    Under add/remove (ε 2.337 here, nm 2.0) the kernel must not read N: state a public count.
+
+    >>> DPSGLD(model, 100, 4e-4, 5.0, relation="add_remove", public_num_rows=1000).public_num_rows
+    1000
+    >>> DPSGLD(model, 100, 4e-4, 5.0, relation="add_remove")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: DPSGLD: relation='add_remove' makes the number of rows N private ...
     """
     _kind = "sgld"
 
@@ -509,8 +566,8 @@ class DPSGNHT(_SGMCMC):
     >>> mcmc.run(y)
     >>> abs(float(mcmc.get_samples()["mu"].mean()) - float(y.mean())) < 0.1
     True
-    >>> round(kernel.noise_multiplier, 4)  # b sqrt(2A/h) / (T N C)
-    0.5164
+    >>> round(kernel.noise_multiplier, 4)  # b sqrt(2A/h) / (2 T N C) (substitute)
+    0.2582
     """
     _kind = "sgnht"
 

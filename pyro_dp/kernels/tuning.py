@@ -5,7 +5,11 @@ Pyro's ``MCMC`` will ask for.
 argument. What the papers tuned by hand on non-private error metrics, :class:`DPAutoTune`
 buys from a fixed, documented share of the budget, at the first iteration of every chain
 (``setup`` stays data-free), in three phases — each release recorded in the chain's ledger
-under its own label (``tune:clip``, ``tune:start``) and counted by the budget and by the kernel's noise calibration:
+under its own label (``tune:rows``, ``tune:clip``, ``tune:start``) and counted by the budget and by the kernel's
+noise calibration:
+
+0. **the rows the per-row rule maps**: one noisy count (:func:`rule_rows`), which warns when
+   clearly more than zero rows have values outside their support or non-finite terms;
 
 1. **the scale of the gradients**: a private quantile of the per-example gradient norms
    :math:`\|\nabla\ell_i(z_0)\|` at the data-free start (:func:`data_free_start`): one Gaussian
@@ -50,7 +54,7 @@ kernel's own noise is calibrated to what is left.
 >>> t = DPAutoTune(num_steps=40)
 >>> t.configure(epsilon=1.0, delta=1e-5, num_chains=1)
 >>> [(type(e).__name__, n) for e, n in t.events()]
-[('GaussianEvent', 1), ('GaussianEvent', 40), ('GaussianEvent', 80)]
+[('GaussianEvent', 1), ('GaussianEvent', 40), ('GaussianEvent', 81)]
 """
 from __future__ import annotations
 
@@ -78,6 +82,8 @@ __all__ = [
     "init_to_center",
     "data_free_start",
     "TuneResult",
+    "RuleMappedRowsWarning",
+    "rule_rows",
     "DEFAULT_TUNING_SHARE",
     "NORM_BIN_EDGES",
     "mcmc_run_length",
@@ -98,6 +104,8 @@ NORM_BIN_EDGES = tuple(10.0 ** (k / 4.0) for k in range(-16, 21))
 _NUM_HISTOGRAMS = 1
 # noisy counts per DP-Adam step: one per adaptive clip (grad_quantile, llr_quantile)
 _COUNTS_PER_STEP = 2
+#: noisy counts besides the steps': the rows the per-row rule maps at the start (:func:`rule_rows`)
+_RULE_COUNTS = 1
 #: Share of the tuning budget spent on the adaptive clip's counts (one per DP-Adam step).
 COUNT_SHARE = 0.15
 # eta_C of the geometric clip update (Andrew et al. 2021 use 0.2)
@@ -387,14 +395,19 @@ class DPAutoTune:
             raise ValueError(f"histogram_share must be below {1.0 - COUNT_SHARE}, got {self.histogram_share}")
         self.noise_multipliers = (math.sqrt(_NUM_HISTOGRAMS / (self.histogram_share * mu2)),
                                   math.sqrt(self.num_steps / (step_share * mu2)),
-                                  math.sqrt(_COUNTS_PER_STEP * self.num_steps / (COUNT_SHARE * mu2)))
+                                  math.sqrt(self._num_counts() / (COUNT_SHARE * mu2)))
+
+    def _num_counts(self) -> int:
+        """Noisy counts per run: two per DP-Adam step (the adaptive clips) and one of the rows the
+        per-row rule maps (:func:`rule_rows`)."""
+        return _COUNTS_PER_STEP * self.num_steps + _RULE_COUNTS
 
     def events(self) -> List[Tuple[object, int]]:
         """The releases it makes, ``[(event, count)]``, for budget planning (after :meth:`configure`)."""
         if self.noise_multipliers is None:
             raise RuntimeError("DPAutoTune.configure() first: its noise comes from the kernel's budget")
         ev = [NonPrivateEvent() if nm == 0 else GaussianEvent(nm) for nm in self.noise_multipliers]
-        return [(ev[0], _NUM_HISTOGRAMS), (ev[1], self.num_steps), (ev[2], _COUNTS_PER_STEP * self.num_steps)]
+        return [(ev[0], _NUM_HISTOGRAMS), (ev[1], self.num_steps), (ev[2], self._num_counts())]
 
     def run(self, lik, z: torch.Tensor, noise, relation: str = "substitute", record=None):
         """Tune from ``z``; returns ``(z_start, events, 0.0)`` and sets :attr:`result`.
@@ -416,6 +429,9 @@ class DPAutoTune:
         z = data_free_start(lik, z)
         n = getattr(lik, "global_num_rows", lik.num_rows)
         q_ratio = self.ratio_quantile(n)
+        # phase 0: how many rows the per-row rule maps (a value outside its support, a non-finite
+        # term): a noisy count, never an exact one; a clear excess warns (#38)
+        self.rule_rows = rule_rows(lik, z, nm_count, noise, relation, rec("tune:rows"))
         # phase 1: the scale of the per-example gradients at the data-free start (one histogram
         # gives every quantile: the raised ratio quantile's too, at no extra release)
         (c0, c0_ratio), _ = private_quantiles(lik, z, (self.grad_quantile, q_ratio), nm_hist, noise, relation,
@@ -459,6 +475,50 @@ class DPAutoTune:
         clip_g, clip_l = (math.exp(c / tail) for c in clip_sums)  # geometric means over the last third
         self.result = TuneResult(z, clip_g, clip_l, clip_l)
         return z, events, 0.0
+
+
+class RuleMappedRowsWarning(UserWarning):
+    """A noisy count says that clearly more than zero rows have a value outside their
+    distribution's support or a non-finite log-likelihood: the per-row rule gives them a zero
+    term, i.e. they are left out of the posterior."""
+
+
+def rule_rows(lik, z: torch.Tensor, noise_multiplier: float, noise, relation: str = "substitute",
+              record=None) -> float:
+    r"""Release a noisy count of the rows the per-row rule maps at ``z`` — a value outside its
+    distribution's support (:func:`~pyro_dp.isolation.support_rule`: a label out of range, a
+    negative count, NaN, a Bernoulli label of -1) or a non-finite log-likelihood — with
+    :func:`~pyro_dp.mechanisms.noisy_count` (:math:`\Delta = 1`), and warn
+    (:class:`RuleMappedRowsWarning`) when it exceeds three noise standard deviations: the rule
+    keeps such rows private but leaves them out of the posterior, which is wrong when many rows
+    are (data that do not match the model). Returns the noisy count (post-processing: public).
+
+    >>> import torch
+    >>> from pyro_dp.likelihood import PrivateLikelihood
+    >>> from pyro_dp.mechanisms import NoiseSource
+    >>> from pyro_dp.models.examples import normal_mean_model as model
+    >>> lik = PrivateLikelihood(model, (torch.tensor([0.0, float("nan"), 1.0]),), seed=0)
+    >>> rule_rows(lik, torch.zeros(1), 0.0, NoiseSource())  # noise 0 for the example only
+    1.0
+    """
+    ll = lik.per_example_loglik(z)
+    mapped = (~torch.isfinite(ll)).sum()  # reads the data: released only as the noisy count below
+    cnt = noisy_count(mapped, noise_multiplier, noise, relation)
+    if record is not None:
+        record(cnt.event)
+    value = float(cnt.value)
+    if value > 3.0 * float(noise_multiplier) and value >= 1.0:
+        import warnings
+
+        n = getattr(lik, "global_num_rows", lik.num_rows)
+        warnings.warn(
+            f"a noisy count (standard deviation {noise_multiplier:.3g}, covered by epsilon) says that about "
+            f"{value:.0f} of {n} rows have a value outside their distribution's support or a non-finite "
+            "log-likelihood (NaN values, labels out of range, -1/1 labels for a Bernoulli, negative counts). "
+            "pyro_dp gives such rows a zero term (the per-row rule keeps them private) — they are left out of the "
+            "posterior. Check that the data match the model (docs/privacy.md, 'The per-row rule')",
+            RuleMappedRowsWarning, stacklevel=5)
+    return value
 
 
 def data_free_start(lik, z: torch.Tensor) -> torch.Tensor:

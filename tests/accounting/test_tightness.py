@@ -57,8 +57,9 @@ def defaults():
         warnings.simplefilter("ignore")
         out = default_accountants()
         assert out["gaussian"] == DEFAULT_ACCOUNTANT
-        assert DPSGNHT(model, 10, 1e-3, 1.0).accountant == out["poisson/add_remove"]
-        assert DPSGLD(model, 10, 1e-3, 1.0, relation="substitute").accountant == out["poisson/substitute"]
+        assert DPSGNHT(model, 10, 1e-3, 1.0, relation="add_remove", public_num_rows=100).accountant \
+            == out["poisson/add_remove"]
+        assert DPSGLD(model, 10, 1e-3, 1.0).accountant == out["poisson/substitute"]  # the default relation (#38)
     return out
 
 

@@ -45,7 +45,9 @@ def cases(**extra):
                                             step_epsilon=0.9, step_delta=1e-6, **KW), y),
         "fastmh_full": (lambda: pyro_dp.DPFastMH(gauss_model, 0.01, lipschitz=4.0, full_batch=True, step_epsilon=0.9,
                                                  step_delta=1e-6, **KW), y),
-        "sgld": (lambda: pyro_dp.DPSGLD(gauss_model, 50, 1e-3, 2.0, **KW), y),
+        # add/remove with N = 300 stated public: the relation this golden chain was recorded under (#38)
+        "sgld": (lambda: pyro_dp.DPSGLD(gauss_model, 50, 1e-3, 2.0, relation="add_remove", public_num_rows=300,
+                                        **KW), y),
         "sgnht": (lambda: pyro_dp.DPSGNHT(gauss_model, 50, 1e-3, 2.0, relation="substitute", **KW), y),
     }
 

@@ -9,6 +9,7 @@ import torch
 from pyro.infer import MCMC
 
 import pyro_dp
+from pyro_dp.kernels.checkpoint import from_plain, is_plain, to_plain
 
 from .golden_cases import cases
 
@@ -33,8 +34,9 @@ def test_resume_continues_the_same_chain_and_ledger(name, tmp_path):
     first = factory()
     first.setup(5, data)
     params, head = _chain(first, first.initial_params, 5)
+    assert is_plain(first.state_dict())  # tensors and plain values only (#42)
     torch.save(first.state_dict(), tmp_path / "ckpt.pt")
-    state = torch.load(tmp_path / "ckpt.pt", weights_only=False)
+    state = torch.load(tmp_path / "ckpt.pt")  # torch's defaults: weights_only=True (#42)
     resumed = factory()
     resumed.load_state_dict(pickle.loads(pickle.dumps(state)))
     resumed.setup(0, data)  # the checkpoint's warmup length wins
@@ -170,3 +172,68 @@ def test_a_checkpoint_continues_once_into_a_fresh_kernel_and_one_chain():
         with pytest.raises(ValueError, match="num_chains=1"):
             MCMC(again, num_samples=3, warmup_steps=0, num_chains=2, disable_progbar=True).run(y)
     assert again.ledger.num_releases == 0
+
+
+def test_a_default_torch_load_resumes_after_mcmc_with_finished_chains_and_party_ledgers(tmp_path):
+    """#42: checkpoints hold only tensors and plain values, so ``torch.load(path)`` with its
+    default ``weights_only=True`` reads them — here with finished chains in the cumulative
+    ledger, per-party ledgers and labelled releases, resumed inside ``MCMC`` to the same
+    chain and ledger as an uninterrupted run."""
+    def run(name, samples, state=None):
+        factory, data = CASES[name]
+        k = factory()
+        if state is not None:
+            k.load_state_dict(state)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mcmc = MCMC(k, num_samples=samples, warmup_steps=0, disable_progbar=True)
+            mcmc.run(data)
+        return k, mcmc
+
+    for name in ("multiparty", "penalty_init"):
+        whole, full = run(name, 10)
+        first, _ = run(name, 4)
+        torch.save(first.state_dict(), tmp_path / f"{name}.pt")
+        resumed, rest = run(name, 6, torch.load(tmp_path / f"{name}.pt"))
+        site = next(iter(full.get_samples()))
+        assert torch.equal(rest.get_samples()[site], full.get_samples()[site][4:])
+        assert resumed.ledger == whole.ledger
+        assert resumed.ledger.labelled_entries() == whole.ledger.labelled_entries()
+        assert resumed.get_epsilon(1e-5) == whole.get_epsilon(1e-5)
+    k = CASES["multiparty"][0]()
+    k.setup(0, CASES["multiparty"][1])
+    p = k.sample(k.initial_params)
+    k.cleanup()  # a finished chain in the cumulative ledger
+    k.setup(0, CASES["multiparty"][1])
+    k.sample(p)
+    state = k.state_dict()
+    assert state["chains"] and is_plain(state)
+    torch.save(state, tmp_path / "two.pt")
+    again = CASES["multiparty"][0]()
+    again.load_state_dict(torch.load(tmp_path / "two.pt"))
+    again.setup(0, CASES["multiparty"][1])
+    assert again.ledger == k.ledger and again.get_epsilon(1e-5, party=1) == k.get_epsilon(1e-5, party=1)
+
+
+def test_a_checkpoint_builds_nothing_but_its_own_types():
+    """Loading rebuilds only pyro_dp's states, events and ledgers (events through their
+    validating constructors) and pyro's dual-averaging adapter: any other type name, or a
+    tampered event, is refused."""
+    from pyro_dp.mechanisms import GaussianEvent, PrivacyLedger
+
+    led = PrivacyLedger()
+    led.record(GaussianEvent(3.0), 2, label="tune:start")
+    plain = to_plain(led)
+    assert is_plain(plain) and from_plain(plain) == led
+    bad = to_plain(led)
+    bad["entries"][0][0]["fields"]["noise_multiplier"] = -1.0
+    with pytest.raises(ValueError, match="noise_multiplier"):
+        from_plain(bad)
+    for tag, name in (("object", "os:system"), ("namedtuple", "collections:OrderedDict"),
+                      ("object", "pyro_dp.kernels.base:secrets"), ("object", "builtins:eval")):
+        with pytest.raises(ValueError, match="cannot hold|not a class"):
+            from_plain({"__pyro_dp__": tag, "type": name, "state": {}, "fields": []})
+    with pytest.raises(ValueError, match="does not exist"):
+        from_plain({"__pyro_dp__": "event", "type": "NoiseSource", "fields": {}})
+    with pytest.raises(TypeError, match="cannot hold"):
+        to_plain(object())

@@ -129,8 +129,8 @@ def test_langevin_noise_formulas(relation):
     nm = langevin_noise_multiplier("sgnht", step_size=eta, sample_rate=q, grad_clip=C, temperature=T,
                                    thermostat=A, relation=relation)
     assert eta * (T / q) * nm * delta_sens == pytest.approx(math.sqrt(2 * A * eta), rel=1e-12)
-    ar = langevin_noise_multiplier("sgld", step_size=eta, sample_rate=q, grad_clip=C)
-    sub = langevin_noise_multiplier("sgld", step_size=eta, sample_rate=q, grad_clip=C, relation="substitute")
+    ar = langevin_noise_multiplier("sgld", step_size=eta, sample_rate=q, grad_clip=C, relation="add_remove")
+    sub = langevin_noise_multiplier("sgld", step_size=eta, sample_rate=q, grad_clip=C)  # the default (#38)
     assert sub == pytest.approx(ar / 2, rel=1e-15)
 
 
@@ -253,7 +253,7 @@ def test_short_run_through_pyro_mcmc():
     assert diag["acceptance rate"]["chain 0"] == 1.0
     assert diag["non-private clipped fraction"]["chain 0"] == 0.0
     assert diag["private iterations"]["chain 0"] == 150
-    assert diag["relation"]["chain 0"] == "add_remove"
+    assert diag["relation"]["chain 0"] == "substitute"  # the default (#38), named in the diagnostics
     assert diag["epsilon"]["chain 0"] == pytest.approx(kernel.get_epsilon(kernel.reference_delta))
 
 
@@ -262,8 +262,10 @@ def test_short_run_through_pyro_mcmc():
 
 @pytest.fixture(scope="module")
 def sgld_run():
+    """Opacus's setting: add/remove, with N = 500 stated as public (``public_num_rows``, #38)."""
     y = make_data(500, seed=0)
-    kernel = DPSGLD(gauss_model, 50, 1e-3, 2.0, seed=0, init_strategy=init_to_mean)
+    kernel = DPSGLD(gauss_model, 50, 1e-3, 2.0, relation="add_remove", public_num_rows=500, seed=0,
+                    init_strategy=init_to_mean)
     mcmc = MCMC(kernel, num_samples=60, warmup_steps=20, disable_progbar=True)
     mcmc.run(y)
     return kernel, mcmc
@@ -319,7 +321,8 @@ def test_substitute_relation_converts_noise_multiplier():
 
     y = make_data(400, seed=0)
     kw = dict(seed=0, init_strategy=init_to_mean)
-    ar, sub = DPSGLD(gauss_model, 40, 1e-3, 2.0, **kw), DPSGLD(gauss_model, 40, 1e-3, 2.0, relation="substitute", **kw)
+    ar = DPSGLD(gauss_model, 40, 1e-3, 2.0, relation="add_remove", public_num_rows=400, **kw)
+    sub = DPSGLD(gauss_model, 40, 1e-3, 2.0, **kw)  # substitute: the default (#38)
     assert sub.accountant == "pld"
     ar.setup(0, y)
     sub.setup(0, y)
@@ -347,7 +350,8 @@ def test_calibration_by_target_adds_explicit_noise_and_stops():
     (verified, minimal within 1e-5), keeps the step size, adds the missing noise explicitly
     with a warning, and stops reading data when the budget is spent."""
     y = make_data(300, seed=0)
-    kw = dict(epsilon=1.0, delta=1e-5, num_iterations=40, seed=0, init_strategy=init_to_mean)
+    kw = dict(epsilon=1.0, delta=1e-5, num_iterations=40, seed=0, init_strategy=init_to_mean,
+              relation="add_remove", public_num_rows=300)
     kernel = DPSGLD(gauss_model, 30, 1e-2, 2.0, **kw)  # large step: Langevin nm ~ 1 is too small
     with pytest.warns(UserWarning, match="adding the missing noise"):
         kernel.setup(0, y)
@@ -372,7 +376,8 @@ def test_calibration_by_target_adds_explicit_noise_and_stops():
 
 def test_two_sequential_chains_keep_add_remove_ledgers():
     y = make_data(200, seed=0)
-    kernel = DPSGNHT(gauss_model, 20, 1e-3, 2.0, 1.0, seed=0, init_strategy=init_to_mean)
+    kernel = DPSGNHT(gauss_model, 20, 1e-3, 2.0, 1.0, relation="add_remove", public_num_rows=200, seed=0,
+                     init_strategy=init_to_mean)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         mcmc = MCMC(kernel, num_samples=10, warmup_steps=5, num_chains=2, disable_progbar=True)
@@ -427,6 +432,11 @@ def _not_indexed(y, n):
         ((10, 1e-3, 1.0), dict(accountant="nope"), ValueError, "nope"),
         ((10, 1e-3, 1.0), dict(temperature=0.0), ValueError, "temperature"),
         ((10, 1e-3, 1.0), dict(non_private=True), ValueError, "no noise-free mode"),
+        # #38: add/remove must not read N; a public count is only for add/remove
+        ((10, 1e-3, 1.0), dict(relation="add_remove"), ValueError, "public_num_rows=M"),
+        ((10, 1e-3, 1.0), dict(public_num_rows=100), ValueError, "add_remove' only"),
+        ((10, 1e-3, 1.0), dict(relation="add_remove", public_num_rows=0), ValueError, "public_num_rows"),
+        ((10, 1e-3, 1.0), dict(relation="add_remove", public_num_rows=1.5), ValueError, "public_num_rows"),
     ],
 )
 def test_bad_hyperparameters(args, kwargs, exc, match):
@@ -443,9 +453,81 @@ def test_bad_thermostat_and_setup_errors():
     kernel = DPSGLD(gauss_model, 50, 1e-3, 1.0)
     with pytest.raises(ValueError, match="exceeds the number of rows"):
         kernel.setup(0, y)
+    with pytest.raises(ValueError, match="exceeds public_num_rows=40"):  # b > M, whatever N is
+        DPSGLD(gauss_model, 50, 1e-3, 1.0, relation="add_remove", public_num_rows=40).setup(0, make_data(100))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # PrivateLikelihood warns about the slow path
         kernel = DPSGLD(_not_indexed, 5, 1e-3, 1.0)
         with pytest.raises(ValueError, match="index its data"):
             kernel.setup(0, y, len(y))
     assert not kernel.ledger
+
+
+# ---------------------------------------------------------------------------- the neighbouring relation (#38)
+
+
+def _released(kernel, y, steps=4):
+    kernel.setup(0, y)
+    p = kernel.initial_params
+    for _ in range(steps):
+        p = kernel.sample(p)
+    return kernel
+
+
+@pytest.mark.parametrize("cls", [DPSGLD, DPSGNHT])
+def test_published_epsilon_does_not_tell_neighbours_apart(cls):
+    """Issue #38: DPSGLD/DPSGNHT defaulted to add/remove while reading N (q = b/N), so the
+    published epsilon differed between add/remove neighbours (N = 1000 vs 1001). Now the
+    default is substitution (neighbours share N: the same ledger on D and on D with row 0
+    replaced), and add/remove reads the stated public count M instead of N: the same ledger
+    and epsilon on N = 1000 and N = 1001 rows. A kernel that still reads N under add/remove
+    (q = b/N) fails the second part."""
+    y = make_data(1001, seed=5)
+    d, d_sub = y[:1000], y[:1000].clone()
+    d_sub[0] = 50.0  # a substitution neighbour
+    kw = dict(seed=0, init_strategy=init_to_mean)
+    a, b = (_released(cls(gauss_model, 50, 1e-3, 2.0, **kw), data) for data in (d, d_sub))
+    assert a.relation == b.relation == a.ledger.relation == "substitute"
+    assert a.diagnostics()["relation"] == "substitute"
+    assert a.ledger == b.ledger and a.get_epsilon(1e-5) == b.get_epsilon(1e-5)
+
+    ar = dict(kw, relation="add_remove", public_num_rows=1000)
+    small, big = (_released(cls(gauss_model, 50, 1e-3, 2.0, **ar), data) for data in (d, y))  # N = 1000, 1001
+    assert small.sample_rate == big.sample_rate == 50 / 1000
+    assert small.noise_multiplier == big.noise_multiplier
+    assert small.ledger == big.ledger and small.ledger.relation == "add_remove"
+    assert small.get_epsilon(1e-5) == big.get_epsilon(1e-5)
+    assert big.diagnostics()["relation"] == "add_remove" and big.diagnostics()["public num rows"] == 1000
+    assert big.lik.global_num_rows == 1000  # what a private init and the delta notice read as "N"
+
+
+def test_add_remove_samples_the_real_rows_at_the_public_rate(monkeypatch):
+    """With M != N the rows actually held are Poisson-sampled with q = b/M (the ledger's rate,
+    so epsilon is exact for them) and the estimate is scaled by 1/q (unbiased for the sum
+    over all N rows); only the expected batch, qN = bN/M, depends on N."""
+    from pyro_dp.mechanisms import NoiseSource as NS
+
+    calls = []
+    real = NS.poisson_subsample
+
+    def record(self, n, q, device=None):
+        calls.append((n, q))
+        return real(self, n, q, device=device)
+
+    monkeypatch.setattr(NS, "poisson_subsample", record)
+    k = _released(DPSGLD(gauss_model, 50, 1e-3, 2.0, relation="add_remove", public_num_rows=500, seed=0,
+                         init_strategy=init_to_mean), make_data(1000, seed=1), steps=3)
+    assert calls == [(1000, 0.1)] * 3
+    assert k.ledger.entries == ((SubsampledGaussianEvent(0.1, k.noise_multiplier, "poisson"), 3),)
+
+
+def test_only_the_sg_kernels_offer_add_remove():
+    """Every other kernel's analysis is stated under substitution alone (and refuses
+    add/remove in ``__init__``); the SG-MCMC kernels default to substitution too."""
+    from pyro_dp.kernels.base import DPKernel
+
+    for cls in (pyro_dp.DPPenalty, pyro_dp.DPHMC, pyro_dp.DPBarker, pyro_dp.DPMinibatchPenalty, pyro_dp.DPFastMH,
+                pyro_dp.DPExpFamPenalty, pyro_dp.DPMultiPartyPenalty):
+        assert issubclass(cls, DPKernel) and cls.supported_relations == ("substitute",), cls
+    for cls in (DPSGLD, DPSGNHT):
+        assert cls(gauss_model, 10, 1e-3, 1.0).relation == "substitute"

@@ -317,3 +317,32 @@ def test_dphmc_default_path_targets_acceptance_one_half():
              hook_fn=lambda k, *_: seen.append((k.grad_clip, k.llr_clip))).run(Y)
     r = kernel.init.result
     assert set(seen) == {(max(r.grad_clip, r.llr_clip), r.llr_clip)}  # the higher of the two tracked clips
+
+
+def _logistic(X, y):
+    w = pyro.sample("w", dist.Normal(torch.zeros(2, dtype=X.dtype), 2.0).to_event(1))
+    with pyro.plate("data", X.shape[0]):
+        pyro.sample("y", dist.Bernoulli(logits=X @ w), obs=y)
+
+
+@pytest.mark.parametrize("labels, warns", [("01", False), ("pm1", True)])
+def test_rows_the_rule_maps_are_counted_privately_and_warn(labels, warns):
+    """#38: a Bernoulli model given labels in {-1, 1} has half its rows outside the support; the
+    rule leaves them out of the posterior. The default path releases one noisy count of such rows
+    (ledger label ``tune:rows``) and warns when it is clearly non-zero — never an exact count."""
+    import warnings as _w
+
+    from pyro_dp.kernels.tuning import RuleMappedRowsWarning
+
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(2000, 2, generator=g, dtype=torch.float64) / 2
+    y = (torch.rand(2000, generator=g, dtype=torch.float64) < torch.sigmoid(X @ torch.tensor([1.0, -1.0],
+                                                                                               dtype=torch.float64))).double()
+    if labels == "pm1":
+        y = 2 * y - 1
+    k = pyro_dp.DPPenalty(_logistic, epsilon=2.0, num_iterations=40, seed=0)
+    with _w.catch_warnings(record=True) as caught:
+        _w.simplefilter("always")
+        MCMC(k, num_samples=20, warmup_steps=20, disable_progbar=True).run(X, y)
+    assert any(issubclass(w.category, RuleMappedRowsWarning) for w in caught) == warns
+    assert k.ledger.by_label().get("tune:rows") == 1

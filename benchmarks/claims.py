@@ -1,0 +1,512 @@
+r"""The claim tables of ``docs/results.md``, recomputed from the shipped CSVs (issue #41).
+
+Run ``python benchmarks/claims.py`` (a second, no torch) to print every claim table as markdown;
+``python benchmarks/claims.py --check`` exits non-zero when a table in ``docs/results.md`` is not
+what the shipped CSVs in ``docs/_static/results/`` give (``tests/test_claims.py`` runs that check).
+
+**The test behind every row.** A claim "A is lower than B" (MMD, an error, a clipped fraction) is
+judged on the *paired differences* ``d_r = metric_B(r) − metric_A(r)`` over the repeats ``r`` that
+both cells ran (the same repeat index: the same seed and, for the thesis grids, the same data). We
+report ``z = mean(d) / s.e.(d)`` with ``s.e.(d) = sd(d)/√n`` and the two-sided p of the paired
+t-test (Student t with n − 1 degrees of freedom; at 20 repeats ``|z| ≥ 2.09`` is ``p < 0.05``).
+Positive z favours the claim. A difference is *detected* when ``p < 0.05``; each row is a separate
+test (no correction for the many rows, so read a lone ``p ≈ 0.04`` as weak). At 2 repeats
+(the DP-HMC paper's Fig. 1, Zhang & Zhang's Fig. 1 and the p² check, as shipped) the t-test has one
+degree of freedom and detects only ``|z| ≥ 12.7``: such rows are descriptive, and say so.
+
+Where a table has fewer than 5 repeats it adds a *sign test* pooled over its levels: the number of
+pairs (every level and repeat, each pair from its own chains) with ``d > 0`` and the two-sided
+binomial p. Six of six pairs in one direction give p = 0.031.
+
+A claim that a fraction stays below 10 % is the one-sample version on the cell's repeats:
+``z = (0.10 − mean) / s.e.``, reported for the worst cell.
+
+Verdict words follow the test and nothing else: "supported" (detected, in the claimed direction, at
+every level listed), "supported at ε = …" (detected at those levels only; at the others no
+difference is detected), "not detected" (no level detects it), "reversed at …" (detected in the
+opposite direction). A claim of *equality* cannot be proved by a test; its rows say "no difference
+detected" or "differ at …".
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import pathlib
+import sys
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SHIPPED = ROOT / "docs" / "_static" / "results"
+RESULTS_MD = ROOT / "docs" / "results.md"
+LEVEL = 0.05
+
+NAMES = {
+    "dp_penalty": "DP penalty", "dp_penalty_ocu_gwmh": "OCU+GWMH", "dp_hmc": "DP-HMC", "dp_barker": "DP Barker",
+    "minibatch_dp_penalty": "minibatch penalty", "dp_sgld": "DP-SGLD", "dp_sgnht": "DP-SGNHT", "rwmh": "RWMH",
+    "hmc": "HMC", "dp_fast_mh_full": "DP-Fast MH (full batch)", "dp_fast_mh_pff_k60": "DP-Fast MH, K = 60 (opt-in)",
+    "dp_fast_mh": "DP-Fast MH (K = εN)", "dp_sgld_authors": "authors' SGLD update", "exact": "exact draws",
+}
+
+
+def load(name: str, results_dir: pathlib.Path = SHIPPED) -> List[dict]:
+    """The rows of ``<results_dir>/<name>.csv`` as dicts of strings."""
+    with open(pathlib.Path(results_dir) / f"{name}.csv", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+class Paired(NamedTuple):
+    """A paired comparison: ``mean`` ± ``se`` of ``d = B − A`` over ``n`` repeats, ``z = mean/se``
+    and the two-sided paired-t ``p``."""
+    n: int
+    mean: float
+    se: float
+    z: float
+    p: float
+
+
+def t_two_sided_p(z: float, dof: int) -> float:
+    """Two-sided p of Student's t with ``dof`` degrees of freedom at ``|z|``.
+
+    >>> round(t_two_sided_p(2.093, 19), 3)
+    0.05
+    >>> round(t_two_sided_p(12.706, 1), 3)
+    0.05
+    """
+    if not math.isfinite(z):
+        return 0.0 if dof >= 1 else math.nan
+    try:
+        from scipy import stats
+
+        return float(2 * stats.t.sf(abs(z), dof))
+    except ImportError:  # normal approximation
+        return math.erfc(abs(z) / math.sqrt(2))
+
+
+def paired_from_values(a: Dict[str, float], b: Dict[str, float]) -> Paired:
+    """Paired test of ``B − A`` over the repeat keys both dicts hold (repeat -> value).
+
+    >>> t = paired_from_values({"0": 1.0, "1": 2.0, "2": 3.0}, {"0": 1.5, "1": 2.4, "2": 3.7})
+    >>> round(t.mean, 3), round(t.se, 4), round(t.z, 2)
+    (0.533, 0.0882, 6.05)
+    """
+    keys = sorted(set(a) & set(b), key=lambda k: int(float(k)))
+    d = [b[k] - a[k] for k in keys]
+    n = len(d)
+    if n < 2:
+        return Paired(n, d[0] if d else math.nan, math.nan, math.nan, math.nan)
+    m = sum(d) / n
+    sd = math.sqrt(sum((x - m) ** 2 for x in d) / (n - 1))
+    se = sd / math.sqrt(n)
+    z = m / se if se > 0 else (0.0 if m == 0 else math.copysign(math.inf, m))
+    return Paired(n, m, se, z, t_two_sided_p(z, n - 1) if se > 0 else (1.0 if m == 0 else 0.0))
+
+
+def sign_test(diffs: Sequence[float]) -> Tuple[int, int, float]:
+    """Two-sided sign test: (pairs with d > 0, pairs with d ≠ 0, p).
+
+    >>> sign_test([1.0] * 6)[2]
+    0.03125
+    """
+    nz = [d for d in diffs if d != 0]
+    m, k = len(nz), sum(d > 0 for d in nz)
+    if m == 0:
+        return 0, 0, 1.0
+    tail = sum(math.comb(m, i) for i in range(max(k, m - k), m + 1)) / 2 ** m
+    return k, m, min(1.0, 2 * tail)
+
+
+def one_sample_below(values: Sequence[float], bound: float) -> Paired:
+    """``z = (bound − mean)/s.e.`` and its two-sided t p: is the mean below ``bound``?"""
+    n = len(values)
+    m = sum(values) / n
+    se = math.sqrt(sum((x - m) ** 2 for x in values) / (n - 1) / n) if n > 1 else math.nan
+    z = (bound - m) / se if se > 0 else math.copysign(math.inf, bound - m)
+    return Paired(n, bound - m, se, z, t_two_sided_p(z, n - 1))
+
+
+def values(rows, *, problem=None, algorithm, metric, level_col="epsilon", level=None, **eq) -> Dict[str, float]:
+    """repeat -> float(metric) for the rows matching ``problem``, ``algorithm``, ``level`` and ``eq``."""
+    out = {}
+    for r in rows:
+        if r["algorithm"] != algorithm or (problem is not None and r["problem"] != problem):
+            continue
+        if level is not None and not math.isclose(float(r[level_col]), float(level), rel_tol=1e-9):
+            continue
+        if any(str(r[k]) != str(v) for k, v in eq.items()):
+            continue
+        if r.get(metric, "") in ("", "nan", None):
+            continue
+        out[r["repeat"]] = float(r[metric])
+    return out
+
+
+def paired(rows, *, problem, a, b, metric, level, level_col="epsilon", b_level=None, **eq) -> Paired:
+    """Paired test of ``metric`` of ``b`` minus ``a`` at ``level`` (``b_level``: B's level, when the
+    comparison is across levels of one algorithm, e.g. a clip bound against no clipping)."""
+    va = values(rows, problem=problem, algorithm=a, metric=metric, level_col=level_col, level=level, **eq)
+    vb = values(rows, problem=problem, algorithm=b, metric=metric, level_col=level_col,
+                level=level if b_level is None else b_level, **eq)
+    return Paired(*paired_from_values(va, vb))
+
+
+def fmt_level(x) -> str:
+    return f"{float(x):g}"
+
+
+def fmt_z(t: Paired) -> str:
+    if not math.isfinite(t.z):
+        return "—" if math.isnan(t.z) else ("+∞" if t.z > 0 else "−∞")
+    s = f"{t.z:+.1f}" if abs(t.z) < 100 else ("> +100" if t.z > 0 else "< −100")
+    s = s.replace("-", "−")
+    return f"**{s}**" if t.p < LEVEL else s
+
+
+def verdict(levels: Sequence, tests: Sequence[Paired], *, equality: bool = False, name: str = "ε") -> str:
+    """The verdict words of the module docstring for one row."""
+    lv = [fmt_level(x) for x in levels]
+    pos = [lv[i] for i, t in enumerate(tests) if t.p < LEVEL and t.z > 0]
+    neg = [lv[i] for i, t in enumerate(tests) if t.p < LEVEL and t.z < 0]
+    n = min(t.n for t in tests)
+    small = n < 5
+    if equality:
+        det = [lv[i] for i, t in enumerate(tests) if t.p < LEVEL]
+        out = f"differ at {name} = {', '.join(det)}" if det else "no difference detected"
+    elif pos and not neg and len(pos) == len(lv):
+        out = "supported"
+    elif pos and not neg:
+        out = f"supported at {name} = {', '.join(pos)} only"
+    elif not pos and not neg:
+        out = "not detected"
+    else:
+        out = (f"supported at {name} = {', '.join(pos)}; " if pos else "") + f"reversed at {name} = {', '.join(neg)}"
+    if small:
+        out += f" ({n} repeats: descriptive only)"
+    return out
+
+
+class Claim(NamedTuple):
+    """One row: the claim, ``B − A`` compared (positive z favours it), at ``levels``."""
+    claim: str
+    csv: str
+    problem: Optional[str]
+    a: str  # claimed lower
+    b: str
+    metric: str
+    levels: Tuple
+    level_col: str = "epsilon"
+    equality: bool = False
+    b_level: Optional[float] = None
+    eq: Tuple = ()
+
+
+MMD = "mmd"
+
+FIG63 = [
+    Claim(f"no effect but at the lowest bounds ({NAMES[k]}, {p.split('-')[-1]})", "fig63", p, k, k, MMD,
+          (0.5, 1.0, 2.0), "clip_bound", True, 1000.0)
+    for p in ("flat-banana-2d", "flat-banana-10d") for k in ("rwmh", "hmc")
+]
+
+E6 = (1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
+FIG64 = [
+    Claim("flat: penalty beats HMC", "fig64", "flat-banana-2d", "dp_penalty", "dp_hmc", MMD, E6),
+    Claim("flat: penalty beats HMC", "fig64", "flat-banana-2d", "dp_penalty_ocu_gwmh", "dp_hmc", MMD, E6),
+    Claim("flat: penalty beats HMC", "fig64", "flat-banana-10d", "dp_penalty", "dp_hmc", MMD, E6),
+    Claim("flat: penalty beats HMC", "fig64", "flat-banana-10d", "dp_penalty_ocu_gwmh", "dp_hmc", MMD, E6),
+    Claim("tempered: HMC beats penalty", "fig64", "tempered-banana-2d", "dp_hmc", "dp_penalty", MMD, E6),
+    Claim("tempered: HMC beats penalty", "fig64", "tempered-banana-2d", "dp_hmc", "dp_penalty_ocu_gwmh", MMD, E6),
+    Claim("tempered: HMC beats penalty", "fig64", "tempered-banana-10d", "dp_hmc", "dp_penalty", MMD, E6),
+    Claim("tempered: HMC beats penalty", "fig64", "tempered-banana-10d", "dp_hmc", "dp_penalty_ocu_gwmh", MMD, E6),
+    Claim("flat: minibatch not useful", "fig64", "flat-banana-2d", "dp_penalty", "dp_barker", MMD, E6),
+    Claim("flat: minibatch not useful", "fig64", "flat-banana-2d", "dp_penalty", "minibatch_dp_penalty", MMD,
+          (3.0, 4.0, 5.0, 6.0)),
+    Claim("except DP Barker in 10-d (Barker beats penalty)", "fig64", "flat-banana-10d", "dp_barker", "dp_penalty",
+          MMD, E6),
+    Claim("except DP Barker in 10-d (Barker beats minibatch penalty)", "fig64", "flat-banana-10d", "dp_barker",
+          "minibatch_dp_penalty", MMD, (3.0, 4.0, 5.0, 6.0)),
+    Claim("tempered: minibatch close to full-data penalty", "fig64", "tempered-banana-2d", "dp_barker", "dp_penalty",
+          MMD, E6, equality=True),
+    Claim("tempered: minibatch close to full-data penalty", "fig64", "tempered-banana-10d", "dp_barker",
+          "dp_penalty", MMD, E6, equality=True),
+]
+
+FIG65 = [
+    Claim("correlated Gaussian: DP-HMC beats penalty", "fig65", "correlated-gauss", "dp_hmc", "dp_penalty", MMD, E6),
+    Claim("correlated Gaussian: DP-HMC beats penalty", "fig65", "correlated-gauss", "dp_hmc", "dp_penalty_ocu_gwmh",
+          MMD, E6),
+    Claim("narrow banana: all approximately equal", "fig65", "narrow-banana", "dp_penalty", "dp_hmc", MMD, E6,
+          equality=True),
+    Claim("narrow banana: all approximately equal", "fig65", "narrow-banana", "dp_penalty", "dp_penalty_ocu_gwmh",
+          MMD, E6, equality=True),
+    Claim("narrow banana: OCU+GWMH clips more than DP penalty (Fig. 6.7)", "fig65", "narrow-banana", "dp_penalty",
+          "dp_penalty_ocu_gwmh", "clipped_fraction", E6),
+    Claim("30-d Gaussian: OCU+GWMH beats the others", "fig65", "gauss-30d", "dp_penalty_ocu_gwmh", "dp_penalty", MMD,
+          E6),
+    Claim("30-d Gaussian: OCU+GWMH beats the others", "fig65", "gauss-30d", "dp_penalty_ocu_gwmh", "dp_hmc", MMD, E6),
+    Claim("30-d Gaussian: DP-HMC narrowly beats DP penalty", "fig65", "gauss-30d", "dp_hmc", "dp_penalty", MMD, E6),
+    Claim("circle: HMC slightly beats DP penalty at ε = 0.5 (MMD)", "fig65", "circle", "dp_hmc", "dp_penalty", MMD,
+          (0.5, 0.75, 1.0)),
+    Claim("circle: same, mean error (Fig. 6.9)", "fig65", "circle", "dp_hmc", "dp_penalty", "mean_error",
+          (0.5, 0.75, 1.0)),
+]
+
+E3 = (1.0, 3.0, 6.0)
+DPHMC = [
+    Claim("banana: DP-HMC and DP penalty roughly equal", "dphmc_fig1", "flat-banana-2d", "dp_hmc", "dp_penalty", MMD,
+          E3, equality=True),
+    Claim("banana: DP-SGLD worse (than DP-HMC)", "dphmc_fig1", "flat-banana-2d", "dp_hmc", "dp_sgld", MMD, E3),
+    Claim("banana: DP-SGNHT worse (than DP-HMC)", "dphmc_fig1", "flat-banana-2d", "dp_hmc", "dp_sgnht", MMD, E3),
+    Claim("Gaussian: DP-SGLD best (vs DP-HMC)", "dphmc_fig1", "gauss-10d-corr", "dp_sgld", "dp_hmc", MMD, E3),
+    Claim("Gaussian: DP-SGLD best (vs DP-SGNHT)", "dphmc_fig1", "gauss-10d-corr", "dp_sgld", "dp_sgnht", MMD, E3),
+    Claim("Gaussian: DP-SGLD best (vs DP penalty)", "dphmc_fig1", "gauss-10d-corr", "dp_sgld", "dp_penalty", MMD,
+          E3),
+    Claim("Gaussian: DP-HMC and DP-SGNHT mostly equal", "dphmc_fig1", "gauss-10d-corr", "dp_hmc", "dp_sgnht", MMD,
+          E3, equality=True),
+    Claim("Gaussian: DP penalty worst (vs DP-HMC)", "dphmc_fig1", "gauss-10d-corr", "dp_hmc", "dp_penalty", MMD, E3),
+]
+
+FASTMH = [
+    Claim("full-batch DP-Fast MH beats penalty (a), t = 10⁴", "fastmh_fig1", None, "dp_fast_mh_full", "dp_penalty",
+          "sym_kl", (0.01, 0.05, 0.2, 0.5), eq=(("iterations", "10000"),)),
+    Claim("DP-Fast MH (K = 60) beats penalty (a), t = 10⁴", "fastmh_fig1", None, "dp_fast_mh_pff_k60", "dp_penalty",
+          "sym_kl", (0.01, 0.05), eq=(("iterations", "10000"),)),
+    Claim("Barker unable to converge (worse than penalty), t = 10⁴", "fastmh_fig1", None, "dp_penalty", "dp_barker",
+          "sym_kl", (0.2, 0.5), eq=(("iterations", "10000"),)),
+]
+
+# Heikkilä Fig. 3, DP Barker: the error at t = 20 000 against the error at smaller t, the same chains.
+HEIKKILA = [
+    Claim(f"accuracy improves with t ({m.replace('_', ' ')})", "heikkila_fig23", None, "dp_barker", "dp_barker", m,
+          (20000.0,), "iterations", False, None) for m in ("mean_error", "variance_error", "sym_kl")
+]
+
+SGLD_CHECK = [
+    Claim("eq. 4 captures the variance, the authors' update does not", "heikkila_fig23_sgld_check", None, "dp_sgld",
+          "dp_sgld_authors", "variance_error", (4000.0,), "iterations"),
+]
+
+TABLES = {"fig63": FIG63, "fig64": FIG64, "fig65": FIG65, "dphmc_fig1": DPHMC, "fastmh_fig1": FASTMH,
+          "heikkila_fig23": HEIKKILA, "heikkila_sgld_check": SGLD_CHECK}
+
+
+def run_claim(c: Claim, rows) -> List[Paired]:
+    eq = dict(c.eq)
+    if c.csv == "heikkila_fig23":  # error at an earlier t minus the error at the last t, per chain
+        out = []
+        for t0 in (2000.0, 5000.0, 10000.0):
+            va = values(rows, algorithm=c.a, metric=c.metric, level_col="iterations", level=20000.0)
+            vb = values(rows, algorithm=c.b, metric=c.metric, level_col="iterations", level=t0)
+            out.append(paired_from_values(va, vb))
+        return out
+    if c.b_level is not None:  # one kernel, a level against the reference level: d = metric(level) − metric(ref)
+        return [paired_from_values(
+            values(rows, problem=c.problem, algorithm=c.a, metric=c.metric, level_col=c.level_col, level=c.b_level),
+            values(rows, problem=c.problem, algorithm=c.b, metric=c.metric, level_col=c.level_col, level=lv))
+            for lv in c.levels]
+    return [paired(rows, problem=c.problem, a=c.a, b=c.b, metric=c.metric, level=lv, level_col=c.level_col,
+                   **eq) for lv in c.levels]
+
+
+def claim_diffs(c: Claim, rows) -> List[float]:
+    """Every paired difference of the claim (all levels pooled), positive favouring it."""
+    eq = dict(c.eq)
+    out = []
+    for lv in c.levels:
+        va = values(rows, problem=c.problem, algorithm=c.a, metric=c.metric, level_col=c.level_col,
+                    level=lv if c.b_level is None else c.b_level, **eq)
+        vb = values(rows, problem=c.problem, algorithm=c.b, metric=c.metric, level_col=c.level_col, level=lv, **eq)
+        out += [vb[k] - va[k] for k in sorted(set(va) & set(vb))]
+    return out
+
+
+def _comparison(c: Claim) -> str:
+    where = f"{c.problem}: " if c.problem else ""
+    if c.b_level is not None:
+        return f"{where}MMD(b) − MMD(b = {fmt_level(c.b_level)}), {NAMES[c.a]}"
+    if c.csv == "heikkila_fig23":
+        return f"{c.metric.replace('_', ' ')}(t) − {c.metric.replace('_', ' ')}(20 000)"
+    m = {"mmd": "MMD", "mean_error": "mean error", "clipped_fraction": "clipped fraction",
+         "sym_kl": "sym. KL", "variance_error": "variance error"}[c.metric]
+    return f"{where}{m}: {NAMES[c.b]} − {NAMES[c.a]}"
+
+
+def table(name: str, results_dir: pathlib.Path = SHIPPED) -> str:
+    """The markdown claim table ``name`` (a key of :data:`TABLES`), recomputed from the CSVs."""
+    claims = TABLES[name]
+    rows = load(claims[0].csv, results_dir)
+    if name == "heikkila_fig23":
+        levels, lname = (2000.0, 5000.0, 10000.0), "t"
+    elif name == "fig63":
+        levels, lname = claims[0].levels, "b"
+    else:
+        levels = tuple(sorted({lv for c in claims for lv in c.levels}))
+        lname = "t" if name == "heikkila_sgld_check" else "ε"
+    small = any(run_claim(c, rows)[0].n < 5 for c in claims)
+    head = "| claim | compared (paired over repeats) | n | " + " | ".join(
+        f"z, {lname} = {fmt_level(x)}" for x in levels) + (" | sign test, all levels pooled" if small else "") \
+        + " | verdict |"
+    lines = [head, "|" + "---|" * 3 + "---:|" * len(levels) + ("---|" if small else "") + "---|"]
+    for c in claims:
+        tests = run_claim(c, rows)
+        cl = levels if name in ("heikkila_fig23", "fig63") else c.levels
+        by = dict(zip([float(x) for x in cl], tests))
+        cells = [fmt_z(by[float(x)]) if float(x) in by else "" for x in levels]
+        n = min(t.n for t in tests)
+        v = verdict(cl, tests, equality=c.equality, name=lname)
+        if small:
+            k, m, p = sign_test(claim_diffs(c, rows))
+            cells.append(f"{k} of {m} pairs > 0, p = {p:.2g}")
+            if p < LEVEL:
+                v += ("; pooled over ε the sign test detects a difference" if c.equality
+                      else "; pooled over ε the sign test supports it" if 2 * k > m
+                      else "; pooled over ε the sign test reverses it")
+        lines.append(f"| {c.claim} | {_comparison(c)} | {n} | " + " | ".join(cells) + " | " + v + " |")
+    return "\n".join(lines)
+
+
+def clipping_table(csvname: str, results_dir: pathlib.Path = SHIPPED) -> str:
+    """Fig. 6.6 / 6.7: per problem and kernel, the mean ratio clipped fraction (range over ε), the
+    worst cell's one-sample z against 10 %, and the verdict."""
+    lines = ["| problem | kernel | mean clipped fraction (range over ε) | chains above 10 % | worst cell: z vs 10 % "
+             "| mean below 10 %? |", "|---|---|---|---:|---:|---|"]
+    for csvname in (csvname,):
+        rows = load(csvname, results_dir)
+        probs = list(dict.fromkeys(r["problem"] for r in rows))
+        algs = list(dict.fromkeys(r["algorithm"] for r in rows if r["algorithm"] != "exact"))
+        for p in probs:
+            for a in algs:
+                cells = {}
+                for r in rows:
+                    if r["problem"] == p and r["algorithm"] == a and r["clipped_fraction"] not in ("", "nan"):
+                        cells.setdefault(float(r["epsilon"]), []).append(float(r["clipped_fraction"]))
+                if not cells:
+                    continue
+                means = {e: sum(v) / len(v) for e, v in cells.items()}
+                worst = max(means, key=means.get)
+                t = one_sample_below(cells[worst], 0.10)
+                lo, hi = min(means.values()), max(means.values())
+                rng = f"{100 * lo:.2g}–{100 * hi:.2g} %" if f"{100 * lo:.2g}" != f"{100 * hi:.2g}" else f"{100 * lo:.2g} %"
+                z = fmt_z(t)
+                if t.p < LEVEL and t.z > 0:
+                    v = "yes, every ε"
+                elif t.p < LEVEL:
+                    v = f"no: above 10 % (ε = {fmt_level(worst)})"
+                else:
+                    v = f"not detected (ε = {fmt_level(worst)})"
+                above = sum(x > 0.10 for v_ in cells.values() for x in v_)
+                total = sum(len(v_) for v_ in cells.values())
+                lines.append(f"| {p} | {NAMES[a]} | {rng} | {above} of {total} | {z} | {v} |")
+    return "\n".join(lines)
+
+
+def welch(a: Sequence[float], b: Sequence[float]) -> Paired:
+    """Two-sample (unpaired) test of mean(b) − mean(a) with Welch's degrees of freedom, for
+    cells that share no repeats (different data sets)."""
+    def mv(x):
+        m = sum(x) / len(x)
+        return m, sum((v - m) ** 2 for v in x) / (len(x) - 1) / len(x)
+    (ma, va), (mb, vb) = mv(a), mv(b)
+    se = math.sqrt(va + vb)
+    z = (mb - ma) / se if se > 0 else math.copysign(math.inf, mb - ma)
+    dof = (va + vb) ** 2 / ((va ** 2 / (len(a) - 1) if va else 0) + (vb ** 2 / (len(b) - 1) if vb else 0) or 1e-300)
+    return Paired(min(len(a), len(b)), mb - ma, se, z, t_two_sided_p(z, max(1, int(dof))))
+
+
+def yildirim_table(results_dir: pathlib.Path = SHIPPED) -> str:
+    """Yıldırım & Ermiş Thm 1 on the Gaussian mean (benchmarks/yildirim_thm1.py): the deterministic
+    quantities per n, and Welch tests of the chain's quality at n = 10³ against n = 10⁵."""
+    with open(pathlib.Path(results_dir) / "yildirim_thm1.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    ns = sorted({int(r["n"]) for r in rows})
+
+    def col(c, n):
+        return [float(r[c]) for r in rows if int(r["n"]) == n]
+
+    def per_n(c, f="{:.3g}"):
+        return ", ".join(f.format(sum(col(c, n)) / len(col(c, n))) for n in ns)
+
+    lines = ["| claim | quantity at n = " + ", ".join(f"{n:,}" for n in ns) + " | test | z, p | verdict |",
+             "|---|---|---|---|---|"]
+    lines.append(f"| k(n) = ⌊n / log n⌋ iterations fit the budget | iterations {per_n('k', '{:.0f}')}; ledger ε "
+                 f"{per_n('epsilon_ledger')} | deterministic (the accountant; the same in every repeat) | — | "
+                 "supported |")
+    lines.append(f"| the noise variance does not grow with n | noise sd on a typical move {per_n('sigma_typical')} "
+                 "nats | deterministic (the calibration) | — | supported "
+                 f"({100 * (sum(col('sigma_typical', ns[-1])) / sum(col('sigma_typical', ns[0])) - 1):+.0f} % over "
+                 f"{ns[-1] // ns[0]}× n) |")
+    lines.append(f"| ε = O(1) (eq. 3) | Thm 1's bound at that noise {per_n('epsilon_thm1')} | deterministic | — | "
+                 f"supported, and {min(col('epsilon_thm1', ns[-1])) / max(col('epsilon_ledger', ns[-1])):.0f}× the ledger's "
+                 "ε (advanced composition) |")
+    for c, what, claim in (("acceptance", "acceptance rate", "the acceptance rate does not fall with n"),
+                           ("mean_error_sd", "mean error (exact sds)", "the accuracy does not degrade with n"),
+                           ("sd_ratio", "sd ratio", "the accuracy does not degrade with n")):
+        t = welch(col(c, ns[0]), col(c, ns[-1]))
+        z = f"z = {t.z:+.2f}, p = {t.p:.2g}".replace("-", "−")
+        if t.p >= LEVEL:
+            v = "no difference detected"
+        else:
+            worse = (t.z < 0) if c != "mean_error_sd" else (t.z > 0)
+            v = "degrades (detected)" if worse else "improves (detected)"
+        lines.append(f"| {claim} | {what} {per_n(c)} | Welch t, n = {ns[0]:,} against {ns[-1]:,} "
+                     f"({len(col(c, ns[0]))} + {len(col(c, ns[-1]))} repeats) | {z} | {v} |")
+    return "\n".join(lines)
+
+
+def all_tables(results_dir: pathlib.Path = SHIPPED) -> Dict[str, str]:
+    out = {name: table(name, results_dir) for name in TABLES}
+    out["clipping_fig64"] = clipping_table("fig64", results_dir)
+    out["clipping_fig65"] = clipping_table("fig65", results_dir)
+    out["yildirim_thm1"] = yildirim_table(results_dir)
+    return out
+
+
+def check(md: pathlib.Path = RESULTS_MD, results_dir: pathlib.Path = SHIPPED) -> List[str]:
+    """Names of the tables whose recomputed text is not in ``md`` verbatim (between its
+    ``<!-- claims:NAME -->`` and ``<!-- /claims:NAME -->`` markers)."""
+    text = md.read_text(encoding="utf-8")
+    bad = []
+    for name, tab in all_tables(results_dir).items():
+        start, end = f"<!-- claims:{name} -->", f"<!-- /claims:{name} -->"
+        if start not in text or end not in text:
+            bad.append(name)
+            continue
+        body = text.split(start, 1)[1].split(end, 1)[0].strip()
+        if body != tab:
+            bad.append(name)
+    return bad
+
+
+def write(md: pathlib.Path = RESULTS_MD, results_dir: pathlib.Path = SHIPPED) -> None:
+    """Replace each marked table in ``md`` with its recomputation."""
+    text = md.read_text(encoding="utf-8")
+    for name, tab in all_tables(results_dir).items():
+        start, end = f"<!-- claims:{name} -->", f"<!-- /claims:{name} -->"
+        if start in text:
+            head, rest = text.split(start, 1)
+            _, tail = rest.split(end, 1)
+            text = f"{head}{start}\n{tab}\n{end}{tail}"
+    md.write_text(text, encoding="utf-8")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--results", default=str(SHIPPED), help="folder of the CSVs (default: the shipped ones)")
+    ap.add_argument("--check", action="store_true", help="exit 1 if docs/results.md's tables differ")
+    ap.add_argument("--write", action="store_true", help="rewrite the marked tables in docs/results.md")
+    a = ap.parse_args(argv)
+    rd = pathlib.Path(a.results)
+    if a.check:
+        bad = check(results_dir=rd)
+        print("claim tables differ from the CSVs: " + ", ".join(bad) if bad else "claim tables match the CSVs")
+        return 1 if bad else 0
+    if a.write:
+        write(results_dir=rd)
+        return 0
+    for name, tab in all_tables(rd).items():
+        print(f"<!-- claims:{name} -->\n{tab}\n<!-- /claims:{name} -->\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""The claim tables of docs/results.md are what the shipped CSVs give (benchmarks/claims.py, issue #41).
+
+About a second: the CSVs are read with the csv module, no torch.
+"""
+import doctest
+import importlib.util
+import math
+import pathlib
+import random
+
+import pytest
+
+_PATH = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "claims.py"
+_spec = importlib.util.spec_from_file_location("claims", _PATH)
+claims = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(claims)
+
+
+def test_results_page_tables_match_the_shipped_csvs():
+    assert claims.check() == []
+
+
+def test_an_edited_table_is_caught(tmp_path):
+    """Mutant: one z changed on the page must fail the check."""
+    text = claims.RESULTS_MD.read_text(encoding="utf-8")
+    table = claims.table("fig65")
+    assert "**+3.3**" in table
+    md = tmp_path / "results.md"
+    md.write_text(text.replace(table, table.replace("**+3.3**", "**+3.4**", 1)), encoding="utf-8")
+    assert claims.check(md) == ["fig65"]
+
+
+def test_paired_t_against_scipy():
+    stats = pytest.importorskip("scipy.stats")
+    rng = random.Random(0)
+    a = {str(i): rng.gauss(0, 1) for i in range(20)}
+    b = {k: v + 0.3 + rng.gauss(0, 0.5) for k, v in a.items()}
+    t = claims.paired_from_values(a, b)
+    ref = stats.ttest_rel([b[k] for k in sorted(a, key=int)], [a[k] for k in sorted(a, key=int)])
+    assert t.n == 20
+    assert math.isclose(t.z, ref.statistic, rel_tol=1e-12)
+    assert math.isclose(t.p, ref.pvalue, rel_tol=1e-9)
+
+
+def _shared_effect(seed=1, n=20):
+    """Repeats that share a large effect (the same data and seed): only pairing sees the small shift."""
+    rng = random.Random(seed)
+    common = [rng.gauss(0, 1) for _ in range(n)]
+    a = {str(i): c for i, c in enumerate(common)}
+    b = {str(i): c + 0.1 + rng.gauss(0, 0.05) for i, c in enumerate(common)}
+    return a, b
+
+
+def test_pairing_is_by_repeat():
+    """Mutant: pairing repeat i of A with repeat i+1 of B (a shifted key) loses the detection."""
+    a, b = _shared_effect()
+    assert claims.paired_from_values(a, b).p < 1e-6
+    shifted = {str((int(k) + 1) % 20): v for k, v in b.items()}
+    assert claims.paired_from_values(a, shifted).p > 0.05
+
+
+def test_verdict_words_follow_the_test():
+    P = claims.Paired
+    yes, no, rev = P(20, 1, 0.4, 2.5, 0.02), P(20, 1, 0.5, 2.0, 0.06), P(20, -1, 0.4, -2.5, 0.02)
+    assert claims.verdict((1, 2), (yes, yes)) == "supported"
+    assert claims.verdict((1, 2), (yes, no)) == "supported at ε = 1 only"
+    assert claims.verdict((1, 2), (no, no)) == "not detected"
+    assert claims.verdict((1, 2), (yes, rev)) == "supported at ε = 1; reversed at ε = 2"
+    assert claims.verdict((1, 2), (no, no), equality=True) == "no difference detected"
+    assert claims.verdict((1, 2), (no, rev), equality=True) == "differ at ε = 2"
+    # z = 2.0 at 20 repeats is p = 0.06: not a detection, whatever "two standard errors" suggests
+    assert claims.t_two_sided_p(2.0, 19) > 0.05
+    small = P(2, 1, 0.1, 10.0, 0.06)
+    assert claims.verdict((1,), (small,)).endswith("(2 repeats: descriptive only)")
+
+
+def test_sign_test():
+    assert claims.sign_test([1.0] * 6) == (6, 6, 0.03125)
+    assert claims.sign_test([-1.0] * 8)[2] == pytest.approx(2 / 256)
+    k, m, p = claims.sign_test([1.0, -1.0, 0.0, 1.0])
+    assert (k, m) == (2, 3) and p == 1.0
+
+
+def test_issue_41_numbers():
+    """The cells issue #41 quotes: DP-HMC against OCU+GWMH on the correlated Gaussian (unpaired
+    z 1.9, 2.1, 1.2 there; paired here), and plain DP penalty against DP-HMC on the flat 2-d banana."""
+    rows = claims.load("fig65")
+    z = [claims.paired(rows, problem="correlated-gauss", a="dp_hmc", b="dp_penalty_ocu_gwmh", metric="mmd",
+                       level=e).z for e in (4.0, 5.0, 6.0)]
+    assert [round(x, 1) for x in z] == [2.3, 2.2, 1.3]
+    rows = claims.load("fig64")
+    t = [claims.paired(rows, problem="flat-banana-2d", a="dp_penalty", b="dp_hmc", metric="mmd", level=e)
+         for e in (1.0, 2.0, 3.0, 4.0, 5.0, 6.0)]
+    assert all(x.p >= 0.05 for x in t)
+
+
+def test_doctests():
+    assert doctest.testmod(claims).failed == 0
+
+
+def test_welch_against_scipy():
+    stats = pytest.importorskip("scipy.stats")
+    rng = random.Random(3)
+    a = [rng.gauss(0, 1) for _ in range(5)]
+    b = [rng.gauss(0.5, 0.1) for _ in range(7)]
+    t = claims.welch(a, b)
+    ref = stats.ttest_ind(b, a, equal_var=False)
+    assert math.isclose(t.z, ref.statistic, rel_tol=1e-12)
+    assert abs(t.p - ref.pvalue) < 0.03  # integer degrees of freedom here, fractional in scipy
