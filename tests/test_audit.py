@@ -321,7 +321,10 @@ def _rows_defect_factory():
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_audit_fails_when_the_per_row_rule_for_vectors_is_disabled(monkeypatch):
-    _, d, dprime = SCENARIOS["negative"]  # NaN gradient row: without the rule, NaN parameters on D'
+    # an infinite row (inside the LogNormal support): an infinite per-example gradient, which the
+    # clip alone turns into inf * 0 = NaN; without the rule, NaN parameters on D'. (A row outside
+    # the support no longer reaches the release's rule: #38's support rule maps it first.)
+    d, dprime = _neighbours(_Z.exp(), math.exp(6.0), math.inf)
     monkeypatch.setattr(pyro_dp.mechanisms, "finite_rows", lambda v: v)
     result = audit(_rows_defect_factory, d, dprime, statistic="sample", num_runs=100)
     assert result.reported_epsilon < 2.0 and not result.passed, str(result)
