@@ -12,11 +12,13 @@ neighbouring data sets :math:`D, D'` and every event :math:`S` of its output,
 The audit (Jagielski, Ullman & Oprea 2020, "Auditing differentially private machine
 learning: how private is private SGD?", §3 and Alg. 2; Nasr, Song, Thakurta, Papernot &
 Carlini 2021, "Adversary instantiation", §3) runs the kernel ``num_runs`` times on
-:math:`D` and ``num_runs`` times on :math:`D'` with fresh noise, reduces each output to a
-real *score*, and takes threshold events :math:`S = \{\text{score} > t\}` and their
-complements. The probabilities are unknown, so it replaces them by exact binomial
-(Clopper–Pearson) confidence bounds — a lower bound :math:`\underline p_0` for the
-numerator and an upper bound :math:`\overline p_1` for the denominator:
+:math:`D` and ``num_runs`` times on :math:`D'` — every run with the same *public* seed
+(proposals, momenta, accept uniforms) and fresh *secret* noise from OS entropy, so that only
+the releases differ between runs — reduces each output to a real *score*, and takes
+threshold events :math:`S = \{\text{score} > t\}` and their complements. The probabilities
+are unknown, so it replaces them by exact binomial (Clopper–Pearson) confidence bounds — a
+lower bound :math:`\underline p_0` for the numerator and an upper bound :math:`\overline p_1`
+for the denominator:
 
 .. math::
     \hat\varepsilon_{\rm lb} = \max\Big(0,\ \log\frac{\underline p_0 - \delta}{\overline p_1}\Big).
@@ -362,19 +364,26 @@ def _statistic_fn(statistic) -> Callable:
     return statistic
 
 
-def _factory_caller(factory) -> Callable[[int], object]:
-    """``factory(run_index)`` if it takes one required positional argument, else ``factory()``."""
+def _factory_caller(factory) -> Callable[[], object]:
+    """``factory()``; refuses a factory that needs arguments (the run index of the old design)."""
     if not callable(factory):
         raise TypeError(f"kernel_factory must be callable, got {type(factory).__name__}")
     try:
         params = list(inspect.signature(factory).parameters.values())
     except (TypeError, ValueError):  # no signature (some builtins): call it without arguments
-        return lambda i: factory()
+        return factory
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    required = [p for p in params if p.kind in positional and p.default is inspect.Parameter.empty]
-    if len(required) > 1:
-        raise TypeError("kernel_factory must take no argument or one (the run index)")
-    return (lambda i: factory(i)) if required else (lambda i: factory())
+    if any(p.kind in positional and p.default is inspect.Parameter.empty for p in params):
+        raise TypeError(
+            "kernel_factory must take no argument: every run shares one public seed (audit(..., seed=s)), "
+            "so there is no run index to pass (a seed per run made the audit powerless, docs/audit.md)")
+    return factory
+
+
+def _check_seed(seed) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed must be an integer (the shared public seed), got {seed!r}")
+    return int(seed)
 
 
 def _as_args(name: str, x, args_fn) -> tuple:
@@ -405,22 +414,25 @@ def _score(statistic, k, before, after, where: str) -> float:
         raise ValueError(f"the statistic must return one real number, got {v!r} ({where})") from None
 
 
-def _one_run(k, args: tuple, statistic, num_iterations: int, seeds: set, where: str):
-    """Set up a fresh kernel, run it, and score the run: ``(kernel, score)``."""
+def _one_run(k, args: tuple, statistic, num_iterations: int, seed: int, where: str, cache: Optional[dict] = None):
+    """Set up a fresh kernel with the shared public ``seed`` and fresh secret noise, run it,
+    and score the run: ``(kernel, score)``. ``cache``: the data-free set-up caches (set-up
+    checks, compiled graphs) shared by the runs of one audit, as one kernel object shares them
+    between its chains (keyed by model, arguments and configuration)."""
     if not isinstance(k, DPKernel):
         raise TypeError(f"kernel_factory must return a pyro_dp DPKernel, got {type(k).__name__}")
-    if k.seed in seeds:
-        raise ValueError(
-            f"kernel_factory returned a kernel with the seed of an earlier run ({where}): the audit needs "
-            "fresh noise per run (take the run index as seed, or pass no seed)"
-        )
-    seeds.add(k.seed)
-    if k.noise_seed is not None:  # the test option: a repeated noise seed would replay one run's noise
-        if ("noise", k.noise_seed) in seeds:
-            raise ValueError(
-                f"kernel_factory returned a kernel with the noise_seed of an earlier run ({where}): the audit's "
-                "bound assumes independent noise per run (pass no noise_seed, or a different one per run)")
-        seeds.add(("noise", k.noise_seed))
+    if k.lik is not None or k.ledger:
+        raise ValueError(f"kernel_factory returned a kernel that was already set up or run ({where}): "
+                         "return a new kernel object for every run")
+    # The public randomness (proposals, momenta, accept uniforms, prior draws) is seeded alike in
+    # every run, on D and on D'; the secret stream (privacy noise, batch selection) is seeded from OS
+    # entropy by the kernel's setup() once noise_seed is None — the production path — so a
+    # noise_seed given to the kernel (a testing option, or tests/conftest.py's) cannot replay one
+    # run's noise in another.
+    k.seed = seed
+    k.noise_seed = None
+    if cache is not None:
+        k._jit_cache = cache
     k.setup(0, *args)
     before = params = k.initial_params
     for _ in range(int(num_iterations)):
@@ -438,16 +450,19 @@ def audit(
     delta: float = 1e-5,
     confidence: float = 0.95,
     num_iterations: int = 1,
+    seed: int = 0,
     args_fn: Optional[Callable] = None,
     thresholds: Optional[Sequence[float]] = None,
     disable_validation: bool = True,
+    claim: Optional[Callable] = None,
 ) -> AuditResult:
     r"""Audit a kernel's privacy claim on one pair of neighbouring data sets.
 
     Runs the kernel ``num_runs`` times on ``data`` (:math:`D`) and ``num_runs`` times on
-    ``neighbour`` (:math:`D'`), each run from scratch::
+    ``neighbour`` (:math:`D'`), each run a new kernel from scratch::
 
-        k = kernel_factory(run_index)        # or kernel_factory()
+        k = kernel_factory()
+        k.seed, k.noise_seed = seed, None    # one public seed; fresh secret noise (OS entropy)
         k.setup(0, *args)
         params = k.initial_params
         for _ in range(num_iterations):
@@ -455,57 +470,89 @@ def audit(
         score = statistic(k, k.initial_params, params)
 
     and compares the scores with :func:`epsilon_lower_bound`. The reported ε is
-    ``k.get_epsilon(delta)`` of one run; every run must record the same ledger (a ledger
-    that depends on the data would itself leak), else a ``RuntimeError``.
+    ``k.get_epsilon(delta)`` of one run (or ``claim(k, delta)``); every run must record the
+    same ledger (a ledger that depends on the data would itself leak), else a ``RuntimeError``.
 
-    **Fresh noise per run.** The bound assumes independent runs. A factory that takes one
-    positional argument is called with the run index (:math:`0..n-1` on :math:`D`,
-    :math:`n..2n-1` on :math:`D'`), e.g. ``lambda i: DPPenalty(..., seed=i)``: reproducible
-    and independent (seeds are mixed per purpose by ``numpy.random.SeedSequence``). A factory
-    without arguments must build kernels without ``seed=`` (fresh OS entropy each time).
-    Kernels sharing a seed are refused. Runs must also start from the same data-free point
-    (``init_strategy=init_to_mean`` or fixed ``initial_params``), or the start itself must be
-    part of what is audited.
+    **One shared public seed, fresh secret noise.** A kernel's randomness has two parts
+    (:class:`~pyro_dp.mechanisms.NoiseSource`): the *public*, data-free draws (proposals,
+    momenta, accept uniforms, prior draws), which DP does not hide and which the adversary of
+    the DP definition may know, and the *secret* stream (privacy noise, batch selection), on
+    which the guarantee rests. The audit fixes the public draws — every run, on :math:`D` and
+    on :math:`D'`, uses the kernel seed ``seed`` (whatever seed the factory gave the kernel)
+    — and leaves only the secret stream random: it clears the kernel's ``noise_seed``
+    (a testing option that would replay one run's noise in every run), so every run's
+    :meth:`~pyro_dp.kernels.base.DPKernel.setup` seeds its noise from OS entropy, as in
+    production. Runs are then i.i.d. given the public seed, and the output differs between
+    :math:`D` and :math:`D'` only through the releases: the bound is valid (the DP inequality
+    holds for every fixed value of the public randomness, since the mechanism's analysis
+    conditions on it) and as sharp as the releases allow. With a different public seed per
+    run the public draws would vary the output far more than one row does, and even a kernel
+    that releases with a millionth of its ledger's noise would pass (``docs/audit.md``).
+    Which public seed is audited is the auditor's choice, made before the runs (it may look
+    at :math:`D` and :math:`D'`, never at the audited runs' scores); a seed under which the
+    noise-free kernel behaves differently on :math:`D` and :math:`D'` gives the most power
+    (:func:`pyro_dp.testing.separating_seed`). Runs must start from the same data-free point
+    (``init_strategy=init_to_mean`` or fixed ``initial_params``; with the shared seed,
+    ``init_to_sample`` is also the same point in every run).
 
-    :param kernel_factory: returns a fresh :class:`~pyro_dp.kernels.base.DPKernel`.
+    :param kernel_factory: ``kernel_factory()`` returns a new, not yet set-up
+        :class:`~pyro_dp.kernels.base.DPKernel` (its ``seed`` and ``noise_seed`` are replaced,
+        see above); e.g. ``lambda: DPPenalty(model, 0.1, llr_clip=1.0, noise_multiplier=3.0)``.
     :param data, neighbour: the model's positional arguments for :math:`D` and :math:`D'`
         (a tuple, or one tensor), differing in one row (the kernel's neighbouring relation).
-    :param statistic: ``"accept"`` (1.0 if the flat unconstrained parameters moved from the
-        start, else 0.0; a 0/1 score, tested at the fixed threshold 0.5 unless ``thresholds``
-        is given), ``"sample"`` (the first coordinate of the final flat unconstrained
-        parameters, ``k.lik.flatten(params)[0]``), or a callable
+    :param statistic: what is audited, reduced to one real score per run: ``"accept"``
+        (1.0 if the flat unconstrained parameters moved from the start, else 0.0 — with one
+        iteration, the accept bit of an MH kernel; tested at the fixed threshold 0.5 unless
+        ``thresholds`` is given), ``"sample"`` (the first coordinate of the final flat
+        unconstrained parameters, ``k.lik.flatten(params)[0]``), or a callable
         ``statistic(kernel, params_before, params_after) -> float``.
     :param int num_runs: runs per data set (:math:`\ge 2`); the largest bound the audit can
         show grows like :math:`\log(\mathrm{num\_runs})`.
-    :param float delta: δ of the claim.
+    :param float delta: δ of the claim, in (0, 1). The ledger's claim is a whole curve
+        :math:`\varepsilon(\delta)`; a larger δ audits a smaller ε and costs the bound only
+        δ in its numerator, which is where a noise shortfall is easiest to see.
     :param float confidence: confidence level of the lower bound.
     :param int num_iterations: iterations per run.
+    :param int seed: the shared public seed (kernel ``seed``) of every run.
     :param args_fn: optional ``args_fn(x) -> tuple`` mapping ``data`` / ``neighbour`` to the
         model's positional arguments.
-    :param thresholds: fixed thresholds for :func:`epsilon_lower_bound` (Bonferroni); default:
-        ``[0.5]`` for ``"accept"``, else the held-out split.
+    :param thresholds: fixed thresholds for :func:`epsilon_lower_bound` (Bonferroni), chosen
+        before the runs; default: ``[0.5]`` for ``"accept"``, else the held-out split.
     :param bool disable_validation: run the kernels with Pyro's distribution validation off,
         as :class:`pyro.infer.MCMC` runs them by default (``MCMC(disable_validation=True)``):
         a row outside a likelihood's support then gives a NaN or infinite term, which the
         kernel must handle, rather than an exception.
+    :param claim: optional ``claim(kernel, delta) -> float``, the ε under audit, when the
+        row that differs is covered by a finer claim than the kernel's overall one: e.g.
+        ``lambda k, d: k.get_epsilon(d, party=0)`` for a row of party 0 of
+        :class:`~pyro_dp.DPMultiPartyPenalty` (its overall ε is the worst party's). Default:
+        ``kernel.get_epsilon(delta)``.
     :returns: :class:`AuditResult`.
 
-    Example: DP penalty MH, one iteration, against a row at the clip bound.
+    Example: DP penalty MH, one iteration, against a row at the clip bound. The honest
+    kernel passes; the same kernel releasing with a fifth of its ledger's noise
+    (:func:`pyro_dp.testing.weak_noise`) fails.
 
     >>> import torch, pyro, pyro.distributions as dist
     >>> from pyro.infer.autoguide.initialization import init_to_mean
     >>> from pyro_dp import DPPenalty
+    >>> from pyro_dp.testing import separating_seed, weak_noise
     >>> def model(y):
-    ...     mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=y.dtype, device=y.device), 1.0))
+    ...     mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=y.dtype, device=y.device), 10.0))
     ...     with pyro.plate("data", len(y)) as i:
     ...         pyro.sample("y", dist.Normal(mu, 1.0), obs=y[i])
-    >>> y = torch.zeros(50, dtype=torch.float64)
-    >>> y2 = y.clone(); y2[0] = 10.0  # one row replaced, far beyond the clip
-    >>> factory = lambda i: DPPenalty(model, 0.5, llr_clip=1.0, noise_multiplier=3.0,
-    ...                               init_strategy=init_to_mean, seed=i)  # fresh noise every run (OS entropy)
-    >>> result = audit(factory, y, y2, num_runs=50)
-    >>> result.passed, round(result.reported_epsilon, 2), len(result.counts)  # counts: accepted runs on D, D'
-    (True, 1.27, 2)
+    >>> y = torch.linspace(-1.0, 1.0, 20, dtype=torch.float64)
+    >>> y[0] = 50.0; y2 = y.clone(); y2[0] = -50.0  # one row replaced, far beyond the clip both ways
+    >>> factory = lambda: DPPenalty(model, 0.3, llr_clip=1.0, noise_multiplier=2.0, init_strategy=init_to_mean)
+    >>> seed = separating_seed(factory, y, y2)  # the noise-free kernel accepts on one of D, D' only
+    >>> honest = audit(factory, y, y2, num_runs=100, delta=0.05, seed=seed)
+    >>> honest.passed, round(honest.reported_epsilon, 2), len(honest.counts)  # counts: accepted runs on D, D'
+    (True, 0.51, 2)
+    >>> audit(lambda: weak_noise(factory(), 0.2), y, y2, num_runs=100, delta=0.05, seed=seed).passed
+    False
+
+    (This pair is the ``DPPenalty`` case of ``tests/audit_cases.py``: ``docs/audit.md``
+    gives the probability that either line comes out otherwise, below :math:`10^{-4}`.)
     """
     if isinstance(num_runs, bool) or not isinstance(num_runs, (int, np.integer)):
         raise TypeError(f"num_runs must be an integer >= 2, got {num_runs!r}")
@@ -519,6 +566,9 @@ def audit(
     if delta == 0.0:
         raise ValueError("delta must be in (0, 1) for the reported epsilon")
     confidence = _check_confidence(confidence)
+    seed = _check_seed(seed)
+    if claim is not None and not callable(claim):
+        raise TypeError(f"claim must be a callable (kernel, delta) -> epsilon, got {type(claim).__name__}")
     stat = _statistic_fn(statistic)
     make = _factory_caller(kernel_factory)
     args = (_as_args("data", data, args_fn), _as_args("neighbour", neighbour, args_fn))
@@ -528,11 +578,11 @@ def audit(
 
     n = int(num_runs)
     scores = (np.empty(n), np.empty(n))
-    first, seeds = None, set()
+    first, cache = None, {}
     with pyro.validation_enabled(not disable_validation):
         for which, i in ((w, j) for w in (0, 1) for j in range(n)):
             where = f"run {i} on {'D' if which == 0 else 'the neighbour'}"
-            k, scores[which][i] = _one_run(make(which * n + i), args[which], stat, num_iterations, seeds, where)
+            k, scores[which][i] = _one_run(make(), args[which], stat, num_iterations, seed, where, cache)
             if first is None:
                 first = k
             elif k.ledger != first.ledger:
@@ -540,7 +590,7 @@ def audit(
                     f"{where} recorded a different privacy ledger than the first run: {k.ledger.entries} vs "
                     f"{first.ledger.entries}; the audit compares one mechanism (a data-dependent ledger would leak)"
                 )
-    reported = float(first.get_epsilon(delta))
+    reported = float(first.get_epsilon(delta) if claim is None else claim(first, delta))
     b = _lower_bound(_as_scores("scores on D", scores[0]), _as_scores("scores on the neighbour", scores[1]), delta,
                      confidence, thresholds)
     t = b.threshold

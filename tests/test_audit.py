@@ -9,7 +9,10 @@
    known defect (a non-finite per-example term), and passes with the rule on;
 5. bad inputs.
 
-Every kernel run is seeded by its run index, so the file is deterministic.
+Every audit shares one public seed across its runs (``audit(..., seed=)``) and draws its
+secret noise from OS entropy (whatever tests/conftest.py does to ``noise_seed``), so the
+kernel audits are random by design; each is sized so that a wrong outcome is rare (see the
+tests). The mutation tests of every kernel family are in ``tests/test_audit_mutants.py``.
 """
 import math
 
@@ -186,58 +189,57 @@ SCENARIOS = {
 }
 
 
-def _penalty(m, i):
-    return pyro_dp.DPPenalty(m, 0.1, llr_clip=CLIP, noise_multiplier=3.0, init_strategy=init_to_mean, seed=i)
+def _penalty(m):
+    return pyro_dp.DPPenalty(m, 0.1, llr_clip=CLIP, noise_multiplier=3.0, init_strategy=init_to_mean)
 
 
-def _expfam(m, i):
+def _expfam(m):
     fam = gaussian_known_variance("mu", 1.0, low=-3.0, high=3.0)
-    return pyro_dp.DPExpFamPenalty(m, fam, 0.1, noise_multiplier=3.0, init_strategy=init_to_mean, seed=i)
+    return pyro_dp.DPExpFamPenalty(m, fam, 0.1, noise_multiplier=3.0, init_strategy=init_to_mean)
 
 
-def _multiparty(m, i):
+def _multiparty(m):
     return pyro_dp.DPMultiPartyPenalty(m, torch.arange(N) % 2, 0.1, llr_clip=CLIP, noise_multiplier=3.0,
-                                       init_strategy=init_to_mean, seed=i)
+                                       init_strategy=init_to_mean)
 
 
-def _hmc(m, i):
+def _hmc(m):
     return pyro_dp.DPHMC(m, 0.05, 1, grad_clip=CLIP, llr_clip=CLIP, grad_noise_multiplier=5.0,
-                         llr_noise_multiplier=5.0, init_strategy=init_to_mean, seed=i)
+                         llr_noise_multiplier=5.0, init_strategy=init_to_mean)
 
 
-def _barker(m, i):
-    return pyro_dp.DPBarker(m, 100, 0.1, init_strategy=init_to_mean, seed=i)
+def _barker(m):
+    return pyro_dp.DPBarker(m, 100, 0.1, init_strategy=init_to_mean)
 
 
-def _minibatch(m, i):
-    return pyro_dp.DPMinibatchPenalty(m, 100, 0.1, llr_clip=CLIP, noise_multiplier=1.5, init_strategy=init_to_mean,
-                                      seed=i)
+def _minibatch(m):
+    return pyro_dp.DPMinibatchPenalty(m, 100, 0.1, llr_clip=CLIP, noise_multiplier=1.5, init_strategy=init_to_mean)
 
 
-def _fastmh(m, i):
+def _fastmh(m):
     return pyro_dp.DPFastMH(m, 0.01, lipschitz=CLIP, lam=20.0, max_batch_size=100, step_epsilon=0.9,
-                            step_delta=1e-6, init_strategy=init_to_mean, seed=i)
+                            step_delta=1e-6, init_strategy=init_to_mean)
 
 
-def _sgld(m, i):  # the audit's D' substitutes a row: account under the substitute relation
+def _sgld(m):  # the audit's D' substitutes a row: account under the substitute relation
     return pyro_dp.DPSGLD(m, 100, 1e-2, grad_clip=CLIP, noise_multiplier=1.5, relation="substitute",
-                          init_strategy=init_to_mean, seed=i)
+                          init_strategy=init_to_mean)
 
 
-def _sgnht(m, i):
+def _sgnht(m):
     return pyro_dp.DPSGNHT(m, 100, 1e-2, grad_clip=CLIP, noise_multiplier=1.5, relation="substitute",
-                           init_strategy=init_to_mean, seed=i)
+                           init_strategy=init_to_mean)
 
 
-def _gradient_init(m, i):  # the penalty step is nearly noise-only: the init's release dominates
+def _gradient_init(m):  # the penalty step is nearly noise-only: the init's release dominates
     init = pyro_dp.DPGradientInit(num_steps=1, step_size=1.0, grad_clip=CLIP, noise_multiplier=3.0)
-    return pyro_dp.DPPenalty(m, 0.1, llr_clip=CLIP, noise_multiplier=50.0, init_strategy=init_to_mean, seed=i,
+    return pyro_dp.DPPenalty(m, 0.1, llr_clip=CLIP, noise_multiplier=50.0, init_strategy=init_to_mean,
                              init=init)
 
 
-def _auto_tune(m, i):  # the default path's private tuning: 1 histogram, 1 step and its 2 counts (nm 4 each)
+def _auto_tune(m):  # the default path's private tuning: 1 histogram, 1 step and its 2 counts (nm 4 each)
     init = pyro_dp.DPAutoTune(num_steps=1, noise_multipliers=(4.0, 4.0, 4.0))
-    return pyro_dp.DPPenalty(m, 0.1, llr_clip=CLIP, noise_multiplier=50.0, init_strategy=init_to_mean, seed=i,
+    return pyro_dp.DPPenalty(m, 0.1, llr_clip=CLIP, noise_multiplier=50.0, init_strategy=init_to_mean,
                              init=init)
 
 
@@ -266,7 +268,7 @@ RUNS = 120
 def test_audit_every_kernel_against_worst_case_rows(kernel, scenario):
     make, statistic, _ = KERNELS[kernel]
     model, d, dprime = SCENARIOS[scenario]
-    result = audit(lambda i: make(model, i), d, dprime, statistic=statistic, num_runs=RUNS, delta=1e-5)
+    result = audit(lambda: make(model), d, dprime, statistic=statistic, num_runs=RUNS, delta=1e-5)
     assert result.num_runs == RUNS and sum(result.counts) <= 2 * RUNS
     # the claim under test is moderate ...
     assert 0.5 <= result.reported_epsilon <= 3.0
@@ -287,9 +289,9 @@ def _defect_setup(n_rows=1000):
     y0 = y.clone()
     y0[0] = 0.0
 
-    def factory(i):
+    def factory():
         return pyro_dp.DPPenalty(lognormal_model, 0.01, llr_clip=CLIP, noise_multiplier=20.0,
-                                 init_strategy=init_to_mean, seed=i)
+                                 init_strategy=init_to_mean)
 
     return factory, y, y0
 
@@ -299,7 +301,8 @@ def test_audit_fails_when_the_per_row_rule_is_disabled(monkeypatch):
     factory, y, y0 = _defect_setup()
     result = audit(factory, y, y0, num_runs=150)
     assert result.reported_epsilon == pytest.approx(0.16, abs=0.01)
-    assert result.counts[1] == 0 and result.counts[0] > 50  # never accepts on D', about half the time on D
+    # never accepts on D'; on D mostly (under the public seed 0 the noise-free kernel accepts)
+    assert result.counts[1] == 0 and result.counts[0] > 50
     assert not result.passed and result.epsilon_lower_bound > 2.0, str(result)
     assert "FAILED" in str(result)
 
@@ -310,20 +313,55 @@ def test_audit_passes_with_the_per_row_rule():
     assert result.passed, str(result)
 
 
-def _rows_defect_factory(i):
+def _rows_defect_factory():
     # q = 1: the NaN row is in every batch; substitute relation as in the audit
     return pyro_dp.DPSGLD(lognormal_model, N, 1e-2, grad_clip=CLIP, noise_multiplier=3.0, relation="substitute",
-                          init_strategy=init_to_mean, seed=i)
+                          init_strategy=init_to_mean)
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_audit_fails_when_the_per_row_rule_for_vectors_is_disabled(monkeypatch):
-    _, d, dprime = SCENARIOS["negative"]  # NaN gradient row: without the rule, NaN parameters on D'
+    # an infinite row (inside the LogNormal support): an infinite per-example gradient, which the
+    # clip alone turns into inf * 0 = NaN; without the rule, NaN parameters on D'. (A row outside
+    # the support no longer reaches the release's rule: #38's support rule maps it first.)
+    d, dprime = _neighbours(_Z.exp(), math.exp(6.0), math.inf)
     monkeypatch.setattr(pyro_dp.mechanisms, "finite_rows", lambda v: v)
     result = audit(_rows_defect_factory, d, dprime, statistic="sample", num_runs=100)
     assert result.reported_epsilon < 2.0 and not result.passed, str(result)
     monkeypatch.undo()
     assert audit(_rows_defect_factory, d, dprime, statistic="sample", num_runs=100).passed
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_one_public_seed_catches_a_near_noise_free_kernel_that_a_seed_per_run_missed():
+    """Issue #38: a DPPenalty whose ledger says noise multiplier 3 while it releases 3e-6
+    passed the audit of the old design (a different seed, hence different proposals and accept
+    uniforms, in every run: they decide the accept bit far more than one row does). With one
+    public seed it fails at once: 150 of 150 runs accept on one data set and none on the other,
+    the largest bound 150 runs can show (3.52) against the claimed 1.27. The mutant is
+    noise-free up to 1e-6, so these counts are certain; the honest kernel's pass is the
+    subject of tests/test_audit_mutants.py."""
+    from pyro_dp.audit import _one_run, _statistic_fn
+    from pyro_dp.testing import separating_seed, weak_noise
+
+    from .audit_cases import model, neighbours
+
+    d, dprime = neighbours()
+
+    def mutant():
+        return weak_noise(pyro_dp.DPPenalty(model, 0.3, llr_clip=1.0, noise_multiplier=3.0,
+                                            init_strategy=init_to_mean), 1e-6)
+
+    seed = separating_seed(mutant, d, dprime)
+    result = audit(mutant, d, dprime, num_runs=150, seed=seed)
+    assert sorted(result.counts) == [0, 150] and result.reported_epsilon == pytest.approx(1.271, abs=1e-3)
+    assert result.epsilon_lower_bound == pytest.approx(3.52, abs=0.01) and not result.passed
+    # the old design, one seed per run (seeds 0..299): the same mutant gives no evidence
+    accept, cache = _statistic_fn("accept"), {}
+    scores = [[_one_run(mutant(), (x,), accept, 1, i + 150 * j, "old design", cache)[1] for i in range(150)]
+              for j, x in enumerate((d, dprime))]
+    old = epsilon_lower_bound(scores[0], scores[1], delta=1e-5, thresholds=[0.5])[0]
+    assert old <= result.reported_epsilon, (old, sum(scores[0]), sum(scores[1]))
 
 
 @pytest.mark.slow
@@ -336,10 +374,10 @@ def test_audit_bound_is_informative_on_a_correct_gaussian_release():
     reported eps = 4.38. ~35 s."""
     model, d, dprime = SCENARIOS["clip"]
 
-    def factory(i):
+    def factory():
         init = pyro_dp.DPGradientInit(num_steps=1, step_size=1.0, grad_clip=CLIP, noise_multiplier=1.0)
         return pyro_dp.DPPenalty(model, 0.1, llr_clip=CLIP, noise_multiplier=50.0, init_strategy=init_to_mean,
-                                 seed=i, init=init)
+                                 init=init)
 
     result = audit(factory, d, dprime, statistic="sample", num_runs=2000)
     assert 0.8 < result.epsilon_lower_bound <= result.reported_epsilon, str(result)
@@ -356,19 +394,33 @@ def test_audit_result_string_and_passed():
     assert "test" not in str(AuditResult(0.0, 1.0, 1e-5, 0.95, 2, math.nan, (0, 0)))
 
 
-def test_factory_without_arguments_and_callable_statistic():
+def test_callable_statistic_one_public_seed_and_fresh_secret_noise():
+    """Every run has the audit's public seed and no noise seed — even under tests/conftest.py,
+    which gives each kernel built with ``seed=s`` the noise seed ``s`` — so the public draws are
+    the same in every run and the noise is fresh: DP-SGLD's first step (the Langevin noise is the
+    privacy noise) lands somewhere new in every run, and nowhere new once the noise is removed."""
     y = _Z.exp()
     seen = []
 
     def stat(kernel, before, after):
         seen.append(kernel)
-        return torch.tensor(float(kernel.lik.flatten(after)[0] - kernel.lik.flatten(before)[0]))
+        moves.append(float(kernel.lik.flatten(after)[0] - kernel.lik.flatten(before)[0]))
+        return torch.tensor(moves[-1])
 
-    result = audit(lambda: _penalty(lognormal_model, None), y, (y.clone(),), statistic=stat, num_runs=4,
-                   thresholds=[0.0])
-    assert isinstance(result, AuditResult) and result.num_runs == 4 and len(seen) == 8
-    assert len({k.seed for k in seen}) == 8  # fresh kernels, fresh seeds
-    assert result.threshold == 0.0
+    moves = []
+
+    def factory():  # seed= and noise_seed= as a test would pass them: the audit replaces both
+        return pyro_dp.DPSGLD(lognormal_model, N, 1e-2, grad_clip=CLIP, noise_multiplier=3.0, relation="substitute",
+                              init_strategy=init_to_mean, seed=123, noise_seed=456)
+
+    result = audit(factory, y, (y.clone(),), statistic=stat, num_runs=4, thresholds=[0.0], seed=7)
+    assert isinstance(result, AuditResult) and result.num_runs == 4 and len(seen) == 8 and result.threshold == 0.0
+    assert {k.seed for k in seen} == {7} and {k.noise_seed for k in seen} == {None}
+    assert len(set(moves)) == 8  # fresh secret noise in every run
+    from pyro_dp.testing import noise_free_scores
+
+    a, b = noise_free_scores(factory, y, y.clone(), seed=7, statistic=stat)
+    assert a == b  # the same public draws on D and D' (which are equal here)
 
 
 # --------------------------------------------------------------------------- 5. bad inputs
@@ -419,7 +471,7 @@ def test_epsilon_lower_bound_bad_scores():
 
 def _audit_inputs():
     y = _Z.exp()
-    return (lambda i: _penalty(lognormal_model, i)), y, y.clone()
+    return (lambda: _penalty(lognormal_model)), y, y.clone()
 
 
 @pytest.mark.parametrize(
@@ -432,6 +484,9 @@ def _audit_inputs():
         (dict(confidence=1.0), ValueError, "confidence"),
         (dict(confidence=-0.5), ValueError, "confidence"),
         (dict(delta=0.0), ValueError, "delta"),
+        (dict(seed=1.5), TypeError, "shared public seed"),
+        (dict(seed=True), TypeError, "shared public seed"),
+        (dict(claim=1.0), TypeError, "claim must be a callable"),
         (dict(statistic="acceptance"), ValueError, "statistic must be one of"),
         (dict(statistic=42), TypeError, "statistic must be one of"),
         (dict(statistic=lambda k, a, b: torch.zeros(2)), ValueError, "one real number"),
@@ -444,34 +499,34 @@ def test_audit_bad_inputs(kwargs, exc, match):
         audit(factory, y, y2, **{"num_runs": 2, **kwargs})
 
 
-def test_audit_refuses_shared_seeds_foreign_kernels_and_mismatched_data():
-    _, y, y2 = _audit_inputs()
-    with pytest.raises(ValueError, match="fresh noise"):
-        audit(lambda: _penalty(lognormal_model, 7), y, y2, num_runs=2)  # one fixed seed for every run
-    with pytest.raises(ValueError, match="noise_seed of an earlier run"):  # 2026-11-26 audit: replayed noise
-        audit(lambda i: pyro_dp.DPPenalty(lognormal_model, 0.1, llr_clip=CLIP, noise_multiplier=2.0,
-                                          init_strategy=init_to_mean, seed=i, noise_seed=5), y, y2, num_runs=2)
+def test_audit_refuses_reused_kernels_foreign_kernels_and_mismatched_data():
+    factory, y, y2 = _audit_inputs()
+    k = factory()
+    with pytest.raises(ValueError, match="already set up"):
+        audit(lambda: k, y, y2, num_runs=2)  # one kernel object for every run
     with pytest.raises(TypeError, match="DPKernel"):
         audit(lambda: pyro.infer.HMC(lognormal_model), y, y2, num_runs=2)
-    with pytest.raises(TypeError, match="run index"):
-        audit(lambda i, j: _penalty(lognormal_model, i), y, y2, num_runs=2)
+    with pytest.raises(TypeError, match="take no argument"):  # the run index of the old design
+        audit(lambda i: _penalty(lognormal_model), y, y2, num_runs=2)
     with pytest.raises(TypeError, match="callable"):
         audit("DPPenalty", y, y2, num_runs=2)
     with pytest.raises(ValueError, match="same number"):
-        audit(lambda i: _penalty(lognormal_model, i), y, (y2, y2), num_runs=2)
+        audit(factory, y, (y2, y2), num_runs=2)
     with pytest.raises(TypeError, match="tensor or a tuple"):
-        audit(lambda i: _penalty(lognormal_model, i), {"y": y}, y2, num_runs=2)
+        audit(factory, {"y": y}, y2, num_runs=2)
     # args_fn maps any container to the positional arguments
-    r = audit(lambda i: _penalty(lognormal_model, i), {"y": y}, {"y": y2}, num_runs=2, args_fn=lambda x: (x["y"],))
+    r = audit(factory, {"y": y}, {"y": y2}, num_runs=2, args_fn=lambda x: (x["y"],))
     assert r.num_runs == 2
 
 
 def test_audit_refuses_a_ledger_that_differs_between_runs():
     _, y, y2 = _audit_inputs()
+    built = []
 
-    def factory(i):  # a different mechanism in every other run
-        return pyro_dp.DPPenalty(lognormal_model, 0.1, llr_clip=CLIP, noise_multiplier=2.0 + i % 2,
-                                 init_strategy=init_to_mean, seed=i)
+    def factory():  # a different mechanism in every other run
+        built.append(None)
+        return pyro_dp.DPPenalty(lognormal_model, 0.1, llr_clip=CLIP, noise_multiplier=2.0 + len(built) % 2,
+                                 init_strategy=init_to_mean)
 
     with pytest.raises(RuntimeError, match="different privacy ledger"):
         audit(factory, y, y2, num_runs=2)

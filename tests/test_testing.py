@@ -1,0 +1,87 @@
+"""The test kit :mod:`pyro_dp.testing`: the weak-noise mutant releases exactly ``factor`` times
+the noise of the honest kernel (same secret draws, same ledger), and the aiming helpers."""
+import pickle
+import pyro
+import pytest
+import torch
+from pyro.infer.autoguide.initialization import init_to_mean
+
+import pyro_dp
+from pyro_dp.mechanisms import NoiseSource
+from pyro_dp.testing import ScaledNoiseSource, noise_free_scores, separating_seed, weak_noise
+
+from .audit_cases import FAMILIES, model, neighbours
+
+
+def test_scaled_noise_source_scales_the_noise_and_keeps_the_batches():
+    base, ref = NoiseSource(seed=3, warn=False), NoiseSource(seed=3, warn=False)
+    src = ScaledNoiseSource(base, 0.25)
+    assert torch.equal(src.standard_normal((4,)), 0.25 * ref.standard_normal((4,)))
+    like = torch.zeros(3, dtype=torch.float32)
+    assert torch.allclose(src.normal(2.0, (3,), like=like), 0.25 * ref.normal(2.0, (3,), like=like))
+    # batch selection: the same draws as the honest source (it shares the generator)
+    assert torch.equal(src.poisson_subsample(50, 0.3), ref.poisson_subsample(50, 0.3))
+    assert torch.equal(src.sample_without_replacement(50, 7), ref.sample_without_replacement(50, 7))
+    clone = pickle.loads(pickle.dumps(src))
+    assert isinstance(clone, ScaledNoiseSource) and clone.noise_factor == 0.25
+    assert torch.equal(clone.standard_normal((2,)), src.standard_normal((2,)))
+
+
+def _sgld():  # the Langevin noise is the privacy noise: the step is linear in it
+    return pyro_dp.DPSGLD(model, 20, 1e-2, grad_clip=4.0, noise_multiplier=2.0, relation="substitute",
+                          init_strategy=init_to_mean, seed=1, noise_seed=2)
+
+
+def _step(kernel, data):
+    kernel.setup(0, data)
+    z = kernel.lik.flatten(kernel.sample(kernel.initial_params))
+    return z, kernel
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_weak_noise_releases_a_fraction_of_the_noise_with_the_same_ledger():
+    d, _ = neighbours()
+    honest, k = _step(_sgld(), d)
+    quiet, _ = _step(weak_noise(_sgld(), 0.0), d)
+    fifth, m = _step(weak_noise(_sgld(), 0.2), d)
+    # the same secret draws (noise_seed), scaled: z(f) - z(0) = f (z(1) - z(0))
+    assert not torch.equal(honest, quiet)
+    assert torch.allclose(fifth - quiet, 0.2 * (honest - quiet), rtol=1e-9, atol=1e-12)
+    assert m.ledger == k.ledger and m.get_epsilon(1e-5) == k.get_epsilon(1e-5)
+    assert type(m).__name__ == "WeakNoise[DPSGLD]" and isinstance(m, pyro_dp.DPSGLD)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_weak_noise_copies_pickles_and_refuses_bad_input():
+    k = _sgld()
+    m = weak_noise(k, 0.5)
+    assert m is not k and type(k) is pyro_dp.DPSGLD and not hasattr(k, "noise_factor")
+    mm = weak_noise(m, 0.1)  # a mutant of a mutant: the base class, the new factor
+    assert type(mm) is type(m) and mm.noise_factor == 0.1
+    d, _ = neighbours()
+    m.setup(0, d)
+    params = m.sample(m.initial_params)
+    clone = pickle.loads(pickle.dumps(m))  # MCMC's worker processes pickle kernels
+    assert type(clone) is type(m) and clone.noise_factor == 0.5 and isinstance(clone._noise, ScaledNoiseSource)
+    a, b = m.sample(params), clone.sample(params)
+    assert torch.equal(a["mu"], b["mu"])  # noise_seed: the same (scaled) stream
+    with pytest.raises(ValueError, match="not set up"):
+        weak_noise(m, 0.5)
+    with pytest.raises(TypeError, match="DPKernel"):
+        weak_noise(pyro.infer.HMC(model), 0.5)
+    for bad in (-0.1, float("nan"), float("inf"), True, "0.5"):
+        with pytest.raises(ValueError, match="factor"):
+            weak_noise(_sgld(), bad)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_noise_free_scores_and_separating_seed():
+    factory = FAMILIES["DPPenalty"][0]
+    d, dprime = neighbours()
+    seed = separating_seed(factory, d, dprime)
+    a, b = noise_free_scores(factory, d, dprime, seed=seed)
+    assert {a, b} == {0.0, 1.0}  # accepts on one data set only
+    assert noise_free_scores(factory, d, dprime, seed=seed) == (a, b)  # no secret randomness left
+    with pytest.raises(ValueError, match="no public seed"):
+        separating_seed(factory, d, d.clone(), seeds=range(3))  # D = D': nothing to separate
+
