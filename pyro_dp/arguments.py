@@ -65,7 +65,8 @@ def as_tensor_argument(x):
             raise TypeError(
                 f"a model argument is an array of dtype {arr.dtype}: pyro_dp reads data only as numeric tensors. "
                 "Convert it to a torch tensor of numbers before calling MCMC.run")
-        return torch.as_tensor(arr.copy())
+        # shares the array's memory (no copy of a large data set); a read-only array is copied
+        return torch.as_tensor(arr if arr.flags.writeable else arr.copy())
     return x
 
 
