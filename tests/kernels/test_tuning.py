@@ -53,7 +53,8 @@ def test_usage_line_runs_with_the_default_budget_and_says_what_it_spent(K):
     labels = kernel.ledger.by_label()
     steps = kernel.init.num_steps
     assert labels["tune:start"] == steps and labels["tune:clip"] == 1 + 2 * steps  # a histogram, 2 counts a step
-    assert labels[""] == kernel.ledger.num_releases - 1 - 3 * steps
+    assert labels["tune:rows"] == 1  # the noisy count of rows the per-row rule maps (#38)
+    assert labels[""] == kernel.ledger.num_releases - 2 - 3 * steps
 
 
 @pytest.mark.parametrize("K", KERNELS, ids=lambda k: k.__name__)
@@ -133,7 +134,7 @@ def test_the_tuner_finds_the_posterior_mode_and_the_scale_of_the_gradients():
     mean, var = posterior(Y)
     tuner = DPAutoTune(num_steps=60, noise_multipliers=(0.0, 0.0, 0.0))
     z, events, _ = tuner.run(kernel.lik, torch.tensor([5.0], dtype=torch.float64), NoiseSource())
-    assert len(events) == 1 + 3 * 60
+    assert len(events) == 2 + 3 * 60  # the rows' count, the histogram, 60 steps and 120 counts
     assert abs(float(z) - float(mean)) < 0.25 * math.sqrt(float(var))
     # the per-example gradient norms are |y_i - mu| / S^2: the adaptive clips track their 0.9 and
     # 0.98 quantiles at the start found (the noise-free counts are exact; the geometric steps of
