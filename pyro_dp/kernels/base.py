@@ -6,8 +6,9 @@ the seeds of a chain. It reads top to bottom; every other concern is a module of
 :mod:`pyro_dp.kernels.privacy_engine`     ledgers, budget, plan, stop, ε: the kernel only
                                           *declares* an iteration's releases before it and
                                           *reports* them after it
-:mod:`pyro_dp.kernels.workers`            chains in ``MCMC`` worker processes: shared release
-                                          counters, pickling, failed chains
+:mod:`pyro_dp.kernels.workers`            chains in ``MCMC`` worker processes (shared release
+                                          counters, pickling, failed chains) and
+                                          ``torch.distributed`` ranks
 :mod:`pyro_dp.kernels.checkpoint`         ``state_dict`` / ``load_state_dict``
 :mod:`pyro_dp.kernels.default_path`       the default budget's run length, private tuning hooks
 ========================================  ==================================================
@@ -55,8 +56,8 @@ from .default_path import DEFAULT_ITERATIONS, DefaultPath
 from .plan import counts as _counts  # noqa: F401  (re-exported: tests import it from here)
 from .privacy_engine import (DEFAULT_DELTA, DEFAULT_EPSILON, BudgetExhaustedWarning, ChainLedger, PrivacyEngine,
                              PrivacyNotice, check_positive)
-from .workers import WORKER_SLOTS, ChainFailedError, WorkerBookkeeping, WorkerReleases  # noqa: F401 (re-exported)
 from .tuning import DPAutoTune
+from .workers import WORKER_SLOTS, ChainFailedError, WorkerBookkeeping, WorkerReleases  # noqa: F401 (re-exported)
 
 __all__ = ["DPKernel", "BudgetExhaustedWarning", "SamplingWarning", "PrivacyNotice", "ChainLedger", "ChainFailedError",
            "WorkerReleases", "check_positive", "NONPRIVATE_PREFIX", "DEFAULT_EPSILON", "DEFAULT_DELTA", "DEFAULT_ITERATIONS"]
@@ -302,18 +303,8 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, MCM
 
     def setup(self, warmup_steps, *args, **kwargs):
         """Build the likelihood and the initial state. Data-free: costs no privacy."""
-        if self.distributed:  # every rank: the same data-free seed (rank 0's), before any draw
-            from ..distributed import shards_for
-
-            chain = self._worker_chain_id()
-            if chain is not None and chain >= 0:  # a Pyro MCMC worker: outside the ranks' process group
-                raise RuntimeError(
-                    f"distributed=True: MCMC runs chain {chain} in a worker process, outside the process group "
-                    "of the ranks, whose decisions would then disagree; run one chain per job (or sequential "
-                    "chains) and launch more jobs for more chains (docs/scaling_out.md)")
-
-            self._shards = shards_for(True, self._process_group)
-            self.seed = self._shards.agree_int(self.seed)
+        if self.distributed:
+            self._join_ranks()  # every rank: the same data-free seed (rank 0's), before any draw
         self._warmup_steps = int(warmup_steps)
         self._num_setups += 1
         if self._iteration > 0:  # a new run without cleanup(): file the old chain
@@ -349,15 +340,9 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, MCM
         self._rng.manual_seed(self._chain_seed(_PURPOSE_ALGO))
         noise_seed = None if self.noise_seed is None else self._chain_seed(_PURPOSE_NOISE, base=self.noise_seed)
         self._noise = NoiseSource(seed=noise_seed, secure_mode=self.secure_mode, device=self.lik.device, warn=False)
-        if self._shards is not None:  # the global N (public) and rank 0's noise inside every release
-            self._noise.shards = self._shards
-            n = torch.tensor([self.lik.num_rows], dtype=torch.int64)
-            self.lik.global_num_rows = int(self._shards.all_reduce_sum(n)[0])
-        if self.epsilon is not None and self._num_setups == 1:  # once per kernel, as the run-length notice
-            n = self.lik.global_num_rows  # all ranks' rows: a neighbour may differ in any of them
-            if self.delta is not None and self.delta * n > 1.0:
-                warnings.warn(f"delta={self.delta} is above 1/N for N={n} rows: pass a smaller delta", PrivacyNotice,
-                              stacklevel=3)
+        if self._shards is not None:
+            self._share_ranks()  # the global N (public) and rank 0's noise inside every release
+        self._check_delta()
         if self._user_initial_params is not None:
             missing = set(self.lik.latent_names) - set(self._user_initial_params)
             if missing:
@@ -371,10 +356,7 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, MCM
         if z0.numel() != self.lik.dim or not bool(torch.isfinite(z0).all()):
             raise ValueError("initial parameters must be finite and match the model's latent shapes")
         if self._shards is not None:
-            self._shards.check_same(z0.detach().cpu(), "the initial point")
-            mask = self.lik.likelihood_mask  # every rank must clip and restrict alike (data-free)
-            self._shards.check_same(torch.ones(self.lik.dim, dtype=torch.float64) if mask is None
-                                    else mask.detach().cpu().to(torch.float64), "the likelihood's coordinates")
+            self._check_ranks_agree(z0)
         self._initial_params = self.lik.unravel(z0)
         self._state = self._init_state(z0)
         self._init_done = False
@@ -487,13 +469,8 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, MCM
         }
         if self.nonprivate_diagnostics:
             out.update({NONPRIVATE_PREFIX + k: v for k, v in self._nonprivate().items()})
-        if self.default_budget and self._iteration > 0:  # say what the default spent (Pyro asks once a chain)
-            self._diagnostics_warn(
-                f"{type(self).__name__} ran with the default budget (epsilon={self.epsilon}, delta={self.delta}): "
-                f"this chain spent epsilon={out['epsilon']:.4g}; all chains of this kernel so far: "
-                f"epsilon={self._epsilon_now():.4g} at delta={self.reference_delta} ({self.relation} relation)",
-                PrivacyNotice,
-            )
+        if self.default_budget and self._iteration > 0:  # Pyro asks once a chain
+            self._diagnostics_warn(self._default_budget_spent(out["epsilon"]), PrivacyNotice)
         if self._iteration >= 10 and self._num_accepted == 0:  # Pyro asks at the end of each chain
             self._diagnostics_warn(
                 f"this chain accepted none of its {self._iteration} proposals: its samples are its starting "

@@ -340,6 +340,15 @@ class PrivacyEngine:
         warnings.warn(msg, BudgetExhaustedWarning, stacklevel=stacklevel)
         _logger.warning(msg)
 
+    def _check_delta(self) -> None:
+        """At the first set-up (with the run-length notice): say when δ is above 1/N, N counting
+        all ranks' rows (a neighbour may differ in any of them)."""
+        if self.epsilon is not None and self._num_setups == 1:
+            n = self.lik.global_num_rows
+            if self.delta is not None and self.delta * n > 1.0:
+                warnings.warn(f"delta={self.delta} is above 1/N for N={n} rows: pass a smaller delta", PrivacyNotice,
+                              stacklevel=4)
+
     def _declare(self, pending_init: bool) -> Optional[Counter]:
         """Before an iteration: the releases it may make (the private init's when it is
         pending, and :meth:`_step_events`), checked against the plan; ``None`` when the chain
@@ -409,6 +418,12 @@ class PrivacyEngine:
                         "the progress bar and diagnostics() report inf. Compute it with "
                         "kernel.get_epsilon(delta, accountant=...) and another accountant", UserWarning, stacklevel=3)
         return cache[key]
+
+    def _default_budget_spent(self, chain_epsilon: float) -> str:
+        """What a chain run with the default budget spent, for the notice ``diagnostics()`` gives."""
+        return (f"{type(self).__name__} ran with the default budget (epsilon={self.epsilon}, delta={self.delta}): "
+                f"this chain spent epsilon={chain_epsilon:.4g}; all chains of this kernel so far: "
+                f"epsilon={self._epsilon_now():.4g} at delta={self.reference_delta} ({self.relation} relation)")
 
     def _logged_epsilon(self) -> str:
         """ε for the progress bar, which Pyro asks for every iteration.

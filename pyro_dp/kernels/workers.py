@@ -1,5 +1,6 @@
-r"""Worker processes: what a kernel object must know when ``pyro.infer.MCMC`` runs its chains
-in worker processes.
+r"""Processes: what a kernel object must know when ``pyro.infer.MCMC`` runs its chains in
+worker processes (and, with ``distributed=True``, when its rows are sharded over
+:mod:`torch.distributed` ranks, :mod:`pyro_dp.distributed`).
 
 Pyro's runner owns the processes (``pyro/infer/mcmc/api.py``: ``_MultiSampler`` pickles the
 kernel into one worker per chain and only ``diagnostics()`` comes back). A DP kernel must still
@@ -28,6 +29,8 @@ from collections import Counter
 from typing import Optional
 
 import torch
+
+from ..distributed import shards_for
 
 __all__ = ["WorkerBookkeeping", "WorkerReleases", "ChainFailedError", "WORKER_SLOTS"]
 
@@ -260,6 +263,33 @@ class WorkerBookkeeping:
                     "this kernel object are already in its ledger; pass the same num_chains to the kernel "
                     "and to MCMC, and use a new kernel (with its own budget) for a new analysis")
         return None
+
+    # ------------------------------------------------------------------ torch.distributed ranks
+    def _join_ranks(self) -> None:
+        """``distributed=True``, at every set-up: join the ranks' process group and agree on the
+        data-free seed (rank 0's), before any draw (:mod:`pyro_dp.distributed`)."""
+        chain = self._worker_chain_id()
+        if chain is not None and chain >= 0:  # a Pyro MCMC worker: outside the ranks' process group
+            raise RuntimeError(
+                f"distributed=True: MCMC runs chain {chain} in a worker process, outside the process group "
+                "of the ranks, whose decisions would then disagree; run one chain per job (or sequential "
+                "chains) and launch more jobs for more chains (docs/scaling_out.md)")
+        self._shards = shards_for(True, self._process_group)
+        self.seed = self._shards.agree_int(self.seed)
+
+    def _share_ranks(self) -> None:
+        """The global number of rows (public) on every rank, and rank 0's noise inside every
+        release (the all-reduce of :class:`~pyro_dp.distributed.Shards`)."""
+        self._noise.shards = self._shards
+        n = torch.tensor([self.lik.num_rows], dtype=torch.int64)
+        self.lik.global_num_rows = int(self._shards.all_reduce_sum(n)[0])
+
+    def _check_ranks_agree(self, z0: torch.Tensor) -> None:
+        """Every rank starts at the same point and clips and restricts alike (data-free)."""
+        self._shards.check_same(z0.detach().cpu(), "the initial point")
+        mask = self.lik.likelihood_mask
+        self._shards.check_same(torch.ones(self.lik.dim, dtype=torch.float64) if mask is None
+                                else mask.detach().cpu().to(torch.float64), "the likelihood's coordinates")
 
     # ------------------------------------------------------------------ pickling (into workers, copies)
     # torch.Generator cannot be pickled; MCMC(num_chains>1, mp_context="spawn") pickles kernels.
