@@ -25,6 +25,14 @@ Opacus's optimiser reports to its accountant (``opacus/privacy_engine.py``):
 * **What a kernel declares** (its subclass API for privacy): :meth:`~PrivacyEngine._per_iteration_events`,
   :meth:`~PrivacyEngine._fixed_events`, :meth:`~PrivacyEngine._step_events` and
   :meth:`~PrivacyEngine._calibrate` (noise from the budget when the user gave none).
+
+The kernel's lifecycle reaches it through a few calls only: ``_init_privacy``/``_init_ledgers``
+(``__init__``), ``_setup_budget``/``_check_accountant_supports_plan``/``_check_delta``
+(``setup``), :meth:`~PrivacyEngine._declare` and :meth:`~PrivacyEngine._report` (around each
+step), ``_record_init`` (the private initialisation) and ``_file_chain`` (``cleanup``). It is a
+mixin — the same object as the kernel — rather than a component of its own, so that what users,
+checkpoints (``_chain_attrs``) and tests address (``kernel.epsilon``, ``kernel.ledger``,
+``kernel._ledger``) is unchanged; making it a separate object is the next step (issue 39).
 """
 from __future__ import annotations
 
