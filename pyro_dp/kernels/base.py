@@ -50,7 +50,7 @@ from ..accounting import DEFAULT_ACCOUNTANT
 from ..checks import SamplingWarning, chain_problems
 from ..heap import HEAP_TRIM_EVERY, release_free_heap
 from ..likelihood import PrivateLikelihood
-from ..mechanisms import NoiseSource, ReproducibleNoiseWarning
+from ..mechanisms import NoiseSource
 from .checkpoint import Checkpointing
 from .default_path import DEFAULT_ITERATIONS, DefaultPath
 from .plan import counts as _counts  # noqa: F401  (re-exported: tests import it from here)
@@ -218,27 +218,9 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, MCM
         if self.jit_options and not self.jit_compile:
             raise ValueError("jit_options needs jit_compile=True")
         self._jit_cache: dict = {}  # compiled graphs, shared by this kernel's chains in this process
-        self.distributed = bool(distributed) or process_group is not None
-        self._process_group = process_group
-        self._shards = None  # pyro_dp.distributed.Shards, set by setup() on every rank
-        if self.distributed and not type(self).supports_distributed:
-            raise ValueError(
-                f"{type(self).__name__} does not support distributed=True: its releases are not all plain sums "
-                "over rows, or it reads batches that would need a global draw. Sharded kernels: DPPenalty, DPHMC "
-                "(docs/scaling_out.md)"
-            )
-        self.seed = int(seed) if seed is not None else secrets.randbits(63)
-        self.secure_mode = bool(secure_mode)
-        if noise_seed is not None:
-            if self.secure_mode:
-                raise ValueError("secure_mode=True draws the noise seed from the OS: do not pass noise_seed")
-            warnings.warn(
-                "noise_seed makes the privacy noise and batch selection reproducible: anyone who knows it "
-                "can replay the noise and remove it from the released values. Use it for tests only.",
-                ReproducibleNoiseWarning,
-                stacklevel=3,
-            )
-        self.noise_seed = None if noise_seed is None else int(noise_seed)
+        self._init_ranks(distributed, process_group)  # torch.distributed: refused by kernels that cannot shard
+        self.seed = int(seed) if seed is not None else secrets.randbits(63)  # the data-free streams only
+        self._init_secret_stream(noise_seed, secure_mode)
         self.nonprivate_diagnostics = bool(nonprivate_diagnostics)
         self._init_workers()  # this object's identity and shared release counters, before any worker is forked
         self.transforms = None  # set by setup(); MCMC reads it after the run
@@ -246,11 +228,7 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, MCM
         self._warmup_steps = 0  # set by setup()
         self._user_initial_params: Optional[Dict[str, torch.Tensor]] = None
         self._initial_params: Optional[Dict[str, torch.Tensor]] = None
-        if init is not None and not (callable(getattr(init, "run", None)) and callable(getattr(init, "events", None))):
-            raise TypeError(f"init must be a private initialiser such as DPGradientInit, got {init!r}")
-        if init is not None and getattr(init, "noise_multiplier", None) == 0 and not self.non_private:
-            raise ValueError("init with noise_multiplier=0 is only allowed with non_private=True")
-        self.init = init
+        self._init_private_start(init)
         self._init_ledgers()  # empty: this object has released nothing
         self._chain_index = 0
         self._num_setups = 0

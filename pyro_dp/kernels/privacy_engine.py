@@ -48,7 +48,7 @@ from typing import Dict, Optional, Sequence, Tuple
 import torch
 
 from ..accounting import UnsupportedEventError, calibrate, get_accountant
-from ..mechanisms import PrivacyEvent, PrivacyLedger
+from ..mechanisms import PrivacyEvent, PrivacyLedger, ReproducibleNoiseWarning
 from .plan import PrivacyPlan, counts as _counts, within as _within
 from .workers import _owned_kernel
 
@@ -189,6 +189,31 @@ class PrivacyEngine:
         if not (0.0 < float(rd) < 1.0):
             raise ValueError(f"reference_delta must be in (0, 1), got {rd!r}")
         self.reference_delta = float(rd)
+
+    def _init_secret_stream(self, noise_seed, secure_mode) -> None:
+        """The settings of the secret stream (privacy noise, batches: a
+        :class:`~pyro_dp.mechanisms.NoiseSource` per chain, from OS entropy): ``noise_seed``, the
+        test option that makes it reproducible, warns (anyone who knows it can remove the noise)."""
+        self.secure_mode = bool(secure_mode)
+        if noise_seed is not None:
+            if self.secure_mode:
+                raise ValueError("secure_mode=True draws the noise seed from the OS: do not pass noise_seed")
+            warnings.warn(
+                "noise_seed makes the privacy noise and batch selection reproducible: anyone who knows it "
+                "can replay the noise and remove it from the released values. Use it for tests only.",
+                ReproducibleNoiseWarning,
+                stacklevel=4,
+            )
+        self.noise_seed = None if noise_seed is None else int(noise_seed)
+
+    def _init_private_start(self, init) -> None:
+        """The optional private initialisation (``init=``, e.g. ``DPGradientInit``): its releases
+        are recorded in the chain's ledger and counted by the plan and by calibration."""
+        if init is not None and not (callable(getattr(init, "run", None)) and callable(getattr(init, "events", None))):
+            raise TypeError(f"init must be a private initialiser such as DPGradientInit, got {init!r}")
+        if init is not None and getattr(init, "noise_multiplier", None) == 0 and not self.non_private:
+            raise ValueError("init with noise_multiplier=0 is only allowed with non_private=True")
+        self.init = init
 
     def _init_ledgers(self) -> None:
         """This kernel object's (empty) ledgers and plan (``__init__``, after :meth:`_init_workers`)."""

@@ -265,6 +265,19 @@ class WorkerBookkeeping:
         return None
 
     # ------------------------------------------------------------------ torch.distributed ranks
+    def _init_ranks(self, distributed: bool, process_group) -> None:
+        """``distributed=True`` (or a ``process_group``): refused by a kernel whose releases are
+        not all plain sums over rows (``supports_distributed``), before any data is seen."""
+        self.distributed = bool(distributed) or process_group is not None
+        self._process_group = process_group
+        self._shards = None  # pyro_dp.distributed.Shards, set by setup() on every rank
+        if self.distributed and not type(self).supports_distributed:
+            raise ValueError(
+                f"{type(self).__name__} does not support distributed=True: its releases are not all plain sums "
+                "over rows, or it reads batches that would need a global draw. Sharded kernels: DPPenalty, DPHMC "
+                "(docs/scaling_out.md)"
+            )
+
     def _join_ranks(self) -> None:
         """``distributed=True``, at every set-up: join the ranks' process group and agree on the
         data-free seed (rank 0's), before any draw (:mod:`pyro_dp.distributed`)."""
