@@ -56,7 +56,6 @@ from .default_path import DEFAULT_ITERATIONS, DefaultPath
 from .plan import counts as _counts  # noqa: F401  (re-exported: tests import it from here)
 from .privacy_engine import (DEFAULT_DELTA, DEFAULT_EPSILON, BudgetExhaustedWarning, ChainLedger, PrivacyEngine,
                              PrivacyNotice, check_positive)
-from .tuning import DPAutoTune
 from .workers import WORKER_SLOTS, ChainFailedError, WorkerBookkeeping, WorkerReleases  # noqa: F401 (re-exported)
 
 __all__ = ["DPKernel", "BudgetExhaustedWarning", "SamplingWarning", "PrivacyNotice", "ChainLedger", "ChainFailedError",
@@ -362,16 +361,7 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, MCM
         if declared is None:
             return {k: v.clone() for k, v in self.lik.unravel(self._state_z(self._state)).items()}
         if pending_init:
-            # private initialisation: reads the data through its own mechanism; each release is
-            # recorded as it is made (an exception part-way loses none)
-            z_init, _, frac = self.init.run(
-                self.lik, self._state_z(self._state), self._noise, self.relation, record=self._record_init
-            )
-            self._init_done = True
-            self._init_clipped_fraction = frac
-            if isinstance(self.init, DPAutoTune):
-                self._apply_tuning(self.init.result)  # post-processing of the tuning releases
-            self._state = self._init_state(z_init)
+            self._run_private_start()  # the private init's releases, recorded as they are made
         self._state, info = self._step(self._state)
         self._report(info.events, declared)
         self._iteration += 1

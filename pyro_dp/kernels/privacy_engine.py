@@ -29,7 +29,7 @@ Opacus's optimiser reports to its accountant (``opacus/privacy_engine.py``):
 The kernel's lifecycle reaches it through a few calls only: ``_init_privacy``/``_init_ledgers``
 (``__init__``), ``_setup_budget``/``_check_accountant_supports_plan``/``_check_delta``
 (``setup``), :meth:`~PrivacyEngine._declare` and :meth:`~PrivacyEngine._report` (around each
-step), ``_record_init`` (the private initialisation) and ``_file_chain`` (``cleanup``). It is a
+step), ``_run_private_start`` (the private initialisation) and ``_file_chain`` (``cleanup``). It is a
 mixin — the same object as the kernel — rather than a component of its own, so that what users,
 checkpoints (``_chain_attrs``) and tests address (``kernel.epsilon``, ``kernel.ledger``,
 ``kernel._ledger``) is unchanged; making it a separate object is the next step (issue 39).
@@ -50,6 +50,7 @@ import torch
 from ..accounting import UnsupportedEventError, calibrate, get_accountant
 from ..mechanisms import PrivacyEvent, PrivacyLedger, ReproducibleNoiseWarning
 from .plan import PrivacyPlan, counts as _counts, within as _within
+from .tuning import DPAutoTune
 from .workers import _owned_kernel
 
 __all__ = ["PrivacyEngine", "ChainLedger", "BudgetExhaustedWarning", "PrivacyNotice", "check_positive",
@@ -405,6 +406,20 @@ class PrivacyEngine:
                 f"internal error: {type(self).__name__} released {list(events)} but declared "
                 f"{dict(declared)} (recorded in the ledger; please report)"
             )
+
+    def _run_private_start(self) -> None:
+        """At a chain's first iteration (declared with it): the private initialisation reads the
+        data through its own mechanism, each release recorded as it is made (an exception
+        part-way loses none); a :class:`~pyro_dp.kernels.tuning.DPAutoTune` result is then taken
+        by the kernel (post-processing of the tuning releases), and the chain starts there."""
+        z_init, _, frac = self.init.run(
+            self.lik, self._state_z(self._state), self._noise, self.relation, record=self._record_init
+        )
+        self._init_done = True
+        self._init_clipped_fraction = frac
+        if isinstance(self.init, DPAutoTune):
+            self._apply_tuning(self.init.result)
+        self._state = self._init_state(z_init)
 
     def _record_init(self, event, label: Optional[str] = None) -> None:
         """Record one release of the private initialisation under its own label (the
