@@ -1,4 +1,5 @@
-r"""Checkpoints as plain values: what :meth:`~pyro_dp.kernels.base.DPKernel.state_dict` holds.
+r"""Checkpoints: :class:`Checkpointing` (``state_dict``/``load_state_dict`` of every kernel) and
+how a checkpoint is written as plain values.
 
 ``torch.load`` refuses by default (``weights_only=True``, torch >= 2.6) to unpickle anything
 but tensors and plain Python values, because unpickling an arbitrary object can run arbitrary
@@ -24,15 +25,19 @@ refused, so loading a checkpoint imports and builds nothing else.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import importlib
+from collections import Counter
 
 import numpy as np
 import torch
 
 from ..mechanisms import PrivacyEvent, PrivacyLedger
+from .privacy_engine import ChainLedger
+from .tuning import mcmc_run_length
 
-__all__ = ["to_plain", "from_plain", "is_plain"]
+__all__ = ["Checkpointing", "to_plain", "from_plain", "is_plain"]
 
 _TAG = "__pyro_dp__"
 #: objects outside pyro_dp that a kernel's chain may hold (rebuilt from their attributes)
@@ -134,8 +139,6 @@ def from_plain(obj):
         if obj["type"] == "PrivacyLedger":
             led = PrivacyLedger(obj["relation"])
         elif obj["type"] == "ChainLedger":
-            from .base import ChainLedger
-
             led = ChainLedger(obj["relation"], **{k: from_plain(v) for k, v in obj["fields"].items()})
         else:
             raise ValueError(f"a kernel checkpoint names the ledger type {obj['type']!r}, which does not exist")
@@ -167,3 +170,149 @@ def is_plain(obj) -> bool:
     if type(obj) is dict:
         return all(type(k) in _PLAIN and is_plain(v) for k, v in obj.items())
     return False
+
+
+#: checkpoints (their ``"token"``) this process has resumed: each may continue one chain once
+_RESUMED_CHECKPOINTS: set = set()
+
+
+def _refuse_resumed(state: dict) -> None:
+    """A checkpoint continues its chain once: refuse one this process has resumed already."""
+    if state.get("token") in _RESUMED_CHECKPOINTS:
+        raise ValueError("this checkpoint was already resumed in this process: a checkpoint continues its chain "
+                         "once (a second continuation would spend its budget again)")
+
+
+class Checkpointing:
+    """Mixin of :class:`~pyro_dp.kernels.base.DPKernel`: save a chain in progress with its
+    ledger, and continue it in a new kernel object. A kernel lists the attributes of its chain
+    in ``_chain_attrs``."""
+
+    def state_dict(self) -> dict:
+        r"""A checkpoint of this kernel object: the chain in progress (state, counters, warmup
+        adaptation, the algorithm and noise generators' states) and the cumulative ledger.
+
+        **A checkpoint is private data**: the chain state caches per-example log-likelihoods.
+        Store it like the raw data; never publish it. It holds no rows of data (the data are
+        given to ``setup`` again), but the number of rows and the data plate's name, which are
+        checked on load. It does not hold the secret noise stream (only under the test option
+        ``noise_seed``): a resumed chain draws fresh noise, so it continues the chain's state,
+        data-free randomness and ledger, not its noise. Resume it once, into a new kernel object
+        and one chain (a second resume in the same process is refused; across processes it
+        cannot be detected, and each continuation would spend up to the budget).
+
+        It holds only tensors and plain Python values (``dict``, ``list``, ``tuple``, ``str``,
+        ``int``, ``float``, ``bool``, ``None``; states and ledgers as tagged dicts,
+        :mod:`pyro_dp.kernels.checkpoint`): ``torch.save(kernel.state_dict(), path)`` and
+        ``kernel.load_state_dict(torch.load(path))`` with torch's default ``weights_only=True``,
+        which unpickles no arbitrary object.
+
+        >>> import torch, pyro_dp
+        >>> from pyro_dp.models.examples import normal_mean_model
+        >>> y = torch.zeros(20, dtype=torch.float64)
+        >>> k = pyro_dp.DPPenalty(normal_mean_model, 0.1, llr_clip=1.0, noise_multiplier=3.0)
+        >>> k.setup(0, y); p = k.sample(k.initial_params)
+        >>> resumed = pyro_dp.DPPenalty(normal_mean_model, 0.1, llr_clip=1.0, noise_multiplier=3.0)
+        >>> resumed.load_state_dict(k.state_dict()); resumed.setup(0, y)  # continues k's chain, fresh noise
+        >>> torch.equal(resumed.initial_params["mu"], p["mu"]), resumed.ledger == k.ledger
+        (True, True)
+        """
+        if self._state is None and self._last_checkpoint is not None:
+            return self._last_checkpoint  # the chain MCMC just finished (cleanup() ended it)
+        if self.lik is None or self._state is None:
+            raise RuntimeError("call setup() before state_dict(): there is no chain to save")
+        return {  # tensors and plain values only: torch.load's default weights_only=True reads it (#42)
+            "format": 2,
+            "kernel": type(self).__name__,
+            "relation": self.relation,
+            "num_rows": self.lik.num_rows,
+            "data_plate": self.lik.data_plate,
+            "chain": {a: to_plain(self.__dict__.get(a)) for a in self._chain_attrs},
+            "rng": self._rng.get_state(),
+            # the secret stream's state only under the test option noise_seed: anyone holding it could
+            # replay the noise of every later release of this chain (and a resumed chain draws fresh noise)
+            "noise": self._noise.get_state() if self.noise_seed is not None else None,
+            "ledger": to_plain(self._ledger),
+            "chains": {cid: to_plain(led) for cid, led in self._chains.items()},
+            # which point of which chain this is (the chain id is random): resumed once per process
+            "token": f"{self._ledger.chain_id}:{self._iteration}:{self._ledger.num_releases}",
+            # the run length a budget was planned for when the kernel chose it itself (from the
+            # MCMC that ran it, or assumed): a resumed run must keep that plan, not re-plan the
+            # budget for the iterations that remain (data-free)
+            "run_length": None if self.run_length_source in (None, "given") else {
+                "num_iterations": self.num_iterations, "source": self.run_length_source,
+                "num_chains": self.num_chains},
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue the chain and the ledger of :meth:`state_dict`, on a new kernel object built
+        with the same arguments (refused on a kernel that has released anything, and for a
+        checkpoint already resumed in this process). Call it before ``setup()`` (e.g. before ``mcmc.run``: the next
+        ``setup`` restores the chain instead of starting a new one, and ``MCMC`` continues it
+        from where it stopped, warmup length included) or after ``setup()`` (restored at once).
+        The ledger, and with it the budget, counts every release made before the checkpoint."""
+        if not isinstance(state, dict) or state.get("format") not in (1, 2):  # 1: objects (weights_only=False)
+            raise ValueError("not a pyro_dp kernel checkpoint (state_dict() of a DPKernel)")
+        if self.ledger:
+            raise ValueError(
+                f"this kernel object has already released {self.ledger.num_releases} values: load a checkpoint into a "
+                "new kernel object (built with the same arguments), so that no release is forgotten")
+        _refuse_resumed(state)
+        if state["kernel"] != type(self).__name__ or state["relation"] != self.relation:
+            raise ValueError(
+                f"checkpoint of a {state['kernel']} under relation {state['relation']!r}; this is a "
+                f"{type(self).__name__} under {self.relation!r}"
+            )
+        planned = state.get("run_length")
+        if planned is not None and self.run_length_source is None and self.epsilon is not None:
+            if self.lik is not None:
+                raise ValueError(
+                    "this checkpoint's budget was planned for the run length of the MCMC that ran it "
+                    f"({planned['num_iterations']} iterations per chain): call load_state_dict() before setup() "
+                    "(before mcmc.run), or pass that num_iterations= to the kernel")
+            self.num_iterations, self.run_length_source = planned["num_iterations"], planned["source"]
+            if not self._num_chains_given:
+                self.num_chains = planned["num_chains"]
+        if self.lik is None:
+            self._pending_state = state
+        else:
+            self._restore(state)
+
+    def _restore(self, state: dict) -> None:
+        if (state["num_rows"], state["data_plate"]) != (self.lik.num_rows, self.lik.data_plate):
+            raise ValueError(
+                f"checkpoint of a run on {state['num_rows']} rows of plate {state['data_plate']!r}; "
+                f"this set-up has {self.lik.num_rows} rows of plate {self.lik.data_plate!r}"
+            )
+        _refuse_resumed(state)
+        if state.get("token") is not None:
+            _RESUMED_CHECKPOINTS.add(state["token"])
+        for a, v in state["chain"].items():
+            setattr(self, a, copy.deepcopy(from_plain(v)))
+        self._rng.set_state(state["rng"])  # the data-free stream continues
+        if self.noise_seed is not None:  # the test option: the same noise as an uninterrupted run
+            noise = state["noise"]
+            self._noise.set_state(noise["state"] if isinstance(noise, dict) else noise)  # a dict: format 1
+            self._noise.shards = self._shards
+        # else the secret stream stays the fresh one setup() drew from the OS: restoring its state
+        # would replay the checkpoint's noise on whatever data this run reads (the difference of
+        # two resumed runs on neighbouring data would be one row's noise-free term)
+        self._chains, self._filed_counts = {}, Counter()
+        for led in state["chains"].values():
+            self._file_chain(from_plain(led))
+        live = from_plain(state["ledger"])
+        self._ledger = ChainLedger(self.relation, kernel_id=self._id, chain_id=live.chain_id)
+        self._ledger.extend(live)
+        self._initial_params = self.lik.unravel(self._state_z(self._state))
+        self.__dict__.pop("_eps_cache", None)
+
+    def _resume_pending(self) -> None:
+        """At the end of ``setup()``: continue the chain of a :meth:`load_state_dict` called
+        before it (one chain only: more would each continue it and spend its budget again)."""
+        if self._pending_state is not None:
+            state, self._pending_state = self._pending_state, None
+            chains = (mcmc_run_length() or {}).get("num_chains", 1)
+            if self._worker_chain_id() is not None or chains > 1:
+                raise ValueError(f"a checkpoint continues one chain: resume it with num_chains=1 (this run has "
+                                 f"{chains}); more chains would each continue it and spend its budget again")
+            self._restore(state)

@@ -38,9 +38,10 @@ import torch
 
 from ..accounting import DEFAULT_ACCOUNTANT, get_accountant
 from ..mechanisms import NonPrivateEvent, PrivacyLedger, clipped_sum_with_noise
-from .base import _owned_kernel, check_positive
+from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease
 from .proposals import penalty_accept, pop_target_accept_prob
+from .workers import _owned_kernel
 
 __all__ = ["PartyReleases", "PartyLedgers", "multiparty_release", "DPMultiPartyPenalty", "party_ledger",
            "party_epsilon"]

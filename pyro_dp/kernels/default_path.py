@@ -1,0 +1,124 @@
+r"""The default path: what a kernel does for settings the user left out.
+
+With no budget and no noise the kernel adopts the default budget
+(:data:`~pyro_dp.kernels.privacy_engine.DEFAULT_EPSILON`, announced by a
+:class:`~pyro_dp.kernels.privacy_engine.PrivacyNotice`); with a budget but no run length it reads
+the run length from the ``pyro.infer.MCMC`` that runs it, else assumes
+:data:`DEFAULT_ITERATIONS`; settings a kernel lists in ``auto_tuned`` (clips, step sizes) are
+tuned privately by :class:`~pyro_dp.kernels.tuning.DPAutoTune` at the first iteration of every
+chain, and the kernel takes the result through :meth:`DefaultPath._apply_tuning`. Everything here
+is data-free or post-processing of the tuning's releases (recorded in the ledger).
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+from ..warn import warn_user
+from ..checks import SamplingWarning
+from .privacy_engine import PrivacyNotice
+from .tuning import DPAutoTune, mcmc_run_length, penalty_jump_length, posterior_scale_guess
+
+__all__ = ["DefaultPath", "DEFAULT_ITERATIONS", "NOISE_LIMITED_RATIO"]
+
+#: The default path warns before a chain runs when the largest move its noise allows is below
+#: this fraction of the (guessed) posterior standard deviation (:meth:`DefaultPath._move_scales`).
+NOISE_LIMITED_RATIO = 0.25
+
+#: Iterations per chain a budget funds when the kernel is used outside ``pyro.infer.MCMC``
+#: and no ``num_iterations`` is given (inside ``MCMC`` it reads ``warmup_steps + num_samples``).
+DEFAULT_ITERATIONS = 1000
+
+
+class DefaultPath:
+    """Mixin of :class:`~pyro_dp.kernels.base.DPKernel`: run length, private tuning hooks
+    (module doc)."""
+
+    def _calibrate_noise(self) -> None:
+        """Set the noise from the budget (:meth:`~pyro_dp.kernels.privacy_engine.PrivacyEngine._calibrate`),
+        telling the default path's tuner the budget first and the ratio noise after (data-free:
+        the ratio clip's quantile depends on N and the noise)."""
+        if isinstance(self.init, DPAutoTune):
+            self.init.configure(epsilon=self.epsilon, delta=self.delta, num_chains=self.num_chains,
+                                non_private=self.non_private)
+        self._calibrate()
+        if isinstance(self.init, DPAutoTune):
+            self.init.set_ratio_noise(self._ratio_noise_multiplier())
+            problem = self.init.reliability_problem(getattr(self.lik, "global_num_rows", self.lik.num_rows))
+            if problem is not None and self._num_setups == 1:
+                warn_user(f"{type(self).__name__} default path: {problem}", SamplingWarning)
+
+    def _resolve_run_length(self) -> None:
+        """Fix, once and data-free, the iterations per chain a budget funds and the number of
+        chains it is shared by, when the user gave none: from the ``pyro.infer.MCMC`` run that
+        calls ``setup`` (``warmup_steps + num_samples``, its ``num_chains``), else
+        :data:`DEFAULT_ITERATIONS`. Says what it assumed (:class:`PrivacyNotice`). Never
+        overspends either way: the budget is enforced on the ledger."""
+        if self.epsilon is None or self.run_length_source is not None:
+            return
+        run = mcmc_run_length()
+        if run is not None:
+            self.num_iterations = max(1, run["warmup_steps"] + run["num_samples"])
+            self.run_length_source = "MCMC"
+            if not self._num_chains_given and "num_chains" in run:
+                self.num_chains = run["num_chains"]
+            said = (f"{self.num_iterations} iterations per chain (warmup_steps + num_samples of the MCMC) "
+                    f"over {self.num_chains} chain(s)")
+        else:
+            self.num_iterations = DEFAULT_ITERATIONS
+            self.run_length_source = "assumed"
+            said = (f"{self.num_iterations} iterations per chain over {self.num_chains} chain(s) (ASSUMED: not run "
+                    "by pyro.infer.MCMC and no num_iterations given; longer chains stop at the budget)")
+        budget = "the DEFAULT budget" if self.default_budget else "the budget"
+        warn_user(
+            f"{type(self).__name__}: {budget} epsilon={self.epsilon}, delta={self.delta} funds {said}"
+            + (". Pass epsilon= (and delta=) for your own budget" if self.default_budget else ""),
+            PrivacyNotice,
+        )
+
+    def _auto_tuner(self) -> DPAutoTune:
+        """The :class:`~pyro_dp.kernels.tuning.DPAutoTune` of a kernel whose settings
+        :attr:`auto_tuned` are left to the default path: the user's ``init`` if it is one,
+        else a new one with the documented defaults."""
+        names = ", ".join(self.auto_tuned)
+        if self.distributed:
+            raise ValueError(f"the default path (private tuning of {names}) does not support distributed=True yet: "
+                             f"give {names} (docs/scaling_out.md)")
+        if self.init is None:
+            return DPAutoTune()
+        if isinstance(self.init, DPAutoTune):
+            return self.init
+        raise ValueError(f"{names} left to the default are tuned privately by DPAutoTune, which finds its own start: "
+                         f"pass init=DPAutoTune(...) instead of {type(self.init).__name__}, or give {names}")
+
+    def _apply_tuning(self, result) -> None:
+        """Take the settings a :class:`~pyro_dp.kernels.tuning.DPAutoTune` run found (kernels
+        with a default path override it). Called at the first iteration of every chain."""
+
+    def _ratio_noise_multiplier(self) -> Optional[float]:
+        """The noise multiplier of the kernel's ratio release, for the default path's ratio
+        clip (:meth:`~pyro_dp.kernels.tuning.DPAutoTune.ratio_quantile`); ``None``: no ratio
+        release whose clip is tuned (kernels with a default path override it)."""
+        return None
+
+    def _move_scales(self, result, noise_multiplier: float) -> Tuple[float, float]:
+        """``(jump, sd)`` from which the default path sets a kernel's step sizes, both
+        post-processing of the tuning releases (``result``, a
+        :class:`~pyro_dp.kernels.tuning.TuneResult`): ``jump`` is the move whose penalty noise
+        (``noise_multiplier``, the kernel's ``llr_clip``) has standard deviation 1
+        (:func:`~pyro_dp.kernels.tuning.penalty_jump_length`), ``sd`` a guess of the posterior
+        standard deviation from the gradient clip (:func:`~pyro_dp.kernels.tuning.posterior_scale_guess`).
+        Says before the chain runs when the budget lets each move cover less than
+        :data:`NOISE_LIMITED_RATIO` of that scale."""
+        n, T = getattr(self.lik, "global_num_rows", self.lik.num_rows), self.lik.temperature
+        jump = penalty_jump_length(noise_multiplier, self.llr_clip, T)
+        sd = posterior_scale_guess(result.grad_clip, n, self.lik.dim, T)
+        ratio = jump / sd
+        if ratio < NOISE_LIMITED_RATIO:
+            warn_user(
+                f"{type(self).__name__}: at this budget the privacy noise limits each move to about {ratio:.2g} "
+                "of the posterior's scale (guessed from the private clip): expect slow mixing and few effective "
+                "samples. Spend more epsilon, run fewer iterations (the noise per iteration grows with their "
+                "square root) or use more rows (docs/tuning.md)",
+                SamplingWarning,
+            )
+        return jump, sd

@@ -1,0 +1,347 @@
+r"""Processes: what a kernel object must know when ``pyro.infer.MCMC`` runs its chains in
+worker processes (and, with ``distributed=True``, when its rows are sharded over
+:mod:`torch.distributed` ranks, :mod:`pyro_dp.distributed`).
+
+Pyro's runner owns the processes (``pyro/infer/mcmc/api.py``: ``_MultiSampler`` pickles the
+kernel into one worker per chain and only ``diagnostics()`` comes back). A DP kernel must still
+account for every release those workers make, so this module keeps, for every kernel object:
+
+* its identity in this process (``_KERNELS``): a :class:`~pyro_dp.kernels.privacy_engine.ChainLedger`
+  unpickled in the owner process files itself with the kernel object it belongs to;
+* :class:`WorkerReleases`, release counters in shared memory (one slot per worker chain,
+  :data:`WORKER_SLOTS`), so that a worker whose ledger never comes back (killed, terminated by
+  Pyro, failed outside a step) marks the ledger incomplete instead of under-reporting ε;
+* :class:`ChainFailedError`, which carries a failed worker chain's ledger back;
+* :class:`WorkerBookkeeping`, the methods :class:`~pyro_dp.kernels.base.DPKernel` uses for all
+  this (which chain slot this process is, whether its chain fits the budget's share, pickling
+  into a worker without the data or the secret stream).
+
+Everything here reads counts and process ids only: no data.
+"""
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import os
+import secrets
+import weakref
+from collections import Counter
+from typing import Optional
+
+import torch
+
+from ..distributed import shards_for
+
+__all__ = ["WorkerBookkeeping", "WorkerReleases", "ChainFailedError", "WORKER_SLOTS"]
+
+NONPRIVATE_PREFIX = "non-private "
+
+# Kernel objects of this process by id: a ChainLedger unpickled here (a worker's chain coming
+# back with its diagnostics) files itself with the kernel object it belongs to.
+_KERNELS: "weakref.WeakValueDictionary[str, WorkerBookkeeping]" = weakref.WeakValueDictionary()
+
+
+def _owned_kernel(kernel_id: str) -> Optional["WorkerBookkeeping"]:
+    """The kernel object ``kernel_id`` if this process owns it (a ledger coming back from a
+    worker process files itself there), else ``None`` (e.g. inside the worker)."""
+    kernel = _KERNELS.get(kernel_id)
+    return kernel if kernel is not None and kernel._owner_pid == os.getpid() else None
+
+
+#: chain slots of the shared release counters of chains run in ``MCMC`` worker processes (Pyro
+#: names chain i's worker process "i"); a worker chain with an id from this number on is refused
+#: before it reads data (its count would share a slot, so a lost ledger could go unnoticed)
+WORKER_SLOTS = 256
+
+
+class WorkerReleases:
+    """Releases made by a kernel object's chains in ``MCMC`` worker processes, counted in shared
+    memory as they are made (``made[slot]``, with the worker's ``pid[slot]``), so that the owner
+    process knows how many releases its ledger should hold even when a worker's ledger never
+    comes back: a worker that fails outside a chain's step (a ``hook_fn``, ``diagnostics()``
+    with warnings turned into errors), is killed, or is terminated by Pyro because a sibling
+    failed or the run was interrupted. Created with the kernel (before any worker is forked);
+    inherited by forked workers, handed to spawned ones with the kernel. Counts only: no data.
+
+    >>> w = WorkerReleases(); w.made[3] += 2; sum(w.made)
+    2
+    """
+
+    def __init__(self):
+        self.made = multiprocessing.RawArray(ctypes.c_int64, WORKER_SLOTS)
+        self.pid = multiprocessing.RawArray(ctypes.c_int64, WORKER_SLOTS)
+
+
+def _lost_releases_message(lost: int) -> str:
+    return (
+        f"{lost} release(s) made by this kernel's chains in MCMC worker processes are not in its ledger: "
+        "their ledgers did not come back (a worker failed outside the chain's step, e.g. in a hook_fn or in "
+        "diagnostics() with warnings turned into errors, was killed, or Pyro terminated it when a sibling "
+        "failed or the run was interrupted; or the run is still going). An epsilon from this ledger would be "
+        "a LOWER bound of what was spent, so none is reported, and this kernel object's next chains refuse "
+        "to read data (their budget cannot be checked). The releases made count against these data: bound "
+        "them (at most num_chains full chain plans per run) before spending more on them"
+    )
+
+
+def _process_alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (an exited, not yet reaped process does not)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True  # no /proc: assume it runs (the caller then does not count it as lost)
+
+
+def _before_fork() -> None:
+    """Before this process forks (Pyro starting MCMC workers): every kernel object it owns notes
+    releases of earlier workers that never came back, so the new workers inherit the mark. The
+    owner sees every slot (a worker sees only its own: a sibling of its run that has already
+    exited looks the same as a lost one)."""
+    for kernel in list(_KERNELS.values()):
+        if kernel._owner_pid == os.getpid():
+            kernel._note_lost_releases()
+
+
+os.register_at_fork(before=_before_fork)
+
+
+class ChainFailedError(RuntimeError):
+    """A chain failed in an ``MCMC`` worker process. It carries the chain's ledger back to the
+    parent process (where unpickling files it with the kernel object) and marks the kernel's
+    ledger as possibly incomplete: Pyro then terminates the sibling worker processes, and the
+    releases they had made never come back.
+
+    >>> ChainFailedError("boom", None).args
+    ('boom',)
+    """
+
+    def __init__(self, message, ledger=None):
+        super().__init__(message)
+        self.ledger = ledger
+
+    def __reduce__(self):
+        return (_unpickle_chain_failure, (self.args[0], self.ledger))
+
+
+def _unpickle_chain_failure(message, ledger):
+    kernel = _owned_kernel(getattr(ledger, "kernel_id", ""))
+    if kernel is not None:
+        kernel._incomplete = (
+            "a chain failed in an MCMC worker process and Pyro terminated its siblings: releases they made "
+            "are not in this ledger, so epsilon is a LOWER bound of what was spent. Run chains in this "
+            "process (num_chains <= cpu_count - 1 makes Pyro use workers) to keep an exact ledger"
+        )
+    return ChainFailedError(message, ledger)
+
+
+class WorkerBookkeeping:
+    """Mixin of :class:`~pyro_dp.kernels.base.DPKernel`: the kernel object's process identity,
+    its worker chains' shared release counters, and pickling into workers (module doc)."""
+
+    def _init_workers(self) -> None:
+        """The kernel object's identity in this process and its shared release counters,
+        created before any worker is forked (called once, from ``__init__``)."""
+        self._owner_pid = os.getpid()
+        self._id = secrets.token_hex(8)
+        _KERNELS[self._id] = self
+        self._worker_releases: Optional[WorkerReleases] = WorkerReleases()
+
+    def _worker_slot(self) -> int:
+        """This process's slot of :class:`WorkerReleases` (``-1`` in the owner process)."""
+        chain = self._worker_chain_id()
+        if chain is None:
+            return -1
+        return chain % WORKER_SLOTS if chain >= 0 else WORKER_SLOTS - 1
+
+    def _count_worker_release(self) -> None:
+        """Count one release of a chain in a worker process in shared memory, as it is made."""
+        slot, shared = self._ledger.worker_slot, self.__dict__.get("_worker_releases")
+        if slot >= 0 and shared is not None:
+            shared.made[slot] += 1
+
+    def _lost_worker_releases(self, finished_only: bool = False) -> int:
+        """Releases made in worker processes (:class:`WorkerReleases`) that are not in this
+        object's ledgers: their chains' ledgers never came back. ``finished_only``: count only
+        slots whose worker has exited (a running sibling's releases come back with it)."""
+        shared = self.__dict__.get("_worker_releases")
+        if shared is None:
+            return 0
+        back: Counter = Counter()
+        for led in list(self._chains.values()) + [self._ledger]:
+            if getattr(led, "worker_slot", -1) >= 0:
+                back[led.worker_slot] += led.num_releases
+        own = self._worker_slot()
+        # a worker checks its own slot only: it cannot tell a lost slot from a sibling of this run
+        # that has already exited (its ledger went to the owner, not to this copy)
+        slots = [own] if finished_only and own >= 0 else range(WORKER_SLOTS)
+        lost = 0
+        for slot in slots:
+            made = shared.made[slot]
+            if made > back[slot] and not (finished_only and slot != own and _process_alive(shared.pid[slot])):
+                lost += made - back[slot]
+        return lost
+
+    def _note_lost_releases(self) -> None:
+        """Mark the ledger incomplete when releases of exited workers never came back (what was
+        spent is unknown). Run in the owner just before it starts workers (:func:`_before_fork`,
+        ``__getstate__`` when spawning), so they inherit the mark, and at every chain's set-up."""
+        lost = self._lost_worker_releases(finished_only=True)
+        if lost:
+            self._incomplete = self._incomplete or _lost_releases_message(lost)
+
+    def _check_worker_releases(self) -> None:
+        """At a chain's set-up: :meth:`_note_lost_releases`, then register this worker's process
+        in its slot."""
+        self._note_lost_releases()
+        shared = self.__dict__.get("_worker_releases")
+        if self._worker_chain_id() is not None and shared is not None:
+            shared.pid[self._worker_slot()] = os.getpid()
+
+    def _require_complete(self) -> None:
+        """Raise ``RuntimeError`` when this object's ledger may miss releases (an ε from it would
+        be a lower bound of what was spent)."""
+        if self._incomplete:
+            raise RuntimeError(self._incomplete)
+        lost = self._lost_worker_releases()
+        if lost:
+            raise RuntimeError(_lost_releases_message(lost))
+
+    def _worker_chain_id(self) -> Optional[int]:
+        """Pyro's chain id when this runs in an ``MCMC`` worker process (Pyro names each worker
+        process by its chain id, ``pyro/infer/mcmc/api.py``, ``_MultiSampler``), else ``None``."""
+        if os.getpid() == self._owner_pid:
+            return None
+        name = multiprocessing.current_process().name
+        try:
+            return int(name)
+        except ValueError:
+            return -1  # a process that does not name its chain
+
+    def _chain_slot_refusal(self) -> Optional[str]:
+        """Why the budget has no room for this chain, or ``None``: checked in ``setup``, before
+        any data is read.
+
+        In this process chains run one after another and the per-iteration check sees every
+        earlier chain. A chain in a worker process cannot see its siblings; it may read data
+        only if the chains already filed with this kernel object (earlier runs, merged back)
+        plus a full chain plan for itself and for every sibling with a smaller chain id fit the
+        budget's ``num_chains`` chain plans. A refused chain does not raise — Pyro would then
+        terminate its siblings, and releases they had made would never come back — it stops
+        like an exhausted chain: it reads nothing, repeats its start and warns.
+
+        Any chain (also in this process) is refused when the ledger may miss releases
+        (``_incomplete``, set by :meth:`_check_worker_releases` just before, or by a
+        :class:`ChainFailedError`); ``get_epsilon`` then raises.
+        """
+        chain = self._worker_chain_id()
+        if chain is not None and chain >= WORKER_SLOTS:  # with or without a budget: its count would share a slot
+            return (f"MCMC runs chain {chain} in a worker process, but a kernel object counts the releases of "
+                    f"worker chains 0..{WORKER_SLOTS - 1} only (WORKER_SLOTS): a lost ledger of this chain could "
+                    "go unnoticed; run at most that many chains in parallel, or the rest in this process")
+        if self.epsilon is None:
+            return None
+        if self._incomplete:
+            return ("this kernel object's ledger may miss releases of earlier chains (RuntimeError from "
+                    "get_epsilon says why), so its budget cannot be checked")
+        if chain is None:
+            return None
+        if chain < 0:
+            return (f"this worker process ({multiprocessing.current_process().name!r}) does not name its "
+                    f"chain, so its share of the num_chains={self.num_chains} chain plans cannot be checked")
+        if not self._plan.fits(self._ledger, self._filed_counts, Counter(self._plan.chain), concurrent=chain + 1):
+            return (f"MCMC runs chain {chain} in parallel, but the budget was planned for "
+                    f"num_chains={self.num_chains} chains and {len(self._chains)} chain(s) of earlier runs of "
+                    "this kernel object are already in its ledger; pass the same num_chains to the kernel "
+                    "and to MCMC, and use a new kernel (with its own budget) for a new analysis")
+        return None
+
+    # ------------------------------------------------------------------ torch.distributed ranks
+    def _init_ranks(self, distributed: bool, process_group) -> None:
+        """``distributed=True`` (or a ``process_group``): refused by a kernel whose releases are
+        not all plain sums over rows (``supports_distributed``), before any data is seen."""
+        self.distributed = bool(distributed) or process_group is not None
+        self._process_group = process_group
+        self._shards = None  # pyro_dp.distributed.Shards, set by setup() on every rank
+        if self.distributed and not type(self).supports_distributed:
+            raise ValueError(
+                f"{type(self).__name__} does not support distributed=True: its releases are not all plain sums "
+                "over rows, or it reads batches that would need a global draw. Sharded kernels: DPPenalty, DPHMC "
+                "(docs/scaling_out.md)"
+            )
+
+    def _join_ranks(self) -> None:
+        """``distributed=True``, at every set-up: join the ranks' process group and agree on the
+        data-free seed (rank 0's), before any draw (:mod:`pyro_dp.distributed`)."""
+        chain = self._worker_chain_id()
+        if chain is not None and chain >= 0:  # a Pyro MCMC worker: outside the ranks' process group
+            raise RuntimeError(
+                f"distributed=True: MCMC runs chain {chain} in a worker process, outside the process group "
+                "of the ranks, whose decisions would then disagree; run one chain per job (or sequential "
+                "chains) and launch more jobs for more chains (docs/scaling_out.md)")
+        self._shards = shards_for(True, self._process_group)
+        self.seed = self._shards.agree_int(self.seed)
+
+    def _share_ranks(self) -> None:
+        """The global number of rows (public) on every rank, and rank 0's noise inside every
+        release (the all-reduce of :class:`~pyro_dp.distributed.Shards`)."""
+        self._noise.shards = self._shards
+        n = torch.tensor([self.lik.num_rows], dtype=torch.int64)
+        self.lik.global_num_rows = int(self._shards.all_reduce_sum(n)[0])
+
+    def _check_ranks_agree(self, z0: torch.Tensor) -> None:
+        """Every rank starts at the same point and clips and restricts alike (data-free)."""
+        self._shards.check_same(z0.detach().cpu(), "the initial point")
+        mask = self.lik.likelihood_mask
+        self._shards.check_same(torch.ones(self.lik.dim, dtype=torch.float64) if mask is None
+                                else mask.detach().cpu().to(torch.float64), "the likelihood's coordinates")
+
+    # ------------------------------------------------------------------ pickling (into workers, copies)
+    # torch.Generator cannot be pickled; MCMC(num_chains>1, mp_context="spawn") pickles kernels.
+    def __getstate__(self):
+        spawning = multiprocessing.context.get_spawning_popen() is not None  # pickled into a new worker
+        if spawning:
+            self._note_lost_releases()  # a spawned worker inherits the mark (as a forked one, _before_fork)
+        state = self.__dict__.copy()
+        if spawning:
+            # pickled into a new worker process (MCMC with mp_context="spawn"): the worker's setup()
+            # rebuilds the likelihood and the chain state, so the data and this process's private
+            # caches (per-example log-likelihoods) are not shipped
+            for key in ("lik", "_state", "_initial_params", "_noise", "_rng", "_last_checkpoint"):
+                state[key] = None
+        rng = state.pop("_rng", None)
+        if rng is not None:
+            state["_rng_state"] = (str(rng.device), rng.get_state())
+        state.pop("_eps_cache", None)
+        state.pop("_returned", None)  # identities do not survive pickling
+        state["_jit_cache"] = {}  # compiled graphs stay in their process (rebuilt lazily)
+        state["_shards"] = None  # a process group stays in its process (setup() sets it again)
+        if not spawning:
+            state["_worker_releases"] = None  # shared memory travels only to workers (a copy counts afresh) ...
+            lost = self._lost_worker_releases()
+            if lost and not state.get("_incomplete"):  # ... but keeps knowing what was lost (s10 audit F4)
+                state["_incomplete"] = _lost_releases_message(lost)
+        return state
+
+    def __setstate__(self, state):
+        rng_state = state.pop("_rng_state", None)
+        self.__dict__.update(state)
+        if rng_state is not None:
+            self._rng = torch.Generator(device=rng_state[0])
+            self._rng.set_state(rng_state[1])
+        if self.__dict__.get("_worker_releases") is None:
+            self._worker_releases = WorkerReleases()
+        if os.getpid() == self._owner_pid and _KERNELS.get(self._id) not in (None, self):
+            # a copy in the owner's process (copy.deepcopy, a pickle round trip) is a kernel object of its
+            # own: its workers' ledgers must file with it, not with the original (s10 audit F2)
+            self._id = secrets.token_hex(8)
+            self._ledger.kernel_id = self._id
+        _KERNELS.setdefault(self._id, self)  # a copy in a worker; the original keeps its entry

@@ -1,0 +1,92 @@
+"""The kernel base stays small (issue 39): ``DPKernel``'s own class body holds Pyro's lifecycle
+only, every other concern lives in the module named after it, and ``__init__`` calls no hook a
+subclass overrides (no hook runs on a half-built object)."""
+import inspect
+import warnings
+
+import pyro_dp
+from pyro_dp.kernels import checkpoint, default_path, privacy_engine, workers
+from pyro_dp.kernels.base import DPKernel
+
+from .helpers import gauss_model, make_data
+
+#: what DPKernel's own body may define: the Pyro lifecycle, the algorithm's hooks, the chain's seeds
+LIFECYCLE = {
+    "__init__", "_init_state", "_step", "_state_z", "_reset_chain_stats", "initial_params", "_chain_seed",
+    "setup", "sample", "_sample", "_returned_unchanged", "cleanup", "_nonprivate", "diagnostics",
+    "_diagnostics_warn", "logging",
+}
+
+
+def test_the_kernel_base_holds_the_lifecycle_only():
+    own = {name for name, v in vars(DPKernel).items()
+           if inspect.isfunction(v) or isinstance(v, (property, staticmethod, classmethod))}
+    assert own <= LIFECYCLE, f"new in DPKernel's body (put it in the module of its concern): {own - LIFECYCLE}"
+    # each concern is found by name, in its own module
+    for cls, module in ((privacy_engine.PrivacyEngine, privacy_engine), (workers.WorkerBookkeeping, workers),
+                        (checkpoint.Checkpointing, checkpoint), (default_path.DefaultPath, default_path)):
+        assert issubclass(DPKernel, cls) and cls.__module__ == module.__name__
+        assert "__init__" not in vars(cls)  # nothing to chain: DPKernel.__init__ calls each _init_* itself
+    for name, cls in (("get_epsilon", privacy_engine.PrivacyEngine), ("ledger", privacy_engine.PrivacyEngine),
+                      ("planned_events", privacy_engine.PrivacyEngine), ("state_dict", checkpoint.Checkpointing),
+                      ("load_state_dict", checkpoint.Checkpointing),
+                      ("_lost_worker_releases", workers.WorkerBookkeeping),
+                      ("_resolve_run_length", default_path.DefaultPath)):
+        assert name in vars(cls)
+
+
+#: methods of DPKernel that subclasses override
+HOOKS = ("_calibrate", "_per_iteration_events", "_fixed_events", "_step_events", "_init_state", "_step", "_state_z",
+         "_reset_chain_stats", "_apply_tuning", "_ratio_noise_multiplier", "_nonprivate")
+
+
+def _recording(calls):
+    """A DPPenalty whose every hook records that it ran, and whether the object was fully built then."""
+
+    def wrap(name):
+        base = getattr(pyro_dp.DPPenalty, name)
+
+        def hook(self, *a, **k):
+            calls.append((name, self.__dict__.get("_built", False)))
+            return base(self, *a, **k)
+        return hook
+
+    class Recording(pyro_dp.DPPenalty):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            self._built = True
+
+    for name in HOOKS:
+        setattr(Recording, name, wrap(name))
+    return Recording
+
+
+def test_no_subclass_hook_runs_during_construction():
+    calls = []
+    cls = _recording(calls)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        k = cls(gauss_model, 0.1, llr_clip=2.0, noise_multiplier=3.0, seed=0)
+    assert calls == []
+    # the recorder has power: set-up and a step run the hooks, on the fully built object
+    k.setup(0, make_data(50))
+    k.sample(k.initial_params)
+    ran = {name for name, _ in calls}
+    assert {"_calibrate", "_init_state", "_step", "_reset_chain_stats", "_per_iteration_events"} <= ran
+    assert all(built for _, built in calls)
+
+
+def test_a_base_calling_a_hook_in_init_is_caught(monkeypatch):
+    """The mutant: a base ``__init__`` that dispatches a hook through ``self`` fails the test above."""
+    original = DPKernel.__init__
+
+    def half_built(self, *a, **k):
+        original(self, *a, **k)
+        self._reset_chain_stats()  # dispatches to the subclass before its __init__ has finished
+
+    monkeypatch.setattr(DPKernel, "__init__", half_built)
+    calls = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _recording(calls)(gauss_model, 0.1, llr_clip=2.0, noise_multiplier=3.0, seed=0)
+    assert calls == [("_reset_chain_stats", False)]
