@@ -32,6 +32,14 @@ def _run(name, num_chains=2, num_samples=12, warmup_steps=8):
     return mcmc
 
 
+def _ran(kernel, y, num_samples, warmup_steps=0):
+    """``kernel`` after one quiet ``MCMC`` run on ``y``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps, disable_progbar=True).run(y)
+    return kernel
+
+
 def _marks(kernel):
     return [(led.chain_id, [list(m) for m in led.iteration_marks], led._pending) for led in kernel.chain_ledgers()]
 
@@ -140,10 +148,8 @@ def test_delta_at_epsilon_and_rounding_up():
 
 def test_non_private_run_reports_infinity_in_strict_json():
     y = make_data(100, seed=3)
-    kernel = pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=2.0, noise_multiplier=0.0, non_private=True, seed=0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        MCMC(kernel, num_samples=5, warmup_steps=0, disable_progbar=True).run(y)
+    kernel = _ran(pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=2.0, noise_multiplier=0.0, non_private=True, seed=0),
+                  y, 5)
     report = pyro_dp.privacy_report(kernel)
     assert report.epsilon == math.inf and report.non_private
     assert '"epsilon": "inf"' in report.to_json()
@@ -167,10 +173,7 @@ def test_plot_draws_spent_planned_and_budget():
     import matplotlib.pyplot as plt
 
     y = make_data(300, seed=3)
-    kernel = pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=2.0, epsilon=2.0, delta=DELTA, seed=0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        MCMC(kernel, num_samples=30, warmup_steps=10, disable_progbar=True).run(y)
+    kernel = _ran(pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=2.0, epsilon=2.0, delta=DELTA, seed=0), y, 30, 10)
     report = pyro_dp.privacy_report(kernel)
     ax = report.plot()
     labels = [line.get_label() for line in ax.get_lines()]
