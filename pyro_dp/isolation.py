@@ -131,7 +131,16 @@ def support_rule(fn, value: torch.Tensor):
     >>> v, ok = support_rule(dist.Categorical(logits=torch.zeros(3)), torch.tensor([0., 2., 3., -1.]))
     >>> v.tolist(), ok.tolist()
     ([0.0, 2.0, 0.0, 0.0], [True, True, False, False])
+    >>> support_rule(dist.Normal(0.0, 1.0), torch.tensor([float("nan")]))  # real line: NaN's density is NaN
+    (tensor([nan]), None)
     """
+    base = fn.support
+    while isinstance(base, constraints.independent):
+        base = base.base_constraint
+    if base is constraints.real:
+        # the real line's only outside value is NaN, whose log-density is NaN: the per-row rule of
+        # the release maps it already (skipping the check keeps the compiled graphs lean)
+        return value, None
     try:
         ok = fn.support.check(value)
     except Exception:  # noqa: BLE001 - a support that cannot check this value's shape: no rule
