@@ -201,8 +201,8 @@ class ModelArguments:
         return [self.leaves[i] for i in self.data_pos]
 
     # ------------------------------------------------------------------ building calls
-    def build(self, data: Sequence[torch.Tensor], count: Optional[int] = None) -> Tuple[tuple, dict]:
-        """``(args, kwargs)`` with the data tensors replaced by ``data`` (in :attr:`data_pos`
+    def leaves_with(self, data: Sequence[torch.Tensor], count: Optional[int] = None) -> list:
+        """The pytree leaves with the data tensors replaced by ``data`` (in :attr:`data_pos`
         order) and the row-count ints by ``count`` (unchanged when ``None``)."""
         vals = list(self.leaves)
         for i, t in zip(self.data_pos, data):
@@ -210,7 +210,11 @@ class ModelArguments:
         if count is not None:
             for i in self.count_pos:
                 vals[i] = count
-        return tree_unflatten(vals, self.spec)
+        return vals
+
+    def build(self, data: Sequence[torch.Tensor], count: Optional[int] = None) -> Tuple[tuple, dict]:
+        """``(args, kwargs)`` of :meth:`leaves_with`."""
+        return tree_unflatten(self.leaves_with(data, count), self.spec)
 
     def rows(self, idx: Optional[torch.Tensor]) -> List[torch.Tensor]:
         """The data tensors as ``[B, 1, ...]`` batches of one-row data sets: all rows
@@ -222,15 +226,15 @@ class ModelArguments:
         return out
 
     def stand_in(self, k: int, values: str = "zeros", generator: Optional[torch.Generator] = None) -> List[torch.Tensor]:
-        """Stand-ins for the data tensors with ``k`` rows (**never the data**): ``"zeros"``
-        (a broadcast zero, no memory), or ``"random"`` (a fixed pattern drawn from
+        """Stand-ins for the data tensors with ``k`` rows (**never the data**): ``"zeros"`` or
+        ``"ones"`` (a broadcast constant, no memory), or ``"random"`` (a fixed pattern drawn from
         ``generator``: integers and booleans 0/1, floats uniform on [0.5, 2] with row 0 at 50 —
         an outlier, so that a model's clipping, winsorising or ranking across rows shows)."""
         out = []
         for x in self.data:
             shape = (k,) + tuple(x.shape[1:])
-            if values == "zeros":
-                out.append(torch.zeros((), dtype=x.dtype, device=x.device).expand(shape))
+            if values in ("zeros", "ones"):
+                out.append(torch.full((), values == "ones", dtype=x.dtype, device=x.device).expand(shape))
             elif x.dtype == torch.bool:
                 out.append(torch.randint(0, 2, shape, generator=generator).to(x.device).bool())
             elif not x.is_floating_point():

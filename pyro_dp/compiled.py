@@ -745,8 +745,8 @@ class CompiledLikelihood:
 
     def _one_chunk(self) -> bool:
         """Whether a full-data gradient pass runs as one graph (else in chunks of
-        :meth:`_chunk_rows` rows; a model that does not index its data runs whole)."""
-        return self.lik.num_rows <= self._chunk_rows() or not self.lik.indexable
+        :meth:`_chunk_rows` rows)."""
+        return self.lik.num_rows <= self._chunk_rows()
 
     def fused_graph(self, name: str, fn: Callable, inputs: tuple, full_data: bool = True,
                     bucket: Optional[int] = None) -> Optional[Callable]:

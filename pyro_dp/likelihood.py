@@ -69,7 +69,7 @@ from torch.distributions import biject_to
 from torch.func import grad_and_value, vmap
 from torch.utils._pytree import tree_unflatten
 
-from .arguments import ModelArguments, model_arguments
+from .arguments import ModelArguments
 from .compiled import CompiledLikelihood
 from .isolation import (DECLARED_SUBSAMPLE, kernel_chooses_rows, nan_like_rows, robust_rows, support_rule,
                         vmap_safe_distributions)
@@ -79,9 +79,6 @@ from .setup_checks import SetUpChecks, on_stand_in, stand_in  # noqa: F401 - on_
 
 __all__ = ["PrivateLikelihood"]
 
-# names kept for the modules that imported them from here
-_model_arguments = model_arguments
-_kernel_chooses_rows = kernel_chooses_rows
 
 
 @contextlib.contextmanager
@@ -489,10 +486,6 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates):
     def indexable(self) -> bool:
         """Whether a subset of rows can be evaluated: always (every row is evaluated alone,
         :mod:`pyro_dp.isolation`); kept for the kernels that ask."""
-        return True
-
-    @property
-    def _indexable(self) -> bool:
         return True
 
     def per_example_statistic(self, statistic: Callable, idx=None) -> torch.Tensor:

@@ -175,16 +175,10 @@ class SetUpChecks:
 
     def _stand_in_leaves(self, fill: int = 0) -> list:
         """The model's argument leaves with every data tensor replaced by a **stand-in** (never
-        the data) of :data:`STAND_IN_ROWS` rows (at most ``N``) filled with ``fill``, and a
-        row-count argument by that number."""
+        the data) of :data:`STAND_IN_ROWS` rows (at most ``N``) filled with ``fill`` (0 or 1), and
+        a row-count argument by that number."""
         a, k = self.arguments, min(STAND_IN_ROWS, self.num_rows)
-        vals = list(a.leaves)
-        for i in a.data_pos:
-            x = a.leaves[i]
-            vals[i] = torch.full((k,) + tuple(x.shape[1:]), fill, dtype=x.dtype, device=x.device)
-        for i in a.count_pos:
-            vals[i] = k
-        return vals
+        return a.leaves_with(a.stand_in(k, "ones" if fill else "zeros"), count=k)
 
     def _prior_probe(self) -> Optional[Dict[str, Tuple[str, ...]]]:
         """:meth:`prior_data_reads` for a model that cannot be traced: its prior terms on the

@@ -323,8 +323,6 @@ class DPBarker(RandomWalkKernel):
             raise ValueError("the shipped V_corr was fitted for a different C")
         self._event = None
 
-    needs_indexing = True
-
     def _rdp_event(self) -> RDPCurveEvent:
         n = self.lik.num_rows
         if self.batch_size > n:

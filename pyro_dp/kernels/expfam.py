@@ -410,7 +410,7 @@ class DPExpFamPenalty(RandomWalkKernel):
         # on the model, the family and the data's shapes only, never on a row (a covariate
         # entering the likelihood, against the family's contract, could otherwise decide it).
         m = min(lik.num_rows, 16)
-        idx = torch.arange(m, device=lik.device) if lik.indexable else None
+        idx = torch.arange(m, device=lik.device)
         with _forked_rng(self._chain_seed(7)), torch.no_grad():
             z1 = z + 0.1 * torch.randn(z.shape, dtype=z.dtype, device=z.device)
             try:

@@ -176,10 +176,8 @@ class RandomWalkKernel(AdaptiveProposalScale, DPKernel):
 
     :cvar accept: the accept rule (``penalty_accept`` by default), looked up when each step
         runs.
-    :cvar needs_indexing: the release reads row subsets (minibatch kernels).
     """
 
-    needs_indexing = False
     batch_size: Optional[int] = None
     _chain_attrs = DPKernel._chain_attrs + AdaptiveProposalScale._chain_attrs
     draws_directions = True  # penalty-type kernels draw guided-walk directions at every chain start
@@ -225,12 +223,6 @@ class RandomWalkKernel(AdaptiveProposalScale, DPKernel):
         """Data-free checks of the likelihood (shapes, N, indexing) before the first release."""
         if self.batch_size is not None and self.batch_size > self.lik.num_rows:
             raise ValueError(f"batch_size={self.batch_size} exceeds the number of rows N={self.lik.num_rows}")
-        if self.needs_indexing and not self.lik.indexable:
-            raise ValueError(
-                f"{type(self).__name__} needs a model that indexes its data by the data plate's indices "
-                "(`with pyro.plate('data', N) as idx: ... obs=y[idx]`), or takes the data as arguments "
-                "with the rows first and sizes the plate by them (`with pyro.plate('data', len(y)): ... obs=y`)"
-            )
 
     # ------------------------------------------------------------------ DPKernel hooks
     def _init_state(self, z):

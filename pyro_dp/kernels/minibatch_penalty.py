@@ -330,8 +330,6 @@ class DPMinibatchPenalty(RandomWalkKernel):
             return NonPrivateEvent()
         return SubsampledGaussianEvent(self.batch_size / self.lik.num_rows, nm, self.subsampling)
 
-    needs_indexing = True
-
     def _check_accountant(self, nm):
         """The accountant must analyse this scheme under this relation: checked before any data
         is read (Poisson -> 'pld'; without replacement -> 'dp_rdp'; see the module doc)."""

@@ -402,13 +402,6 @@ class _SGMCMC(DPKernel):
             n = self.lik.num_rows
             if self.batch_size > n:
                 raise ValueError(f"batch_size={self.batch_size} exceeds the number of rows N={n}")
-        if not self.lik.indexable:
-            raise ValueError(
-                "DP-SGLD/DP-SGNHT read minibatches: the model must index its data by the plate's "
-                f"indices (`with pyro.plate({self.lik.data_plate!r}, N) as idx: ... obs=y[idx]`), or take "
-                f"the data as arguments with the rows first and size the plate by them "
-                f"(`with pyro.plate({self.lik.data_plate!r}, len(y)): ... obs=y`)"
-            )
         key = (n, self.temperature, self.num_chains)
         if key == self._calibration_key:
             return  # setup() runs again (MCMC._set_transforms): nothing to redo

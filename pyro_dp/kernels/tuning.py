@@ -179,7 +179,7 @@ def _row_gradients(lik, z: torch.Tensor):
     """The per-example gradients of every local row, in chunks of at most ``_CHUNK_ROWS`` rows
     (never N x D at once for large N). **Private**: only ever released through a mechanism."""
     n = lik.num_rows
-    if n <= _CHUNK_ROWS or not lik.indexable:
+    if n <= _CHUNK_ROWS:
         yield lik.per_example_grad(z)[1]
         return
     for start in range(0, n, _CHUNK_ROWS):
