@@ -330,10 +330,15 @@ def _in_fresh_thread(fn: Callable):
     import threading
 
     out = {}
+    grad = torch.is_grad_enabled()  # thread-local state the trace should see as the caller has it
+    cuda = torch.cuda.current_device() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
 
     def run():
         try:
-            out["value"] = fn()
+            if cuda is not None:
+                torch.cuda.set_device(cuda)
+            with torch.set_grad_enabled(grad):
+                out["value"] = fn()
         except BaseException as e:  # noqa: BLE001 - handed to the caller
             out["error"] = e
 
