@@ -22,6 +22,7 @@ from pyro.infer import MCMC
 
 import pyro_dp
 import pyro_dp.compiled as compiled_mod
+import pyro_dp.graphs as graphs_mod
 from pyro_dp.compiled import CompileFallbackWarning, bucket_size
 from pyro_dp.likelihood import PrivateLikelihood
 
@@ -286,13 +287,13 @@ def test_hoist_broadcasts_keeps_values_and_moves_parameter_work_out_of_the_rows(
     big = lambda n: isinstance(n, torch.fx.Node) and n.meta.get("val") is not None and n.meta["val"].numel() > 64
     # (each row is evaluated alone under vmap: Pyro's log(scale) is no longer broadcast over the rows before the
     # rewrite either; the rewrite must still keep values and leave no such work on a per-row tensor)
-    prepared = compiled_mod.hoist_broadcasts(gm)
+    prepared = graphs_mod.hoist_broadcasts(gm)
     after = prepared(*lik._data, z)
     for u, v in zip(before, after[: prepared.num_own_outputs]):
         torch.testing.assert_close(u, v, rtol=1e-12, atol=1e-12, equal_nan=True)
     for n in prepared.graph.nodes:
         assert not (n.target is torch.ops.aten.log.default and big(n)), n.format_node()
-        assert not (n.target is torch.ops.aten.div.Tensor and big(n) and compiled_mod._small(n.args[1])), n.format_node()
+        assert not (n.target is torch.ops.aten.div.Tensor and big(n) and graphs_mod._small(n.args[1])), n.format_node()
 
 
 def test_hoist_broadcasts_stores_a_parameter_that_reaches_the_rows_through_a_view(monkeypatch):
@@ -305,11 +306,11 @@ def test_hoist_broadcasts_stores_a_parameter_that_reaches_the_rows_through_a_vie
 
     f = lambda x, m: (x - torch.sqrt(m).view(1, 2)).sum()  # noqa: E731
     x, m = torch.ones(100, 1, 2), torch.full((2,), 4.0)
-    out = compiled_mod.hoist_broadcasts(make_fx(f)(x, m))(x, m)
+    out = graphs_mod.hoist_broadcasts(make_fx(f)(x, m))(x, m)
     assert len(out) == 2 and torch.equal(out[1], torch.full((2,), 2.0))  # sqrt(m) stored once
-    monkeypatch.setattr(compiled_mod, "_read_per_row",
-                        lambda node, size: any((compiled_mod._numel(u) or 0) >= size for u in node.users))
-    assert len(compiled_mod.hoist_broadcasts(make_fx(f)(x, m))(x, m)) == 1  # mutant: the sum alone, sqrt(m) not stored
+    monkeypatch.setattr(graphs_mod, "_read_per_row",
+                        lambda node, size: any((graphs_mod._numel(u) or 0) >= size for u in node.users))
+    assert len(graphs_mod.hoist_broadcasts(make_fx(f)(x, m))(x, m)) == 1  # mutant: the sum alone, sqrt(m) not stored
 
 
 def test_a_model_whose_per_row_forward_mode_cannot_be_traced_compiles_in_the_outer_form(monkeypatch):
@@ -653,7 +654,7 @@ def test_unit_contractions_become_products():
     g = torch.Generator().manual_seed(7)
     args = (torch.randn(5, 4, 1, generator=g, dtype=torch.float64), torch.randn(5, 1, 3, generator=g, dtype=torch.float64),
             torch.randn(4, 1, generator=g, dtype=torch.float64), torch.randn(1, 6, generator=g, dtype=torch.float64))
-    gm = compiled_mod.hoist_broadcasts(make_fx(f, tracing_mode="fake")(*args))
+    gm = graphs_mod.hoist_broadcasts(make_fx(f, tracing_mode="fake")(*args))
     targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
     assert targets.count(torch.ops.aten.bmm.default) == 1 and torch.ops.aten.mm.default not in targets
     for u, v in zip(gm(*args)[: gm.num_own_outputs], f(*args)):
