@@ -53,6 +53,7 @@ from typing import Callable, Iterable, NamedTuple, Optional, Sequence, Tuple, Un
 
 import numpy as np
 import torch
+from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
 import pyro_dp  # noqa: F401  (the doctest's pyro_dp.mechanisms)
 
@@ -234,8 +235,9 @@ class _Case(NamedTuple):
 
 
 def _case(make_kernel, data, args, kwargs, name, steps) -> _Case:
-    if not callable(make_kernel):
-        raise TypeError(f"make_kernel must be a callable returning a new kernel, got {type(make_kernel).__name__}")
+    if not callable(make_kernel) or isinstance(make_kernel, MCMCKernel):  # a kernel is callable (Pyro's __call__)
+        raise TypeError(f"make_kernel must be a callable returning a new kernel (lambda: MyKernel(model, ...)), "
+                        f"got {type(make_kernel).__name__}")
     lead = () if data is None else ((data,) if torch.is_tensor(data) else tuple(data))
     case = _Case(make_kernel, lead + tuple(args), dict(kwargs or {}), name or "", int(steps))
     if case.steps < 2:

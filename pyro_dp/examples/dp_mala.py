@@ -12,7 +12,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from pyro_dp.kernels.base import DPKernel
+from pyro_dp.kernels.base import DPKernel, check_positive
 from pyro_dp.kernels.hmc import release_gradient
 from pyro_dp.kernels.proposals import penalty_accept
 from pyro_dp.mechanisms import clipped_sum_with_noise, gaussian_event
@@ -35,7 +35,8 @@ class DPMALA(DPKernel):
     def __init__(self, model, step_size, grad_clip, llr_clip, grad_noise_multiplier=None,
                  llr_noise_multiplier=None, **kwargs):
         super().__init__(model, **kwargs)
-        self.step_size, self.grad_clip, self.llr_clip = float(step_size), float(grad_clip), float(llr_clip)
+        self.step_size, self.grad_clip, self.llr_clip = (check_positive(n, v) for n, v in zip(
+            ("step_size", "grad_clip", "llr_clip"), (step_size, grad_clip, llr_clip)))
         self.grad_nm = self._check_noise_multiplier("grad_noise_multiplier", grad_noise_multiplier)
         self.llr_nm = self._check_noise_multiplier("llr_noise_multiplier", llr_noise_multiplier)
 
