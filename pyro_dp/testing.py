@@ -417,10 +417,18 @@ def check_copies(make_kernel, data=None, *, args=(), kwargs=None, name=None, ste
                      f"a {how} copy made mid-chain took another step than the original")
             _require(c.ledger == k.ledger, case, check, f"a {how} copy's ledger differs from the original's")
         secret = _build(case, noise_seed=None)  # the production stream
-        _run(secret, case, 2)
-        for how, c in {"pickle": pickle.loads(pickle.dumps(secret)), "deepcopy": copy.deepcopy(secret)}.items():
-            _require(not torch.equal(secret._noise.standard_normal((8,)), c._noise.standard_normal((8,))), case,
-                     check, f"a {how} copy continues the secret noise stream")
+        _, params = _run(secret, case, 2)
+        copies = {"pickle": pickle.loads(pickle.dumps(secret)), "deepcopy": copy.deepcopy(secret)}
+        draws = {}
+        for how, c in {"original": secret, **copies}.items():  # one step each, its noise draws recorded
+            c._noise = recorder = _CountingNoiseSource(c._noise)
+            c.sample(params)
+            draws[how] = recorder.normals
+        if not draws["original"]:
+            return "pickle and deepcopy continue the chain (no Gaussian draw to compare the secret streams)"
+        for how in copies:
+            _require(not _same(tuple(draws["original"]), tuple(draws[how])), case, check,
+                     f"a {how} copy continues the secret noise stream")
     return "pickle and deepcopy continue the chain; their secret stream is reseeded"
 
 
@@ -475,15 +483,16 @@ def check_per_row_rule(make_kernel, data=None, *, args=(), kwargs=None, name=Non
 
 
 class _CountingNoiseSource(ScaledNoiseSource):
-    """The kernel's secret stream, unchanged (factor 1), counting its draws."""
+    """The kernel's secret stream, unchanged (factor 1), counting its draws and keeping its normals."""
 
     def __init__(self, base: NoiseSource):  # noqa: D107
         super().__init__(base, 1.0)
-        self.draws = 0
+        self.draws, self.normals = 0, []
 
     def standard_normal(self, shape=()) -> torch.Tensor:
         self.draws += 1
-        return super().standard_normal(shape)
+        self.normals.append(super().standard_normal(shape))
+        return self.normals[-1]
 
     def _count(name):  # noqa: N805 (a decorator factory inside the class body)
         def draw(self, *a, **kw):

@@ -14,7 +14,7 @@ import torch
 
 from pyro_dp.kernels.base import DPKernel, check_positive
 from pyro_dp.kernels.hmc import release_gradient
-from pyro_dp.kernels.proposals import penalty_accept
+from pyro_dp.kernels.proposals import penalty_accept, sample_momentum
 from pyro_dp.mechanisms import clipped_sum_with_noise, gaussian_event
 
 
@@ -71,7 +71,7 @@ class DPMALA(DPKernel):
         if s.grad is None:
             g, ll, _ = self._gradient(s.z, events)
             s = s._replace(loglik=ll, grad=g)
-        xi = torch.randn(s.z.shape, generator=self._rng, dtype=s.z.dtype, device=s.z.device)  # public stream
+        xi = sample_momentum(self._rng, 1.0, s.z)  # N(0, I) from the public stream (MALA is one-step HMC)
         z_new = s.z + h / 2 * s.grad + math.sqrt(h) * xi
         g_new, ll_new, lp_new = self._gradient(z_new, events)
         clip = self.llr_clip * lik.jump_norm(z_new, s.z)  # sensitivity 2 b_l‖θ'−θ‖, data-free
