@@ -256,6 +256,9 @@ def _build(case: _Case, *, seed: int = 0, noise_seed: Optional[int] = 1, **attrs
     if k.lik is not None or k.ledger:
         raise ValueError(f"{case.name or type(k).__name__}: make_kernel returned a kernel that was already set up "
                          "or run: return a new kernel object at every call")
+    if k.secure_mode and noise_seed is not None:
+        raise ValueError(f"{case.name or type(k).__name__}: the kit reruns chains on the reproducible test stream "
+                         "(noise_seed): build the kernel without secure_mode=True")
     k.seed, k.noise_seed = seed, noise_seed
     for attr, value in attrs.items():
         setattr(k, attr, value)
@@ -279,13 +282,18 @@ def _require(ok, case: _Case, check: str, what: str) -> None:
 
 
 def _same(a, b) -> bool:
-    """Equal tensors (NaN equal to NaN), or equal values."""
+    """Equal tensors (NaN equal to NaN; dtype and shape too), sequences and dicts of them, or equal values."""
     if torch.is_tensor(a) and torch.is_tensor(b):
-        return a.shape == b.shape and bool(torch.equal(a.nan_to_num(0.125), b.nan_to_num(0.125))
-                                           and torch.equal(a.isnan(), b.isnan()))
-    if isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b):
-        return all(_same(x, y) for x, y in zip(a, b))
-    return type(a) is type(b) and (a is b or a == b)
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if a.is_floating_point():
+            return bool(torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(0.125), b.nan_to_num(0.125)))
+        return bool(torch.equal(a, b))
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[key], b[key]) for key in a)
+    return type(a) is type(b) and (a is b or bool(a == b))
 
 
 @contextlib.contextmanager
@@ -318,7 +326,7 @@ def check_setup_is_data_free(make_kernel, data=None, *, args=(), kwargs=None, na
         _require(not k.ledger, case, check, "a second setup() (MCMC._set_transforms) recorded releases")
         _require(_same(tuple(start.values()), tuple(k.initial_params.values())), case, check,
                  "a second setup() moved the start")
-        ref = k  # set up twice: a chain at its start, as a fresh kernel's
+        ref = k  # set up twice, never sampled: a chain at its start, as a fresh kernel's
         public = set(k.public)
         stand_in = tuple(_nan_like(a) if i not in public else a for i, a in enumerate(case.args))
         kw = {key: (_nan_like(v) if key not in public else v) for key, v in case.kwargs.items()}
@@ -469,7 +477,8 @@ def check_per_row_rule(make_kernel, data=None, *, args=(), kwargs=None, name=Non
             try:
                 chain, _ = _run(k, case._replace(kwargs=kw), steps, tuple(a))
             except Exception as e:  # noqa: BLE001 (an exception that depends on one row reveals it)
-                raise AssertionError(f"{case.name}: {check}: a row set to {value} raised {type(e).__name__}: {e}") from e
+                raise AssertionError(f"{case.name}: {check}: a row set to {value} raised "
+                                     f"{type(e).__name__}: {e}") from e
         kept = [str(w.message) for w in seen if not issubclass(w.category, (ReproducibleNoiseWarning, PrivacyNotice,
                                                                               BudgetExhaustedWarning))]
         runs.append((chain, k.ledger, kept))

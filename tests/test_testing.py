@@ -165,7 +165,7 @@ class CompiledDiffers(DPMALA):
 
 
 def _mala():
-    return DPMALA(normal_mean_model, 0.01, 6.0, 6.0, 0.5, 0.5, init_strategy=init_to_mean)
+    return DPMALA(normal_mean_model, 0.01, 6.0, 6.0, 0.5, init_strategy=init_to_mean)
 
 
 MUTANTS = {
@@ -175,7 +175,7 @@ MUTANTS = {
     "copies": (_penalty(CopiesItsSecretStream), "copy continues the secret noise stream"),
     "per_row_rule": (_penalty(RefusesBadRows), "raised ValueError"),
     "audit_hooks": (_penalty(GlobalNoise), "global generator"),
-    "eager_equals_compiled": (lambda: CompiledDiffers(normal_mean_model, 0.01, 6.0, 6.0, 0.5, 0.5,
+    "eager_equals_compiled": (lambda: CompiledDiffers(normal_mean_model, 0.01, 6.0, 6.0, 0.5,
                                                       init_strategy=init_to_mean), "compiled chain differs"),
 }
 

@@ -32,23 +32,21 @@ class MALAInfo(NamedTuple):
 
 
 class DPMALA(DPKernel):
-    def __init__(self, model, step_size, grad_clip, llr_clip, grad_noise_multiplier=None,
-                 llr_noise_multiplier=None, **kwargs):
+    def __init__(self, model, step_size, grad_clip, llr_clip, noise_multiplier=None, **kwargs):
         super().__init__(model, **kwargs)
         self.step_size, self.grad_clip, self.llr_clip = (check_positive(n, v) for n, v in zip(
             ("step_size", "grad_clip", "llr_clip"), (step_size, grad_clip, llr_clip)))
-        self.grad_nm = self._check_noise_multiplier("grad_noise_multiplier", grad_noise_multiplier)
-        self.llr_nm = self._check_noise_multiplier("llr_noise_multiplier", llr_noise_multiplier)
+        self.nm = self._check_noise_multiplier("noise_multiplier", noise_multiplier)  # of both releases
 
-    def _calibrate(self):  # no noise given: both multipliers from the budget (data-free)
-        if self.grad_nm is None or self.llr_nm is None:
-            self.grad_nm = self.llr_nm = self._calibrate_scale(lambda s: ([gaussian_event(s)], [gaussian_event(s)] * 2))
+    def _calibrate(self):  # no noise multiplier given: from the budget (data-free)
+        if self.nm is None:
+            self.nm = self._calibrate_scale(lambda s: ([gaussian_event(s)], [gaussian_event(s)] * 2))
 
     def _fixed_events(self):  # G(θ_0), released lazily by the first iteration
-        return [gaussian_event(self.grad_nm)]
+        return [gaussian_event(self.nm)]
 
     def _per_iteration_events(self):  # G(θ') and the ratio
-        return [gaussian_event(self.grad_nm), gaussian_event(self.llr_nm)]
+        return [gaussian_event(self.nm)] * 2
 
     def _step_events(self, state):
         return (self._fixed_events() if state.grad is None else []) + self._per_iteration_events()
@@ -62,7 +60,7 @@ class DPMALA(DPKernel):
 
     def _gradient(self, z, events):
         g, (ll, lp, rel) = release_gradient(self._noise, self.lik, z, grad_clip=self.grad_clip,
-                                            noise_multiplier=self.grad_nm)
+                                            noise_multiplier=self.nm)
         events.append(rel.event)
         return g, ll, lp
 
@@ -75,7 +73,7 @@ class DPMALA(DPKernel):
         z_new = s.z + h / 2 * s.grad + math.sqrt(h) * xi
         g_new, ll_new, lp_new = self._gradient(z_new, events)
         clip = self.llr_clip * lik.jump_norm(z_new, s.z)  # sensitivity 2 b_l‖θ'−θ‖, data-free
-        rel = clipped_sum_with_noise(lik.clipped_difference_sum(ll_new, s.loglik, clip), clip, self.llr_nm, self._noise)
+        rel = clipped_sum_with_noise(lik.clipped_difference_sum(ll_new, s.loglik, clip), clip, self.nm, self._noise)
         events.append(rel.event)
         lam = T * rel.value + (lp_new - s.log_prior) + self._log_q_ratio(s, z_new, g_new)
         accepted = penalty_accept(self._rng, lam, (T * rel.noise_std) ** 2) and bool(torch.isfinite(lam))

@@ -34,8 +34,7 @@ class WithoutQRatio(DPMALA):
 
 def _kernel(cls=DPMALA, **kw):
     # h = posterior variance; clips 6 >= every |y_i - mu| reached, so nothing is clipped and the chain is exact
-    return cls(model, POST_VAR, 6.0, 6.0, grad_noise_multiplier=0.5, llr_noise_multiplier=0.5,
-               init_strategy=init_to_mean, **kw)
+    return cls(model, POST_VAR, 6.0, 6.0, noise_multiplier=0.5, init_strategy=init_to_mean, **kw)
 
 
 def test_the_example_is_at_most_60_lines_of_code():
@@ -59,8 +58,8 @@ def test_two_gaussian_releases_per_iteration_and_the_first_gradient():
     assert k.ledger.aggregate() == {GaussianEvent(0.5): 2 * 5 + 1}
     budgeted = DPMALA(model, POST_VAR, 6.0, 6.0, epsilon=2.0, delta=1e-5, num_iterations=50, seed=0)
     budgeted.setup(0, Y)  # no noise given: calibrated so that 2 * 50 + 1 releases fit the budget
-    nm = budgeted.grad_nm
-    assert nm == budgeted.llr_nm and budgeted.planned_events() == ([GaussianEvent(nm)], [GaussianEvent(nm)] * 2)
+    nm = budgeted.nm
+    assert budgeted.planned_events() == ([GaussianEvent(nm)], [GaussianEvent(nm)] * 2)
     # oracle: 101 Gaussian releases compose to mu-GDP with mu = sqrt(101)/nm (Dong, Roth & Su 2019
     # Cor. 3.3), epsilon(delta) from the analytic Gaussian (Balle & Wang 2018) of sigma = 1/mu
     eps = [get_epsilon_gaussian(s / math.sqrt(101), 1e-5) for s in (nm, 0.99 * nm)]
