@@ -85,3 +85,122 @@ def test_noise_free_scores_and_separating_seed():
     with pytest.raises(ValueError, match="no public seed"):
         separating_seed(factory, d, d.clone(), seeds=range(3))  # D = D': nothing to separate
 
+
+
+# ============================================================================ the kernel test kit
+# Every check of pyro_dp.testing.check_kernel passes an honest kernel (tests/kernels/test_contract.py
+# runs it over every kernel; tests/examples/test_dp_mala.py over the docs' example) and fails a
+# mutant that breaks exactly what it checks, with a message naming the kernel and the failure.
+
+from collections import Counter  # noqa: E402
+
+from pyro_dp.examples.dp_mala import DPMALA  # noqa: E402
+from pyro_dp.mechanisms import gaussian_event  # noqa: E402
+from pyro_dp.models.examples import normal_mean_model  # noqa: E402
+from pyro_dp.testing import KERNEL_CHECKS, check_kernel  # noqa: E402
+
+Y = torch.randn(40, generator=torch.Generator().manual_seed(0), dtype=torch.float64) + 1.0
+
+
+def _penalty(cls=pyro_dp.DPPenalty):
+    return lambda: cls(normal_mean_model, 0.2, llr_clip=4.0, noise_multiplier=2.0, init_strategy=init_to_mean)
+
+
+class ReadsDataAtSetup(pyro_dp.DPPenalty):
+    """Caches the per-example log-likelihoods at the start: data read outside the ledger."""
+
+    def _initial_cache(self, z):
+        return self.lik.per_example_loglik(z)
+
+
+class IgnoresTheBudget(pyro_dp.DPPenalty):
+    """Declares its releases but never checks them against the plan."""
+
+    def _declare(self, pending_init):
+        return Counter(self._step_events(self._state))
+
+
+class PlansTwoReleases(pyro_dp.DPPenalty):
+    """Plans (and declares) two releases an iteration, makes one."""
+
+    def _per_iteration_events(self):
+        return [gaussian_event(self.noise_multiplier)] * 2
+
+
+class _LeakyNoiseSource(NoiseSource):
+    def __getstate__(self):  # carries the secret generator's state into every copy
+        return {**super().__getstate__(), "seeded": True, "state": self.generator.get_state()}
+
+
+class CopiesItsSecretStream(pyro_dp.DPPenalty):
+    def setup(self, *args, **kwargs):
+        super().setup(*args, **kwargs)
+        self._noise.__class__ = _LeakyNoiseSource
+
+
+class RefusesBadRows(pyro_dp.DPPenalty):
+    """Raises on a non-finite per-example term: the exception reveals the row."""
+
+    def _release(self, noise, state, z_new):
+        rel = super()._release(noise, state, z_new)
+        if not bool(torch.isfinite(rel.cache_new).all()):
+            raise ValueError("the data have non-finite values")
+        return rel
+
+
+class GlobalNoise(pyro_dp.DPPenalty):
+    """Adds noise of its own from torch's global generator (noise weak_noise cannot reach)."""
+
+    def _release(self, noise, state, z_new):
+        rel = super()._release(noise, state, z_new)
+        return rel._replace(log_ratio=rel.log_ratio + 0.1 * torch.randn((), dtype=rel.log_ratio.dtype))
+
+
+class CompiledDiffers(DPMALA):
+    """Moves the gradient by a relative 1e-6 on the compiled path only."""
+
+    def _gradient(self, z, events):
+        g, ll, lp = super()._gradient(z, events)
+        return (g * (1 + 1e-6) if self.lik.compiled is not None else g), ll, lp
+
+
+def _mala():
+    return DPMALA(normal_mean_model, 0.01, 6.0, 6.0, 0.5, init_strategy=init_to_mean)
+
+
+MUTANTS = {
+    "setup_is_data_free": (_penalty(ReadsDataAtSetup), "state after setup"),
+    "budget_stops": (_penalty(IgnoresTheBudget), "did not exhaust the budget"),
+    "planned_equals_recorded": (_penalty(PlansTwoReleases), "planned"),
+    "copies": (_penalty(CopiesItsSecretStream), "copy continues the secret noise stream"),
+    "per_row_rule": (_penalty(RefusesBadRows), "raised ValueError"),
+    "audit_hooks": (_penalty(GlobalNoise), "global generator"),
+    "eager_equals_compiled": (lambda: CompiledDiffers(normal_mean_model, 0.01, 6.0, 6.0, 0.5,
+                                                      init_strategy=init_to_mean), "compiled chain differs"),
+}
+
+
+@pytest.mark.parametrize("check", list(KERNEL_CHECKS))
+def test_each_kit_check_fails_its_mutant_and_passes_the_honest_kernel(check):
+    mutant, message = MUTANTS[check]
+    honest = _mala if check == "eager_equals_compiled" else _penalty()
+    out = check_kernel(honest, Y, checks=[check])
+    assert list(out) == [check] and "skipped" not in out[check]
+    with pytest.raises(AssertionError, match=message) as err:
+        check_kernel(mutant, Y, checks=[check], name="the mutant")
+    assert str(err.value).startswith("the mutant: ")
+
+
+def test_kit_refuses_bad_input():
+    with pytest.raises(ValueError, match="unknown checks"):
+        check_kernel(_penalty(), Y, checks=["nope"])
+    with pytest.raises(TypeError, match="unknown options"):
+        check_kernel(_penalty(), Y, rows=3)
+    with pytest.raises(TypeError, match="DPKernel"):
+        check_kernel(lambda: pyro.infer.HMC(normal_mean_model), Y)
+    k = _penalty()()
+    k.setup(0, Y)
+    with pytest.raises(ValueError, match="already set up"):
+        check_kernel(lambda: k, Y, checks=["copies"])
+    with pytest.raises(TypeError, match="callable"):
+        check_kernel(k, Y)
