@@ -303,18 +303,37 @@ class CompiledLikelihood:
     def _key(self, name: str, inputs: tuple, bucket=None) -> tuple:
         """The cache key of ``name`` on ``inputs``: the function, the bucket, every input's
         shape, dtype and device, and the likelihood's own signature (``_key_base``)."""
-        return (name, bucket, tuple(_signature(t) for t in inputs)) + self._key_base
+        signatures = tuple(_signature(t) for t in inputs) + (("preconditioned", len(self._public())),)
+        return (name, bucket, signatures) + self._key_base
+
+    def _public(self) -> tuple:
+        """The public tensors every graph takes as inputs after the data: the likelihood's
+        preconditioner (:mod:`pyro_dp.preconditioning`), or nothing. Inputs, not constants, so
+        that a chain's own preconditioner is what its graphs read."""
+        precond = getattr(self.lik, "_precond", None)
+        return () if precond is None else tuple(precond)
+
+    def rebind(self) -> None:
+        """Forget the graphs bound to this likelihood's inputs (its public inputs changed); the
+        compiled graphs stay in the shared cache."""
+        if self._spec is not None:
+            self._runs = {}
 
     # ------------------------------------------------------------------ tracing
     def _with_data(self, fn: Callable) -> Callable:
         """``fn(*inputs)`` run with the model's tensor arguments replaced by the graph's data
         inputs (so the graph has the data as inputs, not baked-in constants)."""
-        lik, n = self.lik, len(self._data)
+        lik, n, p = self.lik, len(self._data), len(self._public())
 
         def wrapped(*inputs):
-            data, rest = inputs[:n], inputs[n:]
-            with _model_arguments(lik, *_with_tensors(self._leaves, self._spec, self._tensor_pos, data)):
-                return fn(*rest)
+            data, public, rest = inputs[:n], inputs[n:n + p], inputs[n + p:]
+            saved = lik._precond
+            lik._precond = tuple(public) if p else None  # the graph's own inputs, not the current values
+            try:
+                with _model_arguments(lik, *_with_tensors(self._leaves, self._spec, self._tensor_pos, data)):
+                    return fn(*rest)
+            finally:
+                lik._precond = saved
 
         return wrapped
 
@@ -328,7 +347,7 @@ class CompiledLikelihood:
         compiled = self.cache.get(key, _MISSING)
         if compiled is _MISSING:
             compiled = self._compile(name, fn, inputs, key)
-        data = self._data
+        data = self._data + self._public()
 
         def bound(*xs):
             return compiled(*data, *xs)
@@ -342,7 +361,8 @@ class CompiledLikelihood:
         from torch.fx.experimental.proxy_tensor import make_fx
 
         t0 = time.perf_counter()
-        inputs = _distinct(self._data, inputs)
+        front = self._data + self._public()  # the data, then the public inputs (_with_data)
+        inputs = _distinct(front, inputs)
         self.lik.likelihood_mask  # a graph may read it (jump_norm, project): determined outside this trace
         def trace():
             with warnings.catch_warnings():
@@ -350,7 +370,7 @@ class CompiledLikelihood:
                 # FakeTensor mode: every input (latent point, indices, data) is shapes only, so a
                 # branch on a value raises here instead of being baked in (module docstring).
                 return make_fx(self._with_data(fn), tracing_mode="fake", _allow_non_fake_inputs=True)(
-                    *self._data, *inputs)
+                    *front, *inputs)
 
         try:
             self._traced_row_columns = False
@@ -376,7 +396,7 @@ class CompiledLikelihood:
         if self.backend == "inductor":
             try:  # compile_fx compiles here, from shapes and dtypes only (no value is read)
                 prepared = hoist_broadcasts(graph)
-                compiled = _strip_extra_outputs(_inductor(prepared, (*self._data, *inputs), self.compile_kwargs),
+                compiled = _strip_extra_outputs(_inductor(prepared, (*front, *inputs), self.compile_kwargs),
                                                 prepared.num_own_outputs)
             except Exception as e:  # noqa: BLE001 - e.g. no C++ toolchain: run the traced graph
                 warnings.warn(
@@ -596,7 +616,7 @@ class CompiledLikelihood:
         run = self._get(name, fn, inputs, bucket, key)
         if run is None:
             return None
-        return lambda *xs: self._run(key, run, _checked(name, key[2], xs))
+        return lambda *xs: self._run(key, run, _checked(name, key[2][:-1], xs))
 
     def clipped_grad_sum(self, z, clip, idx=None):
         lik = self.lik

@@ -74,6 +74,7 @@ from .isolation import (DECLARED_SUBSAMPLE, kernel_chooses_rows, nan_like_rows, 
                         vmap_safe_distributions)
 from .mechanisms import ClippedSum, clip_and_sum
 from .coordinates import LikelihoodCoordinates
+from .preconditioning import Preconditioned
 from .structure import find_data_plate as _find_data_plate
 from .setup_checks import SetUpChecks, on_stand_in, stand_in  # noqa: F401 - on_stand_in re-exported for tests
 
@@ -99,7 +100,7 @@ def _batch_shape(site) -> torch.Size:
 
 
 
-class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates):
+class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
     r"""Private per-example terms of a Pyro model.
 
     :param model: a Pyro model whose observed sites all lie in one vectorised
@@ -327,10 +328,13 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates):
         self.prototype_params = {k: v.to(dtype) for k, v in unconstrained.items()}
 
     # ------------------------------------------------------------------ flat <-> sites
-    def flatten(self, params: Dict[str, torch.Tensor]) -> torch.Tensor:
-        """Unconstrained ``{site: tensor}`` → flat vector of length :attr:`dim`."""
+    def flatten(self, params: Dict[str, torch.Tensor], coordinates: bool = True) -> torch.Tensor:
+        """Unconstrained ``{site: tensor}`` → flat vector of length :attr:`dim`, in the kernels'
+        coordinates (:mod:`pyro_dp.preconditioning`; ``coordinates=False``: the flat unconstrained
+        latents themselves)."""
         try:
-            return torch.cat([params[n].reshape(-1) for n in self.latent_names])
+            z = torch.cat([params[n].reshape(-1) for n in self.latent_names])
+            return self._to_coordinates(z) if coordinates else z
         except KeyError as e:
             raise KeyError(f"missing latent site {e.args[0]!r} in params") from None
 
@@ -350,7 +354,9 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates):
         return tuple(out)
 
     def unravel(self, z: torch.Tensor) -> Dict[str, torch.Tensor]:
-        """Flat unconstrained vector → ``{site: unconstrained tensor}``."""
+        """Flat vector in the kernels' coordinates (:mod:`pyro_dp.preconditioning`) → ``{site:
+        unconstrained tensor}``."""
+        z = self._from_coordinates(z)
         out, pos = {}, 0
         for n in self.latent_names:
             k = self._sizes[n]

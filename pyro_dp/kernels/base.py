@@ -166,6 +166,7 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, MCM
     _chain_attrs: Tuple[str, ...] = (
         "_state", "_iteration", "_num_accepted", "_clipped_sum", "_clipped_count", "_budget_exhausted",
         "_stop_cause_text", "_init_done", "_chain_index", "_warmup_steps", "_incomplete", "_draws",
+        "_preconditioner",
     )
 
     def __init__(
@@ -251,6 +252,7 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, MCM
     def _reset_chain_stats(self):
         self._iteration = 0
         self._draws = []  # this chain's states after warmup (post-processing), for chain_problems
+        self._preconditioner = None  # the chain's coordinates, set by its private start (pyro_dp.preconditioning)
         self._num_accepted = 0
         self._clipped_sum = 0.0
         self._clipped_count = 0
@@ -353,9 +355,11 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, MCM
         if self._state is None:
             raise RuntimeError("call setup() before sample()")
         if not self._returned_unchanged(params):
-            z = self.lik.flatten(params).detach()
-            if not torch.equal(z, self._state_z(self._state)):
-                self._state = self._init_state(z)  # params were changed from outside
+            # compared in the model's own coordinates, where what sample() returned is exact
+            # (a preconditioned chain's u -> z -> u is not: pyro_dp.preconditioning)
+            z = self.lik.flatten(params, coordinates=False).detach()
+            if not torch.equal(z, self.lik.to_unconstrained(self._state_z(self._state))):
+                self._state = self._init_state(self.lik._to_coordinates(z))  # params were changed from outside
         pending_init = self.init is not None and not self._init_done
         declared = self._declare(pending_init)  # the plan check: None when the chain reads no more data
         if declared is None:
@@ -450,7 +454,8 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, MCM
             )
         elif not self._budget_exhausted and len(self._draws) >= _MIN_CHECKED_DRAWS:
             # never silently wrong: this chain's own draws, checked at its end (post-processing)
-            problems = chain_problems(torch.stack(self._draws).cpu(), names=self.lik.coordinate_names())
+            problems = chain_problems(self.lik.to_unconstrained(torch.stack(self._draws)).cpu(),
+                                      names=self.lik.coordinate_names())
             out["sampling problems"] = tuple(problems)
             for p in problems:
                 self._diagnostics_warn(f"{type(self).__name__} chain: {p} (pyro_dp.check_run(mcmc) also compares "

@@ -520,6 +520,7 @@ class PrivacyEngine:
         )
         self._init_done = True
         self._init_clipped_fraction = frac
+        self._preconditioner = self.lik.preconditioner  # a DPAutoTune(whiten=True) sets it (post-processing)
         if isinstance(self.init, DPAutoTune):
             self._apply_tuning(self.init.result)
         self._state = self._init_state(z_init)

@@ -67,6 +67,7 @@ import torch
 from pyro.infer.autoguide.initialization import init_to_median
 
 from ..accounting.gdp import gdp_mu
+from .whitening import METRIC_SHARE, private_metric, whitening_from_metric
 from ..mechanisms import (
     ClippedSum,
     GaussianEvent,
@@ -274,6 +275,12 @@ class DPAutoTune:
         keeps the ascent from swinging past the mode (the tail average smooths the noise).
     :param tuple noise_multipliers: ``(histogram, steps, counts)`` noise multipliers; default: from
         the kernel's budget and ``share`` (needed when the kernel has no budget).
+    :param bool whiten: also release a private estimate of the posterior's covariance at the
+        start (:data:`~pyro_dp.kernels.whitening.METRIC_SHARE` of the tuning's share, ledger label
+        ``"tune:metric"``) and run the chain in the coordinates it whitens
+        (:mod:`pyro_dp.kernels.whitening`, :mod:`pyro_dp.preconditioning`). For models whose
+        every latent enters the likelihood (else nothing is released and nothing changes).
+        Off by default while it is measured (issue 40).
 
     The kernels build one when their clips or steps are left to the default
     (``DPPenalty(model, epsilon=2.0)``, ``DPHMC(model)``); pass your own as ``init=`` to
@@ -284,7 +291,7 @@ class DPAutoTune:
     def __init__(self, num_steps: int = 60, *, share: float = DEFAULT_TUNING_SHARE, histogram_share: float = 0.1,
                  learning_rate: Tuple[float, float] = (0.5, 1e-3), grad_quantile: float = 0.9,
                  llr_quantile: float = 0.98, betas: Tuple[float, float] = (0.5, 0.9),
-                 noise_multipliers: Optional[Tuple[float, float, float]] = None):
+                 noise_multipliers: Optional[Tuple[float, float, float]] = None, whiten: bool = False):
         if isinstance(num_steps, bool) or not isinstance(num_steps, numbers.Integral) or num_steps < 1:
             raise ValueError(f"num_steps must be an integer >= 1, got {num_steps!r}")
         self.num_steps = int(num_steps)
@@ -308,6 +315,13 @@ class DPAutoTune:
                                  f"got {noise_multipliers!r}")
             self.noise_multipliers = nms
         self.result: Optional[TuneResult] = None
+        if not isinstance(whiten, bool):
+            raise TypeError(f"whiten must be True or False, got {whiten!r}")
+        #: also release a posterior-covariance estimate at the start and run the chain in the
+        #: coordinates it whitens (:mod:`pyro_dp.kernels.whitening`)
+        self.whiten = whiten
+        #: the noise multiplier of the whitening release (set by :meth:`configure`)
+        self.metric_noise_multiplier: Optional[float] = None
 
     def __repr__(self):
         return (f"DPAutoTune(num_steps={self.num_steps}, share={self.share}, noise_multipliers="
@@ -381,16 +395,22 @@ class DPAutoTune:
         """Choose the noise of the tuning releases from the budget (data-free; once: every
         chain of a kernel tunes with the same noise)."""
         if self.noise_multipliers is not None:
+            if self.whiten and self.metric_noise_multiplier is None:
+                self.metric_noise_multiplier = self.noise_multipliers[0]  # given: as the histogram's
             return
         if non_private:
             self.noise_multipliers = (0.0, 0.0, 0.0)
+            self.metric_noise_multiplier = 0.0
             return
         if epsilon is None:
             raise ValueError("DPAutoTune needs the kernel's budget (epsilon, delta) or explicit noise_multipliers")
         mu2 = gdp_mu(epsilon, delta) ** 2 / num_chains * self.share  # this chain's tuning share of μ²
         # μ² = Σ 1/nm² (Dong, Roth & Su 2022 Cor. 3.3): one histogram, num_steps gradient sums
         # and 2 num_steps counts, each group with its share of this chain's tuning μ²
-        step_share = 1.0 - self.histogram_share - COUNT_SHARE
+        metric_share = METRIC_SHARE if self.whiten else 0.0
+        step_share = 1.0 - self.histogram_share - COUNT_SHARE - metric_share
+        if self.whiten:
+            self.metric_noise_multiplier = math.sqrt(1.0 / (metric_share * mu2))  # one release
         if step_share <= 0:
             raise ValueError(f"histogram_share must be below {1.0 - COUNT_SHARE}, got {self.histogram_share}")
         self.noise_multipliers = (math.sqrt(_NUM_HISTOGRAMS / (self.histogram_share * mu2)),
@@ -407,7 +427,11 @@ class DPAutoTune:
         if self.noise_multipliers is None:
             raise RuntimeError("DPAutoTune.configure() first: its noise comes from the kernel's budget")
         ev = [NonPrivateEvent() if nm == 0 else GaussianEvent(nm) for nm in self.noise_multipliers]
-        return [(ev[0], _NUM_HISTOGRAMS), (ev[1], self.num_steps), (ev[2], self._num_counts())]
+        out = [(ev[0], _NUM_HISTOGRAMS), (ev[1], self.num_steps), (ev[2], self._num_counts())]
+        if self.whiten:
+            nm = self.metric_noise_multiplier
+            out.append((NonPrivateEvent() if nm == 0 else GaussianEvent(nm), 1))
+        return out
 
     def run(self, lik, z: torch.Tensor, noise, relation: str = "substitute", record=None):
         """Tune from ``z``; returns ``(z_start, events, 0.0)`` and sets :attr:`result`.
@@ -473,6 +497,14 @@ class DPAutoTune:
                 clip_sums = [clip_sums[j] + math.log(clips[j]) for j in range(2)]
         z = z_sum / tail
         clip_g, clip_l = (math.exp(c / tail) for c in clip_sums)  # geometric means over the last third
+        # phase 3: posterior-shaped coordinates (pyro_dp.kernels.whitening); data-free whether it
+        # applies: every latent in the likelihood (else its budget share is planned, not spent)
+        if self.whiten and lik.likelihood_mask is None and lik.dim >= 2:
+            metric, std = private_metric(lik, z, max(clip_g, clip_l), self.metric_noise_multiplier, noise, relation,
+                                         rec("tune:metric"), rows=_row_gradients(lik, z))
+            L, f = whitening_from_metric(lik, z, metric, std)
+            lik.set_preconditioner(z, L)
+            z, clip_g, clip_l = torch.zeros_like(z), clip_g * f, clip_l * f
         self.result = TuneResult(z, clip_g, clip_l, clip_l)
         return z, events, 0.0
 
