@@ -471,7 +471,7 @@ def _forced_fallbacks_keep_the_eager_chain(monkeypatch, make, y, extra_draws):
     ``make(**kw)`` builds the kernel; its eager, traced and inductor chains and ledgers must be
     equal (adversarial rows in ``y`` exercise the per-row rule inside the graph), and over the
     2 x 25 compiled steps some fell back and most were fused."""
-    import pyro_dp.mechanisms as mech
+    import pyro_dp.mechanisms.batches as mech  # where the batch draws live (the package re-exports them)
 
     monkeypatch.setattr(mech, "_draws_per_round", lambda b: b + extra_draws)
     eager_calls = []
