@@ -16,8 +16,11 @@ layer, every module of it):
   called from a kernel they would draw a batch from whatever generator the kernel hands them.
 
 What remains today is listed in :data:`ALLOWED`, each entry with a one-line reason: the compiled
-("fused") copies of three kernels' steps, which draw the release's noise and batch before their
-graph, and the eager batch selections that no mechanisms function wraps yet. An entry that is no
+("fused") copies of kernels' steps, which draw the release's noise and batch before their graph.
+(The eager batch selections go through the mechanisms layer's :func:`~pyro_dp.mechanisms.poisson_batch`,
+:func:`~pyro_dp.mechanisms.batch_without_replacement` and DP-Fast MH's
+:func:`~pyro_dp.mechanisms.poisson_count`, :func:`~pyro_dp.mechanisms.batch_with_replacement`,
+:func:`~pyro_dp.mechanisms.thinning_uniforms`.) An entry that is no
 longer needed fails the test as well, so the list can only shrink (issue 39's "every step written
 once" removes the fused copies). The scan is lexical: a noise source renamed to a name without
 ``noise`` in it escapes it — reviewers keep the name.
@@ -48,21 +51,6 @@ RAW_BATCH_DRAWS = frozenset({"draw_batch_indices", "poisson_batch_size", "poisso
 
 #: (module, enclosing function, what it draws) -> (how many, why it is still allowed)
 ALLOWED = {
-    # eager batch selections: the secret stream, but not yet behind one mechanisms function
-    ("kernels/minibatch_penalty.py", "minibatch_penalty_release", "noise.poisson_subsample"):
-        (1, "eager Poisson batch of DPMinibatchPenalty (secret stream); no mechanisms wrapper yet"),
-    ("kernels/minibatch_penalty.py", "minibatch_penalty_release", "noise.sample_without_replacement"):
-        (1, "eager batch without replacement of DPMinibatchPenalty (secret stream); no mechanisms wrapper yet"),
-    ("kernels/barker.py", "barker_release", "noise.sample_without_replacement"):
-        (1, "eager batch of DP Barker (secret stream); no mechanisms wrapper yet"),
-    ("kernels/sgmcmc.py", "private_gradient", "noise.poisson_subsample"):
-        (1, "eager Poisson batch of DP-SGLD/SGNHT (secret stream); no mechanisms wrapper yet"),
-    ("kernels/fastmh.py", "fastmh_release", "noise.poisson"):
-        (1, "DP-Fast MH's Poisson batch size B (Alg. 1, secret stream); no mechanisms wrapper yet"),
-    ("kernels/fastmh.py", "fastmh_release", "noise.sample_with_replacement"):
-        (1, "DP-Fast MH's batch with replacement (secret stream); no mechanisms wrapper yet"),
-    ("kernels/fastmh.py", "fastmh_release", "noise.uniform"):
-        (1, "DP-Fast MH's thinning uniforms (secret stream, part of batch selection)"),
     # the compiled ("fused") copies: they draw the release's noise and batch before the graph
     ("kernels/penalty.py", "fused_penalty_release_accept", "noise.standard_normal"):
         (1, "fused compiled DPPenalty step draws its release noise itself (issue 39: write the step once)"),

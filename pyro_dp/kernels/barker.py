@@ -50,7 +50,7 @@ import torch
 from ..accounting import UnsupportedEventError, get_accountant
 from ..accounting.subsampled import barker_orders, dp_barker_event
 from ..compiled import cached_zeros
-from ..mechanisms import (RDPCurveEvent, clip_scalars, draw_batch_indices, first_distinct_draws, gaussian_release,
+from ..mechanisms import (RDPCurveEvent, batch_without_replacement, clip_scalars, draw_batch_indices, first_distinct_draws, gaussian_release,
                           without_replacement_draws)
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse, check_batch_size
@@ -168,7 +168,7 @@ def barker_release(lik, noise, state: MHState, z_new: torch.Tensor, *, batch_siz
     replacement, the clipped ratios' :math:`\lambda^*_S` and :math:`\sigma_b^2`, and one draw of
     :math:`\mathcal N(\lambda^*_S, C - \sigma_b^2)` (Heikkilä et al. 2019, eq. (18))."""
     n, b, T = lik.num_rows, int(batch_size), lik.temperature
-    idx = noise.sample_without_replacement(n, b, device=state.z.device)  # secret batch
+    idx = batch_without_replacement(noise, n, b, device=state.z.device)  # secret batch
     # Heikkilä et al. 2019, Thm 2 condition (19) with tempering (23): |T r_i| <= sqrt(b)/N
     lp_new, frac, (lam_batch, var_b) = batch_ratio_statistics(
         lik, state.z, z_new, idx, math.sqrt(b) / (n * T), _barker_statistics(n, b, T),

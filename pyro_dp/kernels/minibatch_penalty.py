@@ -61,11 +61,13 @@ from ..mechanisms import (
     NonPrivateEvent,
     SubsampledGaussianEvent,
     add_gaussian_noise,
+    batch_without_replacement,
     clip_and_sum,
     clip_scalars,
     distinct_draws_and_count,
     draw_batch_indices,
     gaussian_release,
+    poisson_batch,
     poisson_batch_size,
     subsampled_gaussian_event,
     without_replacement_draws,
@@ -140,7 +142,7 @@ def minibatch_penalty_release(lik, noise, state: MHState, z_new: torch.Tensor, *
     dist = lik.jump_norm(z_new, state.z)  # likelihood coordinates (PrivateLikelihood.jump_norm)
     clip = llr_clip * dist  # data-free: L ||θ'-θ||
     if subsampling == "poisson":
-        idx = noise.poisson_subsample(n, q, device=state.z.device)  # secret batch
+        idx = poisson_batch(noise, n, q, device=state.z.device)  # secret batch
         a1, a2 = T / q, T * T * (1.0 - q) / (2.0 * q * q)
         lp_new, frac, (total,) = batch_ratio_statistics(
             lik, state.z, z_new, idx, clip, _poisson_statistics(a1, a2), f"minibatch_poisson[a1={a1!r},a2={a2!r}]")
@@ -148,7 +150,7 @@ def minibatch_penalty_release(lik, noise, state: MHState, z_new: torch.Tensor, *
         value, std = rel.value, rel.noise_std
         event = subsampled_gaussian_event(q, noise_multiplier, "poisson") if noise_multiplier > 0 else rel.event
     else:
-        idx = noise.sample_without_replacement(n, b, device=state.z.device)  # secret batch
+        idx = batch_without_replacement(noise, n, b, device=state.z.device)  # secret batch
         lp_new, frac, (big_r, sum_sq) = batch_ratio_statistics(
             lik, state.z, z_new, idx, clip, _sums, "minibatch_sums")
         s = n * T / b

@@ -96,7 +96,7 @@ import torch
 
 from ..accounting import get_accountant
 from ..compiled import cached_zeros
-from ..mechanisms import (SubsampledGaussianEvent, clipped_sum_with_noise, distinct_draws_and_count, draw_batch_indices,
+from ..mechanisms import (SubsampledGaussianEvent, clipped_sum_with_noise, poisson_batch, distinct_draws_and_count, draw_batch_indices,
                           poisson_batch_size, subsampled_gaussian_event, without_replacement_draws)
 from .base import DPKernel, check_positive
 from .mh import can_fuse
@@ -212,7 +212,7 @@ def private_gradient(noise, lik, z, *, sample_rate, grad_clip, noise_multiplier,
     fused = _fused_private_gradient(noise, lik, z, q, grad_clip, float(noise_multiplier), relation)
     if fused is not None:
         return fused
-    idx = noise.poisson_subsample(lik.num_rows, q, device=z.device)
+    idx = poisson_batch(noise, lik.num_rows, q, device=z.device)
     grad_lp = None
     if not idx.numel():  # an empty batch still releases (pure noise): the event is the same
         grads = z.new_zeros((0, z.numel()))

@@ -49,17 +49,19 @@ tensor([0.9000, 1.2000], dtype=torch.float64)
 from __future__ import annotations
 
 # the private names other modules and tests import: _first_occurrences, _gaussian_event
-from .batches import (_first_occurrences, distinct_draws_and_count, draw_batch_indices,  # noqa: F401
-                      first_distinct_draws, poisson_batch_size, poisson_subsample, sample_without_replacement,
-                      sorted_draw_keys, without_replacement_draws)
+from .batches import (_first_occurrences, batch_with_replacement, batch_without_replacement,  # noqa: F401
+                      distinct_draws_and_count, draw_batch_indices, first_distinct_draws, poisson_batch,
+                      poisson_batch_size, poisson_count, poisson_subsample, sample_without_replacement,
+                      sorted_draw_keys, thinning_uniforms, without_replacement_draws)
 from .clipping import (ClippedSum, clip_and_sum, clip_and_sum_columns, clip_rows, clip_scalars, finite_row_mask,
                        finite_rows, finite_scalars)
 from .events import (RELATIONS, ApproxDPEvent, GaussianEvent, LedgerEntry, NonPrivateEvent, PrivacyEvent,
                      PrivacyLedger, PureDPEvent, RDPCurveEvent, SubsampledGaussianEvent, gaussian_event,
                      subsampled_gaussian_event)
 from .noise import NoiseSource, ReproducibleNoiseWarning, seed_from_os
-from .release import (NoisyRelease, _gaussian_event, add_gaussian_noise, clipped_sum_with_noise,  # noqa: F401
-                      draw_gaussian_noise, gaussian_release, noisy_count, noisy_histogram)
+from .release import (GaussianReleaseSpec, NoisyRelease, SumRelease, _gaussian_event,  # noqa: F401
+                      add_gaussian_noise, clipped_sum_with_noise, draw_gaussian_noise, gaussian_release,
+                      gaussian_release_spec, noisy_count, noisy_histogram)
 
 __all__ = [
     "RELATIONS",
@@ -85,6 +87,11 @@ __all__ = [
     "distinct_draws_and_count",
     "poisson_subsample",
     "poisson_batch_size",
+    "poisson_batch",
+    "batch_without_replacement",
+    "batch_with_replacement",
+    "poisson_count",
+    "thinning_uniforms",
     "NoisyRelease",
     "finite_row_mask",
     "finite_rows",
@@ -98,6 +105,9 @@ __all__ = [
     "draw_gaussian_noise",
     "add_gaussian_noise",
     "gaussian_release",
+    "GaussianReleaseSpec",
+    "gaussian_release_spec",
+    "SumRelease",
     "noisy_histogram",
     "noisy_count",
 ]

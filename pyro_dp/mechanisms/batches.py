@@ -21,6 +21,11 @@ __all__ = [
     "distinct_draws_and_count",
     "poisson_subsample",
     "poisson_batch_size",
+    "poisson_batch",
+    "batch_without_replacement",
+    "batch_with_replacement",
+    "poisson_count",
+    "thinning_uniforms",
 ]
 
 # --------------------------------------------------------------------------- batch selection
@@ -230,3 +235,70 @@ def poisson_batch_size(rng: torch.Generator, n: int, q: float) -> int:
         raise ValueError(f"sample rate q must be in (0, 1], got {q!r}")
     count = torch.tensor(float(n), dtype=torch.float64, device=rng.device)
     return int(torch.binomial(count, torch.tensor(float(q), dtype=torch.float64, device=rng.device), generator=rng))
+
+
+# --------------------------------------------------------------------------- a kernel's batches, from the secret stream
+#
+# What a kernel calls to select its batch: each names the selection it makes and draws it from
+# the secret stream of the :class:`~pyro_dp.mechanisms.NoiseSource` it is given (the same draws,
+# in the same order, as the source's own methods). No kernel module draws a batch itself
+# (``tests/test_release_draws.py``).
+
+
+def poisson_batch(noise, n: int, q: float, device=None) -> torch.Tensor:
+    r"""A Poisson sample of the ``n`` rows with inclusion probability ``q`` (the batch of a
+    :class:`~pyro_dp.mechanisms.SubsampledGaussianEvent` with ``scheme="poisson"``), drawn from the secret stream ``noise`` (:func:`poisson_subsample`).
+
+    >>> from pyro_dp.mechanisms import NoiseSource
+    >>> len(poisson_batch(NoiseSource(), 10, 1.0))
+    10
+    """
+    return noise.poisson_subsample(n, q, device=device)
+
+
+def batch_without_replacement(noise, n: int, b: int, device=None) -> torch.Tensor:
+    r"""``b`` distinct rows of ``n``, every subset equally likely (the batch of a
+    ``scheme="without_replacement"`` subsampled mechanism, or of DP Barker), drawn from the
+    secret stream ``noise`` (:func:`sample_without_replacement`).
+
+    >>> from pyro_dp.mechanisms import NoiseSource
+    >>> idx = batch_without_replacement(NoiseSource(), 100, 5)
+    >>> len(set(idx.tolist()))
+    5
+    """
+    return noise.sample_without_replacement(n, b, device=device)
+
+
+def batch_with_replacement(noise, n: int, b: int, device=None) -> torch.Tensor:
+    r"""``b`` rows of ``n`` drawn uniformly with replacement from the secret stream ``noise``
+    (DP-Fast MH's batch, Zhang & Zhang 2023, Alg. 1: :math:`P(i_j = i) = 1/N`).
+
+    >>> from pyro_dp.mechanisms import NoiseSource
+    >>> batch_with_replacement(NoiseSource(), 1, 3).tolist()
+    [0, 0, 0]
+    """
+    return noise.sample_with_replacement(n, b, device=device)
+
+
+def poisson_count(noise, rate: float) -> int:
+    r"""One :math:`\mathrm{Poisson}(\mathrm{rate})` batch size from the secret stream ``noise``
+    (DP-Fast MH's :math:`B \sim \mathrm{Poisson}(\lambda + CM)`, Zhang & Zhang 2023, Alg. 1).
+
+    >>> from pyro_dp.mechanisms import NoiseSource
+    >>> isinstance(poisson_count(NoiseSource(), 3.0), int)
+    True
+    """
+    return noise.poisson(rate)
+
+
+def thinning_uniforms(noise, shape, like: torch.Tensor) -> torch.Tensor:
+    r"""``Uniform(0, 1)`` draws of ``shape`` from the secret stream ``noise``, dtype and device of
+    ``like``: the thinning of a batch (DP-Fast MH's ``Batch`` keeps each drawn row with a data-dependent
+    probability, Zhang & Zhang 2023, Alg. 1), part of the batch selection and as secret.
+
+    >>> from pyro_dp.mechanisms import NoiseSource
+    >>> u = thinning_uniforms(NoiseSource(), (4,), like=torch.zeros((), dtype=torch.float64))
+    >>> u.shape, bool(((u >= 0) & (u < 1)).all())
+    (torch.Size([4]), True)
+    """
+    return noise.uniform(shape, like=like)

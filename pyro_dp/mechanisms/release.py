@@ -3,7 +3,9 @@ stream, and return the value with its event — the one audited place where nois
 """
 from __future__ import annotations
 
+import functools
 import math
+from dataclasses import dataclass
 from typing import NamedTuple, Optional
 
 import torch
@@ -20,6 +22,9 @@ __all__ = [
     "gaussian_release",
     "noisy_histogram",
     "noisy_count",
+    "GaussianReleaseSpec",
+    "gaussian_release_spec",
+    "SumRelease",
 ]
 
 # --------------------------------------------------------------------------- release
@@ -142,12 +147,116 @@ def add_gaussian_noise(
 
 def _gaussian_event(like: torch.Tensor, clip, noise_multiplier: float, relation: str) -> NoisyRelease:
     """``(None, event, std, 0)`` of the Gaussian release of a sum clipped to ``clip`` (no draw)."""
-    if relation not in RELATIONS:
-        raise ValueError(f"relation must be one of {RELATIONS}, got {relation!r}")
-    sens_factor = 2.0 if relation == "substitute" else 1.0  # l2-sensitivity 2*clip (substitute) or clip
-    clip_t = torch.as_tensor(clip, dtype=like.dtype, device=like.device)
-    std = float(noise_multiplier) * sens_factor * clip_t  # sigma = nm * Delta (Räisä 2021 thesis Def. 7)
-    return NoisyRelease(None, gaussian_event(float(noise_multiplier)), std, 0.0)
+    spec = gaussian_release_spec(float(noise_multiplier), relation)
+    return NoisyRelease(None, spec.event, spec.std(clip, like), 0.0)
+
+
+class SumRelease(NamedTuple):
+    r"""What :meth:`GaussianReleaseSpec.release` returns: the noisy sum and its facts, all tensors
+    (a traced graph returns them as they are).
+
+    :ivar value: the released noisy sum.
+    :ivar noise_std: :math:`\sigma` (data-free).
+    :ivar num_clipped: clipped rows (**non-private** diagnostic).
+    :ivar num_rows: rows summed.
+    """
+
+    value: torch.Tensor
+    noise_std: torch.Tensor
+    num_clipped: torch.Tensor
+    num_rows: torch.Tensor
+
+
+@dataclass(frozen=True)
+class GaussianReleaseSpec:
+    r"""The Gaussian release of a sum of per-example terms each clipped to ``clip``, as a value:
+    it owns the noise scale :math:`\sigma = \mathrm{nm}\cdot\Delta` with :math:`\Delta =
+    2\,\mathrm{clip}` under substitution of one row and :math:`\mathrm{clip}` under add/remove
+    (Gaussian mechanism, Räisä 2021 thesis Def. 6–7, Thm 4), the event, and the draw of the
+    release's standard normals from the secret stream.
+
+    It splits :func:`clipped_sum_with_noise` so that a kernel's step can be one pure tensor
+    function with its randomness drawn before it (issue 39): :meth:`draw` takes the standard
+    normal :math:`\xi` from the secret :class:`~pyro_dp.mechanisms.NoiseSource` before the step;
+    :meth:`release` (pure; a traced graph runs it as it is) adds :math:`\sigma\xi` to the clipped
+    sum, scaled as :meth:`~pyro_dp.mechanisms.NoiseSource.normal` scales it (float64, then cast),
+    so the value is bit for bit that of :func:`clipped_sum_with_noise` with the same stream.
+    The caller adds the draw to exactly one clipped sum and records :attr:`event`.
+    ``noise_multiplier = 0`` is the non-private test mode: nothing is drawn or added, the event
+    is :class:`NonPrivateEvent`.
+
+    >>> spec = gaussian_release_spec(2.0)
+    >>> total = torch.tensor(3.0, dtype=torch.float64)
+    >>> float(spec.std(0.5, total)), spec.event  # sigma = nm * 2 * clip (substitute one row)
+    (2.0, GaussianEvent(noise_multiplier=2.0))
+    >>> a, b = NoiseSource(seed=0, warn=False), NoiseSource(seed=0, warn=False)
+    >>> cs = ClippedSum(total, torch.tensor(0), torch.tensor(1))
+    >>> out = spec.release(cs, 0.5, spec.draw(a, ()))
+    >>> bool(out.value == clipped_sum_with_noise(cs, 0.5, 2.0, b).value)  # the same release
+    True
+    """
+
+    noise_multiplier: float
+    relation: str = "substitute"
+
+    def __post_init__(self):
+        if self.relation not in RELATIONS:
+            raise ValueError(f"relation must be one of {RELATIONS}, got {self.relation!r}")
+        object.__setattr__(self, "noise_multiplier", float(self.noise_multiplier))
+
+    @property
+    def event(self) -> PrivacyEvent:
+        """The event of one release (:func:`gaussian_event`)."""
+        return gaussian_event(self.noise_multiplier)
+
+    @property
+    def adds_noise(self) -> bool:
+        """``False`` in the non-private test mode (``noise_multiplier = 0``)."""
+        return self.noise_multiplier > 0
+
+    def std(self, clip, like: torch.Tensor) -> torch.Tensor:
+        r""":math:`\sigma = \mathrm{nm}\cdot\Delta` of a sum clipped to ``clip`` (a number or a
+        data-free tensor), a tensor of the dtype and device of ``like``."""
+        sens_factor = 2.0 if self.relation == "substitute" else 1.0  # l2-sensitivity 2*clip (substitute) or clip
+        clip_t = torch.as_tensor(clip, dtype=like.dtype, device=like.device)
+        return self.noise_multiplier * sens_factor * clip_t  # sigma = nm * Delta (Räisä 2021 thesis Def. 7)
+
+    def draw(self, noise: NoiseSource, shape=(), device=None) -> torch.Tensor:
+        """The float64 standard normal(s) of one release of ``shape``, from the secret stream
+        ``noise`` (on ``device``): zeros, with nothing drawn, in the non-private test mode and on
+        the ranks other than 0 of sharded rows (:mod:`pyro_dp.distributed`: rank 0's noise enters
+        once, inside the sum over ranks)."""
+        shards = getattr(noise, "shards", None)
+        if self.adds_noise and (shards is None or shards.rank == 0):
+            return noise.standard_normal(shape).to(device if device is not None else noise.device)
+        return torch.zeros(tuple(shape), dtype=torch.float64, device=device if device is not None else noise.device)
+
+    def release(self, cs: ClippedSum, clip, xi: torch.Tensor, shards=None) -> SumRelease:
+        r"""The clipped sum ``cs`` plus :math:`\sigma\xi` (``xi`` from :meth:`draw`): pure tensor
+        code when ``shards`` is ``None``. With ``shards`` (the rows of sharded ranks) the local
+        sums and counts are summed over the ranks, rank 0's noise inside the sum, as
+        :func:`add_gaussian_noise` does."""
+        std = self.std(clip, cs.total)
+        counts = (cs.num_clipped, cs.num_rows)
+        if shards is None:
+            value = cs.total + (xi * std.to(torch.float64)).to(cs.total.dtype) if self.adds_noise else cs.total
+            return SumRelease(value, std, *counts)
+        counts = shards.all_reduce_sum(torch.stack([torch.as_tensor(c, dtype=torch.float64) for c in counts]))
+        local = cs.total
+        if self.adds_noise and shards.rank == 0:
+            local = cs.total + (xi * std.to(torch.float64)).to(dtype=cs.total.dtype, device=cs.total.device)
+        return SumRelease(shards.all_reduce_sum(local), std, counts[0], counts[1])
+
+
+@functools.lru_cache(maxsize=64)
+def gaussian_release_spec(noise_multiplier: float, relation: str = "substitute") -> GaussianReleaseSpec:
+    """``GaussianReleaseSpec(noise_multiplier, relation)``, built once per value (a kernel
+    releases with the same one at every iteration).
+
+    >>> gaussian_release_spec(2.0) is gaussian_release_spec(2.0)
+    True
+    """
+    return GaussianReleaseSpec(float(noise_multiplier), relation)
 
 
 def draw_gaussian_noise(
