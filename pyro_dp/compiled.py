@@ -762,7 +762,7 @@ class CompiledLikelihood:
         costs a few graph calls instead of many small operations; it asks for the graph
         before it draws any noise, so it never falls back half-way through a step. With
         ``full_data=False`` ``fn`` reads only rows it indexes itself (a batch step, DP Barker's
-        :func:`~pyro_dp.kernels.barker.fused_barker_release_accept`): no chunking applies;
+        :func:`~pyro_dp.kernels.barker.barker_step_fn`): no chunking applies;
         ``bucket`` then names the padded batch size the graph was built for (chosen with
         :meth:`bucket_for`)."""
         if full_data and not self._one_chunk():

@@ -59,7 +59,7 @@ from .events import (RELATIONS, ApproxDPEvent, GaussianEvent, LedgerEntry, NonPr
                      PrivacyLedger, PureDPEvent, RDPCurveEvent, SubsampledGaussianEvent, gaussian_event,
                      subsampled_gaussian_event)
 from .noise import NoiseSource, ReproducibleNoiseWarning, seed_from_os
-from .release import (GaussianReleaseSpec, NoisyRelease, SumRelease, _gaussian_event,  # noqa: F401
+from .release import (GaussianReleaseSpec, GaussianStdReleaseSpec, NoisyRelease, SumRelease, _gaussian_event,  # noqa: F401
                       add_gaussian_noise, clipped_sum_with_noise, draw_gaussian_noise, gaussian_release,
                       gaussian_release_spec, noisy_count, noisy_histogram)
 
@@ -107,6 +107,7 @@ __all__ = [
     "gaussian_release",
     "GaussianReleaseSpec",
     "gaussian_release_spec",
+    "GaussianStdReleaseSpec",
     "SumRelease",
     "noisy_histogram",
     "noisy_count",
