@@ -14,7 +14,7 @@ parts no change to the Python around them can remove, measured in the same run:
   cannot draw from.
 
 ``draws`` times them through the kernel's own helpers (:func:`~pyro_dp.kernels.proposals.random_walk`,
-:func:`~pyro_dp.mechanisms.draw_batch_indices`, ...); ``rng`` times only the generator calls
+:func:`~pyro_dp.mechanisms.batch_without_replacement`, ...); ``rng`` times only the generator calls
 themselves (and DP Barker's numpy sort of the batch keys), the part no Python around them can
 remove. ``floor = graph + rng`` is what an iteration would cost with no Python at all around
 the graph and the generators; ``python = iteration - floor`` is the rest (the helpers, the
@@ -35,7 +35,7 @@ import torch
 
 import pyro_dp
 from pyro_dp.kernels.proposals import accept_uniform, correction_draws, random_walk
-from pyro_dp.mechanisms import draw_batch_indices, without_replacement_draws
+from pyro_dp.mechanisms import batch_without_replacement, without_replacement_draws
 from pyro_dp.models.banana import banana_model, make_banana_data
 
 from compiled import _sync, gauss_model
@@ -107,8 +107,7 @@ def barker_draws(k):
     """The draws of one compiled DP Barker iteration, in the kernel's order (module doc)."""
     st, n, b = k._state, k.lik.num_rows, k.batch_size
     random_walk(k._rng, st.z, k.adapted_proposal_scale, k.mode, st.direction)
-    m = without_replacement_draws(n, b)
-    draw_batch_indices(k._noise.generator, n, m, m, st.z.device)
+    batch_without_replacement(k._noise, n, b, device=st.z.device)  # the batch, before the step (issue 39)
     k._noise.standard_normal(())
     correction_draws(k._rng, k.correction, st.z)
 

@@ -529,14 +529,15 @@ def test_minibatch_penalty_fused_step_is_one_graph_with_the_recorded_chain(name,
 
 @pytest.mark.parametrize("subsampling", ["poisson", "without_replacement"])
 @pytest.mark.parametrize("extra", [{}, dict(noise_multiplier=0.0, non_private=True)])
-def test_minibatch_penalty_fused_step_falls_back_with_the_streams_restored(monkeypatch, subsampling, extra):
+def test_minibatch_penalty_step_keeps_the_eager_chain_on_awkward_batches(monkeypatch, subsampling, extra):
     """Rounds with too few distinct indices, empty or dense Poisson batches (b/N = 0.3 on 40
-    rows), adversarial rows, with noise and in the noise-free mode: the eager chain."""
+    rows), adversarial rows, with noise and in the noise-free mode (the batch drawn before the
+    step, on both paths): the eager chain."""
     kw0 = dict(GOLDEN_KW, noise_multiplier=1.0)
     _forced_fallbacks_keep_the_eager_chain(
         monkeypatch, lambda **kw: pyro_dp.DPMinibatchPenalty(gauss_model, 12, 0.1, llr_clip=2.0, temperature=0.3,
                                                              subsampling=subsampling, **dict(kw0, **kw, **extra)),
-        _adversarial_data(40), 3)
+        _adversarial_data(40), 3, batch_drawn_outside=True)
 
 
 @pytest.mark.parametrize("name", ["sgld", "sgnht"])

@@ -52,14 +52,6 @@ RAW_BATCH_DRAWS = frozenset({"draw_batch_indices", "poisson_batch_size", "poisso
 #: (module, enclosing function, what it draws) -> (how many, why it is still allowed)
 ALLOWED = {
     # the compiled ("fused") copies: they draw the release's noise and batch before the graph
-    ("kernels/minibatch_penalty.py", "fused_minibatch_penalty_release_accept", "noise.generator"):
-        (1, "fused compiled minibatch step pre-draws its batch from the raw secret generator (issue 39)"),
-    ("kernels/minibatch_penalty.py", "fused_minibatch_penalty_release_accept", "poisson_batch_size"):
-        (1, "fused compiled minibatch step draws its Poisson batch size (issue 39)"),
-    ("kernels/minibatch_penalty.py", "fused_minibatch_penalty_release_accept", "draw_batch_indices"):
-        (1, "fused compiled minibatch step pre-draws its batch indices (issue 39)"),
-    ("kernels/minibatch_penalty.py", "fused_minibatch_penalty_release_accept", "noise.standard_normal"):
-        (1, "fused compiled minibatch step draws its release noise itself (issue 39)"),
     ("kernels/sgmcmc.py", "_fused_private_gradient", "noise.generator"):
         (1, "fused compiled SG-MCMC gradient pre-draws its batch from the raw secret generator (issue 39)"),
     ("kernels/sgmcmc.py", "_fused_private_gradient", "poisson_batch_size"):

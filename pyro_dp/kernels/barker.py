@@ -61,7 +61,6 @@ __all__ = [
     "barker_release_accept",
     "barker_noise_std",
     "batch_log_ratios",
-    "batch_ratio_statistics",
     "barker_batch_statistics",
     "load_correction",
     "BARKER_C",
@@ -89,45 +88,11 @@ def batch_log_ratios(lik, z: torch.Tensor, z_new: torch.Tensor, idx: torch.Tenso
     return lik.log_ratios(z, z_new, idx)  # one graph on the compiled path
 
 
-def batch_ratio_statistics(lik, z: torch.Tensor, z_new: torch.Tensor, idx: torch.Tensor, clip, statistics,
-                           name: str):
-    r"""``(log_prior(z_new), clipped fraction, statistics(r, None, clip))`` where :math:`r_i =
-    \ell_i(z') - \ell_i(z)` on rows ``idx`` (untempered) went through
-    :func:`~pyro_dp.mechanisms.clip_scalars` (the per-row rule, then the clip to
-    :math:`\pm` ``clip``). ``statistics`` reduces the clipped ratios to a tuple of 0-d tensors
-    (the minibatch kernels' :math:`\lambda^*`, :math:`\sigma_b^2`, ...). On the compiled path it
-    all runs as one graph on a padded bucket of the rows
-    (:meth:`~pyro_dp.compiled.CompiledLikelihood.clipped_batch_ratios`): ``statistics`` is then
-    called with the 0/1 mask of the real rows as ``valid`` (the padded rows' ratios are 0) and
-    must give the same values; ``name`` identifies it and every constant it closes over.
-    The clipped fraction is a **non-private** diagnostic (0 for an empty batch). **Reads the
-    data** (release the statistics only through a mechanism); cost :math:`O(|idx|)`.
-
-    >>> import torch
-    >>> from pyro_dp.models.examples import normal_mean_model as model
-    >>> from pyro_dp.likelihood import PrivateLikelihood
-    >>> lik = PrivateLikelihood(model, (torch.tensor([0.0, 3.0, 1.0]),), seed=0)
-    >>> lp, frac, (s,) = batch_ratio_statistics(lik, torch.tensor([0.0]), torch.tensor([1.0]),
-    ...                                         torch.tensor([0, 1]), 2.0, lambda r, valid, c: (r.sum(),), "sum")
-    >>> float(s), frac  # ratios -0.5 and 2.5, the second clipped to 2
-    (1.5, 0.5)
-    """
-    out = None
-    if idx.numel() and getattr(lik, "compiled", None) is not None:
-        out = lik.compiled.clipped_batch_ratios(name, statistics, z, z_new, idx, clip)
-    if out is None:
-        r, lp_new = batch_log_ratios(lik, z, z_new, idx)
-        r, clipped = clip_scalars(r, clip)
-        out = lp_new, clipped.sum(), clipped.numel(), tuple(statistics(r, None, clip))
-    lp_new, n_clipped, n_rows, stats = out
-    n_rows = int(n_rows)
-    return lp_new, (int(n_clipped) / n_rows if n_rows else 0.0), stats
-
-
 def _barker_statistics(n: int, b: int, temperature: float):
     r"""``statistics(r, valid, clip) -> (lambda*, sigma_b^2)`` of clipped ratios (Heikkilä et al.
     2019 eq. (6), tempered; thesis §3.3: the :math:`1/b` sample variance), for
-    :func:`batch_ratio_statistics`."""
+    :func:`barker_step_fn` and :func:`barker_batch_statistics` (``valid``: the 0/1 mask of a
+    padded bucket's real rows)."""
     scale = n * temperature / b
 
     def statistics(r, valid, clip):
