@@ -86,14 +86,14 @@ def test_poisson_batches_compile_a_few_graphs_not_one_per_size(monkeypatch):
     fall into a few size buckets (at most 25% apart)."""
     import pyro_dp.kernels.sgmcmc as sgmcmc
 
-    sizes, draw = [], sgmcmc.poisson_batch_size
+    sizes, draw = [], sgmcmc.poisson_batch
 
-    def recording(*a, **kw):  # the fused step's Poisson size (its batch is selected in the graph)
-        k = draw(*a, **kw)
-        sizes.append(k)
-        return k
+    def recording(*a, **kw):  # the step's Poisson batch (drawn before it, on both paths)
+        idx = draw(*a, **kw)
+        sizes.append(int(idx.numel()))
+        return idx
 
-    monkeypatch.setattr(sgmcmc, "poisson_batch_size", recording)
+    monkeypatch.setattr(sgmcmc, "poisson_batch", recording)
     y = make_data(500, seed=2)
     k = pyro_dp.DPSGLD(gauss_model, 50, 1e-3, 2.0, seed=0, **GRAPH)
     MCMC(k, num_samples=80, warmup_steps=0, disable_progbar=True).run(y)
@@ -550,12 +550,13 @@ def test_sgmcmc_fused_private_gradient_is_one_graph_with_the_recorded_chain(name
     assert fused >= 1 and "clipped_grad_sum_prior[idx]" not in names
 
 
-def test_sgld_fused_private_gradient_falls_back_with_the_stream_restored(monkeypatch):
+def test_sgld_private_gradient_keeps_the_eager_chain_on_awkward_batches(monkeypatch):
     """Rounds with too few distinct indices, empty and dense Poisson batches, adversarial rows
-    (a one-coordinate gradient of 1e200: clipped to ±C on both paths): the eager chain."""
+    (a one-coordinate gradient of 1e200: clipped to ±C on both paths; the batch drawn before
+    the step on both paths): the eager chain."""
     _forced_fallbacks_keep_the_eager_chain(
         monkeypatch, lambda **kw: pyro_dp.DPSGLD(gauss_model, 12, 1e-3, 2.0, **dict(GOLDEN_KW, **kw)),
-        _adversarial_data(40), 3)
+        _adversarial_data(40), 3, batch_drawn_outside=True)
 
 
 def _tempered_penalty_chain(model, y, **extra):

@@ -15,14 +15,15 @@ layer, every module of it):
   :func:`~pyro_dp.mechanisms.poisson_subsample`, :func:`~pyro_dp.mechanisms.sample_without_replacement`):
   called from a kernel they would draw a batch from whatever generator the kernel hands them.
 
-What remains today is listed in :data:`ALLOWED`, each entry with a one-line reason: the compiled
-("fused") copies of kernels' steps, which draw the release's noise and batch before their graph.
-(The eager batch selections go through the mechanisms layer's :func:`~pyro_dp.mechanisms.poisson_batch`,
+What remains is listed in :data:`ALLOWED`, each entry with a one-line reason: nothing since issue
+39 wrote every step once (the compiled "fused" copies, which drew their release's noise and batch
+themselves, are gone; a step's release noise is drawn by a release spec,
+:class:`~pyro_dp.mechanisms.GaussianReleaseSpec` or :class:`~pyro_dp.mechanisms.GaussianStdReleaseSpec`,
+and its batch through the mechanisms layer's :func:`~pyro_dp.mechanisms.poisson_batch`,
 :func:`~pyro_dp.mechanisms.batch_without_replacement` and DP-Fast MH's
 :func:`~pyro_dp.mechanisms.poisson_count`, :func:`~pyro_dp.mechanisms.batch_with_replacement`,
-:func:`~pyro_dp.mechanisms.thinning_uniforms`.) An entry that is no
-longer needed fails the test as well, so the list can only shrink (issue 39's "every step written
-once" removes the fused copies). The scan is lexical: a noise source renamed to a name without
+:func:`~pyro_dp.mechanisms.thinning_uniforms`). An entry that is no longer needed fails the test
+as well, so the list can only shrink. The scan is lexical: a noise source renamed to a name without
 ``noise`` in it escapes it — reviewers keep the name.
 """
 from __future__ import annotations
@@ -50,16 +51,9 @@ RAW_BATCH_DRAWS = frozenset({"draw_batch_indices", "poisson_batch_size", "poisso
                              "sample_without_replacement"})
 
 #: (module, enclosing function, what it draws) -> (how many, why it is still allowed)
-ALLOWED = {
-    # the compiled ("fused") copies: they draw the release's noise and batch before the graph
-    ("kernels/sgmcmc.py", "_fused_private_gradient", "noise.generator"):
-        (1, "fused compiled SG-MCMC gradient pre-draws its batch from the raw secret generator (issue 39)"),
-    ("kernels/sgmcmc.py", "_fused_private_gradient", "poisson_batch_size"):
-        (1, "fused compiled SG-MCMC gradient draws its Poisson batch size (issue 39)"),
-    ("kernels/sgmcmc.py", "_fused_private_gradient", "draw_batch_indices"):
-        (1, "fused compiled SG-MCMC gradient pre-draws its batch indices (issue 39)"),
-    ("kernels/sgmcmc.py", "_fused_private_gradient", "noise.standard_normal"):
-        (1, "fused compiled SG-MCMC gradient draws its release noise itself (issue 39)"),
+ALLOWED: dict = {
+    # empty since issue 39: every kernel step is one function whose release noise (a release spec)
+    # and batch (poisson_batch, batch_without_replacement, ...) the mechanisms layer draws
 }
 
 
