@@ -3,7 +3,7 @@ parts no change to the Python around them can remove, measured in the same run:
 
 * **graph**: the step's compiled graph alone, called again and again on the inputs of one
   real iteration (the per-example work, the clip, the sums, the release's noise and the accept
-  test, as :func:`~pyro_dp.kernels.barker.fused_barker_release_accept` and
+  test, as :func:`~pyro_dp.kernels.barker.barker_release_accept` and
   :func:`~pyro_dp.kernels.penalty.penalty_release_accept` call it);
 * **draws**: the iteration's random draws alone, the same calls on the same generators in
   the same order as the kernel makes them (the proposal; for DP Barker the batch's indices
