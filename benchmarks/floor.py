@@ -35,7 +35,8 @@ import torch
 
 import pyro_dp
 from pyro_dp.kernels.proposals import accept_uniform, correction_draws, random_walk
-from pyro_dp.mechanisms import batch_without_replacement, without_replacement_draws
+from pyro_dp.mechanisms import batch_without_replacement
+from pyro_dp.mechanisms.batches import _draws_per_round
 from pyro_dp.models.banana import banana_model, make_banana_data
 
 from compiled import _sync, gauss_model
@@ -115,7 +116,7 @@ def barker_draws(k):
 def barker_rng(k):
     """The generator calls of :func:`barker_draws` alone (and the numpy key sort)."""
     z, n, b = k._state.z, k.lik.num_rows, k.batch_size
-    m = without_replacement_draws(n, b)
+    m = _draws_per_round(b)  # sample_without_replacement's first round
     gen, alg = k._noise.generator, k._rng
     K = int(k.correction.weights.numel())
     shift = max(m - 1, 1).bit_length()

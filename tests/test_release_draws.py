@@ -11,8 +11,8 @@ layer, every module of it):
   (``noise``, ``self._noise``, ...);
 * any read of a noise source's raw ``.generator`` (the secret stream itself);
 * any call of the mechanisms layer's low-level batch draws that take a raw generator
-  (:func:`~pyro_dp.mechanisms.draw_batch_indices`, :func:`~pyro_dp.mechanisms.poisson_batch_size`,
-  :func:`~pyro_dp.mechanisms.poisson_subsample`, :func:`~pyro_dp.mechanisms.sample_without_replacement`):
+  (:func:`~pyro_dp.mechanisms.poisson_batch_size`, :func:`~pyro_dp.mechanisms.poisson_subsample`,
+  :func:`~pyro_dp.mechanisms.sample_without_replacement`):
   called from a kernel they would draw a batch from whatever generator the kernel hands them.
 
 What remains is listed in :data:`ALLOWED`, each entry with a one-line reason: nothing since issue
@@ -47,8 +47,7 @@ DRAW_METHODS = frozenset(
     if not name.startswith("_") and name not in ("get_state", "set_state")
 )
 #: mechanisms functions that draw a batch from a raw generator handed to them
-RAW_BATCH_DRAWS = frozenset({"draw_batch_indices", "poisson_batch_size", "poisson_subsample",
-                             "sample_without_replacement"})
+RAW_BATCH_DRAWS = frozenset({"poisson_batch_size", "poisson_subsample", "sample_without_replacement"})
 
 #: (module, enclosing function, what it draws) -> (how many, why it is still allowed)
 ALLOWED: dict = {

@@ -50,9 +50,8 @@ from __future__ import annotations
 
 # the private names other modules and tests import: _first_occurrences, _gaussian_event
 from .batches import (_first_occurrences, batch_with_replacement, batch_without_replacement,  # noqa: F401
-                      distinct_draws_and_count, draw_batch_indices, first_distinct_draws, poisson_batch,
-                      poisson_batch_size, poisson_count, poisson_subsample, sample_without_replacement,
-                      sorted_draw_keys, thinning_uniforms, without_replacement_draws)
+                      poisson_batch, poisson_batch_size, poisson_count, poisson_subsample, sample_without_replacement,
+                      thinning_uniforms)
 from .clipping import (ClippedSum, clip_and_sum, clip_and_sum_columns, clip_rows, clip_scalars, finite_row_mask,
                        finite_rows, finite_scalars)
 from .events import (RELATIONS, ApproxDPEvent, GaussianEvent, LedgerEntry, NonPrivateEvent, PrivacyEvent,
@@ -80,11 +79,6 @@ __all__ = [
     "NoiseSource",
     "ReproducibleNoiseWarning",
     "sample_without_replacement",
-    "without_replacement_draws",
-    "sorted_draw_keys",
-    "draw_batch_indices",
-    "first_distinct_draws",
-    "distinct_draws_and_count",
     "poisson_subsample",
     "poisson_batch_size",
     "poisson_batch",
