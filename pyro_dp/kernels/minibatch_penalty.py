@@ -69,7 +69,7 @@ from ..mechanisms import (
     poisson_batch,
     subsampled_gaussian_event,
 )
-from .barker import batch_log_ratios
+from .barker import _traced_log_ratios, batch_log_ratios
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse, check_batch_size
 from .proposals import accept_uniform, penalty_log_accept_threshold
@@ -128,17 +128,6 @@ def _sums(r, valid, clip):
     r"""``(sum r_i, sum r_i^2)`` of the clipped ratios (thesis §3.3's :math:`R` and
     :math:`\sum r_i^2`; padded rows are 0)."""
     return r.sum(), (r * r).sum()
-
-
-def _traced_log_ratios(lik):
-    """``log_ratios(z, z_new, idx) -> (r, log p(z_new))`` inside a fused graph (the model's terms
-    traced as they are; outside a graph the step calls :func:`~.barker.batch_log_ratios`)."""
-    def log_ratios(z, z_new, idx):
-        ll_old, _ = lik._eager_loglik_and_prior(z, idx)
-        ll_new, lp_new = lik._eager_loglik_and_prior(z_new, idx)
-        return ll_new - ll_old, lp_new
-
-    return log_ratios
 
 
 def minibatch_penalty_step_fn(lik, n: int, b: int, temperature: float, subsampling: str, llr_clip: float,

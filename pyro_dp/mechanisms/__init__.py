@@ -48,61 +48,13 @@ tensor([0.9000, 1.2000], dtype=torch.float64)
 """
 from __future__ import annotations
 
-# the private names other modules and tests import: _first_occurrences, _gaussian_event
-from .batches import (_first_occurrences, batch_with_replacement, batch_without_replacement,  # noqa: F401
-                      poisson_batch, poisson_batch_size, poisson_count, poisson_subsample, sample_without_replacement,
-                      thinning_uniforms)
-from .clipping import (ClippedSum, clip_and_sum, clip_and_sum_columns, clip_rows, clip_scalars, finite_row_mask,
-                       finite_rows, finite_scalars)
-from .events import (RELATIONS, ApproxDPEvent, GaussianEvent, LedgerEntry, NonPrivateEvent, PrivacyEvent,
-                     PrivacyLedger, PureDPEvent, RDPCurveEvent, SubsampledGaussianEvent, gaussian_event,
-                     subsampled_gaussian_event)
-from .noise import NoiseSource, ReproducibleNoiseWarning, seed_from_os
-from .release import (GaussianReleaseSpec, GaussianStdReleaseSpec, NoisyRelease, SumRelease, _gaussian_event,  # noqa: F401
-                      add_gaussian_noise, clipped_sum_with_noise, draw_gaussian_noise, gaussian_release,
-                      gaussian_release_spec, noisy_count, noisy_histogram)
+from . import batches, clipping, events, noise, release
+from .batches import *  # noqa: F401,F403 (each module's __all__)
+from .batches import _first_occurrences  # noqa: F401 (tests import it from here)
+from .clipping import *  # noqa: F401,F403
+from .events import *  # noqa: F401,F403
+from .noise import *  # noqa: F401,F403
+from .release import *  # noqa: F401,F403
 
-__all__ = [
-    "RELATIONS",
-    "PrivacyEvent",
-    "GaussianEvent",
-    "SubsampledGaussianEvent",
-    "subsampled_gaussian_event",
-    "gaussian_event",
-    "PureDPEvent",
-    "ApproxDPEvent",
-    "RDPCurveEvent",
-    "NonPrivateEvent",
-    "seed_from_os",
-    "LedgerEntry",
-    "PrivacyLedger",
-    "NoiseSource",
-    "ReproducibleNoiseWarning",
-    "sample_without_replacement",
-    "poisson_subsample",
-    "poisson_batch_size",
-    "poisson_batch",
-    "batch_without_replacement",
-    "batch_with_replacement",
-    "poisson_count",
-    "thinning_uniforms",
-    "NoisyRelease",
-    "finite_row_mask",
-    "finite_rows",
-    "finite_scalars",
-    "clip_rows",
-    "clip_scalars",
-    "ClippedSum",
-    "clip_and_sum",
-    "clip_and_sum_columns",
-    "clipped_sum_with_noise",
-    "draw_gaussian_noise",
-    "add_gaussian_noise",
-    "gaussian_release",
-    "GaussianReleaseSpec",
-    "gaussian_release_spec",
-    "GaussianStdReleaseSpec",
-    "SumRelease",
-    "noisy_histogram",
-    "noisy_count",
-]
+#: every public name of the layer, module by module
+__all__ = events.__all__ + noise.__all__ + batches.__all__ + clipping.__all__ + release.__all__
