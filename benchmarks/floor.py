@@ -3,8 +3,8 @@ parts no change to the Python around them can remove, measured in the same run:
 
 * **graph**: the step's compiled graph alone, called again and again on the inputs of one
   real iteration (the per-example work, the clip, the sums, the release's noise and the accept
-  test, as :func:`~pyro_dp.kernels.barker.fused_barker_release_accept` and
-  :func:`~pyro_dp.kernels.penalty.fused_penalty_release_accept` call it);
+  test, as :func:`~pyro_dp.kernels.barker.barker_release_accept` and
+  :func:`~pyro_dp.kernels.penalty.penalty_release_accept` call it);
 * **draws**: the iteration's random draws alone, the same calls on the same generators in
   the same order as the kernel makes them (the proposal; for DP Barker the batch's indices
   with their sorted keys, the release's standard normal and the :math:`V_{\rm corr}` draws;
@@ -14,7 +14,7 @@ parts no change to the Python around them can remove, measured in the same run:
   cannot draw from.
 
 ``draws`` times them through the kernel's own helpers (:func:`~pyro_dp.kernels.proposals.random_walk`,
-:func:`~pyro_dp.mechanisms.draw_batch_indices`, ...); ``rng`` times only the generator calls
+:func:`~pyro_dp.mechanisms.batch_without_replacement`, ...); ``rng`` times only the generator calls
 themselves (and DP Barker's numpy sort of the batch keys), the part no Python around them can
 remove. ``floor = graph + rng`` is what an iteration would cost with no Python at all around
 the graph and the generators; ``python = iteration - floor`` is the rest (the helpers, the
@@ -35,7 +35,8 @@ import torch
 
 import pyro_dp
 from pyro_dp.kernels.proposals import accept_uniform, correction_draws, random_walk
-from pyro_dp.mechanisms import draw_batch_indices, without_replacement_draws
+from pyro_dp.mechanisms import batch_without_replacement
+from pyro_dp.mechanisms.batches import _draws_per_round
 from pyro_dp.models.banana import banana_model, make_banana_data
 
 from compiled import _sync, gauss_model
@@ -107,8 +108,7 @@ def barker_draws(k):
     """The draws of one compiled DP Barker iteration, in the kernel's order (module doc)."""
     st, n, b = k._state, k.lik.num_rows, k.batch_size
     random_walk(k._rng, st.z, k.adapted_proposal_scale, k.mode, st.direction)
-    m = without_replacement_draws(n, b)
-    draw_batch_indices(k._noise.generator, n, m, m, st.z.device)
+    batch_without_replacement(k._noise, n, b, device=st.z.device)  # the batch, before the step (issue 39)
     k._noise.standard_normal(())
     correction_draws(k._rng, k.correction, st.z)
 
@@ -116,7 +116,7 @@ def barker_draws(k):
 def barker_rng(k):
     """The generator calls of :func:`barker_draws` alone (and the numpy key sort)."""
     z, n, b = k._state.z, k.lik.num_rows, k.batch_size
-    m = without_replacement_draws(n, b)
+    m = _draws_per_round(b)  # sample_without_replacement's first round
     gen, alg = k._noise.generator, k._rng
     K = int(k.correction.weights.numel())
     shift = max(m - 1, 1).bit_length()

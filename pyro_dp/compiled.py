@@ -60,7 +60,7 @@ import torch
 
 from .arguments import model_arguments as _model_arguments, tensor_arguments as _tensor_arguments, with_tensors as _with_tensors
 from .graphs import _in_fresh_thread, _inductor, _strip_extra_outputs, hoist_broadcasts
-from .mechanisms import ClippedSum, clip_and_sum, clip_and_sum_columns, clip_scalars
+from .mechanisms import ClippedSum, clip_and_sum, clip_and_sum_columns
 
 __all__ = ["CompileFallbackWarning", "CompiledLikelihood", "bucket_size", "hoist_broadcasts", "CHUNK_ELEMENTS", "FORWARD_MAX_DIM",
            "COLUMNS_MAX_DIM",
@@ -489,26 +489,6 @@ class CompiledLikelihood:
         out = self._call("log_ratios[idx]", ratios, (z, z_new, padded), size)
         return out if out is None else (out[0][:b], out[1])
 
-    def clipped_batch_ratios(self, name: str, statistics: Callable, z, z_new, idx, clip):
-        """:func:`~pyro_dp.kernels.barker.batch_ratio_statistics` in one graph on a padded bucket
-        of ``idx``: the ratios on the rows, the per-row rule and clip (:func:`~pyro_dp.mechanisms.clip_scalars`),
-        padded rows set to 0, the counts, and ``statistics(r, valid, clip)``. ``name`` must
-        identify ``statistics`` with every Python constant it closes over."""
-        lik = self.lik
-        clip_t = torch.as_tensor(clip, dtype=z.dtype, device=z.device)
-
-        def fused(zz, zn, c, i, valid):
-            ll_old, _ = lik._eager_loglik_and_prior(zz, i)
-            ll_new, lp_new = lik._eager_loglik_and_prior(zn, i)
-            r, mask = clip_scalars(ll_new - ll_old, c)
-            keep = valid.to(torch.bool)
-            r = r * valid  # padded rows: 0
-            return (lp_new, (mask & keep).sum(), keep.sum()) + tuple(statistics(r, valid, c))
-
-        padded, valid, size = self._padded(idx, z.dtype, name=name)
-        out = self._call(name, fused, (z, z_new, clip_t, padded, valid), size)
-        return out if out is None else (out[0], out[1], out[2], tuple(out[3:]))
-
     def _grads(self, zz, i):
         """Inside a graph: ``(ℓ [B], gradients)``, the gradients as ``D`` columns ``[B]``
         (forward mode, one ``jvp`` per coordinate) when ``D <= FORWARD_MAX_DIM``, else the
@@ -607,7 +587,7 @@ class CompiledLikelihood:
         costs a few graph calls instead of many small operations; it asks for the graph
         before it draws any noise, so it never falls back half-way through a step. With
         ``full_data=False`` ``fn`` reads only rows it indexes itself (a batch step, DP Barker's
-        :func:`~pyro_dp.kernels.barker.fused_barker_release_accept`): no chunking applies;
+        :func:`~pyro_dp.kernels.barker.barker_step_fn`): no chunking applies;
         ``bucket`` then names the padded batch size the graph was built for (chosen with
         :meth:`bucket_for`)."""
         if full_data and not self._one_chunk():
@@ -642,23 +622,6 @@ class CompiledLikelihood:
                 nc, nr = nc + part[1].num_clipped, nr + part[1].num_rows
             return torch.cat(lls), ClippedSum(total, nc, nr)
         return self._clipped_idx(fused, z, clip_t, idx)
-
-    def clipped_grad_sum_and_prior_grad(self, z, clip, idx):
-        """``(ClippedSum of the per-example gradients on rows idx, gradient of the log prior)``
-        in one graph on a padded bucket of ``idx`` (the stochastic-gradient kernels' release
-        and its data-free prior term, :func:`~pyro_dp.kernels.sgmcmc.private_gradient`), or
-        ``None`` when it cannot be compiled (the caller then runs the two unfused functions,
-        which give the same values)."""
-        clip_t = torch.as_tensor(clip, dtype=z.dtype, device=z.device)
-
-        def fused(zz, c, i, valid):
-            _, cs = self.clipped_grad_terms(zz, c, i, valid)
-            _, grad_lp = self.log_prior_terms(zz)
-            return cs.total, cs.num_clipped, cs.num_rows, grad_lp
-
-        padded, valid, size = self._padded(idx, z.dtype, name="clipped_grad_sum_prior[idx]")
-        out = self._call("clipped_grad_sum_prior[idx]", fused, (z, clip_t, padded, valid), size)
-        return out if out is None else (ClippedSum(*out[:3]), out[3])
 
     def clipped_ratio_sum(self, z_new, ll_old, clip, idx=None):
         lik = self.lik

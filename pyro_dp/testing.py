@@ -21,7 +21,7 @@ sensitivity, a ``std`` divided twice, a calibration that drops a factor.
 
 The mutant is injected at the one place every release draws its noise: the kernel's
 :class:`~pyro_dp.mechanisms.NoiseSource` (``standard_normal``, which ``normal`` and the
-compiled path's fused graphs both draw through), wrapped by :class:`ScaledNoiseSource` after
+release specs of the kernels' step functions both draw through), wrapped by :class:`ScaledNoiseSource` after
 each :meth:`~pyro_dp.kernels.base.DPKernel.setup`. So it covers the eager and the compiled
 path, private initialisation and tuning releases alike.
 
@@ -90,7 +90,7 @@ class ScaledNoiseSource(NoiseSource):
         self.noise_factor = float(factor)
 
     def standard_normal(self, shape=()) -> torch.Tensor:
-        """The wrapped source's draw times ``factor`` (what ``normal`` and the fused graphs scale)."""
+        """The wrapped source's draw times ``factor`` (what ``normal`` and the release specs scale)."""
         return super().standard_normal(shape) * self.noise_factor
 
     def __getstate__(self):

@@ -297,7 +297,7 @@ def _defect_setup(n_rows=1000):
 
 
 def test_audit_fails_when_the_per_row_rule_is_disabled(monkeypatch):
-    monkeypatch.setattr(pyro_dp.mechanisms, "finite_scalars", lambda v, c: v)
+    monkeypatch.setattr(pyro_dp.mechanisms.clipping, "finite_scalars", lambda v, c: v)
     factory, y, y0 = _defect_setup()
     result = audit(factory, y, y0, num_runs=150)
     assert result.reported_epsilon == pytest.approx(0.16, abs=0.01)
@@ -325,7 +325,7 @@ def test_audit_fails_when_the_per_row_rule_for_vectors_is_disabled(monkeypatch):
     # clip alone turns into inf * 0 = NaN; without the rule, NaN parameters on D'. (A row outside
     # the support no longer reaches the release's rule: #38's support rule maps it first.)
     d, dprime = _neighbours(_Z.exp(), math.exp(6.0), math.inf)
-    monkeypatch.setattr(pyro_dp.mechanisms, "finite_rows", lambda v: v)
+    monkeypatch.setattr(pyro_dp.mechanisms.clipping, "finite_rows", lambda v: v)
     result = audit(_rows_defect_factory, d, dprime, statistic="sample", num_runs=100)
     assert result.reported_epsilon < 2.0 and not result.passed, str(result)
     monkeypatch.undo()

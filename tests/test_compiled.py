@@ -87,14 +87,14 @@ def test_poisson_batches_compile_a_few_graphs_not_one_per_size(monkeypatch):
     fall into a few size buckets (at most 25% apart)."""
     import pyro_dp.kernels.sgmcmc as sgmcmc
 
-    sizes, draw = [], sgmcmc.poisson_batch_size
+    sizes, draw = [], sgmcmc.poisson_batch
 
-    def recording(*a, **kw):  # the fused step's Poisson size (its batch is selected in the graph)
-        k = draw(*a, **kw)
-        sizes.append(k)
-        return k
+    def recording(*a, **kw):  # the step's Poisson batch (drawn before it, on both paths)
+        idx = draw(*a, **kw)
+        sizes.append(int(idx.numel()))
+        return idx
 
-    monkeypatch.setattr(sgmcmc, "poisson_batch_size", recording)
+    monkeypatch.setattr(sgmcmc, "poisson_batch", recording)
     y = make_data(500, seed=2)
     k = pyro_dp.DPSGLD(gauss_model, 50, 1e-3, 2.0, seed=0, **GRAPH)
     MCMC(k, num_samples=80, warmup_steps=0, disable_progbar=True).run(y)
@@ -509,13 +509,16 @@ def _fused_graphs_of_recorded_case(name, extra, rtol, fused_prefix):
     return set(names), sum(nm.startswith(fused_prefix) for nm in names)
 
 
-def _forced_fallbacks_keep_the_eager_chain(monkeypatch, make, y, extra_draws):
+def _forced_fallbacks_keep_the_eager_chain(monkeypatch, make, y, extra_draws, batch_drawn_outside=False):
     """Draw only ``b + extra_draws`` indices per round, so that rounds with too few distinct ones
     are common: the fused step must restore the generators and let the eager step draw again.
     ``make(**kw)`` builds the kernel; its eager, traced and inductor chains and ledgers must be
     equal (adversarial rows in ``y`` exercise the per-row rule inside the graph), and over the
-    2 x 25 compiled steps some fell back and most were fused."""
-    import pyro_dp.mechanisms as mech
+    2 x 25 compiled steps some fell back and most were fused. With ``batch_drawn_outside`` (a
+    step written once, issue 39: the batch is drawn by the mechanisms layer before the step, on
+    both paths) there is no fallback: every compiled step drew its batch there, extra rounds
+    included."""
+    import pyro_dp.mechanisms.batches as mech  # where the batch draws live (the package re-exports them)
 
     monkeypatch.setattr(mech, "_draws_per_round", lambda b: b + extra_draws)
     eager_calls = []
@@ -527,7 +530,10 @@ def _forced_fallbacks_keep_the_eager_chain(monkeypatch, make, y, extra_draws):
         got, got_ledger = run(lambda: make(**extra), y)
         assert got_ledger == want_ledger
         _close(got, want, rtol)
-    assert 0 < len(eager_calls) < 25, len(eager_calls)
+    if batch_drawn_outside:
+        assert len(eager_calls) == 2 * 25, len(eager_calls)
+    else:
+        assert 0 < len(eager_calls) < 25, len(eager_calls)
 
 
 def _adversarial_data(n):
@@ -546,11 +552,12 @@ def test_dpbarker_fused_step_is_one_graph_with_the_recorded_chain(extra, rtol):
     assert fused == 1 and not any(nm.startswith("barker_statistics") for nm in names)
 
 
-def test_dpbarker_fused_step_with_too_few_distinct_draws_restores_the_streams(monkeypatch):
-    """Rounds with too few distinct indices: both generators restored, the eager chain."""
+def test_dpbarker_step_with_too_few_distinct_draws_per_round_keeps_the_eager_chain(monkeypatch):
+    """Rounds with too few distinct indices (the batch drawn before the step, on both paths): the
+    eager chain, adversarial rows included."""
     _forced_fallbacks_keep_the_eager_chain(
         monkeypatch, lambda **kw: pyro_dp.DPBarker(gauss_model, 20, 0.1, temperature=0.3, **dict(GOLDEN_KW, **kw)),
-        _adversarial_data(60), 4)
+        _adversarial_data(60), 4, batch_drawn_outside=True)
 
 
 @pytest.mark.parametrize("name", ["minibatch_poisson", "minibatch_wor"])
@@ -566,14 +573,15 @@ def test_minibatch_penalty_fused_step_is_one_graph_with_the_recorded_chain(name,
 
 @pytest.mark.parametrize("subsampling", ["poisson", "without_replacement"])
 @pytest.mark.parametrize("extra", [{}, dict(noise_multiplier=0.0, non_private=True)])
-def test_minibatch_penalty_fused_step_falls_back_with_the_streams_restored(monkeypatch, subsampling, extra):
+def test_minibatch_penalty_step_keeps_the_eager_chain_on_awkward_batches(monkeypatch, subsampling, extra):
     """Rounds with too few distinct indices, empty or dense Poisson batches (b/N = 0.3 on 40
-    rows), adversarial rows, with noise and in the noise-free mode: the eager chain."""
+    rows), adversarial rows, with noise and in the noise-free mode (the batch drawn before the
+    step, on both paths): the eager chain."""
     kw0 = dict(GOLDEN_KW, noise_multiplier=1.0)
     _forced_fallbacks_keep_the_eager_chain(
         monkeypatch, lambda **kw: pyro_dp.DPMinibatchPenalty(gauss_model, 12, 0.1, llr_clip=2.0, temperature=0.3,
                                                              subsampling=subsampling, **dict(kw0, **kw, **extra)),
-        _adversarial_data(40), 3)
+        _adversarial_data(40), 3, batch_drawn_outside=True)
 
 
 @pytest.mark.parametrize("name", ["sgld", "sgnht"])
@@ -586,12 +594,13 @@ def test_sgmcmc_fused_private_gradient_is_one_graph_with_the_recorded_chain(name
     assert fused >= 1 and "clipped_grad_sum_prior[idx]" not in names
 
 
-def test_sgld_fused_private_gradient_falls_back_with_the_stream_restored(monkeypatch):
+def test_sgld_private_gradient_keeps_the_eager_chain_on_awkward_batches(monkeypatch):
     """Rounds with too few distinct indices, empty and dense Poisson batches, adversarial rows
-    (a one-coordinate gradient of 1e200: clipped to ±C on both paths): the eager chain."""
+    (a one-coordinate gradient of 1e200: clipped to ±C on both paths; the batch drawn before
+    the step on both paths): the eager chain."""
     _forced_fallbacks_keep_the_eager_chain(
         monkeypatch, lambda **kw: pyro_dp.DPSGLD(gauss_model, 12, 1e-3, 2.0, **dict(GOLDEN_KW, **kw)),
-        _adversarial_data(40), 3)
+        _adversarial_data(40), 3, batch_drawn_outside=True)
 
 
 def _tempered_penalty_chain(model, y, **extra):

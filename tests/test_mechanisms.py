@@ -141,3 +141,74 @@ def test_clip_and_sum_columns_is_clip_and_sum_column_by_column():
         assert int(a.num_clipped) == int(b.num_clipped)
     with pytest.raises(ValueError):
         clip_and_sum_columns([], 1.0)
+
+
+# --------------------------------------------------------------------------- issue 39: release spec, batch wrappers
+
+
+def _seeded():
+    return NoiseSource(seed=7, warn=False)
+
+
+@pytest.mark.parametrize("relation", ["substitute", "add_remove"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("nm", [0.0, 0.7, 3.0])
+@pytest.mark.parametrize("shape", [(6,), (6, 3)])
+def test_release_spec_is_bit_for_bit_clipped_sum_with_noise(relation, dtype, nm, shape):
+    """The spec's draw (before the step) + its pure release = clipped_sum_with_noise on the same
+    stream: value, std and event exactly, and the stream left in the same state."""
+    from pyro_dp.mechanisms import clip_and_sum, gaussian_release_spec
+
+    values = torch.randn(shape, generator=torch.Generator().manual_seed(1), dtype=dtype) * 5
+    clip = torch.tensor(0.37, dtype=dtype)
+    want_src, got_src = _seeded(), _seeded()
+    want = clipped_sum_with_noise(values, clip, nm, want_src, relation)
+    spec = gaussian_release_spec(nm, relation)
+    cs = clip_and_sum(values, clip)
+    got = spec.release(cs, clip, spec.draw(got_src, cs.total.shape))
+    assert torch.equal(got.value, want.value) and torch.equal(got.noise_std, want.noise_std)
+    assert spec.event == want.event and int(got.num_clipped) / int(got.num_rows) == want.clipped_fraction
+    assert torch.equal(got_src.standard_normal(()), want_src.standard_normal(()))  # streams aligned
+
+
+def test_release_spec_mutants_are_caught():
+    """Power of the test above: the other relation's sigma, or the noise drawn twice, differ."""
+    from pyro_dp.mechanisms import clip_and_sum, gaussian_release_spec
+
+    values = torch.tensor([3.0, -0.2, 0.5], dtype=torch.float64)
+    want = clipped_sum_with_noise(values, 1.0, 2.0, _seeded())
+    cs = clip_and_sum(values, 1.0)
+    wrong_relation = gaussian_release_spec(2.0, "add_remove")
+    assert not torch.equal(wrong_relation.release(cs, 1.0, wrong_relation.draw(_seeded())).value, want.value)
+    spec, src = gaussian_release_spec(2.0), _seeded()
+    src.standard_normal(())  # a stray draw before the release
+    assert not torch.equal(spec.release(cs, 1.0, spec.draw(src)).value, want.value)
+
+
+def test_release_spec_draws_nothing_without_noise():
+    from pyro_dp.mechanisms import gaussian_release_spec
+
+    a, b = _seeded(), _seeded()
+    assert torch.equal(gaussian_release_spec(0.0).draw(a, (2,)), torch.zeros(2, dtype=torch.float64))
+    assert gaussian_release_spec(0.0).event == NonPrivateEvent()
+    assert torch.equal(a.standard_normal(()), b.standard_normal(()))
+    with pytest.raises(ValueError, match="relation"):
+        gaussian_release_spec(1.0, "replace")
+
+
+def test_batch_wrappers_draw_what_the_noise_source_draws():
+    from pyro_dp.mechanisms import (batch_with_replacement, batch_without_replacement, poisson_batch, poisson_count,
+                                    thinning_uniforms)
+
+    like = torch.zeros((), dtype=torch.float64)
+    calls = [
+        (lambda s: poisson_batch(s, 50, 0.2), lambda s: s.poisson_subsample(50, 0.2)),
+        (lambda s: batch_without_replacement(s, 50, 7), lambda s: s.sample_without_replacement(50, 7)),
+        (lambda s: batch_with_replacement(s, 50, 7), lambda s: s.sample_with_replacement(50, 7)),
+        (lambda s: torch.tensor(poisson_count(s, 4.5)), lambda s: torch.tensor(s.poisson(4.5))),
+        (lambda s: thinning_uniforms(s, (5,), like), lambda s: s.uniform((5,), like)),
+    ]
+    for wrapped, direct in calls:
+        a, b = _seeded(), _seeded()
+        assert torch.equal(wrapped(a), direct(b))
+        assert torch.equal(a.standard_normal(()), b.standard_normal(()))

@@ -50,18 +50,17 @@ import torch
 from ..accounting import UnsupportedEventError, get_accountant
 from ..accounting.subsampled import barker_orders, dp_barker_event
 from ..compiled import cached_zeros
-from ..mechanisms import (RDPCurveEvent, clip_scalars, draw_batch_indices, first_distinct_draws, gaussian_release,
-                          without_replacement_draws)
+from ..mechanisms import GaussianStdReleaseSpec, RDPCurveEvent, batch_without_replacement, clip_scalars
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse, check_batch_size
-from .proposals import GaussianMixtureCorrection, _correction_tensors, barker_accept, correction_draws
+from .proposals import GaussianMixtureCorrection, _correction_tensors, correction_draws, correction_from_draws
 
 __all__ = [
     "DPBarker",
-    "barker_release",
+    "barker_step_fn",
+    "barker_release_accept",
+    "barker_noise_std",
     "batch_log_ratios",
-    "batch_ratio_statistics",
-    "fused_barker_release_accept",
     "barker_batch_statistics",
     "load_correction",
     "BARKER_C",
@@ -89,45 +88,11 @@ def batch_log_ratios(lik, z: torch.Tensor, z_new: torch.Tensor, idx: torch.Tenso
     return lik.log_ratios(z, z_new, idx)  # one graph on the compiled path
 
 
-def batch_ratio_statistics(lik, z: torch.Tensor, z_new: torch.Tensor, idx: torch.Tensor, clip, statistics,
-                           name: str):
-    r"""``(log_prior(z_new), clipped fraction, statistics(r, None, clip))`` where :math:`r_i =
-    \ell_i(z') - \ell_i(z)` on rows ``idx`` (untempered) went through
-    :func:`~pyro_dp.mechanisms.clip_scalars` (the per-row rule, then the clip to
-    :math:`\pm` ``clip``). ``statistics`` reduces the clipped ratios to a tuple of 0-d tensors
-    (the minibatch kernels' :math:`\lambda^*`, :math:`\sigma_b^2`, ...). On the compiled path it
-    all runs as one graph on a padded bucket of the rows
-    (:meth:`~pyro_dp.compiled.CompiledLikelihood.clipped_batch_ratios`): ``statistics`` is then
-    called with the 0/1 mask of the real rows as ``valid`` (the padded rows' ratios are 0) and
-    must give the same values; ``name`` identifies it and every constant it closes over.
-    The clipped fraction is a **non-private** diagnostic (0 for an empty batch). **Reads the
-    data** (release the statistics only through a mechanism); cost :math:`O(|idx|)`.
-
-    >>> import torch
-    >>> from pyro_dp.models.examples import normal_mean_model as model
-    >>> from pyro_dp.likelihood import PrivateLikelihood
-    >>> lik = PrivateLikelihood(model, (torch.tensor([0.0, 3.0, 1.0]),), seed=0)
-    >>> lp, frac, (s,) = batch_ratio_statistics(lik, torch.tensor([0.0]), torch.tensor([1.0]),
-    ...                                         torch.tensor([0, 1]), 2.0, lambda r, valid, c: (r.sum(),), "sum")
-    >>> float(s), frac  # ratios -0.5 and 2.5, the second clipped to 2
-    (1.5, 0.5)
-    """
-    out = None
-    if idx.numel() and getattr(lik, "compiled", None) is not None:
-        out = lik.compiled.clipped_batch_ratios(name, statistics, z, z_new, idx, clip)
-    if out is None:
-        r, lp_new = batch_log_ratios(lik, z, z_new, idx)
-        r, clipped = clip_scalars(r, clip)
-        out = lp_new, clipped.sum(), clipped.numel(), tuple(statistics(r, None, clip))
-    lp_new, n_clipped, n_rows, stats = out
-    n_rows = int(n_rows)
-    return lp_new, (int(n_clipped) / n_rows if n_rows else 0.0), stats
-
-
 def _barker_statistics(n: int, b: int, temperature: float):
     r"""``statistics(r, valid, clip) -> (lambda*, sigma_b^2)`` of clipped ratios (Heikkilä et al.
     2019 eq. (6), tempered; thesis §3.3: the :math:`1/b` sample variance), for
-    :func:`batch_ratio_statistics`."""
+    :func:`barker_step_fn` and :func:`barker_batch_statistics` (``valid``: the 0/1 mask of a
+    padded bucket's real rows)."""
     scale = n * temperature / b
 
     def statistics(r, valid, clip):
@@ -162,104 +127,90 @@ def barker_batch_statistics(r: torch.Tensor, n: int, b: int, temperature: float)
     return lam_batch, var_b, clipped
 
 
-def barker_release(lik, noise, state: MHState, z_new: torch.Tensor, *, batch_size: int,
-                   correction: GaussianMixtureCorrection, event) -> RatioRelease:
-    r"""One DP Barker release (module docstring): a secret batch of ``batch_size`` rows without
-    replacement, the clipped ratios' :math:`\lambda^*_S` and :math:`\sigma_b^2`, and one draw of
-    :math:`\mathcal N(\lambda^*_S, C - \sigma_b^2)` (Heikkilä et al. 2019, eq. (18))."""
-    n, b, T = lik.num_rows, int(batch_size), lik.temperature
-    idx = noise.sample_without_replacement(n, b, device=state.z.device)  # secret batch
-    # Heikkilä et al. 2019, Thm 2 condition (19) with tempering (23): |T r_i| <= sqrt(b)/N
-    lp_new, frac, (lam_batch, var_b) = batch_ratio_statistics(
-        lik, state.z, z_new, idx, math.sqrt(b) / (n * T), _barker_statistics(n, b, T),
-        f"barker_statistics[n={n},b={b},T={T!r}]")
-    rel = gaussian_release(lam_batch, torch.sqrt(correction.C - var_b), event, noise)
-    # What the step sees of the noise is public: its total variance C (privacy noise C - sigma_b^2
-    # plus, by the CLT, the batch's sigma_b^2), never the data-dependent split.
-    total = torch.as_tensor(correction.C, dtype=lam_batch.dtype, device=lam_batch.device)
-    return RatioRelease(rel.value, total, lp_new, (event,), frac, float(torch.sqrt(total)))
+def barker_noise_std(var_b: torch.Tensor, C: float) -> torch.Tensor:
+    r"""The privacy noise's standard deviation :math:`\sqrt{C - \sigma_b^2}` (Heikkilä et al.
+    2019, eq. (18)): the released :math:`\lambda^*_S` then carries Gaussian noise of variance
+    exactly :math:`C` in all (privacy noise plus, by the CLT, the batch's :math:`\sigma_b^2`).
+    The clip bounds :math:`\sigma_b^2 \le 1 < C` (module doc)."""
+    return torch.sqrt(C - var_b)
 
 
-def _fused_barker_fn(lik, n: int, b: int, temperature: float, C: float):
-    r"""One DP Barker step after the proposal, as a pure tensor function for one graph: the
-    batch (the first ``b`` distinct of the pre-drawn indices ``draws`` with their sorted
-    ``keys``, :func:`~pyro_dp.mechanisms.first_distinct_draws`), the clipped ratios' :math:`\lambda^*_S`
-    and :math:`\sigma_b^2` (:func:`_barker_statistics`), the release :math:`\lambda^*_S +
-    \sqrt{C - \sigma_b^2}\,\xi` (eq. (18); ``xi`` the secret stream's standard normal, scaled
-    as :meth:`~pyro_dp.mechanisms.NoiseSource.normal` scales it), and the Barker test with the
-    :math:`V_{\rm corr}` draw from the pre-drawn ``expo`` (the component by Gumbel-max, as
-    :func:`~.proposals._correction_draw`), ``u`` (the sign) and ``xc``, ANDed with the data-free
-    validity check of :func:`~.mh.mh_step`. Outputs ``log p(θ')`` and ``(accepted, clipped
-    rows, fewer than b distinct draws)`` as one float64 vector; the ratios and statistics never
-    leave the graph, and the release leaves only inside the accept decision."""
+def _traced_log_ratios(lik):
+    """``log_ratios(z, z_new, idx) -> (r, log p(z_new))`` inside a fused graph: the model's terms
+    traced as they are (``lik.log_ratios``' eager branch; outside a graph the step calls
+    :func:`batch_log_ratios`, which may run the likelihood's own graph)."""
+    def log_ratios(z, z_new, idx):
+        ll_old, _ = lik._eager_loglik_and_prior(z, idx)
+        ll_new, lp_new = lik._eager_loglik_and_prior(z_new, idx)
+        return ll_new - ll_old, lp_new
+
+    return log_ratios
+
+
+def barker_step_fn(lik, n: int, b: int, temperature: float, C: float, spec: GaussianStdReleaseSpec, log_ratios):
+    r"""One DP Barker iteration after the proposal, written once as a pure tensor function
+    ``step(z, z_new, idx, ξ, E, u, x, log p(θ), log q-ratio, means, sds, weights) -> (log p(θ'),
+    released λ*, flags)``: the batch ``idx`` (drawn before it from the secret stream), the clipped
+    ratios' :math:`\lambda^*_S` and :math:`\sigma_b^2` (:func:`_barker_statistics`, ratios clipped
+    to :math:`\pm\sqrt b/(NT)`, Heikkilä et al. 2019 Thm 2 (19) with tempering (23)), the release
+    :math:`\lambda^*_S + \sqrt{C - \sigma_b^2}\,\xi` (eq. (18); ``spec`` adds it, ``ξ`` from the
+    secret stream), and the Barker test :math:`\hat\lambda + V_{\rm corr} > 0` (eq. (9)) with
+    :math:`V_{\rm corr}` from its pre-drawn randomness (:func:`~.proposals.correction_from_draws`),
+    ANDed with the data-free validity check of :func:`~.mh.mh_step` (the noise variance is
+    :math:`C`, always finite). The eager path runs it as it is (``log_ratios`` =
+    :func:`batch_log_ratios`); ``jit_compile=True`` traces the same function into one graph.
+    ``flags``: ``(accepted, clipped rows)`` in float64."""
     statistics = _barker_statistics(n, b, temperature)
     clip = math.sqrt(b) / (n * temperature)  # Heikkilä et al. 2019, Thm 2 (19) with tempering (23)
 
-    def step(z, z_new, draws, keys, xi, expo, u, xc, lp_old, log_q, means, sds, weights):
-        idx, short = first_distinct_draws(draws, keys, b)
-        ll_old, _ = lik._eager_loglik_and_prior(z, idx)
-        ll_new, lp_new = lik._eager_loglik_and_prior(z_new, idx)
-        r, clipped = clip_scalars(ll_new - ll_old, clip)
+    def step(z, z_new, idx, xi, expo, u, xc, lp_old, log_q, means, sds, weights):
+        r, lp_new = log_ratios(z, z_new, idx)
+        r, clipped = clip_scalars(r, clip)  # the per-row rule, then the clip
         lam_batch, var_b = statistics(r, None, clip)
-        std = torch.sqrt(C - var_b)
-        log_ratio = lam_batch + (xi * std.to(torch.float64)).to(lam_batch.dtype)  # eq. (18), gaussian_release
+        log_ratio = spec.release(lam_batch, barker_noise_std(var_b, C), xi)  # eq. (18)
         lambda_hat = log_ratio + (lp_new - lp_old) + log_q
-        k = torch.argmax(weights / expo).reshape(1)  # a tensor index: no value leaves the graph
-        corr = (torch.where(u < 0.5, 1.0, -1.0).to(means.dtype) * means.index_select(0, k)
-                + sds.index_select(0, k) * xc).reshape(())
         valid = torch.isfinite(lp_new) & torch.isfinite(lambda_hat)  # data-free (the noise variance is C)
-        accepted = (lambda_hat + corr > 0) & valid  # proposals.barker_accept
-        flags = torch.stack([accepted.to(torch.float64), clipped.sum().to(torch.float64), short.to(torch.float64)])
-        return lp_new, flags
+        accepted = (lambda_hat + correction_from_draws(expo, u, xc, means, sds, weights) > 0) & valid  # eq. (9)
+        return lp_new, log_ratio, torch.stack([accepted.to(torch.float64), clipped.sum().to(torch.float64)])
 
     return step
 
 
-def fused_barker_release_accept(lik, noise, rng, state: MHState, z_new: torch.Tensor, log_q_ratio, *,
-                                batch_size: int, correction: GaussianMixtureCorrection, event):
-    r"""``(RatioRelease, accepted)`` of one DP Barker iteration in one compiled graph
-    (:func:`_fused_barker_fn`), or ``None`` with both streams as they were: decided before
-    any draw when the step cannot be fused (eager path, sharded rows, an untraceable model,
-    the dense or overflow branches of :func:`~pyro_dp.mechanisms.sample_without_replacement`),
-    or after the graph when the pre-drawn indices hold fewer than ``b`` distinct values
-    (rare; it depends only on the secret draws, not on the data): the generators are then
-    restored and the eager step draws the batch again with its extra draws. The draws are
-    those of :func:`barker_release` followed by :func:`~.proposals.barker_accept`, in their
-    order: the batch's indices and the release noise (secret stream), then the
-    :math:`V_{\rm corr}` draw (algorithm stream); chain and ledger are the eager path's
-    (``tests/test_compiled.py``). The release's ``log_ratio`` is not returned (``None``):
-    nothing after the accept decision reads it."""
-    if not can_fuse(lik, noise):
-        return None
-    n, b, T = lik.num_rows, int(batch_size), float(lik.temperature)
-    m = without_replacement_draws(n, b)
-    if m is None:
-        return None
-    z = state.z
-    means, sds, weights, _ = _correction_tensors(correction, z.dtype, z.device)
-    gen = noise.generator
-    like, ints = cached_zeros((), torch.float64, z.device), cached_zeros((m,), torch.long, z.device)
-    zero = cached_zeros((), z.dtype, z.device)
-    example = (z, z_new, ints, ints, like, weights, like, zero, state.log_prior, zero, means, sds, weights)
-    graph = lik.compiled.fused_graph(f"barker_step[n={n},b={b},T={T!r},C={correction.C!r}]",
-                                     _fused_barker_fn(lik, n, b, T, correction.C), example, full_data=False)
-    if graph is None:
-        return None
-    secret, public = gen.get_state(), rng.get_state()
-    dev = z.device
-    draws, keys = draw_batch_indices(gen, n, m, m, dev)  # sample_without_replacement's first draws
-    xi = noise.standard_normal(())  # gaussian_release's draw
-    expo, u, xc = correction_draws(rng, correction, z)  # proposals._correction_draw's draws
+def barker_release_accept(lik, noise, rng, state: MHState, z_new: torch.Tensor, log_q_ratio, *,
+                          batch_size: int, correction: GaussianMixtureCorrection, event):
+    r"""``(RatioRelease, accepted)`` of one DP Barker iteration: :func:`barker_step_fn` run as one
+    compiled graph when it can be (the compiled path in one process and a model the trace can
+    represent: decided before anything is drawn), else as it is. Its randomness is drawn before
+    it, in the eager order: the batch of ``b`` rows without replacement and the release's
+    standard normal (secret stream, :func:`~pyro_dp.mechanisms.batch_without_replacement` and the
+    release spec), then the :math:`V_{\rm corr}` draws (algorithm stream,
+    :func:`~.proposals.correction_draws`, in :math:`\hat\lambda`'s dtype). Chain and ledger
+    are the same on both paths (``tests/kernels/test_golden.py``, ``tests/test_compiled.py``)."""
+    n, b, T, C = lik.num_rows, int(batch_size), float(lik.temperature), correction.C
+    spec = GaussianStdReleaseSpec(event)
+    z, dev = state.z, state.z.device
+    like = cached_zeros((), torch.promote_types(lik.dtype, state.log_prior.dtype), dev)  # λ̂'s dtype
+    means, sds, weights = _correction_tensors(correction, like.dtype, dev)
+    step = None
+    if can_fuse(lik, noise):
+        f64, ints = cached_zeros((), torch.float64, dev), cached_zeros((b,), torch.long, dev)
+        example = (z, z_new, ints, f64, weights, f64, like, state.log_prior, cached_zeros((), z.dtype, dev), means,
+                   sds, weights)
+        step = lik.compiled.fused_graph(f"barker_step[n={n},b={b},T={T!r},C={C!r}]",
+                                        barker_step_fn(lik, n, b, T, C, spec, _traced_log_ratios(lik)), example,
+                                        full_data=False)
+    if step is None:  # the same function, run as it is
+        step = barker_step_fn(lik, n, b, T, C, spec, lambda z0, z1, idx: batch_log_ratios(lik, z0, z1, idx))
+    idx = batch_without_replacement(noise, n, b, device=dev)  # the secret batch
+    xi = spec.draw(noise, (), device=dev)  # the release's standard normal (secret stream)
+    expo, u, xc = correction_draws(rng, correction, like)  # V_corr's randomness (algorithm stream)
     q = torch.as_tensor(log_q_ratio, dtype=z.dtype, device=dev)
-    lp_new, flags = graph(z, z_new, draws, keys, xi.to(dev), expo.to(dev), u.to(dev), xc,
-                          state.log_prior, q, means, sds, weights)
-    accepted, n_clipped, short = flags.tolist()
-    if short:  # fewer than b distinct draws: the eager step draws more (data-free, see above)
-        gen.set_state(secret)
-        rng.set_state(public)
-        return None
-    total = correction.C
-    rel = RatioRelease(None, total, lp_new, (event,), n_clipped / b, math.sqrt(total))
+    lp_new, log_ratio, flags = step(z, z_new, idx, xi, expo.to(dev), u.to(dev), xc, state.log_prior, q, means, sds,
+                                    weights)
+    accepted, n_clipped = flags.tolist()
+    # What the step sees of the noise is public: its total variance C (privacy noise C - sigma_b^2
+    # plus, by the CLT, the batch's sigma_b^2), never the data-dependent split.
+    rel = RatioRelease(log_ratio, C, lp_new, (event,), n_clipped / b, math.sqrt(C))
     return rel, accepted == 1.0
 
 
@@ -341,14 +292,8 @@ class DPBarker(RandomWalkKernel):
     def _per_iteration_events(self):
         return [self._rdp_event()]
 
-    def _release(self, noise, state, z_new):
-        return barker_release(self.lik, noise, state, z_new, batch_size=self.batch_size,
-                              correction=self.correction, event=self._rdp_event())
-
-    def _accept(self, rng, lambda_hat, noise_var):
-        return barker_accept(rng, lambda_hat, self.correction)  # the noise is exactly C: no penalty
-
+    # mh_step's moves 2-4 (release, accept) as one function, eager or compiled: never None, so
+    # RandomWalkKernel's _release/_accept hooks are not used
     def _fused_release_accept(self, noise, rng, state, z_new, log_q_ratio):
-        return fused_barker_release_accept(self.lik, noise, rng, state, z_new, log_q_ratio,
-                                           batch_size=self.batch_size, correction=self.correction,
-                                           event=self._rdp_event())
+        return barker_release_accept(self.lik, noise, rng, state, z_new, log_q_ratio, batch_size=self.batch_size,
+                                     correction=self.correction, event=self._rdp_event())

@@ -42,7 +42,8 @@ from ..accounting import get_accountant
 from ..accounting.composition import AdvancedCompositionAccountant, OptimalCompositionAccountant
 from ..accounting.algorithms import StepPrivacy, fastmh_step_privacy
 from ..warn import warn_user
-from ..mechanisms import ApproxDPEvent, GaussianEvent, NonPrivateEvent, PrivacyLedger, clip_scalars, clipped_sum_with_noise
+from ..mechanisms import (ApproxDPEvent, GaussianEvent, NonPrivateEvent, PrivacyLedger, batch_with_replacement, clip_scalars,
+                          clipped_sum_with_noise, poisson_count, thinning_uniforms)
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease, mh_init, mh_step
 from .proposals import penalty_accept
@@ -145,13 +146,13 @@ def fastmh_release(lik, noise, state: MHState, z_new: torch.Tensor, *, config: F
     if cfg.full_batch:
         b = n
     else:
-        b = noise.poisson(cfg.lam + big_c * mf)  # Alg. 1: B ~ Poisson(lambda + C M), secret stream
+        b = poisson_count(noise, cfg.lam + big_c * mf)  # Alg. 1: B ~ Poisson(lambda + C M), secret stream
     loglik = None
     if not cfg.full_batch and b < cfg.max_batch_size:
         # ---- minibatch MH (Alg. 2, B < K): TunaMH's Batch(B) and MHRatio (Alg. 1)
         # the batch and its thinning uniforms come from the secret stream (batch selection)
-        idx = noise.sample_with_replacement(n, b, device=z.device)  # P(i_b = i) = c_i / C = 1/N
-        u = noise.uniform((b,), like=z)
+        idx = batch_with_replacement(noise, n, b, device=z.device)  # P(i_b = i) = c_i / C = 1/N
+        u = thinning_uniforms(noise, (b,), like=z)
         if b > 0:
             ll_old = lik.per_example_loglik(z, idx)
             ll_new, lp_new = lik.loglik_and_prior(z_new, idx)

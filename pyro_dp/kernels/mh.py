@@ -137,10 +137,12 @@ def mh_step(
 ) -> Tuple[MHState, MHInfo]:
     """One random-walk DP MH iteration (module docstring): propose, release, accept, flip.
 
-    ``fused(noise, rng, state, z_new, log_q_ratio)`` (the compiled path, #17) may do moves 2–4
-    in one graph and return ``(RatioRelease, accepted)`` — the same draws from the same streams
-    in the same order, the same validity check — or ``None`` (decided before any draw): then
-    ``release`` and ``accept`` run as usual."""
+    ``fused(noise, rng, state, z_new, log_q_ratio)`` may do moves 2–4 as one function and return
+    ``(RatioRelease, accepted)`` — the same draws from the same streams in the same order, the
+    same validity check — or ``None`` (decided before any draw): then ``release`` and ``accept``
+    run as usual. ``DPPenalty``, ``DPBarker`` and ``DPMinibatchPenalty`` write their step once
+    this way (issue 39: a pure tensor function, run eagerly or compiled into one graph) and never
+    return ``None``."""
     prop = random_walk(rng, state.z, proposal_scale, mode, state.direction)
     out = None if fused is None else fused(noise, rng, state, prop.z, prop.log_q_ratio)
     if out is not None:
@@ -216,7 +218,7 @@ class RandomWalkKernel(AdaptiveProposalScale, DPKernel):
         return None
 
     #: ``_fused_release_accept(noise, rng, state, z_new, log_q_ratio)``: the release and the
-    #: accept test as one graph on the compiled path (see :func:`mh_step`), or ``None``
+    #: accept test as one function, eager or compiled (see :func:`mh_step`), or ``None``
     _fused_release_accept = None
 
     def _check_data(self) -> None:

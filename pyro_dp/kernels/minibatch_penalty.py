@@ -58,27 +58,26 @@ from ..accounting import UnsupportedEventError, get_accountant
 from ..accounting.base import canonical_event
 from ..compiled import cached_zeros
 from ..mechanisms import (
+    ClippedSum,
+    GaussianStdReleaseSpec,
     NonPrivateEvent,
     SubsampledGaussianEvent,
-    add_gaussian_noise,
+    batch_without_replacement,
     clip_and_sum,
     clip_scalars,
-    distinct_draws_and_count,
-    draw_batch_indices,
-    gaussian_release,
-    poisson_batch_size,
+    gaussian_release_spec,
+    poisson_batch,
     subsampled_gaussian_event,
-    without_replacement_draws,
 )
-from .barker import batch_ratio_statistics
+from .barker import _traced_log_ratios, batch_log_ratios
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse, check_batch_size
-from .proposals import accept_uniform, penalty_accept, penalty_log_accept_threshold
+from .proposals import accept_uniform, penalty_log_accept_threshold
 
 __all__ = [
     "DPMinibatchPenalty",
-    "minibatch_penalty_release",
-    "fused_minibatch_penalty_release_accept",
+    "minibatch_penalty_step_fn",
+    "minibatch_penalty_release_accept",
     "thesis_sensitivity",
     "SCHEMES",
 ]
@@ -110,7 +109,7 @@ def _poisson_statistics(a1: float, a2: float):
     (Horvitz–Thompson :math:`\lambda^*` minus half its unbiased variance estimate) and
     :math:`h = a_1 L\|\theta'-\theta\| + a_2 (L\|\theta'-\theta\|)^2 \ge |g_i|` (module doc),
     through :func:`~pyro_dp.mechanisms.clip_and_sum` (the per-row rule), for
-    :func:`~.barker.batch_ratio_statistics`."""
+    :func:`minibatch_penalty_step_fn` (``valid``: the 0/1 mask of a padded bucket's real rows)."""
 
     def statistics(r, valid, clip):
         g = a1 * r - a2 * r * r  # Horvitz–Thompson lambda* minus half its unbiased variance estimate
@@ -131,142 +130,109 @@ def _sums(r, valid, clip):
     return r.sum(), (r * r).sum()
 
 
-def minibatch_penalty_release(lik, noise, state: MHState, z_new: torch.Tensor, *, batch_size: int,
-                              llr_clip: float, noise_multiplier: float, subsampling: str = "poisson") -> RatioRelease:
-    r"""One minibatch penalty release: a noisy :math:`\lambda^* - \sigma_b^2/2` of a secret batch
-    (formulas in the module docstring); the accept rule then subtracts half the noise variance."""
-    n, b, T = lik.num_rows, int(batch_size), lik.temperature
-    q = b / n
-    dist = lik.jump_norm(z_new, state.z)  # likelihood coordinates (PrivateLikelihood.jump_norm)
-    clip = llr_clip * dist  # data-free: L ||θ'-θ||
-    if subsampling == "poisson":
-        idx = noise.poisson_subsample(n, q, device=state.z.device)  # secret batch
-        a1, a2 = T / q, T * T * (1.0 - q) / (2.0 * q * q)
-        lp_new, frac, (total,) = batch_ratio_statistics(
-            lik, state.z, z_new, idx, clip, _poisson_statistics(a1, a2), f"minibatch_poisson[a1={a1!r},a2={a2!r}]")
-        rel = add_gaussian_noise(total, _poisson_bound(a1, a2, clip), noise_multiplier, noise)
-        value, std = rel.value, rel.noise_std
-        event = subsampled_gaussian_event(q, noise_multiplier, "poisson") if noise_multiplier > 0 else rel.event
-    else:
-        idx = noise.sample_without_replacement(n, b, device=state.z.device)  # secret batch
-        lp_new, frac, (big_r, sum_sq) = batch_ratio_statistics(
-            lik, state.z, z_new, idx, clip, _sums, "minibatch_sums")
-        s = n * T / b
-        lam = s * big_r  # thesis §3.3, lambda*
-        var_b = s * s * (sum_sq - big_r * big_r / b)  # thesis §3.3, sigma_b^2
-        c = thesis_sensitivity(n, b, T, llr_clip, dist)  # thesis Thm 8
-        std = noise_multiplier * c  # sigma^2 = tau c^2 (thesis Thm 8)
-        value = lam - var_b / 2
-        event = NonPrivateEvent()
-        if noise_multiplier > 0:
-            event = subsampled_gaussian_event(q, noise_multiplier, "without_replacement")
-            value = gaussian_release(value, std, event, noise).value
-    # thesis §3.3: accept w.p. min{1, exp(λ* − (σ² + σ_b²)/2)}
-    return RatioRelease(value, std * std, lp_new, (event,), frac, float(std))
-
-
-def _fused_minibatch_fn(lik, n: int, b: int, temperature: float, subsampling: str, size: int, llr_clip: float,
-                        noise_multiplier: float):
-    r"""One minibatch penalty step after the proposal, as a pure tensor function for one graph
-    on a batch bucket of ``size`` rows: the batch (the first ``k`` distinct of the pre-drawn,
-    padded indices, :func:`~pyro_dp.mechanisms.distinct_draws_and_count`; ``k`` the Poisson
-    size, or ``b``), the clipped ratios (per-row rule, rows past ``k`` masked to 0), the
-    release of :func:`minibatch_penalty_release` — its data-free clip, bound and noise
-    standard deviation computed as there, the pre-drawn standard normal ``xi`` scaled as
-    :meth:`~pyro_dp.mechanisms.NoiseSource.normal` scales it (``xi = 0`` without noise) — and
-    the penalty test with the pre-drawn uniform ``u``, ANDed with the data-free validity check
-    of :func:`~.mh.mh_step`. Outputs ``log p(θ')`` and ``(accepted, clipped rows, fewer than k
-    distinct draws, noise std)`` as one float64 vector; the statistics leave the graph only
-    inside the accept decision, with their noise added."""
+def minibatch_penalty_step_fn(lik, n: int, b: int, temperature: float, subsampling: str, llr_clip: float,
+                              noise_multiplier: float, log_ratios, padded: bool = False):
+    r"""One minibatch penalty iteration after the proposal, written once as a pure tensor function
+    ``step(z, z_new, idx, k, ξ, u, log p(θ), log q-ratio) -> (log p(θ'), λ̂_data, flags)`` (formulas
+    in the module docstring; Räisä 2021 thesis §3.3, Thm 8): the batch ``idx`` (drawn before it
+    from the secret stream; with ``padded`` a bucket of rows of which the first ``k`` are the
+    batch, the rest masked to 0), the ratios clipped to :math:`\pm L\|\theta'-\theta\|` (the
+    per-row rule), the release — Poisson: :math:`\sum_B \mathrm{clip}_{\pm h}(g_i)` through the
+    release spec (:math:`\sigma = \mathrm{nm}\cdot 2h`); without replacement:
+    :math:`\lambda^* - \sigma_b^2/2` with :math:`\sigma = \mathrm{nm}\cdot c(\theta,\theta')`
+    (thesis Thm 8) — with the standard normal ``ξ`` (secret stream; none without noise), and the
+    penalty test :math:`\log u < \min\{0, \hat\lambda - \sigma^2/2\}` ANDed with the data-free
+    validity check of :func:`~.mh.mh_step`. The eager path runs it as it is (``padded=False``);
+    ``jit_compile=True`` traces the same function on a batch bucket (``padded=True``), so Poisson
+    sizes share a few graphs. ``flags``: ``(accepted, clipped rows, σ)`` in float64."""
     q = b / n
     a1, a2 = temperature / q, temperature * temperature * (1.0 - q) / (2.0 * q * q)
     s = n * temperature / b
+    nm = float(noise_multiplier)
+    spec = gaussian_release_spec(nm)
+    f64 = torch.float64
 
-    def step(z, z_new, draws, keys, k, xi, u, lp_old, log_q):
+    def step(z, z_new, idx, k, xi, u, lp_old, log_q):
         dist = lik.jump_norm(z_new, z)  # likelihood coordinates (PrivateLikelihood.jump_norm)
         clip = llr_clip * dist  # data-free: L ||θ'-θ||
-        idx, count = distinct_draws_and_count(draws, keys, size)
-        ll_old, _ = lik._eager_loglik_and_prior(z, idx)
-        ll_new, lp_new = lik._eager_loglik_and_prior(z_new, idx)
-        r, clipped = clip_scalars(ll_new - ll_old, clip)
-        keep = torch.arange(size, device=z.device) < k
-        valid = keep.to(r.dtype)
-        r = r * valid  # rows past k: 0
+        r, lp_new = log_ratios(z, z_new, idx)
+        r, clipped = clip_scalars(r, clip)  # the per-row rule, then the clip
+        valid = None
+        if padded:  # a bucket: the rows past k are 0 and not counted
+            keep = torch.arange(idx.shape[0], device=z.device) < k
+            valid = keep.to(r.dtype)
+            r, clipped = r * valid, clipped & keep
         if subsampling == "poisson":
+            (total,) = _poisson_statistics(a1, a2)(r, valid, clip)  # the sum of clip_h(g_i)
             bound = _poisson_bound(a1, a2, clip)
-            g = a1 * r - a2 * r * r  # Horvitz–Thompson lambda* minus half its variance estimate (module doc)
-            value = clip_and_sum(g, bound, valid).total
-            std = float(noise_multiplier) * 2.0 * bound  # add_gaussian_noise: sigma = nm * 2h (substitute)
+            rel = spec.release(ClippedSum(total, clipped.sum(), k), bound, xi)  # sigma = nm * 2h (substitute)
+            value, std = rel.value, rel.noise_std
         else:
-            big_r, sum_sq = r.sum(), (r * r).sum()
-            value = s * big_r - s * s * (sum_sq - big_r * big_r / b) / 2  # thesis §3.3: lambda* - sigma_b^2/2
-            std = noise_multiplier * thesis_sensitivity(n, b, temperature, llr_clip, dist)  # thesis Thm 8
-        value = value + (xi * std.to(torch.float64)).to(value.dtype)  # the release's noise
+            big_r, sum_sq = _sums(r, valid, clip)
+            lam = s * big_r  # thesis §3.3, lambda*
+            var_b = s * s * (sum_sq - big_r * big_r / b)  # thesis §3.3, sigma_b^2
+            std = noise_multiplier * thesis_sensitivity(n, b, temperature, llr_clip, dist)  # sigma = sqrt(tau) c, Thm 8
+            value = lam - var_b / 2
+            if nm > 0:
+                value = GaussianStdReleaseSpec.release(value, torch.as_tensor(std, dtype=value.dtype,
+                                                                              device=value.device), xi)
         noise_var = std * std
         lambda_hat = value + (lp_new - lp_old) + log_q
         accepted = torch.log(u) < penalty_log_accept_threshold(lambda_hat, noise_var)  # thesis §3.3
         ok = torch.isfinite(lp_new) & torch.isfinite(lambda_hat) & torch.isfinite(noise_var)  # data-free
-        flags = torch.stack([(accepted & ok).to(torch.float64), (clipped & keep).sum().to(torch.float64),
-                             (count < k).to(torch.float64), std.to(torch.float64)])
-        return lp_new, flags
+        flags = torch.stack([(accepted & ok).to(f64), clipped.sum().to(f64), torch.as_tensor(std).to(f64)])
+        return lp_new, value, flags
 
     return step
 
 
-def fused_minibatch_penalty_release_accept(lik, noise, rng, state: MHState, z_new: torch.Tensor, log_q_ratio, *,
-                                           batch_size: int, llr_clip: float, noise_multiplier: float,
-                                           subsampling: str = "poisson"):
-    r"""``(RatioRelease, accepted)`` of one minibatch penalty iteration in one compiled graph
-    (:func:`_fused_minibatch_fn`), or ``None`` with both streams as they were (then the eager
-    release and test run): decided before any draw on the eager path or with sharded rows;
-    after the Poisson size is drawn (it picks the graph's bucket) for a model the trace cannot
-    represent or a batch that takes another branch of
-    :func:`~pyro_dp.mechanisms.sample_without_replacement` (an empty or a dense batch); after
-    the graph when the pre-drawn indices hold fewer distinct values than the batch needs —
-    facts about the model's code and the secret draws only, never the data. The draws are those of
-    :func:`minibatch_penalty_release` and :func:`~.proposals.penalty_accept` in their order:
-    the Poisson size, the batch's indices and the release noise (secret stream), then the
-    accept uniform (algorithm stream). The batch is padded to a bucket
-    (:meth:`~pyro_dp.compiled.CompiledLikelihood.bucket_for`), so varying Poisson sizes share
-    a few graphs. The release's ``log_ratio`` is not returned (``None``)."""
-    if not can_fuse(lik, noise):
-        return None
+def minibatch_penalty_release_accept(lik, noise, rng, state: MHState, z_new: torch.Tensor, log_q_ratio, *,
+                                     batch_size: int, llr_clip: float, noise_multiplier: float,
+                                     subsampling: str = "poisson"):
+    r"""``(RatioRelease, accepted)`` of one minibatch penalty iteration:
+    :func:`minibatch_penalty_step_fn` run as one compiled graph on the batch's size bucket
+    (:meth:`~pyro_dp.compiled.CompiledLikelihood.bucket_for`; the batch padded with row 0, masked)
+    when it can be — the compiled path in one process, a model the trace can represent, a
+    non-empty batch: facts about the model's code and the secret batch size only, never the data
+    — else as it is. Its randomness is drawn before it, in the eager order: the batch
+    (:func:`~pyro_dp.mechanisms.poisson_batch` or
+    :func:`~pyro_dp.mechanisms.batch_without_replacement`) and the release's standard normal
+    (secret stream), then the accept uniform (algorithm stream, in :math:`\hat\lambda`'s dtype).
+    Chain and ledger are the same on both paths (``tests/kernels/test_golden.py``,
+    ``tests/test_compiled.py``)."""
     n, b, T = lik.num_rows, int(batch_size), float(lik.temperature)
-    z, cl, gen = state.z, lik.compiled, noise.generator
-    nm = float(noise_multiplier)
-    secret = gen.get_state()
-    k = poisson_batch_size(gen, n, b / n) if subsampling == "poisson" else b
-    m = without_replacement_draws(n, k)
-    name = f"minibatch_step[{subsampling},n={n},b={b},T={T!r},L={float(llr_clip)!r},nm={nm!r}]"
-    size = k if subsampling != "poisson" else cl.bucket_for(name, k)
-    big_m = without_replacement_draws(n, size)
-    if m is None or big_m is None:  # an empty or dense batch: the eager branches
-        gen.set_state(secret)
-        return None
-    ints, kt = cached_zeros((big_m,), torch.long, z.device), cached_zeros((), torch.long, z.device)
-    f64, zero = cached_zeros((), torch.float64, z.device), cached_zeros((), z.dtype, z.device)
-    graph = cl.fused_graph(name, _fused_minibatch_fn(lik, n, b, T, subsampling, size, float(llr_clip), nm),
-                           (z, z_new, ints, ints, kt, f64, zero, state.log_prior, zero), full_data=False, bucket=size)
-    if graph is None:
-        gen.set_state(secret)
-        return None
-    dev = z.device
-    draws, keys = draw_batch_indices(gen, n, m, big_m, dev)  # sample_without_replacement's first round
-    xi = noise.standard_normal(()) if nm > 0 else f64  # the release's draw
-    public = rng.get_state()
-    u = accept_uniform(rng, z)  # proposals.penalty_accept's draw
-    lp_new, flags = graph(z, z_new, draws, keys, torch.as_tensor(k, device=dev), xi.to(dev), u,
-                          state.log_prior, torch.as_tensor(log_q_ratio, dtype=z.dtype, device=dev))
-    accepted, n_clipped, short, std = flags.tolist()
-    if short:  # fewer than k distinct draws: the eager step draws more (see above)
-        gen.set_state(secret)
-        rng.set_state(public)
-        return None
-    if nm > 0:
-        event = subsampled_gaussian_event(b / n, nm, subsampling)
+    nm, L = float(noise_multiplier), float(llr_clip)
+    z, dev = state.z, state.z.device
+    like_u = cached_zeros((), torch.promote_types(lik.dtype, state.log_prior.dtype), dev)  # λ̂'s dtype
+    if subsampling == "poisson":
+        idx = poisson_batch(noise, n, b / n, device=dev)  # the secret batch
     else:
-        event = NonPrivateEvent()
-    return RatioRelease(None, std * std, lp_new, (event,), n_clipped / k, std), accepted == 1.0
+        idx = batch_without_replacement(noise, n, b, device=dev)  # the secret batch
+    k = int(idx.numel())
+    xi = gaussian_release_spec(nm).draw(noise, (), device=dev)  # the release's standard normal (none: nm = 0)
+    u = accept_uniform(rng, like_u)  # proposals.penalty_accept's draw (algorithm stream)
+    q = torch.as_tensor(log_q_ratio, dtype=z.dtype, device=dev)
+    kt = torch.as_tensor(k, device=dev)
+    step = None
+    if k > 0 and can_fuse(lik, noise):
+        name = f"minibatch_step[{subsampling},n={n},b={b},T={T!r},L={L!r},nm={nm!r}]"
+        size = lik.compiled.bucket_for(name, k) if subsampling == "poisson" else k
+        ints, f64 = cached_zeros((size,), torch.long, dev), cached_zeros((), torch.float64, dev)
+        example = (z, z_new, ints, cached_zeros((), torch.long, dev), f64, like_u, state.log_prior,
+                   cached_zeros((), z.dtype, dev))
+        step = lik.compiled.fused_graph(name, minibatch_penalty_step_fn(lik, n, b, T, subsampling, L, nm,
+                                                                        _traced_log_ratios(lik), padded=True),
+                                        example, full_data=False, bucket=size)
+        if step is not None and size > k:  # padded with row 0 (masked inside)
+            idx = torch.cat([idx, torch.zeros(size - k, dtype=idx.dtype, device=dev)])
+    if step is None:  # the same function, run as it is
+        step = minibatch_penalty_step_fn(lik, n, b, T, subsampling, L, nm,
+                                         lambda z0, z1, i: batch_log_ratios(lik, z0, z1, i))
+    lp_new, value, flags = step(z, z_new, idx, kt, xi, u, state.log_prior, q)
+    accepted, n_clipped, std = flags.tolist()
+    event = subsampled_gaussian_event(b / n, nm, subsampling) if nm > 0 else NonPrivateEvent()
+    # thesis §3.3: accept w.p. min{1, exp(λ* − (σ² + σ_b²)/2)}
+    return RatioRelease(value, std * std, lp_new, (event,), n_clipped / k if k else 0.0, std), accepted == 1.0
 
 
 class DPMinibatchPenalty(RandomWalkKernel):
@@ -350,15 +316,9 @@ class DPMinibatchPenalty(RandomWalkKernel):
     def _per_iteration_events(self):
         return [self._event_for(self.noise_multiplier)]
 
-    def _release(self, noise, state, z_new):
-        return minibatch_penalty_release(self.lik, noise, state, z_new, batch_size=self.batch_size,
-                                         llr_clip=self.llr_clip, noise_multiplier=self.noise_multiplier,
-                                         subsampling=self.subsampling)
-
-    def _accept(self, rng, lambda_hat, noise_var):
-        return penalty_accept(rng, lambda_hat, noise_var)
-
+    # mh_step's moves 2-4 (release, accept) as one function, eager or compiled: never None, so
+    # RandomWalkKernel's _release/_accept hooks are not used
     def _fused_release_accept(self, noise, rng, state, z_new, log_q_ratio):
-        return fused_minibatch_penalty_release_accept(
+        return minibatch_penalty_release_accept(
             self.lik, noise, rng, state, z_new, log_q_ratio, batch_size=self.batch_size, llr_clip=self.llr_clip,
             noise_multiplier=self.noise_multiplier, subsampling=self.subsampling)

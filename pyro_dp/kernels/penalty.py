@@ -26,102 +26,126 @@ from typing import Optional
 import torch
 
 from ..compiled import cached_zeros
-from ..mechanisms import clip_and_sum, clipped_sum_with_noise, gaussian_event
+from ..mechanisms import GaussianReleaseSpec, clip_and_sum, gaussian_release_spec
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse
-from .proposals import accept_uniform, penalty_accept, penalty_log_accept_threshold, pop_target_accept_prob
+from .proposals import accept_uniform, penalty_log_accept_threshold, pop_target_accept_prob
 from .tuning import init_to_center
 
-__all__ = ["DPPenalty", "penalty_release", "fused_penalty_release_accept"]
+__all__ = ["DPPenalty", "penalty_ratio", "penalty_step_fn", "penalty_release", "penalty_release_accept"]
 
 
-def penalty_release(lik, noise, state: MHState, z_new: torch.Tensor, *, llr_clip: float,
-                    noise_multiplier: float) -> RatioRelease:
-    r"""The release of one DP penalty iteration (module docstring): the clipped per-example
-    log-likelihood ratio sum plus Gaussian noise, tempered. ``state.cache`` holds the private
-    per-example log-likelihoods at ``state.z`` (computed here if absent)."""
-    loglik = state.cache
-    if loglik is None:
-        loglik = lik.per_example_loglik(state.z)  # released inside this step's mechanism
-    dist = lik.jump_norm(z_new, state.z)  # ‖θ'−θ‖ in the likelihood's coordinates (PrivateLikelihood.jump_norm)
-    # Per-example ratios clipped to ±b‖θ'−θ‖: substitute sensitivity 2b‖θ'−θ‖ (thesis §3.1).
-    ll_new, lp_new, ratios = lik.clipped_ratio_sum(z_new, loglik, llr_clip * dist)
-    rel = clipped_sum_with_noise(ratios, llr_clip * dist, noise_multiplier, noise)
-    T = lik.temperature
+def _traced_ratio_sum(lik):
+    r"""``ratio_sum(z_new, ll_old, clip) -> (ℓ(θ'), log p(θ'), ClippedSum)`` for the inside of a
+    fused graph: the model's terms traced as they are (``lik.clipped_ratio_sum``'s eager branch;
+    outside a graph the step calls ``lik.clipped_ratio_sum`` itself, which may run its own graph)."""
+    def ratio_sum(z_new, ll_old, clip):
+        ll_new, lp_new = lik._eager_loglik_and_prior(z_new, None)
+        return ll_new, lp_new, clip_and_sum(ll_new - ll_old, clip)
+
+    return ratio_sum
+
+
+def penalty_ratio(lik, temperature: float, llr_clip: float, spec: GaussianReleaseSpec, ratio_sum, z, z_new,
+                  ll_old, xi, shards=None):
+    r"""The release of one DP penalty iteration (module docstring), a pure tensor function of its
+    inputs (the standard normal ``xi`` drawn before it by ``spec.draw``): the data-free clip
+    :math:`c = b\|\theta'-\theta\|` (thesis §3.1, in the likelihood's coordinates), the clipped
+    per-example ratio sum of ``ratio_sum`` (``lik.clipped_ratio_sum``, or
+    :func:`_traced_ratio_sum` in a graph), and ``spec``'s release :math:`\hat s = \sum_i
+    \mathrm{clip}_{\pm c}(\ell_i(\theta')-\ell_i(\theta)) + \sigma\xi` with :math:`\sigma =
+    \mathrm{nm}\cdot 2c`. Returns ``(ℓ(θ'), log p(θ'), T ŝ, (T σ)², SumRelease)``."""
+    clip = llr_clip * lik.jump_norm(z_new, z)  # b‖θ'−θ‖ (thesis §3.1), likelihood coordinates
+    ll_new, lp_new, cs = ratio_sum(z_new, ll_old, clip)  # per-row rule, clip to ±b‖θ'−θ‖, sum
+    rel = spec.release(cs, clip, xi, shards)  # ŝ = Σ clip(ℓ_i(θ')−ℓ_i(θ)) + σξ, σ = nm·2b‖θ'−θ‖
     # penalty: λ̂ = T ŝ + ..., accepted w.p. min{1, exp(λ̂ − T²σ²/2)} (Yıldırım & Ermiş 2019 §3.1)
-    return RatioRelease(T * rel.value, (T * rel.noise_std) ** 2, lp_new, (rel.event,), rel.clipped_fraction,
-                        float(rel.noise_std), cache_new=ll_new, cache_old=loglik)
+    return ll_new, lp_new, temperature * rel.value, (temperature * rel.noise_std) ** 2, rel
 
 
-def _fused_penalty_fn(lik, temperature: float, llr_clip: float, noise_multiplier: float):
-    r"""The release and the accept test of :func:`penalty_release` + :func:`~.proposals.penalty_accept`
-    as one pure tensor function, for :meth:`~pyro_dp.compiled.CompiledLikelihood.fused_graph`
-    (the compiled path). The same arithmetic in the same order as the eager path:
+def penalty_step_fn(lik, temperature: float, llr_clip: float, spec: GaussianReleaseSpec, ratio_sum, shards=None):
+    r"""One DP penalty iteration after the proposal, written once as a pure tensor function
+    ``step(z, z_new, ℓ(θ), log p(θ), ξ, u, log q-ratio) -> (ℓ(θ'), log p(θ'), T ŝ, flags)``: the
+    release :func:`penalty_ratio` and the penalty test
 
     .. math::
-        \hat s = \sum_i \mathrm{clip}_{\pm c}(\ell_i(\theta')-\ell_i(\theta)) + \sigma\xi,\quad
         \hat\lambda = T\hat s + \log p(\theta') - \log p(\theta) + \log q\text{-ratio},\quad
         \text{accept iff } \log u < \min\{0, \hat\lambda - (T\sigma)^2/2\}
 
-    (Yıldırım & Ermiş 2019 §3.1; thesis §3.1), ANDed with the data-free validity check of
-    :func:`~.mh.mh_step` (finite prior, :math:`\hat\lambda` and noise variance), with the
-    data-free clip :math:`c = b\|\theta'-\theta\|` and noise standard deviation
-    :math:`\sigma = \mathrm{nm}\cdot 2c` (substitute sensitivity) computed as the eager path
-    computes them. The standard normal :math:`\xi` (drawn before the call by
-    :meth:`~pyro_dp.mechanisms.NoiseSource.standard_normal` from the secret stream, scaled as
-    :meth:`~pyro_dp.mechanisms.NoiseSource.normal` scales it) and :math:`\log u`'s uniform
-    (the algorithm stream) are inputs; the clipped sum leaves the graph only inside the accept
-    decision, with its noise added. Outputs: ``ℓ(θ') [N], log p(θ')`` and ``(accepted, clipped
-    rows, rows, σ)`` as one float64 vector."""
-    nm = float(noise_multiplier)
+    (Yıldırım & Ermiş 2019 §3.1; :func:`~.proposals.penalty_log_accept_threshold`), ANDed with
+    the data-free validity check of :func:`~.mh.mh_step` (finite prior, :math:`\hat\lambda` and
+    noise variance). Its randomness is drawn before it: ``ξ`` from the secret stream
+    (``spec.draw``), ``u`` from the algorithm stream. The eager path runs it as it is; the
+    compiled path traces the same function into one graph
+    (:meth:`~pyro_dp.compiled.CompiledLikelihood.fused_graph`), where the clipped sum never
+    leaves without its noise. ``flags`` is ``(accepted, clipped rows, rows, σ)`` in float64,
+    read back in one transfer."""
 
     def step(z, z_new, ll_old, lp_old, xi, u, log_q_ratio):
-        clip = llr_clip * lik.jump_norm(z_new, z)  # b‖θ'−θ‖ (thesis §3.1), likelihood coordinates
-        ll, lp = lik._eager_loglik_and_prior(z_new, None)
-        cs = clip_and_sum(ll - ll_old, clip)
-        std = nm * 2.0 * clip  # sigma = nm * 2b‖θ'−θ‖ (mechanisms._gaussian_event, substitute)
-        s_hat = cs.total + (xi * std.to(torch.float64)).to(cs.total.dtype) if nm > 0 else cs.total
-        log_ratio = temperature * s_hat  # T ŝ
-        noise_var = (temperature * std) ** 2  # (T σ)²
+        ll, lp, log_ratio, noise_var, rel = penalty_ratio(lik, temperature, llr_clip, spec, ratio_sum, z, z_new,
+                                                          ll_old, xi, shards)
         lambda_hat = log_ratio + (lp - lp_old) + log_q_ratio
         accepted = torch.log(u) < penalty_log_accept_threshold(lambda_hat, noise_var)
         valid = torch.isfinite(lp) & torch.isfinite(lambda_hat) & torch.isfinite(noise_var)  # data-free
-        flags = torch.stack([(accepted & valid).to(torch.float64), cs.num_clipped.to(torch.float64),
-                             cs.num_rows.to(torch.float64), std.to(torch.float64)])  # read back in one transfer
-        return ll, lp, flags
+        f64 = torch.float64
+        flags = torch.stack([(accepted & valid).to(f64), rel.num_clipped.to(f64), rel.num_rows.to(f64),
+                             rel.noise_std.to(f64)])
+        return ll, lp, log_ratio, flags
 
     return step
 
 
-def fused_penalty_release_accept(lik, noise, rng, state: MHState, z_new: torch.Tensor, log_q_ratio: float, *,
-                                 llr_clip: float, noise_multiplier: float):
-    r"""``(RatioRelease, accepted)`` of one DP penalty iteration in one compiled graph
-    (:func:`_fused_penalty_fn`), or ``None`` — decided before anything is drawn — when the
-    step cannot be fused (eager path, sharded rows, a model the trace cannot represent, a
-    pass that needs chunks). The same draws from the same streams as :func:`penalty_release`
-    followed by :func:`~.proposals.penalty_accept`: the release noise (secret stream), then
-    the accept uniform (algorithm stream); the chain and the ledger are those of the eager
-    path (``tests/test_compiled.py``). The release's ``log_ratio`` is not returned (``None``):
-    nothing after the accept decision reads it."""
-    if not can_fuse(lik, noise):
-        return None
-    cl, T, nm = lik.compiled, float(lik.temperature), float(noise_multiplier)
+def _loglik_at(lik, state: MHState) -> torch.Tensor:
+    """The private per-example log-likelihoods at ``state.z`` (the state's cache, or computed:
+    released inside this step's mechanism)."""
+    return state.cache if state.cache is not None else lik.per_example_loglik(state.z)
+
+
+def penalty_release(lik, noise, state: MHState, z_new: torch.Tensor, *, llr_clip: float,
+                    noise_multiplier: float) -> RatioRelease:
+    r"""The release of one DP penalty iteration alone (module docstring; :func:`penalty_ratio`
+    run eagerly with its standard normal drawn from the secret stream): the clipped per-example
+    log-likelihood ratio sum plus Gaussian noise, tempered. ``state.cache`` holds the private
+    per-example log-likelihoods at ``state.z`` (computed here if absent). The kernel itself runs
+    the whole step, :func:`penalty_release_accept`."""
+    spec = gaussian_release_spec(noise_multiplier)
+    loglik = _loglik_at(lik, state)
+    xi = spec.draw(noise, (), device=state.z.device)
+    ll_new, lp_new, log_ratio, noise_var, rel = penalty_ratio(
+        lik, float(lik.temperature), float(llr_clip), spec, lik.clipped_ratio_sum, state.z, z_new, loglik, xi,
+        getattr(noise, "shards", None))
+    n_rows = int(rel.num_rows)
+    return RatioRelease(log_ratio, noise_var, lp_new, (spec.event,), int(rel.num_clipped) / n_rows if n_rows else 0.0,
+                        float(rel.noise_std), cache_new=ll_new, cache_old=loglik)
+
+
+def penalty_release_accept(lik, noise, rng, state: MHState, z_new: torch.Tensor, log_q_ratio: float, *,
+                           llr_clip: float, noise_multiplier: float):
+    r"""``(RatioRelease, accepted)`` of one DP penalty iteration: :func:`penalty_step_fn` run as
+    one compiled graph when it can be (the compiled path in one process, a model the trace can
+    represent, a pass without chunks: decided before anything is drawn), else as it is. Its
+    randomness is drawn before it, in the eager order: the release's standard normal (secret
+    stream, ``spec.draw``), then the accept uniform (algorithm stream; in the dtype of
+    :math:`\hat\lambda`, as :func:`~.proposals.penalty_accept` draws it). Chain and ledger are
+    the same on both paths (``tests/kernels/test_golden.py``, ``tests/test_compiled.py``)."""
+    spec = gaussian_release_spec(noise_multiplier)
+    T, clip = float(lik.temperature), float(llr_clip)
     z = state.z
-    loglik = state.cache
-    if loglik is None:
-        loglik = lik.per_example_loglik(z)  # released inside this step's mechanism
-    f64 = cached_zeros((), torch.float64, z.device)
-    example = (z, z_new, loglik, state.log_prior, f64, state.log_prior, state.log_prior)
-    graph = cl.fused_graph(f"penalty_step[T={T!r},L={float(llr_clip)!r},nm={nm!r}]",
-                           _fused_penalty_fn(lik, T, float(llr_clip), nm), example)
-    if graph is None:
-        return None
-    xi = noise.standard_normal(()).to(z.device) if nm > 0 else f64  # the secret stream, as add_gaussian_noise
-    u = accept_uniform(rng, z)  # the draw of proposals.uniform_log
+    loglik = _loglik_at(lik, state)
+    like_u = cached_zeros((), torch.promote_types(loglik.dtype, state.log_prior.dtype), z.device)  # λ̂'s dtype
+    step = None
+    if can_fuse(lik, noise):
+        example = (z, z_new, loglik, state.log_prior, cached_zeros((), torch.float64, z.device), like_u,
+                   state.log_prior)
+        step = lik.compiled.fused_graph(f"penalty_step[T={T!r},L={clip!r},nm={spec.noise_multiplier!r}]",
+                                        penalty_step_fn(lik, T, clip, spec, _traced_ratio_sum(lik)), example)
+    if step is None:  # the same function, run as it is
+        step = penalty_step_fn(lik, T, clip, spec, lik.clipped_ratio_sum, getattr(noise, "shards", None))
+    xi = spec.draw(noise, (), device=z.device)  # the secret stream, first
+    u = accept_uniform(rng, like_u)  # then the algorithm stream (proposals.uniform_log's draw)
     q = torch.as_tensor(log_q_ratio, dtype=z.dtype, device=z.device)
-    ll_new, lp_new, flags = graph(z, z_new, loglik, state.log_prior, xi, u, q)
+    ll_new, lp_new, log_ratio, flags = step(z, z_new, loglik, state.log_prior, xi, u, q)
     accepted, n_clipped, n_rows, std = flags.tolist()
-    rel = RatioRelease(None, (T * std) ** 2, lp_new, (gaussian_event(nm),), n_clipped / n_rows if n_rows else 0.0,
+    rel = RatioRelease(log_ratio, (T * std) ** 2, lp_new, (spec.event,), n_clipped / n_rows if n_rows else 0.0,
                        std, cache_new=ll_new, cache_old=loglik)
     return rel, accepted == 1.0
 
@@ -248,13 +272,8 @@ class DPPenalty(RandomWalkKernel):
                 lik_scale = min(jump / math.sqrt(max(d_lik, 1)), free)
                 self.proposal_scale = mask * lik_scale + (1.0 - mask) * free
 
-    def _release(self, noise, state, z_new):
-        return penalty_release(self.lik, noise, state, z_new, llr_clip=self.llr_clip,
-                               noise_multiplier=self.noise_multiplier)
-
-    def _accept(self, rng, lambda_hat, noise_var):
-        return penalty_accept(rng, lambda_hat, noise_var)
-
+    # mh_step's moves 2-4 (release, accept) as one function, eager or compiled: never None, so
+    # RandomWalkKernel's _release/_accept hooks are not used
     def _fused_release_accept(self, noise, rng, state, z_new, log_q_ratio):
-        return fused_penalty_release_accept(self.lik, noise, rng, state, z_new, log_q_ratio, llr_clip=self.llr_clip,
-                                            noise_multiplier=self.noise_multiplier)
+        return penalty_release_accept(self.lik, noise, rng, state, z_new, log_q_ratio, llr_clip=self.llr_clip,
+                                      noise_multiplier=self.noise_multiplier)

@@ -282,23 +282,32 @@ class GaussianMixtureCorrection(NamedTuple):
 
 def sample_correction(rng: torch.Generator, corr: GaussianMixtureCorrection, like: torch.Tensor) -> torch.Tensor:
     """One draw of :math:`V_{\\rm corr}` from the algorithm's generator (data-free)."""
-    v = _correction_draw(rng, corr, like)
-    return v if torch.is_tensor(v) else torch.tensor(v, dtype=like.dtype, device=like.device)
+    return _correction_draw(rng, corr, like)
 
 
-def _correction_draw(rng: torch.Generator, corr: GaussianMixtureCorrection, like: torch.Tensor):
-    """:func:`sample_correction`'s draw, as a Python float for float64 on the CPU (the same
-    IEEE double arithmetic without 0-d tensor operations, #17), else as a tensor."""
-    means, sds, weights, floats = _correction_tensors(corr, like.dtype, like.device)
+def _correction_draw(rng: torch.Generator, corr: GaussianMixtureCorrection, like: torch.Tensor) -> torch.Tensor:
+    """:func:`sample_correction`'s draw: :func:`correction_draws` then :func:`correction_from_draws`."""
+    means, sds, weights = _correction_tensors(corr, like.dtype, like.device)
     expo, u, xi = correction_draws(rng, corr, like)
-    # the component: Gumbel-max with exponentials, argmax_k w_k / E_k, E_k ~ Exp(1) — what
-    # torch.multinomial(weights, 1) computes (ATen's one-sample fast path), without its three
-    # validity checks on the (fixed, checked at load) weights (#17)
-    k = int(torch.argmax(weights.to(expo.device) / expo))
-    sign = 1.0 if float(u) < 0.5 else -1.0
-    if floats is not None:
-        return sign * floats[0][k] + floats[1][k] * float(xi)
-    return sign * means[k] + sds[k] * xi
+    return correction_from_draws(expo.to(like.device), u.to(like.device), xi, means, sds, weights)
+
+
+def correction_from_draws(expo: torch.Tensor, u: torch.Tensor, xi: torch.Tensor, means: torch.Tensor,
+                          sds: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    r"""One :math:`V_{\rm corr}` from its randomness ``(E, u, xi)`` (:func:`correction_draws`), a
+    pure tensor function (a traced graph evaluates it; no value leaves it): the component
+    :math:`\arg\max_k w_k/E_k` with :math:`E_k \sim \mathrm{Exp}(1)` — Gumbel-max, what
+    ``torch.multinomial(weights, 1)`` computes (ATen's one-sample fast path) — then the sign
+    :math:`\pm` by ``u < 1/2`` and :math:`\pm\mu_k + s_k\,\xi`. ``means``, ``sds``, ``weights``
+    from :func:`_correction_tensors`.
+
+    >>> w, m, s = torch.tensor([0.2, 0.8], dtype=torch.float64), torch.tensor([0.0, 1.0]), torch.tensor([1.0, 0.5])
+    >>> float(correction_from_draws(torch.tensor([1.0, 1.0], dtype=torch.float64), torch.tensor(0.7), torch.tensor(2.0), m, s, w))
+    0.0
+    """
+    k = torch.argmax(weights / expo).reshape(1)  # a tensor index: no value leaves a graph
+    sign = torch.where(u < 0.5, 1.0, -1.0).to(means.dtype)
+    return (sign * means.index_select(0, k) + sds.index_select(0, k) * xi).reshape(())
 
 
 def correction_draws(rng: torch.Generator, corr: GaussianMixtureCorrection, like: torch.Tensor):
@@ -307,7 +316,7 @@ def correction_draws(rng: torch.Generator, corr: GaussianMixtureCorrection, like
     component (float64, on the generator's device; the component is :math:`\arg\max_k w_k/E_k`), the sign's
     uniform ``u`` (float64, likewise) and the standard normal ``xi`` (dtype and device of ``like``). The
     compiled DP Barker step draws them before its graph and evaluates the draw inside it
-    (:func:`~pyro_dp.kernels.barker.fused_barker_release_accept`)."""
+    (:func:`~pyro_dp.kernels.barker.barker_step_fn`)."""
     weights = _correction_tensors(corr, like.dtype, like.device)[2]
     # on the generator's device (the algorithm stream follows the data's device, #17)
     expo = torch.empty(weights.shape, dtype=torch.float64, device=rng.device).exponential_(1.0, generator=rng)
@@ -328,8 +337,7 @@ def _correction_tensors(corr: GaussianMixtureCorrection, dtype, device):
     if out is None or out[0] is not corr:
         means = torch.as_tensor(corr.means, dtype=dtype, device=device)
         sds = torch.sqrt(torch.as_tensor(corr.variances, dtype=dtype, device=device))
-        floats = (means.tolist(), sds.tolist()) if dtype == torch.float64 and means.device.type == "cpu" else None
-        out = _CORRECTIONS[key] = (corr, (means, sds, corr.weights.to(dtype=torch.float64, device=device), floats))
+        out = _CORRECTIONS[key] = (corr, (means, sds, corr.weights.to(dtype=torch.float64, device=device)))
     return out[1]
 
 
@@ -344,4 +352,5 @@ def barker_accept(rng: torch.Generator, lambda_hat: torch.Tensor, corr: Gaussian
     return bool(lambda_hat + _correction_draw(rng, corr, lambda_hat) > 0)
 
 
-__all__ += ["GaussianMixtureCorrection", "sample_correction", "correction_draws", "barker_accept"]
+__all__ += ["GaussianMixtureCorrection", "sample_correction", "correction_draws", "correction_from_draws",
+            "barker_accept"]

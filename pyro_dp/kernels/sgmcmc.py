@@ -96,8 +96,8 @@ import torch
 
 from ..accounting import get_accountant
 from ..compiled import cached_zeros
-from ..mechanisms import (SubsampledGaussianEvent, clipped_sum_with_noise, distinct_draws_and_count, draw_batch_indices,
-                          poisson_batch_size, subsampled_gaussian_event, without_replacement_draws)
+from ..mechanisms import (GaussianReleaseSpec, SubsampledGaussianEvent, clip_and_sum, gaussian_release_spec,
+                          poisson_batch, subsampled_gaussian_event)
 from .base import DPKernel, check_positive
 from .mh import can_fuse
 
@@ -109,6 +109,7 @@ __all__ = [
     "SGMCMCInfo",
     "GradientRelease",
     "private_gradient",
+    "private_gradient_fn",
     "langevin_noise_multiplier",
     "sgld_init",
     "sgld_step",
@@ -202,100 +203,81 @@ def langevin_noise_multiplier(
     return sigma / (_SENSITIVITY[relation] * C)
 
 
-def private_gradient(noise, lik, z, *, sample_rate, grad_clip, noise_multiplier, relation) -> GradientRelease:
-    r""":math:`\tilde g = \nabla\log p(\theta) + \frac Tq(\sum_{i\in B}\mathrm{clip}_C
-    (\nabla\ell_i) + \zeta)` with a Poisson batch :math:`B` and
-    :math:`\zeta\sim\mathcal N(0, (\mathrm{nm}\,\Delta)^2 I)`; the batch and :math:`\zeta`
-    both come from ``noise`` (the privacy stream). Cost :math:`O(b)`, independent of
-    :math:`N`."""
-    q = float(sample_rate)
-    fused = _fused_private_gradient(noise, lik, z, q, grad_clip, float(noise_multiplier), relation)
-    if fused is not None:
-        return fused
-    idx = noise.poisson_subsample(lik.num_rows, q, device=z.device)
-    grad_lp = None
-    if not idx.numel():  # an empty batch still releases (pure noise): the event is the same
-        grads = z.new_zeros((0, z.numel()))
-    else:  # the per-example gradients clipped and summed; compiled: one graph with the prior's gradient
-        compiled = getattr(lik, "compiled", None)
-        out = None if compiled is None else compiled.clipped_grad_sum_and_prior_grad(z, grad_clip, idx)
-        if out is None:
-            _, grads = lik.clipped_grad_sum(z, grad_clip, idx)
-        else:
-            grads, grad_lp = out
-    # clip per example, sum, add N(0, (nm Δ)^2) (Räisä 2021 thesis Alg. 3; Abadi et al. 2016 Alg. 1)
-    rel = clipped_sum_with_noise(grads, grad_clip, noise_multiplier, noise, relation=relation)
-    if grad_lp is None:
-        grad_lp = lik.grad_log_prior(z)  # data-free
-    # Horvitz–Thompson scaling 1/q = N/b and tempering T: post-processing (Welling & Teh 2011, eq. 4)
-    grad = grad_lp + (lik.temperature / q) * lik.project(rel.value)  # project: post-processing
-    event = subsampled_gaussian_event(q, float(noise_multiplier), "poisson")
-    return GradientRelease(grad, event, rel.clipped_fraction, float(rel.noise_std))
+def private_gradient_fn(lik, temperature: float, q: float, spec: GaussianReleaseSpec, grad_sum, grad_prior,
+                        padded: bool = False, shards=None):
+    r"""The private gradient of one DP-SGLD/SGNHT step, written once as a pure tensor function
+    ``step(z, C, idx, k, ξ) -> (g̃, flags)``: the per-example gradients on the Poisson batch
+    ``idx`` (drawn before it from the secret stream; with ``padded`` a bucket of rows of which
+    the first ``k`` are the batch, the rest masked) clipped to L2 norm :math:`C` and summed
+    (``grad_sum``), ``spec``'s release of the sum with the standard normals ``ξ`` (secret
+    stream; :math:`\sigma = \mathrm{nm}\,\Delta`, :math:`\Delta = 2C` substitute or :math:`C`
+    add/remove), the prior's gradient (``grad_prior``, data-free) and
+    :math:`\tilde g = \nabla\log p(\theta) + \frac Tq\,(\sum_{i\in B}\mathrm{clip}_C(\nabla\ell_i) + \zeta)`
+    (Horvitz–Thompson :math:`1/q`; Welling & Teh 2011, eq. 4). The eager path runs it as it is
+    (``lik.clipped_grad_sum``, ``lik.grad_log_prior``); ``jit_compile=True`` traces the same
+    function on a batch bucket (the compiled likelihood's gradient terms). ``flags``:
+    ``(clipped rows, rows, σ)`` in float64."""
+    f64 = torch.float64
 
-
-def _fused_private_gradient_fn(cl, temperature: float, q: float, size: int, nm: float, sens: float):
-    r""":func:`private_gradient` after its secret draws, as a pure tensor function for one graph
-    on a batch bucket of ``size`` rows: the batch (the first ``k`` distinct of the pre-drawn,
-    padded indices, :func:`~pyro_dp.mechanisms.distinct_draws_and_count`), the per-example
-    gradients clipped and summed with the rows past ``k`` masked, the release noise (the
-    pre-drawn standard normals ``xi`` scaled by :math:`\sigma = \mathrm{nm}\,\Delta` as
-    :meth:`~pyro_dp.mechanisms.NoiseSource.normal` scales them), the prior's gradient and
-    :math:`\tilde g`. Outputs :math:`\tilde g` and ``(clipped rows, rows, fewer than k
-    distinct draws, noise std)`` as one float64 vector; the clipped sum leaves only with its
-    noise added."""
-
-    def step(z, clip, draws, keys, k, xi):
-        idx, count = distinct_draws_and_count(draws, keys, size)
-        keep = torch.arange(size, device=z.device) < k
-        _, cs = cl.clipped_grad_terms(z, clip, idx, keep.to(z.dtype))
-        _, grad_lp = cl.log_prior_terms(z)
-        std = nm * sens * clip  # sigma = nm * Delta (mechanisms._gaussian_event)
-        value = cs.total + (xi * std.to(torch.float64)).to(cs.total.dtype) if nm > 0 else cs.total
-        grad = grad_lp + (temperature / q) * cl.lik.project(value)  # Welling & Teh 2011, eq. 4 (Horvitz–Thompson 1/q)
-        flags = torch.stack([cs.num_clipped.to(torch.float64), cs.num_rows.to(torch.float64),
-                             (count < k).to(torch.float64), std.to(torch.float64)])
-        return grad, flags
+    def step(z, clip, idx, k, xi):
+        valid = (torch.arange(idx.shape[0], device=z.device) < k).to(z.dtype) if padded else None
+        cs = grad_sum(z, clip, idx, valid)
+        rel = spec.release(cs, clip, xi, shards)  # clip per example, sum, add N(0, (nm Δ)^2) (Abadi et al. 2016)
+        # Horvitz–Thompson scaling 1/q = N/b and tempering T: post-processing (Welling & Teh 2011, eq. 4)
+        grad = grad_prior(z) + (temperature / q) * lik.project(rel.value)  # project: post-processing
+        return grad, torch.stack([torch.as_tensor(rel.num_clipped).to(f64), torch.as_tensor(rel.num_rows).to(f64),
+                                  rel.noise_std.to(f64)])
 
     return step
 
 
-def _fused_private_gradient(noise, lik, z, q: float, grad_clip, nm: float, relation: str):
-    r""":func:`private_gradient` as one compiled graph (:func:`_fused_private_gradient_fn`), or
-    ``None`` with the secret stream as it was (then the unfused release runs): not compiled or
-    sharded rows (decided before any draw), or — after the Poisson size is drawn, which picks
-    the graph's bucket — an untraceable model, an empty or dense batch, or pre-drawn indices
-    with fewer distinct values than the batch needs (facts about the model's code and the
-    secret draws only, never the data). The draws are :func:`private_gradient`'s: the Poisson size, the
-    batch's indices, then the noise, all from the secret stream; the values, the event and the
-    chain are the unfused path's (``tests/test_compiled.py``)."""
-    if not can_fuse(lik, noise):
-        return None
-    n, T, cl, gen = lik.num_rows, float(lik.temperature), lik.compiled, noise.generator
-    sens = 2.0 if relation == "substitute" else 1.0  # l2-sensitivity 2C (substitute) or C (add/remove)
-    name = f"private_gradient[n={n},q={q!r},T={T!r},nm={nm!r},sens={sens!r}]"
-    secret = gen.get_state()
-    k = poisson_batch_size(gen, n, q)
-    size = cl.bucket_for(name, k) if k else 0
-    m, big_m = without_replacement_draws(n, k), without_replacement_draws(n, size)
-    if m is None or big_m is None:  # an empty or dense batch: the unfused branches
-        gen.set_state(secret)
-        return None
-    clip = torch.as_tensor(grad_clip, dtype=z.dtype, device=z.device)
-    ints, kt = cached_zeros((big_m,), torch.long, z.device), cached_zeros((), torch.long, z.device)
-    xi0 = cached_zeros(z.shape, torch.float64, z.device)
-    graph = cl.fused_graph(name, _fused_private_gradient_fn(cl, T, q, size, nm, sens), (z, clip, ints, ints, kt, xi0),
-                           full_data=False, bucket=size)
-    if graph is None:
-        gen.set_state(secret)
-        return None
+def _eager_grad_sum(lik):
+    """``grad_sum(z, C, idx, valid=None) -> ClippedSum`` outside a graph: the likelihood's own
+    clipped gradient sum (which may run its own graph); an empty batch sums no row."""
+    def grad_sum(z, clip, idx, valid):
+        if not idx.numel():  # an empty batch still releases (pure noise): the event is the same
+            return clip_and_sum(z.new_zeros((0, z.numel())), clip)
+        return lik.clipped_grad_sum(z, clip, idx)[1]
+
+    return grad_sum
+
+
+def private_gradient(noise, lik, z, *, sample_rate, grad_clip, noise_multiplier, relation) -> GradientRelease:
+    r""":math:`\tilde g = \nabla\log p(\theta) + \frac Tq(\sum_{i\in B}\mathrm{clip}_C
+    (\nabla\ell_i) + \zeta)` with a Poisson batch :math:`B` and
+    :math:`\zeta\sim\mathcal N(0, (\mathrm{nm}\,\Delta)^2 I)` (:func:`private_gradient_fn`), run
+    as one compiled graph on the batch's size bucket when it can be (the compiled path in one
+    process, a model the trace can represent, a non-empty batch: facts about the model's code
+    and the secret batch size only), else as it is. The batch
+    (:func:`~pyro_dp.mechanisms.poisson_batch`) and :math:`\zeta`'s standard normals are drawn
+    before it, in this order, from ``noise`` (the privacy stream). Cost :math:`O(b)`,
+    independent of :math:`N`."""
+    q, nm, T = float(sample_rate), float(noise_multiplier), float(lik.temperature)
+    spec = gaussian_release_spec(nm, relation)
     dev = z.device
-    draws, keys = draw_batch_indices(gen, n, m, big_m, dev)  # sample_without_replacement's first round
-    xi = noise.standard_normal(z.shape) if nm > 0 else xi0  # the release's draws
-    grad, flags = graph(z, clip, draws, keys, torch.as_tensor(k, device=dev), xi.to(dev))
-    n_clipped, n_rows, short, std = flags.tolist()
-    if short:  # fewer than k distinct draws: the unfused release draws more (see above)
-        gen.set_state(secret)
-        return None
+    idx = poisson_batch(noise, lik.num_rows, q, device=dev)  # the secret batch
+    k = int(idx.numel())
+    xi = spec.draw(noise, z.shape, device=dev)  # the release's standard normals (secret stream)
+    clip, step = grad_clip, None
+    if k > 0 and can_fuse(lik, noise):
+        cl = lik.compiled
+        name = f"private_gradient[n={lik.num_rows},q={q!r},T={T!r},nm={nm!r},rel={relation}]"
+        size = cl.bucket_for(name, k)
+        clip_t = torch.as_tensor(grad_clip, dtype=z.dtype, device=dev)
+        example = (z, clip_t, cached_zeros((size,), torch.long, dev), cached_zeros((), torch.long, dev),
+                   cached_zeros(z.shape, torch.float64, dev))
+        step = cl.fused_graph(name, private_gradient_fn(lik, T, q, spec, lambda *a: cl.clipped_grad_terms(*a)[1],
+                                                        lambda zz: cl.log_prior_terms(zz)[1], padded=True),
+                              example, full_data=False, bucket=size)
+        if step is not None:
+            clip = clip_t
+            if size > k:  # padded with row 0 (masked inside)
+                idx = torch.cat([idx, torch.zeros(size - k, dtype=idx.dtype, device=dev)])
+    if step is None:  # the same function, run as it is
+        step = private_gradient_fn(lik, T, q, spec, _eager_grad_sum(lik), lik.grad_log_prior,
+                                   shards=getattr(noise, "shards", None))
+    grad, flags = step(z, clip, idx, torch.as_tensor(k, device=dev), xi)
+    n_clipped, n_rows, std = flags.tolist()
     return GradientRelease(grad, subsampled_gaussian_event(q, nm, "poisson"), n_clipped / n_rows if n_rows else 0.0,
                            std)
 

@@ -92,14 +92,24 @@ def broken_penalty_accept(rng, lambda_hat, noise_var):
     return bool(uniform_log(rng, lambda_hat) < torch.clamp(lambda_hat, max=0.0))
 
 
+def broken_penalty_log_accept_threshold(lambda_hat, noise_var):
+    """:func:`broken_penalty_accept`'s threshold, for a step written as one tensor function."""
+    return torch.clamp(lambda_hat, max=0.0)
+
+
 def maybe_broken_fixture(module, broken_id="broken"):
     """A fixture run twice: with the module's ``penalty_accept`` as it is, and replaced by
-    :func:`broken_penalty_accept` — a statistical test must pass the first and fail the second."""
+    :func:`broken_penalty_accept` — a statistical test must pass the first and fail the second.
+    A module whose step is one tensor function (issue 39: DP penalty) has no ``penalty_accept``:
+    its ``penalty_log_accept_threshold`` is replaced by the broken one instead."""
 
     @pytest.fixture(params=[False, True], ids=["correct", broken_id])
     def maybe_broken(request, monkeypatch):
         if request.param:
-            monkeypatch.setattr(module, "penalty_accept", broken_penalty_accept)
+            if hasattr(module, "penalty_accept"):
+                monkeypatch.setattr(module, "penalty_accept", broken_penalty_accept)
+            else:
+                monkeypatch.setattr(module, "penalty_log_accept_threshold", broken_penalty_log_accept_threshold)
         return request.param
 
     return maybe_broken

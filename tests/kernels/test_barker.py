@@ -226,15 +226,10 @@ def barker_variant(request, monkeypatch):
     must catch (s10 audit: the GMM test above passes both): ``no_vcorr`` drops V_corr (a probit
     test, no detailed balance); ``plus_var`` draws the privacy noise with variance
     C + sigma_b^2 instead of C - sigma_b^2 (eq. (18) with the sign flipped)."""
-    if request.param == "no_vcorr":
-        monkeypatch.setattr(barker_mod, "barker_accept", lambda rng, lam, corr: bool(lam > 0))
-    elif request.param == "plus_var":
-        release, C = barker_mod.gaussian_release, BARKER_C
-
-        def plus_var(value, std, event, noise):  # std = sqrt(C - v)  ->  sqrt(C + v) = sqrt(2C - std^2)
-            return release(value, torch.sqrt(2 * C - torch.as_tensor(std) ** 2), event, noise)
-
-        monkeypatch.setattr(barker_mod, "gaussian_release", plus_var)
+    if request.param == "no_vcorr":  # the step's V_corr (its draws still made: the streams as before)
+        monkeypatch.setattr(barker_mod, "correction_from_draws", lambda *draws: 0.0)
+    elif request.param == "plus_var":  # std = sqrt(C - v)  ->  sqrt(C + v)
+        monkeypatch.setattr(barker_mod, "barker_noise_std", lambda var_b, C: torch.sqrt(C + var_b))
     return request.param
 
 

@@ -16,7 +16,7 @@ from pyro_dp.accounting.rdp import rdp_epsilon
 from pyro_dp.accounting.subsampled import minibatch_penalty_rdp
 from pyro_dp.kernels.minibatch_penalty import DPMinibatchPenalty, thesis_sensitivity
 from tests.kernels.helpers import (
-    broken_penalty_accept,
+    broken_penalty_log_accept_threshold,
     gauss_model,
     gauss_model_2d,
     make_data,
@@ -73,7 +73,7 @@ def variant(request, monkeypatch):
     """The kernel as it is, and two deliberately wrong ones the invariance test must catch
     (s10 audit: the long-chain test above passed both)."""
     if request.param == "no_penalty":
-        monkeypatch.setattr(mbp, "penalty_accept", broken_penalty_accept)
+        monkeypatch.setattr(mbp, "penalty_log_accept_threshold", broken_penalty_log_accept_threshold)
     elif request.param == "no_sigma_b":
         _broken_no_sigma_b(monkeypatch)
     return request.param
@@ -226,13 +226,13 @@ def test_mismatched_scheme_and_accountant_refused_before_reading_data(scheme, ac
 def test_only_the_batch_is_read(scheme, monkeypatch):
     """Per-iteration cost must not grow with N: every likelihood evaluation names a batch."""
     sizes = []
-    real = mbp.batch_ratio_statistics
+    real = mbp.batch_log_ratios
 
     def spy(lik, z, z_new, idx, *args):
         sizes.append(idx.numel())
         return real(lik, z, z_new, idx, *args)
 
-    monkeypatch.setattr(mbp, "batch_ratio_statistics", spy)
+    monkeypatch.setattr(mbp, "batch_log_ratios", spy)
     y = make_data(5000)
     kernel = DPMinibatchPenalty(gauss_model, 20, 0.05, llr_clip=2.0, noise_multiplier=1.0, subsampling=scheme, seed=0)
     kernel.diagnostics = lambda: {}  # skip the (slow, irrelevant here) epsilon computation

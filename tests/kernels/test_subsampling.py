@@ -81,39 +81,3 @@ def test_first_occurrences_is_numpy_unique_return_index():
             v = rng.integers(0, n, size=m)
             want = np.sort(np.unique(v, return_index=True)[1])
             assert np.array_equal(_first_occurrences(v, n), want), (n, m)
-
-
-def test_first_distinct_draws_is_what_sample_without_replacement_keeps():
-    """The fixed-shape batch selection of the fused DP Barker step (#17) keeps the first ``b``
-    distinct draws in draw order, as ``sample_without_replacement`` does from the same first
-    round of draws, and flags exactly the rounds with fewer than ``b`` distinct values; it
-    runs inside a compiled graph with the same result."""
-    import numpy as np
-
-    from pyro_dp.mechanisms import first_distinct_draws, sorted_draw_keys, without_replacement_draws
-
-    assert without_replacement_draws(10, 6) is None  # dense: randperm
-    assert without_replacement_draws(2**61, 1000) is None  # the shifted key would overflow
-    compiled = torch.compile(first_distinct_draws, fullgraph=True, dynamic=False)
-    for n, b, m in ((24, 12, None), (24, 16, 26), (300, 100, None), (10**5, 1000, None), (2**50, 64, None)):
-        m = m or without_replacement_draws(n, b)  # (24, 16, 26): fewer draws than the kernels make
-        shorts = 0
-        for seed in range(40):
-            g = torch.Generator().manual_seed(seed)
-            draws = torch.randint(n, (m,), generator=g)
-            first = np.sort(np.unique(draws.numpy(), return_index=True)[1])
-            keys = sorted_draw_keys(draws)
-            idx, short = first_distinct_draws(draws, keys, b)
-            assert bool(short) == (first.size < b), (n, b, seed)
-            shorts += bool(short)
-            if not short:
-                want = torch.from_numpy(draws.numpy()[first[:b]])
-                assert torch.equal(idx, want)
-                if m == without_replacement_draws(n, b):
-                    g = torch.Generator().manual_seed(seed)
-                    assert torch.equal(sample_without_replacement(g, n, b), want)
-                if seed < 3:
-                    cidx, cshort = compiled(draws, keys, b)
-                    assert torch.equal(cidx, want) and not bool(cshort)
-        if b == 16:
-            assert 0 < shorts < 40  # the flag is exercised both ways

@@ -1,0 +1,394 @@
+r"""Releases (:mod:`pyro_dp.mechanisms`): clip per example, sum, add Gaussian noise from the secret
+stream, and return the value with its event — the one audited place where noise is added.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import NamedTuple, Optional
+
+import torch
+
+from .clipping import ClippedSum, clip_and_sum
+from .events import RELATIONS, NonPrivateEvent, PrivacyEvent, gaussian_event  # noqa: F401 (doctests)
+from .noise import NoiseSource
+
+__all__ = [
+    "NoisyRelease",
+    "clipped_sum_with_noise",
+    "draw_gaussian_noise",
+    "add_gaussian_noise",
+    "gaussian_release",
+    "noisy_histogram",
+    "noisy_count",
+    "GaussianReleaseSpec",
+    "gaussian_release_spec",
+    "GaussianStdReleaseSpec",
+    "SumRelease",
+]
+
+# --------------------------------------------------------------------------- release
+
+
+class NoisyRelease(NamedTuple):
+    """Result of :func:`clipped_sum_with_noise`.
+
+    :ivar value: the released noisy sum (safe to use anywhere: it is in the ledger).
+    :ivar event: the event to record in the ledger.
+    :ivar noise_std: standard deviation of the noise that was added.
+    :ivar clipped_fraction: fraction of rows whose norm exceeded the clip. This is a
+        statistic of the data: it is **not** private, it is for the user's own diagnostics
+        and must never feed back into the algorithm.
+    
+    >>> import torch
+    >>> out = clipped_sum_with_noise(torch.tensor([0.5, 3.0]), clip=1.0, noise_multiplier=0.0,
+    ...                              noise=NoiseSource())
+    >>> out.value, out.event, out.clipped_fraction
+    (tensor(1.5000), NonPrivateEvent(), 0.5)
+    """
+
+    value: torch.Tensor
+    event: PrivacyEvent
+    noise_std: torch.Tensor
+    clipped_fraction: float
+
+
+def clipped_sum_with_noise(
+    values,
+    clip,
+    noise_multiplier: float,
+    noise: NoiseSource,
+    relation: str = "substitute",
+) -> NoisyRelease:
+    r"""Clip per example, sum, add Gaussian noise — in that order, in one audited place.
+
+    ``values`` has shape ``[B]`` (scalars, clipped to ``[-clip, clip]``) or ``[B, D]``
+    (vectors, clipped to L2 norm ``clip``), or is the :class:`ClippedSum` that
+    :func:`clip_and_sum` returned for them with the same ``clip`` (the compiled path fuses
+    that part into its per-example graph). The sum over the ``B`` rows has
+    :math:`\ell_2`-sensitivity :math:`\Delta = 2\,\mathrm{clip}` under substitution of one
+    row and :math:`\mathrm{clip}` under add/remove; the noise has standard deviation
+    :math:`\sigma = \mathrm{noise\_multiplier}\cdot\Delta` (Gaussian mechanism,
+    Räisä 2021 thesis Def. 6–7, Thm 4).
+
+    ``clip`` may be a data-free tensor (e.g. :math:`b\|\theta-\theta'\|`); it must not
+    depend on the data. ``noise_multiplier = 0`` is the documented non-private test
+    mode: no noise is added and the event is :class:`NonPrivateEvent`, for which every
+    accountant reports :math:`\varepsilon = \infty`.
+    
+    >>> import torch
+    >>> out = clipped_sum_with_noise(torch.ones(100, dtype=torch.float64), clip=1.0,
+    ...                              noise_multiplier=5.0, noise=NoiseSource())
+    >>> out.event, float(out.noise_std)  # sigma = nm * 2 * clip (substitute one row)
+    (GaussianEvent(noise_multiplier=5.0), 10.0)
+    """
+    if relation not in RELATIONS:
+        raise ValueError(f"relation must be one of {RELATIONS}, got {relation!r}")
+    cs = values if isinstance(values, ClippedSum) else clip_and_sum(values, clip)
+    counts = (cs.num_clipped, cs.num_rows)
+    shards = getattr(noise, "shards", None)
+    if shards is not None:  # sharded rows: the counts of all ranks (a non-private diagnostic)
+        counts = shards.all_reduce_sum(torch.stack([torch.as_tensor(c, dtype=torch.float64) for c in counts]))
+    rows = int(counts[1])
+    frac = float(counts[0]) / rows if rows else 0.0
+    return add_gaussian_noise(cs.total, clip, noise_multiplier, noise, relation)._replace(clipped_fraction=frac)
+
+
+def gaussian_release(value: torch.Tensor, std, event: PrivacyEvent, noise: NoiseSource) -> NoisyRelease:
+    r"""Release ``value`` + :math:`\mathcal N(0, \mathrm{std}^2 I)` for a mechanism whose privacy
+    analysis is ``event`` — the release path of the kernels whose noise is not
+    ``noise_multiplier x sensitivity`` of a clipped sum (DP Barker's :math:`C - \sigma_b^2`,
+    Heikkilä et al. 2019 eq. (18); the minibatch penalty's :math:`\mathrm{nm}\cdot c(\theta,\theta')`,
+    Räisä 2021 thesis Thm 8). ``std`` must be data-independent or bounded as the event's
+    analysis assumes.
+
+    >>> out = gaussian_release(torch.tensor(1.0, dtype=torch.float64), 0.0, NonPrivateEvent(), NoiseSource())
+    >>> float(out.value), out.event
+    (1.0, NonPrivateEvent())
+    """
+    std_t = torch.as_tensor(std, dtype=value.dtype, device=value.device)
+    spec = GaussianStdReleaseSpec(event)
+    return NoisyRelease(spec.release(value, std_t, spec.draw(noise, value.shape)), event, std_t, 0.0)
+
+
+def _plus_scaled(value: torch.Tensor, std: torch.Tensor, xi: torch.Tensor) -> torch.Tensor:
+    """``value + std * xi`` as :meth:`NoiseSource.normal` scales a draw: the float64 standard
+    normal ``xi`` times ``std`` in float64, then cast to ``value``'s dtype and device (pure)."""
+    return value + (xi * std.to(torch.float64)).to(dtype=value.dtype, device=value.device)
+
+
+@dataclass(frozen=True)
+class GaussianStdReleaseSpec:
+    r""":func:`gaussian_release` split like :class:`GaussianReleaseSpec`, for a mechanism whose noise
+    standard deviation its own analysis fixes and whose ``event`` it states (DP Barker's
+    :math:`\sqrt{C - \sigma_b^2}`, Heikkilä et al. 2019 eq. (18); the minibatch penalty's
+    :math:`\mathrm{nm}\cdot c(\theta,\theta')`, Räisä 2021 thesis Thm 8): :meth:`draw` takes the
+    standard normal(s) from the secret stream before the step, :meth:`release` (pure) adds
+    ``std`` times them, bit for bit as :func:`gaussian_release` does.
+
+    >>> from pyro_dp.mechanisms import GaussianEvent
+    >>> spec = GaussianStdReleaseSpec(GaussianEvent(2.0))
+    >>> a, b = NoiseSource(seed=0, warn=False), NoiseSource(seed=0, warn=False)
+    >>> v, std = torch.tensor(1.0, dtype=torch.float64), torch.tensor(0.5, dtype=torch.float64)
+    >>> bool(spec.release(v, std, spec.draw(a)) == gaussian_release(v, std, spec.event, b).value)
+    True
+    """
+
+    event: PrivacyEvent
+
+    def draw(self, noise: NoiseSource, shape=(), device=None) -> torch.Tensor:
+        """The float64 standard normal(s) of one release of ``shape`` from the secret stream
+        ``noise`` (on ``device``); drawn whatever the event, as :func:`gaussian_release` draws."""
+        return noise.standard_normal(shape).to(device if device is not None else noise.device)
+
+    @staticmethod
+    def release(value: torch.Tensor, std: torch.Tensor, xi: torch.Tensor) -> torch.Tensor:
+        """``value`` plus ``std`` (a tensor of ``value``'s dtype) times ``xi`` (pure)."""
+        return _plus_scaled(value, std, xi)
+
+
+def add_gaussian_noise(
+    total: torch.Tensor,
+    clip,
+    noise_multiplier: float,
+    noise: NoiseSource,
+    relation: str = "substitute",
+) -> NoisyRelease:
+    r"""The noise half of :func:`clipped_sum_with_noise`: ``total`` must already be a sum
+    of per-example terms each clipped to norm ``clip`` (e.g. a cached clipped sum that is
+    released repeatedly, Yıldırım & Ermiş 2019 Alg. 3). Adds
+    :math:`\mathcal N(0, (\mathrm{nm}\cdot\Delta)^2 I)` with :math:`\Delta = 2\,\mathrm{clip}`
+    (substitute) or :math:`\mathrm{clip}` (add/remove) and returns the event.
+    
+    >>> import torch
+    >>> out = add_gaussian_noise(torch.tensor(42.0, dtype=torch.float64), clip=0.5, noise_multiplier=2.0,
+    ...                          noise=NoiseSource(), relation="add_remove")
+    >>> float(out.noise_std)  # nm * clip under add/remove
+    1.0
+    """
+    shards = getattr(noise, "shards", None)
+    if shards is None or shards.rank == 0:
+        draw = draw_gaussian_noise(total, clip, noise_multiplier, noise, relation)
+    else:  # pyro_dp.distributed: only rank 0 draws; the others know the event and std
+        draw = _gaussian_event(total, clip, noise_multiplier, relation)
+    if noise_multiplier > 0:
+        if shards is None:
+            value = total + draw.value
+        else:  # pyro_dp.distributed: rank 0's noise enters once, inside the sum over ranks
+            local = total + draw.value if shards.rank == 0 else total
+            value = shards.all_reduce_sum(local)
+    else:
+        value = total if shards is None else shards.all_reduce_sum(total)
+    return draw._replace(value=value)
+
+
+def _gaussian_event(like: torch.Tensor, clip, noise_multiplier: float, relation: str) -> NoisyRelease:
+    """``(None, event, std, 0)`` of the Gaussian release of a sum clipped to ``clip`` (no draw)."""
+    spec = gaussian_release_spec(float(noise_multiplier), relation)
+    return NoisyRelease(None, spec.event, spec.std(clip, like), 0.0)
+
+
+class SumRelease(NamedTuple):
+    r"""What :meth:`GaussianReleaseSpec.release` returns: the noisy sum and its facts, all tensors
+    (a traced graph returns them as they are).
+
+    :ivar value: the released noisy sum.
+    :ivar noise_std: :math:`\sigma` (data-free).
+    :ivar num_clipped: clipped rows (**non-private** diagnostic).
+    :ivar num_rows: rows summed.
+    """
+
+    value: torch.Tensor
+    noise_std: torch.Tensor
+    num_clipped: torch.Tensor
+    num_rows: torch.Tensor
+
+
+@dataclass(frozen=True)
+class GaussianReleaseSpec:
+    r"""The Gaussian release of a sum of per-example terms each clipped to ``clip``, as a value:
+    it owns the noise scale :math:`\sigma = \mathrm{nm}\cdot\Delta` with :math:`\Delta =
+    2\,\mathrm{clip}` under substitution of one row and :math:`\mathrm{clip}` under add/remove
+    (Gaussian mechanism, Räisä 2021 thesis Def. 6–7, Thm 4), the event, and the draw of the
+    release's standard normals from the secret stream.
+
+    It splits :func:`clipped_sum_with_noise` so that a kernel's step can be one pure tensor
+    function with its randomness drawn before it (issue 39): :meth:`draw` takes the standard
+    normal :math:`\xi` from the secret :class:`~pyro_dp.mechanisms.NoiseSource` before the step;
+    :meth:`release` (pure; a traced graph runs it as it is) adds :math:`\sigma\xi` to the clipped
+    sum, scaled as :meth:`~pyro_dp.mechanisms.NoiseSource.normal` scales it (float64, then cast),
+    so the value is bit for bit that of :func:`clipped_sum_with_noise` with the same stream.
+    The caller adds the draw to exactly one clipped sum and records :attr:`event`.
+    ``noise_multiplier = 0`` is the non-private test mode: nothing is drawn or added, the event
+    is :class:`NonPrivateEvent`.
+
+    >>> spec = gaussian_release_spec(2.0)
+    >>> total = torch.tensor(3.0, dtype=torch.float64)
+    >>> float(spec.std(0.5, total)), spec.event  # sigma = nm * 2 * clip (substitute one row)
+    (2.0, GaussianEvent(noise_multiplier=2.0))
+    >>> a, b = NoiseSource(seed=0, warn=False), NoiseSource(seed=0, warn=False)
+    >>> cs = ClippedSum(total, torch.tensor(0), torch.tensor(1))
+    >>> out = spec.release(cs, 0.5, spec.draw(a, ()))
+    >>> bool(out.value == clipped_sum_with_noise(cs, 0.5, 2.0, b).value)  # the same release
+    True
+    """
+
+    noise_multiplier: float
+    relation: str = "substitute"
+
+    def __post_init__(self):
+        if self.relation not in RELATIONS:
+            raise ValueError(f"relation must be one of {RELATIONS}, got {self.relation!r}")
+        object.__setattr__(self, "noise_multiplier", float(self.noise_multiplier))
+
+    @property
+    def event(self) -> PrivacyEvent:
+        """The event of one release (:func:`gaussian_event`)."""
+        return gaussian_event(self.noise_multiplier)
+
+    @property
+    def adds_noise(self) -> bool:
+        """``False`` in the non-private test mode (``noise_multiplier = 0``)."""
+        return self.noise_multiplier > 0
+
+    def std(self, clip, like: torch.Tensor) -> torch.Tensor:
+        r""":math:`\sigma = \mathrm{nm}\cdot\Delta` of a sum clipped to ``clip`` (a number or a
+        data-free tensor), a tensor of the dtype and device of ``like``."""
+        sens_factor = 2.0 if self.relation == "substitute" else 1.0  # l2-sensitivity 2*clip (substitute) or clip
+        clip_t = torch.as_tensor(clip, dtype=like.dtype, device=like.device)
+        return self.noise_multiplier * sens_factor * clip_t  # sigma = nm * Delta (Räisä 2021 thesis Def. 7)
+
+    def draw(self, noise: NoiseSource, shape=(), device=None) -> torch.Tensor:
+        """The float64 standard normal(s) of one release of ``shape``, from the secret stream
+        ``noise`` (on ``device``): zeros, with nothing drawn, in the non-private test mode and on
+        the ranks other than 0 of sharded rows (:mod:`pyro_dp.distributed`: rank 0's noise enters
+        once, inside the sum over ranks)."""
+        shards = getattr(noise, "shards", None)
+        if self.adds_noise and (shards is None or shards.rank == 0):
+            return noise.standard_normal(shape).to(device if device is not None else noise.device)
+        return torch.zeros(tuple(shape), dtype=torch.float64, device=device if device is not None else noise.device)
+
+    def release(self, cs: ClippedSum, clip, xi: torch.Tensor, shards=None) -> SumRelease:
+        r"""The clipped sum ``cs`` plus :math:`\sigma\xi` (``xi`` from :meth:`draw`): pure tensor
+        code when ``shards`` is ``None``. With ``shards`` (the rows of sharded ranks) the local
+        sums and counts are summed over the ranks, rank 0's noise inside the sum, as
+        :func:`add_gaussian_noise` does."""
+        std = self.std(clip, cs.total)
+        counts = (cs.num_clipped, cs.num_rows)
+        if shards is None:
+            value = _plus_scaled(cs.total, std, xi) if self.adds_noise else cs.total
+            return SumRelease(value, std, *counts)
+        counts = shards.all_reduce_sum(torch.stack([torch.as_tensor(c, dtype=torch.float64) for c in counts]))
+        local = cs.total
+        if self.adds_noise and shards.rank == 0:
+            local = _plus_scaled(cs.total, std, xi)
+        return SumRelease(shards.all_reduce_sum(local), std, counts[0], counts[1])
+
+
+@functools.lru_cache(maxsize=64)
+def gaussian_release_spec(noise_multiplier: float, relation: str = "substitute") -> GaussianReleaseSpec:
+    """``GaussianReleaseSpec(noise_multiplier, relation)``, built once per value (a kernel
+    releases with the same one at every iteration).
+
+    >>> gaussian_release_spec(2.0) is gaussian_release_spec(2.0)
+    True
+    """
+    return GaussianReleaseSpec(float(noise_multiplier), relation)
+
+
+def draw_gaussian_noise(
+    like: torch.Tensor,
+    clip,
+    noise_multiplier: float,
+    noise: NoiseSource,
+    relation: str = "substitute",
+    count: Optional[int] = None,
+) -> NoisyRelease:
+    r"""The noise of :func:`add_gaussian_noise`, drawn before the clipped sum it will be added
+    to exists: ``value`` is the draw :math:`\mathcal N(0, (\mathrm{nm}\cdot\Delta)^2 I)` of the
+    shape of ``like`` (zeros when ``noise_multiplier`` is 0, the non-private test mode), with
+    the event and the standard deviation. ``add_gaussian_noise(total, ...)`` is
+    ``total + draw_gaussian_noise(total, ...).value``, the same draw from the same stream.
+
+    For the compiled path, which adds the draw to the clipped sum *inside* one fused graph
+    (DP-HMC's leapfrog step, :meth:`pyro_dp.compiled.CompiledLikelihood.fused_graph`): the
+    clipped sum then never leaves the graph without its noise. The caller must add the draw
+    to exactly one clipped sum of per-example terms each clipped to ``clip``, record the
+    event, and not run sharded (``noise.shards``: the noise must enter inside the all-reduce).
+    With ``count``, ``value`` stacks ``count`` such draws (``[count, *like.shape]``), drawn one
+    after another exactly as ``count`` calls would draw them, for ``count`` releases of the
+    same event: record it ``count`` times.
+
+    >>> import torch
+    >>> out = draw_gaussian_noise(torch.zeros(2, dtype=torch.float64), clip=0.5, noise_multiplier=2.0,
+    ...                           noise=NoiseSource())
+    >>> tuple(out.value.shape), out.event, float(out.noise_std)  # sigma = nm * 2 * clip
+    ((2,), GaussianEvent(noise_multiplier=2.0), 2.0)
+    """
+    out = _gaussian_event(like, clip, noise_multiplier, relation)
+    if count is None:
+        if noise_multiplier > 0:
+            return out._replace(value=noise.normal(out.noise_std, like.shape, like=like))
+        return out._replace(value=torch.zeros_like(like))
+    if noise_multiplier > 0:  # one draw per release (a single [count, ...] draw would use the stream differently)
+        return out._replace(value=torch.stack([noise.normal(out.noise_std, like.shape, like=like)
+                                               for _ in range(int(count))]))
+    return out._replace(value=torch.zeros((int(count),) + tuple(like.shape), dtype=like.dtype, device=like.device))
+
+
+def noisy_histogram(
+    bin_index: torch.Tensor,
+    num_bins: int,
+    noise_multiplier: float,
+    noise: NoiseSource,
+    relation: str = "substitute",
+) -> NoisyRelease:
+    r"""Release the number of rows in each of ``num_bins`` data-free bins, plus Gaussian noise.
+
+    ``bin_index`` holds one bin per row (a row whose statistic is NaN or infinite must already
+    have been given a bin by a data-free per-row rule: every row counts exactly once). Each row
+    adds 1 to exactly one count, so the count vector has :math:`\ell_2`-sensitivity
+    :math:`\sqrt 2` under substitution of one row (one count loses 1, another gains 1) and 1
+    under add/remove (the Gaussian histogram: Dwork & Roth 2014 §3.3 and Thm A.1); the noise
+    has standard deviation :math:`\mathrm{noise\_multiplier}\cdot\Delta`. Sharded rows
+    (:mod:`pyro_dp.distributed`) sum their counts inside the release like every clipped sum.
+
+    >>> out = noisy_histogram(torch.tensor([0, 0, 2]), 3, noise_multiplier=0.0, noise=NoiseSource())
+    >>> out.value.tolist(), out.event
+    ([2.0, 0.0, 1.0], NonPrivateEvent())
+    >>> round(float(noisy_histogram(torch.tensor([0]), 3, 2.0, NoiseSource()).noise_std), 4)  # 2 * sqrt(2)
+    2.8284
+    """
+    if relation not in RELATIONS:
+        raise ValueError(f"relation must be one of {RELATIONS}, got {relation!r}")
+    num_bins = int(num_bins)
+    idx = bin_index.reshape(-1).to(torch.long)
+    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= num_bins):
+        raise ValueError(f"bin indices must lie in [0, {num_bins})")
+    counts = torch.bincount(idx, minlength=num_bins).to(torch.float64)
+    # add_gaussian_noise's std is nm * s * clip with s = 2 (substitute) or 1 (add/remove):
+    # clip = Δ / s gives Δ = √2 (substitute) and 1 (add/remove) as above
+    clip = math.sqrt(2.0) / 2.0 if relation == "substitute" else 1.0
+    return add_gaussian_noise(counts, clip, noise_multiplier, noise, relation)
+
+
+def noisy_count(count: torch.Tensor, noise_multiplier: float, noise: NoiseSource,
+                relation: str = "substitute") -> NoisyRelease:
+    r"""Release a count of rows (each row adds 0 or 1, decided by a per-row rule), plus
+    Gaussian noise of standard deviation ``noise_multiplier``: one row changes the count by at
+    most 1 under either relation (substituting it moves it between counted and not counted),
+    so :math:`\Delta = 1` (Dwork & Roth 2014 Thm A.1; the unclipped count of the adaptive clip
+    of Andrew et al. 2021, Alg. 1). Sharded rows sum their counts inside the release.
+
+    >>> out = noisy_count(torch.tensor(7), noise_multiplier=0.0, noise=NoiseSource())
+    >>> float(out.value), out.event
+    (7.0, NonPrivateEvent())
+    >>> float(noisy_count(torch.tensor(7), 3.0, NoiseSource()).noise_std)  # nm * 1
+    3.0
+    """
+    if relation not in RELATIONS:
+        raise ValueError(f"relation must be one of {RELATIONS}, got {relation!r}")
+    # add_gaussian_noise's std is nm * s * clip with s = 2 (substitute) or 1 (add/remove): Δ = 1
+    clip = 0.5 if relation == "substitute" else 1.0
+    return add_gaussian_noise(torch.as_tensor(count).to(torch.float64), clip, noise_multiplier, noise, relation)
