@@ -52,6 +52,7 @@ from ..heap import HEAP_TRIM_EVERY, release_free_heap
 from ..likelihood import PrivateLikelihood
 from ..mechanisms import NoiseSource
 from .checkpoint import Checkpointing
+from .declared_batch import take_declared_subsample
 from .default_path import DEFAULT_ITERATIONS, DefaultPath
 from .plan import counts as _counts  # noqa: F401  (re-exported: tests import it from here)
 from .privacy_engine import (DEFAULT_DELTA, DEFAULT_EPSILON, BudgetExhaustedWarning, ChainLedger, PrivacyEngine,
@@ -160,6 +161,11 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, MCM
     #: Whether the kernel can shard its rows over torch.distributed ranks (``distributed=True``,
     #: :mod:`pyro_dp.distributed`): every release is a sum of clipped per-example terms over all rows.
     supports_distributed: bool = False
+
+    #: Whether the kernel reads a batch of rows per iteration and takes the data plate's declared
+    #: ``subsample_size`` as its ``batch_size`` (:mod:`pyro_dp.kernels.declared_batch`); other
+    #: kernels refuse a plate that declares one.
+    takes_plate_batch: bool = False
 
     #: Attributes that make up a chain in progress, saved by :meth:`state_dict` (subclasses
     #: extend it with their adaptation and statistics).
@@ -306,6 +312,7 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, MCM
             public=self.public,
         )
         self.transforms = self.lik.transforms
+        take_declared_subsample(self, first_setup=self._num_setups == 1)  # the plate's subsample_size: used or refused
         self.lik.likelihood_mask  # the likelihood's coordinates, determined now (data-free; cached per kernel object)
         self._resolve_run_length()  # the default path: the run length a budget funds
         self._calibrate_noise()  # noise from the budget when none was given (data-free)
