@@ -327,6 +327,9 @@ class DPBarker(RandomWalkKernel):
 
     takes_plate_batch = True
 
+    def _rows_per_iteration(self):
+        return "penalty", float(self.batch_size), 0.0  # auto_compile: one batch of ratios
+
     def _check_plate_batch_size(self, batch_size) -> int:
         b = check_batch_size(batch_size)
         barker_orders(b, self.max_order)  # raises if b/5 leaves no RDP order

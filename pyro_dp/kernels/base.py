@@ -51,9 +51,12 @@ from ..checks import SamplingWarning, chain_problems
 from ..heap import HEAP_TRIM_EVERY, release_free_heap
 from ..likelihood import PrivateLikelihood
 from ..mechanisms import NoiseSource
+from ..compiled import CompiledLikelihood
+from .auto_compile import CompileDecision, decide_compile
 from .checkpoint import Checkpointing
 from .declared_batch import take_declared_subsample
 from .default_path import DEFAULT_ITERATIONS, DefaultPath
+from .tuning import mcmc_run_length
 from .plan import counts as _counts  # noqa: F401  (re-exported: tests import it from here)
 from .privacy_engine import (DEFAULT_DELTA, DEFAULT_EPSILON, BudgetExhaustedWarning, ChainLedger, PrivacyEngine,
                              PrivacyNotice, check_positive)
@@ -123,9 +126,12 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, MCM
         compile them (:mod:`pyro_dp.compiled`; Pyro's name for the switch on ``HMC``/``NUTS``):
         the same values and the same ledger, several times faster per iteration after a
         one-time compile that every chain of this kernel object in this process reuses.
-        Off by default because the compile costs seconds to tens of seconds (worth it from a
-        few hundred iterations on large data); a model the trace cannot represent runs eagerly
-        with a :class:`~pyro_dp.compiled.CompileFallbackWarning`.
+        ``None`` (the default): compiled when the run's predicted wall time is shorter that way
+        (:mod:`pyro_dp.kernels.auto_compile`: the compile costs 10–30 s, worth it from a few
+        hundred iterations on large data; decided at the first set-up from :math:`N`, the run
+        length and the kernel's settings, never from data; :attr:`compile_decision` says what
+        was predicted); ``True``/``False`` as given. A model the trace cannot represent runs
+        eagerly with a :class:`~pyro_dp.compiled.CompileFallbackWarning`.
     :param dict jit_options: ``{"backend": "inductor" (default) | "graph", **torch.compile
         kwargs}``; ``"graph"`` runs the traced graph without compiling it (exact, no compile time).
     :param bool distributed: shard the rows over the ranks of an initialised
@@ -195,7 +201,7 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, MCM
         relation: str = "substitute",
         init=None,
         nonprivate_diagnostics: bool = False,
-        jit_compile: bool = False,
+        jit_compile: Optional[bool] = None,
         jit_options: Optional[dict] = None,
         distributed: bool = False,
         process_group=None,
@@ -216,12 +222,15 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, MCM
         self._init_privacy(epsilon=epsilon, delta=delta, num_iterations=num_iterations, num_chains=num_chains,
                            accountant=accountant, reference_delta=reference_delta, non_private=non_private,
                            relation=relation)
-        self.jit_compile = bool(jit_compile)
+        #: ``True``/``False`` as given; ``None``: decided from the run's predicted cost (:mod:`.auto_compile`)
+        self.jit_compile = None if jit_compile is None else bool(jit_compile)
+        #: what ``jit_compile=None`` predicted and chose (:class:`~.auto_compile.CompileDecision`), at the first set-up
+        self.compile_decision: Optional[CompileDecision] = None
         #: arguments named public (:mod:`pyro_dp.arguments`)
         self.public = tuple(public or ())
         self.jit_options = dict(jit_options or {})
-        if self.jit_options and not self.jit_compile:
-            raise ValueError("jit_options needs jit_compile=True")
+        if self.jit_options and self.jit_compile is False:
+            raise ValueError("jit_options needs jit_compile=True (or the default None, which uses them when it compiles)")
         self._jit_cache: dict = {}  # compiled graphs, shared by this kernel's chains in this process
         self._init_ranks(distributed, process_group)  # torch.distributed: refused by kernels that cannot shard
         self.seed = int(seed) if seed is not None else secrets.randbits(63)  # the data-free streams only
@@ -252,6 +261,32 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, MCM
 
     def _state_z(self, state) -> torch.Tensor:
         return state.z
+
+    def _rows_per_iteration(self) -> Tuple[Optional[str], float, float]:
+        """``(cost kind, rows whose log-likelihood, rows whose gradient one iteration evaluates)``
+        for :mod:`~pyro_dp.kernels.auto_compile` (public: from :math:`N` and settings). Default: a
+        penalty-type test over every row; kernels that read otherwise override it."""
+        return "penalty", float(self.lik.num_rows), 0.0
+
+    def _auto_compile(self) -> None:
+        """``jit_compile=None``: decide once per kernel object, at its first set-up, whether the
+        run is faster compiled (:func:`~pyro_dp.kernels.auto_compile.decide_compile`), and if so
+        give the likelihood its compiled path. Data-free: :math:`N` is a shape; the run length
+        and settings are public."""
+        if self.jit_compile is not None:
+            return
+        if self.compile_decision is None:
+            iterations = self.num_iterations
+            if iterations is None:
+                run = mcmc_run_length()
+                iterations = DEFAULT_ITERATIONS if run is None else max(1, run["warmup_steps"] + run["num_samples"])
+            kind, loglik_rows, grad_rows = self._rows_per_iteration()
+            start_steps = getattr(self.init, "num_steps", 0) if self.init is not None else 0
+            self.compile_decision = decide_compile(kind, iterations=int(iterations), num_rows=self.lik.num_rows,
+                                                   loglik_rows=loglik_rows, grad_rows=grad_rows,
+                                                   start_rows=float(start_steps) * self.lik.num_rows)
+        if self.compile_decision.compiled and self.lik.compiled is None:
+            self.lik.compiled = CompiledLikelihood(self.lik, self.jit_options, self.__dict__.setdefault("_jit_cache", {}))
 
     # ------------------------------------------------------------------ lifecycle
     def _reset_chain_stats(self):
@@ -306,7 +341,7 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, MCM
             transforms=self._user_transforms,
             init_strategy=self.init_strategy,
             seed=self._chain_seed(_PURPOSE_INIT),
-            jit_compile=self.jit_compile,
+            jit_compile=bool(self.jit_compile),  # None (auto): attached by _auto_compile below if it pays
             jit_options=self.jit_options,
             jit_cache=self.__dict__.setdefault("_jit_cache", {}),
             public=self.public,
@@ -315,6 +350,7 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, MCM
         take_declared_subsample(self, first_setup=self._num_setups == 1)  # the plate's subsample_size: used or refused
         self.lik.likelihood_mask  # the likelihood's coordinates, determined now (data-free; cached per kernel object)
         self._resolve_run_length()  # the default path: the run length a budget funds
+        self._auto_compile()  # jit_compile=None: eager or compiled from the run's predicted cost (data-free)
         self._calibrate_noise()  # noise from the budget when none was given (data-free)
         self._setup_budget()  # the plan (data-free)
         self._check_accountant_supports_plan()

@@ -330,6 +330,9 @@ class DPMinibatchPenalty(RandomWalkKernel):
     takes_plate_batch = True
     _check_plate_batch_size = staticmethod(check_batch_size)
 
+    def _rows_per_iteration(self):
+        return "penalty", float(self.batch_size), 0.0  # auto_compile: one batch of ratios
+
     def _event_for(self, nm: float):
         if nm == 0:
             return NonPrivateEvent()

@@ -390,6 +390,9 @@ class _SGMCMC(DPKernel):
 
     takes_plate_batch = True
 
+    def _rows_per_iteration(self):
+        return "penalty", 0.0, float(self.batch_size)  # auto_compile: one (expected) batch of gradients
+
     @staticmethod
     def _check_plate_batch_size(batch_size) -> int:
         return check_positive("batch_size", batch_size, integer=True)
