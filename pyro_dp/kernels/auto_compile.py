@@ -28,11 +28,14 @@ never counts on a compile being shared).
 """
 from __future__ import annotations
 
-import sys
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Tuple
 
-__all__ = ["CompileCosts", "CompileDecision", "COSTS", "decide_compile", "predicted_seconds",
-           "FIRST_COMPILE_SECONDS"]
+from ..compiled import CompiledLikelihood
+from .default_path import DEFAULT_ITERATIONS
+from .tuning import mcmc_run_length
+
+__all__ = ["AutoCompile", "CompileCosts", "CompileDecision", "COSTS", "decide_compile", "predicted_seconds",
+           "FIRST_COMPILE_SECONDS", "PER_ROW"]
 
 
 class CompileCosts(NamedTuple):
@@ -61,7 +64,10 @@ COSTS = {
     "hmc": CompileCosts(eager_overhead=8.0e-3, compiled_overhead=0.5e-3, compile_seconds=18.0),
 }
 
-#: Extra seconds of the first compile in a process (inductor's start-up, measured 10–18 s).
+#: Extra seconds of the first compile in a process (inductor's start-up, measured 10–18 s). The
+#: decision always charges it, even in a process that has compiled before: so which path a run
+#: takes does not depend on what ran earlier in the process (a script, a test suite), and a
+#: borderline run stays eager.
 FIRST_COMPILE_SECONDS = 12.0
 
 
@@ -82,12 +88,6 @@ class CompileDecision(NamedTuple):
     iterations: int
     num_rows: int
     kind: str
-
-
-def _first_compile_pending() -> bool:
-    """Whether no inductor compile has run in this process yet (its start-up is then still to pay).
-    A heuristic: inductor's entry point is imported by the first compile."""
-    return "torch._inductor.compile_fx" not in sys.modules
 
 
 def predicted_seconds(kind: str, *, iterations: int, loglik_rows: float, grad_rows: float, start_rows: float = 0.0,
@@ -112,7 +112,7 @@ def predicted_seconds(kind: str, *, iterations: int, loglik_rows: float, grad_ro
 
 
 def decide_compile(kind: Optional[str], *, iterations: int, num_rows: int, loglik_rows: float, grad_rows: float,
-                   start_rows: float = 0.0, first_compile: Optional[bool] = None) -> CompileDecision:
+                   start_rows: float = 0.0, first_compile: bool = True) -> CompileDecision:
     """Eager or compiled for one chain, from public quantities only (module doc). ``kind=None``:
     a kernel whose iterations read no rows (e.g. the cached sufficient statistic of
     :class:`~pyro_dp.kernels.expfam.DPExpFamPenalty`) — never compiled.
@@ -124,8 +124,37 @@ def decide_compile(kind: Optional[str], *, iterations: int, num_rows: int, logli
     """
     if kind is None:
         return CompileDecision(False, 0.0, float("inf"), int(iterations), int(num_rows), "none")
-    first = _first_compile_pending() if first_compile is None else bool(first_compile)
     kw = dict(iterations=iterations, loglik_rows=loglik_rows, grad_rows=grad_rows, start_rows=start_rows)
     eager = predicted_seconds(kind, compiled=False, **kw)
-    comp = predicted_seconds(kind, compiled=True, first_compile=first, **kw)
+    comp = predicted_seconds(kind, compiled=True, first_compile=bool(first_compile), **kw)
     return CompileDecision(comp < eager, eager, comp, int(iterations), int(num_rows), kind)
+
+
+class AutoCompile:
+    """Mixin of :class:`~pyro_dp.kernels.base.DPKernel`: ``jit_compile=None`` at set-up (module doc)."""
+
+    def _rows_per_iteration(self) -> Tuple[Optional[str], float, float]:
+        """``(cost kind, rows whose log-likelihood, rows whose gradient one iteration evaluates)``
+        for :mod:`~pyro_dp.kernels.auto_compile` (public: from :math:`N` and settings). Default: a
+        penalty-type test over every row; kernels that read otherwise override it."""
+        return "penalty", float(self.lik.num_rows), 0.0
+
+    def _auto_compile(self) -> None:
+        """``jit_compile=None``: decide once per kernel object, at its first set-up, whether the
+        run is faster compiled (:func:`~pyro_dp.kernels.auto_compile.decide_compile`), and if so
+        give the likelihood its compiled path. Data-free: :math:`N` is a shape; the run length
+        and settings are public."""
+        if self.jit_compile is not None:
+            return
+        if self.compile_decision is None:
+            iterations = self.num_iterations
+            if iterations is None:
+                run = mcmc_run_length()
+                iterations = DEFAULT_ITERATIONS if run is None else max(1, run["warmup_steps"] + run["num_samples"])
+            kind, loglik_rows, grad_rows = self._rows_per_iteration()
+            start_steps = getattr(self.init, "num_steps", 0) if self.init is not None else 0
+            self.compile_decision = decide_compile(kind, iterations=int(iterations), num_rows=self.lik.num_rows,
+                                                   loglik_rows=loglik_rows, grad_rows=grad_rows,
+                                                   start_rows=float(start_steps) * self.lik.num_rows)
+        if self.compile_decision.compiled and self.lik.compiled is None:
+            self.lik.compiled = CompiledLikelihood(self.lik, self.jit_options, self.__dict__.setdefault("_jit_cache", {}))

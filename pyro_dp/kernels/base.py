@@ -11,6 +11,8 @@ the seeds of a chain. It reads top to bottom; every other concern is a module of
                                           ``torch.distributed`` ranks
 :mod:`pyro_dp.kernels.checkpoint`         ``state_dict`` / ``load_state_dict``
 :mod:`pyro_dp.kernels.default_path`       the default budget's run length, private tuning hooks
+:mod:`pyro_dp.kernels.auto_compile`       ``jit_compile=None``: eager or compiled from the
+                                          run's predicted cost
 ========================================  ==================================================
 
 Algorithms live in pure-ish ``init``/``step`` functions (one file each); a subclass of
@@ -51,12 +53,10 @@ from ..checks import SamplingWarning, chain_problems
 from ..heap import HEAP_TRIM_EVERY, release_free_heap
 from ..likelihood import PrivateLikelihood
 from ..mechanisms import NoiseSource
-from ..compiled import CompiledLikelihood
-from .auto_compile import CompileDecision, decide_compile
+from .auto_compile import AutoCompile, CompileDecision
 from .checkpoint import Checkpointing
 from .declared_batch import take_declared_subsample
 from .default_path import DEFAULT_ITERATIONS, DefaultPath
-from .tuning import mcmc_run_length
 from .plan import counts as _counts  # noqa: F401  (re-exported: tests import it from here)
 from .privacy_engine import (DEFAULT_DELTA, DEFAULT_EPSILON, BudgetExhaustedWarning, ChainLedger, PrivacyEngine,
                              PrivacyNotice, check_positive)
@@ -83,7 +83,7 @@ _PURPOSE_INIT, _PURPOSE_ALGO, _PURPOSE_NOISE = 1, 2, 3
 NONPRIVATE_PREFIX = "non-private "
 
 
-class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, MCMCKernel):
+class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, AutoCompile, MCMCKernel):
     r"""Base class of pyro_dp's kernels (not used directly).
 
     :param model: Pyro model (see :class:`~pyro_dp.likelihood.PrivateLikelihood`).
@@ -261,32 +261,6 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, MCM
 
     def _state_z(self, state) -> torch.Tensor:
         return state.z
-
-    def _rows_per_iteration(self) -> Tuple[Optional[str], float, float]:
-        """``(cost kind, rows whose log-likelihood, rows whose gradient one iteration evaluates)``
-        for :mod:`~pyro_dp.kernels.auto_compile` (public: from :math:`N` and settings). Default: a
-        penalty-type test over every row; kernels that read otherwise override it."""
-        return "penalty", float(self.lik.num_rows), 0.0
-
-    def _auto_compile(self) -> None:
-        """``jit_compile=None``: decide once per kernel object, at its first set-up, whether the
-        run is faster compiled (:func:`~pyro_dp.kernels.auto_compile.decide_compile`), and if so
-        give the likelihood its compiled path. Data-free: :math:`N` is a shape; the run length
-        and settings are public."""
-        if self.jit_compile is not None:
-            return
-        if self.compile_decision is None:
-            iterations = self.num_iterations
-            if iterations is None:
-                run = mcmc_run_length()
-                iterations = DEFAULT_ITERATIONS if run is None else max(1, run["warmup_steps"] + run["num_samples"])
-            kind, loglik_rows, grad_rows = self._rows_per_iteration()
-            start_steps = getattr(self.init, "num_steps", 0) if self.init is not None else 0
-            self.compile_decision = decide_compile(kind, iterations=int(iterations), num_rows=self.lik.num_rows,
-                                                   loglik_rows=loglik_rows, grad_rows=grad_rows,
-                                                   start_rows=float(start_steps) * self.lik.num_rows)
-        if self.compile_decision.compiled and self.lik.compiled is None:
-            self.lik.compiled = CompiledLikelihood(self.lik, self.jit_options, self.__dict__.setdefault("_jit_cache", {}))
 
     # ------------------------------------------------------------------ lifecycle
     def _reset_chain_stats(self):
