@@ -30,11 +30,11 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional, Tuple
 
-from ..compiled import CompiledLikelihood
+from ..compiled import BACKENDS, CUDA_GRAPH_MODES, CompiledLikelihood
 from .default_path import DEFAULT_ITERATIONS
 from .tuning import mcmc_run_length
 
-__all__ = ["AutoCompile", "CompileCosts", "CompileDecision", "COSTS", "decide_compile", "predicted_seconds",
+__all__ = ["AutoCompile", "check_jit_options", "CompileCosts", "CompileDecision", "COSTS", "decide_compile", "predicted_seconds",
            "FIRST_COMPILE_SECONDS", "PER_ROW"]
 
 
@@ -69,6 +69,24 @@ COSTS = {
 #: takes does not depend on what ran earlier in the process (a script, a test suite), and a
 #: borderline run stays eager.
 FIRST_COMPILE_SECONDS = 12.0
+
+
+def check_jit_options(options: dict) -> None:
+    """Refuse, when the kernel is built, ``jit_options`` that :class:`~pyro_dp.compiled.CompiledLikelihood`
+    would refuse (an unknown backend, CUDA graphs): with ``jit_compile=None`` the kernel may
+    decide to stay eager, and a bad option must not pass unnoticed then.
+
+    >>> check_jit_options({"backend": "nope"})
+    Traceback (most recent call last):
+    ...
+    ValueError: jit_options['backend'] must be one of ('inductor', 'graph'), got 'nope'
+    """
+    backend = options.get("backend", "inductor")
+    if backend not in BACKENDS:
+        raise ValueError(f"jit_options['backend'] must be one of {BACKENDS}, got {backend!r}")
+    if options.get("mode") in CUDA_GRAPH_MODES or (options.get("options") or {}).get("triton.cudagraphs"):
+        raise ValueError(f"jit_options: CUDA graphs ({options.get('mode') or 'triton.cudagraphs'}) are not supported "
+                         "(pyro_dp.compiled.CompiledLikelihood says why)")
 
 
 class CompileDecision(NamedTuple):

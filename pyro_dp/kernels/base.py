@@ -53,7 +53,7 @@ from ..checks import SamplingWarning, chain_problems
 from ..heap import HEAP_TRIM_EVERY, release_free_heap
 from ..likelihood import PrivateLikelihood
 from ..mechanisms import NoiseSource
-from .auto_compile import AutoCompile, CompileDecision
+from .auto_compile import AutoCompile, CompileDecision, check_jit_options
 from .checkpoint import Checkpointing
 from .declared_batch import take_declared_subsample
 from .default_path import DEFAULT_ITERATIONS, DefaultPath
@@ -231,6 +231,7 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
         self.jit_options = dict(jit_options or {})
         if self.jit_options and self.jit_compile is False:
             raise ValueError("jit_options needs jit_compile=True (or the default None, which uses them when it compiles)")
+        check_jit_options(self.jit_options)  # now, not only if the kernel compiles
         self._jit_cache: dict = {}  # compiled graphs, shared by this kernel's chains in this process
         self._init_ranks(distributed, process_group)  # torch.distributed: refused by kernels that cannot shard
         self.seed = int(seed) if seed is not None else secrets.randbits(63)  # the data-free streams only
