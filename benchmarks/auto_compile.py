@@ -126,6 +126,7 @@ if __name__ == "__main__":
     p.add_argument("--calibrate", action="store_true")
     p.add_argument("--full", action="store_true", help="DP-HMC's long run at 2000 iterations")
     p.add_argument("--repeats", type=int, default=2, help="runs per mode and cell (the fastest is kept)")
+    p.add_argument("--only", nargs=3, metavar=("KERNEL", "N", "ITERATIONS"), help="one cell only")
     a = p.parse_args()
     if a.one:
         print(json.dumps(one(a.one[0], int(a.one[1]), int(a.one[2]), a.one[3])))
@@ -133,4 +134,6 @@ if __name__ == "__main__":
         calibrate()
     else:
         cells = [c if not (a.full and c[0] == "DPHMC" and c[1] == 100_000) else (c[0], c[1], 2000) for c in CELLS]
+        if a.only:
+            cells = [(a.only[0], int(float(a.only[1])), int(a.only[2]))]
         table(cells, a.repeats)
