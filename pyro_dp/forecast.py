@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Optional, Tuple, Union
@@ -91,18 +92,12 @@ class ModelProfile:
         return float(self.norms[k])
 
 
-def _unit_ball(n: int, d: int, g: torch.Generator) -> torch.Tensor:
-    from .models.default_suite import unit_ball
-
-    return unit_ball(n, d, g)
-
-
 @functools.lru_cache(maxsize=32)
 def model_profile(name: str, dim: int, noise_sd: float = 1.0, rate: float = 3.0) -> ModelProfile:
-    r"""A built-in :class:`ModelProfile` from a synthetic sample (fixed seed; never your data):
-    ``dim`` features uniform in the unit ball, coefficients :math:`\beta_j` evenly spaced in
-    :math:`[-1, 1]`, intercept 0.3 (logistic, linear) — per-row scores at those values give the
-    gradient norms and the Fisher information :math:`F = E[\nabla\ell\,\nabla\ell^\top]`.
+    r"""A built-in :class:`ModelProfile` from a synthetic sample (fixed seed; never your data,
+    :func:`pyro_dp.models.profiles.synthetic_scores`): ``dim`` features uniform in the unit
+    ball, coefficients of order one — the per-row scores give the gradient norms and the Fisher
+    information :math:`F = E[\nabla\ell\,\nabla\ell^\top]`.
 
     * ``"logistic"``: :math:`D = d+1`; :math:`\nabla\ell = (y-p)(1,x)`, norms at most
       :math:`\sqrt2` (its Lipschitz bound).
@@ -119,31 +114,12 @@ def model_profile(name: str, dim: int, noise_sd: float = 1.0, rate: float = 3.0)
     if name not in PROFILES:
         raise ValueError(f"unknown model profile {name!r}: use one of {PROFILES} or pass a ModelProfile")
     d = _check_int("dim", dim, 1)
-    g = torch.Generator().manual_seed(12345)
-    n = _PROFILE_ROWS
-    dt = torch.float64
-    X = _unit_ball(n, d, g)
-    Xt = torch.cat([torch.ones(n, 1, dtype=dt), X], dim=1)
-    beta = torch.linspace(-1.0, 1.0, d, dtype=dt)
-    if name == "logistic":
-        p = torch.sigmoid(0.3 + X @ beta)
-        y = (torch.rand(n, generator=g, dtype=dt) < p).to(dt)
-        scores = (y - p)[:, None] * Xt
-    elif name == "linear":
-        s = float(noise_sd)
-        if not s > 0:
-            raise ValueError(f"noise_sd must be positive, got {noise_sd!r}")
-        e = torch.randn(n, generator=g, dtype=dt)
-        scores = torch.cat([(e / s)[:, None] * Xt, (e * e - 1.0)[:, None]], dim=1)
-    else:
-        if not float(rate) > 0:
-            raise ValueError(f"rate must be positive, got {rate!r}")
-        expo = 0.5 + 2.5 * torch.rand(n, generator=g, dtype=dt)
-        mu = expo / 1.75 * float(rate) * torch.exp(X @ beta * 0.5)
-        y = torch.poisson(mu, generator=g)
-        scores = (y - mu)[:, None] * Xt
+    # imported here: `import pyro_dp` does not load the benchmark models until a profile is asked for
+    from .models.profiles import synthetic_scores
+
+    scores = synthetic_scores(name, d, noise_sd=noise_sd, rate=rate, num_rows=_PROFILE_ROWS)
     norms = torch.sort(torch.linalg.vector_norm(scores, dim=1)).values
-    fisher = scores.T @ scores / n
+    fisher = scores.T @ scores / scores.shape[0]
     return ModelProfile(name, scores.shape[1], tuple(norms.tolist()), tuple(map(tuple, fisher.tolist())))
 
 
@@ -209,9 +185,7 @@ KERNELS = ("DPPenalty", "DPHMC")
 def _noise(kernel: str, epsilon: float, delta: float, iterations: int, chains: int, temperature: float,
            num_steps: int):
     """``(ratio noise multiplier, the tuner)`` exactly as the kernel's default path sets them."""
-    import warnings
-
-    from . import kernels as K
+    from . import kernels as K  # here: kernels.default_path imports this module (a cycle at import time)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -243,7 +217,7 @@ def predicted_move(*, kernel: str, num_rows: int, noise_multiplier: float, clip:
     >>> [round(x, 3) for x in r]
     [0.354, 0.309, 0.3, 7.161]
     """
-    from .kernels.tuning import penalty_jump_length, posterior_scale_guess
+    from .kernels.tuning import penalty_jump_length, posterior_scale_guess  # here: the import cycle above
 
     F = torch.as_tensor(fisher, dtype=torch.float64)
     D = F.shape[0]
