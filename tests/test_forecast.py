@@ -126,3 +126,15 @@ def test_predicted_ess_is_within_a_factor_2_of_a_measured_run():
     ess = sum(measured) / len(measured)
     assert f.ess / 2 <= ess <= 2 * f.ess, (f.ess, measured)
     assert not (f.ess_ceiling / 2 <= ess <= 2 * f.ess_ceiling), (f.ess_ceiling, measured)  # the mutant fails
+
+
+def test_the_default_paths_pre_run_warning_quotes_the_prediction():
+    """The set-up warning about a noise-limited move uses the same prediction (with the tuned clips)."""
+    from pyro.infer import MCMC
+
+    from pyro_dp.models.default_suite import logistic_model, make_logistic_data
+
+    X, y = make_logistic_data(2000)
+    with pytest.warns(pyro_dp.SamplingWarning, match=r"limits each move .*predicted: about [0-9.e+-]+ in this chain"):
+        MCMC(pyro_dp.DPPenalty(logistic_model, epsilon=0.5, num_iterations=2000, seed=0), num_samples=3,
+             warmup_steps=2, disable_progbar=True).run(X, y)
