@@ -22,6 +22,7 @@ from .kernels import (
 )
 from .arviz import PrivateDataWarning, to_arviz
 from .checks import SamplingWarning, check_run
+from .forecast import Feasibility, ModelProfile, feasibility
 from .likelihood import PrivateLikelihood
 from .mechanisms import PrivacyLedger
 from .report import PrivacyReport, privacy_report
@@ -54,6 +55,9 @@ __all__ = [
     "PrivateDataWarning",
     "privacy_report",
     "PrivacyReport",
+    "feasibility",
+    "Feasibility",
+    "ModelProfile",
 ]
 
 # az.from_pyro on a pyro_dp run warns that it copies the raw data (pyro_dp/arviz.py); installed

@@ -199,7 +199,11 @@ def test_bad_jit_options():
         with pytest.raises(ValueError, match="CUDA graphs"):
             PrivateLikelihood(gauss_model, (make_data(5),), jit_compile=True, jit_options=bad)
     with pytest.raises(ValueError, match="jit_compile=True"):
-        pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=1.0, noise_multiplier=1.0, jit_options={"backend": "graph"})
+        pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=1.0, noise_multiplier=1.0, jit_compile=False,
+                          jit_options={"backend": "graph"})
+    for bad in ({"backend": "nope"}, {"mode": "reduce-overhead"}):  # jit_compile=None (auto): refused when built
+        with pytest.raises(ValueError, match="backend|CUDA graphs"):
+            pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=1.0, noise_multiplier=1.0, jit_options=bad)
 
 
 def _compiled(fn, *inputs):

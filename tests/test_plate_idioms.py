@@ -104,5 +104,6 @@ def test_subsampling_idiom_runs_in_mcmc_with_a_minibatch_kernel():
     y = torch.randn(200, dtype=F64, generator=torch.Generator().manual_seed(1))
     k = pyro_dp.DPSGLD(_svi_plate, 20, 1e-3, 1.0, noise_multiplier=1.0, seed=0)
     mcmc = MCMC(k, num_samples=30, warmup_steps=10, disable_progbar=True)
-    mcmc.run(y)
+    with pytest.warns(UserWarning, match="batch_size=20 is used"):  # not the plate's 10: said (#40)
+        mcmc.run(y)
     assert mcmc.get_samples()["mu"].shape == (30,) and len(k.ledger.entries) >= 1

@@ -220,7 +220,9 @@ class DPBarker(RandomWalkKernel):
     :param model: Pyro model that indexes its data by the data plate's indices
         (``with pyro.plate("data", N) as idx: ... obs=y[idx]``) so a batch costs :math:`O(b)`.
     :param int batch_size: :math:`b`, rows per iteration (without replacement); needs
-        :math:`10 < b \le N` (an RDP order :math:`2 \le \alpha < b/5` must exist).
+        :math:`10 < b \le N` (an RDP order :math:`2 \le \alpha < b/5` must exist); ``None``:
+        the data plate's ``subsample_size`` (:mod:`~pyro_dp.kernels.declared_batch`), accounted as
+        that :math:`b`.
     :param proposal_scale: random-walk standard deviation in unconstrained space.
     :param float temperature: :math:`T = n_0/N`; per-example ratios are clipped to
         :math:`\sqrt b/(NT) = \sqrt b/n_0` (Heikkilä et al. 2019, eq. (23)).
@@ -265,14 +267,24 @@ class DPBarker(RandomWalkKernel):
         if kwargs.get("non_private"):
             raise ValueError("DPBarker has no non-private mode: its noise is fixed by the Barker test (C = 2)")
         super().__init__(model, accountant=accountant, **kwargs)
-        self.batch_size = check_batch_size(batch_size)
+        self._batch_size_given = batch_size is not None  # None: the data plate's subsample_size
         self.max_order = check_positive("max_order", max_order, integer=True)
-        barker_orders(self.batch_size, self.max_order)  # raises if b/5 leaves no RDP order
+        self.batch_size = None if batch_size is None else self._check_plate_batch_size(batch_size)
         self._setup_walk(proposal_scale, one_component=one_component, guided_walk=guided_walk)
         self.correction = load_correction()
         if self.correction.C != BARKER_C:
             raise ValueError("the shipped V_corr was fitted for a different C")
         self._event = None
+
+    takes_plate_batch = True
+
+    def _rows_per_iteration(self):
+        return "penalty", float(self.batch_size), 0.0  # auto_compile: one batch of ratios
+
+    def _check_plate_batch_size(self, batch_size) -> int:
+        b = check_batch_size(batch_size)
+        barker_orders(b, self.max_order)  # raises if b/5 leaves no RDP order
+        return b
 
     def _rdp_event(self) -> RDPCurveEvent:
         n = self.lik.num_rows

@@ -11,6 +11,8 @@ the seeds of a chain. It reads top to bottom; every other concern is a module of
                                           ``torch.distributed`` ranks
 :mod:`pyro_dp.kernels.checkpoint`         ``state_dict`` / ``load_state_dict``
 :mod:`pyro_dp.kernels.default_path`       the default budget's run length, private tuning hooks
+:mod:`pyro_dp.kernels.auto_compile`       ``jit_compile=None``: eager or compiled from the
+                                          run's predicted cost
 ========================================  ==================================================
 
 Algorithms live in pure-ish ``init``/``step`` functions (one file each); a subclass of
@@ -51,7 +53,9 @@ from ..checks import SamplingWarning, chain_problems
 from ..heap import HEAP_TRIM_EVERY, release_free_heap
 from ..likelihood import PrivateLikelihood
 from ..mechanisms import NoiseSource
+from .auto_compile import AutoCompile, CompileDecision, check_jit_options
 from .checkpoint import Checkpointing
+from .declared_batch import take_declared_subsample
 from .default_path import DEFAULT_ITERATIONS, DefaultPath
 from .plan import counts as _counts  # noqa: F401  (re-exported: tests import it from here)
 from .privacy_engine import (DEFAULT_DELTA, DEFAULT_EPSILON, BudgetExhaustedWarning, ChainLedger, PrivacyEngine,
@@ -79,7 +83,7 @@ _PURPOSE_INIT, _PURPOSE_ALGO, _PURPOSE_NOISE = 1, 2, 3
 NONPRIVATE_PREFIX = "non-private "
 
 
-class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, MCMCKernel):
+class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, AutoCompile, MCMCKernel):
     r"""Base class of pyro_dp's kernels (not used directly).
 
     :param model: Pyro model (see :class:`~pyro_dp.likelihood.PrivateLikelihood`).
@@ -122,9 +126,12 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, MCM
         compile them (:mod:`pyro_dp.compiled`; Pyro's name for the switch on ``HMC``/``NUTS``):
         the same values and the same ledger, several times faster per iteration after a
         one-time compile that every chain of this kernel object in this process reuses.
-        Off by default because the compile costs seconds to tens of seconds (worth it from a
-        few hundred iterations on large data); a model the trace cannot represent runs eagerly
-        with a :class:`~pyro_dp.compiled.CompileFallbackWarning`.
+        ``None`` (the default): compiled when the run's predicted wall time is shorter that way
+        (:mod:`pyro_dp.kernels.auto_compile`: the compile costs 10–30 s, worth it from a few
+        hundred iterations on large data; decided at the first set-up from :math:`N`, the run
+        length and the kernel's settings, never from data; :attr:`compile_decision` says what
+        was predicted); ``True``/``False`` as given. A model the trace cannot represent runs
+        eagerly with a :class:`~pyro_dp.compiled.CompileFallbackWarning`.
     :param dict jit_options: ``{"backend": "inductor" (default) | "graph", **torch.compile
         kwargs}``; ``"graph"`` runs the traced graph without compiling it (exact, no compile time).
     :param bool distributed: shard the rows over the ranks of an initialised
@@ -161,6 +168,11 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, MCM
     #: :mod:`pyro_dp.distributed`): every release is a sum of clipped per-example terms over all rows.
     supports_distributed: bool = False
 
+    #: Whether the kernel reads a batch of rows per iteration and takes the data plate's declared
+    #: ``subsample_size`` as its ``batch_size`` (:mod:`pyro_dp.kernels.declared_batch`); other
+    #: kernels refuse a plate that declares one.
+    takes_plate_batch: bool = False
+
     #: Attributes that make up a chain in progress, saved by :meth:`state_dict` (subclasses
     #: extend it with their adaptation and statistics).
     _chain_attrs: Tuple[str, ...] = (
@@ -190,7 +202,7 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, MCM
         relation: str = "substitute",
         init=None,
         nonprivate_diagnostics: bool = False,
-        jit_compile: bool = False,
+        jit_compile: Optional[bool] = None,
         jit_options: Optional[dict] = None,
         distributed: bool = False,
         process_group=None,
@@ -211,12 +223,16 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, MCM
         self._init_privacy(epsilon=epsilon, delta=delta, num_iterations=num_iterations, num_chains=num_chains,
                            accountant=accountant, reference_delta=reference_delta, non_private=non_private,
                            relation=relation)
-        self.jit_compile = bool(jit_compile)
+        #: ``True``/``False`` as given; ``None``: decided from the run's predicted cost (:mod:`.auto_compile`)
+        self.jit_compile = None if jit_compile is None else bool(jit_compile)
+        #: what ``jit_compile=None`` predicted and chose (:class:`~.auto_compile.CompileDecision`), at the first set-up
+        self.compile_decision: Optional[CompileDecision] = None
         #: arguments named public (:mod:`pyro_dp.arguments`)
         self.public = tuple(public or ())
         self.jit_options = dict(jit_options or {})
-        if self.jit_options and not self.jit_compile:
-            raise ValueError("jit_options needs jit_compile=True")
+        if self.jit_options and self.jit_compile is False:
+            raise ValueError("jit_options needs jit_compile=True (or the default None, which uses them when it compiles)")
+        check_jit_options(self.jit_options)  # now, not only if the kernel compiles
         self._jit_cache: dict = {}  # compiled graphs, shared by this kernel's chains in this process
         self._init_ranks(distributed, process_group)  # torch.distributed: refused by kernels that cannot shard
         self.seed = int(seed) if seed is not None else secrets.randbits(63)  # the data-free streams only
@@ -302,14 +318,16 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, MCM
             transforms=self._user_transforms,
             init_strategy=self.init_strategy,
             seed=self._chain_seed(_PURPOSE_INIT),
-            jit_compile=self.jit_compile,
+            jit_compile=bool(self.jit_compile),  # None (auto): attached by _auto_compile below if it pays
             jit_options=self.jit_options,
             jit_cache=self.__dict__.setdefault("_jit_cache", {}),
             public=self.public,
         )
         self.transforms = self.lik.transforms
+        take_declared_subsample(self, first_setup=self._num_setups == 1)  # the plate's subsample_size: used or refused
         self.lik.likelihood_mask  # the likelihood's coordinates, determined now (data-free; cached per kernel object)
         self._resolve_run_length()  # the default path: the run length a budget funds
+        self._auto_compile()  # jit_compile=None: eager or compiled from the run's predicted cost (data-free)
         self._calibrate_noise()  # noise from the budget when none was given (data-free)
         self._setup_budget()  # the plan (data-free)
         self._check_accountant_supports_plan()

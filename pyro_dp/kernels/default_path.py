@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
+import torch
+
+from ..forecast import predicted_move
 from ..warn import warn_user
 from ..checks import SamplingWarning
 from .privacy_engine import PrivacyNotice
@@ -114,11 +117,22 @@ class DefaultPath:
         sd = posterior_scale_guess(result.grad_clip, n, self.lik.dim, T)
         ratio = jump / sd
         if ratio < NOISE_LIMITED_RATIO:
+            # the prediction of pyro_dp.feasibility with the tuned clips in place of a profile's guesses
+            # (isotropic Fisher g^2/D per row: the posterior_scale_guess); post-processing, public
+            d, iterations = self.lik.dim, int(self.num_iterations or DEFAULT_ITERATIONS)
+            warmup = min(int(self._warmup_steps), iterations)
+            _, _, _, ess = predicted_move(
+                kernel="DPHMC" if type(self).__name__ == "DPHMC" else "DPPenalty", num_rows=n,
+                noise_multiplier=noise_multiplier, clip=self.llr_clip, grad_norm=result.grad_clip,
+                fisher=torch.eye(d, dtype=torch.float64) * float(result.grad_clip) ** 2 / d,
+                num_samples=max(iterations - warmup, 1), warmup_steps=warmup, temperature=T,
+                num_steps=int(getattr(self, "num_steps", 1) or 1))
             warn_user(
                 f"{type(self).__name__}: at this budget the privacy noise limits each move to about {ratio:.2g} "
                 "of the posterior's scale (guessed from the private clip): expect slow mixing and few effective "
-                "samples. Spend more epsilon, run fewer iterations (the noise per iteration grows with their "
-                "square root) or use more rows (docs/tuning.md)",
+                f"samples (predicted: about {ess:.2g} in this chain, pyro_dp.feasibility). Spend more epsilon, run "
+                "fewer iterations (the noise per iteration grows with their square root) or use more rows "
+                "(docs/tuning.md)",
                 SamplingWarning,
             )
         return jump, sd

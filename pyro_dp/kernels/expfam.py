@@ -386,6 +386,9 @@ class DPExpFamPenalty(RandomWalkKernel):
         self.check_family = bool(check_family)
         self._checked_lik = None
 
+    def _rows_per_iteration(self):
+        return None, 0.0, 0.0  # auto_compile: iterations read no rows (the cached sum): never compiled
+
     def _calibrate(self):
         if self.noise_multiplier is None:
             self.noise_multiplier = self._calibrated_gaussian_noise_multiplier()

@@ -348,6 +348,16 @@ class DPFastMH(RandomWalkKernel):
     # ------------------------------------------------------------------ DPKernel hooks
     _chain_attrs = RandomWalkKernel._chain_attrs + ("_stats",)
 
+    def _rows_per_iteration(self):
+        # auto_compile: the batch is random; at most max_batch_size rows before the full-batch test
+        n = self.lik.num_rows
+        return "penalty", float(n if self.full_batch or self.max_batch_size is None else min(n, self.max_batch_size)), 0.0
+
+    #: why the data plate's ``subsample_size`` is refused (:mod:`~pyro_dp.kernels.declared_batch`)
+    plate_batch_refusal = ("DPFastMH draws a random batch whose size the algorithm sets (expected lam + C*E[M], "
+                           "falling back to every row from max_batch_size on; Zhang & Zhang 2023, Alg. 2), so it "
+                           "cannot honour a fixed subsample_size")
+
     def _reset_chain_stats(self):
         super()._reset_chain_stats()
         self._stats = {"batch": 0.0, "rows": 0.0, "full": 0, "free": 0, "n": 0}

@@ -493,6 +493,11 @@ class DPHMC(DPKernel):
         if self.auto_tuned:
             self.init = self._auto_tuner()
 
+    def _rows_per_iteration(self):
+        # auto_compile: num_steps gradient sums and one ratio over every row (the released gradient is reused)
+        n = float(self.lik.num_rows)
+        return "hmc", n, self.num_steps * n
+
     # ------------------------------------------------------------------ privacy plan
     def _events_for(self, nm_l: float, nm_g: float):
         # thesis Alg. 3 / Thm 11: G_{1,0} once per chain; per iteration L gradients + 1 ratio

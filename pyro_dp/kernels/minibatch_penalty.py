@@ -240,7 +240,8 @@ class DPMinibatchPenalty(RandomWalkKernel):
 
     :param model: Pyro model that indexes its data by the data plate's indices.
     :param int batch_size: :math:`b` (expected batch size :math:`qN` under Poisson sampling),
-        :math:`1 < b \le N`.
+        :math:`1 < b \le N`; ``None``: the data plate's ``subsample_size``
+        (:mod:`~pyro_dp.kernels.declared_batch`), accounted as that :math:`b`.
     :param proposal_scale: random-walk standard deviation in unconstrained space.
     :param float llr_clip: :math:`L`: ratios are clipped to :math:`\pm L\|\theta'-\theta\|`.
     :param float noise_multiplier: noise std / sensitivity (:math:`\sqrt\tau` of thesis Thm 8).
@@ -286,10 +287,17 @@ class DPMinibatchPenalty(RandomWalkKernel):
             accountant = "pld" if subsampling == "poisson" else "dp_rdp"
         super().__init__(model, accountant=accountant, **kwargs)
         self.subsampling = subsampling
-        self.batch_size = check_batch_size(batch_size)
+        self._batch_size_given = batch_size is not None  # None: the data plate's subsample_size
+        self.batch_size = None if batch_size is None else check_batch_size(batch_size)
         self._setup_walk(proposal_scale, one_component=one_component, guided_walk=guided_walk)
         self.llr_clip = check_positive("llr_clip", llr_clip)
         self.noise_multiplier = self._check_noise_multiplier("noise_multiplier", noise_multiplier)
+
+    takes_plate_batch = True
+    _check_plate_batch_size = staticmethod(check_batch_size)
+
+    def _rows_per_iteration(self):
+        return "penalty", float(self.batch_size), 0.0  # auto_compile: one batch of ratios
 
     def _event_for(self, nm: float):
         if nm == 0:

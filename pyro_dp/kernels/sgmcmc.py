@@ -358,7 +358,8 @@ class _SGMCMC(DPKernel):
                 f"accountant {accountant!r} cannot analyse the Poisson-subsampled Gaussian under "
                 f"relation={relation!r}; use {ok}"
             )
-        self.batch_size = check_positive("batch_size", batch_size, integer=True)
+        self._batch_size_given = batch_size is not None  # None: the data plate's subsample_size
+        self.batch_size = None if batch_size is None else self._check_plate_batch_size(batch_size)
         self.step_size = check_positive("step_size", step_size)
         self.grad_clip = check_positive("grad_clip", grad_clip)
         if noise_multiplier is not None:
@@ -368,6 +369,15 @@ class _SGMCMC(DPKernel):
         self.langevin_noise_multiplier: Optional[float] = None
         self.sample_rate: Optional[float] = None
         self._calibration_key = None
+
+    takes_plate_batch = True
+
+    def _rows_per_iteration(self):
+        return "penalty", 0.0, float(self.batch_size)  # auto_compile: one (expected) batch of gradients
+
+    @staticmethod
+    def _check_plate_batch_size(batch_size) -> int:
+        return check_positive("batch_size", batch_size, integer=True)
 
     # ---------------------------------------------------------------- privacy plan (data-free)
     def _thermostat_value(self) -> float:
@@ -446,7 +456,8 @@ _PARAMS_HEAD = r"""
         (``with pyro.plate("data", N) as idx: ... obs=y[idx]``).
     :param int batch_size: :math:`b`, the **expected** batch size; rows are Poisson-sampled
         with :math:`q = b/N` (:math:`b/M` under add/remove) and gradients scaled by :math:`1/q`
-        (module doc).
+        (module doc). ``None``: the data plate's ``subsample_size``
+        (:mod:`~pyro_dp.kernels.declared_batch`), accounted as that :math:`b`.
     :param float step_size: :math:`\eta` (SGLD) or :math:`h` (SGNHT), fixed.
     :param float grad_clip: :math:`C`, L2 clip of each per-example gradient in unconstrained space.
 """

@@ -1,0 +1,326 @@
+r"""Feasibility before data: what a default-path run can deliver at a given :math:`N` and
+:math:`\varepsilon`, predicted from public quantities only.
+
+:func:`feasibility` reads no data (it takes a model *profile*, not a data set) and spends no
+budget. It follows the default path step by step (``docs/tuning.md``), with the kernel's own code
+where the default path has code:
+
+1. **noise multiplier** :math:`\mathrm{nm}` of the ratio release: the kernel's own calibration
+   (:meth:`~pyro_dp.kernels.privacy_engine.PrivacyEngine._calibrate_scale`, the same accountant
+   and the same :class:`~pyro_dp.kernels.tuning.DPAutoTune` share of the budget) for the run
+   length, chains, :math:`(\varepsilon,\delta)`;
+2. **ratio clip** :math:`b`: the quantile of the per-row gradient norms that the default path
+   tracks (:meth:`~pyro_dp.kernels.tuning.DPAutoTune.ratio_quantile`), of the profile's norms
+   (:class:`ModelProfile`; the built-in ones: features uniform in the unit ball, coefficients of
+   order one — a Lipschitz-type guess, not your data);
+3. **the move**: the penalty test (Yıldırım & Ermiş 2019 §3.1; Räisä 2021 thesis §3.1) sees noise
+   of standard deviation :math:`\sigma = 2\,\mathrm{nm}\,b\,T\|\theta'-\theta\|` and accepts with
+   probability :math:`2\Phi(-\sqrt{\sigma^2+v}/2)`, :math:`v` the variance of the exact log
+   ratio (:math:`v = s^2\,\mathrm{tr}(P)` for an isotropic random-walk step of scale :math:`s`,
+   :math:`P` the posterior precision; 0 for an HMC trajectory). The default path starts at
+   the move of :func:`~pyro_dp.kernels.tuning.penalty_jump_length` (capped by
+   :func:`~pyro_dp.kernels.tuning.posterior_scale_guess`) and adapts it during warmup to the
+   acceptance target (0.3 for the random walk, 0.5 for DP-HMC), so after warmup
+   :math:`s = 2\Phi^{-1}(1-a^\ast/2)/\sqrt{4\mathrm{nm}^2b^2T^2D + \mathrm{tr}(P)}` per
+   coordinate (DP-HMC: :math:`L\eta`, with :math:`\mathrm{tr}(P)` dropped and the floor of a tenth of its start);
+4. **posterior scale**: :math:`P = TN\,F`, :math:`F` the profile's Fisher information per row
+   (Bernstein–von Mises); the slowest direction has standard deviation
+   :math:`\mathrm{sd} = \lambda_{\max}(P^{-1})^{1/2}`;
+5. **effective sample size**: a random walk whose steps are small against the posterior scale
+   is the Langevin diffusion of Roberts, Gelman & Gilks (1997) with speed
+   :math:`h = (s/\mathrm{sd})^2 a` per iteration; its integrated autocorrelation time in the
+   slowest direction is :math:`4/h`, so the ESS of ``num_samples`` draws is about
+   :math:`\mathrm{num\_samples}\cdot\min(1, h/4)` per chain (warmup is assumed to have reached
+   the posterior).
+
+It then finds the :math:`N` (at this :math:`\varepsilon`) and the :math:`\varepsilon` (at this
+:math:`N`) at which the predicted ESS reaches ``target_ess`` — or half the noise-free ESS of the
+same run when that is lower (bisection: the ESS grows with both).
+
+The prediction is rough — within a factor of about 2 of the measured ESS on the cells tested
+(``tests/test_forecast.py``) — and says nothing about clipping bias or a start far from the
+posterior (``docs/tuning.md``, "Never silently wrong"). The table on ``docs/choosing.md`` is
+made with it.
+
+>>> f = feasibility("logistic", num_rows=100_000, epsilon=8.0, dim=5)
+>>> round(f.move_ratio, 2), round(f.ess), round(f.ess_ceiling)  # 1000 samples after 1000 warmup steps
+(0.44, 14, 24)
+>>> f.rows_needed, f.epsilon_needed  # where the ESS reaches half its noise-free ceiling
+(67242, 6.37)
+"""
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Optional, Tuple, Union
+
+import torch
+
+__all__ = ["feasibility", "Feasibility", "ModelProfile", "model_profile", "PROFILES", "predicted_move"]
+
+#: The built-in model profiles (:func:`model_profile`): the default suite's GLMs
+#: (:mod:`pyro_dp.models.default_suite`), features uniform in the unit ball.
+PROFILES = ("logistic", "linear", "poisson")
+
+_PHI = NormalDist()
+# rows of the synthetic sample a built-in profile's gradient norms and Fisher information come from
+_PROFILE_ROWS = 50_000
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    r"""What :func:`feasibility` needs to know of a model, all public (no data).
+
+    :ivar name: a label.
+    :ivar num_latents: :math:`D`, the unconstrained latent dimension.
+    :ivar norms: per-row gradient norms :math:`\|\nabla\ell_i\|` at a typical parameter, sorted
+        (a sample: the clip is their quantile, :math:`b` of the ratio clip).
+    :ivar fisher: the :math:`D\times D` Fisher information per row (unconstrained coordinates).
+    """
+
+    name: str
+    num_latents: int
+    norms: Tuple[float, ...]
+    fisher: Tuple[Tuple[float, ...], ...]
+
+    def quantile(self, q: float) -> float:
+        """The ``q`` quantile of :attr:`norms` (the largest one above ``1 - 1/len``)."""
+        k = min(len(self.norms) - 1, max(0, math.ceil(q * len(self.norms)) - 1))
+        return float(self.norms[k])
+
+
+@functools.lru_cache(maxsize=32)
+def model_profile(name: str, dim: int, noise_sd: float = 1.0, rate: float = 3.0) -> ModelProfile:
+    r"""A built-in :class:`ModelProfile` from a synthetic sample (fixed seed; never your data,
+    :func:`pyro_dp.models.profiles.synthetic_scores`): ``dim`` features uniform in the unit
+    ball, coefficients of order one — the per-row scores give the gradient norms and the Fisher
+    information :math:`F = E[\nabla\ell\,\nabla\ell^\top]`.
+
+    * ``"logistic"``: :math:`D = d+1`; :math:`\nabla\ell = (y-p)(1,x)`, norms at most
+      :math:`\sqrt2` (its Lipschitz bound).
+    * ``"linear"`` (unknown :math:`\sigma`, unconstrained :math:`\log\sigma`, residual sd
+      ``noise_sd``): :math:`D = d+2`; :math:`\nabla\ell = (e/\sigma\,(1,x),\ e^2-1)`,
+      :math:`e` the standardised residual.
+    * ``"poisson"`` with a log-exposure offset (exposures uniform on [0.5, 3], mean count
+      about ``rate``): :math:`D = d+1`; :math:`\nabla\ell = (y-\mu)(1,x)`.
+
+    >>> p = model_profile("logistic", 5)
+    >>> p.num_latents, p.quantile(1.0) <= 2 ** 0.5
+    (6, True)
+    """
+    if name not in PROFILES:
+        raise ValueError(f"unknown model profile {name!r}: use one of {PROFILES} or pass a ModelProfile")
+    d = _check_int("dim", dim, 1)
+    # imported here: `import pyro_dp` does not load the benchmark models until a profile is asked for
+    from .models.profiles import synthetic_scores
+
+    scores = synthetic_scores(name, d, noise_sd=noise_sd, rate=rate, num_rows=_PROFILE_ROWS)
+    norms = torch.sort(torch.linalg.vector_norm(scores, dim=1)).values
+    fisher = scores.T @ scores / scores.shape[0]
+    return ModelProfile(name, scores.shape[1], tuple(norms.tolist()), tuple(map(tuple, fisher.tolist())))
+
+
+@dataclass(frozen=True)
+class Feasibility:
+    r"""What :func:`feasibility` predicts (all public: from :math:`N`, the budget, the run
+    length and the model's shapes, never from data).
+
+    :ivar kernel: ``"DPPenalty"`` or ``"DPHMC"``.
+    :ivar num_rows: :math:`N`.
+    :ivar epsilon, delta: the budget (all chains).
+    :ivar noise_multiplier: of the ratio release, as the kernel calibrates it.
+    :ivar clip: :math:`b`, the ratio clip per unit jump the default path would aim at.
+    :ivar start_move_ratio: the default path's first move over its posterior-scale guess — the
+        quantity its set-up warning compares with :data:`~pyro_dp.kernels.default_path.NOISE_LIMITED_RATIO`.
+    :ivar move_ratio: the move per coordinate after warmup over the posterior sd in the slowest direction.
+    :ivar acceptance: the predicted acceptance rate after warmup.
+    :ivar ess: predicted effective sample size in the slowest direction, all chains together.
+    :ivar ess_ceiling: the same without privacy noise (the kernel's own limit at this run length:
+        a random walk with one scale for every coordinate mixes slowly on an elongated posterior).
+    :ivar target_ess: the ESS called usable.
+    :ivar usable: ``ess >= target_ess``.
+    :ivar rows_needed: the :math:`N` at which ``ess`` reaches ``target_ess`` at this budget or,
+        when ``ess_ceiling`` is below ``target_ess``, half the ceiling (beyond it more rows or
+        :math:`\varepsilon` buy little: more samples, or another kernel, do); ``None``: not
+        below :math:`10^{10}`.
+    :ivar epsilon_needed: the :math:`\varepsilon` at which it does on these :math:`N` rows
+        (``None``: not below :math:`10^4`).
+    """
+
+    kernel: str
+    num_rows: int
+    epsilon: float
+    delta: float
+    noise_multiplier: float
+    clip: float
+    start_move_ratio: float
+    move_ratio: float
+    acceptance: float
+    ess: float
+    ess_ceiling: float
+    target_ess: float
+    usable: bool
+    rows_needed: Optional[int]
+    epsilon_needed: Optional[float]
+
+
+def _check_int(name, value, low) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    return int(value)
+
+
+def _check_pos(name, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+    return float(value)
+
+
+KERNELS = ("DPPenalty", "DPHMC")
+
+
+def _noise(kernel: str, epsilon: float, delta: float, iterations: int, chains: int, temperature: float,
+           num_steps: int):
+    """``(ratio noise multiplier, the tuner)`` exactly as the kernel's default path sets them."""
+    from . import kernels as K  # here: kernels.default_path imports this module (a cycle at import time)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        kw = dict(epsilon=epsilon, delta=delta, num_iterations=iterations, num_chains=chains,
+                  temperature=temperature, seed=0)
+        k = K.DPHMC(_no_model, num_steps=num_steps, **kw) if kernel == "DPHMC" else K.DPPenalty(_no_model, **kw)
+        k.init.configure(epsilon=k.epsilon, delta=k.delta, num_chains=k.num_chains, non_private=False)
+        k._calibrate()
+        nm = float(k._ratio_noise_multiplier())
+        k.init.set_ratio_noise(nm)
+    return nm, k.init
+
+
+def _no_model(*args, **kwargs):  # the kernels need a callable; feasibility never runs it
+    return None
+
+
+def predicted_move(*, kernel: str, num_rows: int, noise_multiplier: float, clip: float, grad_norm: float,
+                   fisher, num_samples: int, warmup_steps: int, num_chains: int = 1, temperature: float = 1.0,
+                   num_steps: int = 5) -> Tuple[float, float, float, float]:
+    r"""``(start_move_ratio, move_ratio, acceptance, ess)`` of the module doc's steps 3–5 for a
+    given noise multiplier, ratio clip :math:`b`, typical gradient norm (the default path's
+    posterior-scale guess) and Fisher information per row (a :math:`D\times D` nested sequence or
+    tensor). Data-free; also what the default path's pre-run warning quotes with its tuned clips.
+
+    >>> F = [[0.2, 0.0], [0.0, 0.05]]
+    >>> r = predicted_move(kernel="DPPenalty", num_rows=10_000, noise_multiplier=50.0, clip=1.0,
+    ...                    grad_norm=0.5, fisher=F, num_samples=1000, warmup_steps=1000)
+    >>> [round(x, 3) for x in r]
+    [0.354, 0.309, 0.3, 7.161]
+    """
+    from .kernels.tuning import penalty_jump_length, posterior_scale_guess  # here: the import cycle above
+
+    F = torch.as_tensor(fisher, dtype=torch.float64)
+    D = F.shape[0]
+    T, n, nm, b = float(temperature), float(num_rows), float(noise_multiplier), float(clip)
+    precision = T * n * F
+    sd_max = math.sqrt(float(torch.linalg.eigvalsh(torch.linalg.inv(precision)).max()))
+    jump = penalty_jump_length(nm, b, T)
+    guess = posterior_scale_guess(grad_norm, int(n), D, T)
+    noise_per_step = 4.0 * nm * nm * b * b * T * T * D  # sigma^2 per unit s^2 (sigma = 2 nm b T s sqrt(D))
+    if kernel == "DPHMC":
+        s0 = min(jump / math.sqrt(D), num_steps * guess)  # L * eta, eta = min(jump / (L sqrt D), guess)
+        target, v = 0.5, 0.0  # hmc.DEFAULT_TARGET_ACCEPT_PROB; an exact trajectory keeps the energy
+    else:
+        s0 = min(jump / math.sqrt(D), 2.38 / math.sqrt(D) * guess)  # Roberts, Gelman & Gilks 1997
+        target, v = 0.3, float(torch.trace(precision))  # proposals.DEFAULT_TARGET_ACCEPT_PROB
+    s = s0
+    if warmup_steps >= 100:  # warmup adaptation towards the acceptance target
+        s_star = 2.0 * _PHI.inv_cdf(1.0 - target / 2.0) / math.sqrt(noise_per_step + v) if noise_per_step + v > 0 \
+            else math.inf
+        if math.isfinite(s_star):  # (no noise and an exact trajectory: DP-HMC keeps its start)
+            s = max(s_star, s0 / 10.0) if kernel == "DPHMC" else s_star
+    acceptance = 2.0 * _PHI.cdf(-math.sqrt(s * s * (noise_per_step + v)) / 2.0)
+    ell = s / sd_max
+    h = ell * ell * acceptance
+    ess = num_chains * num_samples * min(1.0, h / 4.0)
+    return jump / guess, ell, acceptance, ess
+
+
+def feasibility(model: Union[str, ModelProfile], *, num_rows: int, epsilon: float, delta: float = 1e-5,
+                dim: Optional[int] = None, kernel: str = "DPPenalty", num_samples: int = 1000,
+                warmup_steps: int = 1000, num_chains: int = 1, temperature: float = 1.0, num_steps: int = 5,
+                target_ess: float = 100.0, noise_sd: float = 1.0, rate: float = 3.0) -> Feasibility:
+    r"""Predict, before any data is read, what ``MCMC(kernel(model, epsilon=ε, delta=δ),
+    num_samples=..., warmup_steps=...)`` will deliver on ``num_rows`` rows (module doc).
+
+    :param model: ``"logistic"``, ``"linear"`` or ``"poisson"`` (:func:`model_profile`, with
+        ``dim`` features in the unit ball), or a :class:`ModelProfile` of your own.
+    :param int num_rows: :math:`N` (public).
+    :param float epsilon, delta: the budget of all chains together.
+    :param int dim: number of features (built-in profiles; default 5 for logistic, 3 otherwise).
+    :param str kernel: ``"DPPenalty"`` or ``"DPHMC"`` (its default path).
+    :param int num_samples, warmup_steps, num_chains: the run (``MCMC``'s arguments).
+    :param float temperature: :math:`T`.
+    :param int num_steps: DP-HMC's leapfrog steps :math:`L`.
+    :param float target_ess: the effective sample size called usable.
+    :param float noise_sd, rate: the linear profile's residual sd and the Poisson profile's mean count.
+    :returns: a frozen :class:`Feasibility`.
+
+    >>> f = feasibility("linear", num_rows=10_000, epsilon=2.0)
+    >>> f.kernel, f.usable, f.rows_needed > 10_000
+    ('DPPenalty', False, True)
+    """
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS} (the kernels with a default path), got {kernel!r}")
+    n = _check_int("num_rows", num_rows, 2)
+    eps = _check_pos("epsilon", epsilon)
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0.0 < delta < 1.0:
+        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+    samples = _check_int("num_samples", num_samples, 1)
+    warmup = _check_int("warmup_steps", warmup_steps, 0)
+    chains = _check_int("num_chains", num_chains, 1)
+    L = _check_int("num_steps", num_steps, 1)
+    T = _check_pos("temperature", temperature)
+    target = _check_pos("target_ess", target_ess)
+    if isinstance(model, ModelProfile):
+        profile = model
+        if dim is not None:
+            raise ValueError("dim is for the built-in profiles; a ModelProfile has its own num_latents")
+    elif isinstance(model, str):
+        profile = model_profile(model, 5 if dim is None and model == "logistic" else (3 if dim is None else dim),
+                                noise_sd, rate)
+    else:
+        raise TypeError(f"model must be one of {PROFILES} or a ModelProfile, got {type(model).__name__}")
+    iterations = samples + warmup
+
+    def at(n_rows: int, e: float, noise=None):
+        nm, tuner = noise if noise is not None else _noise(kernel, e, float(delta), iterations, chains, T, L)
+        b = profile.quantile(tuner.ratio_quantile(n_rows))
+        g = profile.quantile(tuner.grad_quantile)
+        r = predicted_move(kernel=kernel, num_rows=n_rows, noise_multiplier=nm, clip=b, grad_norm=g,
+                           fisher=profile.fisher, num_samples=samples, warmup_steps=warmup, num_chains=chains,
+                           temperature=T, num_steps=L)
+        return nm, b, r
+
+    noise = _noise(kernel, eps, float(delta), iterations, chains, T, L)
+    nm, b, (start_ratio, ratio, acc, ess) = at(n, eps, noise)
+    ceiling = at(n, eps, (0.0, noise[1]))[2][3]
+    goal = min(target, ceiling / 2.0)
+
+    def search(f, lo, hi):  # smallest x in [lo, hi] (geometric bisection) with f(x) >= goal, or None
+        if f(hi) < goal:
+            return None
+        if f(lo) >= goal:
+            return lo
+        for _ in range(40):
+            mid = math.sqrt(lo * hi)
+            lo, hi = (lo, mid) if f(mid) >= goal else (mid, hi)
+            if hi / lo < 1.01:
+                break
+        return hi
+
+    rows = search(lambda x: at(int(round(x)), eps, noise)[2][3], 10.0, 1e10)
+    eps_needed = search(lambda e: at(n, e)[2][3], 1e-3, 1e4)
+    return Feasibility(kernel, n, eps, float(delta), nm, b, start_ratio, ratio, acc, ess, ceiling, target, ess >= target,
+                       None if rows is None else int(math.ceil(rows)),
+                       None if eps_needed is None else float(f"{eps_needed:.3g}"))

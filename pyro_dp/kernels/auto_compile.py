@@ -1,0 +1,178 @@
+r"""``jit_compile=None`` (the default): eager or compiled, whichever the run's predicted cost favours.
+
+The compiled path (:mod:`pyro_dp.compiled`) makes an iteration several times cheaper, after a
+one-time compile of 10–30 s; a short run on small data is over before the compile would be.
+With ``jit_compile`` left unset, the kernel predicts both wall times at its first set-up from
+public quantities only — the number of rows :math:`N` (a shape), the iterations the run will
+make (``warmup_steps + num_samples`` of the ``MCMC`` that runs it, else ``num_iterations``,
+else :data:`~pyro_dp.kernels.default_path.DEFAULT_ITERATIONS`), the kernel's kind and settings
+(the rows and gradient passes one iteration reads, :meth:`DPKernel._rows_per_iteration`) and
+the private start's steps — and compiles when
+
+.. math:: C + I\,(o_c + r_\ell a_c + r_g g_c) + S N g_c \;<\; I\,(o_e + r_\ell a_e + r_g g_e) + S N g_e,
+
+with :math:`I` iterations, :math:`r_\ell` rows whose log-likelihood (ratio) and :math:`r_g`
+rows whose gradient one iteration evaluates, :math:`S` the private start's full-data gradient
+passes, :math:`o` a per-iteration overhead, :math:`a, g` seconds per row of a log-likelihood
+and of a gradient (eager :math:`e`, compiled :math:`c`), and :math:`C` the compile time
+(:data:`COSTS`). ``jit_compile=True`` / ``False`` are honoured as given. The decision reads no
+data and changes no result: the eager and compiled chains are the same (``tests/test_compiled.py``).
+
+The constants were measured on the project's CPU machine (2 shared cores, torch 2.13, one
+thread, float64, logistic regression with 6 latents, ``benchmarks/auto_compile.py
+--calibrate``; ``docs/performance.md``). They are rough — the rule only has to be right where
+the two times differ by more than about 20 % — and :attr:`DPKernel.compile_decision` says what
+was predicted. Sequential chains of one kernel object share its compiled graphs, but chains
+in worker processes compile their own, so the rule decides per chain (conservatively: it
+never counts on a compile being shared).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Tuple
+
+from ..compiled import BACKENDS, CUDA_GRAPH_MODES, CompiledLikelihood
+from .default_path import DEFAULT_ITERATIONS
+from .tuning import mcmc_run_length
+
+__all__ = ["AutoCompile", "check_jit_options", "CompileCosts", "CompileDecision", "COSTS", "decide_compile", "predicted_seconds",
+           "FIRST_COMPILE_SECONDS", "PER_ROW"]
+
+
+class CompileCosts(NamedTuple):
+    """Seconds of one kind of kernel on each path (module doc's formula).
+
+    :ivar eager_overhead: :math:`o_e`, per iteration (Pyro's handlers, Python).
+    :ivar compiled_overhead: :math:`o_c`, per iteration.
+    :ivar compile_seconds: :math:`C`, the graphs of one kernel (in a process that has compiled before).
+    """
+
+    eager_overhead: float
+    compiled_overhead: float
+    compile_seconds: float
+
+
+#: Seconds per row of a per-example log-likelihood :math:`a` and of a per-example gradient :math:`g`
+#: (eager, compiled), measured by ``benchmarks/auto_compile.py --calibrate`` (2026-11-27: DPPenalty's
+#: ratio pass 51 ns/row eager, 8.7 ns compiled; DP-HMC's gradient passes 0.21 µs/row eager,
+#: 0.06 µs compiled).
+PER_ROW = {"loglik": (5.1e-8, 0.9e-8), "grad": (2.1e-7, 0.6e-7)}
+
+#: Per-kind constants (:class:`CompileCosts`), same measurement. DP-HMC compiles more graphs
+#: (the trajectory's gradient sums besides the ratio), hence its larger :math:`C`.
+COSTS = {
+    "penalty": CompileCosts(eager_overhead=1.0e-3, compiled_overhead=0.15e-3, compile_seconds=8.0),
+    "hmc": CompileCosts(eager_overhead=8.0e-3, compiled_overhead=0.5e-3, compile_seconds=18.0),
+}
+
+#: Extra seconds of the first compile in a process (inductor's start-up, measured 10–18 s). The
+#: decision always charges it, even in a process that has compiled before: so which path a run
+#: takes does not depend on what ran earlier in the process (a script, a test suite), and a
+#: borderline run stays eager.
+FIRST_COMPILE_SECONDS = 12.0
+
+
+def check_jit_options(options: dict) -> None:
+    """Refuse, when the kernel is built, ``jit_options`` that :class:`~pyro_dp.compiled.CompiledLikelihood`
+    would refuse (an unknown backend, CUDA graphs): with ``jit_compile=None`` the kernel may
+    decide to stay eager, and a bad option must not pass unnoticed then.
+
+    >>> check_jit_options({"backend": "nope"})
+    Traceback (most recent call last):
+    ...
+    ValueError: jit_options['backend'] must be one of ('inductor', 'graph'), got 'nope'
+    """
+    backend = options.get("backend", "inductor")
+    if backend not in BACKENDS:
+        raise ValueError(f"jit_options['backend'] must be one of {BACKENDS}, got {backend!r}")
+    if options.get("mode") in CUDA_GRAPH_MODES or (options.get("options") or {}).get("triton.cudagraphs"):
+        raise ValueError(f"jit_options: CUDA graphs ({options.get('mode') or 'triton.cudagraphs'}) are not supported "
+                         "(pyro_dp.compiled.CompiledLikelihood says why)")
+
+
+class CompileDecision(NamedTuple):
+    """What ``jit_compile=None`` decided, and why (public: from shapes and settings only).
+
+    :ivar compiled: whether the kernel runs compiled.
+    :ivar eager_seconds: predicted wall time of one chain on the eager path.
+    :ivar compiled_seconds: predicted wall time of one chain compiled, compile included.
+    :ivar iterations: the iterations per chain the prediction assumed.
+    :ivar num_rows: :math:`N`.
+    :ivar kind: the cost kind (``"penalty"``, ``"hmc"``).
+    """
+
+    compiled: bool
+    eager_seconds: float
+    compiled_seconds: float
+    iterations: int
+    num_rows: int
+    kind: str
+
+
+def predicted_seconds(kind: str, *, iterations: int, loglik_rows: float, grad_rows: float, start_rows: float = 0.0,
+                      compiled: bool, first_compile: bool = True) -> float:
+    r"""Predicted wall time of one chain (module doc's formula): ``iterations`` iterations that each
+    evaluate ``loglik_rows`` per-example log-likelihoods and ``grad_rows`` per-example gradients,
+    plus ``start_rows`` per-example gradients of a private start; compiled, with the compile time.
+
+    >>> e = predicted_seconds("penalty", iterations=200, loglik_rows=1e4, grad_rows=0, compiled=False)
+    >>> c = predicted_seconds("penalty", iterations=200, loglik_rows=1e4, grad_rows=0, compiled=True)
+    >>> round(e, 2), round(c, 1)   # a short run on 10^4 rows: the compile does not pay
+    (0.3, 20.0)
+    """
+    costs = COSTS[kind]
+    j = 1 if compiled else 0
+    a, g = PER_ROW["loglik"][j], PER_ROW["grad"][j]
+    overhead = costs.compiled_overhead if compiled else costs.eager_overhead
+    t = iterations * (overhead + loglik_rows * a + grad_rows * g) + start_rows * g
+    if compiled:
+        t += costs.compile_seconds + (FIRST_COMPILE_SECONDS if first_compile else 0.0)
+    return t
+
+
+def decide_compile(kind: Optional[str], *, iterations: int, num_rows: int, loglik_rows: float, grad_rows: float,
+                   start_rows: float = 0.0, first_compile: bool = True) -> CompileDecision:
+    """Eager or compiled for one chain, from public quantities only (module doc). ``kind=None``:
+    a kernel whose iterations read no rows (e.g. the cached sufficient statistic of
+    :class:`~pyro_dp.kernels.expfam.DPExpFamPenalty`) — never compiled.
+
+    >>> decide_compile("hmc", iterations=2000, num_rows=100_000, loglik_rows=1e5, grad_rows=5e5).compiled
+    True
+    >>> decide_compile("hmc", iterations=200, num_rows=10_000, loglik_rows=1e4, grad_rows=5e4).compiled
+    False
+    """
+    if kind is None:
+        return CompileDecision(False, 0.0, float("inf"), int(iterations), int(num_rows), "none")
+    kw = dict(iterations=iterations, loglik_rows=loglik_rows, grad_rows=grad_rows, start_rows=start_rows)
+    eager = predicted_seconds(kind, compiled=False, **kw)
+    comp = predicted_seconds(kind, compiled=True, first_compile=bool(first_compile), **kw)
+    return CompileDecision(comp < eager, eager, comp, int(iterations), int(num_rows), kind)
+
+
+class AutoCompile:
+    """Mixin of :class:`~pyro_dp.kernels.base.DPKernel`: ``jit_compile=None`` at set-up (module doc)."""
+
+    def _rows_per_iteration(self) -> Tuple[Optional[str], float, float]:
+        """``(cost kind, rows whose log-likelihood, rows whose gradient one iteration evaluates)``
+        for :mod:`~pyro_dp.kernels.auto_compile` (public: from :math:`N` and settings). Default: a
+        penalty-type test over every row; kernels that read otherwise override it."""
+        return "penalty", float(self.lik.num_rows), 0.0
+
+    def _auto_compile(self) -> None:
+        """``jit_compile=None``: decide once per kernel object, at its first set-up, whether the
+        run is faster compiled (:func:`~pyro_dp.kernels.auto_compile.decide_compile`), and if so
+        give the likelihood its compiled path. Data-free: :math:`N` is a shape; the run length
+        and settings are public."""
+        if self.jit_compile is not None:
+            return
+        if self.compile_decision is None:
+            iterations = self.num_iterations
+            if iterations is None:
+                run = mcmc_run_length()
+                iterations = DEFAULT_ITERATIONS if run is None else max(1, run["warmup_steps"] + run["num_samples"])
+            kind, loglik_rows, grad_rows = self._rows_per_iteration()
+            start_steps = getattr(self.init, "num_steps", 0) if self.init is not None else 0
+            self.compile_decision = decide_compile(kind, iterations=int(iterations), num_rows=self.lik.num_rows,
+                                                   loglik_rows=loglik_rows, grad_rows=grad_rows,
+                                                   start_rows=float(start_steps) * self.lik.num_rows)
+        if self.compile_decision.compiled and self.lik.compiled is None:
+            self.lik.compiled = CompiledLikelihood(self.lik, self.jit_options, self.__dict__.setdefault("_jit_cache", {}))
