@@ -151,6 +151,18 @@ def decide_compile(kind: Optional[str], *, iterations: int, num_rows: int, logli
 class AutoCompile:
     """Mixin of :class:`~pyro_dp.kernels.base.DPKernel`: ``jit_compile=None`` at set-up (module doc)."""
 
+    def _init_compile(self, jit_compile: Optional[bool], jit_options: Optional[dict]) -> None:
+        """The kernel's ``jit_compile``/``jit_options`` arguments, checked when it is built."""
+        #: ``True``/``False`` as given; ``None``: decided from the run's predicted cost (module doc)
+        self.jit_compile = None if jit_compile is None else bool(jit_compile)
+        #: what ``jit_compile=None`` predicted and chose (:class:`CompileDecision`), at the first set-up
+        self.compile_decision: Optional[CompileDecision] = None
+        self.jit_options = dict(jit_options or {})
+        if self.jit_options and self.jit_compile is False:
+            raise ValueError("jit_options needs jit_compile=True (or the default None, which uses them when it compiles)")
+        check_jit_options(self.jit_options)  # now, not only if the kernel compiles
+        self._jit_cache: dict = {}  # compiled graphs, shared by this kernel's chains in this process
+
     def _rows_per_iteration(self) -> Tuple[Optional[str], float, float]:
         """``(cost kind, rows whose log-likelihood, rows whose gradient one iteration evaluates)``
         for :mod:`~pyro_dp.kernels.auto_compile` (public: from :math:`N` and settings). Default: a

@@ -47,15 +47,15 @@ import torch
 from pyro.infer.autoguide.initialization import init_to_sample
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
-from ..warn import warn_user
 from ..accounting import DEFAULT_ACCOUNTANT
-from ..checks import SamplingWarning, chain_problems
+from ..checks import SamplingWarning  # noqa: F401 (re-exported)
 from ..heap import HEAP_TRIM_EVERY, release_free_heap
 from ..likelihood import PrivateLikelihood
 from ..mechanisms import NoiseSource
-from .auto_compile import AutoCompile, CompileDecision, check_jit_options
+from .auto_compile import AutoCompile
 from .checkpoint import Checkpointing
 from .declared_batch import take_declared_subsample
+from .diagnostics import _MAX_CHECKED_DRAWS, NONPRIVATE_PREFIX, ChainReporting
 from .default_path import DEFAULT_ITERATIONS, DefaultPath
 from .plan import counts as _counts  # noqa: F401  (re-exported: tests import it from here)
 from .privacy_engine import (DEFAULT_DELTA, DEFAULT_EPSILON, BudgetExhaustedWarning, ChainLedger, PrivacyEngine,
@@ -65,9 +65,6 @@ from .workers import WORKER_SLOTS, ChainFailedError, WorkerBookkeeping, WorkerRe
 __all__ = ["DPKernel", "BudgetExhaustedWarning", "SamplingWarning", "PrivacyNotice", "ChainLedger", "ChainFailedError",
            "WorkerReleases", "check_positive", "NONPRIVATE_PREFIX", "DEFAULT_EPSILON", "DEFAULT_DELTA", "DEFAULT_ITERATIONS"]
 
-#: A chain checks its own draws after warmup (:func:`~pyro_dp.checks.chain_problems`) when it has
-#: at least this many; it keeps at most ``_MAX_CHECKED_DRAWS`` of them (the first ones).
-_MIN_CHECKED_DRAWS, _MAX_CHECKED_DRAWS = 100, 20_000
 
 
 def _derive_seed(*words: int) -> int:
@@ -77,13 +74,35 @@ def _derive_seed(*words: int) -> int:
 
 _PURPOSE_INIT, _PURPOSE_ALGO, _PURPOSE_NOISE = 1, 2, 3
 
-#: Prefix of every ``diagnostics()`` key computed from the raw data and **not covered by ε**
-#: (e.g. ``"non-private clipped fraction"``); such keys appear only with
-#: ``nonprivate_diagnostics=True``.
-NONPRIVATE_PREFIX = "non-private "
 
 
-class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, AutoCompile, MCMCKernel):
+def _initial_point(lik: PrivateLikelihood, user_params: Optional[Dict[str, torch.Tensor]]) -> torch.Tensor:
+    """A chain's data-free start, flat: the user's ``initial_params`` (checked) or the likelihood's
+    prototype (the init strategy's draw)."""
+    if user_params is not None:
+        missing = set(lik.latent_names) - set(user_params)
+        if missing:
+            raise ValueError(f"initial_params lacks latent sites {sorted(missing)}")
+        params = {k: v.to(dtype=lik.dtype, device=lik.device) for k, v in user_params.items()}
+    else:
+        params = dict(lik.prototype_params)
+    z0 = lik.flatten(params)
+    if z0.numel() != lik.dim or not bool(torch.isfinite(z0).all()):
+        raise ValueError("initial parameters must be finite and match the model's latent shapes")
+    return z0
+
+
+def _returned_unchanged(last, params, z) -> bool:
+    """Whether ``params`` is the dict the last :meth:`DPKernel.sample` returned (``last``),
+    holding the same tensors, for the current state ``z`` (Pyro's runner passes it straight
+    back): then the flatten-and-compare of the general check is skipped (#17: Python per
+    iteration). An in-place change of those tensors changes the state's own tensor (they are
+    views of it), which the general check could not see either."""
+    return (last is not None and params is last[0] and last[2] is z
+            and len(params) == len(last[1]) and all(a is b for a, b in zip(params.values(), last[1])))
+
+
+class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, AutoCompile, ChainReporting, MCMCKernel):
     r"""Base class of pyro_dp's kernels (not used directly).
 
     :param model: Pyro model (see :class:`~pyro_dp.likelihood.PrivateLikelihood`).
@@ -97,9 +116,8 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
         the last state, and warns (:class:`BudgetExhaustedWarning`). ``delta`` defaults to :data:`DEFAULT_DELTA` when only
         ``epsilon`` is given; with neither, and no noise multiplier, the kernel adopts the
         default budget :data:`DEFAULT_EPSILON` and says so (:class:`PrivacyNotice`).
-    :param int num_iterations: planned iterations per chain, warmup included (used to
-        calibrate the noise when no noise multiplier is given). Default: read from the
-        ``pyro.infer.MCMC`` run at the first set-up (``warmup_steps + num_samples``), else
+    :param int num_iterations: planned iterations per chain, warmup included (calibrates the
+        noise). Default: the ``pyro.infer.MCMC`` run's ``warmup_steps + num_samples``, else
         :data:`DEFAULT_ITERATIONS`; a :class:`PrivacyNotice` says which.
     :param int num_chains: planned number of chains (each reads the same data). Default: the
         ``MCMC``'s ``num_chains`` at the first set-up, else 1.
@@ -108,39 +126,26 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
         (default: ``delta`` if given, else 1e-5).
     :param int seed: base seed of the **data-free** randomness (proposals, momenta, accept
         uniforms, prior draws), per chain. It never seeds privacy noise or batch selection.
-    :param int noise_seed: makes the privacy noise and batch selection reproducible — for
-        tests only: anyone who knows it can remove the noise. Warns
-        (:class:`~pyro_dp.mechanisms.ReproducibleNoiseWarning`). Default: OS entropy.
-    :param bool secure_mode: noise and batches from an OS-seeded generator with the
-        floating-point mitigation of :class:`~pyro_dp.mechanisms.NoiseSource` (refuses
-        ``noise_seed``).
-    :param bool nonprivate_diagnostics: add to ``diagnostics()`` the statistics computed from
-        the raw data for the data holder's tuning (clipped fractions), under keys starting
-        with :data:`NONPRIVATE_PREFIX`. They are **not covered by ε**: never publish them.
+    :param int noise_seed: reproducible privacy noise and batches, for tests only (anyone who
+        knows it can remove the noise; warns). Default: OS entropy. ``secure_mode``: OS-seeded with
+        the floating-point mitigation of :class:`~pyro_dp.mechanisms.NoiseSource`.
+    :param bool nonprivate_diagnostics: add raw-data statistics (clipped fractions) to
+        ``diagnostics()`` under :data:`NONPRIVATE_PREFIX`: **not covered by ε**, never publish them.
     :param bool non_private: documented test mode: noise multipliers may be 0; such runs
         record :class:`~pyro_dp.mechanisms.NonPrivateEvent` and report ε = ∞.
     :param str relation: neighbouring relation of the ledger (``"substitute"``, the papers',
         or ``"add_remove"`` where the kernel's analysis covers it: see
         :attr:`supported_relations`); noise multipliers are relative to its sensitivity.
     :param bool jit_compile: trace the model's per-example functions once into graphs and
-        compile them (:mod:`pyro_dp.compiled`; Pyro's name for the switch on ``HMC``/``NUTS``):
-        the same values and the same ledger, several times faster per iteration after a
-        one-time compile that every chain of this kernel object in this process reuses.
-        ``None`` (the default): compiled when the run's predicted wall time is shorter that way
-        (:mod:`pyro_dp.kernels.auto_compile`: the compile costs 10–30 s, worth it from a few
-        hundred iterations on large data; decided at the first set-up from :math:`N`, the run
-        length and the kernel's settings, never from data; :attr:`compile_decision` says what
-        was predicted); ``True``/``False`` as given. A model the trace cannot represent runs
-        eagerly with a :class:`~pyro_dp.compiled.CompileFallbackWarning`.
+        compile them (:mod:`pyro_dp.compiled`; Pyro's name): the same values and ledger, faster
+        after a one-time compile. ``None`` (default): compiled when the run's predicted wall time
+        is shorter that way, decided data-free at the first set-up
+        (:mod:`pyro_dp.kernels.auto_compile`, :attr:`compile_decision`); ``True``/``False`` as given.
     :param dict jit_options: ``{"backend": "inductor" (default) | "graph", **torch.compile
         kwargs}``; ``"graph"`` runs the traced graph without compiling it (exact, no compile time).
-    :param bool distributed: shard the rows over the ranks of an initialised
-        :mod:`torch.distributed` process group (:mod:`pyro_dp.distributed`): each rank passes its
-        own rows to ``MCMC.run``, every release sums the ranks' clipped sums with rank 0's noise
-        inside the all-reduce, and every rank gets the same chain and ledger. Kernels with
-        :attr:`supports_distributed` only.
-    :param process_group: the process group to shard over (implies ``distributed=True``;
-        default: the default group).
+    :param bool distributed: shard the rows over the ranks of a :mod:`torch.distributed` group
+        (:mod:`pyro_dp.distributed`; kernels with :attr:`supports_distributed`): every rank gets
+        the same chain and ledger. ``process_group``: the group (implies ``distributed=True``).
     :param public: positions and keywords of ``MCMC.run`` arguments that are public although they
         look like data (a tensor whose first dimension has ``N`` entries): they are passed whole to
         every row's evaluation, without noise (:mod:`pyro_dp.arguments`).
@@ -168,9 +173,8 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
     #: :mod:`pyro_dp.distributed`): every release is a sum of clipped per-example terms over all rows.
     supports_distributed: bool = False
 
-    #: Whether the kernel reads a batch of rows per iteration and takes the data plate's declared
-    #: ``subsample_size`` as its ``batch_size`` (:mod:`pyro_dp.kernels.declared_batch`); other
-    #: kernels refuse a plate that declares one.
+    #: Whether the kernel takes the data plate's ``subsample_size`` as its ``batch_size``
+    #: (:mod:`pyro_dp.kernels.declared_batch`); other kernels refuse a plate that declares one.
     takes_plate_batch: bool = False
 
     #: Attributes that make up a chain in progress, saved by :meth:`state_dict` (subclasses
@@ -223,17 +227,9 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
         self._init_privacy(epsilon=epsilon, delta=delta, num_iterations=num_iterations, num_chains=num_chains,
                            accountant=accountant, reference_delta=reference_delta, non_private=non_private,
                            relation=relation)
-        #: ``True``/``False`` as given; ``None``: decided from the run's predicted cost (:mod:`.auto_compile`)
-        self.jit_compile = None if jit_compile is None else bool(jit_compile)
-        #: what ``jit_compile=None`` predicted and chose (:class:`~.auto_compile.CompileDecision`), at the first set-up
-        self.compile_decision: Optional[CompileDecision] = None
+        self._init_compile(jit_compile, jit_options)  # checked now, not only if the kernel compiles
         #: arguments named public (:mod:`pyro_dp.arguments`)
         self.public = tuple(public or ())
-        self.jit_options = dict(jit_options or {})
-        if self.jit_options and self.jit_compile is False:
-            raise ValueError("jit_options needs jit_compile=True (or the default None, which uses them when it compiles)")
-        check_jit_options(self.jit_options)  # now, not only if the kernel compiles
-        self._jit_cache: dict = {}  # compiled graphs, shared by this kernel's chains in this process
         self._init_ranks(distributed, process_group)  # torch.distributed: refused by kernels that cannot shard
         self.seed = int(seed) if seed is not None else secrets.randbits(63)  # the data-free streams only
         self._init_secret_stream(noise_seed, secure_mode)
@@ -340,18 +336,7 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
         if self._shards is not None:
             self._share_ranks()  # the global N (public) and rank 0's noise inside every release
         self._check_delta()
-        if self._user_initial_params is not None:
-            missing = set(self.lik.latent_names) - set(self._user_initial_params)
-            if missing:
-                raise ValueError(f"initial_params lacks latent sites {sorted(missing)}")
-            params = {
-                k: v.to(dtype=self.lik.dtype, device=self.lik.device) for k, v in self._user_initial_params.items()
-            }
-        else:
-            params = dict(self.lik.prototype_params)
-        z0 = self.lik.flatten(params)
-        if z0.numel() != self.lik.dim or not bool(torch.isfinite(z0).all()):
-            raise ValueError("initial parameters must be finite and match the model's latent shapes")
+        z0 = _initial_point(self.lik, self._user_initial_params)
         if self._shards is not None:
             self._check_ranks_agree(z0)
         self._initial_params = self.lik.unravel(z0)
@@ -372,7 +357,7 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
     def _sample(self, params):
         if self._state is None:
             raise RuntimeError("call setup() before sample()")
-        if not self._returned_unchanged(params):
+        if not _returned_unchanged(self.__dict__.get("_returned"), params, self._state_z(self._state)):
             # compared in the model's own coordinates, where what sample() returned is exact
             # (a preconditioned chain's u -> z -> u is not: pyro_dp.preconditioning)
             z = self.lik.flatten(params, coordinates=False).detach()
@@ -401,16 +386,6 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
         self._returned = (out, tuple(out.values()), z)
         return out
 
-    def _returned_unchanged(self, params) -> bool:
-        """Whether ``params`` is the dict the last :meth:`sample` returned, holding the same
-        tensors, for the current state (Pyro's runner passes it straight back): then the
-        flatten-and-compare of the general check is skipped (#17: Python per iteration). An
-        in-place change of those tensors changes the state's own tensor (they are views of it),
-        which the general check could not see either."""
-        last = self.__dict__.get("_returned")
-        return (last is not None and params is last[0] and last[2] is self._state_z(self._state)
-                and len(params) == len(last[1]) and all(a is b for a, b in zip(params.values(), last[1])))
-
     def cleanup(self):
         """End of a chain: file its ledger with the finished chains (idempotent). The chain's
         last checkpoint stays available from :meth:`state_dict` (to resume it after
@@ -422,75 +397,3 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
             self._file_chain(live)
             self._chain_index += 1
         self._reset_chain_stats()
-
-    # ------------------------------------------------------------------ reporting
-    def _nonprivate(self) -> dict:
-        """Statistics of the raw data for ``diagnostics()`` (keys get :data:`NONPRIVATE_PREFIX`)."""
-        out = {"clipped fraction": self._clipped_sum / max(self._clipped_count, 1)}
-        if self.init is not None:
-            out["init clipped fraction"] = self.__dict__.get("_init_clipped_fraction", 0.0)
-        return out
-
-    def diagnostics(self) -> dict:
-        """Per-chain diagnostics (merged by ``MCMC.diagnostics()`` as ``{key: {"chain i": v}}``).
-
-        It describes the chain **in progress**: Pyro calls it at the end of each chain, before
-        ``cleanup()``. After ``mcmc.run`` the kernel holds no chain (a fresh, empty one: ``"epsilon"``
-        0.0, ``"private iterations"`` 0); read a run's chains from ``mcmc.diagnostics()`` and the
-        total from :meth:`get_epsilon`.
-        ``"epsilon"`` is this chain's own ε at ``"delta"`` under ``"relation"`` (the
-        neighbouring relation, :attr:`relation`: ``"substitute"`` unless the kernel was built
-        with ``relation="add_remove"``); the total over all chains and runs
-        is :meth:`get_epsilon` / :func:`pyro_dp.get_epsilon`. ``"privacy ledger"`` is this
-        chain's :class:`ChainLedger`. ``"divergences"`` is empty (these kernels do not detect
-        divergences; ArviZ and Pyro's summary expect the key). Everything here is
-        post-processing of released values, except the keys starting with
-        :data:`NONPRIVATE_PREFIX`, present only with ``nonprivate_diagnostics=True``: they are
-        computed from the raw data and are **not covered by ε**.
-        """
-        out = {
-            "acceptance rate": self._num_accepted / max(self._iteration, 1),
-            "epsilon": self._epsilon_now(chain_only=True),
-            "delta": self.reference_delta,
-            "relation": self.relation,  # the neighbouring relation epsilon is stated under
-            "private iterations": self._iteration,
-            "budget exhausted": self._budget_exhausted,
-            "budget exhausted cause": self._stop_cause_text,
-            "privacy ledger": self._ledger.copy(),
-            "divergences": [],
-        }
-        if self.nonprivate_diagnostics:
-            out.update({NONPRIVATE_PREFIX + k: v for k, v in self._nonprivate().items()})
-        if self.default_budget and self._iteration > 0:  # Pyro asks once a chain
-            self._diagnostics_warn(self._default_budget_spent(out["epsilon"]), PrivacyNotice)
-        if self._iteration >= 10 and self._num_accepted == 0:  # Pyro asks at the end of each chain
-            self._diagnostics_warn(
-                f"this chain accepted none of its {self._iteration} proposals: its samples are its starting "
-                "point, not posterior draws. Lower llr_clip or the noise, shrink the proposal, or start closer "
-                "(pyro_dp.check_run(mcmc) checks a whole run)",
-                SamplingWarning,
-            )
-        elif not self._budget_exhausted and len(self._draws) >= _MIN_CHECKED_DRAWS:
-            # never silently wrong: this chain's own draws, checked at its end (post-processing)
-            problems = chain_problems(self.lik.to_unconstrained(torch.stack(self._draws)).cpu(),
-                                      names=self.lik.coordinate_names())
-            out["sampling problems"] = tuple(problems)
-            for p in problems:
-                self._diagnostics_warn(f"{type(self).__name__} chain: {p} (pyro_dp.check_run(mcmc) also compares "
-                                       "chains)", SamplingWarning)
-        return out
-
-    def _diagnostics_warn(self, message: str, category) -> None:
-        """Warn from :meth:`diagnostics` once per chain state: calling it again before the
-        chain has moved (Pyro asks once per chain; users and ``check_run`` ask again) returns the
-        same values without repeating the warning."""
-        warned = self.__dict__.setdefault("_diagnostics_warned", set())
-        if (self._iteration, message) not in warned:
-            warned.add((self._iteration, message))
-            warn_user(message, category)
-
-    def logging(self):
-        return {
-            "acc. rate": f"{self._num_accepted / max(self._iteration, 1):.3f}",
-            "eps": self._logged_epsilon(),
-        }

@@ -1,0 +1,99 @@
+r"""What a chain reports (mixin of :class:`~pyro_dp.kernels.base.DPKernel`): ``diagnostics()``
+— acceptance, this chain's ε, its ledger, and the checks of its own draws that warn when it is
+likely wrong (:func:`~pyro_dp.checks.chain_problems`) — and ``logging()``, Pyro's progress-bar
+postfix. All post-processing of released values, except the keys starting with
+:data:`NONPRIVATE_PREFIX`, which are opt-in (``nonprivate_diagnostics=True``) and not covered by ε.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..checks import SamplingWarning, chain_problems
+from ..warn import warn_user
+from .privacy_engine import PrivacyNotice
+
+__all__ = ["ChainReporting", "NONPRIVATE_PREFIX"]
+
+#: A chain checks its own draws after warmup (:func:`~pyro_dp.checks.chain_problems`) when it has
+#: at least this many; it keeps at most ``_MAX_CHECKED_DRAWS`` of them (the first ones).
+_MIN_CHECKED_DRAWS, _MAX_CHECKED_DRAWS = 100, 20_000
+
+#: Prefix of every ``diagnostics()`` key computed from the raw data and **not covered by ε**
+#: (e.g. ``"non-private clipped fraction"``); such keys appear only with
+#: ``nonprivate_diagnostics=True``.
+NONPRIVATE_PREFIX = "non-private "
+
+
+class ChainReporting:
+    """``diagnostics()`` and ``logging()`` of a kernel's chain in progress (module docstring)."""
+
+    def _nonprivate(self) -> dict:
+        """Statistics of the raw data for ``diagnostics()`` (keys get :data:`NONPRIVATE_PREFIX`)."""
+        out = {"clipped fraction": self._clipped_sum / max(self._clipped_count, 1)}
+        if self.init is not None:
+            out["init clipped fraction"] = self.__dict__.get("_init_clipped_fraction", 0.0)
+        return out
+
+    def diagnostics(self) -> dict:
+        """Per-chain diagnostics (merged by ``MCMC.diagnostics()`` as ``{key: {"chain i": v}}``).
+
+        It describes the chain **in progress**: Pyro calls it at the end of each chain, before
+        ``cleanup()``. After ``mcmc.run`` the kernel holds no chain (a fresh, empty one: ``"epsilon"``
+        0.0, ``"private iterations"`` 0); read a run's chains from ``mcmc.diagnostics()`` and the
+        total from :meth:`get_epsilon`.
+        ``"epsilon"`` is this chain's own ε at ``"delta"`` under ``"relation"`` (the
+        neighbouring relation, :attr:`relation`: ``"substitute"`` unless the kernel was built
+        with ``relation="add_remove"``); the total over all chains and runs
+        is :meth:`get_epsilon` / :func:`pyro_dp.get_epsilon`. ``"privacy ledger"`` is this
+        chain's :class:`ChainLedger`. ``"divergences"`` is empty (these kernels do not detect
+        divergences; ArviZ and Pyro's summary expect the key). Everything here is
+        post-processing of released values, except the keys starting with
+        :data:`NONPRIVATE_PREFIX`, present only with ``nonprivate_diagnostics=True``: they are
+        computed from the raw data and are **not covered by ε**.
+        """
+        out = {
+            "acceptance rate": self._num_accepted / max(self._iteration, 1),
+            "epsilon": self._epsilon_now(chain_only=True),
+            "delta": self.reference_delta,
+            "relation": self.relation,  # the neighbouring relation epsilon is stated under
+            "private iterations": self._iteration,
+            "budget exhausted": self._budget_exhausted,
+            "budget exhausted cause": self._stop_cause_text,
+            "privacy ledger": self._ledger.copy(),
+            "divergences": [],
+        }
+        if self.nonprivate_diagnostics:
+            out.update({NONPRIVATE_PREFIX + k: v for k, v in self._nonprivate().items()})
+        if self.default_budget and self._iteration > 0:  # Pyro asks once a chain
+            self._diagnostics_warn(self._default_budget_spent(out["epsilon"]), PrivacyNotice)
+        if self._iteration >= 10 and self._num_accepted == 0:  # Pyro asks at the end of each chain
+            self._diagnostics_warn(
+                f"this chain accepted none of its {self._iteration} proposals: its samples are its starting "
+                "point, not posterior draws. Lower llr_clip or the noise, shrink the proposal, or start closer "
+                "(pyro_dp.check_run(mcmc) checks a whole run)",
+                SamplingWarning,
+            )
+        elif not self._budget_exhausted and len(self._draws) >= _MIN_CHECKED_DRAWS:
+            # never silently wrong: this chain's own draws, checked at its end (post-processing)
+            problems = chain_problems(self.lik.to_unconstrained(torch.stack(self._draws)).cpu(),
+                                      names=self.lik.coordinate_names())
+            out["sampling problems"] = tuple(problems)
+            for p in problems:
+                self._diagnostics_warn(f"{type(self).__name__} chain: {p} (pyro_dp.check_run(mcmc) also compares "
+                                       "chains)", SamplingWarning)
+        return out
+
+    def _diagnostics_warn(self, message: str, category) -> None:
+        """Warn from :meth:`diagnostics` once per chain state: calling it again before the
+        chain has moved (Pyro asks once per chain; users and ``check_run`` ask again) returns the
+        same values without repeating the warning."""
+        warned = self.__dict__.setdefault("_diagnostics_warned", set())
+        if (self._iteration, message) not in warned:
+            warned.add((self._iteration, message))
+            warn_user(message, category)
+
+    def logging(self):
+        return {
+            "acc. rate": f"{self._num_accepted / max(self._iteration, 1):.3f}",
+            "eps": self._logged_epsilon(),
+        }
