@@ -59,7 +59,7 @@ from typing import Callable, Dict, Optional, Tuple
 import torch
 
 from .arguments import model_arguments as _model_arguments, tensor_arguments as _tensor_arguments, with_tensors as _with_tensors
-from .graphs import _in_fresh_thread, _inductor, _strip_extra_outputs, hoist_broadcasts
+from .graphs import TraceFailed, _in_fresh_thread, _inductor, _strip_extra_outputs, hoist_broadcasts
 from .mechanisms import ClippedSum, clip_and_sum, clip_and_sum_columns
 
 __all__ = ["CompileFallbackWarning", "CompiledLikelihood", "bucket_size", "hoist_broadcasts", "CHUNK_ELEMENTS", "FORWARD_MAX_DIM",
@@ -383,7 +383,8 @@ class CompiledLikelihood:
                 graph = _in_fresh_thread(trace)
         except Exception as e:  # noqa: BLE001 - any failure to trace means: use eager
             warnings.warn(
-                f"jit_compile: {name} of this model cannot be traced into a graph ({type(e).__name__}: "
+                f"jit_compile: {name} of this model cannot be traced into a graph ("
+                f"{'' if isinstance(e, TraceFailed) else type(e).__name__ + ': '}"
                 f"{str(e).splitlines()[0][:200] if str(e) else ''}); it runs eagerly (same values, slower). "
                 "Usual causes: Python control flow on a latent value, .item(), or shapes that depend on "
                 "values. The check sees only shapes (pyro_dp.compiled).",

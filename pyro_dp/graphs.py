@@ -6,6 +6,7 @@ Split out of :mod:`pyro_dp.compiled` (issue 39: no file over 700 lines).
 """
 from __future__ import annotations
 
+import gc
 import logging
 from typing import Callable, Optional
 
@@ -215,6 +216,19 @@ def hoist_broadcasts(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return gm
 
 
+class TraceFailed(RuntimeError):
+    """A trace failed (:func:`_in_fresh_thread`); the message names the original exception."""
+
+
+def _clear_fake_tensor_cache() -> None:
+    try:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        FakeTensorMode.cache_clear()
+    except Exception:  # noqa: BLE001 - a torch without the cache: nothing to clear
+        pass
+
+
 def _in_fresh_thread(fn: Callable):
     """``fn()`` run in a new thread, its exception re-raised here. A trace that fails inside
     nested ``torch.func`` transforms can leave the thread's dispatcher state (functorch's
@@ -228,13 +242,22 @@ def _in_fresh_thread(fn: Callable):
     cuda = torch.cuda.current_device() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
 
     def run():
+        failed = None
         try:
             if cuda is not None:
                 torch.cuda.set_device(cuda)
             with torch.set_grad_enabled(grad):
                 out["value"] = fn()
-        except BaseException as e:  # noqa: BLE001 - handed to the caller
-            out["error"] = e
+        except BaseException as e:  # noqa: BLE001 - handed to the caller, without its traceback
+            failed = TraceFailed(f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
+        if failed is not None:
+            # What the failed trace left (its frames' fake and functorch-wrapped tensors, the fake
+            # tensor cache's entries) is freed here, in the thread whose dispatcher state made it:
+            # collected later from another thread it crashed the process (a segfault in the
+            # garbage collector during the next trace, seen once in the full suite)
+            _clear_fake_tensor_cache()
+            gc.collect()
+            out["error"] = failed
 
     # torch logs a failed meta kernel at ERROR before raising; the failure is ours to handle
     log = logging.getLogger("torch._subclasses.fake_tensor")
