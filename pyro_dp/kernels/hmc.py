@@ -49,10 +49,11 @@ from pyro.ops.dual_averaging import DualAveraging
 
 from ..accounting.algorithms import dphmc_events, dphmc_max_iterations, dphmc_max_iterations_zcdp, dphmc_mu
 from ..compiled import cached_zeros
-from ..mechanisms import GaussianReleaseSpec, NoisyRelease, clip_and_sum, gaussian_release_spec
+from ..mechanisms import GaussianReleaseSpec, clip_and_sum, gaussian_release_spec
 from .base import DPKernel, check_positive
-from .mh import can_fuse
-from .proposals import accept_uniform, kinetic_energy, leapfrog, penalty_log_accept_threshold, sample_momentum
+from .mh import can_fuse, valid_move
+from .proposals import (accept_uniform, gradient_release_fn, kinetic_energy, leapfrog, penalty_log_accept_threshold,
+                        release_gradient, sample_momentum)
 from .tuning import init_to_center
 
 #: Leapfrog steps per iteration when ``num_steps`` is not given (each costs one gradient release).
@@ -134,38 +135,6 @@ class HMCInfo(NamedTuple):
     ratio_released: bool
 
 
-def gradient_release_fn(lik, temperature, spec: GaussianReleaseSpec, grad_terms, prior_terms, shards=None):
-    r"""``gradient(z, b_g, ξ) -> (G(z), ℓ(z) [N], log p(z), SumRelease)``: the release of
-    :math:`G(z)` (module docstring) as a pure tensor function of its inputs, the standard normal
-    ``ξ`` (shape of ``z``) drawn before it by ``spec.draw``: the clipped per-example gradient sum
-    of ``grad_terms`` (``lik.clipped_grad_sum``; inside a graph the compiled likelihood's
-    ``clipped_grad_terms``), where the per-row rule replaces a non-finite gradient by zero so the
-    sensitivity stays :math:`2b_g` (thesis Thm 11 proof), ``spec``'s noise :math:`\sigma_g\xi`,
-    the temperature (post-processing) and the data-free prior gradient of ``prior_terms``."""
-
-    def gradient(z, clip, xi):
-        ll, cs = grad_terms(z, clip)  # the per-row rule, the clip to b_g, the sum
-        rel = spec.release(cs, clip, xi, shards)  # + sigma_g xi, sigma_g = nm_g 2 b_g
-        lp, grad_lp = prior_terms(z)
-        # Räisä 2021 thesis Alg. 3 / Räisä et al. 2021 §3: G = T(sum clip(grad l_i) + noise) + grad log p
-        return temperature * lik.project(rel.value) + grad_lp, ll, lp, rel  # project: post-processing
-
-    return gradient
-
-
-def release_gradient(noise, lik, z, *, grad_clip, noise_multiplier):
-    r"""Release :math:`G(z)` alone (:func:`gradient_release_fn` run eagerly, its standard normal
-    drawn from the secret stream by the release spec): returns ``(G, aux)`` with
-    ``aux = (loglik [N], log_prior, NoisyRelease)``."""
-    spec = gaussian_release_spec(noise_multiplier)
-    xi = spec.draw(noise, z.shape, device=z.device)
-    g, ll, lp, rel = gradient_release_fn(lik, lik.temperature, spec, lik.clipped_grad_sum, lik.log_prior_and_grad,
-                                         getattr(noise, "shards", None))(z, grad_clip, xi)
-    n_rows = int(rel.num_rows)
-    return g, (ll, lp, NoisyRelease(rel.value, spec.event, rel.noise_std,
-                                    int(rel.num_clipped) / n_rows if n_rows else 0.0))
-
-
 def dphmc_step_fn(lik, temperature, num_steps: int, grad_spec: GaussianReleaseSpec, ratio_spec: GaussianReleaseSpec,
                   grad_terms, prior_terms, ratio_terms, shards=None):
     r"""One DP-HMC iteration after its momentum, written once as a pure tensor function
@@ -207,10 +176,11 @@ def dphmc_step_fn(lik, temperature, num_steps: int, grad_spec: GaussianReleaseSp
         lambda_hat = temperature * r.value + (lp - lp0) + kinetic_energy(p0, inv_mass) - kinetic_energy(traj.p,
                                                                                                           inv_mass)
         # penalty −T²σ_l²/2 (Yıldırım & Ermiş 2019 §3.1)
-        log_prob = penalty_log_accept_threshold(lambda_hat, (temperature * r.noise_std) ** 2)
+        noise_var = (temperature * r.noise_std) ** 2
+        log_prob = penalty_log_accept_threshold(lambda_hat, noise_var)
         prob = torch.exp(log_prob)
         valid = torch.isfinite(traj.z).all() & torch.isfinite(lp)  # data-free: left the support / diverged
-        ok = valid & torch.isfinite(prob)
+        ok = valid & valid_move(lp, lambda_hat, noise_var)  # mh.valid_move: the one validity check
         accepted = (torch.log(u) < log_prob) & ok
         counts = [c for rel in rels for c in (rel.num_clipped, rel.num_rows)]
         flags = [*counts, r.num_clipped, r.num_rows, r.noise_std, accepted, torch.where(ok, prob, 0.0), valid]
