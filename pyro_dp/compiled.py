@@ -584,7 +584,7 @@ class CompiledLikelihood:
         chunks: the caller then uses the unfused functions, which give the same values).
         ``name`` must identify ``fn`` with every Python constant it closes over (it is part of
         the cache key). A kernel fuses what happens *between* releases with the release's
-        clipped sum (DP-HMC's leapfrog step, :mod:`pyro_dp.kernels.hmc`), so an iteration
+        clipped sum (DP-HMC's whole iteration, :func:`~pyro_dp.kernels.hmc.dphmc_step_fn`), so an iteration
         costs a few graph calls instead of many small operations; it asks for the graph
         before it draws any noise, so it never falls back half-way through a step. With
         ``full_data=False`` ``fn`` reads only rows it indexes itself (a batch step, DP Barker's

@@ -380,11 +380,11 @@ def _hmc_chain(model, y, num_steps, **extra):
 
 @pytest.mark.parametrize("num_steps", [1, 2, 4])
 def test_dphmc_fused_leapfrog_steps_give_the_eager_chain_and_ledger(num_steps):
-    """#17: on the compiled path each DP-HMC leapfrog step is one graph (position update,
-    clipped gradient sum, the pre-drawn noise, prior gradient, momentum update; the last step
-    also the clipped ratio sum): the same chain as eager (1e-12 relative with the replayed
-    graph, 1e-10 with inductor) and exactly the same ledger, for one step (only the last-step
-    graph) and several, the chain's first gradient G_{1,0} included."""
+    """#17, #39: on the compiled path a DP-HMC iteration is one graph, the step written once
+    (:func:`~pyro_dp.kernels.hmc.dphmc_step_fn`: the whole trajectory of L leapfrog steps with
+    their gradient releases from pre-drawn normals, the ratio release and the penalty test),
+    and the chain's first gradient G_{1,0} another: the same chain as eager (1e-12 relative
+    with the replayed graph, 1e-10 with inductor) and exactly the same ledger."""
     y = make_data(300, seed=3)
     chain, ledger = _hmc_chain(gauss_model, y, num_steps)
     for extra, rtol in ((GRAPH, 1e-12), (dict(jit_compile=True), 1e-10)):
@@ -394,10 +394,9 @@ def test_dphmc_fused_leapfrog_steps_give_the_eager_chain_and_ledger(num_steps):
     k = pyro_dp.DPHMC(gauss_model, 0.02, num_steps, 2.0, 2.0, 5.0, 3.0, seed=0, **GRAPH)
     MCMC(k, num_samples=3, warmup_steps=0, disable_progbar=True).run(y)
     names = sorted({key[0] for key, fn in k._jit_cache.items() if fn is not None})
-    # the fused step graphs (and the initial log prior), not the unfused release functions
-    assert [n for n in names if n.startswith("dphmc_step")] == (
-        ["dphmc_step[last=True,T=1.0]"] if num_steps == 1 else
-        ["dphmc_step[last=False,T=1.0]", "dphmc_step[last=True,T=1.0]"])
+    # the step's graph and G_{1,0}'s (and the initial log prior), not the unfused release functions
+    assert [n for n in names if n.startswith("dphmc_")] == [
+        "dphmc_gradient[T=1.0,nm_g=5.0]", f"dphmc_step[L={num_steps},T=1.0,nm_g=5.0,nm_l=3.0]"]
     assert "clipped_grad_sum" not in names and "clipped_difference_sum" not in names
     # the non-private gradient clipped fraction (read from the graphs' counts in one transfer)
     # is the eager one; a clip of 0.3 binds on about two thirds of the rows

@@ -141,27 +141,31 @@ class CopiesItsSecretStream(pyro_dp.DPPenalty):
 class RefusesBadRows(pyro_dp.DPPenalty):
     """Raises on a non-finite per-example term: the exception reveals the row."""
 
-    def _release(self, noise, state, z_new):
-        rel = super()._release(noise, state, z_new)
+    def _release_accept(self, noise, rng, state, z_new, log_q_ratio):
+        rel, accepted = super()._release_accept(noise, rng, state, z_new, log_q_ratio)
         if not bool(torch.isfinite(rel.cache_new).all()):
             raise ValueError("the data have non-finite values")
-        return rel
+        return rel, accepted
 
 
 class GlobalNoise(pyro_dp.DPPenalty):
     """Adds noise of its own from torch's global generator (noise weak_noise cannot reach)."""
 
-    def _release(self, noise, state, z_new):
-        rel = super()._release(noise, state, z_new)
-        return rel._replace(log_ratio=rel.log_ratio + 0.1 * torch.randn((), dtype=rel.log_ratio.dtype))
+    def _release_accept(self, noise, rng, state, z_new, log_q_ratio):
+        return super()._release_accept(noise, rng, state, z_new, log_q_ratio + 0.1 * torch.randn(()))
 
 
 class CompiledDiffers(DPMALA):
-    """Moves the gradient by a relative 1e-6 on the compiled path only."""
+    """Moves the proposal by a relative 1e-6 on the compiled path only."""
 
-    def _gradient(self, z, events):
-        g, ll, lp = super()._gradient(z, events)
-        return (g * (1 + 1e-6) if self.lik.compiled is not None else g), ll, lp
+    def _proposal(self):
+        propose, moved = super()._proposal(), 1 + 1e-6 if self.lik.compiled is not None else 1.0
+
+        def mutant(rng, noise, state):
+            prop = propose(rng, noise, state)
+            return prop._replace(z=prop.z * moved)
+
+        return mutant
 
 
 def _mala():

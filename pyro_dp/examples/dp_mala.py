@@ -1,34 +1,17 @@
-r"""DP-MALA, a new kernel on the kernel base (``docs/new_kernel.md``). Each iteration proposes
-:math:`\theta' = \theta + \tfrac h2 G(\theta) + \sqrt h\,\xi` (MALA, Roberts & Tweedie 1996)
-from the released gradient :math:`G = T(\sum_i \mathrm{clip}_{b_g}\nabla\ell_i + \mathcal N(0,
-\sigma_g^2)) + \nabla\log p`, releases :math:`G(\theta')` and the clipped log-likelihood ratio
-sum plus :math:`\mathcal N(0,\sigma_l^2)`, and accepts with the penalty rule (Yıldırım & Ermiş
-2019 §3.1) on :math:`\hat\lambda = T\hat s + \Delta\log p + \log q(\theta|\theta') - \log
-q(\theta'|\theta)`. :math:`G(\theta')` is kept if accepted (DP-HMC's reuse, Räisä 2021 Alg. 3):
-MH on :math:`(\theta, G)`. Privacy: one gradient per chain, then two Gaussian releases per
-iteration, counted also when rejected (pessimistic)."""
-import math
-from typing import NamedTuple, Optional
-
-import torch
-
+r"""DP-MALA, a new kernel on the kernel base and the MH core (``docs/new_kernel.md``). Each
+iteration proposes :math:`\theta' = \theta + \tfrac h2 G(\theta) + \sqrt h\,\xi` (MALA, Roberts &
+Tweedie 1996) from the released gradient :math:`G = T(\sum_i \mathrm{clip}_{b_g}\nabla\ell_i +
+\mathcal N(0, \sigma_g^2)) + \nabla\log p` — the core's Langevin proposal, which also releases
+:math:`G(\theta')` for the reverse density — and accepts with the penalty test (Yıldırım & Ermiş
+2019 §3.1) on the released clipped log-likelihood ratio sum plus :math:`\mathcal N(0,\sigma_l^2)`
+and :math:`\hat\lambda = T\hat s + \Delta\log p + \log q(\theta|\theta') - \log q(\theta'|\theta)`.
+:math:`G(\theta')` is kept if accepted (DP-HMC's reuse, Räisä 2021 Alg. 3): MH on
+:math:`(\theta, G)`. Privacy: one gradient per chain, then two Gaussian releases per iteration,
+counted also when rejected (pessimistic)."""
 from pyro_dp.kernels.base import DPKernel, check_positive
-from pyro_dp.kernels.hmc import release_gradient
-from pyro_dp.kernels.proposals import penalty_accept, sample_momentum
-from pyro_dp.mechanisms import clipped_sum_with_noise, gaussian_event
-
-
-class MALAState(NamedTuple):
-    z: torch.Tensor  # current point, flat, unconstrained
-    log_prior: torch.Tensor  # data-free
-    loglik: Optional[torch.Tensor] = None  # private per-example ℓ_i(z): read only by the next release
-    grad: Optional[torch.Tensor] = None  # the released G(z): public, reused
-
-
-class MALAInfo(NamedTuple):
-    accepted: bool
-    events: tuple  # what the step released, reported to the ledger
-    clipped_fraction: float  # non-private diagnostic
+from pyro_dp.kernels.mh import langevin_proposal, mh_init, mh_step
+from pyro_dp.kernels.penalty import penalty_release_accept
+from pyro_dp.mechanisms import gaussian_event
 
 
 class DPMALA(DPKernel):
@@ -51,31 +34,15 @@ class DPMALA(DPKernel):
     def _step_events(self, state):
         return (self._fixed_events() if state.grad is None else []) + self._per_iteration_events()
 
-    def _init_state(self, z):
-        return MALAState(z, self.lik.log_prior(z))
+    def _init_state(self, z):  # data-free: the first gradient is released by the first proposal
+        return mh_init(self.lik, z)
 
-    def _log_q_ratio(self, s, z_new, g_new):  # log q(θ|θ') − log q(θ'|θ), Gaussian q(a|b) = N(b + h G(b)/2, h)
-        h = self.step_size
-        return (((z_new - s.z - h / 2 * s.grad) ** 2).sum() - ((s.z - z_new - h / 2 * g_new) ** 2).sum()) / (2 * h)
+    def _proposal(self):  # the core's Langevin proposal: releases G(θ'), returns log q(θ|θ') − log q(θ'|θ)
+        return langevin_proposal(self.lik, self.step_size, self.grad_clip, self.nm)
 
-    def _gradient(self, z, events):
-        g, (ll, lp, rel) = release_gradient(self._noise, self.lik, z, grad_clip=self.grad_clip,
-                                            noise_multiplier=self.nm)
-        events.append(rel.event)
-        return g, ll, lp
+    def _release_accept(self, noise, rng, state, z_new, log_q_ratio):  # the penalty test, as DPPenalty's
+        return penalty_release_accept(self.lik, noise, rng, state, z_new, log_q_ratio, llr_clip=self.llr_clip,
+                                      noise_multiplier=self.nm)
 
-    def _step(self, s):
-        lik, h, T, events = self.lik, self.step_size, self.lik.temperature, []
-        if s.grad is None:
-            g, ll, _ = self._gradient(s.z, events)
-            s = s._replace(loglik=ll, grad=g)
-        xi = sample_momentum(self._rng, 1.0, s.z)  # N(0, I) from the public stream (MALA is one-step HMC)
-        z_new = s.z + h / 2 * s.grad + math.sqrt(h) * xi
-        g_new, ll_new, lp_new = self._gradient(z_new, events)
-        clip = self.llr_clip * lik.jump_norm(z_new, s.z)  # sensitivity 2 b_l‖θ'−θ‖, data-free
-        rel = clipped_sum_with_noise(lik.clipped_difference_sum(ll_new, s.loglik, clip), clip, self.nm, self._noise)
-        events.append(rel.event)
-        lam = T * rel.value + (lp_new - s.log_prior) + self._log_q_ratio(s, z_new, g_new)
-        accepted = penalty_accept(self._rng, lam, (T * rel.noise_std) ** 2) and bool(torch.isfinite(lam))
-        new = MALAState(z_new, lp_new, ll_new, g_new) if accepted else s
-        return new, MALAInfo(accepted, tuple(events), rel.clipped_fraction)
+    def _step(self, state):
+        return mh_step(self._rng, self._noise, state, propose=self._proposal(), release_accept=self._release_accept)

@@ -52,7 +52,7 @@ from ..accounting.subsampled import barker_orders, dp_barker_event
 from ..compiled import cached_zeros
 from ..mechanisms import GaussianStdReleaseSpec, RDPCurveEvent, batch_without_replacement, clip_scalars
 from .base import check_positive
-from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse, check_batch_size
+from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse, check_batch_size, valid_move
 from .proposals import GaussianMixtureCorrection, _correction_tensors, correction_draws, correction_from_draws
 
 __all__ = [
@@ -156,7 +156,7 @@ def barker_step_fn(lik, n: int, b: int, temperature: float, C: float, spec: Gaus
     :math:`\lambda^*_S + \sqrt{C - \sigma_b^2}\,\xi` (eq. (18); ``spec`` adds it, ``ξ`` from the
     secret stream), and the Barker test :math:`\hat\lambda + V_{\rm corr} > 0` (eq. (9)) with
     :math:`V_{\rm corr}` from its pre-drawn randomness (:func:`~.proposals.correction_from_draws`),
-    ANDed with the data-free validity check of :func:`~.mh.mh_step` (the noise variance is
+    ANDed with the data-free validity check :func:`~.mh.valid_move` (the noise variance is
     :math:`C`, always finite). The eager path runs it as it is (``log_ratios`` =
     :func:`batch_log_ratios`); ``jit_compile=True`` traces the same function into one graph.
     ``flags``: ``(accepted, clipped rows)`` in float64."""
@@ -169,7 +169,7 @@ def barker_step_fn(lik, n: int, b: int, temperature: float, C: float, spec: Gaus
         lam_batch, var_b = statistics(r, None, clip)
         log_ratio = spec.release(lam_batch, barker_noise_std(var_b, C), xi)  # eq. (18)
         lambda_hat = log_ratio + (lp_new - lp_old) + log_q
-        valid = torch.isfinite(lp_new) & torch.isfinite(lambda_hat)  # data-free (the noise variance is C)
+        valid = valid_move(lp_new, lambda_hat)  # data-free (the noise variance is C)
         accepted = (lambda_hat + correction_from_draws(expo, u, xc, means, sds, weights) > 0) & valid  # eq. (9)
         return lp_new, log_ratio, torch.stack([accepted.to(torch.float64), clipped.sum().to(torch.float64)])
 
@@ -304,8 +304,8 @@ class DPBarker(RandomWalkKernel):
     def _per_iteration_events(self):
         return [self._rdp_event()]
 
-    # mh_step's moves 2-4 (release, accept) as one function, eager or compiled: never None, so
+    # mh_step's release_accept (moves 2-3) as one function, eager or compiled: never None, so
     # RandomWalkKernel's _release/_accept hooks are not used
-    def _fused_release_accept(self, noise, rng, state, z_new, log_q_ratio):
+    def _release_accept(self, noise, rng, state, z_new, log_q_ratio):
         return barker_release_accept(self.lik, noise, rng, state, z_new, log_q_ratio, batch_size=self.batch_size,
                                      correction=self.correction, event=self._rdp_event())

@@ -45,7 +45,7 @@ from ..warn import warn_user
 from ..mechanisms import (ApproxDPEvent, GaussianEvent, NonPrivateEvent, PrivacyLedger, batch_with_replacement, clip_scalars,
                           clipped_sum_with_noise, poisson_count, thinning_uniforms)
 from .base import check_positive
-from .mh import MHState, RandomWalkKernel, RatioRelease, mh_init, mh_step
+from .mh import MHState, RandomWalkKernel, RatioRelease, mh_init, mh_step, random_walk_proposal, release_then_accept
 from .proposals import penalty_accept
 
 __all__ = [
@@ -200,8 +200,8 @@ def _accept(rng, lambda_hat, noise_var):
 def fastmh_step(rng: torch.Generator, noise, state: MHState, lik, *, proposal_scale,
                 config: FastMHConfig) -> Tuple[MHState, FastMHInfo]:
     """One DP-Fast MH iteration (Zhang & Zhang 2023, Alg. 2) through :func:`~.mh.mh_step`."""
-    new, info = mh_step(rng, noise, state, proposal_scale=proposal_scale,
-                        release=partial(fastmh_release, lik, config=config), accept=_accept)
+    new, info = mh_step(rng, noise, state, propose=random_walk_proposal(proposal_scale),
+                        release_accept=release_then_accept(partial(fastmh_release, lik, config=config), _accept))
     return new, info.extra._replace(accepted=info.accepted)
 
 

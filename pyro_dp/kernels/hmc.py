@@ -39,6 +39,7 @@ ledger. :func:`dphmc_max_iterations_zcdp` gives the looser zCDP count of thesis 
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from typing import NamedTuple, Optional, Tuple
@@ -47,10 +48,12 @@ import torch
 from pyro.ops.dual_averaging import DualAveraging
 
 from ..accounting.algorithms import dphmc_events, dphmc_max_iterations, dphmc_max_iterations_zcdp, dphmc_mu
-from ..mechanisms import ClippedSum, clip_and_sum, clipped_sum_with_noise, draw_gaussian_noise
+from ..compiled import cached_zeros
+from ..mechanisms import GaussianReleaseSpec, clip_and_sum, gaussian_release_spec
 from .base import DPKernel, check_positive
-from .mh import can_fuse
-from .proposals import kinetic_energy, leapfrog, penalty_accept, penalty_log_accept_threshold, sample_momentum
+from .mh import can_fuse, valid_move
+from .proposals import (accept_uniform, gradient_release_fn, kinetic_energy, leapfrog, penalty_log_accept_threshold,
+                        release_gradient, sample_momentum)
 from .tuning import init_to_center
 
 #: Leapfrog steps per iteration when ``num_steps`` is not given (each costs one gradient release).
@@ -70,6 +73,8 @@ __all__ = [
     "hmc_init",
     "hmc_step",
     "release_gradient",
+    "gradient_release_fn",
+    "dphmc_step_fn",
     "jitter_factor",
     "dphmc_mu",
     "dphmc_events",
@@ -130,110 +135,93 @@ class HMCInfo(NamedTuple):
     ratio_released: bool
 
 
-def release_gradient(noise, lik, z, *, grad_clip, noise_multiplier):
-    r"""Release :math:`G(z)` (module docstring): returns ``(G, aux)`` with
-    ``aux = (loglik [N], log_prior, NoisyRelease)``.
-
-    One :func:`~pyro_dp.mechanisms.clipped_sum_with_noise` of the per-example gradients
-    (sensitivity :math:`2b_g`, thesis Thm 11 proof); the temperature multiplies the
-    released sum (post-processing) and the prior gradient is data-free. A per-example
-    gradient that is not finite is replaced by zero before clipping (the per-row rule, so
-    the sensitivity bound is unchanged; :func:`~pyro_dp.mechanisms.finite_rows`).
-    """
-    loglik, pe = lik.clipped_grad_sum(z, grad_clip)  # clipped and summed (fused when compiled)
-    rel = clipped_sum_with_noise(pe, grad_clip, noise_multiplier, noise)
-    lp, grad_lp = lik.log_prior_and_grad(z)
-    # Räisä 2021 thesis Alg. 3 / Räisä et al. 2021 §3: g = T(sum clip(grad l_i) + xi) + grad log p
-    g = lik.temperature * lik.project(rel.value) + grad_lp  # project: post-processing (PrivateLikelihood.project)
-    return g, (loglik, lp, rel)
-
-
-def _fused_step_fn(cl, temperature: float, last: bool):
-    r"""One leapfrog step of DP-HMC with its gradient release, as one pure tensor function for
-    :meth:`~pyro_dp.compiled.CompiledLikelihood.fused_graph` (the compiled path; the eager path
-    runs the same arithmetic through :func:`~pyro_dp.kernels.proposals.leapfrog` and
-    :func:`release_gradient`, and ``tests/test_compiled.py`` checks that both give one chain):
+def dphmc_step_fn(lik, temperature, num_steps: int, grad_spec: GaussianReleaseSpec, ratio_spec: GaussianReleaseSpec,
+                  grad_terms, prior_terms, ratio_terms, shards=None):
+    r"""One DP-HMC iteration after its momentum, written once as a pure tensor function
+    ``step(θ, p_0, G_0, ℓ(θ), log p(θ), η, M⁻¹, b_g, b_l, ξ [L, D], ξ_l, u) -> (θ_L, p_L, G_L,
+    ℓ(θ_L), log p(θ_L), flags)``: ``L`` leapfrog steps (:func:`~.proposals.leapfrog`) with the
+    released gradients of :func:`gradient_release_fn` (the ``j``-th with the standard normal
+    ``ξ[j]``; thesis Alg. 3), the release of the clipped ratio sum
 
     .. math::
-        \theta_j = \theta_{j-1} + \eta M^{-1} p_{j-1/2},\quad
-        G_j = T\Big(\sum_i \mathrm{clip}_{b_g}(\nabla\ell_i(\theta_j)) + \xi_j\Big) + \nabla\log p(\theta_j),\quad
-        p_j = p_{j-1/2} + \tfrac{\eta}{2} G_j
+        \hat s = \sum_i\mathrm{clip}_{\pm b_l\|\theta_L-\theta\|}\big(\ell_i(\theta_L)-\ell_i(\theta)\big)
+                 + \sigma_l\xi_l,\qquad \sigma_l = \mathrm{nm}_l\cdot 2b_l\|\theta_L-\theta\|
 
-    plus a second :math:`\tfrac{\eta}{2} G_j` unless it is the last step (Räisä 2021 thesis
-    Alg. 3; :func:`~pyro_dp.kernels.proposals.leapfrog`). The noise :math:`\xi_j` is an input,
-    drawn before the call by :func:`~pyro_dp.mechanisms.draw_gaussian_noise` from the secret
-    stream, in the eager path's order; the clipped sum leaves the graph only with it added.
-    The ``last`` step also returns the per-example log-likelihoods at :math:`\theta_L` and the
-    clipped ratio sum of the penalty test,
-    :math:`\sum_i\mathrm{clip}_{\pm b_l\|\theta_L-\theta_0\|}(\ell_i(\theta_L)-\ell_i(\theta_0))`
-    (thesis Thm 11 proof), which the caller releases through the mechanism, or drops for a
-    data-free rejection."""
+    (thesis Thm 11 proof; ``ratio_terms`` clips and sums) and the penalty test
+    :math:`\log u < \min\{0, \hat\lambda - T^2\sigma_l^2/2\}` with :math:`\hat\lambda = T\hat s
+    + \log p(\theta_L) - \log p(\theta) + K(p_0) - K(p_L)` (Räisä et al. 2021 Thm 3.1), ANDed
+    with the data-free validity check (a finite trajectory end and prior). Its randomness is
+    drawn before it (:func:`hmc_step`); eager runs it as it is, the compiled path traces the
+    same function, whole trajectory included, into one graph
+    (:meth:`~pyro_dp.compiled.CompiledLikelihood.fused_graph`), where no clipped sum leaves
+    without its noise. ``flags`` (float64, read in one transfer): the ``L`` gradient releases'
+    clipped and total rows, then the ratio's clipped rows, rows and :math:`\sigma_l`, the
+    decision, the acceptance probability and the validity. When the trajectory is not valid
+    the caller drops the ratio release (a data-free rejection: nothing of it is used)."""
+    gradient = gradient_release_fn(lik, temperature, grad_spec, grad_terms, prior_terms, shards)
 
-    lik = cl.lik
+    def step(z, p0, g0, ll0, lp0, eta, inv_mass, grad_clip, llr_clip, xis, xi_l, u):
+        draws, rels = iter(range(num_steps)), []
 
-    def step(z, p, eta, inv_mass, clip, xi, *ratio_inputs):
-        z = z + eta * inv_mass * p
-        ll, cs = cl.clipped_grad_terms(z, clip)
-        lp, grad_lp = cl.log_prior_terms(z)
-        g = temperature * lik.project(cs.total + xi) + grad_lp  # thesis Alg. 3: T(sum clip + noise) + grad log p
-        half = 0.5 * eta
-        p = p + half * g
-        if not last:
-            p = p + half * g
-            return z, p, g, lp, cs.num_clipped, cs.num_rows
-        ll_old, z0, llr_clip = ratio_inputs
-        ratio_clip = llr_clip * lik.jump_norm(z, z0)  # b_l ||theta' - theta|| (thesis Thm 11), likelihood coordinates
-        r = clip_and_sum(ll - ll_old, ratio_clip)
-        return z, p, g, lp, cs.num_clipped, cs.num_rows, ll, ratio_clip, r.total, r.num_clipped, r.num_rows
+        def grad_fn(zz):
+            g, ll, lp, rel = gradient(zz, grad_clip, xis[next(draws)])
+            rels.append(rel)
+            return g, (ll, lp)
+
+        traj = leapfrog(z, p0, g0, eta, num_steps, inv_mass, grad_fn)
+        ll, lp = traj.aux[-1]
+        clip = llr_clip * lik.jump_norm(traj.z, z)  # b_l ||θ'−θ|| (thesis Thm 11), likelihood coordinates
+        r = ratio_spec.release(ratio_terms(ll, ll0, clip), clip, xi_l, shards)
+        # Räisä et al. 2021 Thm 3.1 / thesis Alg. 3: λ̂ = T ŝ + Δ log p + K(p_0) − K(p_L)
+        lambda_hat = temperature * r.value + (lp - lp0) + kinetic_energy(p0, inv_mass) - kinetic_energy(traj.p,
+                                                                                                          inv_mass)
+        # penalty −T²σ_l²/2 (Yıldırım & Ermiş 2019 §3.1)
+        noise_var = (temperature * r.noise_std) ** 2
+        log_prob = penalty_log_accept_threshold(lambda_hat, noise_var)
+        prob = torch.exp(log_prob)
+        valid = torch.isfinite(traj.z).all() & torch.isfinite(lp)  # data-free: left the support / diverged
+        ok = valid & valid_move(lp, lambda_hat, noise_var)  # mh.valid_move: the one validity check
+        accepted = (torch.log(u) < log_prob) & ok
+        counts = [c for rel in rels for c in (rel.num_clipped, rel.num_rows)]
+        flags = [*counts, r.num_clipped, r.num_rows, r.noise_std, accepted, torch.where(ok, prob, 0.0), valid]
+        flags = torch.stack([torch.as_tensor(f).to(dtype=torch.float64, device=z.device) for f in flags])
+        return traj.z, traj.p, traj.grad, ll, lp, flags
 
     return step
 
 
-def _fused_trajectory(noise, lik, state, p0, *, step_size, num_steps, inv_mass, grad_clip, noise_multiplier,
-                      llr_clip, events, grad_fracs):
-    """The leapfrog trajectory of :func:`hmc_step` on the compiled path, one graph call per
-    step (:func:`_fused_step_fn`): the same releases, in the same order, with the same noise
-    draws as the eager trajectory. Returns ``(state, z_L, p_L, G_L, ℓ(z_L), log prior(z_L),
-    ratio clip, ClippedSum of the ratios)``, or ``None`` when a step cannot be fused (decided
-    before anything is drawn or released, from the model's code and shapes only)."""
-    z = state.z
-    cl, T = lik.compiled, float(lik.temperature)
-    clip = torch.as_tensor(grad_clip, dtype=z.dtype, device=z.device)
-    first_ratio = (torch.zeros(lik.num_rows, dtype=z.dtype, device=z.device), z, clip)  # G_{1,0}: no ratio
-    example = (z, z, clip, inv_mass, clip, z)  # inputs of the graphs' shapes (values unused)
-    last = cl.fused_graph(f"dphmc_step[last=True,T={T!r}]", _fused_step_fn(cl, T, True), example + first_ratio)
-    inner = None
-    if num_steps > 1:
-        inner = cl.fused_graph(f"dphmc_step[last=False,T={T!r}]", _fused_step_fn(cl, T, False), example)
-    if last is None or (num_steps > 1 and inner is None):
-        return None
-    counts = []
-    if state.grad is None:  # thesis Alg. 3, G_{1,0}: the last-step graph at z with eta = 0 (no move)
-        draw = draw_gaussian_noise(z, grad_clip, noise_multiplier, noise)
-        out = last(z, torch.zeros_like(z), torch.zeros_like(clip), inv_mass, clip, draw.value, *first_ratio)
-        events.append(draw.event)
-        counts.append(out[4:6])
-        state = state._replace(grad=out[2], loglik=out[6])
-    # the L gradient noises, drawn one after another from the secret stream (eager's order)
-    draws = draw_gaussian_noise(z, grad_clip, noise_multiplier, noise, count=num_steps)
-    eta = torch.as_tensor(step_size, dtype=z.dtype, device=z.device)
-    p = p0 + (0.5 * step_size) * state.grad  # leapfrog's first half-step (proposals.leapfrog)
-    zz = z
-    for j in range(num_steps - 1):
-        out = inner(zz, p, eta, inv_mass, clip, draws.value[j])
-        zz, p = out[0], out[1]
-        counts.append(out[4:6])
-    llr = torch.as_tensor(llr_clip, dtype=z.dtype, device=z.device)
-    out = last(zz, p, eta, inv_mass, clip, draws.value[num_steps - 1], state.loglik, z, llr)
-    counts.append(out[4:6])
-    events.extend([draws.event] * num_steps)
-    # the non-private clipped fractions, as clipped_sum_with_noise: read in one host transfer
-    # (on a GPU each read is a synchronisation; 2L of them were most of an iteration's 27, #17)
-    for n_clipped, n_rows in torch.stack([torch.stack(c) for c in counts]).tolist():
-        n_rows = int(n_rows)
-        grad_fracs.append(int(n_clipped) / n_rows if n_rows else 0.0)
-    zz, p, g, lp, _, _, ll, ratio_clip, total, n_clipped, n_rows = out
-    return state, zz, p, g, ll, lp, ratio_clip, ClippedSum(total, n_clipped, n_rows)
+def _traced_ratio_terms(ll_new, ll_old, clip):
+    return clip_and_sum(ll_new - ll_old, clip)
+
+
+def _one_graph_or_eager(lik, cl, name, make, example, scalars, like):
+    """``(fn, scalars)``: ``make(terms)`` built on the compiled likelihood ``cl``'s traced terms
+    and compiled into one graph (:meth:`~pyro_dp.compiled.CompiledLikelihood.fused_graph`, on
+    ``example(*scalars as tensors)``), with ``scalars`` as tensors of ``like``'s dtype; else
+    (``cl`` is ``None``, or the model or a chunked pass cannot be one graph: decided from code
+    and shapes, before any draw) ``make(terms)`` on the likelihood's own functions, run as it is
+    with ``scalars`` as they are. ``terms``: ``(gradient terms, prior terms, ratio terms)``."""
+    if cl is not None:
+        tensors = tuple(torch.as_tensor(v, dtype=like.dtype, device=like.device) for v in scalars)
+        graph = cl.fused_graph(name, make((cl.clipped_grad_terms, cl.log_prior_terms, _traced_ratio_terms)),
+                               example(*tensors))
+        if graph is not None:
+            return graph, tensors
+    return make((lik.clipped_grad_sum, lik.log_prior_and_grad, lik.clipped_difference_sum)), scalars
+
+
+def _xi_like(z, count=None):
+    """Zeros of the shape of the standard normals drawn for ``count`` gradient releases at ``z``
+    (one if ``None``): a graph's example input, float64 as the release specs draw them."""
+    shape = tuple(z.shape) if count is None else (count,) + tuple(z.shape)
+    return torch.zeros(shape, dtype=torch.float64, device=z.device)
+
+
+def _flat_gradient(gradient):
+    def flat(z, clip, xi):
+        g, ll, lp, rel = gradient(z, clip, xi)
+        return g, ll, lp, rel.num_clipped, rel.num_rows
+    return flat
 
 
 def hmc_init(lik, z: torch.Tensor) -> HMCState:
@@ -258,72 +246,68 @@ def hmc_step(
     grad_noise_multiplier: float,
     llr_noise_multiplier: float,
 ) -> Tuple[HMCState, HMCInfo]:
-    """One DP-HMC iteration (thesis Alg. 3, one pass of the outer loop)."""
-    events, grad_fracs = [], []
-
-    def grad_fn(zz):
-        g, aux = release_gradient(noise, lik, zz, grad_clip=grad_clip, noise_multiplier=grad_noise_multiplier)
-        events.append(aux[2].event)
-        grad_fracs.append(aux[2].clipped_fraction)
-        return g, aux
-
-    z = state.z
+    """One DP-HMC iteration (thesis Alg. 3, one pass of the outer loop): :func:`dphmc_step_fn`
+    (and, at a chain's first iteration, :func:`gradient_release_fn` for thesis Alg. 3's
+    :math:`G_{1,0}`), each one compiled graph when it can be (the compiled path in one process,
+    a model the trace can represent, a pass without chunks; decided from code and shapes before
+    the draws it needs), else run as it is. The randomness is drawn before them, in the order
+    the eager loop always drew it: the momentum (algorithm stream); :math:`G_{1,0}`'s standard
+    normal (secret stream, then its release); the ``L`` gradient normals, one release after
+    another, and the ratio's (secret stream, by the release specs); the accept uniform
+    (algorithm stream, in :math:`\\hat\\lambda`'s dtype). A trajectory that leaves the support
+    is rejected data-free with no ratio release: its ratio normal is withdrawn
+    (:meth:`~pyro_dp.mechanisms.GaussianReleaseSpec.withdraw`: never added to anything
+    released), so the secret stream goes on as if it had not been drawn."""
+    z, T, L = state.z, lik.temperature, num_steps
+    g_spec, l_spec = gaussian_release_spec(grad_noise_multiplier), gaussian_release_spec(llr_noise_multiplier)
+    shards = getattr(noise, "shards", None)
+    cl = lik.compiled if can_fuse(lik, noise) else None
+    names = f"T={T!r},nm_g={g_spec.noise_multiplier!r}"
+    events, grad_rows = [], []
     p0 = sample_momentum(rng, mass_sqrt, z)  # the algorithm's stream (momenta); the noise has its own
-    fused = None
-    if can_fuse(lik, noise):  # the compiled path: one graph per leapfrog step, the same chain
-        fused = _fused_trajectory(noise, lik, state, p0, step_size=step_size, num_steps=num_steps,
-                                  inv_mass=inv_mass, grad_clip=grad_clip, noise_multiplier=grad_noise_multiplier,
-                                  llr_clip=llr_clip, events=events, grad_fracs=grad_fracs)
-    if fused is not None:
-        state, z_new, p_new, g_new, ll_new, lp_new, clip, ratios = fused
-    else:
-        if state.grad is None:  # thesis Alg. 3, G_{1,0}: the one extra gradient of the chain
-            g0, (ll0, _, _) = grad_fn(state.z)
-            state = state._replace(grad=g0, loglik=ll0)
-        traj = leapfrog(z, p0, state.grad, step_size, num_steps, inv_mass, grad_fn)
-        z_new, p_new, g_new = traj.z, traj.p, traj.grad
-        ll_new, lp_new, _ = traj.aux[-1]
-    T = lik.temperature
-    llr_frac, noise_std, released = 0.0, 0.0, False
-    if bool(torch.isfinite(z_new).all()) and bool(torch.isfinite(lp_new)):
-        # Per-example ratios ℓ_i(θ')−ℓ_i(θ) clipped to ±b_l‖θ'−θ‖ (NaN/±inf rows: the per-row
-        # rule): sensitivity 2 b_l‖θ'−θ‖ (thesis Thm 11 proof). One fused graph when compiled.
-        if fused is None:
-            clip = llr_clip * lik.jump_norm(z_new, z)  # likelihood coordinates (PrivateLikelihood.jump_norm)
-            ratios = lik.clipped_difference_sum(ll_new, state.loglik, clip)
-        rel = clipped_sum_with_noise(ratios, clip, llr_noise_multiplier, noise)
-        events.append(rel.event)
-        llr_frac, noise_std, released = rel.clipped_fraction, float(rel.noise_std), True
-        # Räisä et al. 2021 Thm 3.1 / thesis Alg. 3: ΔH = T ŝ + Δ log p + K(p_0) − K(p_L)
-        lambda_hat = T * rel.value + (lp_new - state.log_prior) + kinetic_energy(p0, inv_mass) - kinetic_energy(
-            p_new, inv_mass
-        )
-        noise_var = (T * rel.noise_std) ** 2  # penalty −T²σ_l²/2 (Yıldırım & Ermiş 2019 §3.1)
-        accepted = penalty_accept(rng, lambda_hat, noise_var)
-        accept_prob = float(torch.exp(penalty_log_accept_threshold(lambda_hat, noise_var)))
-        if not math.isfinite(accept_prob):
-            accepted, accept_prob = False, 0.0
+    if state.grad is None:  # thesis Alg. 3, G_{1,0}: the one extra gradient of the chain
+        gradient, (clip,) = _one_graph_or_eager(
+            lik, cl, f"dphmc_gradient[{names}]",
+            lambda terms: _flat_gradient(gradient_release_fn(lik, T, g_spec, *terms[:2], shards)),
+            lambda c: (z, c, _xi_like(z)), (grad_clip,), z)
+        g0, ll0, _, n_clipped, n_rows = gradient(z, clip, g_spec.draw(noise, z.shape, device=z.device))
+        events.append(g_spec.event)
+        grad_rows.append((float(n_clipped), float(n_rows)))
+        state = state._replace(grad=g0, loglik=ll0)
+    u_dtype = functools.reduce(torch.promote_types, (state.loglik.dtype, state.log_prior.dtype, z.dtype, p0.dtype))
+    step, (eta, gc, lc) = _one_graph_or_eager(
+        lik, cl, f"dphmc_step[L={L},{names},nm_l={l_spec.noise_multiplier!r}]",
+        lambda terms: dphmc_step_fn(lik, T, L, g_spec, l_spec, *terms, shards),
+        lambda e, g, c: (z, p0, state.grad, state.loglik, state.log_prior, e, inv_mass, g, c, _xi_like(z, L),
+                         cached_zeros((), torch.float64, z.device), cached_zeros((), u_dtype, z.device)),
+        (step_size, grad_clip, llr_clip), z)
+    # the L gradient normals, one release after another (a single [L, D] draw would use the stream differently)
+    xis = torch.stack([g_spec.draw(noise, z.shape, device=z.device) for _ in range(L)])
+    xi_l = l_spec.draw_tentative(noise, (), device=z.device)  # withdrawn below if the ratio is not released
+    rng_mark = rng.get_state() if u_dtype != z.dtype else None
+    u = accept_uniform(rng, cached_zeros((), u_dtype, z.device))
+    z_new, p_new, g_new, ll_new, lp_new, flags = step(z, p0, state.grad, state.loglik, state.log_prior, eta, inv_mass,
+                                                      gc, lc, xis, xi_l, u)
+    flags = flags.tolist()
+    grad_rows += list(zip(flags[:2 * L:2], flags[1:2 * L:2]))
+    llr_clipped, llr_rows, std, accepted, accept_prob, valid = flags[2 * L:]
+    events.extend([g_spec.event] * L)
+    released = valid == 1.0
+    if released:
+        events.append(l_spec.event)
+        llr_frac, noise_std = (llr_clipped / llr_rows if llr_rows else 0.0), std
     else:  # left the support / diverged: a data-free rejection, no ratio released
-        zero = torch.zeros((), dtype=z.dtype, device=z.device)
-        penalty_accept(rng, zero, zero)  # keep the stream aligned
-        accepted, accept_prob = False, 0.0
-    if accepted:  # thesis Alg. 3: G_{i+1,0} = G_{i,L}
-        new = HMCState(z_new, lp_new, ll_new, g_new)
-    else:  # G_{i+1,0} = G_{i,0}
-        new = state
+        l_spec.withdraw(noise)
+        if rng_mark is not None:  # the eager loop drew this rejection's uniform in the latents' dtype
+            rng.set_state(rng_mark)
+            accept_uniform(rng, cached_zeros((), z.dtype, z.device))
+        llr_frac, noise_std = 0.0, 0.0
+    accepted = accepted == 1.0
+    new = HMCState(z_new, lp_new, ll_new, g_new) if accepted else state  # thesis Alg. 3: G_{i+1,0} = G_{i,L} or G_{i,0}
+    grad_fracs = [c / r if r else 0.0 for c, r in grad_rows]
     fracs = grad_fracs + ([llr_frac] if released else [])
-    info = HMCInfo(
-        accepted,
-        tuple(events),
-        sum(fracs) / len(fracs),
-        sum(grad_fracs) / len(grad_fracs),
-        llr_frac,
-        accept_prob,
-        float(step_size),
-        z_new,
-        noise_std,
-        released,
-    )
+    info = HMCInfo(accepted, tuple(events), sum(fracs) / len(fracs), sum(grad_fracs) / len(grad_fracs), llr_frac,
+                   accept_prob, float(step_size), z_new, noise_std, released)
     return new, info
 
 

@@ -1,27 +1,35 @@
-r"""One random-walk Metropolis–Hastings skeleton for every DP kernel that releases a noisy
-log-likelihood ratio (penalty, exponential-family and multi-party penalty, DP Barker,
-minibatch penalty, DP-Fast MH).
+r"""One Metropolis–Hastings core for every DP kernel that releases a noisy log-likelihood
+ratio, with the proposal and the accept rule as arguments (BlackJAX's ``build_rmh`` over one
+``mh`` accept step): penalty, exponential-family and multi-party penalty, DP Barker, minibatch
+penalty, DP-Fast MH, and a user's kernel such as the DP-MALA of ``docs/new_kernel.md``.
 
-An iteration is always the same five moves (BlackJAX's ``mh`` shape, NumPyro's
-``BarkerMHState``):
+An iteration is always the same four moves, :func:`mh_step`:
 
-1. **propose** :math:`\theta'` by a Gaussian random walk (:func:`~.proposals.random_walk`:
-   full, one-component or guided walk) from the seeded, data-free algorithm stream;
+1. **propose** ``propose(rng, noise, state) -> Proposal(z', log q-ratio, ...)``: a Gaussian
+   random walk (:func:`random_walk_proposal`: full, one-component or guided walk) from the
+   seeded, data-free algorithm stream, or a gradient-guided move (:func:`langevin_proposal`)
+   whose released gradients come from the secret stream and are reported as its events;
 2. **release** :math:`\hat\lambda_{\rm data}` — a noisy estimate of the tempered
-   log-likelihood ratio :math:`T(\ell(\theta')-\ell(\theta))` — through the kernel's
-   ``release`` function, the only step that reads data (every noise draw and batch comes
-   from the secret :class:`~pyro_dp.mechanisms.NoiseSource`);
+   log-likelihood ratio :math:`T(\ell(\theta')-\ell(\theta))` — the only move that reads data
+   (every noise draw and batch from the secret :class:`~pyro_dp.mechanisms.NoiseSource`);
 3. form :math:`\hat\lambda = \hat\lambda_{\rm data} + \log p(\theta') - \log p(\theta) +
-   \log q(\theta|\theta') - \log q(\theta'|\theta)` (data-free terms);
-4. **accept** with the injected rule (``penalty_accept``: Yıldırım & Ermiş 2019 §3.1;
-   ``barker_accept``: Heikkilä et al. 2019 eq. (9)). The rule's uniform (or correction) is
-   **always** drawn, then ANDed with one data-free validity check — the proposal's prior,
-   :math:`\hat\lambda` and the noise variance must be finite — so the algorithm stream stays
-   aligned whatever happens (one rejection idiom for all kernels);
-5. **flip** the guided-walk direction after a rejection (Gustafson 1998).
+   \log q(\theta|\theta') - \log q(\theta'|\theta)` (data-free terms) and
+   **accept** with the injected rule (the penalty test: Yıldırım & Ermiş 2019 §3.1; Barker's:
+   Heikkilä et al. 2019 eq. (9); DP-Fast MH's). The rule's uniform (or correction) is
+   **always** drawn, then ANDed with the one data-free validity check :func:`valid_move` — the
+   proposal's prior, :math:`\hat\lambda` and the noise variance must be finite — so the
+   algorithm stream stays aligned whatever happens (the one rejection idiom). Moves 2–3 are
+   one function ``release_accept(noise, rng, state, z', log q-ratio) -> (RatioRelease,
+   accepted)``: a kernel's step written once (a pure tensor function run eagerly or compiled,
+   e.g. :func:`~.penalty.penalty_release_accept`), or :func:`release_then_accept` of a separate
+   release and accept rule;
+4. keep :math:`\theta'` or :math:`\theta` and flip the guided-walk direction after a rejection
+   (Gustafson 1998).
 
-A kernel is then a release function plus a short class. :class:`RandomWalkKernel` owns what
-they share: the proposal mode, the scale and its warmup adaptation, and the batch checks.
+DP-HMC composes the same pieces (leapfrog proposal, penalty rule, :func:`valid_move`) inside its
+one compiled step, :func:`~.hmc.dphmc_step_fn`, where trajectory, releases and test are a
+single graph. :class:`RandomWalkKernel` owns what the random-walk kernels share: the proposal
+mode, the scale and its warmup adaptation, and the batch checks.
 """
 from __future__ import annotations
 
@@ -33,10 +41,11 @@ import torch
 from ..accounting import calibrate_noise_multiplier
 from ..mechanisms import GaussianEvent, gaussian_event
 from .base import DPKernel, check_positive
-from .proposals import DEFAULT_TARGET_ACCEPT_PROB, AdaptiveProposalScale, flip_direction, initial_directions, random_walk
+from .proposals import (DEFAULT_TARGET_ACCEPT_PROB, AdaptiveProposalScale, flip_direction, initial_directions,
+                        random_walk, release_gradient, sample_momentum)
 
-__all__ = ["MHState", "MHInfo", "RatioRelease", "mh_init", "mh_step", "RandomWalkKernel", "check_batch_size",
-           "can_fuse"]
+__all__ = ["MHState", "MHInfo", "RatioRelease", "Proposal", "mh_init", "mh_step", "valid_move", "release_then_accept",
+           "random_walk_proposal", "langevin_proposal", "RandomWalkKernel", "check_batch_size", "can_fuse"]
 
 
 class MHState(NamedTuple):
@@ -48,12 +57,15 @@ class MHState(NamedTuple):
     :ivar cache: the kernel's private per-point cache (e.g. the per-example log-likelihoods
         at ``z``, used only inside the next release; the exponential family's
         :math:`(\\varphi(\\theta), \\log g(\\theta))`, data-free), or ``None``.
+    :ivar grad: the released gradient at ``z`` of a gradient-guided proposal (public, reused by
+        the next proposal; :func:`langevin_proposal`), or ``None``.
     """
 
     z: torch.Tensor
     log_prior: torch.Tensor
     direction: Optional[torch.Tensor]
     cache: object = None
+    grad: object = None
 
 
 class MHInfo(NamedTuple):
@@ -109,14 +121,6 @@ def mh_init(lik, z: torch.Tensor, rng: Optional[torch.Generator] = None, cache=N
     return MHState(z, lp, direction, cache)
 
 
-def _finite(x) -> bool:
-    if isinstance(x, torch.Tensor) and x.numel() == 1:
-        return math.isfinite(x.item())  # one element: no tensor ops (the usual case, #17)
-    if isinstance(x, (int, float)):
-        return math.isfinite(x)
-    return bool(torch.isfinite(torch.as_tensor(x)).all())
-
-
 def can_fuse(lik, noise) -> bool:
     """Whether a kernel may run a step as one fused graph: the compiled path in one process (no
     shards: their noise enters inside the all-reduce). :meth:`~pyro_dp.compiled.CompiledLikelihood.fused_graph`
@@ -124,40 +128,113 @@ def can_fuse(lik, noise) -> bool:
     return getattr(lik, "compiled", None) is not None and getattr(noise, "shards", None) is None
 
 
-def mh_step(
-    rng: torch.Generator,
-    noise,
-    state: MHState,
-    *,
-    proposal_scale,
-    release: Callable[..., RatioRelease],
-    accept: Callable,
-    mode: str = "full",
-    fused: Optional[Callable] = None,
-) -> Tuple[MHState, MHInfo]:
-    """One random-walk DP MH iteration (module docstring): propose, release, accept, flip.
+class Proposal(NamedTuple):
+    """What a proposal ``propose(rng, noise, state)`` returns to :func:`mh_step`.
 
-    ``fused(noise, rng, state, z_new, log_q_ratio)`` may do moves 2–4 as one function and return
-    ``(RatioRelease, accepted)`` — the same draws from the same streams in the same order, the
-    same validity check — or ``None`` (decided before any draw): then ``release`` and ``accept``
-    run as usual. ``DPPenalty``, ``DPBarker`` and ``DPMinibatchPenalty`` write their step once
-    this way (issue 39: a pure tensor function, run eagerly or compiled into one graph) and never
-    return ``None``."""
-    prop = random_walk(rng, state.z, proposal_scale, mode, state.direction)
-    out = None if fused is None else fused(noise, rng, state, prop.z, prop.log_q_ratio)
-    if out is not None:
-        rel, accepted = out
-    else:
-        rel = release(noise, state, prop.z)
-        lambda_hat = rel.log_ratio + (rel.log_prior - state.log_prior) + prop.log_q_ratio
-        valid = _finite(rel.log_prior) and _finite(lambda_hat) and _finite(rel.noise_var)  # data-free
-        accepted = accept(rng, lambda_hat, rel.noise_var) and valid  # always drawn: streams stay aligned
-    direction = flip_direction(state.direction, prop.coord, accepted) if mode == "gwmh" else state.direction
+    :ivar z: the proposed point :math:`\\theta'`.
+    :ivar log_q_ratio: :math:`\\log q(\\theta|\\theta') - \\log q(\\theta'|\\theta)` (data-free or
+        post-processing of releases).
+    :ivar coord: the coordinate a one-component move changed (``-1``: all).
+    :ivar flips: a rejection flips ``state.direction[coord]`` (the guided walk, Gustafson 1998).
+    :ivar events: what the proposal released (a gradient-guided one; none for a random walk).
+    :ivar grad: the released gradient at :math:`\\theta'`, kept if it is accepted.
+    :ivar state: the current state with what the proposal released there (the chain's first
+        gradient), or ``None`` when unchanged.
+    """
+
+    z: torch.Tensor
+    log_q_ratio: object = 0.0
+    coord: int = -1
+    flips: bool = False
+    events: Tuple = ()
+    grad: object = None
+    state: object = None
+
+
+def valid_move(log_prior_new, lambda_hat, noise_var=0.0) -> torch.Tensor:
+    r"""The data-free validity check of every accept rule, written once (module docstring): the
+    proposal's log prior, :math:`\hat\lambda` and the noise variance must be finite. A pure
+    tensor function (a compiled step traces it); numbers are accepted too. ANDed with the rule's
+    decision, whose randomness is drawn whatever this says.
+
+    >>> bool(valid_move(torch.tensor(-1.0), torch.tensor(float("nan"))))
+    False
+    """
+    out = torch.isfinite(torch.as_tensor(log_prior_new)).all() & torch.isfinite(torch.as_tensor(lambda_hat)).all()
+    return out & torch.isfinite(torch.as_tensor(noise_var)).all()
+
+
+def release_then_accept(release: Callable[..., RatioRelease], accept: Callable) -> Callable:
+    r"""``release_accept`` (:func:`mh_step`'s moves 2–3) of a separate ``release(noise, state, z')
+    -> RatioRelease`` and accept rule ``accept(rng, λ̂, noise variance) -> bool``: the rule's
+    randomness always drawn, its decision ANDed with :func:`valid_move`."""
+
+    def release_accept(noise, rng, state, z_new, log_q_ratio):
+        rel = release(noise, state, z_new)
+        lambda_hat = rel.log_ratio + (rel.log_prior - state.log_prior) + log_q_ratio
+        accepted = accept(rng, lambda_hat, rel.noise_var)  # always drawn: streams stay aligned
+        return rel, accepted and bool(valid_move(rel.log_prior, lambda_hat, rel.noise_var))
+
+    return release_accept
+
+
+def random_walk_proposal(proposal_scale, mode: str = "full") -> Callable[..., Proposal]:
+    """The Gaussian random walk (:func:`~.proposals.random_walk`: ``"full"``, ``"ocu"`` or
+    ``"gwmh"``) as a proposal: data-free, symmetric (log q-ratio 0), from the algorithm stream."""
+
+    def propose(rng, noise, state):
+        prop = random_walk(rng, state.z, proposal_scale, mode, state.direction)
+        return Proposal(prop.z, prop.log_q_ratio, prop.coord, mode == "gwmh")
+
+    return propose
+
+
+def langevin_proposal(lik, step_size: float, grad_clip: float, noise_multiplier: float) -> Callable[..., Proposal]:
+    r"""The Langevin (MALA) proposal :math:`\theta' = \theta + \tfrac h2 G(\theta) + \sqrt h\,\xi`
+    (Roberts & Tweedie 1996) on the released gradient :math:`G` of
+    :func:`~.proposals.release_gradient` (DP-HMC's, Räisä 2021 thesis Alg. 3: reused from the
+    state; the chain's first one released here): releases :math:`G(\theta')`, which the reverse
+    density needs, :math:`\log q(\theta|\theta') - \log q(\theta'|\theta)` with
+    :math:`q(a|b) = \mathcal N(b + \tfrac h2 G(b), hI)`. MH on :math:`(\theta, G(\theta))`; the
+    accept rule's ratio release needs ``state.cache`` = the per-example log-likelihoods."""
+    h = float(step_size)
+
+    def propose(rng, noise, state):
+        events, s = [], state
+
+        def gradient(z):
+            g, (ll, _, rel) = release_gradient(noise, lik, z, grad_clip=grad_clip, noise_multiplier=noise_multiplier)
+            events.append(rel.event)
+            return g, ll
+
+        if s.grad is None:  # the chain's first gradient, released lazily (set-up stays data-free)
+            g0, ll0 = gradient(s.z)
+            s = s._replace(grad=g0, cache=ll0)
+        xi = sample_momentum(rng, 1.0, s.z)  # N(0, I) from the public stream (MALA is one-step HMC)
+        z_new = s.z + h / 2 * s.grad + math.sqrt(h) * xi
+        g_new, _ = gradient(z_new)
+        log_q = (((z_new - s.z - h / 2 * s.grad) ** 2).sum() - ((s.z - z_new - h / 2 * g_new) ** 2).sum()) / (2 * h)
+        return Proposal(z_new, log_q, events=tuple(events), grad=g_new, state=s if s is not state else None)
+
+    return propose
+
+
+def mh_step(rng: torch.Generator, noise, state: MHState, *, propose: Callable[..., Proposal],
+            release_accept: Callable) -> Tuple[MHState, MHInfo]:
+    """One DP MH iteration (module docstring): ``propose(rng, noise, state) -> Proposal``, then
+    ``release_accept(noise, rng, state, z', log q-ratio) -> (RatioRelease, accepted)`` (the
+    rule's randomness always drawn, its decision ANDed with :func:`valid_move`), then keep or
+    reject, flipping the guided-walk direction after a rejection."""
+    prop = propose(rng, noise, state)
+    state = state if prop.state is None else prop.state
+    rel, accepted = release_accept(noise, rng, state, prop.z, prop.log_q_ratio)
+    direction = flip_direction(state.direction, prop.coord, accepted) if prop.flips else state.direction
     if accepted:
-        new = MHState(prop.z, rel.log_prior, direction, rel.cache_new)
+        new = MHState(prop.z, rel.log_prior, direction, rel.cache_new, prop.grad)
     else:
-        new = MHState(state.z, state.log_prior, direction, rel.cache_old)
-    return new, MHInfo(accepted, tuple(rel.events), rel.clipped_fraction, rel.noise_std, prop.coord, rel.extra)
+        new = MHState(state.z, state.log_prior, direction, rel.cache_old, state.grad)
+    return new, MHInfo(accepted, tuple(prop.events) + tuple(rel.events), rel.clipped_fraction, rel.noise_std,
+                       prop.coord, rel.extra)
 
 
 def check_batch_size(batch_size) -> int:
@@ -171,8 +248,9 @@ class RandomWalkKernel(AdaptiveProposalScale, DPKernel):
     r"""Base of the random-walk DP kernels: :meth:`_setup_walk` in ``__init__`` sets the
     proposal (``proposal_scale``; ``one_component``/``guided_walk`` modes; warmup adaptation
     of the scale towards ``target_accept_prob``, which reads only accept decisions and costs no
-    privacy), and the lifecycle calls the subclass's :meth:`_release` through
-    :func:`mh_step`. A subclass defines ``_release(noise, state, z_new) -> RatioRelease``,
+    privacy), and the lifecycle runs :func:`mh_step` with :func:`random_walk_proposal`. A
+    subclass defines ``_release_accept`` (its step written once) or ``_release(noise, state,
+    z_new) -> RatioRelease`` and ``_accept``,
     the privacy plan (``_per_iteration_events``, ``_calibrate``), and optionally
     :meth:`_initial_cache` and :meth:`_check_data` (run at set-up, data-free).
 
@@ -217,9 +295,10 @@ class RandomWalkKernel(AdaptiveProposalScale, DPKernel):
     def _initial_cache(self, z: torch.Tensor):
         return None
 
-    #: ``_fused_release_accept(noise, rng, state, z_new, log_q_ratio)``: the release and the
-    #: accept test as one function, eager or compiled (see :func:`mh_step`), or ``None``
-    _fused_release_accept = None
+    #: ``_release_accept(noise, rng, state, z_new, log_q_ratio)``: the release and the accept
+    #: test as one function, eager or compiled (:func:`mh_step`'s ``release_accept``), or
+    #: ``None``: then :func:`release_then_accept` of :meth:`_release` and :meth:`_accept`
+    _release_accept = None
 
     def _check_data(self) -> None:
         """Data-free checks of the likelihood (shapes, N, indexing) before the first release."""
@@ -233,8 +312,8 @@ class RandomWalkKernel(AdaptiveProposalScale, DPKernel):
         return mh_init(self.lik, z, self._rng if self.draws_directions else None, self._initial_cache(z))
 
     def _step(self, state):
-        new, info = mh_step(self._rng, self._noise, state, proposal_scale=self.adapted_proposal_scale,
-                            release=self._release, accept=self._accept, mode=self.mode,
-                            fused=self._fused_release_accept)
+        release_accept = self._release_accept or release_then_accept(self._release, self._accept)
+        new, info = mh_step(self._rng, self._noise, state, release_accept=release_accept,
+                            propose=random_walk_proposal(self.adapted_proposal_scale, self.mode))
         self._adapt(info)  # warmup only; reads the accept decision (post-processing)
         return new, info

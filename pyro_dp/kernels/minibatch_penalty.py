@@ -71,7 +71,7 @@ from ..mechanisms import (
 )
 from .barker import _traced_log_ratios, batch_log_ratios
 from .base import check_positive
-from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse, check_batch_size
+from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse, check_batch_size, valid_move
 from .proposals import accept_uniform, penalty_log_accept_threshold
 
 __all__ = [
@@ -142,7 +142,7 @@ def minibatch_penalty_step_fn(lik, n: int, b: int, temperature: float, subsampli
     :math:`\lambda^* - \sigma_b^2/2` with :math:`\sigma = \mathrm{nm}\cdot c(\theta,\theta')`
     (thesis Thm 8) — with the standard normal ``ξ`` (secret stream; none without noise), and the
     penalty test :math:`\log u < \min\{0, \hat\lambda - \sigma^2/2\}` ANDed with the data-free
-    validity check of :func:`~.mh.mh_step`. The eager path runs it as it is (``padded=False``);
+    validity check :func:`~.mh.valid_move`. The eager path runs it as it is (``padded=False``);
     ``jit_compile=True`` traces the same function on a batch bucket (``padded=True``), so Poisson
     sizes share a few graphs. ``flags``: ``(accepted, clipped rows, σ)`` in float64."""
     q = b / n
@@ -179,7 +179,7 @@ def minibatch_penalty_step_fn(lik, n: int, b: int, temperature: float, subsampli
         noise_var = std * std
         lambda_hat = value + (lp_new - lp_old) + log_q
         accepted = torch.log(u) < penalty_log_accept_threshold(lambda_hat, noise_var)  # thesis §3.3
-        ok = torch.isfinite(lp_new) & torch.isfinite(lambda_hat) & torch.isfinite(noise_var)  # data-free
+        ok = valid_move(lp_new, lambda_hat, noise_var)  # data-free
         flags = torch.stack([(accepted & ok).to(f64), clipped.sum().to(f64), torch.as_tensor(std).to(f64)])
         return lp_new, value, flags
 
@@ -324,9 +324,9 @@ class DPMinibatchPenalty(RandomWalkKernel):
     def _per_iteration_events(self):
         return [self._event_for(self.noise_multiplier)]
 
-    # mh_step's moves 2-4 (release, accept) as one function, eager or compiled: never None, so
+    # mh_step's release_accept (moves 2-3) as one function, eager or compiled: never None, so
     # RandomWalkKernel's _release/_accept hooks are not used
-    def _fused_release_accept(self, noise, rng, state, z_new, log_q_ratio):
+    def _release_accept(self, noise, rng, state, z_new, log_q_ratio):
         return minibatch_penalty_release_accept(
             self.lik, noise, rng, state, z_new, log_q_ratio, batch_size=self.batch_size, llr_clip=self.llr_clip,
             noise_multiplier=self.noise_multiplier, subsampling=self.subsampling)

@@ -28,7 +28,7 @@ import torch
 from ..compiled import cached_zeros
 from ..mechanisms import GaussianReleaseSpec, clip_and_sum, gaussian_release_spec
 from .base import check_positive
-from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse
+from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse, valid_move
 from .proposals import accept_uniform, penalty_log_accept_threshold, pop_target_accept_prob
 from .tuning import init_to_center
 
@@ -72,7 +72,7 @@ def penalty_step_fn(lik, temperature: float, llr_clip: float, spec: GaussianRele
         \text{accept iff } \log u < \min\{0, \hat\lambda - (T\sigma)^2/2\}
 
     (Yıldırım & Ermiş 2019 §3.1; :func:`~.proposals.penalty_log_accept_threshold`), ANDed with
-    the data-free validity check of :func:`~.mh.mh_step` (finite prior, :math:`\hat\lambda` and
+    the data-free validity check :func:`~.mh.valid_move` (finite prior, :math:`\hat\lambda` and
     noise variance). Its randomness is drawn before it: ``ξ`` from the secret stream
     (``spec.draw``), ``u`` from the algorithm stream. The eager path runs it as it is; the
     compiled path traces the same function into one graph
@@ -85,7 +85,7 @@ def penalty_step_fn(lik, temperature: float, llr_clip: float, spec: GaussianRele
                                                           ll_old, xi, shards)
         lambda_hat = log_ratio + (lp - lp_old) + log_q_ratio
         accepted = torch.log(u) < penalty_log_accept_threshold(lambda_hat, noise_var)
-        valid = torch.isfinite(lp) & torch.isfinite(lambda_hat) & torch.isfinite(noise_var)  # data-free
+        valid = valid_move(lp, lambda_hat, noise_var)  # data-free
         f64 = torch.float64
         flags = torch.stack([(accepted & valid).to(f64), rel.num_clipped.to(f64), rel.num_rows.to(f64),
                              rel.noise_std.to(f64)])
@@ -272,8 +272,8 @@ class DPPenalty(RandomWalkKernel):
                 lik_scale = min(jump / math.sqrt(max(d_lik, 1)), free)
                 self.proposal_scale = mask * lik_scale + (1.0 - mask) * free
 
-    # mh_step's moves 2-4 (release, accept) as one function, eager or compiled: never None, so
+    # mh_step's release_accept (moves 2-3) as one function, eager or compiled: never None, so
     # RandomWalkKernel's _release/_accept hooks are not used
-    def _fused_release_accept(self, noise, rng, state, z_new, log_q_ratio):
+    def _release_accept(self, noise, rng, state, z_new, log_q_ratio):
         return penalty_release_accept(self.lik, noise, rng, state, z_new, log_q_ratio, llr_clip=self.llr_clip,
                                       noise_multiplier=self.noise_multiplier)

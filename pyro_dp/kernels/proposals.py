@@ -1,7 +1,9 @@
-r"""Pieces shared by several kernels: proposals and accept tests.
+r"""Pieces shared by several kernels: proposals, the released-gradient estimator, integrators
+and accept tests.
 
 Accept tests are interchangeable functions of the *released* log acceptance ratio and
-its noise variance; none of them touches data.
+its noise variance; none of them touches data. The gradient estimator
+(:func:`gradient_release_fn`) reads data only through its release spec.
 """
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
+from ..mechanisms import GaussianReleaseSpec, NoisyRelease, gaussian_release_spec
 from ..warn import warn_user
 
 __all__ = [
@@ -256,6 +259,45 @@ def leapfrog(z, p, grad, step_size, num_steps: int, inv_mass, grad_fn) -> Leapfr
 
 
 __all__ += ["sample_momentum", "kinetic_energy", "LeapfrogResult", "leapfrog"]
+
+
+# --------------------------------------------------------------------------- released gradient
+# (DP-HMC's and DP-MALA's noisy clipped gradient, Räisä 2021 thesis Alg. 3)
+
+
+def gradient_release_fn(lik, temperature, spec: GaussianReleaseSpec, grad_terms, prior_terms, shards=None):
+    r"""``gradient(z, b_g, ξ) -> (G(z), ℓ(z) [N], log p(z), SumRelease)``: the release of
+    :math:`G(z)` (module docstring) as a pure tensor function of its inputs, the standard normal
+    ``ξ`` (shape of ``z``) drawn before it by ``spec.draw``: the clipped per-example gradient sum
+    of ``grad_terms`` (``lik.clipped_grad_sum``; inside a graph the compiled likelihood's
+    ``clipped_grad_terms``), where the per-row rule replaces a non-finite gradient by zero so the
+    sensitivity stays :math:`2b_g` (thesis Thm 11 proof), ``spec``'s noise :math:`\sigma_g\xi`,
+    the temperature (post-processing) and the data-free prior gradient of ``prior_terms``."""
+
+    def gradient(z, clip, xi):
+        ll, cs = grad_terms(z, clip)  # the per-row rule, the clip to b_g, the sum
+        rel = spec.release(cs, clip, xi, shards)  # + sigma_g xi, sigma_g = nm_g 2 b_g
+        lp, grad_lp = prior_terms(z)
+        # Räisä 2021 thesis Alg. 3 / Räisä et al. 2021 §3: G = T(sum clip(grad l_i) + noise) + grad log p
+        return temperature * lik.project(rel.value) + grad_lp, ll, lp, rel  # project: post-processing
+
+    return gradient
+
+
+def release_gradient(noise, lik, z, *, grad_clip, noise_multiplier):
+    r"""Release :math:`G(z)` alone (:func:`gradient_release_fn` run eagerly, its standard normal
+    drawn from the secret stream by the release spec): returns ``(G, aux)`` with
+    ``aux = (loglik [N], log_prior, NoisyRelease)``."""
+    spec = gaussian_release_spec(noise_multiplier)
+    xi = spec.draw(noise, z.shape, device=z.device)
+    g, ll, lp, rel = gradient_release_fn(lik, lik.temperature, spec, lik.clipped_grad_sum, lik.log_prior_and_grad,
+                                         getattr(noise, "shards", None))(z, grad_clip, xi)
+    n_rows = int(rel.num_rows)
+    return g, (ll, lp, NoisyRelease(rel.value, spec.event, rel.noise_std,
+                                    int(rel.num_clipped) / n_rows if n_rows else 0.0))
+
+
+__all__ += ["gradient_release_fn", "release_gradient"]
 
 
 # --------------------------------------------------------------------------- Barker test

@@ -187,6 +187,20 @@ class NoiseSource:
         u = torch.rand(tuple(shape), generator=self.generator, dtype=torch.float64, device=self.device)
         return u.to(dtype=like.dtype, device=like.device)
 
+    # ------------------------------------------------------------ a draw called off
+    def _mark(self) -> None:
+        """Remember the stream's position (inside this object: the secret never leaves it) for
+        :meth:`_rewind` (:meth:`~pyro_dp.mechanisms.GaussianReleaseSpec.draw_tentative`)."""
+        self._marked = self.generator.get_state()
+
+    def _rewind(self) -> None:
+        """Back to the position of the last :meth:`_mark`, once
+        (:meth:`~pyro_dp.mechanisms.GaussianReleaseSpec.withdraw`)."""
+        marked, self._marked = self.__dict__.pop("_marked", None), None
+        if marked is None:
+            raise RuntimeError("internal error: a withdrawn release without its tentative draw (please report)")
+        self.generator.set_state(marked)
+
     # ------------------------------------------------------------ copies and checkpoints
     def get_state(self) -> torch.Tensor:
         """The generator's state, for a checkpoint of the seeded test option only (an OS-seeded

@@ -269,6 +269,30 @@ class GaussianReleaseSpec:
             return noise.standard_normal(shape).to(device if device is not None else noise.device)
         return torch.zeros(tuple(shape), dtype=torch.float64, device=device if device is not None else noise.device)
 
+    def draw_tentative(self, noise: NoiseSource, shape=(), device=None) -> torch.Tensor:
+        r""":meth:`draw`, for a release that a data-free test made *after* the draw may still call
+        off (DP-HMC's ratio release, dropped when the trajectory leaves the support:
+        :func:`~pyro_dp.kernels.hmc.hmc_step`). Until the next tentative draw, :meth:`withdraw`
+        puts the secret stream back where it was before this draw.
+
+        >>> spec = gaussian_release_spec(1.0)
+        >>> a, b = NoiseSource(seed=0, warn=False), NoiseSource(seed=0, warn=False)
+        >>> _ = spec.draw_tentative(a)
+        >>> spec.withdraw(a)  # called off: a goes on as if it had not drawn
+        >>> bool(spec.draw(a) == spec.draw(b))
+        True
+        """
+        noise._mark()
+        return self.draw(noise, shape, device)
+
+    @staticmethod
+    def withdraw(noise: NoiseSource) -> None:
+        r"""Call off the release of the last :meth:`draw_tentative`: the secret stream goes on
+        as if its normals had never been drawn, so the next release takes them. Only for a draw
+        that was added to nothing released (the caller's contract): unseen noise may be used
+        once, later (the same law, independent of everything released so far)."""
+        noise._rewind()
+
     def release(self, cs: ClippedSum, clip, xi: torch.Tensor, shards=None) -> SumRelease:
         r"""The clipped sum ``cs`` plus :math:`\sigma\xi` (``xi`` from :meth:`draw`): pure tensor
         code when ``shards`` is ``None``. With ``shards`` (the rows of sharded ranks) the local
@@ -312,7 +336,8 @@ def draw_gaussian_noise(
     ``total + draw_gaussian_noise(total, ...).value``, the same draw from the same stream.
 
     For the compiled path, which adds the draw to the clipped sum *inside* one fused graph
-    (DP-HMC's leapfrog step, :meth:`pyro_dp.compiled.CompiledLikelihood.fused_graph`): the
+    (:meth:`pyro_dp.compiled.CompiledLikelihood.fused_graph`; the steps written once draw through
+    :class:`GaussianReleaseSpec` instead): the
     clipped sum then never leaves the graph without its noise. The caller must add the draw
     to exactly one clipped sum of per-example terms each clipped to ``clip``, record the
     event, and not run sharded (``noise.shards``: the noise must enter inside the all-reduce).

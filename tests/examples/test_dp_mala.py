@@ -28,8 +28,9 @@ POST_MEAN = float(POST_VAR * Y.sum())
 class WithoutQRatio(DPMALA):
     """Mutant: MALA's proposal treated as symmetric (the q-ratio dropped)."""
 
-    def _log_q_ratio(self, s, z_new, g_new):
-        return 0.0
+    def _proposal(self):
+        propose = super()._proposal()
+        return lambda rng, noise, state: propose(rng, noise, state)._replace(log_q_ratio=0.0)
 
 
 def _kernel(cls=DPMALA, **kw):

@@ -590,3 +590,35 @@ def test_flat_prior_has_zero_gradient_not_an_error():
     z = torch.tensor([0.3, 0.9], dtype=torch.float64)
     lp, g = lik.log_prior_and_grad(z)
     assert torch.equal(g, torch.zeros_like(z)) and torch.isfinite(lp)
+
+
+@pytest.fixture(params=[False, True], ids=["correct", "kept"])
+def maybe_kept(request, monkeypatch):
+    """Mutant: a withdrawn ratio normal is kept drawn (the secret stream runs ahead)."""
+    if request.param:
+        monkeypatch.setattr(pyro_dp.mechanisms.GaussianReleaseSpec, "withdraw", staticmethod(lambda noise: None))
+    return request.param
+
+
+def test_a_data_free_rejection_draws_no_ratio_noise(maybe_kept):
+    """Issue 39: the step's randomness is drawn before it, the ratio's normal included; a
+    trajectory that leaves the support releases no ratio and withdraws that normal, so the secret
+    stream advances by exactly the normals of the releases made (as the eager loop, which drew
+    the ratio's normal only after the validity check): D per gradient, one per ratio."""
+    y, cov = corr2d()
+    terms = GaussTerms(y, cov)
+    settings = dict(SETTINGS["corr2d"])
+    rng, noise = torch.Generator().manual_seed(0), NoiseSource(seed=1, warn=False)
+    ones = torch.ones(2, dtype=torch.float64)
+    state, events = hmc_init(terms, terms.posterior()[0]), []
+    for i in range(12):  # every third trajectory overflows (a data-free rejection)
+        settings["step_size"] = 1e200 if i % 3 == 1 else SETTINGS["corr2d"]["step_size"]
+        state, info = hmc_step(rng, noise, state, terms, inv_mass=ones, mass_sqrt=ones, **settings)
+        assert info.ratio_released == (i % 3 != 1) and (info.accepted <= info.ratio_released)
+        events += info.events
+    n_ratio, n_grad = 8, 1 + 12 * 2
+    assert len(events) == n_ratio + n_grad
+    fresh = NoiseSource(seed=1, warn=False)
+    for _ in range(2 * n_grad + n_ratio):  # scalar draws use the stream as draws of 2 (< 16) do
+        fresh.standard_normal(())
+    assert torch.equal(noise.generator.get_state(), fresh.generator.get_state()) != maybe_kept

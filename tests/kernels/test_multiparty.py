@@ -13,7 +13,7 @@ from pyro.infer import MCMC
 import pyro_dp
 import pyro_dp.kernels.multiparty as mp_mod
 from pyro_dp import DPPenalty
-from pyro_dp.kernels.mh import mh_step
+from pyro_dp.kernels.mh import mh_step, random_walk_proposal, release_then_accept
 from pyro_dp.kernels.multiparty import DPMultiPartyPenalty, multiparty_release, party_epsilon
 from pyro_dp.mechanisms import GaussianEvent, NoiseSource
 from tests.kernels.helpers import gauss_model, make_data, posterior, maybe_broken_fixture
@@ -73,7 +73,8 @@ def test_total_noise_is_parties_times_one_party():
         kernel._rng.set_state(rng_state)  # same proposal every time, fresh privacy noise
         release = partial(multiparty_release, kernel.lik, parties=kernel._party_rows, llr_clip=4.0,
                           noise_multipliers=kernel.noise_multipliers)
-        _, info = mh_step(kernel._rng, noise, state, proposal_scale=0.3, release=release, accept=mp_mod.penalty_accept)
+        _, info = mh_step(kernel._rng, noise, state, propose=random_walk_proposal(0.3),
+                          release_accept=release_then_accept(release, mp_mod.penalty_accept))
         draws.append(float(info.extra.log_ratio_hat))
     sigma = info.extra.party_noise_std
     assert len(sigma) == 3 and max(sigma) == pytest.approx(min(sigma))
