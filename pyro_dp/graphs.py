@@ -220,13 +220,6 @@ class TraceFailed(RuntimeError):
     """A trace failed (:func:`_in_fresh_thread`); the message names the original exception."""
 
 
-def _clear_fake_tensor_cache() -> None:
-    try:
-        from torch._subclasses.fake_tensor import FakeTensorMode
-
-        FakeTensorMode.cache_clear()
-    except Exception:  # noqa: BLE001 - a torch without the cache: nothing to clear
-        pass
 
 
 def _in_fresh_thread(fn: Callable):
@@ -251,11 +244,11 @@ def _in_fresh_thread(fn: Callable):
         except BaseException as e:  # noqa: BLE001 - handed to the caller, without its traceback
             failed = TraceFailed(f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
         if failed is not None:
-            # What the failed trace left (its frames' fake and functorch-wrapped tensors, the fake
-            # tensor cache's entries) is freed here, in the thread whose dispatcher state made it:
-            # collected later from another thread it crashed the process (a segfault in the
-            # garbage collector during the next trace, seen once in the full suite)
-            _clear_fake_tensor_cache()
+            # What the failed trace left (its frames' fake and functorch-wrapped tensors) is freed
+            # here, in the thread whose dispatcher state made it: collected later from another
+            # thread, it once crashed the process (a segfault in the garbage collector during the
+            # next trace, in the full suite). (Clearing the fake-tensor cache here as well broke
+            # the next trace: not done.)
             gc.collect()
             out["error"] = failed
 
