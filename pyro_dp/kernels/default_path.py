@@ -36,11 +36,17 @@ class DefaultPath:
     """Mixin of :class:`~pyro_dp.kernels.base.DPKernel`: run length, private tuning hooks
     (module doc)."""
 
+    #: whether the default path's tuner whitens (``DPAutoTune(whiten=True)``, ``docs/tuning.md``,
+    #: "Posterior-shaped coordinates"): on for the kernels where it was measured to help
+    whiten_by_default: bool = False
+
     def _calibrate_noise(self) -> None:
         """Set the noise from the budget (:meth:`~pyro_dp.kernels.privacy_engine.PrivacyEngine._calibrate`),
         telling the default path's tuner the budget first and the ratio noise after (data-free:
         the ratio clip's quantile depends on N and the noise)."""
         if isinstance(self.init, DPAutoTune):
+            if self.init.noise_multipliers is None:  # whitening applies to this model or is not planned (data-free)
+                self.init.whiten = self.init.whiten and self.lik.likelihood_mask is None and self.lik.dim >= 2
             self.init.configure(epsilon=self.epsilon, delta=self.delta, num_chains=self.num_chains,
                                 non_private=self.non_private)
         self._calibrate()
@@ -87,7 +93,7 @@ class DefaultPath:
             raise ValueError(f"the default path (private tuning of {names}) does not support distributed=True yet: "
                              f"give {names} (docs/scaling_out.md)")
         if self.init is None:
-            return DPAutoTune()
+            return DPAutoTune(whiten=self.whiten_by_default)
         if isinstance(self.init, DPAutoTune):
             return self.init
         raise ValueError(f"{names} left to the default are tuned privately by DPAutoTune, which finds its own start: "

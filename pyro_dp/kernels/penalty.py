@@ -186,7 +186,10 @@ class DPPenalty(RandomWalkKernel):
     penalty noise has standard deviation 1 and 2.38/√d times a posterior-scale guess (latents
     that enter only the prior, :attr:`~pyro_dp.likelihood.PrivateLikelihood.likelihood_mask`,
     cost no noise and take the second), and the scale adapts during warmup
-    (``adapt_proposal`` defaults to ``True`` then). See ``docs/tuning.md``.
+    (``adapt_proposal`` defaults to ``True`` then). With two or more latent coordinates, all in
+    the likelihood, the tuner also whitens (:attr:`whiten_by_default`; one more release,
+    ``"tune:metric"``): the chain runs in coordinates where a private estimate of the posterior
+    covariance is the identity (:mod:`pyro_dp.kernels.whitening`). See ``docs/tuning.md``.
 
     Other keyword arguments are those of :class:`~pyro_dp.kernels.base.DPKernel`
     (``temperature``, ``data_plate``, ``epsilon``, ``delta``, ``num_iterations``,
@@ -212,6 +215,8 @@ class DPPenalty(RandomWalkKernel):
 
     #: every release is a clipped sum over all rows: the rows can be sharded (pyro_dp.distributed)
     supports_distributed = True
+    #: the default path whitens (measured: docs/tuning.md, "Posterior-shaped coordinates")
+    whiten_by_default = True
 
     def __init__(
         self,

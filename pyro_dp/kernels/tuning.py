@@ -280,7 +280,10 @@ class DPAutoTune:
         ``"tune:metric"``) and run the chain in the coordinates it whitens
         (:mod:`pyro_dp.kernels.whitening`, :mod:`pyro_dp.preconditioning`). For models whose
         every latent enters the likelihood (else nothing is released and nothing changes).
-        Off by default while it is measured (issue 40).
+        Default ``False``; DPPenalty's default path turns it on
+        (:attr:`~pyro_dp.kernels.default_path.DefaultPath.whiten_by_default`, measured in
+        ``docs/tuning.md``); a kernel set-up turns it off, before planning, for a model it does
+        not apply to.
 
     The kernels build one when their clips or steps are left to the default
     (``DPPenalty(model, epsilon=2.0)``, ``DPHMC(model)``); pass your own as ``init=`` to
