@@ -163,12 +163,13 @@ def test_a_whitened_chain_runs_in_posterior_shaped_coordinates_and_reports_the_m
 def test_dppenalty_s_default_path_whitens_where_it_applies_and_plans_nothing_elsewhere():
     from pyro_dp.models.examples import normal_mean_model
 
-    X, y = data()
+    X, y = data(4000)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         k = pyro_dp.DPPenalty(logistic, epsilon=20.0, num_iterations=20)
         MCMC(k, num_samples=10, warmup_steps=10, disable_progbar=True).run(X, y)
-        assert k.init.whiten and k.ledger.by_label()["tune:metric"] == 1 and k.lik.preconditioner is not None
+        assert k.init.whiten and k.ledger.by_label()["tune:metric"] == 1
+        assert k.lik.preconditioner is not None  # the released matrix stands above its noise here
         one = pyro_dp.DPPenalty(normal_mean_model, epsilon=20.0, num_iterations=20)  # one latent coordinate
         MCMC(one, num_samples=10, warmup_steps=10, disable_progbar=True).run(y)
         assert not one.init.whiten and "tune:metric" not in one.ledger.by_label()

@@ -67,7 +67,7 @@ import torch
 from pyro.infer.autoguide.initialization import init_to_median
 
 from ..accounting.gdp import gdp_mu
-from .whitening import METRIC_SHARE, private_metric, whitening_from_metric
+from .whitening import METRIC_SHARE, metric_is_resolved, private_metric, whitening_from_metric
 from ..mechanisms import (
     ClippedSum,
     GaussianEvent,
@@ -505,9 +505,10 @@ class DPAutoTune:
         if self.whiten and lik.likelihood_mask is None and lik.dim >= 2:
             metric, std = private_metric(lik, z, max(clip_g, clip_l), self.metric_noise_multiplier, noise, relation,
                                          rec("tune:metric"), rows=_row_gradients(lik, z))
-            L, f = whitening_from_metric(lik, z, metric, std)
-            lik.set_preconditioner(z, L)
-            z, clip_g, clip_l = torch.zeros_like(z), clip_g * f, clip_l * f
+            if metric_is_resolved(metric, std):  # else the model's own coordinates (post-processing)
+                L, f = whitening_from_metric(lik, z, metric, std)
+                lik.set_preconditioner(z, L)
+                z, clip_g, clip_l = torch.zeros_like(z), clip_g * f, clip_l * f
         self.result = TuneResult(z, clip_g, clip_l, clip_l)
         return z, events, 0.0
 
