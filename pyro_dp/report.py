@@ -501,7 +501,7 @@ def _paragraph(r: PrivacyReport) -> str:
     rel = RELATION_DESCRIPTIONS.get(r.relation, f"the {r.relation!r} neighbouring relation")
     text = (
         f"Posterior samples were drawn with the differentially private MCMC kernel {r.kernel} (pyro_dp "
-        f"{r.version}). Everything the sampler read from the data is {_count(r.num_releases, 'noisy release')} "
+        f"{r.version}). Everything the sampler read from the data is {_count(r.num_releases, 'noisy release')}"
         f"{groups} over {_count(r.num_chains, 'chain')} {per_chain} (warmup included). Composed with the "
         f"{r.accountant} accountant ({acc}), the whole run satisfies (ε = {_up(r.epsilon)}, δ = {r.delta:g})-"
         f"differential privacy under the {rel}."
