@@ -205,6 +205,21 @@ def _checked(name: str, signatures: tuple, inputs: tuple) -> tuple:
     return inputs
 
 
+def _jvp_columns(f: Callable, zz: torch.Tensor) -> Tuple[torch.Tensor, list]:
+    """``(f(zz), [∂f/∂zz_j for each coordinate j])``: forward mode, one ``jvp`` per coordinate,
+    each column in the latent's dtype, as reverse mode gives it (forward mode can promote a float32
+    tangent to float64 -- torch 2.13: the ``jvp`` of ``AffineTransform(0., 1)``, Pyro's transform
+    to a positive 0-d site, at a 0-d float32 point is float64 -- and a float64 gradient would turn
+    the chain's state float64: ``tests/test_compiled.py``)."""
+    value, cols = None, []
+    for j in range(zz.shape[-1]):
+        basis = torch.zeros_like(zz)
+        basis[j] = 1
+        value, col = torch.func.jvp(f, (zz,), (basis,))
+        cols.append(col.to(zz.dtype))
+    return value, cols
+
+
 class CompiledLikelihood:
     r"""The traced and compiled functions of one :class:`~pyro_dp.likelihood.PrivateLikelihood`
     (built by it when ``jit_compile=True``; kernels never call this class directly).
@@ -500,23 +515,12 @@ class CompiledLikelihood:
         lik = self.lik
         if lik.dim > FORWARD_MAX_DIM:
             return lik._eager_per_example_grad(zz, i)  # vmap(grad) over rows, or jacfwd
-        dim = lik.dim
         if not getattr(self, "_row_columns", True):
             return self._outer_columns(zz, i)
         self._traced_row_columns = True
 
         def row_columns(*row):
-            f = lambda v: lik._row_term(v, *row)  # noqa: E731
-            ll, cols = None, []
-            for j in range(dim):
-                basis = torch.zeros_like(zz)
-                basis[j] = 1
-                ll, col = torch.func.jvp(f, (zz,), (basis,))
-                # In the latent's dtype, as reverse mode gives it: forward mode can promote a float32
-                # tangent to float64 (torch 2.13: the jvp of AffineTransform(0., 1) -- Pyro's
-                # transform to a positive 0-d site -- at a 0-d float32 point is float64), and a
-                # float64 gradient would turn the chain's state float64 (tests/test_compiled.py)
-                cols.append(col.to(zz.dtype))
+            ll, cols = _jvp_columns(lambda v: lik._row_term(v, *row), zz)
             return ll, tuple(cols)
 
         fn = torch.func.vmap(row_columns, in_dims=(0,) * len(lik.arguments.data_pos), chunk_size=lik.vmap_chunk_size)
@@ -528,14 +532,10 @@ class CompiledLikelihood:
         (one ``jvp`` per coordinate): the form for models whose per-row ``jvp`` cannot be traced
         (``torch.quantile`` inside ``vmap(jvp)`` fails in torch 2.13's fake mode). The same values;
         measured 3.7 ms against 0.21 ms per clipped gradient pass (banana, n = 1e5)."""
-        f = lambda v: self.lik._terms(v, i)[0]  # noqa: E731
-        cols, ll = [], None
-        for j in range(self.lik.dim):
-            basis = torch.zeros_like(zz)
-            basis[j] = 1
-            ll, col = torch.func.jvp(f, (zz,), (basis,))
-            cols.append(col.to(zz.dtype))  # the latent's dtype (row_columns in _grads)
-        return ll, cols
+        # _terms, not _isolated_loglik alone: its prior evaluation runs the model's code outside the
+        # rows' bisection (isolation.robust_rows), so a model the trace cannot represent fails the
+        # trace here instead of the bisection turning the failure into NaN terms (tests/test_compiled.py)
+        return _jvp_columns(lambda v: self.lik._terms(v, i)[0], zz)
 
     def per_example_grad(self, z, idx=None):
         def grads(zz, i=None):

@@ -220,8 +220,6 @@ class TraceFailed(RuntimeError):
     """A trace failed (:func:`_in_fresh_thread`); the message names the original exception."""
 
 
-
-
 def _in_fresh_thread(fn: Callable):
     """``fn()`` run in a new thread, its exception re-raised here. A trace that fails inside
     nested ``torch.func`` transforms can leave the thread's dispatcher state (functorch's

@@ -289,8 +289,11 @@ class Checkpointing:
             _RESUMED_CHECKPOINTS.add(state["token"])
         for a, v in state["chain"].items():
             setattr(self, a, copy.deepcopy(from_plain(v)))
-        precond = getattr(self, "_preconditioner", None)  # the chain's coordinates (pyro_dp.preconditioning)
-        self.lik.set_preconditioner(*(precond if precond is not None else (None,)))
+        precond = self._preconditioner  # the chain's coordinates (pyro_dp.preconditioning), or None
+        if precond is None:
+            self.lik.set_preconditioner(None)
+        else:
+            self.lik.set_preconditioner(*precond)
         self._rng.set_state(state["rng"])  # the data-free stream continues
         if self.noise_seed is not None:  # the test option: the same noise as an uninterrupted run
             noise = state["noise"]

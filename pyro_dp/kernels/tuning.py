@@ -76,6 +76,7 @@ from ..mechanisms import (
     clipped_sum_with_noise,
     noisy_count,
     noisy_histogram,
+    sum_clipped,
 )
 
 __all__ = [
@@ -196,12 +197,11 @@ def _row_norms(lik, z: torch.Tensor) -> torch.Tensor:
 def _norms_and_clipped_sum(lik, z: torch.Tensor, clip) -> Tuple[torch.Tensor, ClippedSum]:
     """The per-example gradient norms and :func:`~pyro_dp.mechanisms.clip_and_sum` of the same
     gradients (the per-row rule, the clip, the sum), from one pass over them. **Private**."""
-    norms, total, num_clipped, num_rows = [], 0, 0, 0
+    norms, parts = [], []
     for g in _row_gradients(lik, z):
         norms.append(torch.linalg.vector_norm(g, dim=-1))
-        cs = clip_and_sum(g, clip)
-        total, num_clipped, num_rows = total + cs.total, num_clipped + cs.num_clipped, num_rows + cs.num_rows
-    return torch.cat(norms), ClippedSum(total, num_clipped, num_rows)
+        parts.append(clip_and_sum(g, clip))
+    return torch.cat(norms), sum_clipped(parts)
 
 
 def private_quantiles(lik, z, quantiles, noise_multiplier, noise, relation="substitute", record=None):
@@ -500,8 +500,9 @@ class DPAutoTune:
                 clip_sums = [clip_sums[j] + math.log(clips[j]) for j in range(2)]
         z = z_sum / tail
         clip_g, clip_l = (math.exp(c / tail) for c in clip_sums)  # geometric means over the last third
-        # phase 3: posterior-shaped coordinates (pyro_dp.kernels.whitening); data-free whether it
-        # applies: every latent in the likelihood (else its budget share is planned, not spent)
+        # phase 3: posterior-shaped coordinates (pyro_dp.kernels.whitening), where it applies (data-free:
+        # >= 2 coordinates, all in the likelihood; a kernel's set-up turns `whiten` off before planning
+        # elsewhere, so only a tuner configured by hand can plan a share that is then not spent)
         if self.whiten and lik.likelihood_mask is None and lik.dim >= 2:
             metric, std = private_metric(lik, z, max(clip_g, clip_l), self.metric_noise_multiplier, noise, relation,
                                          rec("tune:metric"), rows=_row_gradients(lik, z))

@@ -39,7 +39,7 @@ from typing import Tuple
 
 import torch
 
-from ..mechanisms import ClippedSum, clip_and_sum, clip_rows, clipped_sum_with_noise
+from ..mechanisms import clip_and_sum, clip_rows, clipped_sum_with_noise, sum_clipped
 
 __all__ = ["private_metric", "whitening_from_metric", "metric_is_resolved", "METRIC_SHARE"]
 
@@ -49,21 +49,21 @@ METRIC_SHARE = 0.1
 
 
 def private_metric(lik, z: torch.Tensor, clip: float, noise_multiplier: float, noise, relation: str = "substitute",
-                   record=None, rows=None) -> Tuple[torch.Tensor, float]:
+                   record=None, *, rows) -> Tuple[torch.Tensor, float]:
     r"""``(M̂ [D, D], σ)``: the released sum of outer products of the clipped per-example
     gradients at ``z`` and its noise standard deviation (module docstring). ``rows`` yields the
     per-example gradients ``[B, D]`` in chunks (**private**: only summed here, clipped, and
     released with noise); ``record(event)`` is called right after the release."""
     d = lik.dim
     iu = torch.triu_indices(d, d, device=z.device)
-    total, num_clipped, num_rows = 0, 0, 0
     c2 = float(clip) ** 2
-    for g in rows:
+
+    def chunk(g):
         g, _ = clip_rows(g, clip)  # the per-row rule, then ||g_i|| <= c
         v = (g.unsqueeze(-1) * g.unsqueeze(-2))[:, iu[0], iu[1]]  # ||v_i|| <= ||g_i||^2 <= c^2
-        cs = clip_and_sum(v, c2)  # clips nothing more (kept: the audited sum and its counts)
-        total, num_clipped, num_rows = total + cs.total, num_clipped + cs.num_clipped, num_rows + cs.num_rows
-    rel = clipped_sum_with_noise(ClippedSum(total, num_clipped, num_rows), c2, noise_multiplier, noise, relation)
+        return clip_and_sum(v, c2)  # clips nothing more (kept: the audited sum and its counts)
+
+    rel = clipped_sum_with_noise(sum_clipped(chunk(g) for g in rows), c2, noise_multiplier, noise, relation)
     if record is not None:
         record(rel.event)
     m = torch.zeros(d, d, dtype=z.dtype, device=z.device)

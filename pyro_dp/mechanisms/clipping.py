@@ -3,7 +3,7 @@ before its noise, as pure tensor code that the compiled path traces into its gra
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Sequence, Tuple
+from typing import Iterable, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
@@ -16,6 +16,7 @@ __all__ = [
     "ClippedSum",
     "clip_and_sum",
     "clip_and_sum_columns",
+    "sum_clipped",
 ]
 
 # --------------------------------------------------------------------------- per-row rule and clip
@@ -116,6 +117,20 @@ class ClippedSum(NamedTuple):
     total: torch.Tensor
     num_clipped: torch.Tensor
     num_rows: torch.Tensor
+
+
+def sum_clipped(parts: Iterable[ClippedSum]) -> ClippedSum:
+    """One :class:`ClippedSum` of several (a pass over the rows in chunks): the totals and the
+    counts added.
+
+    >>> import torch
+    >>> sum_clipped(clip_and_sum(x, 1.0) for x in (torch.tensor([3.0]), torch.tensor([0.5, -2.0])))
+    ClippedSum(total=tensor(0.5000), num_clipped=tensor(2), num_rows=tensor(3))
+    """
+    total, num_clipped, num_rows = 0, 0, 0
+    for cs in parts:
+        total, num_clipped, num_rows = total + cs.total, num_clipped + cs.num_clipped, num_rows + cs.num_rows
+    return ClippedSum(total, num_clipped, num_rows)
 
 
 def clip_and_sum(values: torch.Tensor, clip, valid: Optional[torch.Tensor] = None) -> ClippedSum:
