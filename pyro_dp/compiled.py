@@ -532,9 +532,9 @@ class CompiledLikelihood:
         (one ``jvp`` per coordinate): the form for models whose per-row ``jvp`` cannot be traced
         (``torch.quantile`` inside ``vmap(jvp)`` fails in torch 2.13's fake mode). The same values;
         measured 3.7 ms against 0.21 ms per clipped gradient pass (banana, n = 1e5)."""
-        # _terms, not _isolated_loglik alone: its prior evaluation runs the model's code outside the
-        # rows' bisection (isolation.robust_rows), so a model the trace cannot represent fails the
-        # trace here instead of the bisection turning the failure into NaN terms (tests/test_compiled.py)
+        # A model the trace cannot represent fails the trace here (and the caller falls back):
+        # the rows' bisection (isolation.robust_rows) re-raises under a trace instead of turning
+        # the failure into NaN terms (tests/test_row_isolation.py, tests/test_compiled.py)
         return _jvp_columns(lambda v: self.lik._terms(v, i)[0], zz)
 
     def per_example_grad(self, z, idx=None):

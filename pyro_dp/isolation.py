@@ -158,10 +158,17 @@ def robust_rows(call: Callable, rows: Sequence[torch.Tensor], fill: Callable[[in
     batch is bisected and the rows on which the model's code raises alone get ``fill(b)``
     (NaN terms, which the per-row rule maps). What is released does not depend on whether a
     row raised; only the time taken does. ``fill(b)`` must give ``call``'s output structure for
-    ``b`` rows."""
+    ``b`` rows.
+
+    Under a trace (fake tensors, ``make_fx``, Dynamo) the exception is re-raised instead: a
+    trace sees shapes only, so its failure is the trace's, never a row's, and turning it into
+    NaN terms would compile a graph whose every term is NaN; raised, it makes the caller fall
+    back to the eager path, where the bisection applies (``tests/test_isolation.py``)."""
     try:
         return call(rows)
     except Exception:  # noqa: BLE001 - one row's value must not reach the user as an exception
+        if tracing():
+            raise
         b = int(rows[0].shape[0]) if rows else 0
         if b <= 1:
             return fill(b)
@@ -169,6 +176,15 @@ def robust_rows(call: Callable, rows: Sequence[torch.Tensor], fill: Callable[[in
         first = robust_rows(call, [r[:h] for r in rows], fill)
         second = robust_rows(call, [r[h:] for r in rows], fill)
         return tree_map(lambda a, c: torch.cat([a, c]), first, second)
+
+
+def tracing() -> bool:
+    """Whether the code runs under a trace that sees shapes, not values: an active fake-tensor
+    mode (``make_fx(tracing_mode="fake")``, AOT), a ``make_fx`` proxy mode, or Dynamo."""
+    from torch._guards import detect_fake_mode
+    from torch.fx.experimental.proxy_tensor import get_proxy_mode
+
+    return detect_fake_mode() is not None or get_proxy_mode() is not None or torch.compiler.is_compiling()
 
 
 def nan_like_rows(b: int, dim: Optional[int], dtype, device):

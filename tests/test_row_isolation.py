@@ -359,6 +359,54 @@ def test_a_row_that_raises_runs_the_compiled_path_eagerly_with_the_same_values()
     assert ok.compiled.num_compiled == 1
 
 
+
+def _fragile_under_trace(y):
+    """A model whose per-row code cannot be traced (as for an operation with no fake-tensor
+    kernel): it raises inside the rows' ``vmap`` under a fake-tensor trace only."""
+    from pyro_dp.isolation import is_batched
+
+    mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=y.dtype), 10.0))
+    with pyro.plate("data", y.shape[0]):
+        if is_batched(y) and torch._guards.detect_fake_mode() is not None:
+            raise RuntimeError("no fake-tensor kernel for this operation")
+        pyro.sample("y", dist.Normal(mu, 1.0), obs=y)
+
+
+@pytest.mark.parametrize("mutant", [False, True], ids=["re-raised", "mutant-bisected-to-nan"])
+def test_a_trace_failure_inside_the_rows_is_the_traces_never_nan_terms(mutant, monkeypatch):
+    """Under a trace the rows are shapes only, so a failure inside the rows' bisection
+    (:func:`~pyro_dp.isolation.robust_rows`) is the trace's: it is re-raised and the compiled
+    path falls back to eager with eager's values. The mutant that bisects it like a row's
+    failure compiles a graph whose every term is NaN (the per-row rule then maps every row)."""
+    import pyro_dp.isolation as isolation
+    from pyro_dp.compiled import CompileFallbackWarning
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    if mutant:
+        monkeypatch.setattr(isolation, "tracing", lambda: False)
+    raising = lambda r: (_ for _ in ()).throw(RuntimeError("trace"))  # noqa: E731
+    fill = lambda b: torch.full((b,), float("nan"))  # noqa: E731
+    if mutant:
+        graph = make_fx(lambda r: isolation.robust_rows(raising, [r], fill), tracing_mode="fake")(torch.ones(4))
+        assert torch.isnan(graph(torch.ones(4))).all()
+    else:
+        with pytest.raises(RuntimeError, match="trace"):
+            make_fx(lambda r: isolation.robust_rows(raising, [r], fill), tracing_mode="fake")(torch.ones(4))
+    assert torch.isnan(isolation.robust_rows(raising, [torch.ones(4)], fill)).all()  # eager: bisected to the rule
+
+    y = torch.linspace(-1, 1, N, dtype=torch.float64)
+    z = torch.tensor([0.3], dtype=torch.float64)
+    eager = PrivateLikelihood(_fragile_under_trace, (y,), seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CompileFallbackWarning)
+        jit = PrivateLikelihood(_fragile_under_trace, (y,), seed=0, jit_compile=True, jit_options={"backend": "graph"})
+        got = jit.per_example_loglik(z)
+    if mutant:
+        assert torch.isnan(got).all()
+    else:
+        assert same(got, eager.per_example_loglik(z)) and torch.isfinite(got).all()
+
+
 # ---- end to end: the audit (pyro_dp.audit, one shared public seed, fresh secret noise)
 def _median_model(y):
     mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=y.dtype), 10.0))
