@@ -67,6 +67,14 @@ elif mode == "private":
     from pyro_dp.kernels.tuning import DPAutoTune
     K = getattr(pyro_dp, kern)(model, epsilon=eps, jit_compile=True, init=DPAutoTune(whiten=True))
     args = (X, y)
+elif mode == "scale":  # per-coordinate scales only (DPAutoTune(scale=True)), no metric
+    from pyro_dp.kernels.tuning import DPAutoTune
+    K = getattr(pyro_dp, kern)(model, epsilon=eps, jit_compile=True, init=DPAutoTune(scale=True))
+    args = (X, y)
+elif mode == "none":  # neither scales nor metric (the default path before #40's coordinates)
+    from pyro_dp.kernels.tuning import DPAutoTune
+    K = getattr(pyro_dp, kern)(model, epsilon=eps, jit_compile=True, init=DPAutoTune(scale=False))
+    args = (X, y)
 else:
     K = getattr(pyro_dp, kern)(model, epsilon=eps, jit_compile=True)
     args = (X, y)

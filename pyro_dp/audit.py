@@ -357,7 +357,9 @@ def _statistic_fn(statistic) -> Callable:
         if statistic == "accept":
             return lambda k, before, after: float(not torch.equal(k.lik.flatten(before), k.lik.flatten(after)))
         if statistic == "sample":
-            return lambda k, before, after: float(k.lik.flatten(after)[0])
+            # the model's own unconstrained coordinates, not the kernel's (a preconditioned chain's
+            # u hides its released shift and scales: pyro_dp.preconditioning)
+            return lambda k, before, after: float(k.lik.to_unconstrained(k.lik.flatten(after))[0])
         raise ValueError(f"statistic must be one of {_STATISTICS} or a callable, got {statistic!r}")
     if not callable(statistic):
         raise TypeError(f"statistic must be one of {_STATISTICS} or a callable, got {type(statistic).__name__}")
@@ -504,7 +506,9 @@ def audit(
         (1.0 if the flat unconstrained parameters moved from the start, else 0.0 — with one
         iteration, the accept bit of an MH kernel; tested at the fixed threshold 0.5 unless
         ``thresholds`` is given), ``"sample"`` (the first coordinate of the final flat
-        unconstrained parameters, ``k.lik.flatten(params)[0]``), or a callable
+        unconstrained parameters in the model's own coordinates,
+        ``k.lik.to_unconstrained(k.lik.flatten(params))[0]``: a preconditioned chain's coordinates
+        would hide the released shift and scales), or a callable
         ``statistic(kernel, params_before, params_after) -> float``.
     :param int num_runs: runs per data set (:math:`\ge 2`); the largest bound the audit can
         show grows like :math:`\log(\mathrm{num\_runs})`.

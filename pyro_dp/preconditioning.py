@@ -75,6 +75,29 @@ class Preconditioned:
         if compiled is not None:
             compiled.rebind()
 
+    def compose_preconditioner(self, shift: torch.Tensor, L: torch.Tensor) -> None:
+        r"""Change the kernels' coordinates once more, from the current :math:`u` to
+        :math:`u'` with :math:`u = s' + L'u'` (``shift`` and ``L`` given in the current
+        coordinates): :math:`z = (s + L s') + (L L')\,u'`, still lower-triangular with a positive
+        diagonal. Without a preconditioner, :meth:`set_preconditioner`.
+
+        >>> import torch
+        >>> from pyro_dp.likelihood import PrivateLikelihood
+        >>> from pyro_dp.models.examples import normal_mean_model as model
+        >>> lik = PrivateLikelihood(model, (torch.tensor([0.0, 2.0]),), seed=0)
+        >>> lik.set_preconditioner(torch.tensor([1.0]), torch.tensor([[0.5]]))
+        >>> lik.compose_preconditioner(torch.tensor([2.0]), torch.tensor([[4.0]]))
+        >>> lik.preconditioner  # z = 1 + 0.5 (2 + 4 u')
+        (tensor([2.]), tensor([[2.]]))
+        """
+        if self._precond is None:
+            self.set_preconditioner(shift, L)
+            return
+        s0, L0, _ = self._precond
+        shift = torch.as_tensor(shift, dtype=self.dtype, device=self.device).reshape(-1)
+        L = torch.as_tensor(L, dtype=self.dtype, device=self.device)
+        self.set_preconditioner(s0 + L0 @ shift, L0 @ L)
+
     def _to_coordinates(self, z: torch.Tensor) -> torch.Tensor:
         """``u`` of the flat unconstrained ``z``."""
         if self._precond is None:

@@ -162,6 +162,15 @@ def normal_model(y):
         pyro.sample("y", dist.Normal(mu, 1.0), obs=y[i])
 
 
+def lognormal2_model(y):
+    """Two coordinates in the likelihood (location and log-scale): the default path's
+    per-coordinate scales and metric apply (``DPAutoTune(whiten=True)``)."""
+    mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=y.dtype), 10.0))
+    log_s = pyro.sample("log_s", dist.Normal(torch.tensor(0.0, dtype=y.dtype), 1.0))
+    with pyro.plate("data", len(y)) as i:
+        pyro.sample("y", dist.LogNormal(mu, log_s.exp()), obs=y[i])
+
+
 _Z = torch.randn(N, generator=torch.Generator().manual_seed(0), dtype=torch.float64).clamp(-2, 2)
 
 
@@ -186,6 +195,8 @@ SCENARIOS = {
     # exponential family: statistics at the public bound [-3, 3], and far outside it
     "expfam_clip": (normal_model, *_neighbours(_Z, -3.0, 3.0)),
     "expfam_outside": (normal_model, *_neighbours(_Z, -1e300, 1e300)),
+    # two coordinates (the default path's scales and metric): the clip's row against y = 0
+    "zero2d": (lognormal2_model, *_neighbours(_Z.exp(), math.exp(6.0), 0.0)),
 }
 
 
@@ -243,6 +254,12 @@ def _auto_tune(m):  # the default path's private tuning: 1 histogram, 1 step and
                              init=init)
 
 
+def _auto_tune_whitened(m):  # ... with the per-coordinate scales and the metric (nm 4 each), as DPPenalty's default
+    init = pyro_dp.DPAutoTune(num_steps=1, noise_multipliers=(4.0, 4.0, 4.0), whiten=True)
+    return pyro_dp.DPPenalty(m, 0.1, llr_clip=CLIP, noise_multiplier=50.0, init_strategy=init_to_mean,
+                             init=init)
+
+
 SCALAR = ("clip", "zero", "inf")  # per-example ratios: y < 0 is the same NaN as y = 0
 VECTOR = ("clip", "zero", "negative")  # per-example gradients: -inf and NaN rows differ
 KERNELS = {
@@ -258,6 +275,7 @@ KERNELS = {
     "DPSGNHT": (_sgnht, "sample", VECTOR),
     "DPGradientInit": (_gradient_init, "sample", VECTOR),
     "DPAutoTune": (_auto_tune, "sample", VECTOR),
+    "DPAutoTune-whiten": (_auto_tune_whitened, "sample", ("zero2d",)),
 }
 CASES = [pytest.param(k, s, id=f"{k}-{s}") for k, (_, _, scen) in KERNELS.items() for s in scen]
 RUNS = 120

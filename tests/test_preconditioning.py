@@ -13,7 +13,9 @@ from pyro.infer import MCMC
 import pyro_dp
 from pyro_dp.accounting.gdp import gdp_mu
 from pyro_dp.kernels.tuning import DPAutoTune
-from pyro_dp.kernels.whitening import METRIC_SHARE, private_metric, whitening_from_metric
+from pyro_dp.kernels import whitening
+from pyro_dp.kernels.whitening import (LOG_SCALE_BOUND, METRIC_SHARE, SCALE_SHARE, private_log_scales, private_metric,
+                                       scaling_from_release, whitening_from_metric)
 from pyro_dp.likelihood import PrivateLikelihood
 from pyro_dp.mechanisms import GaussianEvent, NoiseSource
 from pyro_dp.testing import check_kernel
@@ -123,6 +125,8 @@ def test_the_tuning_plans_and_spends_the_metric_share():
     mu2 = sum(n / e.noise_multiplier ** 2 for e, n in evs)
     assert mu2 == pytest.approx(gdp_mu(2.0, 1e-5) ** 2 * t.share)
     assert 1 / t.metric_noise_multiplier ** 2 == pytest.approx(METRIC_SHARE * mu2)
+    assert evs[-2] == (GaussianEvent(t.scale_noise_multiplier), 1)
+    assert 1 / t.scale_noise_multiplier ** 2 == pytest.approx(SCALE_SHARE * mu2)
     plain = DPAutoTune(num_steps=10)
     plain.configure(epsilon=2.0, delta=1e-5, num_chains=1)
     assert len(plain.events()) == 3  # unchanged without whiten
@@ -168,12 +172,114 @@ def test_dppenalty_s_default_path_whitens_where_it_applies_and_plans_nothing_els
         warnings.simplefilter("ignore")
         k = pyro_dp.DPPenalty(logistic, epsilon=20.0, num_iterations=20)
         MCMC(k, num_samples=10, warmup_steps=10, disable_progbar=True).run(X, y)
-        assert k.init.whiten and k.ledger.by_label()["tune:metric"] == 1
+        assert k.init.whiten and k.ledger.by_label()["tune:metric"] == 1 and k.ledger.by_label()["tune:scale"] == 1
         assert k.lik.preconditioner is not None  # the released matrix stands above its noise here
         one = pyro_dp.DPPenalty(normal_mean_model, epsilon=20.0, num_iterations=20)  # one latent coordinate
         MCMC(one, num_samples=10, warmup_steps=10, disable_progbar=True).run(y)
-        assert not one.init.whiten and "tune:metric" not in one.ledger.by_label()
+        assert not one.init.whiten and not {"tune:metric", "tune:scale"} & set(one.ledger.by_label())
         assert len(one.init.events()) == 3  # nothing planned for it either
         hmc = pyro_dp.DPHMC(logistic, epsilon=20.0, num_iterations=20)  # not DPHMC's default (yet)
         MCMC(hmc, num_samples=10, warmup_steps=10, disable_progbar=True).run(X, y)
         assert not hmc.init.whiten and hmc.lik.preconditioner is None
+
+
+# ---- per-coordinate scales (unscaled covariates): private_log_scales, scaling_from_release
+SCALES = torch.tensor([1.0, 30.0, 1000.0], dtype=torch.float64)
+
+
+def _sums(grads, d=D):
+    """The noise-free release (noise multiplier 0: the documented test mode) of these per-example
+    gradient rows, as the one vector the Gaussian mechanism perturbs."""
+    class _Lik:
+        dim = d
+    S, C, _ = private_log_scales(_Lik(), torch.zeros(d, dtype=torch.float64), 0.0, NoiseSource(seed=0, warn=False),
+                                 rows=[grads])
+    return torch.cat([S, LOG_SCALE_BOUND * C])
+
+
+@pytest.mark.parametrize("mutant", [False, True], ids=["clamped", "mutant-unclamped"])
+def test_one_rows_change_moves_the_log_scales_release_by_at_most_its_sensitivity(mutant, monkeypatch):
+    """Substituting one row by an adversarial one (huge, tiny, zero, NaN, ±inf entries) moves the
+    released vector by at most the stated substitute sensitivity 2A sqrt(2D) (private_log_scales'
+    docstring). The mutant that neither clips the logs to [-A, A] nor the vector to its L2
+    bound (either alone keeps the bound) breaks it."""
+    if mutant:
+        from pyro_dp.mechanisms import ClippedSum
+
+        monkeypatch.setattr(whitening, "clip_and_sum", lambda v, clip: ClippedSum(v.sum(0), 0, v.shape[0]))
+
+        def unclamped(g, a):
+            g = whitening.finite_rows(g)
+            nz = g != 0
+            logs = torch.where(nz, torch.log(torch.where(nz, g.abs(), torch.ones_like(g))), torch.zeros_like(g))
+            return torch.cat([logs, a * nz.to(g.dtype)], dim=-1)
+        monkeypatch.setattr(whitening, "_log_magnitude_rows", unclamped)
+    g = torch.randn(50, D, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * SCALES
+    base = _sums(g)
+    bound = 2 * LOG_SCALE_BOUND * math.sqrt(2 * D)
+    worst = 0.0
+    for row in ([1e300, 1e-300, 0.0], [float("nan"), 1.0, 1.0], [float("inf"), -float("inf"), 0.0], [0.0, 0.0, 0.0],
+                [-1e200, 1e200, 1e-200]):
+        g2 = g.clone()
+        g2[7] = torch.tensor(row, dtype=torch.float64)
+        diff = float(torch.linalg.vector_norm(_sums(g2) - base))
+        assert math.isfinite(diff)
+        worst = max(worst, diff)
+    assert (worst > bound) if mutant else (worst <= bound)
+
+
+def _logistic_columns(n=20000, seed=0, scales=SCALES):
+    g = torch.Generator().manual_seed(seed)
+    X, y = data(n, seed)
+    X = X * scales
+    y = torch.bernoulli(torch.sigmoid(X @ (torch.tensor([1.0, -0.5, 0.8], dtype=torch.float64) / scales)), generator=g)
+    return X, y
+
+
+def test_the_scales_release_finds_the_columns_scales_without_reading_them():
+    """At the data-free start w = 0 a logistic row's gradient is (y - 1/2) x: the released
+    geometric magnitudes give coordinates whose gradients have one size, i.e. l_j * scale_j
+    the same for every column (exact up to the columns' own spread)."""
+    X, y = _logistic_columns()
+    lik = PrivateLikelihood(logistic, (X, y), seed=0)
+    z = torch.zeros(D, dtype=torch.float64)
+    S, C, c_std = private_log_scales(lik, z, 0.0, NoiseSource(seed=0, warn=False), rows=[lik.per_example_grad(z)[1]])
+    assert c_std == 0 and torch.equal(C, torch.full((D,), float(len(y)), dtype=torch.float64))
+    l = scaling_from_release(S, C, c_std)
+    ratio = l * SCALES
+    assert float(ratio.max() / ratio.min()) < 1.2
+    # in u, a row's gradient has about unit norm (the unit-ball setting the defaults are tuned for)
+    norms = (lik.per_example_grad(z)[1] * l).norm(dim=1)
+    assert 0.5 < float(norms.median()) < 2.0
+    # a coordinate no row moves (or one under the noise) keeps its own scale
+    assert torch.equal(scaling_from_release(S, torch.tensor([0.0, 5.0, 1e4], dtype=torch.float64), 2.0)[:2],
+                       torch.ones(2, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("mutant", [False, True], ids=["scaled", "mutant-unscaled"])
+def test_the_default_path_is_right_on_unscaled_covariates(mutant, monkeypatch):
+    """#40: covariates on scales 1, 30 and 1 000 (N = 2·10⁴, ε = 8, the card's line with
+    ``epsilon=`` only): every posterior mean within 1 reference sd of the Laplace reference (at
+    this N within a few percent of the posterior). The mutant that skips the scales (the model's
+    own coordinates before the metric, as before) is many sds off: one clip serves the largest
+    column only. (Release noise seeded: ``noise_seed``, a test option.)"""
+    if mutant:
+        monkeypatch.setattr("pyro_dp.kernels.tuning.scaling_from_release",
+                            lambda S, C, c_std: torch.ones_like(S))
+    X, y = _logistic_columns()
+    w = torch.zeros(D, dtype=torch.float64)
+
+    def nlp(w):
+        return -(dist.Bernoulli(logits=X @ w).log_prob(y).sum() + dist.Normal(0, 2.0).log_prob(w).sum())
+
+    for _ in range(40):  # Newton: the MAP and the inverse Hessian (Laplace)
+        H = torch.autograd.functional.hessian(nlp, w)
+        w = w - torch.linalg.solve(H, torch.autograd.functional.jacobian(nlp, w))
+    sd = torch.linalg.inv(torch.autograd.functional.hessian(nlp, w)).diagonal().sqrt()
+    k = pyro_dp.DPPenalty(logistic, epsilon=8.0, seed=0, noise_seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mcmc = MCMC(k, num_samples=600, warmup_steps=300, disable_progbar=True)
+        mcmc.run(X, y)
+    err = float(((mcmc.get_samples()["w"].mean(0) - w).abs() / sd).max())
+    assert (err > 3.0) if mutant else (err < 1.0)

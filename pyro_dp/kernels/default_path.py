@@ -20,6 +20,7 @@ from ..warn import warn_user
 from ..checks import SamplingWarning
 from .privacy_engine import PrivacyNotice
 from .tuning import DPAutoTune, mcmc_run_length, penalty_jump_length, posterior_scale_guess
+from .whitening import reshapes
 
 __all__ = ["DefaultPath", "DEFAULT_ITERATIONS", "NOISE_LIMITED_RATIO"]
 
@@ -39,6 +40,9 @@ class DefaultPath:
     #: whether the default path's tuner whitens (``DPAutoTune(whiten=True)``, ``docs/tuning.md``,
     #: "Posterior-shaped coordinates"): on for the kernels where it was measured to help
     whiten_by_default: bool = False
+    #: whether the default path's tuner balances the coordinates' scales first
+    #: (``DPAutoTune(scale=True)``; implied by whitening)
+    scale_by_default: bool = False
 
     def _calibrate_noise(self) -> None:
         """Set the noise from the budget (:meth:`~pyro_dp.kernels.privacy_engine.PrivacyEngine._calibrate`),
@@ -46,7 +50,8 @@ class DefaultPath:
         the ratio clip's quantile depends on N and the noise)."""
         if isinstance(self.init, DPAutoTune):
             if self.init.noise_multipliers is None:  # whitening applies to this model or is not planned (data-free)
-                self.init.whiten = self.init.whiten and self.lik.likelihood_mask is None and self.lik.dim >= 2
+                applies = reshapes(self.lik)
+                self.init.whiten, self.init.scale = self.init.whiten and applies, self.init.scale and applies
             self.init.configure(epsilon=self.epsilon, delta=self.delta, num_chains=self.num_chains,
                                 non_private=self.non_private)
         self._calibrate()
@@ -93,7 +98,7 @@ class DefaultPath:
             raise ValueError(f"the default path (private tuning of {names}) does not support distributed=True yet: "
                              f"give {names} (docs/scaling_out.md)")
         if self.init is None:
-            return DPAutoTune(whiten=self.whiten_by_default)
+            return DPAutoTune(whiten=self.whiten_by_default, scale=self.whiten_by_default or self.scale_by_default)
         if isinstance(self.init, DPAutoTune):
             return self.init
         raise ValueError(f"{names} left to the default are tuned privately by DPAutoTune, which finds its own start: "

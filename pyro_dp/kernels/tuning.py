@@ -67,7 +67,8 @@ import torch
 from pyro.infer.autoguide.initialization import init_to_median
 
 from ..accounting.gdp import gdp_mu
-from .whitening import METRIC_SHARE, metric_is_resolved, private_metric, whitening_from_metric
+from .whitening import (METRIC_SHARE, SCALE_SHARE, likelihood_coordinates, metric_is_resolved, private_log_scales,
+                        private_metric, reshapes, scaling_from_release, whitening_from_metric)
 from ..mechanisms import (
     ClippedSum,
     GaussianEvent,
@@ -278,12 +279,20 @@ class DPAutoTune:
     :param bool whiten: also release a private estimate of the posterior's covariance at the
         start (:data:`~pyro_dp.kernels.whitening.METRIC_SHARE` of the tuning's share, ledger label
         ``"tune:metric"``) and run the chain in the coordinates it whitens
-        (:mod:`pyro_dp.kernels.whitening`, :mod:`pyro_dp.preconditioning`). For models whose
-        every latent enters the likelihood (else nothing is released and nothing changes).
+        (:mod:`pyro_dp.kernels.whitening`, :mod:`pyro_dp.preconditioning`). For models with at
+        least two coordinates in the likelihood (:func:`~pyro_dp.kernels.whitening.reshapes`;
+        else nothing is released and nothing changes); only those coordinates are whitened, the
+        others (e.g. a hierarchical model's population mean and scale) keep their own.
         Default ``False``; DPPenalty's default path turns it on
         (:attr:`~pyro_dp.kernels.default_path.DefaultPath.whiten_by_default`, measured in
         ``docs/tuning.md``); a kernel set-up turns it off, before planning, for a model it does
         not apply to.
+    :param bool scale: first release the per-coordinate sizes of the gradients at the
+        data-free start (:data:`~pyro_dp.kernels.whitening.SCALE_SHARE` of the tuning's share,
+        ledger label ``"tune:scale"``, :func:`~pyro_dp.kernels.whitening.private_log_scales`) and
+        run the tuning and the chain in the coordinates where every column's gradients have one
+        size (covariates on their own scales: one clip then serves every column). Default: as
+        ``whiten``. Where it applies as ``whiten`` does.
 
     The kernels build one when their clips or steps are left to the default
     (``DPPenalty(model, epsilon=2.0)``, ``DPHMC(model)``); pass your own as ``init=`` to
@@ -294,7 +303,8 @@ class DPAutoTune:
     def __init__(self, num_steps: int = 60, *, share: float = DEFAULT_TUNING_SHARE, histogram_share: float = 0.1,
                  learning_rate: Tuple[float, float] = (0.5, 1e-3), grad_quantile: float = 0.9,
                  llr_quantile: float = 0.98, betas: Tuple[float, float] = (0.5, 0.9),
-                 noise_multipliers: Optional[Tuple[float, float, float]] = None, whiten: bool = False):
+                 noise_multipliers: Optional[Tuple[float, float, float]] = None, whiten: bool = False,
+                 scale: Optional[bool] = None):
         if isinstance(num_steps, bool) or not isinstance(num_steps, numbers.Integral) or num_steps < 1:
             raise ValueError(f"num_steps must be an integer >= 1, got {num_steps!r}")
         self.num_steps = int(num_steps)
@@ -320,11 +330,18 @@ class DPAutoTune:
         self.result: Optional[TuneResult] = None
         if not isinstance(whiten, bool):
             raise TypeError(f"whiten must be True or False, got {whiten!r}")
+        if scale is not None and not isinstance(scale, bool):
+            raise TypeError(f"scale must be True, False or None (as whiten), got {scale!r}")
+        #: release per-coordinate gradient scales first and run the tuning and the chain in the
+        #: coordinates they balance (:func:`~pyro_dp.kernels.whitening.private_log_scales`)
+        self.scale = whiten if scale is None else scale
         #: also release a posterior-covariance estimate at the start and run the chain in the
         #: coordinates it whitens (:mod:`pyro_dp.kernels.whitening`)
         self.whiten = whiten
         #: the noise multiplier of the whitening release (set by :meth:`configure`)
         self.metric_noise_multiplier: Optional[float] = None
+        #: the noise multiplier of the per-coordinate scales' release (set by :meth:`configure`)
+        self.scale_noise_multiplier: Optional[float] = None
 
     def __repr__(self):
         return (f"DPAutoTune(num_steps={self.num_steps}, share={self.share}, noise_multipliers="
@@ -400,10 +417,12 @@ class DPAutoTune:
         if self.noise_multipliers is not None:
             if self.whiten and self.metric_noise_multiplier is None:
                 self.metric_noise_multiplier = self.noise_multipliers[0]  # given: as the histogram's
+            if self.scale and self.scale_noise_multiplier is None:
+                self.scale_noise_multiplier = self.noise_multipliers[0]
             return
         if non_private:
             self.noise_multipliers = (0.0, 0.0, 0.0)
-            self.metric_noise_multiplier = 0.0
+            self.metric_noise_multiplier = self.scale_noise_multiplier = 0.0
             return
         if epsilon is None:
             raise ValueError("DPAutoTune needs the kernel's budget (epsilon, delta) or explicit noise_multipliers")
@@ -411,9 +430,12 @@ class DPAutoTune:
         # μ² = Σ 1/nm² (Dong, Roth & Su 2022 Cor. 3.3): one histogram, num_steps gradient sums
         # and 2 num_steps counts, each group with its share of this chain's tuning μ²
         metric_share = METRIC_SHARE if self.whiten else 0.0
-        step_share = 1.0 - self.histogram_share - COUNT_SHARE - metric_share
+        scale_share = SCALE_SHARE if self.scale else 0.0
+        step_share = 1.0 - self.histogram_share - COUNT_SHARE - metric_share - scale_share
         if self.whiten:
             self.metric_noise_multiplier = math.sqrt(1.0 / (metric_share * mu2))  # one release
+        if self.scale:
+            self.scale_noise_multiplier = math.sqrt(1.0 / (scale_share * mu2))  # one release
         if step_share <= 0:
             raise ValueError(f"histogram_share must be below {1.0 - COUNT_SHARE}, got {self.histogram_share}")
         self.noise_multipliers = (math.sqrt(_NUM_HISTOGRAMS / (self.histogram_share * mu2)),
@@ -431,9 +453,9 @@ class DPAutoTune:
             raise RuntimeError("DPAutoTune.configure() first: its noise comes from the kernel's budget")
         ev = [NonPrivateEvent() if nm == 0 else GaussianEvent(nm) for nm in self.noise_multipliers]
         out = [(ev[0], _NUM_HISTOGRAMS), (ev[1], self.num_steps), (ev[2], self._num_counts())]
-        if self.whiten:
-            nm = self.metric_noise_multiplier
-            out.append((NonPrivateEvent() if nm == 0 else GaussianEvent(nm), 1))
+        for on, nm in ((self.scale, self.scale_noise_multiplier), (self.whiten, self.metric_noise_multiplier)):
+            if on:
+                out.append((NonPrivateEvent() if nm == 0 else GaussianEvent(nm), 1))
         return out
 
     def run(self, lik, z: torch.Tensor, noise, relation: str = "substitute", record=None):
@@ -459,6 +481,17 @@ class DPAutoTune:
         # phase 0: how many rows the per-row rule maps (a value outside its support, a non-finite
         # term): a noisy count, never an exact one; a clear excess warns (#38)
         self.rule_rows = rule_rows(lik, z, nm_count, noise, relation, rec("tune:rows"))
+        applies, coords = reshapes(lik), likelihood_coordinates(lik)
+        whiten, scale = self.whiten and applies, self.scale and applies
+        # phase 0b: per-coordinate scales (pyro_dp.kernels.whitening.private_log_scales): the tuning
+        # and the chain then run in coordinates where every column's gradients have the same size,
+        # so one clip serves them all (unscaled covariates, #40)
+        if scale:
+            sums, counts, c_std = private_log_scales(lik, z, self.scale_noise_multiplier, noise, relation,
+                                                     rec("tune:scale"), rows=_row_gradients(lik, z), coords=coords)
+            l = scaling_from_release(sums, counts, c_std)  # the likelihood's coordinates; the others keep theirs
+            lik.compose_preconditioner(z, torch.diag(l if coords is None else torch.ones_like(z).index_copy(0, coords, l)))
+            z = torch.zeros_like(z)
         # phase 1: the scale of the per-example gradients at the data-free start (one histogram
         # gives every quantile: the raised ratio quantile's too, at no extra release)
         (c0, c0_ratio), _ = private_quantiles(lik, z, (self.grad_quantile, q_ratio), nm_hist, noise, relation,
@@ -501,14 +534,14 @@ class DPAutoTune:
         z = z_sum / tail
         clip_g, clip_l = (math.exp(c / tail) for c in clip_sums)  # geometric means over the last third
         # phase 3: posterior-shaped coordinates (pyro_dp.kernels.whitening), where it applies (data-free:
-        # >= 2 coordinates, all in the likelihood; a kernel's set-up turns `whiten` off before planning
+        # >= 2 coordinates in the likelihood, whitened alone; a kernel's set-up turns `whiten` off before planning
         # elsewhere, so only a tuner configured by hand can plan a share that is then not spent)
-        if self.whiten and lik.likelihood_mask is None and lik.dim >= 2:
+        if whiten:
             metric, std = private_metric(lik, z, max(clip_g, clip_l), self.metric_noise_multiplier, noise, relation,
-                                         rec("tune:metric"), rows=_row_gradients(lik, z))
-            if metric_is_resolved(metric, std):  # else the model's own coordinates (post-processing)
-                L, f = whitening_from_metric(lik, z, metric, std)
-                lik.set_preconditioner(z, L)
+                                         rec("tune:metric"), rows=_row_gradients(lik, z), coords=coords)
+            if metric_is_resolved(metric, std):  # else the scaled coordinates of phase 0b (post-processing)
+                L, f = whitening_from_metric(lik, z, metric, std, coords)
+                lik.compose_preconditioner(z, L)
                 z, clip_g, clip_l = torch.zeros_like(z), clip_g * f, clip_l * f
         self.result = TuneResult(z, clip_g, clip_l, clip_l)
         return z, events, 0.0

@@ -35,26 +35,155 @@ on a 0.8-correlated logistic regression (d = 5, N = 5·10⁴) DPPenalty's effect
 from __future__ import annotations
 
 import math
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 
-from ..mechanisms import clip_and_sum, clip_rows, clipped_sum_with_noise, sum_clipped
+from ..mechanisms import clip_and_sum, clip_rows, clipped_sum_with_noise, finite_rows, sum_clipped
 
-__all__ = ["private_metric", "whitening_from_metric", "metric_is_resolved", "METRIC_SHARE"]
+__all__ = ["private_metric", "whitening_from_metric", "metric_is_resolved", "METRIC_SHARE",
+           "private_log_scales", "scaling_from_release", "SCALE_SHARE", "LOG_SCALE_BOUND",
+           "likelihood_coordinates", "reshapes"]
 
 #: share of the tuning's Gaussian-DP :math:`\mu^2` that ``DPAutoTune(whiten=True)`` spends on
 #: the metric release (taken from the DP-Adam steps' share)
 METRIC_SHARE = 0.1
 
+#: share of the tuning's :math:`\mu^2` spent on the per-coordinate scales (one release, before the
+#: private start; taken from the DP-Adam steps' share)
+SCALE_SHARE = 0.05
+
+#: :math:`A`: each row's :math:`\log|g_{ij}|` is clipped to :math:`[-A, A]` (gradient magnitudes
+#: from :math:`e^{-16}\approx10^{-7}` to :math:`e^{16}\approx9\cdot10^{6}`: a column in cents or
+#: in millions of inches is still told apart from one in the unit ball)
+LOG_SCALE_BOUND = 16.0
+
+#: :math:`E\log|X| = \log\sigma - (\gamma + \log 2)/2` for :math:`X\sim\mathcal N(0,\sigma^2)`
+#: (Euler's :math:`\gamma`): the geometric mean of :math:`|g|` is :math:`e^{-0.635}\approx0.53` of
+#: its root mean square for Gaussian gradients (the factor that turns one into the other)
+_GAUSS_LOG_ABS_OFFSET = (0.5772156649015329 + math.log(2.0)) / 2.0
+
+
+def likelihood_coordinates(lik) -> Optional[torch.Tensor]:
+    r"""The indices (ascending) of the latent coordinates the per-example log-likelihood depends
+    on (:attr:`~pyro_dp.likelihood.PrivateLikelihood.likelihood_mask`), or ``None`` for all of
+    them. Data-free. The scales and the metric are released for these coordinates only: in the
+    others every row's gradient is exactly zero (a hierarchical model's population mean and
+    scale), so a release there would be noise alone; they keep the model's own coordinates.
+
+    >>> import torch, pyro, pyro.distributions as dist
+    >>> from pyro_dp.likelihood import PrivateLikelihood
+    >>> def model(y):
+    ...     mu = pyro.sample("mu", dist.Normal(0., 5.))
+    ...     theta = pyro.sample("theta", dist.Normal(mu * torch.ones(2), 1.).to_event(1))
+    ...     with pyro.plate("data", len(y)):
+    ...         pyro.sample("obs", dist.Normal(theta.sum(), 1.), obs=y)
+    >>> likelihood_coordinates(PrivateLikelihood(model, (torch.zeros(4),), seed=0))
+    tensor([1, 2])
+    """
+    mask = lik.likelihood_mask
+    return None if mask is None else torch.nonzero(mask > 0).reshape(-1)
+
+
+def reshapes(lik) -> bool:
+    """Whether the scales and the metric apply to this model (data-free): at least two
+    coordinates in the likelihood (with one, a coordinate change would change no clip's
+    balance)."""
+    coords = likelihood_coordinates(lik)
+    return (lik.dim if coords is None else int(coords.numel())) >= 2
+
+
+def _restricted(rows, coords):
+    return rows if coords is None else (g[:, coords] for g in rows)
+
+
+def _embedded(block: torch.Tensor, coords, d: int) -> torch.Tensor:
+    """The ``[D, D]`` identity with ``block`` in the rows and columns ``coords`` (ascending, so
+    a lower-triangular block stays lower-triangular)."""
+    if coords is None:
+        return block
+    out = torch.eye(d, dtype=block.dtype, device=block.device)
+    out[coords.unsqueeze(-1), coords] = block
+    return out
+
+
+def private_log_scales(lik, z: torch.Tensor, noise_multiplier: float, noise, relation: str = "substitute",
+                       record=None, *, rows, coords: Optional[torch.Tensor] = None
+                       ) -> Tuple[torch.Tensor, torch.Tensor, float]:
+    r"""``(S [D], C [D], σ)``: per coordinate :math:`j`, the released sum of the rows' clipped
+    log-magnitudes :math:`S_j = \sum_i 1[g_{ij}\ne0]\,\mathrm{clip}_{[-A,A]}\log|g_{ij}|`, the
+    released count :math:`C_j = \sum_i 1[g_{ij}\ne0]` of rows whose gradient moves coordinate
+    :math:`j` (for sparse coordinates: a group's intercept is moved by its group's rows only), and
+    the noise's standard deviation in :math:`C` units.
+
+    One Gaussian release of the vector :math:`v_i = (s_{i1},\dots,s_{iD}, A\,c_{i1},\dots,A\,c_{iD})`,
+    every entry in :math:`[-A, A]`, so :math:`\|v_i\|\le A\sqrt{2D}` and
+    :func:`~pyro_dp.mechanisms.clipped_sum_with_noise` with that clip is the Gaussian mechanism
+    with substitute sensitivity :math:`2A\sqrt{2D}` (Dwork & Roth 2014 Thm A.1). Logarithms make
+    the release scale-free: a column on a scale 1 000 times another's gives log-magnitudes 6.9
+    apart, and one clip :math:`A` (:data:`LOG_SCALE_BOUND`) serves every column, where one clip
+    of the gradients themselves would serve only the largest (``docs/tuning.md``). A row whose
+    gradient is not finite contributes the zero vector (the per-row rule). ``rows`` yields the
+    per-example gradients ``[B, D]`` (**private**: only summed here and released with noise);
+    ``record(event)`` is called right after the release. With ``coords``
+    (:func:`likelihood_coordinates`) only those coordinates are released (:math:`D` their number)."""
+    a = LOG_SCALE_BOUND
+    d = lik.dim if coords is None else int(coords.numel())
+    # clip_and_sum clips nothing more (kept: the audited sum and its counts)
+    parts = (clip_and_sum(_log_magnitude_rows(g, a), a * math.sqrt(2 * d)) for g in _restricted(rows, coords))
+    rel = clipped_sum_with_noise(sum_clipped(parts), a * math.sqrt(2 * d), noise_multiplier, noise, relation)
+    if record is not None:
+        record(rel.event)
+    value = rel.value.to(z.dtype)
+    return value[:d], value[d:] / a, float(rel.noise_std) / a
+
+
+def _log_magnitude_rows(g: torch.Tensor, a: float) -> torch.Tensor:
+    """``[B, 2D]``: each row's :func:`private_log_scales` vector, every entry in ``[-a, a]``
+    (a non-finite row is the zero row: the per-row rule)."""
+    g = finite_rows(g)
+    nz = g != 0
+    logs = torch.where(nz, torch.log(torch.where(nz, g.abs(), torch.ones_like(g))).clamp(-a, a), torch.zeros_like(g))
+    return torch.cat([logs, a * nz.to(g.dtype)], dim=-1)
+
+
+def scaling_from_release(log_sums: torch.Tensor, counts: torch.Tensor, count_std: float) -> torch.Tensor:
+    r"""``[D]``: the diagonal of the coordinate change :math:`z = z_0 + \mathrm{diag}(l)\,u` in
+    which every coordinate's per-example gradients have the same typical size, from
+    :func:`private_log_scales` (post-processing):
+
+    .. math::
+        l_j = \frac{1}{\sqrt D\,r_j},\qquad r_j = e^{m_j + 0.635},\quad m_j = S_j / C_j,
+
+    with :math:`r_j` the root mean square of the nonzero :math:`g_{ij}` guessed from their
+    geometric mean (:math:`e^{0.635}` turns one into the other for Gaussian gradients). In
+    :math:`u` a row's gradient has about unit norm, each coordinate an equal part of it: the
+    gradients of a model whose features lie in the unit ball, the setting the defaults are tuned
+    for, whatever the scales of the user's columns. A coordinate whose count is under
+    :math:`3\sigma_C` (no rows move it, or too few to tell from the noise) keeps its own scale
+    (:math:`l_j = 1`).
+
+    >>> import torch
+    >>> m = torch.tensor([0.0, math.log(1000.0)]) - 0.6352  # mean log|g|: rms 1 and 1000
+    >>> l = scaling_from_release(m * 1e4, torch.tensor([1e4, 1e4]), 1.0) * math.sqrt(2)
+    >>> [round(float(v), 4) for v in l]
+    [1.0, 0.001]
+    """
+    d = counts.shape[0]
+    resolved = counts > 3.0 * float(count_std)
+    m = torch.where(resolved, log_sums / counts.clamp(min=1.0), torch.zeros_like(counts))
+    scale = torch.exp(-(m + _GAUSS_LOG_ABS_OFFSET)) / math.sqrt(max(d, 1))
+    return torch.where(resolved, scale, torch.ones_like(scale))
+
 
 def private_metric(lik, z: torch.Tensor, clip: float, noise_multiplier: float, noise, relation: str = "substitute",
-                   record=None, *, rows) -> Tuple[torch.Tensor, float]:
+                   record=None, *, rows, coords: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, float]:
     r"""``(M̂ [D, D], σ)``: the released sum of outer products of the clipped per-example
     gradients at ``z`` and its noise standard deviation (module docstring). ``rows`` yields the
     per-example gradients ``[B, D]`` in chunks (**private**: only summed here, clipped, and
-    released with noise); ``record(event)`` is called right after the release."""
-    d = lik.dim
+    released with noise); ``record(event)`` is called right after the release. With ``coords``
+    the matrix of those coordinates only (``[d, d]``, :func:`likelihood_coordinates`)."""
+    d = lik.dim if coords is None else int(coords.numel())
     iu = torch.triu_indices(d, d, device=z.device)
     c2 = float(clip) ** 2
 
@@ -63,7 +192,8 @@ def private_metric(lik, z: torch.Tensor, clip: float, noise_multiplier: float, n
         v = (g.unsqueeze(-1) * g.unsqueeze(-2))[:, iu[0], iu[1]]  # ||v_i|| <= ||g_i||^2 <= c^2
         return clip_and_sum(v, c2)  # clips nothing more (kept: the audited sum and its counts)
 
-    rel = clipped_sum_with_noise(sum_clipped(chunk(g) for g in rows), c2, noise_multiplier, noise, relation)
+    rel = clipped_sum_with_noise(sum_clipped(chunk(g) for g in _restricted(rows, coords)), c2, noise_multiplier,
+                                 noise, relation)
     if record is not None:
         record(rel.event)
     m = torch.zeros(d, d, dtype=z.dtype, device=z.device)
@@ -96,21 +226,26 @@ def metric_is_resolved(metric: torch.Tensor, noise_std: float) -> bool:
     return bool((evals > 2.0 * math.sqrt(d) * float(noise_std)).all())
 
 
-def whitening_from_metric(lik, z: torch.Tensor, metric: torch.Tensor, noise_std: float) -> Tuple[torch.Tensor, float]:
+def whitening_from_metric(lik, z: torch.Tensor, metric: torch.Tensor, noise_std: float,
+                          coords: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, float]:
     r"""``(L, f)``: the Cholesky factor of the posterior covariance guess
     :math:`(T\hat M_+ + H_+)^{-1}` (module docstring) and the factor ``f`` by which typical
     per-example gradient norms shrink in the new coordinates,
     :math:`f = \sqrt{\mathrm{tr}(L^\top\hat M_+L)/\mathrm{tr}(\hat M_+)}` (the clips found in
     :math:`z` carry over to :math:`u` as ``clip * f``). Post-processing of ``metric`` and
-    data-free (the prior's Hessian at ``z`` from a stand-in row)."""
-    d = lik.dim
+    data-free (the prior's Hessian at ``z`` from a stand-in row). With ``coords``, ``metric`` is
+    those coordinates' (:func:`private_metric`) and ``L`` is the identity elsewhere (the prior's
+    Hessian restricted to them: the guess of their covariance given the others)."""
+    d = metric.shape[0]
     scale = float(torch.linalg.matrix_norm(metric, ord=2)) if d else 0.0
     floor = max(2.0 * math.sqrt(d) * float(noise_std), 1e-12 * scale, 1e-300)
     m_plus = _psd(metric, floor)
     h = -torch.func.hessian(lik._eager_log_prior)(z.detach())
+    if coords is not None:
+        h = h[coords.unsqueeze(-1), coords]
     h_plus = _psd(torch.nan_to_num(h, nan=0.0, posinf=0.0, neginf=0.0), 0.0)
     precision = lik.temperature * m_plus + h_plus
     cov = torch.linalg.inv(_psd(precision, floor * 1e-6))
     L = torch.linalg.cholesky(0.5 * (cov + cov.T))
     f = math.sqrt(float(torch.trace(L.T @ m_plus @ L)) / max(float(torch.trace(m_plus)), 1e-300))
-    return L, f
+    return _embedded(L, coords, lik.dim), f
