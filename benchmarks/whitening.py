@@ -2,12 +2,14 @@ r"""Posterior-shaped coordinates (#40): does whitening buy accuracy per epsilon?
 
 Logistic regression, d = 5 features with pairwise correlation 0.8 scaled into the unit ball,
 N = 5·10⁴, ``MCMC(K(model, epsilon=eps, jit_compile=True), num_samples=1000, warmup_steps=500)``
-and three ways to run it:
+and these ways to run it:
 
 * ``plain``: the default path as it is;
 * ``private``: ``init=DPAutoTune(whiten=True)`` (``pyro_dp.kernels.whitening``: a private
   posterior-covariance estimate at the private start; the chain runs in the coordinates it
   whitens);
+* ``scale``: ``init=DPAutoTune(scale=True)`` (the per-coordinate scales alone, no metric);
+* ``none``: ``init=DPAutoTune(scale=False)`` (neither: the default path before #40's coordinates);
 * ``oracle``: the model reparametrised by hand with the non-private Laplace fit (the best a
   private estimate could do; not private — a measurement only).
 

@@ -265,7 +265,7 @@ def test_the_default_path_is_right_on_unscaled_covariates(mutant, monkeypatch):
     column only. (Release noise seeded: ``noise_seed``, a test option.)"""
     if mutant:
         monkeypatch.setattr("pyro_dp.kernels.tuning.scaling_from_release",
-                            lambda S, C, c_std: torch.ones_like(S))
+                            lambda S, C, c_std, n=None: torch.ones_like(S))
     X, y = _logistic_columns()
     w = torch.zeros(D, dtype=torch.float64)
 
@@ -283,3 +283,22 @@ def test_the_default_path_is_right_on_unscaled_covariates(mutant, monkeypatch):
         mcmc.run(X, y)
     err = float(((mcmc.get_samples()["w"].mean(0) - w).abs() / sd).max())
     assert (err > 3.0) if mutant else (err < 1.0)
+
+
+def test_a_coordinate_few_rows_move_is_shrunk_towards_the_others_scale():
+    """A sparse coordinate's mean log-magnitude carries noise A·σ_C/C_j (a group intercept
+    moved by N/G rows): it is shrunk towards the precision-weighted mean of all coordinates,
+    while precise ones keep their own; with k = ΣC/N coordinates per row, a row's gradient
+    has about unit norm in u."""
+    m = torch.tensor([0.0, math.log(100.0), 3.0], dtype=torch.float64) - 0.6352
+    counts = torch.tensor([1e4, 1e4, 20.0], dtype=torch.float64)
+    l = scaling_from_release(m * counts, counts, 5.0, num_rows=10000)  # k = 2.002 rows' coordinates
+    k = float(counts.sum()) / 1e4
+    assert float(l[0]) * math.sqrt(k) == pytest.approx(1.0, rel=1e-3)  # precise: its own
+    assert float(l[1]) * math.sqrt(k) == pytest.approx(0.01, rel=1e-3)
+    pooled = math.exp(-(math.log(100.0) / 2))  # the two precise coordinates' mean log-magnitude
+    assert float(l[2]) * math.sqrt(k) == pytest.approx(pooled, rel=0.3)  # noisy (se 4): near the pooled
+    assert float(l[2]) * math.sqrt(k) > 1.5 * math.exp(-3.0)  # not its own noisy value (0.05)
+    # noise-free: every coordinate its own
+    l0 = scaling_from_release(m * counts, counts, 0.0, num_rows=10000)
+    assert float(l0[2]) * math.sqrt(k) == pytest.approx(math.exp(-3.0), rel=1e-3)

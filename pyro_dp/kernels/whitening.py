@@ -43,7 +43,7 @@ from ..mechanisms import clip_and_sum, clip_rows, clipped_sum_with_noise, finite
 
 __all__ = ["private_metric", "whitening_from_metric", "metric_is_resolved", "METRIC_SHARE",
            "private_log_scales", "scaling_from_release", "SCALE_SHARE", "LOG_SCALE_BOUND",
-           "likelihood_coordinates", "reshapes"]
+           "likelihood_coordinates", "reshapes", "MIN_SCALE_SPREAD"]
 
 #: share of the tuning's Gaussian-DP :math:`\mu^2` that ``DPAutoTune(whiten=True)`` spends on
 #: the metric release (taken from the DP-Adam steps' share)
@@ -62,6 +62,17 @@ LOG_SCALE_BOUND = 16.0
 #: (Euler's :math:`\gamma`): the geometric mean of :math:`|g|` is :math:`e^{-0.635}\approx0.53` of
 #: its root mean square for Gaussian gradients (the factor that turns one into the other)
 _GAUSS_LOG_ABS_OFFSET = (0.5772156649015329 + math.log(2.0)) / 2.0
+
+#: the scales are used only where the coordinates' typical gradient sizes spread over more than
+#: this factor (post-processing of the release). Measured (``docs/tuning.md``, "Columns on their
+#: own scales"): with column scales 1/30/1 000 applying them took DPPenalty from 50 posterior sds
+#: off to 0.3-0.5; on a two-level model whose sizes spread over a factor of about 4 applying them
+#: made it worse (3.0-7.3 sds off against 1.8-2.3 in its own coordinates)
+MIN_SCALE_SPREAD = 10.0
+
+#: the spread (in log units) allowed to one coordinate's log-scale around the pooled one before
+#: its noise counts (:func:`scaling_from_release`): a factor e ~ 2.7
+_SHRINK_SD = 1.0
 
 
 def likelihood_coordinates(lik) -> Optional[torch.Tensor]:
@@ -147,21 +158,32 @@ def _log_magnitude_rows(g: torch.Tensor, a: float) -> torch.Tensor:
     return torch.cat([logs, a * nz.to(g.dtype)], dim=-1)
 
 
-def scaling_from_release(log_sums: torch.Tensor, counts: torch.Tensor, count_std: float) -> torch.Tensor:
+def scaling_from_release(log_sums: torch.Tensor, counts: torch.Tensor, count_std: float,
+                         num_rows: Optional[int] = None) -> torch.Tensor:
     r"""``[D]``: the diagonal of the coordinate change :math:`z = z_0 + \mathrm{diag}(l)\,u` in
     which every coordinate's per-example gradients have the same typical size, from
     :func:`private_log_scales` (post-processing):
 
     .. math::
-        l_j = \frac{1}{\sqrt D\,r_j},\qquad r_j = e^{m_j + 0.635},\quad m_j = S_j / C_j,
+        l_j = \frac{1}{\sqrt k\,r_j},\qquad r_j = e^{m_j + 0.635},\quad m_j = S_j / C_j,
+        \quad k = \mathrm{clip}\Big(\sum_j C_j / N,\ 1,\ D\Big),
 
     with :math:`r_j` the root mean square of the nonzero :math:`g_{ij}` guessed from their
     geometric mean (:math:`e^{0.635}` turns one into the other for Gaussian gradients). In
-    :math:`u` a row's gradient has about unit norm, each coordinate an equal part of it: the
+    :math:`u` a row's gradient has about unit norm (:math:`k` is the number of coordinates a row
+    moves, on average: :math:`D` for dense columns, 3 for a row that moves its group's intercept,
+    a slope and a scale; ``num_rows`` is the public :math:`N`, default: :math:`k = D`), each
+    coordinate an equal part of it: the
     gradients of a model whose features lie in the unit ball, the setting the defaults are tuned
     for, whatever the scales of the user's columns. A coordinate whose count is under
     :math:`3\sigma_C` (no rows move it, or too few to tell from the noise) keeps its own scale
-    (:math:`l_j = 1`).
+    (:math:`l_j = 1`); where the resolved :math:`r_j` all lie within a factor
+    :data:`MIN_SCALE_SPREAD` of each other every :math:`l_j = 1` (columns on one scale). The noise of :math:`m_j` is :math:`A\sigma_C/C_j`, large for a
+    coordinate few rows move (20 group intercepts at :math:`N = 2\cdot10^4`, ε = 8: about 1.5,
+    a factor 4.5 in scale, measured to throw the chain 140 posterior sds off); each
+    :math:`m_j` is therefore shrunk towards the precision-weighted mean of all of them, as its
+    posterior mean under a normal prior of sd 1 around that mean (a coordinate with a precise
+    :math:`m_j`, e.g. a dense column at large :math:`N`, keeps its own).
 
     >>> import torch
     >>> m = torch.tensor([0.0, math.log(1000.0)]) - 0.6352  # mean log|g|: rms 1 and 1000
@@ -171,8 +193,24 @@ def scaling_from_release(log_sums: torch.Tensor, counts: torch.Tensor, count_std
     """
     d = counts.shape[0]
     resolved = counts > 3.0 * float(count_std)
-    m = torch.where(resolved, log_sums / counts.clamp(min=1.0), torch.zeros_like(counts))
-    scale = torch.exp(-(m + _GAUSS_LOG_ABS_OFFSET)) / math.sqrt(max(d, 1))
+    c = counts.clamp(min=1.0)
+    m = torch.where(resolved, log_sums / c, torch.zeros_like(counts))
+    if float(count_std) > 0 and bool(resolved.any()):
+        # the noise of S_j is sigma_S = A sigma_C, so m_j's is sigma_S / C_j: large for a sparse
+        # coordinate (a group's intercept, moved by N/G rows). Shrink m_j towards the
+        # precision-weighted mean of the resolved coordinates, as the posterior mean under a
+        # N(pooled, SHRINK_SD^2) prior on m_j (normal-normal; post-processing)
+        se2 = (LOG_SCALE_BOUND * float(count_std) / c) ** 2
+        w = torch.where(resolved, 1.0 / se2, torch.zeros_like(se2))
+        pooled = float((w * m).sum() / w.sum())
+        keep = _SHRINK_SD ** 2 / (_SHRINK_SD ** 2 + se2)
+        m = torch.where(resolved, keep * m + (1.0 - keep) * pooled, m)
+    if bool(resolved.any()) and float(m[resolved].max() - m[resolved].min()) < math.log(MIN_SCALE_SPREAD):
+        return torch.ones_like(m)  # columns on one scale: the model's own coordinates (see MIN_SCALE_SPREAD)
+    k = float(d)
+    if num_rows:
+        k = min(max(float(torch.where(resolved, counts, torch.zeros_like(counts)).sum()) / num_rows, 1.0), float(d))
+    scale = torch.exp(-(m + _GAUSS_LOG_ABS_OFFSET)) / math.sqrt(max(k, 1.0))
     return torch.where(resolved, scale, torch.ones_like(scale))
 
 
