@@ -460,7 +460,7 @@ class DPHMC(DPKernel):
         if given == (False, False):
             if self.non_private:
                 raise ValueError("non_private=True is the noise-free test mode: set both noise multipliers to 0")
-            self._adopt_default_budget()  # calibrated to the budget (the default one if none is given)
+            self.privacy.adopt_default_budget()  # calibrated to the budget (the default one if none is given)
         elif given != (True, True):
             raise ValueError("give both grad_noise_multiplier and llr_noise_multiplier, or neither (calibration)")
         else:

@@ -345,7 +345,7 @@ def test_iteration_budget_thm10_vs_thm11():
     )
     kernel = DPHMC(gauss_model, 0.05, L, 2.0, 4.0, nm_g, nm_l, epsilon=eps, delta=delta, seed=0)
     kernel.setup(0, make_data(20))
-    assert kernel._steps_allowed == k_g
+    assert kernel.privacy.steps_allowed == k_g
 
 
 def test_calibration_and_budget_stop():
