@@ -4,6 +4,8 @@ subclass overrides (no hook runs on a half-built object)."""
 import inspect
 import warnings
 
+import pytest
+
 import pyro_dp
 from pyro_dp.kernels import checkpoint, default_path, privacy_client, privacy_engine, workers
 from pyro_dp.kernels.base import DPKernel
@@ -111,3 +113,44 @@ def test_a_base_calling_a_hook_in_init_is_caught(monkeypatch):
         warnings.simplefilter("ignore")
         _recording(calls)(gauss_model, 0.1, llr_clip=2.0, noise_multiplier=3.0, seed=0)
     assert calls == [("_reset_chain_stats", False)]
+
+
+def _spend_past_the_plan(engine, event):
+    """Declare and report ``event`` once per iteration for one iteration past the plan; the
+    declarations (``None``: refused)."""
+    out = []
+    for i in range(engine.steps_allowed + 1):
+        declared = engine.declare([event], iteration=i)
+        out.append(declared)
+        if declared is not None:
+            engine.report([event], declared)
+            engine.end_iteration()
+    return out
+
+
+@pytest.mark.parametrize("mutant", [False, True])
+def test_the_engine_alone_stops_at_its_plan_and_refuses_an_undeclared_release(monkeypatch, mutant):
+    """The privacy engine is an accountant that needs no kernel or model: told events, it stops
+    the chain (loudly) when the next iteration's declared releases no longer fit the plan, so ε
+    stays within the budget; a step that releases more than it declared is refused after it is
+    recorded (never an under-reported ledger). The mutant, a plan that lets everything fit, must
+    fail the first part."""
+    from pyro_dp.kernels.plan import PrivacyPlan
+    from pyro_dp.mechanisms import GaussianEvent
+
+    if mutant:
+        monkeypatch.setattr(PrivacyPlan, "fits", lambda *a, **k: True)
+    ev = GaussianEvent(3.0)
+    engine = privacy_engine.PrivacyEngine(epsilon=5.0, delta=1e-5)
+    engine.make_plan([], [ev])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        declared = _spend_past_the_plan(engine, ev)
+    said = [str(w.message) for w in caught if issubclass(w.category, pyro_dp.BudgetExhaustedWarning)]
+    stopped = declared[-1] is None and engine.stopped and any("spent after 11 iterations" in m for m in said)
+    assert stopped != mutant
+    assert (engine.get_epsilon(1e-5) <= 5.0) != mutant and engine.ledger.num_releases == 11 + mutant
+    free = privacy_engine.PrivacyEngine()  # no budget: nothing stops, but what is released is checked
+    with pytest.raises(RuntimeError, match="released"):
+        free.report([ev, ev], free.declare([ev], iteration=0))
+    assert free.live.num_releases == 2
