@@ -349,7 +349,7 @@ def _curve(chains, relation: str, accountant: str, delta: float, points: int, to
 
 
 def _plan_summary(kernel: DPKernel, accountant: str, delta: float, last: int, points: int) -> Optional[PlanSummary]:
-    plan = kernel.__dict__.get("_plan")
+    plan = kernel.privacy.plan
     if plan is None or kernel.epsilon is None or not hasattr(plan, "per_iteration"):
         return None
     steps = int(plan.steps_allowed)
@@ -433,7 +433,7 @@ def privacy_report(run, *, delta: Optional[float] = None, epsilon: Optional[floa
     for c, led in enumerate(chains):
         cid = getattr(led, "chain_id", "")
         i, d = in_run.get(cid, (None, None))
-        if d is None and led is kernel.__dict__.get("_ledger"):  # the chain in progress of this kernel
+        if d is None and led is kernel.privacy.live:  # the chain in progress of this kernel
             d = {"private iterations": kernel._iteration, "budget exhausted": kernel._budget_exhausted}
         summaries.append(ChainSummary(
             chain=c, chain_id=cid, iterations=int(getattr(led, "num_iterations", 0)), releases=led.num_releases,

@@ -50,7 +50,7 @@ def get_ledger(mcmc) -> PrivacyLedger:
         raise ValueError("this MCMC object does not use a pyro_dp kernel: no privacy ledger")
     for d in per_chain:  # idempotent: files any chain the kernel has not seen (e.g. unpickled MCMC)
         if d is not None and isinstance(d.get(_KEY), PrivacyLedger):
-            kernel._file_chain(d[_KEY])
+            kernel.privacy.file_chain(d[_KEY])
     kernel._require_complete()
     ledger = kernel.ledger
     if not ledger:

@@ -150,7 +150,7 @@ def test_a_failing_worker_marks_the_ledger_incomplete():
     k.setup(0, make_data(20))
     k.sample(k.initial_params)
     with mock.patch("pyro_dp.kernels.base.DPKernel._worker_chain_id", return_value=0):
-        ledger = k._ledger.copy()
+        ledger = k.privacy.live.copy()
         ledger.chain_id = "a-worker-chain"
         err = pickle.loads(pickle.dumps(ChainFailedError("boom", ledger)))
     assert isinstance(err, ChainFailedError) and k.ledger.num_releases == 2
@@ -211,14 +211,14 @@ def test_a_worker_chain_beyond_the_release_slots_reads_nothing(budget):
             k.setup(0, y)
         for _ in range(3):
             k.sample(k.initial_params)
-        assert k._ledger.num_releases == 0 and k.diagnostics()["private iterations"] == 0
+        assert k.privacy.live.num_releases == 0 and k.diagnostics()["private iterations"] == 0
     with mock.patch("pyro_dp.kernels.base.DPKernel._worker_chain_id", return_value=WORKER_SLOTS - 1):
         k2 = pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=2.0, **budget)
         with warnings.catch_warnings():
             warnings.simplefilter("error", pyro_dp.BudgetExhaustedWarning)
             k2.setup(0, y)
             k2.sample(k2.initial_params)
-        assert k2._ledger.num_releases > 0
+        assert k2.privacy.live.num_releases > 0
 
 
 def test_workers_inherit_a_loss_in_another_workers_slot(monkeypatch):
@@ -262,7 +262,7 @@ def test_workers_never_record_into_the_owners_live_ledger(monkeypatch):
     k = pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=2.0, noise_multiplier=3.0)
     y = make_data(50)
     k.setup(0, y)
-    k._ledger.record(GaussianEvent(3.0), label="init:interrupted")  # as an interrupted private start leaves it
+    k.privacy.live.record(GaussianEvent(3.0), label="init:interrupted")  # as an interrupted private start leaves it
     mcmc = MCMC(k, num_samples=10, warmup_steps=5, num_chains=2, disable_progbar=True)
     mcmc.run(y)
     assert k.ledger.num_releases == 1 + 2 * 15
@@ -280,7 +280,7 @@ def test_worker_release_counters_stay_in_their_process():
     assert sum(copy._worker_releases.made) == 0 and copy._worker_releases is not k._worker_releases
     with pytest.raises(RuntimeError, match="5 release"):
         k.get_epsilon(1e-5)
-    led = k._ledger.copy()
+    led = k.privacy.live.copy()
     led.worker_slot = 3
     assert led.copy().worker_slot == 3
 

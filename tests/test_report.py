@@ -48,7 +48,7 @@ def _marks(kernel):
 def test_total_is_get_epsilon_curve_ends_there_json_round_trips_and_nothing_is_spent(name):
     mcmc = _run(name)
     kernel = mcmc.kernel
-    ledger, marks, cache = kernel.ledger, _marks(kernel), dict(kernel.__dict__.get("_eps_cache", {}))
+    ledger, marks, cache = kernel.ledger, _marks(kernel), dict(kernel.privacy.__dict__.get("_eps_cache", {}))
     report = pyro_dp.privacy_report(mcmc, delta=DELTA, curve_points=8)  # few points: "dp_rdp" takes 0.1 s each
     assert report.epsilon == pyro_dp.get_epsilon(mcmc, DELTA)
     assert report.curve_epsilon[-1] == report.epsilon and len(report.curve_iterations) <= 9
@@ -68,7 +68,7 @@ def test_total_is_get_epsilon_curve_ends_there_json_round_trips_and_nothing_is_s
                                                                                                   rel=1e-9)
     # read-only: the same ledger, the same marks, nothing recorded
     assert kernel.ledger == ledger and _marks(kernel) == marks
-    assert dict(kernel.__dict__.get("_eps_cache", {})) == cache
+    assert dict(kernel.privacy.__dict__.get("_eps_cache", {})) == cache
     assert str(report).startswith("Posterior samples were drawn with the differentially private MCMC kernel")
 
 
@@ -124,7 +124,7 @@ def test_budget_stop_plan_and_flat_tail():
     assert report.delta == DELTA and report.within_budget is True and report.epsilon <= 1.0
     plan = report.plan
     assert plan.epsilon == 1.0 and plan.delta == DELTA and plan.num_iterations == 10
-    assert plan.iterations_allowed == kernel._steps_allowed and plan.planned_epsilon <= 1.0
+    assert plan.iterations_allowed == kernel.privacy.steps_allowed and plan.planned_epsilon <= 1.0
     assert plan.curve_epsilon[-1] == plan.planned_epsilon and plan.curve_iterations[-1] == 25
     chain, = report.chains
     assert chain.budget_exhausted is True and chain.iterations == 25

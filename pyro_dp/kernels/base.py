@@ -3,9 +3,10 @@ touching data, ``sample``, ``diagnostics``, ``logging``, ``cleanup``, ``initial_
 the seeds of a chain. It reads top to bottom; every other concern is a module of its own:
 
 ========================================  ==================================================
-:mod:`pyro_dp.kernels.privacy_engine`     ledgers, budget, plan, stop, ε: the kernel only
-                                          *declares* an iteration's releases before it and
-                                          *reports* them after it
+:mod:`pyro_dp.kernels.privacy_engine`     ledgers, budget, plan, stop, ε: one object,
+                                          ``kernel.privacy``; the kernel only *declares* an
+                                          iteration's releases before it and *reports* them
+                                          after it (:mod:`~pyro_dp.kernels.privacy_client`)
 :mod:`pyro_dp.kernels.workers`            chains in ``MCMC`` worker processes (shared release
                                           counters, pickling, failed chains) and
                                           ``torch.distributed`` ranks
@@ -58,8 +59,8 @@ from .declared_batch import take_declared_subsample
 from .diagnostics import _MAX_CHECKED_DRAWS, NONPRIVATE_PREFIX, ChainReporting
 from .default_path import DEFAULT_ITERATIONS, DefaultPath
 from .plan import counts as _counts  # noqa: F401  (re-exported: tests import it from here)
-from .privacy_engine import (DEFAULT_DELTA, DEFAULT_EPSILON, BudgetExhaustedWarning, ChainLedger, PrivacyEngine,
-                             PrivacyNotice, check_positive)
+from .privacy_client import PrivacyClient
+from .privacy_engine import DEFAULT_DELTA, DEFAULT_EPSILON, BudgetExhaustedWarning, ChainLedger, PrivacyNotice, check_positive
 from .workers import WORKER_SLOTS, ChainFailedError, WorkerBookkeeping, WorkerReleases  # noqa: F401 (re-exported)
 
 __all__ = ["DPKernel", "BudgetExhaustedWarning", "SamplingWarning", "PrivacyNotice", "ChainLedger", "ChainFailedError",
@@ -102,7 +103,7 @@ def _returned_unchanged(last, params, z) -> bool:
             and len(params) == len(last[1]) and all(a is b for a, b in zip(params.values(), last[1])))
 
 
-class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, AutoCompile, ChainReporting, MCMCKernel):
+class DPKernel(PrivacyClient, WorkerBookkeeping, Checkpointing, DefaultPath, AutoCompile, ChainReporting, MCMCKernel):
     r"""Base class of pyro_dp's kernels (not used directly).
 
     :param model: Pyro model (see :class:`~pyro_dp.likelihood.PrivateLikelihood`).
@@ -224,6 +225,7 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
         self.data_plate = data_plate
         self._user_transforms = transforms
         self.init_strategy = init_to_sample if init_strategy is None else init_strategy
+        self._init_workers()  # this object's identity and shared release counters, before any worker is forked
         self._init_privacy(epsilon=epsilon, delta=delta, num_iterations=num_iterations, num_chains=num_chains,
                            accountant=accountant, reference_delta=reference_delta, non_private=non_private,
                            relation=relation)
@@ -234,14 +236,12 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
         self.seed = int(seed) if seed is not None else secrets.randbits(63)  # the data-free streams only
         self._init_secret_stream(noise_seed, secure_mode)
         self.nonprivate_diagnostics = bool(nonprivate_diagnostics)
-        self._init_workers()  # this object's identity and shared release counters, before any worker is forked
         self.transforms = None  # set by setup(); MCMC reads it after the run
         self.lik: Optional[PrivateLikelihood] = None  # set by setup()
         self._warmup_steps = 0  # set by setup()
         self._user_initial_params: Optional[Dict[str, torch.Tensor]] = None
         self._initial_params: Optional[Dict[str, torch.Tensor]] = None
         self._init_private_start(init)
-        self._init_ledgers()  # empty: this object has released nothing
         self._chain_index = 0
         self._num_setups = 0
         self._pending_state: Optional[dict] = None  # a load_state_dict() waiting for setup()
@@ -268,14 +268,11 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
         self._num_accepted = 0
         self._clipped_sum = 0.0
         self._clipped_count = 0
-        self._budget_exhausted = False
-        self._stop_cause_text = ""
+        self.privacy.reset_chain()  # reads data until stopped; the progress bar's ε starts afresh
         self._state = None
         self._returned = None  # the last sample()'s output (_returned_unchanged)
         self._init_done = False
-        self.__dict__.pop("_eps_log", None)  # the progress bar's ε starts afresh with the chain
         self._diagnostics_warned = set()  # (iteration, message) pairs diagnostics() has warned
-        self.__dict__.pop("_eps_log_start", None)
 
     @property
     def initial_params(self):
@@ -300,10 +297,7 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
         self._num_setups += 1
         if self._iteration > 0:  # a new run without cleanup(): file the old chain
             self.cleanup()
-        if not self._ledger or self._ledger.worker_slot != self._worker_slot():
-            # a fresh chain id, also in each worker process: a worker never records into the owner's
-            # live ledger (e.g. one left non-empty by an interrupted private init, s10 audit F5)
-            self._ledger = self._new_chain_ledger()
+        self.privacy.begin_chain(self._worker_slot())  # a fresh chain id, also in each worker process
         self._reset_chain_stats()  # a chain starts here (the object is fully built by now)
         self.lik = PrivateLikelihood(
             self.model,
@@ -326,7 +320,7 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
         self._auto_compile()  # jit_compile=None: eager or compiled from the run's predicted cost (data-free)
         self._calibrate_noise()  # noise from the budget when none was given (data-free)
         self._setup_budget()  # the plan (data-free)
-        self._check_accountant_supports_plan()
+        self.privacy.check_supports(sum(self.planned_events(), []), type(self).__name__)  # before any data access
         self._check_worker_releases()
         refusal = self._chain_slot_refusal()  # stops the chain below, before any data is read
         self._rng = torch.Generator(device=self.lik.device)
@@ -335,7 +329,8 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
         self._noise = NoiseSource(seed=noise_seed, secure_mode=self.secure_mode, device=self.lik.device, warn=False)
         if self._shards is not None:
             self._share_ranks()  # the global N (public) and rank 0's noise inside every release
-        self._check_delta()
+        if self._num_setups == 1:  # with the run-length notice: delta above 1/N, N over all ranks
+            self.privacy.check_delta(self.lik.global_num_rows)
         z0 = _initial_point(self.lik, self._user_initial_params)
         if self._shards is not None:
             self._check_ranks_agree(z0)
@@ -343,7 +338,7 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
         self._state = self._init_state(z0)
         self._init_done = False
         if refusal is not None:
-            self._stop(refusal)
+            self.privacy.stop(refusal, iteration=self._iteration)
         self._resume_pending()  # a load_state_dict() before setup(): continue its chain
 
     def sample(self, params):
@@ -352,7 +347,7 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
         try:
             return self._sample(params)
         except Exception as e:  # in an MCMC worker: the chain's releases must come back
-            raise ChainFailedError(f"{type(e).__name__}: {e}", self._ledger.copy()) from e
+            raise ChainFailedError(f"{type(e).__name__}: {e}", self.privacy.live.copy()) from e
 
     def _sample(self, params):
         if self._state is None:
@@ -366,13 +361,13 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
         pending_init = self.init is not None and not self._init_done
         declared = self._declare(pending_init)  # the plan check: None when the chain reads no more data
         if declared is None:
-            self._ledger.end_iteration()  # an iteration that released nothing (the ε curve stays flat)
+            self.privacy.end_iteration()  # an iteration that released nothing (the ε curve stays flat)
             return {k: v.clone() for k, v in self.lik.unravel(self._state_z(self._state)).items()}
         if pending_init:
             self._run_private_start()  # the private init's releases, recorded as they are made
         self._state, info = self._step(self._state)
         self._report(info.events, declared)
-        self._ledger.end_iteration()  # where this iteration's releases end (pyro_dp.privacy_report's curve)
+        self.privacy.end_iteration()  # where this iteration's releases end (pyro_dp.privacy_report's curve)
         self._iteration += 1
         if self._iteration % HEAP_TRIM_EVERY == 0:  # bounded memory over long runs (pyro_dp.heap): a fixed,
             release_free_heap()  # data-free schedule
@@ -390,10 +385,8 @@ class DPKernel(PrivacyEngine, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
         """End of a chain: file its ledger with the finished chains (idempotent). The chain's
         last checkpoint stays available from :meth:`state_dict` (to resume it after
         ``mcmc.run``)."""
-        if self._state is not None and self.lik is not None and self._ledger:
+        if self._state is not None and self.lik is not None and self.privacy.live:
             self._last_checkpoint = self.state_dict()
-        if self._ledger:
-            live, self._ledger = self._ledger, self._new_chain_ledger()
-            self._file_chain(live)
+        if self.privacy.end_chain(self._worker_slot()):
             self._chain_index += 1
         self._reset_chain_stats()

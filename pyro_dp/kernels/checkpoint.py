@@ -28,7 +28,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import importlib
-from collections import Counter
 
 import numpy as np
 import torch
@@ -227,15 +226,15 @@ class Checkpointing:
             "relation": self.relation,
             "num_rows": self.lik.num_rows,
             "data_plate": self.lik.data_plate,
-            "chain": {a: to_plain(self.__dict__.get(a)) for a in self._chain_attrs},
+            "chain": {a: to_plain(self._chain_value(a)) for a in self._chain_attrs},
             "rng": self._rng.get_state(),
             # the secret stream's state only under the test option noise_seed: anyone holding it could
             # replay the noise of every later release of this chain (and a resumed chain draws fresh noise)
             "noise": self._noise.get_state() if self.noise_seed is not None else None,
-            "ledger": to_plain(self._ledger),
-            "chains": {cid: to_plain(led) for cid, led in self._chains.items()},
+            "ledger": to_plain(self.privacy.live),
+            "chains": {cid: to_plain(led) for cid, led in self.privacy.chains.items()},
             # which point of which chain this is (the chain id is random): resumed once per process
-            "token": f"{self._ledger.chain_id}:{self._iteration}:{self._ledger.num_releases}",
+            "token": f"{self.privacy.live.chain_id}:{self._iteration}:{self.privacy.live.num_releases}",
             # the run length a budget was planned for when the kernel chose it itself (from the
             # MCMC that ran it, or assumed): a resumed run must keep that plan, not re-plan the
             # budget for the iterations that remain (data-free)
@@ -302,14 +301,13 @@ class Checkpointing:
         # else the secret stream stays the fresh one setup() drew from the OS: restoring its state
         # would replay the checkpoint's noise on whatever data this run reads (the difference of
         # two resumed runs on neighbouring data would be one row's noise-free term)
-        self._chains, self._filed_counts = {}, Counter()
-        for led in state["chains"].values():
-            self._file_chain(from_plain(led))
-        live = from_plain(state["ledger"])
-        self._ledger = ChainLedger(self.relation, kernel_id=self._id, chain_id=live.chain_id)
-        self._ledger.extend(live)
+        self.privacy.restore([from_plain(led) for led in state["chains"].values()], from_plain(state["ledger"]))
         self._initial_params = self.lik.unravel(self._state_z(self._state))
-        self.__dict__.pop("_eps_cache", None)
+
+    def _chain_value(self, name: str):
+        """The chain attribute ``name`` (``None`` when unset); those the privacy engine holds
+        (the stop flags, ``_incomplete``) through the kernel's properties."""
+        return getattr(self, name) if isinstance(getattr(type(self), name, None), property) else self.__dict__.get(name)
 
     def _resume_pending(self) -> None:
         """At the end of ``setup()``: continue the chain of a :meth:`load_state_dict` called

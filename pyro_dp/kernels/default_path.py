@@ -45,7 +45,7 @@ class DefaultPath:
     scale_by_default: bool = False
 
     def _calibrate_noise(self) -> None:
-        """Set the noise from the budget (:meth:`~pyro_dp.kernels.privacy_engine.PrivacyEngine._calibrate`),
+        """Set the noise from the budget (:meth:`~pyro_dp.kernels.privacy_client.PrivacyClient._calibrate`),
         telling the default path's tuner the budget first and the ratio noise after (data-free:
         the ratio clip's quantile depends on N and the noise)."""
         if isinstance(self.init, DPAutoTune):

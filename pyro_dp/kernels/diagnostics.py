@@ -53,19 +53,19 @@ class ChainReporting:
         """
         out = {
             "acceptance rate": self._num_accepted / max(self._iteration, 1),
-            "epsilon": self._epsilon_now(chain_only=True),
+            "epsilon": self.privacy.epsilon_now(chain_only=True),
             "delta": self.reference_delta,
             "relation": self.relation,  # the neighbouring relation epsilon is stated under
             "private iterations": self._iteration,
             "budget exhausted": self._budget_exhausted,
             "budget exhausted cause": self._stop_cause_text,
-            "privacy ledger": self._ledger.copy(),
+            "privacy ledger": self.privacy.live.copy(),
             "divergences": [],
         }
         if self.nonprivate_diagnostics:
             out.update({NONPRIVATE_PREFIX + k: v for k, v in self._nonprivate().items()})
         if self.default_budget and self._iteration > 0:  # Pyro asks once a chain
-            self._diagnostics_warn(self._default_budget_spent(out["epsilon"]), PrivacyNotice)
+            self._diagnostics_warn(self.privacy.default_budget_spent(type(self).__name__, out["epsilon"]), PrivacyNotice)
         if self._iteration >= 10 and self._num_accepted == 0:  # Pyro asks at the end of each chain
             self._diagnostics_warn(
                 f"this chain accepted none of its {self._iteration} proposals: its samples are its starting "
@@ -95,5 +95,5 @@ class ChainReporting:
     def logging(self):
         return {
             "acc. rate": f"{self._num_accepted / max(self._iteration, 1):.3f}",
-            "eps": self._logged_epsilon(),
+            "eps": self.privacy.logged_epsilon(self._iteration),
         }

@@ -51,7 +51,7 @@ from ..accounting.algorithms import dphmc_events, dphmc_max_iterations, dphmc_ma
 from ..compiled import cached_zeros
 from ..mechanisms import GaussianReleaseSpec, clip_and_sum, gaussian_release_spec
 from .base import DPKernel, check_positive
-from .mh import can_fuse, valid_move
+from .mh import Proposal, RatioRelease, can_fuse, propose_release_accept, valid_move
 from .proposals import (accept_uniform, gradient_release_fn, kinetic_energy, leapfrog, penalty_log_accept_threshold,
                         release_gradient, sample_momentum)
 from .tuning import init_to_center
@@ -75,6 +75,10 @@ __all__ = [
     "release_gradient",
     "gradient_release_fn",
     "dphmc_step_fn",
+    "trajectory_proposal",
+    "trajectory_release_accept",
+    "KineticRatio",
+    "TrajectoryEnd",
     "jitter_factor",
     "dphmc_mu",
     "dphmc_events",
@@ -135,32 +139,53 @@ class HMCInfo(NamedTuple):
     ratio_released: bool
 
 
-def dphmc_step_fn(lik, temperature, num_steps: int, grad_spec: GaussianReleaseSpec, ratio_spec: GaussianReleaseSpec,
-                  grad_terms, prior_terms, ratio_terms, shards=None):
-    r"""One DP-HMC iteration after its momentum, written once as a pure tensor function
-    ``step(θ, p_0, G_0, ℓ(θ), log p(θ), η, M⁻¹, b_g, b_l, ξ [L, D], ξ_l, u) -> (θ_L, p_L, G_L,
-    ℓ(θ_L), log p(θ_L), flags)``: ``L`` leapfrog steps (:func:`~.proposals.leapfrog`) with the
-    released gradients of :func:`gradient_release_fn` (the ``j``-th with the standard normal
-    ``ξ[j]``; thesis Alg. 3), the release of the clipped ratio sum
+class KineticRatio(NamedTuple):
+    r"""DP-HMC's log q-ratio :math:`K(p_0) - K(p_L)` (:func:`~.proposals.kinetic_energy`): HMC is
+    MH on :math:`(\theta, p)` with a reversible, volume-preserving trajectory, so the momentum's
+    density ratio is the proposal's (Neal 2011 §5.2; Räisä et al. 2021 Thm 3.1). Given by the
+    momenta at the trajectory's ends and the inverse mass; :meth:`added_to` adds it.
 
-    .. math::
-        \hat s = \sum_i\mathrm{clip}_{\pm b_l\|\theta_L-\theta\|}\big(\ell_i(\theta_L)-\ell_i(\theta)\big)
-                 + \sigma_l\xi_l,\qquad \sigma_l = \mathrm{nm}_l\cdot 2b_l\|\theta_L-\theta\|
+    :ivar p0: the momentum drawn at the start.
+    :ivar p: the momentum at the trajectory's end.
+    :ivar inv_mass: :math:`M^{-1}` (diagonal or scalar).
+    """
 
-    (thesis Thm 11 proof; ``ratio_terms`` clips and sums) and the penalty test
-    :math:`\log u < \min\{0, \hat\lambda - T^2\sigma_l^2/2\}` with :math:`\hat\lambda = T\hat s
-    + \log p(\theta_L) - \log p(\theta) + K(p_0) - K(p_L)` (Räisä et al. 2021 Thm 3.1), ANDed
-    with the data-free validity check (a finite trajectory end and prior). Its randomness is
-    drawn before it (:func:`hmc_step`); eager runs it as it is, the compiled path traces the
-    same function, whole trajectory included, into one graph
-    (:meth:`~pyro_dp.compiled.CompiledLikelihood.fused_graph`), where no clipped sum leaves
-    without its noise. ``flags`` (float64, read in one transfer): the ``L`` gradient releases'
-    clipped and total rows, then the ratio's clipped rows, rows and :math:`\sigma_l`, the
-    decision, the acceptance probability and the validity. When the trajectory is not valid
-    the caller drops the ratio release (a data-free rejection: nothing of it is used)."""
-    gradient = gradient_release_fn(lik, temperature, grad_spec, grad_terms, prior_terms, shards)
+    p0: torch.Tensor
+    p: torch.Tensor
+    inv_mass: torch.Tensor
 
-    def step(z, p0, g0, ll0, lp0, eta, inv_mass, grad_clip, llr_clip, xis, xi_l, u):
+    def added_to(self, x):
+        """``x + K(p_0) - K(p_L)``, the terms added in this order."""
+        return x + kinetic_energy(self.p0, self.inv_mass) - kinetic_energy(self.p, self.inv_mass)
+
+
+class TrajectoryEnd(NamedTuple):
+    """What a DP-HMC trajectory computed at its end :math:`\theta_L` and hands to the ratio
+    release (:attr:`~.mh.Proposal.aux`).
+
+    :ivar loglik: the per-example log-likelihoods at :math:`\theta_L` (private: used only inside
+        the ratio release), from the last gradient release's model evaluation.
+    :ivar log_prior: the log prior at :math:`\theta_L` (data-free).
+    :ivar releases: the ``L`` gradient releases (their clipped and total rows: non-private counts).
+    """
+
+    loglik: torch.Tensor
+    log_prior: torch.Tensor
+    releases: tuple
+
+
+def trajectory_proposal(gradient, num_steps: int, p0, step_size, inv_mass, grad_clip, xis):
+    r"""DP-HMC's trajectory as a proposal of the MH core, ``propose(rng, noise, state) ->
+    Proposal``: ``L`` leapfrog steps (:func:`~.proposals.leapfrog`) from :math:`(\theta, p_0)` on the
+    released gradients of ``gradient`` (:func:`gradient_release_fn`; the ``j``-th with the
+    standard normal ``xis[j]``), starting from the state's released :math:`G(\theta)` (thesis
+    Alg. 3). Its log q-ratio is the :class:`KineticRatio`, its ``aux`` the
+    :class:`TrajectoryEnd`, its ``grad`` :math:`G(\theta_L)` (reused if accepted). The
+    randomness is drawn before it (the momentum ``p0`` from the algorithm stream, ``xis`` from the
+    secret stream by the release spec), so ``rng`` and ``noise`` are unused and it is a pure
+    tensor function."""
+
+    def propose(rng, noise, state):
         draws, rels = iter(range(num_steps)), []
 
         def grad_fn(zz):
@@ -168,24 +193,82 @@ def dphmc_step_fn(lik, temperature, num_steps: int, grad_spec: GaussianReleaseSp
             rels.append(rel)
             return g, (ll, lp)
 
-        traj = leapfrog(z, p0, g0, eta, num_steps, inv_mass, grad_fn)
+        traj = leapfrog(state.z, p0, state.grad, step_size, num_steps, inv_mass, grad_fn)
         ll, lp = traj.aux[-1]
-        clip = llr_clip * lik.jump_norm(traj.z, z)  # b_l ||θ'−θ|| (thesis Thm 11), likelihood coordinates
-        r = ratio_spec.release(ratio_terms(ll, ll0, clip), clip, xi_l, shards)
+        return Proposal(traj.z, KineticRatio(p0, traj.p, inv_mass), grad=traj.grad,
+                        aux=TrajectoryEnd(ll, lp, tuple(rels)))
+
+    return propose
+
+
+def trajectory_release_accept(lik, temperature, ratio_spec: GaussianReleaseSpec, ratio_terms, llr_clip, xi_l, u,
+                              shards=None):
+    r"""DP-HMC's ratio release and penalty test as the MH core's ``release_accept(noise, rng,
+    state, z', log q-ratio, end) -> (RatioRelease, accepted)``, a pure tensor function (``xi_l``,
+    the ratio's standard normal, and ``u``, the accept uniform, drawn before it): the release of
+    the clipped ratio sum at the trajectory's end (``end``, a :class:`TrajectoryEnd`: no second
+    model evaluation)
+
+    .. math::
+        \hat s = \sum_i\mathrm{clip}_{\pm b_l\|\theta_L-\theta\|}\big(\ell_i(\theta_L)-\ell_i(\theta)\big)
+                 + \sigma_l\xi_l,\qquad \sigma_l = \mathrm{nm}_l\cdot 2b_l\|\theta_L-\theta\|
+
+    (thesis Thm 11 proof; ``ratio_terms`` clips and sums) and the penalty test
+    :math:`\log u < \min\{0, \hat\lambda - T^2\sigma_l^2/2\}` with :math:`\hat\lambda = T\hat s
+    + \log p(\theta_L) - \log p(\theta) + K(p_0) - K(p_L)` (Räisä et al. 2021 Thm 3.1; the
+    :class:`KineticRatio`), ANDed with the data-free validity check (a finite trajectory end
+    and prior, and :func:`~.mh.valid_move`). ``accepted`` is a tensor; the release's ``extra`` is
+    ``(ratio SumRelease, acceptance probability, validity)``: when the trajectory is not valid
+    the caller drops the ratio release (a data-free rejection: nothing of it is used)."""
+
+    def release_accept(noise, rng, state, z_new, log_q_ratio, end):
+        clip = llr_clip * lik.jump_norm(z_new, state.z)  # b_l ||θ'−θ|| (thesis Thm 11), likelihood coordinates
+        r = ratio_spec.release(ratio_terms(end.loglik, state.loglik, clip), clip, xi_l, shards)
+        log_ratio = temperature * r.value
         # Räisä et al. 2021 Thm 3.1 / thesis Alg. 3: λ̂ = T ŝ + Δ log p + K(p_0) − K(p_L)
-        lambda_hat = temperature * r.value + (lp - lp0) + kinetic_energy(p0, inv_mass) - kinetic_energy(traj.p,
-                                                                                                          inv_mass)
+        lambda_hat = log_q_ratio.added_to(log_ratio + (end.log_prior - state.log_prior))
         # penalty −T²σ_l²/2 (Yıldırım & Ermiş 2019 §3.1)
         noise_var = (temperature * r.noise_std) ** 2
         log_prob = penalty_log_accept_threshold(lambda_hat, noise_var)
         prob = torch.exp(log_prob)
-        valid = torch.isfinite(traj.z).all() & torch.isfinite(lp)  # data-free: left the support / diverged
-        ok = valid & valid_move(lp, lambda_hat, noise_var)  # mh.valid_move: the one validity check
+        valid = torch.isfinite(z_new).all() & torch.isfinite(end.log_prior)  # data-free: left the support / diverged
+        ok = valid & valid_move(end.log_prior, lambda_hat, noise_var)  # mh.valid_move: the one validity check
         accepted = (torch.log(u) < log_prob) & ok
-        counts = [c for rel in rels for c in (rel.num_clipped, rel.num_rows)]
-        flags = [*counts, r.num_clipped, r.num_rows, r.noise_std, accepted, torch.where(ok, prob, 0.0), valid]
+        rel = RatioRelease(log_ratio, noise_var, end.log_prior, (ratio_spec.event,), None, r.noise_std,
+                           cache_new=end.loglik, cache_old=state.loglik, extra=(r, torch.where(ok, prob, 0.0), valid))
+        return rel, accepted
+
+    return release_accept
+
+
+def dphmc_step_fn(lik, temperature, num_steps: int, grad_spec: GaussianReleaseSpec, ratio_spec: GaussianReleaseSpec,
+                  grad_terms, prior_terms, ratio_terms, shards=None):
+    r"""One DP-HMC iteration after its momentum, written once as a pure tensor function
+    ``step(θ, p_0, G_0, ℓ(θ), log p(θ), η, M⁻¹, b_g, b_l, ξ [L, D], ξ_l, u) -> (θ_L, p_L, G_L,
+    ℓ(θ_L), log p(θ_L), flags)``: moves 1–3 of the MH core (:func:`~.mh.propose_release_accept`)
+    with the trajectory as the proposal (:func:`trajectory_proposal`: ``L`` leapfrog steps on the
+    released gradients of :func:`gradient_release_fn`, thesis Alg. 3) and the ratio release
+    with the penalty test as the rule (:func:`trajectory_release_accept`). Its randomness is
+    drawn before it (:func:`hmc_step`); eager runs it as it is, the compiled path traces the
+    same function, whole trajectory included, into one graph
+    (:meth:`~pyro_dp.compiled.CompiledLikelihood.fused_graph`), where no clipped sum leaves
+    without its noise. ``flags`` (float64, read in one transfer): the ``L`` gradient releases'
+    clipped and total rows, then the ratio's clipped rows, rows and :math:`\sigma_l`, the
+    decision, the acceptance probability and the validity. The keep (move 4) is the caller's,
+    on the decision read from ``flags``."""
+    gradient = gradient_release_fn(lik, temperature, grad_spec, grad_terms, prior_terms, shards)
+
+    def step(z, p0, g0, ll0, lp0, eta, inv_mass, grad_clip, llr_clip, xis, xi_l, u):
+        _, prop, rel, accepted = propose_release_accept(
+            None, None, HMCState(z, lp0, ll0, g0),
+            propose=trajectory_proposal(gradient, num_steps, p0, eta, inv_mass, grad_clip, xis),
+            release_accept=trajectory_release_accept(lik, temperature, ratio_spec, ratio_terms, llr_clip, xi_l, u,
+                                                     shards))
+        r, prob, valid = rel.extra
+        counts = [c for g in prop.aux.releases for c in (g.num_clipped, g.num_rows)]
+        flags = [*counts, r.num_clipped, r.num_rows, r.noise_std, accepted, prob, valid]
         flags = torch.stack([torch.as_tensor(f).to(dtype=torch.float64, device=z.device) for f in flags])
-        return traj.z, traj.p, traj.grad, ll, lp, flags
+        return prop.z, prop.log_q_ratio.p, prop.grad, rel.cache_new, rel.log_prior, flags
 
     return step
 
@@ -460,7 +543,7 @@ class DPHMC(DPKernel):
         if given == (False, False):
             if self.non_private:
                 raise ValueError("non_private=True is the noise-free test mode: set both noise multipliers to 0")
-            self._adopt_default_budget()  # calibrated to the budget (the default one if none is given)
+            self.privacy.adopt_default_budget()  # calibrated to the budget (the default one if none is given)
         elif given != (True, True):
             raise ValueError("give both grad_noise_multiplier and llr_noise_multiplier, or neither (calibration)")
         else:

@@ -26,9 +26,12 @@ An iteration is always the same four moves, :func:`mh_step`:
 4. keep :math:`\theta'` or :math:`\theta` and flip the guided-walk direction after a rejection
    (Gustafson 1998).
 
-DP-HMC composes the same pieces (leapfrog proposal, penalty rule, :func:`valid_move`) inside its
-one compiled step, :func:`~.hmc.dphmc_step_fn`, where trajectory, releases and test are a
-single graph. :class:`RandomWalkKernel` owns what the random-walk kernels share: the proposal
+DP-HMC goes through the same core: its trajectory is a proposal
+(:func:`~.hmc.trajectory_proposal`, the kinetic energies as its log q-ratio) and its ratio
+release with the penalty test a ``release_accept`` (:func:`~.hmc.trajectory_release_accept`);
+:func:`propose_release_accept` (moves 1–3) composes them into its one pure step,
+:func:`~.hmc.dphmc_step_fn`, which the compiled path traces whole, trajectory, releases and test
+in a single graph; the keep (move 4) follows on HMC's state. :class:`RandomWalkKernel` owns what the random-walk kernels share: the proposal
 mode, the scale and its warmup adaptation, and the batch checks.
 """
 from __future__ import annotations
@@ -44,7 +47,8 @@ from .base import DPKernel, check_positive
 from .proposals import (DEFAULT_TARGET_ACCEPT_PROB, AdaptiveProposalScale, flip_direction, initial_directions,
                         random_walk, release_gradient, sample_momentum)
 
-__all__ = ["MHState", "MHInfo", "RatioRelease", "Proposal", "mh_init", "mh_step", "valid_move", "release_then_accept",
+__all__ = ["MHState", "MHInfo", "RatioRelease", "Proposal", "mh_init", "mh_step", "propose_release_accept",
+           "valid_move", "release_then_accept",
            "random_walk_proposal", "langevin_proposal", "RandomWalkKernel", "check_batch_size", "can_fuse"]
 
 
@@ -140,6 +144,9 @@ class Proposal(NamedTuple):
     :ivar grad: the released gradient at :math:`\\theta'`, kept if it is accepted.
     :ivar state: the current state with what the proposal released there (the chain's first
         gradient), or ``None`` when unchanged.
+    :ivar aux: what the proposal computed at :math:`\theta'` that the release reuses (DP-HMC's
+        trajectory end: the per-example log-likelihoods and log prior of its last gradient
+        release), handed to ``release_accept`` as its last argument; ``None``: nothing.
     """
 
     z: torch.Tensor
@@ -149,6 +156,7 @@ class Proposal(NamedTuple):
     events: Tuple = ()
     grad: object = None
     state: object = None
+    aux: object = None
 
 
 def valid_move(log_prior_new, lambda_hat, noise_var=0.0) -> torch.Tensor:
@@ -219,15 +227,29 @@ def langevin_proposal(lik, step_size: float, grad_clip: float, noise_multiplier:
     return propose
 
 
+def propose_release_accept(rng, noise, state, *, propose: Callable[..., Proposal], release_accept: Callable):
+    """Moves 1–3 of :func:`mh_step`: ``(state, Proposal, release, accepted)``, where ``state``
+    is the current state with what the proposal released there. ``release_accept(noise, rng,
+    state, z', log q-ratio[, aux]) -> (release, accepted)`` gets the proposal's ``aux`` when it
+    has one. A pure tensor function when ``propose`` and ``release_accept`` are (their
+    randomness drawn before, ``rng``/``noise`` then unused): DP-HMC's compiled iteration traces it
+    whole, trajectory, releases and test in one graph (:func:`~.hmc.dphmc_step_fn`)."""
+    prop = propose(rng, noise, state)
+    state = state if prop.state is None else prop.state
+    aux = () if prop.aux is None else (prop.aux,)
+    rel, accepted = release_accept(noise, rng, state, prop.z, prop.log_q_ratio, *aux)
+    return state, prop, rel, accepted
+
+
 def mh_step(rng: torch.Generator, noise, state: MHState, *, propose: Callable[..., Proposal],
             release_accept: Callable) -> Tuple[MHState, MHInfo]:
     """One DP MH iteration (module docstring): ``propose(rng, noise, state) -> Proposal``, then
     ``release_accept(noise, rng, state, z', log q-ratio) -> (RatioRelease, accepted)`` (the
-    rule's randomness always drawn, its decision ANDed with :func:`valid_move`), then keep or
-    reject, flipping the guided-walk direction after a rejection."""
-    prop = propose(rng, noise, state)
-    state = state if prop.state is None else prop.state
-    rel, accepted = release_accept(noise, rng, state, prop.z, prop.log_q_ratio)
+    rule's randomness always drawn, its decision ANDed with :func:`valid_move`;
+    :func:`propose_release_accept`), then keep or reject, flipping the guided-walk direction
+    after a rejection."""
+    state, prop, rel, accepted = propose_release_accept(rng, noise, state, propose=propose,
+                                                        release_accept=release_accept)
     direction = flip_direction(state.direction, prop.coord, accepted) if prop.flips else state.direction
     if accepted:
         new = MHState(prop.z, rel.log_prior, direction, rel.cache_new, prop.grad)

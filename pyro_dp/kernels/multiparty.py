@@ -262,16 +262,16 @@ class DPMultiPartyPenalty(RandomWalkKernel):
 
     # ------------------------------------------------------------------ per-party ledgers
     def cleanup(self):
-        if self._ledger:  # file this chain's party ledgers with its main ledger
-            self._file_party_chain(self._ledger.chain_id, self._party_ledgers)
+        if self.privacy.live:  # file this chain's party ledgers with its main ledger
+            self._file_party_chain(self.privacy.live.chain_id, self._party_ledgers)
             self._party_ledgers = [PrivacyLedger() for _ in range(self.num_parties)]
         super().cleanup()
 
     def _file_party_chain(self, chain_id: str, ledgers) -> None:
         """File a finished chain's party ledgers (idempotent by chain id; the longer copy wins,
-        as :meth:`~pyro_dp.kernels.base.DPKernel._file_chain`). The live chain is never filed
-        from a copy of itself."""
-        if not chain_id or chain_id == self._ledger.chain_id and ledgers is not self._party_ledgers:
+        as :meth:`~pyro_dp.kernels.privacy_engine.PrivacyEngine.file_chain`). The live chain is never
+        filed from a copy of itself."""
+        if not chain_id or chain_id == self.privacy.live.chain_id and ledgers is not self._party_ledgers:
             return
         old = self._party_chains.get(chain_id)
         if old is None or sum(x.num_releases for x in old) < sum(x.num_releases for x in ledgers):
@@ -306,7 +306,7 @@ class DPMultiPartyPenalty(RandomWalkKernel):
     def diagnostics(self) -> dict:
         out = super().diagnostics()
         out["party privacy ledgers"] = PartyLedgers((led.copy() for led in self._party_ledgers), self._id,
-                                                    self._ledger.chain_id)
+                                                    self.privacy.live.chain_id)
         return out
 
 

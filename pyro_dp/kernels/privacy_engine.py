@@ -1,38 +1,32 @@
-r"""The privacy engine of a kernel: its ledgers, budget, plan, stop and ε, in one place.
+r"""The privacy engine of a kernel: its ledgers, budget, plan, stop and ε, in one object.
 
-A kernel's step only *reports* what it released; this mixin of
-:class:`~pyro_dp.kernels.base.DPKernel` owns everything the releases mean for privacy, as
-Opacus's optimiser reports to its accountant (``opacus/privacy_engine.py``):
+A kernel owns one :class:`PrivacyEngine` (``kernel.privacy``, built in ``__init__``) and only
+*reports* to it what it is about to release and what it released, as Opacus's optimiser reports
+its steps to its accountant (``opacus/privacy_engine.py``); the kernel's side of that contract,
+what it declares and the engine's surface on the kernel, is :mod:`pyro_dp.kernels.privacy_client`.
+The engine receives events and public counts only — never the kernel, its state or data — so it
+knows nothing of MCMC:
 
 * **One cumulative ledger per kernel object.** Each chain keeps a :class:`ChainLedger`
-  (a :class:`~pyro_dp.mechanisms.PrivacyLedger` tagged with the kernel and the chain);
-  ``cleanup()`` files it with the kernel's finished chains. ``diagnostics()`` returns it,
-  and that is what comes back from a worker process when ``MCMC`` runs chains in parallel:
-  when the parent process unpickles it, it files itself with the parent's kernel object
-  (idempotently, :mod:`pyro_dp.kernels.workers`). So :attr:`PrivacyEngine.ledger`,
+  (a :class:`~pyro_dp.mechanisms.PrivacyLedger` tagged with the kernel and the chain,
+  :attr:`PrivacyEngine.live`); at the chain's end (``cleanup()``) :meth:`PrivacyEngine.end_chain`
+  files it with the finished chains. ``diagnostics()`` returns it, and that is what comes back
+  from a worker process when ``MCMC`` runs chains in parallel: when the parent process unpickles
+  it, it files itself with the parent's kernel object's engine (idempotently,
+  :mod:`pyro_dp.kernels.workers`). So :attr:`PrivacyEngine.ledger`,
   :meth:`PrivacyEngine.get_epsilon`, :func:`pyro_dp.get_epsilon` and the budget see every
   release of every chain of every ``mcmc.run`` of this kernel object, in this process or in
   workers.
-* **The budget is enforced on the ledger.** With ``epsilon``/``delta`` the kernel plans one
-  chain's releases (:class:`~pyro_dp.kernels.plan.PrivacyPlan`: the private ``init``,
-  once-per-chain releases, and as many iterations as fit for ``num_chains`` chains) and,
-  before every iteration (:meth:`PrivacyEngine._declare`), checks that the chain's ledger plus
-  the iteration's declared releases stays within that plan and that all the kernel's ledgers
-  stay within ``num_chains`` such plans. The check reads only event counts (public), so
-  whatever the control flow — re-runs, a re-initialised state, a retried set-up, more chains
-  than planned — nothing is released beyond the budget. After the step,
-  :meth:`PrivacyEngine._report` records what it released and checks it was declared.
-* **What a kernel declares** (its subclass API for privacy): :meth:`~PrivacyEngine._per_iteration_events`,
-  :meth:`~PrivacyEngine._fixed_events`, :meth:`~PrivacyEngine._step_events` and
-  :meth:`~PrivacyEngine._calibrate` (noise from the budget when the user gave none).
-
-The kernel's lifecycle reaches it through a few calls only: ``_init_privacy``/``_init_ledgers``
-(``__init__``), ``_setup_budget``/``_check_accountant_supports_plan``/``_check_delta``
-(``setup``), :meth:`~PrivacyEngine._declare` and :meth:`~PrivacyEngine._report` (around each
-step), ``_run_private_start`` (the private initialisation) and ``_file_chain`` (``cleanup``). It is a
-mixin — the same object as the kernel — rather than a component of its own, so that what users,
-checkpoints (``_chain_attrs``) and tests address (``kernel.epsilon``, ``kernel.ledger``,
-``kernel._ledger``) is unchanged; making it a separate object is the next step (issue 39).
+* **The budget is enforced on the ledger.** With ``epsilon``/``delta`` the engine plans one
+  chain's releases (:meth:`PrivacyEngine.make_plan`, a :class:`~pyro_dp.kernels.plan.PrivacyPlan`:
+  the kernel's once-per-chain releases, its private ``init``'s included, and as many iterations as
+  fit for ``num_chains`` chains) and, before every iteration (:meth:`PrivacyEngine.declare`),
+  checks that the chain's ledger plus the iteration's declared releases stays within that plan
+  and that all the kernel's ledgers stay within ``num_chains`` such plans. The check reads only
+  event counts (public), so whatever the control flow — re-runs, a re-initialised state, a
+  retried set-up, more chains than planned — nothing is released beyond the budget; when it
+  fails, :meth:`PrivacyEngine.stop` stops the chain, loudly. After the step,
+  :meth:`PrivacyEngine.report` records what it released and checks it was declared.
 """
 from __future__ import annotations
 
@@ -42,15 +36,14 @@ import secrets
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, Optional
 
 import torch
 
 from ..warn import warn_user
-from ..accounting import UnsupportedEventError, calibrate, get_accountant
-from ..mechanisms import PrivacyEvent, PrivacyLedger, ReproducibleNoiseWarning
+from ..accounting import DEFAULT_ACCOUNTANT, UnsupportedEventError, calibrate, get_accountant
+from ..mechanisms import PrivacyEvent, PrivacyLedger
 from .plan import PrivacyPlan, counts as _counts, within as _within
-from .tuning import DPAutoTune
 from .workers import _owned_kernel
 
 __all__ = ["PrivacyEngine", "ChainLedger", "BudgetExhaustedWarning", "PrivacyNotice", "check_positive",
@@ -257,17 +250,41 @@ class ChainLedger(PrivacyLedger):
         self.__dict__.setdefault("_pending", 0)
         kernel = _owned_kernel(self.kernel_id)
         if kernel is not None:
-            kernel._file_chain(self)
+            kernel.privacy.file_chain(self)
 
 
 class PrivacyEngine:
-    """Mixin of :class:`~pyro_dp.kernels.base.DPKernel`: ledgers, budget, plan, stop and ε
-    (module doc). The kernel's lifecycle calls :meth:`_declare` before a step and
-    :meth:`_report` after it; everything else here is privacy bookkeeping."""
+    r"""The privacy engine of one kernel object (module doc): its budget, its ledgers, its plan,
+    its stop and its ε. A kernel owns one (``kernel.privacy``) and only reports to it.
 
-    def _init_privacy(self, *, epsilon, delta, num_iterations, num_chains, accountant, reference_delta,
-                      non_private, relation) -> None:
-        """Validate and keep the budget and the accounting settings (``__init__``; data-free)."""
+    :param float epsilon, delta: total budget over all chains (``None``: no budget; ``delta``
+        defaults to :data:`DEFAULT_DELTA` when only ``epsilon`` is given).
+    :param int num_chains: chains the budget is shared by (default 1).
+    :param str accountant: accountant of ε (:func:`~pyro_dp.accounting.get_accountant`).
+    :param float reference_delta: δ at which diagnostics and the progress bar report ε
+        (default: ``delta`` if given, else 1e-5).
+    :param bool non_private: the noise-free test mode (refused with a budget).
+    :param str relation: the ledgers' neighbouring relation.
+    :param str kernel_id: the owning kernel object's id (tags its :class:`ChainLedger`).
+
+    It never sees a kernel, a state or data: it receives events (:meth:`declare`,
+    :meth:`report`, :meth:`record`) and public counts (the iteration, the number of rows), as
+    an accountant receives an optimiser's steps.
+
+    >>> from pyro_dp.mechanisms import GaussianEvent
+    >>> engine = PrivacyEngine(epsilon=5.0, delta=1e-5)  # nm = 3: 11 iterations fit
+    >>> engine.make_plan([], [GaussianEvent(3.0)]); engine.steps_allowed
+    11
+    >>> declared = engine.declare([GaussianEvent(3.0)], iteration=0)
+    >>> engine.report([GaussianEvent(3.0)], declared); engine.end_iteration()
+    >>> engine.ledger.num_releases, engine.get_epsilon() <= 5.0
+    (1, True)
+    """
+
+    def __init__(self, *, epsilon: Optional[float] = None, delta: Optional[float] = None,
+                 num_chains: Optional[int] = None, accountant: str = DEFAULT_ACCOUNTANT,
+                 reference_delta: Optional[float] = None, non_private: bool = False, relation: str = "substitute",
+                 kernel_id: str = ""):
         self.relation = relation
         self.non_private = bool(non_private)
         if epsilon is not None or delta is not None:
@@ -282,286 +299,216 @@ class PrivacyEngine:
             if self.non_private:
                 raise ValueError("non_private=True cannot be combined with a privacy budget")
         self.epsilon, self.delta = epsilon, delta
-        self.num_iterations = None if num_iterations is None else check_positive("num_iterations", num_iterations, integer=True)
-        #: whether num_chains was given (else it is read from ``MCMC`` at the first set-up)
-        self._num_chains_given = num_chains is not None
         self.num_chains = 1 if num_chains is None else check_positive("num_chains", num_chains, integer=True)
-        #: ``True`` when the kernel adopted :data:`DEFAULT_EPSILON` (:meth:`_adopt_default_budget`)
+        #: ``True`` when the engine adopted :data:`DEFAULT_EPSILON` (:meth:`adopt_default_budget`)
         self.default_budget = False
-        #: where :attr:`num_iterations` came from: ``"given"``, ``"MCMC"`` or ``"assumed"``
-        self.run_length_source = None if num_iterations is None else "given"
         get_accountant(accountant)
         self.accountant = accountant
         rd = reference_delta if reference_delta is not None else (delta if delta is not None else 1e-5)
         if not (0.0 < float(rd) < 1.0):
             raise ValueError(f"reference_delta must be in (0, 1), got {rd!r}")
         self.reference_delta = float(rd)
+        self.kernel_id = kernel_id
+        #: every finished chain of the kernel object (this process and workers): chain id -> ledger
+        self.chains: Dict[str, PrivacyLedger] = {}
+        self.filed_counts: Counter = Counter()  # event counts of self.chains, for the plan check
+        #: the ledger of the chain in progress
+        self.live = self.new_chain_ledger(-1)
+        self.plan: Optional[PrivacyPlan] = None  # set by make_plan() when there is a budget
+        #: why the ledgers may miss releases (set by the worker bookkeeping), else ``None``
+        self.incomplete: Optional[str] = None
+        self.reset_chain()
 
-    def _init_secret_stream(self, noise_seed, secure_mode) -> None:
-        """The settings of the secret stream (privacy noise, batches: a
-        :class:`~pyro_dp.mechanisms.NoiseSource` per chain, from OS entropy): ``noise_seed``, the
-        test option that makes it reproducible, warns (anyone who knows it can remove the noise)."""
-        self.secure_mode = bool(secure_mode)
-        if noise_seed is not None:
-            if self.secure_mode:
-                raise ValueError("secure_mode=True draws the noise seed from the OS: do not pass noise_seed")
-            warn_user(
-                "noise_seed makes the privacy noise and batch selection reproducible: anyone who knows it "
-                "can replay the noise and remove it from the released values. Use it for tests only.",
-                ReproducibleNoiseWarning,
-            )
-        self.noise_seed = None if noise_seed is None else int(noise_seed)
-
-    def _init_private_start(self, init) -> None:
-        """The optional private initialisation (``init=``, e.g. ``DPGradientInit``): its releases
-        are recorded in the chain's ledger and counted by the plan and by calibration."""
-        if init is not None and not (callable(getattr(init, "run", None)) and callable(getattr(init, "events", None))):
-            raise TypeError(f"init must be a private initialiser such as DPGradientInit, got {init!r}")
-        if init is not None and getattr(init, "noise_multiplier", None) == 0 and not self.non_private:
-            raise ValueError("init with noise_multiplier=0 is only allowed with non_private=True")
-        self.init = init
-
-    def _init_ledgers(self) -> None:
-        """This kernel object's (empty) ledgers and plan (``__init__``, after :meth:`_init_workers`)."""
-        # every finished chain of this kernel object (this process and workers): chain id -> ledger
-        self._chains: Dict[str, PrivacyLedger] = {}
-        self._filed_counts: Counter = Counter()  # event counts of self._chains, for the plan check
-        self._ledger = self._new_chain_ledger()
-        self._plan: Optional[PrivacyPlan] = None  # set by setup() when there is a budget
-        self._incomplete: Optional[str] = None  # set when worker releases may have been lost
-
-    def _adopt_default_budget(self) -> None:
+    # ------------------------------------------------------------------ the budget
+    def adopt_default_budget(self) -> None:
         """No budget and no noise given: calibrate to :data:`DEFAULT_EPSILON`,
         :data:`DEFAULT_DELTA` (announced by a :class:`PrivacyNotice` at set-up)."""
         if self.epsilon is None and not self.non_private:
             self.epsilon, self.delta, self.default_budget = DEFAULT_EPSILON, DEFAULT_DELTA, True
             self.reference_delta = DEFAULT_DELTA
 
-    def _check_noise_multiplier(self, name: str, value) -> Optional[float]:
-        """Validate a noise multiplier; ``None`` means: calibrate it to the budget (the
-        default budget when there is none), and 0 is allowed only in the ``non_private``
-        test mode."""
-        if value is None:
-            if self.non_private:
-                raise ValueError(f"non_private=True is the noise-free test mode: set {name}=0")
-            self._adopt_default_budget()
-            return None
-        value = check_positive(name, value, allow_zero=self.non_private)
-        if self.non_private and value != 0:
-            raise ValueError(f"non_private=True is the noise-free test mode: set {name}=0")
-        return value
+    def calibrate(self, events_for_scale, *, num_iterations, fixed=(), **kwargs) -> float:
+        """:func:`~pyro_dp.accounting.calibrate` for this budget, with ``fixed`` (once per
+        chain, e.g. a private initialisation's releases) added to the fixed events."""
+        def with_fixed(scale):
+            once, per = events_for_scale(scale)
+            return list(once) + list(fixed), per
 
-    # ------------------------------------------------------------------ what a kernel declares (subclass API)
-    def _per_iteration_events(self) -> Sequence[PrivacyEvent]:
-        """Events one iteration releases (data-free; used for the budget)."""
-        raise NotImplementedError
-
-    def _fixed_events(self) -> Sequence[PrivacyEvent]:
-        """Events released once per chain in addition to the iterations (default none)."""
-        return ()
-
-    def _calibrate(self) -> None:
-        """Set noise from (epsilon, delta, num_iterations) when the user gave none."""
-
-    def planned_events(self) -> Tuple[list, list]:
-        """``(once per chain, per iteration)``: the releases this kernel plans, as events or
-        ``(event, count)`` pairs, for :func:`~pyro_dp.accounting.planned_epsilon` and
-        :func:`~pyro_dp.accounting.max_iterations`. Call after ``setup()`` (noise calibration
-        may need the number of rows). Data-free.
-
-        >>> import torch, pyro, pyro.distributions as dist, pyro_dp
-        >>> def model(y):
-        ...     mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=y.dtype, device=y.device), 1.0))
-        ...     with pyro.plate("data", len(y)) as i:
-        ...         pyro.sample("y", dist.Normal(mu, 1.0), obs=y[i])
-        >>> k = pyro_dp.DPPenalty(model, 0.1, llr_clip=1.0, noise_multiplier=10.0, seed=0)
-        >>> k.setup(0, torch.zeros(5, dtype=torch.float64))
-        >>> k.planned_events()
-        ([], [GaussianEvent(noise_multiplier=10.0)])
-        """
-        if self.lik is None:
-            raise RuntimeError("call setup() first: the plan may depend on the number of rows")
-        return self._init_events() + list(self._fixed_events()), list(self._per_iteration_events())
-
-    def _init_events(self) -> list:
-        """Releases of the private initialisation (once per chain; ``[]`` without one)."""
-        return [] if self.init is None else list(self.init.events())
-
-    def _calibrate_scale(self, events_for_scale, **kwargs) -> float:
-        """:func:`~pyro_dp.accounting.calibrate` for this kernel's budget, with the private
-        initialisation's releases added to the fixed (once per chain) events."""
-        init = self._init_events()
-
-        def with_init(scale):
-            fixed, per = events_for_scale(scale)
-            return list(fixed) + init, per
-
-        return calibrate(self.epsilon, self.delta, self.num_iterations, with_init, accountant=self.accountant,
+        return calibrate(self.epsilon, self.delta, num_iterations, with_fixed, accountant=self.accountant,
                          num_chains=self.num_chains, relation=self.relation, **kwargs)
 
-    def _step_events(self, state) -> list:
-        """The most one ``_step(state)`` can release, as events or ``(event, count)`` pairs
-        (data-free). The base enforces the budget against it *before* the step and checks
-        afterwards that the step released no more. Default: :meth:`_per_iteration_events`."""
-        return list(self._per_iteration_events())
-
-    # ------------------------------------------------------------------ ledgers, plan, stop
-    def _new_chain_ledger(self) -> ChainLedger:
-        return ChainLedger(self.relation, kernel_id=self._id, chain_id=secrets.token_hex(8),
-                           worker_slot=self._worker_slot())
-
-    def _file_chain(self, ledger: PrivacyLedger) -> None:
-        """File a finished chain's ledger with this kernel object (idempotent by chain id; a
-        chain's ledger only grows, so the longer copy wins). The live chain is never filed
-        from a copy of itself."""
-        cid = getattr(ledger, "chain_id", "") or secrets.token_hex(8)
-        if cid == self._ledger.chain_id or not ledger:
+    def make_plan(self, fixed, per_iteration, *, num_iterations: Optional[int] = None) -> None:
+        """Plan one chain's releases (data-free): ``fixed`` once per chain, and as many
+        iterations of ``per_iteration`` as fit for ``num_chains`` chains; warn when that is
+        fewer than the ``num_iterations`` planned."""
+        if self.epsilon is None:
+            self.plan = None
             return
-        old = self._chains.get(cid)
-        if old is None or old.num_releases < ledger.num_releases:
-            self._chains[cid] = ledger.copy()
-            if old is not None:
-                self._filed_counts.subtract(old.aggregate())
-            self._filed_counts.update(ledger.aggregate())
-            self.__dict__.pop("_eps_cache", None)
+        self.plan = PrivacyPlan(self.epsilon, self.delta, fixed=list(fixed), per_iteration=list(per_iteration),
+                                accountant=self.accountant, num_chains=self.num_chains, relation=self.relation)
+        if num_iterations is not None and self.steps_allowed < num_iterations:
+            warn_user(
+                f"the budget (epsilon={self.epsilon}, delta={self.delta}) allows only "
+                f"{self.steps_allowed} iterations per chain over {self.num_chains} chain(s), "
+                f"fewer than num_iterations={num_iterations}",
+                BudgetExhaustedWarning,
+            )
 
-    def _check_accountant_supports_plan(self) -> None:
-        """Refuse, before any data access, an accountant that cannot compose a release this
-        kernel plans (its private initialisation's included): otherwise the chain would read
-        the data and only the report of its ε fail. Data-free: events only."""
+    @property
+    def steps_allowed(self) -> Optional[int]:
+        """Iterations per chain the budget allows (``None`` without a budget)."""
+        return None if self.plan is None else self.plan.steps_allowed
+
+    def check_supports(self, events, owner: str) -> None:
+        """Refuse, before any data access, an accountant that cannot compose one of the planned
+        ``events`` (of ``owner``, a kernel's name): otherwise the chain would read the data and
+        only the report of its ε fail. Data-free: events only."""
         if self.non_private:
             return
-        fixed, per = self.planned_events()
         acc = get_accountant(self.accountant, relation=self.relation)
-        for item in list(fixed) + list(per):
+        for item in events:
             try:
                 acc._require(item[0] if isinstance(item, tuple) else item)
             except UnsupportedEventError as e:
                 raise UnsupportedEventError(
-                    f"{type(self).__name__}: accountant {self.accountant!r} cannot compose a planned release "
+                    f"{owner}: accountant {self.accountant!r} cannot compose a planned release "
                     f"({e}); choose one that can (e.g. 'pld' composes Gaussian and (epsilon, delta) "
                     "releases; docs/privacy.md, \"Accountants\")") from None
 
-    @property
-    def _steps_allowed(self) -> Optional[int]:
-        """Iterations per chain the budget allows (``None`` without a budget)."""
-        return None if self._plan is None else self._plan.steps_allowed
+    def check_delta(self, num_rows: int) -> None:
+        """Say when δ is above 1/N, N counting all ranks' rows (a neighbour may differ in any of them)."""
+        if self.epsilon is not None and self.delta is not None and self.delta * num_rows > 1.0:
+            warn_user(f"delta={self.delta} is above 1/N for N={num_rows} rows: pass a smaller delta", PrivacyNotice)
 
-    def _setup_budget(self):
-        """Plan one chain's releases (data-free): the private init, the once-per-chain releases
-        and as many iterations as fit for ``num_chains`` chains."""
-        if self.epsilon is None:
-            self._plan = None
+    # ------------------------------------------------------------------ chains
+    def new_chain_ledger(self, worker_slot: int) -> ChainLedger:
+        """An empty ledger for a new chain, tagged with the kernel object and ``worker_slot``."""
+        return ChainLedger(self.relation, kernel_id=self.kernel_id, chain_id=secrets.token_hex(8),
+                           worker_slot=worker_slot)
+
+    def begin_chain(self, worker_slot: int) -> None:
+        """At a chain's set-up: a fresh live ledger, unless the live one holds releases of this
+        process's slot (an interrupted private start's: they stay in that chain). A worker process
+        never records into the owner's live ledger (s10 audit F5)."""
+        if not self.live or self.live.worker_slot != worker_slot:
+            self.live = self.new_chain_ledger(worker_slot)
+
+    def end_chain(self, worker_slot: int) -> bool:
+        """At a chain's end: file the live ledger with the finished chains (idempotent) and start
+        an empty one; ``False`` when the live ledger holds nothing (no chain ended)."""
+        if not self.live:
+            return False
+        live, self.live = self.live, self.new_chain_ledger(worker_slot)
+        self.file_chain(live)
+        return True
+
+    def file_chain(self, ledger: PrivacyLedger) -> None:
+        """File a finished chain's ledger (idempotent by chain id; a chain's ledger only grows,
+        so the longer copy wins). The live chain is never filed from a copy of itself."""
+        cid = getattr(ledger, "chain_id", "") or secrets.token_hex(8)
+        if cid == self.live.chain_id or not ledger:
             return
-        self._plan = PrivacyPlan(self.epsilon, self.delta, fixed=self._init_events() + list(self._fixed_events()),
-                                 per_iteration=list(self._per_iteration_events()), accountant=self.accountant,
-                                 num_chains=self.num_chains, relation=self.relation)
-        if self.num_iterations is not None and self._steps_allowed < self.num_iterations:
-            warn_user(
-                f"the budget (epsilon={self.epsilon}, delta={self.delta}) allows only "
-                f"{self._steps_allowed} iterations per chain over {self.num_chains} chain(s), "
-                f"fewer than num_iterations={self.num_iterations}",
-                BudgetExhaustedWarning,
+        old = self.chains.get(cid)
+        if old is None or old.num_releases < ledger.num_releases:
+            self.chains[cid] = ledger.copy()
+            if old is not None:
+                self.filed_counts.subtract(old.aggregate())
+            self.filed_counts.update(ledger.aggregate())
+            self.__dict__.pop("_eps_cache", None)
+
+    def restore(self, chains, live: PrivacyLedger) -> None:
+        """Continue a checkpoint's ledgers: its finished ``chains`` filed afresh, and its ``live``
+        chain's releases (and iteration marks) in a live ledger of this kernel object."""
+        self.chains, self.filed_counts = {}, Counter()
+        for led in chains:
+            self.file_chain(led)
+        self.live = ChainLedger(self.relation, kernel_id=self.kernel_id, chain_id=live.chain_id)
+        self.live.extend(live)
+        self.__dict__.pop("_eps_cache", None)
+
+    def reset_chain(self) -> None:
+        """A chain starts: it reads data until :meth:`stop`; the progress bar's ε starts afresh."""
+        #: whether the chain has stopped reading data (:meth:`stop`)
+        self.stopped = False
+        #: why it stopped, in words
+        self.stop_cause = ""
+        self.__dict__.pop("_eps_log", None)
+        self.__dict__.pop("_eps_log_start", None)
+
+    # ------------------------------------------------------------------ one iteration
+    def declare(self, events, *, iteration: int) -> Optional[Counter]:
+        """Before an iteration: the releases it may make (``events``, or ``(event, count)``
+        pairs), checked against the plan; ``None`` when the chain has stopped reading data (now,
+        with the budget warning, or earlier). ``iteration``: the chain's count, for the warning."""
+        if self.stopped:
+            return None
+        declared = _counts(events)
+        if self.plan is not None and not self.plan.fits(self.live, self.filed_counts, declared):
+            self.stop(self.plan.stop_cause(self.live, declared, len(self.chains)), iteration=iteration)
+            return None
+        return declared
+
+    def report(self, events, declared: Counter, on_release=None, owner: str = "the kernel") -> None:
+        """After a step: record what it released in the live ledger (calling ``on_release()``
+        after each: the worker processes' shared counters, :mod:`pyro_dp.kernels.workers`),
+        then check that it released no more than was ``declared``."""
+        for ev in events:
+            self.record(ev, on_release=on_release)
+        if not _within(_counts(events), declared):
+            raise RuntimeError(
+                f"internal error: {owner} released {list(events)} but declared "
+                f"{dict(declared)} (recorded in the ledger; please report)"
             )
 
-    def _stop(self, cause: str, stacklevel: int = 3):
-        """Stop reading data for the rest of this chain, and say why."""
-        self._budget_exhausted = True
-        self._stop_cause_text = cause
+    def record(self, event: PrivacyEvent, label: str = "", on_release=None) -> None:
+        """Record one release in the live ledger as it is made (an exception part-way loses none)."""
+        self.live.record(event, label=label)
+        if on_release is not None:
+            on_release()
+
+    def end_iteration(self) -> None:
+        """Where an iteration's releases end (:func:`pyro_dp.privacy_report`'s curve)."""
+        self.live.end_iteration()
+
+    def stop(self, cause: str, *, iteration: int) -> None:
+        """Stop reading data for the rest of this chain (after ``iteration`` iterations), and say why."""
+        self.stopped = True
+        self.stop_cause = cause
         head = (f"privacy budget (epsilon={self.epsilon}, delta={self.delta}) spent after" if self.epsilon is not None
                 else "this chain (no budget set) refused to read data after")
         msg = (
-            f"{head} {self._iteration} iterations of this chain: {cause}. The kernel has STOPPED READING DATA "
+            f"{head} {iteration} iterations of this chain: {cause}. The kernel has STOPPED READING DATA "
             "and repeats its last state for every remaining iteration: discard the repeated tail "
             "(diagnostics()['private iterations'] says how many iterations are real)."
         )
         warn_user(msg, BudgetExhaustedWarning)
         _logger.warning(msg)
 
-    def _check_delta(self) -> None:
-        """At the first set-up (with the run-length notice): say when δ is above 1/N, N counting
-        all ranks' rows (a neighbour may differ in any of them)."""
-        if self.epsilon is not None and self._num_setups == 1:
-            n = self.lik.global_num_rows
-            if self.delta is not None and self.delta * n > 1.0:
-                warn_user(f"delta={self.delta} is above 1/N for N={n} rows: pass a smaller delta", PrivacyNotice)
-
-    def _declare(self, pending_init: bool) -> Optional[Counter]:
-        """Before an iteration: the releases it may make (the private init's when it is
-        pending, and :meth:`_step_events`), checked against the plan; ``None`` when the chain
-        has stopped reading data (now, with the budget warning, or earlier)."""
-        if self._budget_exhausted:
-            return None
-        declared = _counts((self._init_events() if pending_init else []) + self._step_events(self._state))
-        if self._plan is not None and not self._plan.fits(self._ledger, self._filed_counts, declared):
-            self._stop(self._plan.stop_cause(self._ledger, declared, len(self._chains)))
-            return None
-        return declared
-
-    def _report(self, events, declared: Counter) -> None:
-        """After a step: record what it released in the chain's ledger (and the shared worker
-        counters), then check that it released no more than it declared."""
-        for ev in events:
-            self._ledger.record(ev)
-            self._count_worker_release()
-        if not _within(_counts(events), declared):
-            raise RuntimeError(
-                f"internal error: {type(self).__name__} released {list(events)} but declared "
-                f"{dict(declared)} (recorded in the ledger; please report)"
-            )
-
-    def _run_private_start(self) -> None:
-        """At a chain's first iteration (declared with it): the private initialisation reads the
-        data through its own mechanism, each release recorded as it is made (an exception
-        part-way loses none); a :class:`~pyro_dp.kernels.tuning.DPAutoTune` result is then taken
-        by the kernel (post-processing of the tuning releases), and the chain starts there."""
-        z_init, _, frac = self.init.run(
-            self.lik, self._state_z(self._state), self._noise, self.relation, record=self._record_init
-        )
-        self._init_done = True
-        self._init_clipped_fraction = frac
-        self._preconditioner = self.lik.preconditioner  # a DPAutoTune(whiten=True) sets it (post-processing)
-        if isinstance(self.init, DPAutoTune):
-            self._apply_tuning(self.init.result)
-        self._state = self._init_state(z_init)
-
-    def _record_init(self, event, label: Optional[str] = None) -> None:
-        """Record one release of the private initialisation under its own label (the
-        initialiser's ``label``, e.g. ``"init:DPGradientInit"``, unless it names a finer one)."""
-        self._ledger.record(event, label=label or getattr(self.init, "label", f"init:{type(self.init).__name__}"))
-        self._count_worker_release()
-
-    # ------------------------------------------------------------------ reporting
+    # ------------------------------------------------------------------ ε
     @property
     def ledger(self) -> PrivacyLedger:
-        """Every release of this kernel object: every chain of every ``mcmc.run``, in this
-        process and in worker processes (merged back with their ``diagnostics()``)."""
+        """Every release: every filed chain, then the chain in progress."""
         return PrivacyLedger.merged(self.chain_ledgers(), self.relation)
 
     def chain_ledgers(self) -> list:
-        """The :class:`ChainLedger` of every chain of this kernel object, in the order
-        :attr:`ledger` merges them: the finished chains as they were filed (this process and
-        worker processes), then the chain in progress (empty between runs)."""
-        return list(self._chains.values()) + [self._ledger]
+        """The :class:`ChainLedger` of every chain, in the order :attr:`ledger` merges them: the
+        finished chains as they were filed (this process and worker processes), then the chain
+        in progress (empty between runs)."""
+        return list(self.chains.values()) + [self.live]
 
     def get_epsilon(self, delta: Optional[float] = None, accountant: Optional[str] = None) -> float:
-        r"""Total ε spent so far by this kernel object, at ``delta``: every chain of every run,
-        also chains run in ``MCMC`` worker processes (their ledgers come back with their
-        diagnostics). It is stated under the kernel's neighbouring relation :attr:`relation`
-        (``self.ledger.relation``; ``diagnostics()["relation"]``)."""
+        """Total ε of :attr:`ledger` at ``delta`` (default :attr:`reference_delta`) under
+        :attr:`relation`; 0 for an empty ledger."""
         delta = self.reference_delta if delta is None else delta
         ledger = self.ledger
-        self._require_complete()
-        if not ledger and self._num_setups > 0 and self._iteration > 0:
-            raise RuntimeError("this kernel object ran iterations but recorded no release: please report")
         return get_accountant(accountant or self.accountant, ledger).get_epsilon(delta) if ledger else 0.0
 
-    def _epsilon_now(self, chain_only: bool = False) -> float:
+    def epsilon_now(self, chain_only: bool = False) -> float:
         """ε at the reference δ of this chain (``chain_only``) or of all chains so far (cached)."""
-        key = (chain_only, len(self._chains), self._ledger.num_releases)
+        key = (chain_only, len(self.chains), self.live.num_releases)
         cache = self.__dict__.setdefault("_eps_cache", {})
         if key not in cache:
-            ledger = self._ledger if chain_only else self.ledger
+            ledger = self.live if chain_only else self.ledger
             cache.clear()
             try:
                 cache[key] = get_accountant(self.accountant, ledger).get_epsilon(self.reference_delta) if ledger else 0.0
@@ -577,14 +524,15 @@ class PrivacyEngine:
                         "kernel.get_epsilon(delta, accountant=...) and another accountant", UserWarning)
         return cache[key]
 
-    def _default_budget_spent(self, chain_epsilon: float) -> str:
-        """What a chain run with the default budget spent, for the notice ``diagnostics()`` gives."""
-        return (f"{type(self).__name__} ran with the default budget (epsilon={self.epsilon}, delta={self.delta}): "
+    def default_budget_spent(self, owner: str, chain_epsilon: float) -> str:
+        """What a chain of ``owner`` (a kernel's name) run with the default budget spent, for
+        the notice ``diagnostics()`` gives."""
+        return (f"{owner} ran with the default budget (epsilon={self.epsilon}, delta={self.delta}): "
                 f"this chain spent epsilon={chain_epsilon:.4g}; all chains of this kernel so far: "
-                f"epsilon={self._epsilon_now():.4g} at delta={self.reference_delta} ({self.relation} relation)")
+                f"epsilon={self.epsilon_now():.4g} at delta={self.reference_delta} ({self.relation} relation)")
 
-    def _logged_epsilon(self) -> str:
-        """ε for the progress bar, which Pyro asks for every iteration.
+    def logged_epsilon(self, iteration: int) -> str:
+        """ε for the progress bar, which Pyro asks for every iteration (``iteration``: the chain's).
 
         The first value of a chain is computed after it has run for 1 s (a short run, e.g. a
         benchmark, never pays for it; a numerical accountant can take a second). Then the value
@@ -594,7 +542,7 @@ class PrivacyEngine:
         refers to when it is older than the current one. ``diagnostics()`` and
         ``get_epsilon()`` are always exact.
         """
-        n = self._iteration
+        n = iteration
         last = self.__dict__.get("_eps_log")  # (iteration, epsilon, seconds it took, when it ended)
         now = time.perf_counter()
         if last is None:  # the first value of a chain is due after 1 s of it
@@ -605,7 +553,12 @@ class PrivacyEngine:
         elif (last is None or n < last[0]
               or now - last[3] >= max(20 * last[2], 0.1)):
             t0 = time.perf_counter()
-            eps = self._epsilon_now()
+            eps = self.epsilon_now()
             t1 = time.perf_counter()
             last = self._eps_log = (n, eps, t1 - t0, t1)
         return f"{last[1]:.3g}" if last[0] == n else f"{last[1]:.3g}@it{last[0]}"
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state.pop("_eps_cache", None)  # recomputed where needed
+        return state

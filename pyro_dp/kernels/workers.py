@@ -20,6 +20,7 @@ Everything here reads counts and process ids only: no data.
 """
 from __future__ import annotations
 
+import copy
 import ctypes
 import multiprocessing
 import os
@@ -164,7 +165,7 @@ class WorkerBookkeeping:
 
     def _count_worker_release(self) -> None:
         """Count one release of a chain in a worker process in shared memory, as it is made."""
-        slot, shared = self._ledger.worker_slot, self.__dict__.get("_worker_releases")
+        slot, shared = self.privacy.live.worker_slot, self.__dict__.get("_worker_releases")
         if slot >= 0 and shared is not None:
             shared.made[slot] += 1
 
@@ -176,7 +177,7 @@ class WorkerBookkeeping:
         if shared is None:
             return 0
         back: Counter = Counter()
-        for led in list(self._chains.values()) + [self._ledger]:
+        for led in self.privacy.chain_ledgers():
             if getattr(led, "worker_slot", -1) >= 0:
                 back[led.worker_slot] += led.num_releases
         own = self._worker_slot()
@@ -257,9 +258,10 @@ class WorkerBookkeeping:
         if chain < 0:
             return (f"this worker process ({multiprocessing.current_process().name!r}) does not name its "
                     f"chain, so its share of the num_chains={self.num_chains} chain plans cannot be checked")
-        if not self._plan.fits(self._ledger, self._filed_counts, Counter(self._plan.chain), concurrent=chain + 1):
+        engine = self.privacy
+        if not engine.plan.fits(engine.live, engine.filed_counts, Counter(engine.plan.chain), concurrent=chain + 1):
             return (f"MCMC runs chain {chain} in parallel, but the budget was planned for "
-                    f"num_chains={self.num_chains} chains and {len(self._chains)} chain(s) of earlier runs of "
+                    f"num_chains={self.num_chains} chains and {len(engine.chains)} chain(s) of earlier runs of "
                     "this kernel object are already in its ledger; pass the same num_chains to the kernel "
                     "and to MCMC, and use a new kernel (with its own budget) for a new analysis")
         return None
@@ -320,15 +322,15 @@ class WorkerBookkeeping:
         rng = state.pop("_rng", None)
         if rng is not None:
             state["_rng_state"] = (str(rng.device), rng.get_state())
-        state.pop("_eps_cache", None)
         state.pop("_returned", None)  # identities do not survive pickling
         state["_jit_cache"] = {}  # compiled graphs stay in their process (rebuilt lazily)
         state["_shards"] = None  # a process group stays in its process (setup() sets it again)
         if not spawning:
             state["_worker_releases"] = None  # shared memory travels only to workers (a copy counts afresh) ...
             lost = self._lost_worker_releases()
-            if lost and not state.get("_incomplete"):  # ... but keeps knowing what was lost (s10 audit F4)
-                state["_incomplete"] = _lost_releases_message(lost)
+            if lost and not self.privacy.incomplete:  # ... but keeps knowing what was lost (s10 audit F4)
+                state["privacy"] = copy.copy(self.privacy)  # the copy's engine, not this one's
+                state["privacy"].incomplete = _lost_releases_message(lost)
         return state
 
     def __setstate__(self, state):
@@ -342,6 +344,5 @@ class WorkerBookkeeping:
         if os.getpid() == self._owner_pid and _KERNELS.get(self._id) not in (None, self):
             # a copy in the owner's process (copy.deepcopy, a pickle round trip) is a kernel object of its
             # own: its workers' ledgers must file with it, not with the original (s10 audit F2)
-            self._id = secrets.token_hex(8)
-            self._ledger.kernel_id = self._id
+            self._id = self.privacy.kernel_id = self.privacy.live.kernel_id = secrets.token_hex(8)
         _KERNELS.setdefault(self._id, self)  # a copy in a worker; the original keeps its entry

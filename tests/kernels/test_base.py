@@ -4,8 +4,10 @@ subclass overrides (no hook runs on a half-built object)."""
 import inspect
 import warnings
 
+import pytest
+
 import pyro_dp
-from pyro_dp.kernels import checkpoint, default_path, privacy_engine, workers
+from pyro_dp.kernels import checkpoint, default_path, privacy_client, privacy_engine, workers
 from pyro_dp.kernels.base import DPKernel
 
 from .helpers import gauss_model, make_data
@@ -23,16 +25,37 @@ def test_the_kernel_base_holds_the_lifecycle_only():
            if inspect.isfunction(v) or isinstance(v, (property, staticmethod, classmethod))}
     assert own <= LIFECYCLE, f"new in DPKernel's body (put it in the module of its concern): {own - LIFECYCLE}"
     # each concern is found by name, in its own module
-    for cls, module in ((privacy_engine.PrivacyEngine, privacy_engine), (workers.WorkerBookkeeping, workers),
+    for cls, module in ((privacy_client.PrivacyClient, privacy_client), (workers.WorkerBookkeeping, workers),
                         (checkpoint.Checkpointing, checkpoint), (default_path.DefaultPath, default_path)):
         assert issubclass(DPKernel, cls) and cls.__module__ == module.__name__
         assert "__init__" not in vars(cls)  # nothing to chain: DPKernel.__init__ calls each _init_* itself
     for name, cls in (("get_epsilon", privacy_engine.PrivacyEngine), ("ledger", privacy_engine.PrivacyEngine),
-                      ("planned_events", privacy_engine.PrivacyEngine), ("state_dict", checkpoint.Checkpointing),
+                      ("declare", privacy_engine.PrivacyEngine), ("report", privacy_engine.PrivacyEngine),
+                      ("make_plan", privacy_engine.PrivacyEngine), ("stop", privacy_engine.PrivacyEngine),
+                      ("planned_events", privacy_client.PrivacyClient), ("state_dict", checkpoint.Checkpointing),
                       ("load_state_dict", checkpoint.Checkpointing),
                       ("_lost_worker_releases", workers.WorkerBookkeeping),
                       ("_resolve_run_length", default_path.DefaultPath)):
         assert name in vars(cls)
+
+
+def test_the_privacy_engine_is_an_object_the_kernel_reports_to():
+    """Issue 39: the ledgers, plan, budget, stop and ε live in one object (``kernel.privacy``),
+    not in the kernel's class; the kernel's public surface reads through to it."""
+    assert not issubclass(DPKernel, privacy_engine.PrivacyEngine)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        k = pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=2.0, noise_multiplier=3.0, epsilon=5.0, seed=0)
+        k.setup(0, make_data(50))
+    engine = k.privacy
+    assert isinstance(engine, privacy_engine.PrivacyEngine) and engine.kernel_id == k._id
+    # the engine's state is not duplicated on the kernel
+    assert not {"_ledger", "_chains", "_filed_counts", "_plan", "epsilon", "delta", "_budget_exhausted"} & set(vars(k))
+    k.sample(k.initial_params)
+    assert engine.live.num_releases == 1 and k.ledger == engine.ledger and k.chain_ledgers() == engine.chain_ledgers()
+    assert k.get_epsilon(1e-5) == engine.get_epsilon(1e-5) and k.epsilon == engine.epsilon == 5.0
+    k.epsilon = 4.0  # written through
+    assert engine.epsilon == 4.0 and engine.plan.steps_allowed == engine.steps_allowed
 
 
 #: methods of DPKernel that subclasses override
@@ -90,3 +113,44 @@ def test_a_base_calling_a_hook_in_init_is_caught(monkeypatch):
         warnings.simplefilter("ignore")
         _recording(calls)(gauss_model, 0.1, llr_clip=2.0, noise_multiplier=3.0, seed=0)
     assert calls == [("_reset_chain_stats", False)]
+
+
+def _spend_past_the_plan(engine, event):
+    """Declare and report ``event`` once per iteration for one iteration past the plan; the
+    declarations (``None``: refused)."""
+    out = []
+    for i in range(engine.steps_allowed + 1):
+        declared = engine.declare([event], iteration=i)
+        out.append(declared)
+        if declared is not None:
+            engine.report([event], declared)
+            engine.end_iteration()
+    return out
+
+
+@pytest.mark.parametrize("mutant", [False, True])
+def test_the_engine_alone_stops_at_its_plan_and_refuses_an_undeclared_release(monkeypatch, mutant):
+    """The privacy engine is an accountant that needs no kernel or model: told events, it stops
+    the chain (loudly) when the next iteration's declared releases no longer fit the plan, so ε
+    stays within the budget; a step that releases more than it declared is refused after it is
+    recorded (never an under-reported ledger). The mutant, a plan that lets everything fit, must
+    fail the first part."""
+    from pyro_dp.kernels.plan import PrivacyPlan
+    from pyro_dp.mechanisms import GaussianEvent
+
+    if mutant:
+        monkeypatch.setattr(PrivacyPlan, "fits", lambda *a, **k: True)
+    ev = GaussianEvent(3.0)
+    engine = privacy_engine.PrivacyEngine(epsilon=5.0, delta=1e-5)
+    engine.make_plan([], [ev])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        declared = _spend_past_the_plan(engine, ev)
+    said = [str(w.message) for w in caught if issubclass(w.category, pyro_dp.BudgetExhaustedWarning)]
+    stopped = declared[-1] is None and engine.stopped and any("spent after 11 iterations" in m for m in said)
+    assert stopped != mutant
+    assert (engine.get_epsilon(1e-5) <= 5.0) != mutant and engine.ledger.num_releases == 11 + mutant
+    free = privacy_engine.PrivacyEngine()  # no budget: nothing stops, but what is released is checked
+    with pytest.raises(RuntimeError, match="released"):
+        free.report([ev, ev], free.declare([ev], iteration=0))
+    assert free.live.num_releases == 2

@@ -63,7 +63,7 @@ def test_resume_inside_mcmc_under_a_budget():
         resumed.load_state_dict(first.state_dict())
         mcmc = MCMC(resumed, num_samples=24, warmup_steps=0, disable_progbar=True)
         mcmc.run(data)
-    assert resumed.ledger.num_releases == whole.ledger.num_releases == whole._steps_allowed
+    assert resumed.ledger.num_releases == whole.ledger.num_releases == whole.privacy.steps_allowed
     assert pyro_dp.get_epsilon(mcmc, 1e-5) <= 3.0 + 1e-9
 
 

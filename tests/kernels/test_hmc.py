@@ -35,6 +35,7 @@ from pyro_dp.kernels.hmc import (
     hmc_step,
     jitter_factor,
 )
+from pyro_dp.kernels.proposals import kinetic_energy
 from pyro_dp.likelihood import PrivateLikelihood
 from pyro_dp.mechanisms import GaussianEvent, NoiseSource, NonPrivateEvent
 from tests.kernels.helpers import ClippedGradSum, gauss_model, make_data, maybe_broken_fixture
@@ -345,7 +346,7 @@ def test_iteration_budget_thm10_vs_thm11():
     )
     kernel = DPHMC(gauss_model, 0.05, L, 2.0, 4.0, nm_g, nm_l, epsilon=eps, delta=delta, seed=0)
     kernel.setup(0, make_data(20))
-    assert kernel._steps_allowed == k_g
+    assert kernel.privacy.steps_allowed == k_g
 
 
 def test_calibration_and_budget_stop():
@@ -622,3 +623,45 @@ def test_a_data_free_rejection_draws_no_ratio_noise(maybe_kept):
     for _ in range(2 * n_grad + n_ratio):  # scalar draws use the stream as draws of 2 (< 16) do
         fresh.standard_normal(())
     assert torch.equal(noise.generator.get_state(), fresh.generator.get_state()) != maybe_kept
+
+
+def _rejecting(rule_factory):
+    """A mutant of DP-HMC's rule (:func:`~pyro_dp.kernels.hmc.trajectory_release_accept`) that
+    rejects every proposal."""
+    def factory(*a, **kw):
+        rule = rule_factory(*a, **kw)
+
+        def release_accept(*b):
+            rel, accepted = rule(*b)
+            return rel, accepted & False
+        return release_accept
+    return factory
+
+
+@pytest.mark.parametrize("mutant", [False, True])
+def test_dphmc_step_goes_through_the_mh_core(monkeypatch, mutant):
+    """Issue 39: DP-HMC's step is moves 1-3 of the one MH core (:func:`~pyro_dp.kernels.mh.propose_release_accept`)
+    with the trajectory as the proposal (its log q-ratio the kinetic energies, added to λ̂ in
+    the order K(p_0) then −K(p_L)) and the ratio release with the penalty test as the rule: every
+    iteration goes through the core, and the rule is what decides (the mutant that rejects
+    everything freezes the chain, its releases still made and reported)."""
+    y, cov = corr2d()
+    terms = GaussTerms(y, cov)
+    seen, core = [], hmc_mod.propose_release_accept
+
+    def recording(*a, **kw):
+        out = core(*a, **kw)
+        seen.append(out[1])
+        return out
+
+    monkeypatch.setattr(hmc_mod, "propose_release_accept", recording)
+    if mutant:
+        monkeypatch.setattr(hmc_mod, "trajectory_release_accept", _rejecting(hmc_mod.trajectory_release_accept))
+    z0 = terms.posterior()[0]
+    state, infos = _run(terms, z0, 6, SETTINGS["corr2d"], 0)
+    assert len(seen) == 6 and all(isinstance(p.log_q_ratio, hmc_mod.KineticRatio) for p in seen)
+    q, x = seen[-1].log_q_ratio, torch.tensor(0.25, dtype=torch.float64)
+    assert torch.equal(q.added_to(x), x + kinetic_energy(q.p0, q.inv_mass) - kinetic_energy(q.p, q.inv_mass))
+    assert all(len(i.events) == 2 + (j == 0) + i.ratio_released for j, i in enumerate(infos))  # L = 2 gradients
+    moved = any(i.accepted for i in infos) and not torch.equal(state.z, z0)
+    assert moved != mutant

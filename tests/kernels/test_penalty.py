@@ -387,7 +387,7 @@ def test_parallel_chains_beyond_the_budgeted_number_are_refused(monkeypatch):
     assert type(mcmc.sampler).__name__ == "_MultiSampler"
     mcmc.run(y)
     diag = mcmc.diagnostics()
-    k = kernel._steps_allowed  # 11 iterations of nm = 3 fit epsilon = 5
+    k = kernel.privacy.steps_allowed  # 11 iterations of nm = 3 fit epsilon = 5
     assert sorted(diag["private iterations"].values()) == [0, k]
     assert list(diag["budget exhausted"].values()) == [True, True]  # chain 0 used its plan; chain 1 had none
     assert kernel.ledger.num_releases == k and pyro_dp.get_epsilon(mcmc, 1e-5) <= 5.0

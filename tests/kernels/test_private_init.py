@@ -73,10 +73,10 @@ def test_budget_counts_the_init():
     k.setup(0, y)
     from pyro_dp.accounting import max_iterations
 
-    assert k._steps_allowed == max_iterations(4.0, 1e-5, GaussianEvent(10.0), fixed=init.events())
-    assert 0 < k._steps_allowed < max_iterations(4.0, 1e-5, GaussianEvent(10.0))
+    assert k.privacy.steps_allowed == max_iterations(4.0, 1e-5, GaussianEvent(10.0), fixed=init.events())
+    assert 0 < k.privacy.steps_allowed < max_iterations(4.0, 1e-5, GaussianEvent(10.0))
     with pytest.warns(pyro_dp.BudgetExhaustedWarning):
-        mcmc = MCMC(k, num_samples=k._steps_allowed + 10, disable_progbar=True)
+        mcmc = MCMC(k, num_samples=k.privacy.steps_allowed + 10, disable_progbar=True)
         mcmc.run(y)
     assert pyro_dp.get_epsilon(mcmc, 1e-5) <= 4.0
     # an init that alone exceeds the budget is refused at setup, before any data is read
@@ -104,7 +104,7 @@ def test_calibration_leaves_room_for_the_init(make):
     fixed = with_init._init_events() + list(with_init._fixed_events())
     eps = planned_epsilon(1e-5, 200, events, fixed=fixed)
     assert eps <= 2.0 and eps == pytest.approx(2.0, rel=1e-3)
-    assert with_init._steps_allowed >= 200  # the planned run fits, init included
+    assert with_init.privacy.steps_allowed >= 200  # the planned run fits, init included
     nm = "noise_multiplier" if make == "penalty" else "llr_noise_multiplier"
     assert getattr(with_init, nm) > getattr(without, nm)
 
