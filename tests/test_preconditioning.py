@@ -178,9 +178,13 @@ def test_dppenalty_s_default_path_whitens_where_it_applies_and_plans_nothing_els
         MCMC(one, num_samples=10, warmup_steps=10, disable_progbar=True).run(y)
         assert not one.init.whiten and not {"tune:metric", "tune:scale"} & set(one.ledger.by_label())
         assert len(one.init.events()) == 3  # nothing planned for it either
-        hmc = pyro_dp.DPHMC(logistic, epsilon=20.0, num_iterations=20)  # not DPHMC's default (yet)
+        hmc = pyro_dp.DPHMC(logistic, epsilon=20.0, num_iterations=20)  # DPHMC's default: the scales, no metric
         MCMC(hmc, num_samples=10, warmup_steps=10, disable_progbar=True).run(X, y)
-        assert not hmc.init.whiten and hmc.lik.preconditioner is None
+        assert not hmc.init.whiten and hmc.init.scale and "tune:metric" not in hmc.ledger.by_label()
+        assert hmc.ledger.by_label()["tune:scale"] == 1
+        # columns on one scale (the unit ball): the released sizes spread less than MIN_SCALE_SPREAD,
+        # so the coordinates stay the model's own (post-processing)
+        assert hmc.lik.preconditioner is None
 
 
 # ---- per-coordinate scales (unscaled covariates): private_log_scales, scaling_from_release

@@ -493,6 +493,8 @@ class DPHMC(DPKernel):
 
     #: every release is a clipped sum over all rows: the rows can be sharded (pyro_dp.distributed)
     supports_distributed = True
+    #: the default path balances columns on their own scales (docs/tuning.md: 29-43 sds off -> 0.6-0.7)
+    scale_by_default = True
 
     def __init__(
         self,

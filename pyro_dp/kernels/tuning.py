@@ -490,8 +490,9 @@ class DPAutoTune:
             sums, counts, c_std = private_log_scales(lik, z, self.scale_noise_multiplier, noise, relation,
                                                      rec("tune:scale"), rows=_row_gradients(lik, z), coords=coords)
             l = scaling_from_release(sums, counts, c_std, n)  # the likelihood's coordinates; the others keep theirs
-            lik.compose_preconditioner(z, torch.diag(l if coords is None else torch.ones_like(z).index_copy(0, coords, l)))
-            z = torch.zeros_like(z)
+            if not bool((l == 1).all()):  # else the columns share a scale: the model's own coordinates
+                lik.compose_preconditioner(z, torch.diag(l if coords is None else torch.ones_like(z).index_copy(0, coords, l)))
+                z = torch.zeros_like(z)
         # phase 1: the scale of the per-example gradients at the data-free start (one histogram
         # gives every quantile: the raised ratio quantile's too, at no extra release)
         (c0, c0_ratio), _ = private_quantiles(lik, z, (self.grad_quantile, q_ratio), nm_hist, noise, relation,
