@@ -186,8 +186,9 @@ class DPPenalty(RandomWalkKernel):
     penalty noise has standard deviation 1 and 2.38/√d times a posterior-scale guess (latents
     that enter only the prior, :attr:`~pyro_dp.likelihood.PrivateLikelihood.likelihood_mask`,
     cost no noise and take the second), and the scale adapts during warmup
-    (``adapt_proposal`` defaults to ``True`` then). With two or more latent coordinates, all in
-    the likelihood, the tuner also whitens (:attr:`whiten_by_default`; one more release,
+    (``adapt_proposal`` defaults to ``True`` then). With two or more latent coordinates in the
+    likelihood, the tuner also balances the coordinates' scales (``"tune:scale"``, applied where
+    they spread over more than a factor 10) and whitens them (:attr:`whiten_by_default`;
     ``"tune:metric"``): the chain runs in coordinates where a private estimate of the posterior
     covariance is the identity (:mod:`pyro_dp.kernels.whitening`). See ``docs/tuning.md``.
 

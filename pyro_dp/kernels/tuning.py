@@ -5,11 +5,14 @@ Pyro's ``MCMC`` will ask for.
 argument. What the papers tuned by hand on non-private error metrics, :class:`DPAutoTune`
 buys from a fixed, documented share of the budget, at the first iteration of every chain
 (``setup`` stays data-free), in three phases — each release recorded in the chain's ledger
-under its own label (``tune:rows``, ``tune:clip``, ``tune:start``) and counted by the budget and by the kernel's
-noise calibration:
+under its own label (``tune:rows``, ``tune:scale``, ``tune:clip``, ``tune:start``, ``tune:metric``) and counted by the
+budget and by the kernel's noise calibration:
 
 0. **the rows the per-row rule maps**: one noisy count (:func:`rule_rows`), which warns when
-   clearly more than zero rows have values outside their support or non-finite terms;
+   clearly more than zero rows have values outside their support or non-finite terms; with
+   ``scale=True``, the coordinates' typical gradient sizes
+   (:func:`~pyro_dp.kernels.whitening.private_log_scales`), and the rest runs in coordinates
+   where they are equal (covariates on their own scales);
 
 1. **the scale of the gradients**: a private quantile of the per-example gradient norms
    :math:`\|\nabla\ell_i(z_0)\|` at the data-free start (:func:`data_free_start`): one Gaussian
