@@ -136,3 +136,31 @@ def test_linear_memory_ess_gives_pyros_values_without_the_quadratic_copy():
         finally:
             torch.Tensor.repeat = real
     assert built == []
+
+
+def test_the_ess_warning_says_running_longer_will_not_help_when_the_noise_limits_the_moves():
+    """#40: 'run longer' only where longer would help. Where the default path found (before the
+    chain ran) that the privacy noise limits each move, more iterations at the same epsilon
+    add noise per iteration; the end-of-chain warning says so. A chain that is not
+    noise-limited gets the usual advice (its draws here: a random walk, strongly autocorrelated)."""
+    import warnings as _w
+
+    import pyro
+    import pyro.distributions as dist
+
+    def logistic(X, y):
+        w = pyro.sample("w", dist.Normal(torch.zeros(2, dtype=X.dtype), 2.0).to_event(1))
+        with pyro.plate("data", X.shape[0]):
+            pyro.sample("y", dist.Bernoulli(logits=X @ w), obs=y)
+
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(3000, 2, generator=g, dtype=torch.float64) / 2
+    y = torch.bernoulli(torch.sigmoid(X @ torch.tensor([1.0, -1.0], dtype=torch.float64)), generator=g)
+    k = pyro_dp.DPPenalty(logistic, epsilon=0.3, seed=0, noise_seed=0)  # noise seeded: a test option
+    with _w.catch_warnings(record=True) as ws:
+        _w.simplefilter("always")
+        MCMC(k, num_samples=150, warmup_steps=100, disable_progbar=True).run(X, y)
+    ess = [str(w.message) for w in ws if "effective sample size below 20" in str(w.message)]
+    assert k._noise_limited and ess and "more iterations will not help" in ess[0]
+    walk = torch.cumsum(torch.randn(400, 2, generator=g, dtype=torch.float64), 0)
+    assert "run longer" in pyro_dp.checks.chain_problems(walk)[0]

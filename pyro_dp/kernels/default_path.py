@@ -127,6 +127,7 @@ class DefaultPath:
         jump = penalty_jump_length(noise_multiplier, self.llr_clip, T)
         sd = posterior_scale_guess(result.grad_clip, n, self.lik.dim, T)
         ratio = jump / sd
+        self._noise_limited = ratio < NOISE_LIMITED_RATIO  # public: what the end-of-chain check advises
         if ratio < NOISE_LIMITED_RATIO:
             # the prediction of pyro_dp.feasibility with the tuned clips in place of a profile's guesses
             # (isotropic Fisher g^2/D per row: the posterior_scale_guess); post-processing, public

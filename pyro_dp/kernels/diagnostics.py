@@ -76,12 +76,22 @@ class ChainReporting:
         elif not self._budget_exhausted and len(self._draws) >= _MIN_CHECKED_DRAWS:
             # never silently wrong: this chain's own draws, checked at its end (post-processing)
             problems = chain_problems(self.lik.to_unconstrained(torch.stack(self._draws)).cpu(),
-                                      names=self.lik.coordinate_names())
+                                      names=self.lik.coordinate_names(), advice=self._ess_advice())
             out["sampling problems"] = tuple(problems)
             for p in problems:
                 self._diagnostics_warn(f"{type(self).__name__} chain: {p} (pyro_dp.check_run(mcmc) also compares "
                                        "chains)", SamplingWarning)
         return out
+
+    def _ess_advice(self) -> str:
+        """What the effective-sample-size warning advises: where the default path found the
+        privacy noise to limit each move (before the chain ran, public), running longer does
+        not help at the same ε: the noise per iteration grows with the number of iterations."""
+        if self.__dict__.get("_noise_limited"):
+            return ("at this epsilon more iterations will not help (the privacy noise per iteration grows with their "
+                    "number, see the warning before the chain ran): spend more epsilon or use more rows "
+                    "(docs/tuning.md)")
+        return "run longer, spend more epsilon, or see docs/tuning.md"
 
     def _diagnostics_warn(self, message: str, category) -> None:
         """Warn from :meth:`diagnostics` once per chain state: calling it again before the
