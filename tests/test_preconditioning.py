@@ -306,3 +306,30 @@ def test_a_coordinate_few_rows_move_is_shrunk_towards_the_others_scale():
     # noise-free: every coordinate its own
     l0 = scaling_from_release(m * counts, counts, 0.0, num_rows=10000)
     assert float(l0[2]) * math.sqrt(k) == pytest.approx(math.exp(-3.0), rel=1e-3)
+
+
+def test_the_metric_of_the_likelihoods_coordinates_leaves_the_others_alone():
+    """``coords``: the metric of the likelihood's coordinates only, and an L that is the identity
+    elsewhere and still lower-triangular (ascending indices). The default path does not whiten
+    such models (``whitening.whitens``, measured: no gain), a tuner may."""
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(3000, 2, generator=g, dtype=torch.float64)
+    y = X @ torch.tensor([0.5, -0.3], dtype=torch.float64) + torch.randn(3000, generator=g, dtype=torch.float64)
+
+    def model(X, y):
+        tau = pyro.sample("tau", dist.Normal(torch.tensor(0.0, dtype=X.dtype), 1.0))  # prior only
+        w = pyro.sample("w", dist.Normal(tau * torch.ones(2, dtype=X.dtype), 10.0).to_event(1))
+        with pyro.plate("data", X.shape[0]):
+            pyro.sample("y", dist.Normal(X @ w, 1.0), obs=y)
+
+    lik = PrivateLikelihood(model, (X, y), seed=0)
+    coords = whitening.likelihood_coordinates(lik)
+    assert coords.tolist() == [1, 2] and whitening.reshapes(lik) and not whitening.whitens(lik)
+    z = torch.tensor([0.0, 0.5, -0.3], dtype=torch.float64)
+    m, s = private_metric(lik, z, 1e6, 0.0, NoiseSource(seed=0, warn=False), rows=[lik.per_example_grad(z)[1]],
+                          coords=coords)
+    assert m.shape == (2, 2)
+    L, f = whitening_from_metric(lik, z, m, s, coords)
+    assert L.shape == (3, 3) and torch.equal(L, torch.tril(L)) and L[0, 0] == 1 and (L[1:, 0] == 0).all()
+    exact = torch.linalg.inv(X.T @ X + torch.eye(2, dtype=torch.float64) / 100)
+    torch.testing.assert_close(L[1:, 1:] @ L[1:, 1:].T, exact, rtol=0.1, atol=0.1 * float(exact.diagonal().min()))

@@ -20,7 +20,7 @@ from ..warn import warn_user
 from ..checks import SamplingWarning
 from .privacy_engine import PrivacyNotice
 from .tuning import DPAutoTune, mcmc_run_length, penalty_jump_length, posterior_scale_guess
-from .whitening import reshapes
+from .whitening import reshapes, whitens
 
 __all__ = ["DefaultPath", "DEFAULT_ITERATIONS", "NOISE_LIMITED_RATIO"]
 
@@ -50,8 +50,8 @@ class DefaultPath:
         the ratio clip's quantile depends on N and the noise)."""
         if isinstance(self.init, DPAutoTune):
             if self.init.noise_multipliers is None:  # whitening applies to this model or is not planned (data-free)
-                applies = reshapes(self.lik)
-                self.init.whiten, self.init.scale = self.init.whiten and applies, self.init.scale and applies
+                self.init.whiten = self.init.whiten and whitens(self.lik)
+                self.init.scale = self.init.scale and reshapes(self.lik)
             self.init.configure(epsilon=self.epsilon, delta=self.delta, num_chains=self.num_chains,
                                 non_private=self.non_private)
         self._calibrate()

@@ -71,7 +71,7 @@ from pyro.infer.autoguide.initialization import init_to_median
 
 from ..accounting.gdp import gdp_mu
 from .whitening import (METRIC_SHARE, SCALE_SHARE, likelihood_coordinates, metric_is_resolved, private_log_scales,
-                        private_metric, reshapes, scaling_from_release, whitening_from_metric)
+                        private_metric, reshapes, scaling_from_release, whitening_from_metric, whitens)
 from ..mechanisms import (
     ClippedSum,
     GaussianEvent,
@@ -283,9 +283,9 @@ class DPAutoTune:
         start (:data:`~pyro_dp.kernels.whitening.METRIC_SHARE` of the tuning's share, ledger label
         ``"tune:metric"``) and run the chain in the coordinates it whitens
         (:mod:`pyro_dp.kernels.whitening`, :mod:`pyro_dp.preconditioning`). For models with at
-        least two coordinates in the likelihood (:func:`~pyro_dp.kernels.whitening.reshapes`;
-        else nothing is released and nothing changes); only those coordinates are whitened, the
-        others (e.g. a hierarchical model's population mean and scale) keep their own.
+        least two latent coordinates, all in the likelihood
+        (:func:`~pyro_dp.kernels.whitening.whitens`; else nothing is released and nothing
+        changes).
         Default ``False``; DPPenalty's default path turns it on
         (:attr:`~pyro_dp.kernels.default_path.DefaultPath.whiten_by_default`, measured in
         ``docs/tuning.md``); a kernel set-up turns it off, before planning, for a model it does
@@ -295,7 +295,8 @@ class DPAutoTune:
         ledger label ``"tune:scale"``, :func:`~pyro_dp.kernels.whitening.private_log_scales`) and
         run the tuning and the chain in the coordinates where every column's gradients have one
         size (covariates on their own scales: one clip then serves every column). Default: as
-        ``whiten``. Where it applies as ``whiten`` does.
+        ``whiten``. For models with at least two latent coordinates in the likelihood
+        (:func:`~pyro_dp.kernels.whitening.reshapes`); only those are released and rescaled.
 
     The kernels build one when their clips or steps are left to the default
     (``DPPenalty(model, epsilon=2.0)``, ``DPHMC(model)``); pass your own as ``init=`` to
@@ -484,8 +485,8 @@ class DPAutoTune:
         # phase 0: how many rows the per-row rule maps (a value outside its support, a non-finite
         # term): a noisy count, never an exact one; a clear excess warns (#38)
         self.rule_rows = rule_rows(lik, z, nm_count, noise, relation, rec("tune:rows"))
-        applies, coords = reshapes(lik), likelihood_coordinates(lik)
-        whiten, scale = self.whiten and applies, self.scale and applies
+        coords = likelihood_coordinates(lik)
+        whiten, scale = self.whiten and whitens(lik), self.scale and reshapes(lik)
         # phase 0b: per-coordinate scales (pyro_dp.kernels.whitening.private_log_scales): the tuning
         # and the chain then run in coordinates where every column's gradients have the same size,
         # so one clip serves them all (unscaled covariates, #40)
@@ -538,7 +539,7 @@ class DPAutoTune:
         z = z_sum / tail
         clip_g, clip_l = (math.exp(c / tail) for c in clip_sums)  # geometric means over the last third
         # phase 3: posterior-shaped coordinates (pyro_dp.kernels.whitening), where it applies (data-free:
-        # >= 2 coordinates in the likelihood, whitened alone; a kernel's set-up turns `whiten` off before planning
+        # >= 2 coordinates, all in the likelihood; a kernel's set-up turns `whiten` off before planning
         # elsewhere, so only a tuner configured by hand can plan a share that is then not spent)
         if whiten:
             metric, std = private_metric(lik, z, max(clip_g, clip_l), self.metric_noise_multiplier, noise, relation,
