@@ -79,11 +79,11 @@ def test_default_path_plans_the_private_group_clip():
     k = DPGroupedPenalty(group_model, group_site="a", epsilon=4.0, delta=1e-4, num_iterations=8, seed=0)
     k.setup(0, g, y)
     fixed, per_iteration = k.planned_events()
-    assert fixed[-1] == GaussianEvent(k.noise_multiplier) and per_iteration == [GaussianEvent(k.noise_multiplier)] * 2
+    assert fixed[-1] == GaussianEvent(k.noise_multiplier / 4) and per_iteration == [GaussianEvent(k.noise_multiplier)] * 2
     params = k.initial_params
     for _ in range(3):
         params = k.sample(params)
-    assert k._group_clip_value is not None and k._group_clip() == k._group_clip_value
+    assert k._group_clip_value is not None and k._group_clip() == k._group_clip_value <= k.llr_clip
     assert k.get_epsilon(1e-4) <= 4.0 + 1e-9
 
 
