@@ -14,7 +14,8 @@ sd / NUTS sd, per-site errors, wall time and the number of pyro_dp warnings.
     python benchmarks/hierarchical.py 8 DPPenalty grouped 0   # DPGroupedPenalty(model, group_site="a", epsilon=8)
 
 MODE ``grouped`` runs :class:`pyro_dp.DPGroupedPenalty` (parallel per-group penalty updates of the
-intercepts ``a``; KERNEL is ignored). Results: ``docs/kernels/penalty.md``, "Grouped updates".
+intercepts ``a``; KERNEL is ignored; ``GROUP_CLIP=5`` sets its ``group_llr_clip`` by hand). Results:
+``docs/kernels/grouped.md``, "Measured".
 """
 import sys, os, time, math, warnings, torch, pyro, pyro.distributions as dist
 from pyro.infer import MCMC, NUTS

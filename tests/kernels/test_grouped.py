@@ -1,16 +1,19 @@
 """DPGroupedPenalty (#40): parallel per-group penalty updates of a group site.
 
-(a) privacy: the kernel contract (2 Gaussian events per iteration, planned = recorded), and the
-    grouped release's sensitivity: one adversarial row (NaN, +-inf, huge, a group index out of
-    range) moves the released vector by at most 2C (noise multiplier 0, the documented test mode);
-    a mutant without the clip fails;
+(a) privacy: the kernel contract (2 Gaussian events per iteration, planned = recorded; on the
+    default path also the group clip's histogram, once per chain), and the grouped release's
+    sensitivity: one adversarial row (NaN, +-inf, huge, a group index out of range) moves the
+    released vector (ratios per unit move, each row clipped to L2 norm b) by at most 2b (noise
+    multiplier 0, the documented test mode); a mutant without the clip fails;
 (b) correctness: the grouped step leaves the exact conjugate posterior of
     y_i ~ N(a[g_i], 1), a_g ~ N(0, 1) invariant (K chains started at exact posterior draws; per-group
     mean and variance within 4 exact Monte Carlo standard errors), with and without privacy noise;
     mutants that drop the prior ratio, or accept all groups jointly on the summed ratio with one
     group's noise correction, fail (without noise a joint decision is a valid MH step: no test can
     fail it there);
-(c) bad inputs: refused at set-up, before any data access.
+(c) bad inputs: refused at set-up, before any data access;
+(d) the data-free step on prior-only sites leaves their conditional invariant (a mutant that
+    accepts every move fails) and releases nothing.
 """
 import math
 
