@@ -2,7 +2,7 @@ r"""pyro_dp: differentially private MCMC for Pyro models.
 
 >>> import pyro_dp
 >>> sorted(n for n in pyro_dp.__all__ if n.startswith("DP"))
-['DPAutoTune', 'DPBarker', 'DPExpFamPenalty', 'DPFastMH', 'DPGradientInit', 'DPHMC', 'DPKernel', 'DPMinibatchPenalty', 'DPMultiPartyPenalty', 'DPPenalty', 'DPSGLD', 'DPSGNHT']
+['DPAutoTune', 'DPBarker', 'DPExpFamPenalty', 'DPFastMH', 'DPGradientInit', 'DPGroupedPenalty', 'DPHMC', 'DPKernel', 'DPMinibatchPenalty', 'DPMultiPartyPenalty', 'DPPenalty', 'DPSGLD', 'DPSGNHT']
 """
 from .kernels import (
     BudgetExhaustedWarning,
@@ -12,6 +12,7 @@ from .kernels import (
     DPExpFamPenalty,
     DPFastMH,
     DPGradientInit,
+    DPGroupedPenalty,
     DPHMC,
     DPKernel,
     DPMinibatchPenalty,
@@ -33,6 +34,7 @@ __version__ = "0.1.0"
 __all__ = [
     "DPKernel",
     "DPPenalty",
+    "DPGroupedPenalty",
     "DPExpFamPenalty",
     "DPMultiPartyPenalty",
     "DPHMC",

@@ -7,6 +7,7 @@ from .minibatch_penalty import DPMinibatchPenalty
 from .expfam import DPExpFamPenalty, ExpFamily, bernoulli, gaussian_known_variance, poisson
 from .multiparty import DPMultiPartyPenalty
 from .penalty import DPPenalty
+from .grouped import DPGroupedPenalty
 from .private_init import DPGradientInit
 from .tuning import DPAutoTune
 from .sgmcmc import DPSGLD, DPSGNHT
@@ -14,6 +15,7 @@ from .sgmcmc import DPSGLD, DPSGNHT
 __all__ = [
     "DPKernel",
     "DPPenalty",
+    "DPGroupedPenalty",
     "DPExpFamPenalty",
     "ExpFamily",
     "gaussian_known_variance",

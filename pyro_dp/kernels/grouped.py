@@ -1,0 +1,606 @@
+r"""DP penalty MH with parallel per-group updates of a group site (issue 40: "block updates whose
+noise is not charged for the other groups").
+
+A two-level model with :math:`G` group effects inside the likelihood, e.g.
+:math:`y_i \sim \mathcal N(a_{g_i} + b x_i, \sigma^2)`, is slow under :class:`~.penalty.DPPenalty`:
+a joint random walk over every likelihood coordinate pays penalty noise for the whole move,
+:math:`\sigma = \mathrm{nm}\cdot 2b\|\theta'-\theta\|`, while each intercept :math:`a_g` is informed by
+only :math:`N/G` rows. Each iteration of :class:`DPGroupedPenalty` makes three moves:
+
+0. **Data-free Metropolis steps on the coordinates that enter only the prior**
+   (:func:`prior_only_step`, :data:`PRIOR_SWEEPS` of them; a hierarchical model's population mean
+   and scale, :attr:`~pyro_dp.likelihood.PrivateLikelihood.likelihood_mask` 0): their full
+   conditional is the prior's, so the test :math:`\log u < \log p(\theta') - \log p(\theta)` is
+   exact and releases nothing. (DPPenalty moves them inside its joint walk, at the likelihood
+   coordinates' step size, far below their own posterior scale.)
+1. **An ordinary DP penalty step** (:func:`~.penalty.penalty_release_accept` on the MH core,
+   :func:`~.mh.mh_step`) whose random walk leaves the group site's coordinates fixed: one Gaussian
+   release with noise multiplier :math:`\mathrm{nm}`, clip :math:`b\|\theta'-\theta\|` over the other
+   likelihood coordinates only. Skipped (and not planned) when the group site is the only latent
+   in the likelihood.
+2. **A grouped step** on the group site's :math:`G` coordinates :math:`a_1..a_G`
+   (:func:`grouped_step`): propose :math:`\Delta_g = \pm s\,m_g`, :math:`m_g \sim U(0.75, 1.25)`, for
+   every :math:`g` at once (:func:`group_moves`: the algorithm stream, data-free, symmetric), compute
+   the per-row ratio matrix
+
+   .. math::
+       r_{ig} = \ell_i(\theta + \Delta_g e_g) - \ell_i(\theta), \qquad i = 1..N,\ g = 1..G
+
+   (:math:`G` model evaluations of all rows; a row whose term depends on one group coordinate only
+   has one nonzero entry), divide column :math:`g` by :math:`|\Delta_g|` (ratios per unit move,
+   :math:`w_{ig} = r_{ig}/|\Delta_g|`), apply the per-row rule (a non-finite row is the zero row),
+   clip each row's vector :math:`w_i` to L2 norm :math:`b` (``llr_clip``) and release the
+   :math:`G`-vector
+
+   .. math::
+       \hat w = \sum_{i=1}^N \mathrm{clip}_b(w_i) + \mathcal N(0, \sigma^2 I_G),
+       \qquad \sigma = \mathrm{nm}\cdot 2b
+
+   with one Gaussian release (:class:`~pyro_dp.mechanisms.GaussianReleaseSpec` with vector values);
+   :math:`\hat s_g = |\Delta_g|\,\hat w_g` is then :math:`\sum_i r_{ig}` plus
+   :math:`\mathcal N(0, \sigma_g^2)`, :math:`\sigma_g = \mathrm{nm}\cdot 2b|\Delta_g|` (post-processing),
+   whenever the clip does not bind. Each group is accepted separately by the penalty rule
+   (Yıldırım & Ermiş 2019 §3.1):
+
+   .. math::
+       \text{accept}_g \iff \log u_g < \min\{0,\ T\hat s_g + \log p(\theta + \Delta_g e_g) - \log p(\theta)
+       - (T\sigma_g)^2/2\},
+
+   :math:`u_g` uniform from the algorithm stream, the prior ratio of changing :math:`a_g` alone
+   evaluated per :math:`g` on the stand-in row (data-free), and :math:`a_g \leftarrow a_g + \Delta_g`
+   for the accepted ones.
+
+   *A change of the decided design, and why*: clipping the raw vector :math:`r_i` to
+   :math:`C = b\max_g|\Delta_g|` (noise :math:`\mathrm{nm}\cdot 2C` on every group) makes every group
+   pay for the largest of the :math:`G` moves, about :math:`\sqrt{2\ln 2G}\approx 2.7` times its own
+   at :math:`G = 20`; dividing by :math:`|\Delta_g|` first (a data-free diagonal rescaling) makes
+   each group pay for its own move only, at the same sensitivity. Measured on the two-level model
+   (``benchmarks/hierarchical.py``, ``docs/kernels/penalty.md``).
+
+**The group clip.** :math:`b` of the grouped release must bound a row's ratio per unit move of its
+own group coordinate. The default path's ``llr_clip`` is a private quantile of the gradient norms
+over *every* coordinate, set by the largest (in a normal model the noise scale's, about twice the
+intercept's); so on the default path each chain releases, once, a private quantile of the
+gradient norms restricted to the group coordinates (:func:`private_group_clip`: the tuner's
+``llr_quantile``, one noisy histogram with noise multiplier :math:`\mathrm{nm}/4`,
+:data:`GROUP_CLIP_NOISE_RATIO`, planned and calibrated as a once-per-chain release) and uses it,
+capped at ``llr_clip``, as the grouped release's :math:`b`; ``group_llr_clip`` sets it by hand.
+
+**Privacy.** The :math:`\Delta_g` come from the public stream, so the rescaling and the clip are
+data-free; every row's vector has L2 norm at most :math:`b` after the per-row rule and the clip,
+whatever the row holds (NaN, :math:`\pm\infty`, a huge value, a group index out of range, a row that
+depends on every group coordinate), so substituting one row moves the clipped sum by at most
+:math:`2b` in L2: the release is a Gaussian mechanism with noise multiplier :math:`\mathrm{nm}`
+(Räisä 2021 thesis Def. 6–7, Thm 4), one :class:`~pyro_dp.mechanisms.GaussianEvent` — the same noise
+multiplier as step 1. An iteration is two Gaussian events (one when step 1 is skipped), composed
+adaptively as DPPenalty's (thesis Thm 6), plus, once per chain on the default path, the tuner's
+releases and the group clip's histogram (a Gaussian event, sensitivity :math:`\sqrt 2`); step 0
+reads no data; :math:`\hat s`, the accept decisions, the scale
+adaptation and the cache's use are post-processing or inside the next release. Privacy does not
+rest on the assumption below.
+
+**Correctness** rests on one assumption, which the kernel cannot check on the data: **every row's
+term depends on at most one coordinate of the group site** (:math:`a_{g_i}`), and the prior of the
+group site factorises over its coordinates given the other latents (a plate of independent draws;
+checked data-free at set-up). Then, given the other latents, the full conditional of
+:math:`(a_1..a_G)` is a product :math:`\prod_g \pi_g(a_g)`, with
+:math:`\log\pi_g(a_g + \Delta_g) - \log\pi_g(a_g) = T\sum_i r_{ig} + \log p(\theta + \Delta_g e_g) - \log p(\theta)`.
+Coordinate :math:`g` of :math:`\hat s` is :math:`\sum_i r_{ig}` plus independent
+:math:`\mathcal N(0,\sigma_g^2)` noise whenever clipping does not bind, so each group's decision is a
+penalty MH step for :math:`\pi_g` (its noise independent of the other groups', its variance the
+same for the move and its reverse, :math:`|{-\Delta_g}| = |\Delta_g|`), and the product of
+:math:`G` such steps, each reversible for its factor, is reversible for the product: the grouped step
+leaves the conditional invariant, and with steps 0 and 1 (valid steps on the other coordinates)
+the chain targets the exact (tempered) posterior. A row that depends on two group coordinates
+breaks the factorisation: the chain is then still private but not exact.
+
+Why it helps: group :math:`g` pays noise :math:`\mathrm{nm}\cdot 2b|\Delta_g|` on a move of
+:math:`a_g` alone — a one-component update's price — instead of :math:`\mathrm{nm}\cdot 2b\|\Delta\|`
+(about :math:`\sqrt{G + d}` one-coordinate moves' worth) for a joint move, and all :math:`G` groups
+move at each iteration for one release. The clip :math:`b` must bound each row's ratio per unit
+move of its own group coordinate (a :math:`b`-Lipschitz term in :math:`a_g`), as DPPenalty's does
+per unit jump.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Optional
+
+import torch
+
+from ..mechanisms import GaussianEvent, clip_and_sum, gaussian_event, gaussian_release_spec, noisy_histogram
+from .base import check_positive
+from .mh import MHInfo, MHState, mh_step, random_walk_proposal
+from .penalty import DPPenalty
+from .proposals import accept_uniform, penalty_log_accept_threshold, random_walk, uniform_log
+from .tuning import NORM_BIN_EDGES, DPAutoTune, penalty_jump_length, posterior_scale_guess
+
+__all__ = ["DPGroupedPenalty", "GroupedInfo", "GROUP_TARGET_ACCEPT_PROB", "group_coordinates", "group_moves",
+           "grouped_accept", "grouped_ratio_release", "grouped_step", "prior_only_step", "PRIOR_SWEEPS",
+           "private_group_clip", "GROUP_CLIP_NOISE_RATIO"]
+
+
+class GroupedInfo(NamedTuple):
+    """What one grouped step (:func:`grouped_step`) did.
+
+    :ivar accepted: ``[G]`` bool, each group's accept decision (post-processing of the release).
+    :ivar event: the release's privacy event.
+    :ivar clipped_fraction: fraction of rows whose ratio vector was clipped (**non-private**).
+    :ivar noise_std: the largest :math:`\\sigma_g` of the noise on :math:`\\hat s_g` (data-free).
+    """
+
+    accepted: torch.Tensor
+    event: object
+    clipped_fraction: float
+    noise_std: float
+
+
+def group_coordinates(lik, site: str) -> torch.Tensor:
+    """The flat positions of latent ``site``'s coordinates in ``lik``'s vector (data-free), after
+    the refusals of :class:`DPGroupedPenalty`: a latent site of the model, in the likelihood
+    (:meth:`~pyro_dp.likelihood.PrivateLikelihood.likelihood_sites`), with at least 2 coordinates.
+
+    >>> import torch, pyro, pyro.distributions as dist
+    >>> from pyro_dp.likelihood import PrivateLikelihood
+    >>> def model(g, y):
+    ...     b = pyro.sample("b", dist.Normal(torch.tensor(0.0, dtype=y.dtype), 1.0))
+    ...     a = pyro.sample("a", dist.Normal(torch.zeros(3, dtype=y.dtype), 1.0).to_event(1))
+    ...     with pyro.plate("data", len(y)):
+    ...         pyro.sample("y", dist.Normal(a[g] + b, 1.0), obs=y)
+    >>> lik = PrivateLikelihood(model, (torch.tensor([0, 2]), torch.zeros(2, dtype=torch.float64)), seed=0)
+    >>> group_coordinates(lik, "a")
+    tensor([1, 2, 3])
+    """
+    names = tuple(lik.latent_names)
+    if site not in names:
+        raise ValueError(f"group_site={site!r} is not a latent site of the model (latent sites: {list(names)})")
+    sizes = {n: int(lik._sizes[n]) for n in names}
+    if sizes[site] < 2:
+        raise ValueError(f"group_site={site!r} has {sizes[site]} coordinate(s): a grouped update needs at least 2 "
+                         "(use DPPenalty)")
+    sites = lik.likelihood_sites()
+    if sites is not None and site not in sites:
+        raise ValueError(f"group_site={site!r} does not enter the likelihood (it enters only the prior): its moves "
+                         "cost no privacy noise under DPPenalty; a grouped update is for group effects in the likelihood")
+    start = 0
+    for n in names:
+        if n == site:
+            break
+        start += sizes[n]
+    return torch.arange(start, start + sizes[site], device=lik.device)
+
+
+def grouped_ratio_release(lik, spec, z: torch.Tensor, deltas: torch.Tensor, coords: torch.Tensor,
+                          ll_old: torch.Tensor, xi: torch.Tensor, llr_clip: float, shards=None):
+    r"""The release of one grouped step (module docstring): the per-row ratio matrix
+    :math:`r_{ig} = \ell_i(\theta + \Delta_g e_g) - \ell_i(\theta)` (``ll_old`` holds
+    :math:`\ell_i(\theta)`) per unit move, :math:`w_{ig} = r_{ig}/|\Delta_g|`, the per-row rule and
+    the clip of each row's vector :math:`w_i` to L2 norm :math:`b` (:func:`~pyro_dp.mechanisms.clip_and_sum`),
+    and ``spec``'s release of the :math:`G`-vector sum plus :math:`\sigma\xi`,
+    :math:`\sigma = \mathrm{nm}\cdot 2b` (``xi``: ``[G]`` standard normals drawn by ``spec.draw``).
+    Returns ``(log p(θ + Δ_g e_g) [G], SumRelease, scale [G])``: ``scale`` :math:`= |\Delta_g|`, by which
+    the caller multiplies the release's value and noise standard deviation to get :math:`\hat s_g`
+    (post-processing). The prior terms come from the same model evaluations, on the stand-in row
+    (data-free). **Reads the data**: only the release leaves it."""
+    unit = deltas.abs().clamp(min=torch.finfo(deltas.dtype).tiny)  # |Δ_g| > 0: data-free (public stream)
+    lls, lps = [], []
+    for g in range(int(coords.numel())):  # G evaluations of every row at a one-coordinate move
+        z_g = z.clone()
+        z_g[coords[g]] = z_g[coords[g]] + deltas[g]
+        ll_g, lp_g = lik.loglik_and_prior(z_g)
+        lls.append((ll_g - ll_old) / unit[g])
+        lps.append(lp_g)
+    w = torch.stack(lls, dim=-1)  # [N, G]: each row's ratios per unit move
+    cs = clip_and_sum(w, float(llr_clip))  # per-row rule (non-finite row -> zero row), L2 clip to b, sum
+    return torch.stack(lps), spec.release(cs, float(llr_clip), xi, shards), unit  # Σ_i clip_b(w_i) + σξ, σ = nm·2b
+
+
+def grouped_accept(log_u: torch.Tensor, log_ratio: torch.Tensor, prior_ratio: torch.Tensor,
+                   noise_var: torch.Tensor) -> torch.Tensor:
+    r"""``[G]`` penalty decisions, one per group (module docstring): :math:`\log u_g <
+    \min\{0, \hat\lambda_g - (T\sigma)^2/2\}` with :math:`\hat\lambda_g = T\hat s_g + \log p(\theta +
+    \Delta_g e_g) - \log p(\theta)` (Yıldırım & Ermiş 2019 §3.1), ANDed with the data-free validity
+    check (finite prior and :math:`\hat\lambda_g`, finite noise variance), as
+    :func:`~.mh.valid_move` for one move.
+
+    >>> grouped_accept(torch.log(torch.tensor([0.5, 0.5])), torch.tensor([0.0, -5.0]),
+    ...                torch.tensor([0.0, float("nan")]), torch.tensor(0.0))
+    tensor([ True, False])
+    """
+    lam = log_ratio + prior_ratio
+    ok = torch.isfinite(lam) & torch.isfinite(torch.as_tensor(noise_var))
+    return (log_u < penalty_log_accept_threshold(lam, noise_var)) & ok
+
+
+#: the groups' warmup acceptance target: with moves of nearly fixed length (:func:`group_moves`) in
+#: the noise-limited regime (penalty noise ``σ_g = K|Δ_g|`` dominating the log-posterior change), the
+#: expected squared jump ``Δ²·2Φ(-K|Δ|/2)`` is largest at ``K|Δ| ≈ 2.4``, acceptance ≈ 0.24
+#: (computed for ``m_g ~ U(0.75, 1.25)``; Gaussian moves: 0.74 of that jump at their best)
+GROUP_TARGET_ACCEPT_PROB = 0.25
+
+
+def group_moves(rng: torch.Generator, scale, n_groups: int, like: torch.Tensor) -> torch.Tensor:
+    r"""``[G]`` moves :math:`\Delta_g = \pm s\,m_g`, signs fair and :math:`m_g \sim U(0.75, 1.25)`,
+    from the algorithm stream (data-free; :func:`~.proposals.accept_uniform` draws, two per group):
+    a symmetric proposal, :math:`q(\Delta) = q(-\Delta)`, whose continuous length keeps the chain
+    irreducible. Nearly fixed lengths suit the penalty test, whose noise grows with
+    :math:`|\Delta_g|`: at their best they make 1.7 times the expected squared jump of Gaussian moves
+    (:data:`GROUP_TARGET_ACCEPT_PROB`).
+
+    >>> g = torch.Generator().manual_seed(0)
+    >>> d = group_moves(g, 0.1, 1000, torch.zeros((), dtype=torch.float64))
+    >>> bool((d.abs() >= 0.075).all() and (d.abs() <= 0.125).all()), abs(float((d > 0).double().mean()) - 0.5) < 0.05
+    (True, True)
+    """
+    u = torch.stack([accept_uniform(rng, like) for _ in range(2 * n_groups)]).reshape(2, n_groups)
+    sign = torch.where(u[0] < 0.5, -torch.ones_like(u[0]), torch.ones_like(u[0]))
+    return sign * (0.75 + 0.5 * u[1]) * torch.as_tensor(scale, dtype=like.dtype, device=like.device)
+
+
+def grouped_step(lik, noise, rng: torch.Generator, state: MHState, *, coords: torch.Tensor, scale,
+                 llr_clip: float, noise_multiplier: float, accept=grouped_accept):
+    r"""One grouped step (module docstring), ``(MHState, GroupedInfo)``. Its randomness in this
+    order: the moves :math:`\Delta` (:func:`group_moves`, algorithm stream ``rng``), the
+    release's standard normals (secret stream ``noise``, :meth:`~pyro_dp.mechanisms.GaussianReleaseSpec.draw`),
+    the uniforms :math:`u_g` (algorithm stream), all drawn whatever the data. ``state.cache`` holds
+    :math:`\ell_i(\theta)` (computed here if absent); after an accepted move the cache is recomputed
+    at the new point (exact whether or not the module's assumption holds; private, used only inside
+    the next release). ``accept`` is :func:`grouped_accept` (injected so a test can swap it)."""
+    z = state.z
+    spec = gaussian_release_spec(float(noise_multiplier))
+    n_groups = int(coords.numel())
+    like = z.new_zeros(())
+    deltas = group_moves(rng, scale, n_groups, like)  # Δ_g = ±s·m_g (algorithm stream)
+    xi = spec.draw(noise, (n_groups,), device=z.device)  # the secret stream
+    log_u = torch.log(torch.stack([accept_uniform(rng, like) for _ in range(n_groups)]))  # u_g, algorithm stream
+    ll_old = state.cache if state.cache is not None else lik.per_example_loglik(z)
+    lp_new, rel, unit = grouped_ratio_release(lik, spec, z, deltas, coords, ll_old, xi, llr_clip,
+                                              getattr(noise, "shards", None))
+    T = float(lik.temperature)
+    # ŝ_g = |Δ_g| x coordinate g of the release (post-processing): Σ_i r_ig + N(0, (nm·2b|Δ_g|)²)
+    noise_var = (T * rel.noise_std * unit) ** 2
+    accepted = accept(log_u, T * unit * rel.value, lp_new - state.log_prior, noise_var)
+    n_rows = float(rel.num_rows)
+    info = GroupedInfo(accepted, spec.event, float(rel.num_clipped) / n_rows if n_rows else 0.0,
+                       float(rel.noise_std * unit.max()))
+    if not bool(accepted.any()):
+        return state._replace(cache=ll_old), info
+    z_new = z.clone()
+    z_new[coords] = z_new[coords] + torch.where(accepted, deltas, torch.zeros_like(deltas))
+    ll_new, lp = lik.loglik_and_prior(z_new)
+    return MHState(z_new, lp, state.direction, ll_new, state.grad), info
+
+
+def private_group_clip(lik, z: torch.Tensor, coords: torch.Tensor, quantile: float, noise_multiplier: float, noise,
+                       relation: str = "substitute"):
+    r"""``(clip, event)``: a private upper ``quantile`` of the per-row gradient norms restricted to the
+    group coordinates, :math:`\|\nabla_{a}\ell_i(z)\|`, at ``z`` — the clip per unit move of the
+    grouped release (module docstring). One :func:`~pyro_dp.mechanisms.noisy_histogram` over the
+    tuner's data-free bins :data:`~pyro_dp.kernels.tuning.NORM_BIN_EDGES` (a non-finite norm counts in
+    the overflow bin: the per-row rule), read as :func:`~pyro_dp.kernels.tuning.private_quantiles`
+    reads its own (Dwork & Lei 2009 §3): the smallest edge above which the noisy counts leave at most
+    :math:`(1-q)N` rows. Why: the default path's ``llr_clip`` is a quantile of the norms over *every*
+    coordinate, set by the largest (in a normal model the noise scale's, about twice the intercept's),
+    while a group's ratio per unit move is bounded by its own coordinate's gradient."""
+    edges = torch.tensor(NORM_BIN_EDGES, dtype=torch.float64, device=lik.device)
+    _, grads = lik.per_example_grad(z)  # reads the data ...
+    norms = torch.linalg.vector_norm(grads[:, coords], dim=-1).to(torch.float64)
+    finite = torch.isfinite(norms)
+    bins = torch.bucketize(torch.where(finite, norms, torch.zeros_like(norms)), edges)
+    bins = torch.where(finite, bins, torch.full_like(bins, len(edges)))  # per-row rule: overflow bin
+    rel = noisy_histogram(bins, len(edges) + 1, noise_multiplier, noise, relation)  # ... released here
+    n = getattr(lik, "global_num_rows", lik.num_rows)
+    counts = rel.value.cpu()
+    above = torch.flip(torch.cumsum(torch.flip(counts, (0,)), 0), (0,)) - counts  # rows above edge k
+    k = len(edges) - 1
+    while k > 0 and float(above[k - 1]) <= (1.0 - quantile) * n:
+        k -= 1
+    return float(edges[k]), rel.event
+
+
+#: the group clip's histogram has noise multiplier ``nm / GROUP_CLIP_NOISE_RATIO`` (``nm``: the chain's;
+#: one release worth 16 iterations', about 1% of a 1500-iteration run's budget), and its quantile is
+#: the tuner's ``llr_quantile`` (0.98), not the raised ``ratio_quantile`` (``1 - 2 nm / N``): measured
+#: on the two-level model (N = 2·10^4, nm ≈ 36), reading the quantile where about 72 rows lie above it,
+#: the scan from the top stopped at a spurious edge (the summed noise of the empty top bins) in 1 of 3
+#: chains with noise ``nm`` and 1 of 2 with ``nm / 4``. A clip at the 0.98 quantile of a group
+#: coordinate's gradient clips a few percent of the rows: a Huber-like likelihood for that coordinate
+#: (for an intercept with symmetric residuals, its centre unchanged)
+GROUP_CLIP_NOISE_RATIO = 4.0
+
+#: data-free MH steps per iteration on the coordinates that enter only the prior (step 0)
+PRIOR_SWEEPS = 5
+
+
+def prior_only_step(lik, rng: torch.Generator, state: MHState, scale: torch.Tensor):
+    r"""``(state, accepted)``: one Metropolis step (Gaussian random walk of per-coordinate ``scale``,
+    zero outside the coordinates it moves) on coordinates that enter **only the prior**
+    (:attr:`~pyro_dp.likelihood.PrivateLikelihood.likelihood_mask` 0: a hierarchical model's
+    population mean and scale). Their full conditional is the prior's, so the test
+    :math:`\log u < \log p(\theta') - \log p(\theta)` is exact and reads no data (the prior on the
+    stand-in row); the per-row cache stays valid. Randomness from the algorithm stream."""
+    prop = random_walk(rng, state.z, scale)
+    with torch.no_grad():
+        lp_new = lik.log_prior(prop.z)
+    log_u = uniform_log(rng, lp_new)
+    ok = bool(torch.isfinite(lp_new)) and bool(log_u < lp_new - state.log_prior)
+    return (state._replace(z=prop.z, log_prior=lp_new) if ok else state), ok
+
+
+def _prior_factorises(lik, z: torch.Tensor, coords: torch.Tensor) -> bool:
+    """Data-free check at set-up: the prior's change under a joint move of the group coordinates
+    equals the sum of its changes under each one-coordinate move (at ``z``, a fixed public draw)."""
+    gen = torch.Generator(device=z.device).manual_seed(0)  # a fixed public draw, not the chain's stream
+    delta = random_walk(gen, z.new_zeros(int(coords.numel())), torch.tensor(0.1, dtype=z.dtype, device=z.device)).z
+    with torch.no_grad():
+        lp0 = lik.log_prior(z)
+        zj = z.clone()
+        zj[coords] = zj[coords] + delta
+        joint = lik.log_prior(zj) - lp0
+        parts = 0.0
+        for g in range(int(coords.numel())):
+            zg = z.clone()
+            zg[coords[g]] = zg[coords[g]] + delta[g]
+            parts = parts + (lik.log_prior(zg) - lp0)
+    if not (bool(torch.isfinite(joint)) and bool(torch.isfinite(torch.as_tensor(parts)))):
+        return True  # undecidable here (a start at the support's edge): the chain's own checks apply
+    return abs(float(joint) - float(parts)) <= 1e-6 * (1.0 + abs(float(joint)))
+
+
+class DPGroupedPenalty(DPPenalty):
+    r"""DP penalty MH with parallel per-group updates of ``group_site`` (module docstring): each
+    iteration data-free Metropolis steps on the sites that enter only the prior, an ordinary
+    :class:`~.penalty.DPPenalty` step on the other likelihood coordinates, then one grouped step that
+    moves each of the group site's :math:`G` coordinates with its own penalty decision, all from one
+    Gaussian release of the :math:`G`-vector of clipped per-row ratio sums.
+
+    **Assumption** (correctness, not privacy): every row's log-likelihood depends on at most one
+    coordinate of ``group_site`` (``a[g[i]]``), and its prior factorises over the coordinates given
+    the other latents (checked at set-up, data-free). A model that breaks the first gets a private
+    but inexact chain.
+
+    :param model: Pyro model with its observed sites in a data plate.
+    :param str group_site: the latent site of the group effects (a vector of :math:`G \ge 2`
+        coordinates in the likelihood). Refused at set-up, data-free, otherwise.
+    :param proposal_scale: random-walk scale of the other coordinates (as DPPenalty's; its entries
+        on the group coordinates are ignored). Default: tuned privately.
+    :param group_scale: the length :math:`s` of each group's move, :math:`\Delta_g = \pm s\,m_g`
+        (:func:`group_moves`). Default: the mean of ``proposal_scale`` over the group coordinates when
+        that is given, else set from the private tuning: :math:`\min\{2.4\,j,\ 2.38\,\mathrm{sd}_g\}`
+        with :math:`j` the move whose penalty noise has standard deviation 1
+        (:func:`~.tuning.penalty_jump_length`; :math:`2.4\,j` the noise-limited optimum,
+        :data:`GROUP_TARGET_ACCEPT_PROB`) and :math:`\mathrm{sd}_g` a group coordinate's posterior
+        scale guessed from the private gradient clip with :math:`N/G` rows. With ``adapt_proposal``
+        (the default when the scales are tuned) it adapts during warmup towards
+        :data:`GROUP_TARGET_ACCEPT_PROB` (Robbins–Monro on the log scale from the groups' mean
+        acceptance, gain :math:`t^{-0.6}`, as :class:`~.proposals.AdaptiveProposalScale`;
+        post-processing, no privacy); ``target_accept_prob`` is step 1's.
+    :param llr_clip: :math:`b`, as DPPenalty's (in the likelihood's coordinates); the grouped
+        step clips each row's vector of ratios per unit move, :math:`(r_{ig}/|\Delta_g|)_g`, to L2 norm :math:`b`.
+    :param group_llr_clip: that clip of the grouped step alone, when it should differ from
+        ``llr_clip`` (public knowledge of the group coordinate's per-row gradient, e.g. a bounded
+        residual); default ``llr_clip``, which the default path sets from every coordinate's
+        gradient and so from the largest (a scale parameter's, in a normal model).
+    :param noise_multiplier: of both releases of an iteration. Default: calibrated to the budget
+        with two Gaussian releases per iteration (one when ``group_site`` is the only latent).
+
+    The default path is DPPenalty's (:class:`~pyro_dp.kernels.tuning.DPAutoTune`: private start,
+    clips, per-coordinate scales, which are diagonal), **without whitening**: a whitening
+    preconditioner would mix the group coordinates with the others (``DPAutoTune(whiten=True)`` is
+    refused), plus a private group clip per chain (:func:`private_group_clip`). ``one_component``
+    and ``guided_walk`` are not offered. Other keyword arguments are DPPenalty's. Measured on a
+    two-level model in ``docs/kernels/grouped.md``.
+
+    >>> import torch, pyro, pyro.distributions as dist
+    >>> from pyro.infer import MCMC
+    >>> from pyro_dp import DPGroupedPenalty
+    >>> def model(g, y):
+    ...     mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=y.dtype), 1.0))   # prior only
+    ...     with pyro.plate("groups", 3):
+    ...         a = pyro.sample("a", dist.Normal(mu, 1.0))                               # the groups
+    ...     with pyro.plate("data", len(y)):
+    ...         pyro.sample("y", dist.Normal(a[g], 1.0), obs=y)
+    >>> g = torch.arange(60) % 3
+    >>> y = torch.tensor([0.0, 1.0, 2.0], dtype=torch.float64)[g]
+    >>> k = DPGroupedPenalty(model, 0.1, llr_clip=5.0, noise_multiplier=2.0, group_site="a", group_scale=0.1, seed=0)
+    >>> mcmc = MCMC(k, num_samples=20, warmup_steps=5, disable_progbar=True)
+    >>> mcmc.run(g, y)
+    >>> k.planned_events()  # mu moves data-free: one release per iteration, the grouped one
+    ([], [GaussianEvent(noise_multiplier=2.0)])
+    """
+
+    whiten_by_default = False  # whitening would mix the group coordinates with the others
+    scale_by_default = True  # per-coordinate scales are diagonal: the groups stay separate
+    supports_distributed = False  # the grouped release is not written for sharded rows yet
+    _chain_attrs = DPPenalty._chain_attrs + ("group_scale", "_group_log_scale", "_group_accepts", "_prior_log_scale",
+                                               "_group_clip_value", "_sd_g")
+
+    def __init__(self, model, proposal_scale=None, llr_clip: Optional[float] = None,
+                 noise_multiplier: Optional[float] = None, *, group_site: str, group_scale=None,
+                 group_llr_clip: Optional[float] = None, **kwargs):
+        for name in ("one_component", "guided_walk"):
+            if kwargs.pop(name, False):
+                raise ValueError(f"DPGroupedPenalty does not offer {name}: its first move is a joint random walk on "
+                                 "the other coordinates, its second the grouped update")
+        if not isinstance(group_site, str):
+            raise TypeError(f"group_site must be the name of a latent site, got {group_site!r}")
+        init = kwargs.get("init")
+        if isinstance(init, DPAutoTune) and init.whiten:
+            raise ValueError("DPGroupedPenalty cannot whiten (DPAutoTune(whiten=True)): the whitening preconditioner "
+                             "mixes the group coordinates with the others; use DPAutoTune(whiten=False)")
+        super().__init__(model, proposal_scale, llr_clip, noise_multiplier, **kwargs)
+        self.group_site = group_site
+        self._given_group_scale = None if group_scale is None else float(group_scale)
+        if self._given_group_scale is not None and not (self._given_group_scale > 0 and
+                                                       math.isfinite(self._given_group_scale)):
+            raise ValueError(f"group_scale must be positive and finite, got {group_scale!r}")
+        self.group_scale = self._given_group_scale
+        #: the grouped release's clip per unit move as given (``None``: :meth:`_group_clip` decides)
+        self.group_llr_clip = None if group_llr_clip is None else check_positive("group_llr_clip", group_llr_clip)
+        #: the default path releases a private group clip at each chain's first step (private_group_clip)
+        self.auto_group_clip = self.group_llr_clip is None and "llr_clip" in self.auto_tuned
+        self._group_clip_value = None
+        self._sd_g = None
+        self._group_log_scale = None
+        self._prior_log_scale = 0.0
+        self._group_accepts = [0.0, 0]
+
+    # ------------------------------------------------------------------ structure (data-free)
+    def _groups(self):
+        """``(coords [G], the other likelihood coordinates [D] 0/1, whether there are any, the coordinates
+        that enter only the prior [D] 0/1)`` of the current likelihood, checked (data-free)."""
+        cached = self.__dict__.get("_groups_of")
+        if cached is not None and cached[0] is self.lik:
+            return cached[1]
+        coords = group_coordinates(self.lik, self.group_site)
+        others = torch.ones(self.lik.dim, dtype=self.lik.dtype, device=self.lik.device)
+        others[coords] = 0.0
+        mask = self.lik.likelihood_mask
+        lik_others = others if mask is None else others * mask  # step 1 moves these
+        out = (coords, lik_others, bool(lik_others.sum() > 0), others - lik_others)  # ..., prior-only coordinates
+        self._groups_of = (self.lik, out)
+        return out
+
+    def _calibrate(self):
+        coords, _, has_others, _ = self._groups()  # refusals first, before any planning or data access
+        if self.noise_multiplier is None:
+            k, f = (2 if has_others else 1), (1 if self.auto_group_clip else 0)
+            self.noise_multiplier = self._calibrate_scale(
+                lambda s: ([GaussianEvent(s / GROUP_CLIP_NOISE_RATIO)] * f, [GaussianEvent(s)] * k))
+
+    def _per_iteration_events(self):
+        k = 2 if self._groups()[2] else 1  # the penalty step on the others (if any) and the grouped release
+        return [gaussian_event(float(self.noise_multiplier))] * k
+
+    def _fixed_events(self):  # the private group clip's histogram, once per chain (default path)
+        return [gaussian_event(self._group_clip_noise())] if self.auto_group_clip else []
+
+    def _group_clip_noise(self) -> float:
+        return float(self.noise_multiplier) / GROUP_CLIP_NOISE_RATIO
+
+    def _step_events(self, state):
+        pending = self.auto_group_clip and self._group_clip_value is None
+        return (self._fixed_events() if pending else []) + list(self._per_iteration_events())
+
+    def _check_data(self) -> None:
+        super()._check_data()
+        self._groups()
+        pre = self.lik.preconditioner
+        if pre is not None and pre[1] is not None:
+            L = pre[1]
+            if L.dim() == 2 and bool((L - torch.diag(torch.diagonal(L))).abs().sum() > 0):
+                raise ValueError("DPGroupedPenalty needs diagonal coordinates: a preconditioner mixes the group "
+                                 "coordinates with the others (whitening); use DPAutoTune(whiten=False)")
+
+    def _init_state(self, z):
+        state = super()._init_state(z)
+        coords, _, _, prior_only = self._groups()
+        if self._num_setups == 1 and self._iteration == 0 and not _prior_factorises(self.lik, z, coords):
+            raise ValueError(f"the prior of group_site={self.group_site!r} does not factorise over its coordinates "
+                             "given the other latents: the grouped update assumes independent group effects "
+                             "(a plate of independent draws)")
+        if self._iteration == 0 or self._group_log_scale is None:  # a new chain: the given or tuned scale
+            s = self.group_scale
+            if s is None:
+                s = float(torch.as_tensor(self.proposal_scale if self.proposal_scale is not None else 1.0,
+                                          dtype=torch.float64).expand(self.lik.dim)[coords.cpu()].mean())
+            self._group_log_scale = math.log(s)
+            self._group_accepts = [0.0, 0]
+            self._group_clip_value = None  # released again at this chain's first step (default path)
+            given = self.proposal_scale if self.proposal_scale is not None else 1.0
+            p = torch.as_tensor(given, dtype=torch.float64).expand(self.lik.dim)[prior_only.cpu() > 0]
+            self._prior_log_scale = math.log(float(p.mean())) if p.numel() else 0.0
+        return state
+
+    def _apply_tuning(self, result):
+        coords, lik_others, has_others, prior_only = self._groups()
+        if "llr_clip" in self.auto_tuned:
+            self.llr_clip = result.llr_clip
+        if "proposal_scale" not in self.auto_tuned:
+            return
+        n, T, d = getattr(self.lik, "global_num_rows", self.lik.num_rows), self.lik.temperature, self.lik.dim
+        jump, sd = self._move_scales(result, self.noise_multiplier)
+        free = 2.38 / math.sqrt(max(d - coords.numel(), 1)) * sd  # Roberts, Gelman & Gilks 1997
+        d_lik = max(int(lik_others.sum()), 1)  # step 1 pays noise for these only (group coordinates fixed)
+        lik_scale = min(jump / math.sqrt(d_lik), free)
+        # as DPPenalty's; the group coordinates' entries are not used (step 1 holds them fixed), the
+        # prior-only coordinates' start the data-free step's adaptation
+        self.proposal_scale = (1.0 - prior_only) * lik_scale + prior_only * free
+        if self._given_group_scale is None:
+            n_g = int(coords.numel())
+            k = d_lik + 1  # likelihood coordinates one row moves: its group's and the others'
+            self._sd_g = posterior_scale_guess(result.grad_clip, max(n // n_g, 1), k, T)
+            self._set_group_scale()  # again once the group clip is released (_step)
+
+    def _set_group_scale(self) -> None:
+        r"""The tuned group scale :math:`\min\{2.4\,j, 2.38\,\mathrm{sd}_g\}` from the group clip in use."""
+        if self._given_group_scale is None and self._sd_g is not None:
+            j = penalty_jump_length(self.noise_multiplier, self._group_clip(), self.lik.temperature)
+            self.group_scale = min(2.4 * j, 2.38 * self._sd_g)
+            self._group_log_scale = math.log(self.group_scale)
+
+    # ------------------------------------------------------------------ the iteration
+    def _step(self, state):
+        coords, lik_others, has_others, prior_only = self._groups()
+        events, fracs, moved = [], [], False
+        warmup = self.adapt_proposal and self._iteration < self._warmup_steps
+        if self.auto_group_clip and self._group_clip_value is None:  # the chain's first step (declared)
+            q = self.init.llr_quantile  # not the raised ratio_quantile: see GROUP_CLIP_NOISE_RATIO
+            clip, event = private_group_clip(self.lik, state.z, coords, q, self._group_clip_noise(), self._noise,
+                                             self.relation)
+            events.append(event)
+            # the group block's norms are at most the full norms: a noisy quantile above the tuner's
+            # llr_clip is noise (post-processing)
+            self._group_clip_value = min(clip, float(self.llr_clip))
+            self._set_group_scale()
+        if bool(prior_only.any()):  # step 0: data-free MH on the coordinates that enter only the prior
+            for sweep in range(PRIOR_SWEEPS):
+                state, ok = prior_only_step(self.lik, self._rng, state, prior_only * math.exp(self._prior_log_scale))
+                moved = moved or ok
+                if warmup:  # Robbins-Monro on the log scale (post-processing of nothing private)
+                    t = self._iteration * PRIOR_SWEEPS + sweep + 1.0
+                    self._prior_log_scale += t ** -0.6 * (float(ok) - self.target_accept_prob)
+        if has_others:  # step 1: DPPenalty's step on the other likelihood coordinates, the groups held fixed
+            scale = self.adapted_proposal_scale * lik_others
+            state, info = mh_step(self._rng, self._noise, state, release_accept=self._release_accept,
+                                  propose=random_walk_proposal(scale, "full"))
+            self._adapt(info)  # warmup only; reads the accept decision (post-processing)
+            events.extend(info.events)
+            fracs.append(info.clipped_fraction)
+            moved = moved or bool(info.accepted)
+        state, g = grouped_step(self.lik, self._noise, self._rng, state, coords=coords,
+                                scale=math.exp(self._group_log_scale), llr_clip=self._group_clip(),
+                                noise_multiplier=self.noise_multiplier)
+        events.append(g.event)
+        fracs.append(g.clipped_fraction)
+        rate = float(g.accepted.to(torch.float64).mean())
+        if warmup:  # post-processing, as _adapt
+            self._group_log_scale += (self._iteration + 1.0) ** -0.6 * (rate - GROUP_TARGET_ACCEPT_PROB)
+        elif self._iteration >= self._warmup_steps:
+            self._group_accepts = [self._group_accepts[0] + rate, self._group_accepts[1] + 1]
+        moved = moved or bool(g.accepted.any())
+        # accepted: the state moved (either step); the groups' own rate is group_acceptance_rate
+        return state, MHInfo(moved, tuple(events), sum(fracs) / len(fracs), g.noise_std, -1, g)
+
+    def _group_clip(self) -> float:
+        """The grouped release's clip per unit move: ``group_llr_clip`` if given, else the private
+        group clip on the default path (once released), else ``llr_clip``."""
+        if self.group_llr_clip is not None:
+            return self.group_llr_clip
+        if self.auto_group_clip and self._group_clip_value is not None:
+            return self._group_clip_value
+        return self.llr_clip
+
+    @property
+    def group_acceptance_rate(self) -> Optional[float]:
+        """The groups' mean acceptance rate after warmup in the current chain (post-processing of
+        the releases), or ``None`` before any sampling iteration."""
+        total, count = self._group_accepts
+        return total / count if count else None
+
+    def diagnostics(self):
+        out = super().diagnostics()
+        rate = self.group_acceptance_rate
+        if rate is not None:
+            out["group acceptance rate"] = rate
+        return out
