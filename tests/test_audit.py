@@ -548,3 +548,38 @@ def test_audit_refuses_a_ledger_that_differs_between_runs():
 
     with pytest.raises(RuntimeError, match="different privacy ledger"):
         audit(factory, y, y2, num_runs=2)
+
+
+# --------------------------------------------------------------------------- the grouped penalty (#40)
+
+
+def _grouped_model(g, y):
+    b = pyro.sample("b", dist.Normal(torch.tensor(0.0, dtype=y.dtype), 1.0))
+    with pyro.plate("groups", 4):
+        a = pyro.sample("a", dist.Normal(torch.tensor(0.0, dtype=y.dtype), 1.0))
+    with pyro.plate("data", y.shape[0]):
+        pyro.sample("y", dist.Normal(a[g] + b, 1.0), obs=y)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("row", [(0, 6.0), (99, 0.0)], ids=["clip", "group-out-of-range"])
+def test_audit_the_grouped_penalty_against_worst_case_rows(row):
+    """DPGroupedPenalty's two releases (the penalty step on b, the groups' vector) audited with
+    row 0 saturating the clip the other way, or with a group index out of range (the per-row
+    rule); statistic: group 0's intercept, which row 0 informs."""
+    g = torch.arange(N) % 4
+    y = _Z.clone()
+    d = {"g": g.clone(), "y": y.clone()}
+    d["y"][0] = -6.0
+    dp = {"g": g.clone(), "y": y.clone()}
+    dp["g"][0], dp["y"][0] = row
+
+    def factory():
+        return pyro_dp.DPGroupedPenalty(_grouped_model, 0.5, llr_clip=CLIP, noise_multiplier=1.5, group_site="a",
+                                        init_strategy=init_to_mean)
+
+    result = audit(factory, d, dp, statistic=lambda k, before, after: float(after["a"][0]), num_runs=RUNS,
+                   delta=1e-5, args_fn=lambda x: (x["g"], x["y"]))
+    assert result.num_runs == RUNS and 0.5 <= result.reported_epsilon <= 6.0, str(result)
+    assert result.epsilon_lower_bound <= result.reported_epsilon, str(result)
+    assert result.passed

@@ -331,3 +331,12 @@ def test_whitening_and_one_component_are_refused():
     with pytest.raises(ValueError, match="group_scale"):
         DPGroupedPenalty(group_model, 0.1, 5.0, 2.0, group_site="a", group_scale=-1.0)
     assert DPGroupedPenalty.whiten_by_default is False
+
+
+@pytest.mark.parametrize("check", ["setup_is_data_free", "budget_stops", "planned_equals_recorded", "copies",
+                                   "per_row_rule", "audit_hooks"])
+def test_the_kernel_kit_contract(check):
+    """The package's kernel contract (pyro_dp.testing.check_kernel), as for every other kernel in
+    tests/kernels/test_contract.py (whose cases are golden-recorded; eager = compiled does not
+    apply: the grouped step has no compiled graph)."""
+    check_kernel(lambda: make_kernel(seed=0), group_data(), checks=[check], name="grouped")
