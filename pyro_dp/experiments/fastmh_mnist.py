@@ -83,8 +83,9 @@ Deviations, each forced by privacy validity or by the data:
 3. **privacy for free off** except in the opt-in ``dp_fast_mh_full_pff`` line, **Gaussian noise**
    where the code draws ``rand()`` (l. 258–268), and the prior ratio included (see Fig. 1's
    :mod:`~pyro_dp.experiments.fastmh`).
-4. **iterations and repeats**: :data:`MNIST_PARAMS` ``iters`` (the code's default is 40 000,
-   l. 29–32) and ``repeats``, set by the time this machine had (docs/results.md says what ran).
+4. **iterations and repeats**: :math:`10^4` iterations per chain (the code's default is 40 000,
+   l. 29–32) and 6 seeds, set by the time this machine had; the K sweep of panel (c) is
+   :math:`K\in\{2, 50, 200\}` plus §6.2's K (docs/results.md says what ran and how long).
 
 Layout: one CSV row per chain (keys: ``problem``, ``algorithm``, ``epsilon``, ``repeat``, ``K``).
 ``batch_size`` is the mean Poisson draw :math:`B` of Alg. 1, ``rows_read`` the mean rows read per
