@@ -46,6 +46,7 @@ NAMES = {
     "minibatch_dp_penalty": "minibatch penalty", "dp_sgld": "DP-SGLD", "dp_sgnht": "DP-SGNHT", "rwmh": "RWMH",
     "hmc": "HMC", "dp_fast_mh_full": "DP-Fast MH (full batch)", "dp_fast_mh_pff_k60": "DP-Fast MH, K = 60 (opt-in)",
     "dp_fast_mh": "DP-Fast MH (K = εN)", "dp_sgld_authors": "authors' SGLD update", "exact": "exact draws",
+    "dp_fast_mh_full_pff": "DP-Fast MH (full batch, privacy for free, opt-in)",
 }
 
 
@@ -275,6 +276,20 @@ FASTMH = [
           "sym_kl", (0.2, 0.5), eq=(("iterations", "10000"),)),
 ]
 
+# Zhang & Zhang Fig. 3(a)(b) (fastmh_fig3.csv, DP-Fast MH at §6.2's K only: ROW_FILTERS)
+E_FIG3 = (0.01, 0.05, 0.2, 0.5)
+FIG3 = [
+    Claim("DP-Fast MH (K = ⌈εN/6⌉) more accurate than penalty (a)", "fastmh_fig3", None, "dp_fast_mh", "dp_penalty",
+          "test_error", E_FIG3),
+    Claim("full-batch DP-Fast MH more accurate than penalty (a)", "fastmh_fig3", None, "dp_fast_mh_full",
+          "dp_penalty", "test_error", E_FIG3),
+    Claim("full batch, privacy for free (opt-in) more accurate than penalty (a)", "fastmh_fig3", None,
+          "dp_fast_mh_full_pff", "dp_penalty", "test_error", E_FIG3),
+    Claim("DP-Fast MH (K = ⌈εN/6⌉) reads fewer rows than full batch (b)", "fastmh_fig3", None, "dp_fast_mh",
+          "dp_fast_mh_full", "rows_read", E_FIG3),
+]
+
+
 # Heikkilä Fig. 3, DP Barker: the error at t = 20 000 against the error at smaller t, the same chains.
 HEIKKILA = [
     Claim(f"accuracy improves with t ({m.replace('_', ' ')})", "heikkila_fig23", None, "dp_barker", "dp_barker", m,
@@ -287,7 +302,7 @@ SGLD_CHECK = [
 ]
 
 TABLES = {"fig63": FIG63, "fig64": FIG64, "fig65": FIG65, "dphmc_fig1": DPHMC, "fastmh_fig1": FASTMH,
-          "heikkila_fig23": HEIKKILA, "heikkila_sgld_check": SGLD_CHECK}
+          "heikkila_fig23": HEIKKILA, "heikkila_sgld_check": SGLD_CHECK, "fastmh_fig3": FIG3}
 
 
 def run_claim(c: Claim, rows) -> List[Paired]:
@@ -320,21 +335,28 @@ def claim_diffs(c: Claim, rows) -> List[float]:
     return out
 
 
+#: display names that differ in one CSV (Fig. 3's DP-Fast MH line uses §6.2's K)
+CSV_NAMES = {"fastmh_fig3": {"dp_fast_mh": "DP-Fast MH (K = ⌈εN/6⌉)"}}
+
+
 def _comparison(c: Claim) -> str:
+    names = dict(NAMES, **CSV_NAMES.get(c.csv, {}))
     where = f"{c.problem}: " if c.problem else ""
     if c.b_level is not None:
         return f"{where}MMD(b) − MMD(b = {fmt_level(c.b_level)}), {NAMES[c.a]}"
     if c.csv == "heikkila_fig23":
         return f"{c.metric.replace('_', ' ')}(t) − {c.metric.replace('_', ' ')}(20 000)"
     m = {"mmd": "MMD", "mean_error": "mean error", "clipped_fraction": "clipped fraction",
-         "sym_kl": "sym. KL", "variance_error": "variance error"}[c.metric]
-    return f"{where}{m}: {NAMES[c.b]} − {NAMES[c.a]}"
+         "sym_kl": "sym. KL", "variance_error": "variance error", "test_error": "test error",
+         "rows_read": "rows read per iteration"}[c.metric]
+    return f"{where}{m}: {names[c.b]} − {names[c.a]}"
 
 
 def table(name: str, results_dir: pathlib.Path = SHIPPED) -> str:
     """The markdown claim table ``name`` (a key of :data:`TABLES`), recomputed from the CSVs."""
     claims = TABLES[name]
     rows = load(claims[0].csv, results_dir)
+    rows = ROW_FILTERS.get(name, lambda r: r)(rows)
     if name == "heikkila_fig23":
         levels, lname = (2000.0, 5000.0, 10000.0), "t"
     elif name == "fig63":
@@ -453,11 +475,108 @@ def yildirim_table(results_dir: pathlib.Path = SHIPPED) -> str:
     return "\n".join(lines)
 
 
+# Zhang & Zhang Fig. 2 (fastmh_fig2.csv): one ε per line, every line paired over the same seeds.
+FIG2 = [  # (claim, metric, a = claimed lower, b)
+    ("DP-Fast MH (K = εN) closer to the truth than penalty", "sym_kl", "dp_fast_mh", "dp_penalty"),
+    ("DP-Fast MH (K = εN) closer to the truth than penalty", "mode_weight_error", "dp_fast_mh", "dp_penalty"),
+    ("full-batch DP-Fast MH closer to the truth than penalty", "sym_kl", "dp_fast_mh_full", "dp_penalty"),
+    ("full-batch DP-Fast MH closer to the truth than penalty", "mode_weight_error", "dp_fast_mh_full", "dp_penalty"),
+    ("DP-Fast MH, K = 60 (opt-in) closer to the truth than penalty", "sym_kl", "dp_fast_mh_pff_k60", "dp_penalty"),
+    ("DP-Fast MH, K = 60 (opt-in) closer to the truth than penalty", "mode_weight_error", "dp_fast_mh_pff_k60",
+     "dp_penalty"),
+    ("penalty misses the modes' relative weights (vs the exact-draw floor)", "mode_weight_error", "exact",
+     "dp_penalty"),
+    ("full-batch DP-Fast MH misses them too (vs the exact-draw floor)", "mode_weight_error", "exact",
+     "dp_fast_mh_full"),
+    ("Barker (ε = 0.2) failed: worse than penalty (ε = 0.05)", "sym_kl", "dp_penalty", "dp_barker"),
+    ("Barker (ε = 0.2) failed: worse than penalty (ε = 0.05)", "mode_weight_error", "dp_penalty", "dp_barker"),
+]
+_METRIC = {"sym_kl": "sym. KL", "mode_weight_error": "mode-weight error", "test_error": "test error",
+           "rows_read": "rows read per iteration"}
+
+
+def _single_level_row(claim, metric, a, b, rows, unit=""):
+    t = paired_from_values(values(rows, algorithm=a, metric=metric), values(rows, algorithm=b, metric=metric))
+    v = verdict((0.0,), [t]).replace(" at ε = 0", "")  # one level: the verdict words without it
+    mean = f"{t.mean:+.3g}{unit} ± {t.se:.2g}".replace("-", "−")
+    return f"| {claim} | {_METRIC[metric]}: {NAMES[b]} − {NAMES[a]} | {t.n} | {mean} | {fmt_z(t)} | {t.p:.2g} | {v} |"
+
+
+def fig2_table(results_dir: pathlib.Path = SHIPPED) -> str:
+    """Zhang & Zhang Fig. 2: paired differences over the seeds at t = 10⁴ (sym. KL; the mode
+    weight's absolute error against 2·10⁵ exact draws)."""
+    rows = load("fastmh_fig2", results_dir)
+    lines = ["| claim | compared (paired over repeats) | n | mean d ± s.e. | z | p | verdict |",
+             "|---|---|---|---:|---:|---:|---|"]
+    lines += [_single_level_row(c, m, a, b, rows) for c, m, a, b in FIG2]
+    return "\n".join(lines)
+
+
+def _fig3_main_rows(rows):
+    """Fig. 3(a)(b)'s rows: every line, DP-Fast MH at §6.2's K = ⌈εN/6⌉ only (the K sweep of (c)
+    shares its key columns but for K)."""
+    out = []
+    for r in rows:
+        if r["algorithm"] == "dp_fast_mh":
+            k = max(1, math.ceil(float(r["epsilon"]) * int(r["num_train"]) / 6.0 - 1e-9))
+            if int(r["K"]) != k:
+                continue
+        out.append(r)
+    return out
+
+
+def fig3_k_table(results_dir: pathlib.Path = SHIPPED) -> str:
+    """Fig. 3(c) (§6.2: "the test accuracy and the batch size both increase when K decreases"):
+    at each ε of panel (c), DP-Fast MH at the smallest K of the sweep whose ledger records the
+    target (ε, δ) per iteration in every seed (a smaller K the kernel cannot certify, Thm 2 failing,
+    is left out) against the largest K, paired over the seeds; then Fig. 3(b)'s "less than 20 % of
+    the data" as a one-sample test of the rows read per iteration / N against 0.2, at §6.2's K."""
+    rows = load("fastmh_fig3", results_dir)
+    fm = [r for r in rows if r["algorithm"] == "dp_fast_mh"]
+    k_eps = sorted(e for e in {float(r["epsilon"]) for r in fm}
+                   if len({r["K"] for r in fm if float(r["epsilon"]) == e}) > 2)
+    lines = ["| claim | ε | compared (paired over repeats) | n | mean d ± s.e. | z | p | verdict |",
+             "|---|---:|---|---|---:|---:|---:|---|"]
+    for e in k_eps:
+        at = [r for r in fm if float(r["epsilon"]) == e]
+        ks = sorted({int(r["K"]) for r in at})
+        ok = [k for k in ks if all(float(r["step_epsilon_ledger"]) <= e * (1 + 1e-9)
+                                   for r in at if int(r["K"]) == k)]
+        lo, hi = str(min(ok)), str(ks[-1])
+        for claim, metric, a_k, b_k in (("accuracy increases as K decreases (c)", "test_error", lo, hi),
+                                        ("batch size increases as K decreases (c)", "rows_read", hi, lo)):
+            t = paired_from_values(values(at, algorithm="dp_fast_mh", metric=metric, K=a_k),
+                                   values(at, algorithm="dp_fast_mh", metric=metric, K=b_k))
+            mean = f"{t.mean:+.3g} ± {t.se:.2g}".replace("-", "−")
+            lines.append(f"| {claim} | {fmt_level(e)} | {_METRIC[metric]}: K = {b_k} − K = {a_k} | {t.n} | {mean} | "
+                         f"{fmt_z(t)} | {t.p:.2g} | {verdict((0.0,), [t]).replace(' at ε = 0', '')} |")
+    main = _fig3_main_rows(rows)
+    eps = sorted({float(r["epsilon"]) for r in main if r["algorithm"] == "dp_fast_mh"})
+    lines.append("")
+    lines.append("| claim | tested | n | " + " | ".join(f"z, ε = {fmt_level(e)}" for e in eps) + " | verdict |")
+    lines.append("|---|---|---|" + "---:|" * len(eps) + "---|")
+    tests = []
+    for e in eps:
+        share = [float(r["rows_read"]) / int(r["num_train"]) for r in main
+                 if r["algorithm"] == "dp_fast_mh" and float(r["epsilon"]) == e and r["rows_read"] not in ("", "nan")]
+        tests.append(one_sample_below(share, 0.2))
+    lines.append("| DP-Fast MH reads less than 20 % of the data per iteration (b) | mean rows read / N against 0.2, "
+                 f"one-sample t | {min(t.n for t in tests)} | " + " | ".join(fmt_z(t) for t in tests)
+                 + f" | {verdict(eps, tests)} |")
+    return "\n".join(lines)
+
+
+#: rows a claim table reads, when it reads a subset of its CSV
+ROW_FILTERS = {"fastmh_fig3": _fig3_main_rows}
+
+
 def all_tables(results_dir: pathlib.Path = SHIPPED) -> Dict[str, str]:
     out = {name: table(name, results_dir) for name in TABLES}
     out["clipping_fig64"] = clipping_table("fig64", results_dir)
     out["clipping_fig65"] = clipping_table("fig65", results_dir)
     out["yildirim_thm1"] = yildirim_table(results_dir)
+    out["fastmh_fig2"] = fig2_table(results_dir)
+    out["fastmh_fig3_k"] = fig3_k_table(results_dir)
     return out
 
 

@@ -73,6 +73,14 @@ def redraw(results=SHIPPED, out=SHIPPED, log=print) -> list:
     fastmh._plot(_rows("fastmh_fig1", results), str(out / "fastmh_fig1.png"), plt, final=10000, curve_eps=0.05,
                  n=50000)
     done.append("fastmh_fig1.png")
+    fastmh._plot_fig2(_rows("fastmh_fig2", results), _rows("fastmh_fig2_density", results),
+                      str(out / "fastmh_fig2.png"), plt, n=50000, iters=10000)
+    done.append("fastmh_fig2.png")
+    from pyro_dp.experiments import fastmh_mnist
+
+    fig3 = _rows("fastmh_fig3", results)
+    fastmh_mnist.plot_fig3(fig3, str(out / "fastmh_fig3.png"), plt, n=int(fig3[0]["num_train"]))
+    done.append("fastmh_fig3.png")
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("yildirim_thm1", ROOT / "benchmarks" / "yildirim_thm1.py")

