@@ -422,8 +422,8 @@ def plot_metric_vs_epsilon(rows: Sequence[dict], metric: str, path: str, *, pane
     if title:
         fig.suptitle(title)
     legend_below(fig, axes, ncol=3)
-    if title:
-        fig.subplots_adjust(top=1 - 0.7 / fig.get_figheight())
+    if title:  # room for the title's lines (one line: 0.7 inch, as before)
+        fig.subplots_adjust(top=1 - (0.45 + 0.25 * (title.count("\n") + 1)) / fig.get_figheight())
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
