@@ -145,3 +145,17 @@ def test_whitened_gaussian_has_the_mvn_ratios_and_gradients():
     assert torch.allclose(mvn.per_example_grad(z)[1], wht.per_example_grad(z)[1], atol=1e-8, rtol=1e-10)
     assert float(mvn.log_prior(z)) == pytest.approx(float(wht.log_prior(z)))
     assert not torch.allclose(mvn.per_example_loglik(z), wht.per_example_loglik(z))  # the constant log|L|
+
+
+def test_full_grid_runs_sg_cells_at_the_smallest_epsilon_only(tmp_path, monkeypatch):
+    """The SG chains do not depend on the target (Langevin noise, capped length, seeds free of
+    ε): the full grid runs them once, at its smallest ε; the other kernels at every ε."""
+    seen = []
+    monkeypatch.setattr(F, "run_grid", lambda name, out, cells, *a, **k: seen.extend(cells) or {"rows": []})
+    monkeypatch.setattr(F, "_plots", lambda rows, out, log: {})
+    F.run_dphmc_fig1(str(tmp_path), quick=False, log=None, progress=False, repeats=1)
+    by = {}
+    for c in seen:
+        by.setdefault(c["algorithm"], set()).add(c["epsilon"])
+    assert by["dp_sgld"] == by["dp_sgnht"] == {min(F.PAPER_EPSILONS)}
+    assert by["dp_hmc"] == by["dp_penalty"] == by["exact"] == set(F.PAPER_EPSILONS)
