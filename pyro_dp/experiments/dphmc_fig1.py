@@ -293,8 +293,9 @@ def run_dphmc_fig1(out_dir: str, quick: Optional[bool] = None, log=print, device
     # SG cells at the smallest ε only: their chains do not depend on the target (module docstring)
     sg = [a for a in algorithms if a in ("dp_sgld", "dp_sgnht")]
     cells = grid_cells(problems, lambda pn: [a for a in algorithms if a not in sg], s["epsilons"], s["repeats"])
-    if sg:  # (its "exact" cells repeat keys already in `cells`: run_grid runs a key once)
-        cells += grid_cells(problems, lambda pn: sg, [min(s["epsilons"])], s["repeats"])
+    if sg:  # (without its "exact" cells, which `cells` already holds)
+        cells += [c for c in grid_cells(problems, lambda pn: sg, [min(s["epsilons"])], s["repeats"])
+                  if c["algorithm"] != "exact"]
     n, chains = s["n"], s["chains"]
 
     def iterations(cell):
