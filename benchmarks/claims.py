@@ -199,6 +199,10 @@ class Claim(NamedTuple):
     equality: bool = False
     b_level: Optional[float] = None
     eq: Tuple = ()
+    #: (level, kernels): read these kernels at this level whatever the row's level — kernels whose
+    #: chains do not depend on the level (the DP-HMC paper's SG chains: Langevin noise, a fixed
+    #: length, the same seeds at every ε)
+    fixed: Tuple = ()
 
 
 MMD = "mmd"
@@ -252,19 +256,30 @@ FIG65 = [
           (0.5, 0.75, 1.0)),
 ]
 
-E3 = (1.0, 3.0, 6.0)
+#: the ε of the DP-HMC paper's grid (2, 4, …, 15) that the shipped run covers (10 repeats each)
+E_DPHMC = (2.0, 6.0, 15.0)
+_B, _G = "dphmc-banana-2d", "dphmc-gauss-10d"
+_SG = (2.0, ("dp_sgld", "dp_sgnht"))  # the SG chains: the same at every ε (see Claim.fixed)
 DPHMC = [
-    Claim("banana: DP-HMC and DP penalty roughly equal", "dphmc_fig1", "flat-banana-2d", "dp_hmc", "dp_penalty", MMD,
-          E3, equality=True),
-    Claim("banana: DP-SGLD worse (than DP-HMC)", "dphmc_fig1", "flat-banana-2d", "dp_hmc", "dp_sgld", MMD, E3),
-    Claim("banana: DP-SGNHT worse (than DP-HMC)", "dphmc_fig1", "flat-banana-2d", "dp_hmc", "dp_sgnht", MMD, E3),
-    Claim("Gaussian: DP-SGLD best (vs DP-HMC)", "dphmc_fig1", "gauss-10d-corr", "dp_sgld", "dp_hmc", MMD, E3),
-    Claim("Gaussian: DP-SGLD best (vs DP-SGNHT)", "dphmc_fig1", "gauss-10d-corr", "dp_sgld", "dp_sgnht", MMD, E3),
-    Claim("Gaussian: DP-SGLD best (vs DP penalty)", "dphmc_fig1", "gauss-10d-corr", "dp_sgld", "dp_penalty", MMD,
-          E3),
-    Claim("Gaussian: DP-HMC and DP-SGNHT mostly equal", "dphmc_fig1", "gauss-10d-corr", "dp_hmc", "dp_sgnht", MMD,
-          E3, equality=True),
-    Claim("Gaussian: DP penalty worst (vs DP-HMC)", "dphmc_fig1", "gauss-10d-corr", "dp_hmc", "dp_penalty", MMD, E3),
+    Claim("banana: DP-HMC and DP penalty roughly equal", "dphmc_fig1", _B, "dp_hmc", "dp_penalty", MMD, E_DPHMC,
+          equality=True),
+    Claim("banana: same, mean error", "dphmc_fig1", _B, "dp_hmc", "dp_penalty", "mean_error", E_DPHMC,
+          equality=True),
+    Claim("banana: DP-SGLD worse (than DP-HMC)", "dphmc_fig1", _B, "dp_hmc", "dp_sgld", MMD, E_DPHMC, fixed=_SG),
+    Claim("banana: DP-SGLD worse (than DP penalty)", "dphmc_fig1", _B, "dp_penalty", "dp_sgld", MMD, E_DPHMC,
+          fixed=_SG),
+    Claim("banana: DP-SGNHT worse (than DP-HMC)", "dphmc_fig1", _B, "dp_hmc", "dp_sgnht", MMD, E_DPHMC, fixed=_SG),
+    Claim("banana: DP-SGNHT worse (than DP penalty)", "dphmc_fig1", _B, "dp_penalty", "dp_sgnht", MMD, E_DPHMC,
+          fixed=_SG),
+    Claim("Gaussian: DP-SGLD best (vs DP-HMC)", "dphmc_fig1", _G, "dp_sgld", "dp_hmc", MMD, E_DPHMC, fixed=_SG),
+    Claim("Gaussian: DP-SGLD best (vs DP-SGNHT)", "dphmc_fig1", _G, "dp_sgld", "dp_sgnht", MMD, (2.0,), fixed=_SG),
+    Claim("Gaussian: DP-SGLD best (vs DP penalty)", "dphmc_fig1", _G, "dp_sgld", "dp_penalty", MMD, E_DPHMC,
+          fixed=_SG),
+    Claim("Gaussian: DP-HMC and DP-SGNHT mostly equal", "dphmc_fig1", _G, "dp_hmc", "dp_sgnht", MMD, E_DPHMC,
+          equality=True, fixed=_SG),
+    Claim("Gaussian: DP penalty worst (vs DP-HMC)", "dphmc_fig1", _G, "dp_hmc", "dp_penalty", MMD, E_DPHMC),
+    Claim("Gaussian: DP penalty worst (vs DP-SGNHT)", "dphmc_fig1", _G, "dp_sgnht", "dp_penalty", MMD, E_DPHMC,
+          fixed=_SG),
 ]
 
 FASTMH = [
@@ -319,6 +334,13 @@ def run_claim(c: Claim, rows) -> List[Paired]:
             values(rows, problem=c.problem, algorithm=c.a, metric=c.metric, level_col=c.level_col, level=c.b_level),
             values(rows, problem=c.problem, algorithm=c.b, metric=c.metric, level_col=c.level_col, level=lv))
             for lv in c.levels]
+    if c.fixed:
+        at = lambda k, lv: c.fixed[0] if k in c.fixed[1] else lv  # noqa: E731
+        return [paired_from_values(
+            values(rows, problem=c.problem, algorithm=c.a, metric=c.metric, level_col=c.level_col, level=at(c.a, lv),
+                   **eq),
+            values(rows, problem=c.problem, algorithm=c.b, metric=c.metric, level_col=c.level_col, level=at(c.b, lv),
+                   **eq)) for lv in c.levels]
     return [paired(rows, problem=c.problem, a=c.a, b=c.b, metric=c.metric, level=lv, level_col=c.level_col,
                    **eq) for lv in c.levels]
 
@@ -328,9 +350,11 @@ def claim_diffs(c: Claim, rows) -> List[float]:
     eq = dict(c.eq)
     out = []
     for lv in c.levels:
+        fx = (lambda k: c.fixed[0] if k in c.fixed[1] else lv) if c.fixed else (lambda k: lv)
         va = values(rows, problem=c.problem, algorithm=c.a, metric=c.metric, level_col=c.level_col,
-                    level=lv if c.b_level is None else c.b_level, **eq)
-        vb = values(rows, problem=c.problem, algorithm=c.b, metric=c.metric, level_col=c.level_col, level=lv, **eq)
+                    level=fx(c.a) if c.b_level is None else c.b_level, **eq)
+        vb = values(rows, problem=c.problem, algorithm=c.b, metric=c.metric, level_col=c.level_col,
+                    level=fx(c.b), **eq)
         out += [vb[k] - va[k] for k in sorted(set(va) & set(vb))]
     return out
 
@@ -349,7 +373,10 @@ def _comparison(c: Claim) -> str:
     m = {"mmd": "MMD", "mean_error": "mean error", "clipped_fraction": "clipped fraction",
          "sym_kl": "sym. KL", "variance_error": "variance error", "test_error": "test error",
          "rows_read": "rows read per iteration"}[c.metric]
-    return f"{where}{m}: {names[c.b]} − {names[c.a]}"
+
+    def name(k):
+        return names[k] + (f" (ε = {fmt_level(c.fixed[0])} chains)" if c.fixed and k in c.fixed[1] else "")
+    return f"{where}{m}: {name(c.b)} − {name(c.a)}"
 
 
 def table(name: str, results_dir: pathlib.Path = SHIPPED) -> str:

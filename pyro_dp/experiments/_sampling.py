@@ -56,7 +56,9 @@ _N0 = {"tempered-banana-2d": 1000, "tempered-banana-10d": 1000}
 #: problem -> algorithm -> thesis-code parameters (at :data:`THESIS_N`), from
 #: ``oraisa/masters-thesis`` at commit ``f859f56``, ``code/params/<algo>_<problem>.py`` with
 #: ``dpps`` = DP penalty, ``dppa`` = DP penalty OCU+GWMH, ``hmc``, ``barker``, ``mdpps`` =
-#: minibatch DP penalty, and the thesis's problem names ``easy-2d``/``easy-10d`` (flat bananas),
+#: minibatch DP penalty, ``mdppa`` = minibatch DP penalty OCU+GWMH (thesis §6.4: "the penalty
+#: algorithm with subsampling, again with and without GWMH and OCU"; Fig. 6.4 only, the thesis
+#: leaves the minibatch algorithms out of Fig. 6.5), and the thesis's problem names ``easy-2d``/``easy-10d`` (flat bananas),
 #: ``tempered-2d``/``tempered-10d``, ``gauss-30d``, ``hard-2d`` (narrow banana),
 #: ``hard-gauss-2d`` (correlated Gauss) and ``circle``. ``tau`` (``tau_l``/``tau_g`` for HMC) is
 #: the thesis's noise scale: noise multiplier :math:`\tau\sqrt n` for the full-data releases
@@ -69,6 +71,7 @@ THESIS_PARAMS: Dict[str, Dict[str, dict]] = {
         "dp_hmc": dict(tau_l=0.1, tau_g=0.4, L=10, eta=0.0005, mass=1.0, r_clip=2.0, grad_clip=1.0),
         "dp_barker": dict(prop=0.008 * 0.1, batch=1300),
         "minibatch_dp_penalty": dict(prop=0.001, clip=1.0, batch=1000, tau=0.7),
+        "minibatch_dp_penalty_ocu_gwmh": dict(prop=0.001, clip=1.0, batch=1000, tau=0.7),
     },
     "flat-banana-10d": {
         "dp_penalty": dict(prop=0.0015, clip=2.0, tau=0.1),
@@ -76,6 +79,7 @@ THESIS_PARAMS: Dict[str, Dict[str, dict]] = {
         "dp_hmc": dict(tau_l=0.05, tau_g=0.2, L=10, eta=0.00015, mass=1.0, r_clip=2.5, grad_clip=3.0),
         "dp_barker": dict(prop=8 * 0.0001, batch=2600),
         "minibatch_dp_penalty": dict(prop=0.0001, clip=3.0, batch=1000, tau=0.6),
+        "minibatch_dp_penalty_ocu_gwmh": dict(prop=8 * 0.00004, clip=2.0, batch=1000, tau=0.5),
     },
     "tempered-banana-2d": {
         "dp_penalty": dict(prop=0.007 * 5, clip=5.0, tau=0.2),
@@ -83,6 +87,7 @@ THESIS_PARAMS: Dict[str, Dict[str, dict]] = {
         "dp_hmc": dict(tau_l=0.2, tau_g=0.6, L=10, eta=0.01, mass=1.0, r_clip=2.5, grad_clip=2.0),
         "dp_barker": dict(prop=0.008 * 15, batch=1300),
         "minibatch_dp_penalty": dict(prop=0.025, clip=4.0, batch=1000, tau=1.5),
+        "minibatch_dp_penalty_ocu_gwmh": dict(prop=0.04, clip=4.0, batch=1000, tau=2.0),
     },
     "tempered-banana-10d": {
         "dp_penalty": dict(prop=0.02, clip=3.0, tau=0.18),
@@ -90,6 +95,7 @@ THESIS_PARAMS: Dict[str, Dict[str, dict]] = {
         "dp_hmc": dict(tau_l=0.08, tau_g=0.2, L=10, eta=0.015, mass=1.0, r_clip=2.5, grad_clip=3.5),
         "dp_barker": dict(prop=8 * 0.005, batch=2600),
         "minibatch_dp_penalty": dict(prop=8 * 0.0025, clip=2.0, batch=1200, tau=0.7),
+        "minibatch_dp_penalty_ocu_gwmh": dict(prop=8 * 0.0035, clip=2.0, batch=1200, tau=0.8),
     },
     "gauss-30d": {  # the thesis's final values; its commented-out ones had a per-coordinate profile
         "dp_penalty": dict(prop=0.00084, clip=3.0, tau=0.06),
@@ -115,7 +121,10 @@ THESIS_PARAMS: Dict[str, Dict[str, dict]] = {
 
 #: algorithm names accepted by :func:`make_kernel`
 ALGORITHMS = ("dp_penalty", "dp_penalty_ocu_gwmh", "dp_hmc", "dp_barker", "minibatch_dp_penalty",
-              "dp_sgld", "dp_sgnht")
+              "minibatch_dp_penalty_ocu_gwmh", "dp_sgld", "dp_sgnht")
+
+#: the minibatch DP penalty variants: plain random walk, and one-component updates with the guided walk
+MINIBATCH = ("minibatch_dp_penalty", "minibatch_dp_penalty_ocu_gwmh")
 
 
 def thesis_iterations(algorithm: str, params: dict, *, epsilon: float, delta: float, n: int) -> int:
@@ -134,7 +143,8 @@ def thesis_iterations(algorithm: str, params: dict, *, epsilon: float, delta: fl
     * DP Barker: the most iterations within ε under Heikkilä Thm 2 + Cor. 2 (``dp_barker.py``
       ``maximize_iters``; we convert RDP with the improved conversion, so the count can be
       a little larger).
-    * minibatch DP penalty: noise multiplier :math:`\sqrt\tau`, sampling without replacement.
+    * minibatch DP penalty (both proposals; OCU+GWMH changes the proposal only, thesis §3.3):
+      noise multiplier :math:`\sqrt\tau`, sampling without replacement.
       The thesis code counts iterations with the Fourier accountant (``adp_iters`` of
       ``dp_penalty_minibatch.py``); its one-step worst-case pair does not compose for sampling
       without replacement under substitution (Lebeda et al. 2024; see thesis Fig. 6.2 in
@@ -152,7 +162,7 @@ def thesis_iterations(algorithm: str, params: dict, *, epsilon: float, delta: fl
         return max_iterations(epsilon, delta, per, accountant="gdp")
     if algorithm == "dp_barker":
         return _barker_allowed(params, epsilon=epsilon, delta=delta, n=n)
-    if algorithm == "minibatch_dp_penalty":
+    if algorithm in MINIBATCH:
         key = (epsilon, delta, n, params["batch"], params["tau"])
         if key not in _THESIS_MINIBATCH_ITERS:
             ev = SubsampledGaussianEvent(min(params["batch"], n // 2) / n, math.sqrt(params["tau"]),
@@ -214,7 +224,8 @@ class _Calibrated:
 
 def make_kernel(algorithm: str, problem, *, epsilon: Optional[float], delta: float, num_iterations: Optional[int],
                 seed: int, params: dict, n: int, non_private: bool = False, llr_clip: Optional[float] = None,
-                adapt: bool = True, jit_compile: bool = False):
+                adapt: bool = True, jit_compile: bool = False, num_chains: int = 1,
+                nonprivate_diagnostics: bool = True):
     """Build one kernel for ``problem`` with the privacy budget ``(epsilon, delta)`` over
     ``num_iterations`` (noise calibrated by the kernel), or ``non_private`` (zero noise).
 
@@ -223,7 +234,10 @@ def make_kernel(algorithm: str, problem, *, epsilon: Optional[float], delta: flo
     which gives the thesis's noise or slightly less; the ledger is checked after the run).
     ``adapt`` adapts the proposal scale / step size during warm-up (off at the thesis's ``n``,
     where the thesis's hand-tuned values apply as they are); ``jit_compile`` is the kernels'
-    compiled path.
+    compiled path; ``nonprivate_diagnostics=False`` skips the non-private clipped fractions
+    (a full-data pass per iteration, which dominates a minibatch kernel's cost). ``num_chains`` chains share the budget (the kernel calibrates its noise to
+    ``num_chains`` × ``num_iterations`` iterations, as the DP-HMC paper code divides its
+    iteration count by its 4 chains).
 
     Returns ``(kernel, num_iterations)``: DP Barker's count may be lowered to what ε allows."""
     from .. import DPBarker, DPHMC, DPMinibatchPenalty, DPPenalty, DPSGLD, DPSGNHT
@@ -239,8 +253,10 @@ def make_kernel(algorithm: str, problem, *, epsilon: Optional[float], delta: flo
     # synthetic data: the noise is seeded (noise_seed) so that figures are reproducible, and the
     # non-private clipped fractions are reported as the papers do
     common = dict(temperature=problem.temperature, init_strategy=problem.init_strategy(), seed=seed,
-                  noise_seed=seed, nonprivate_diagnostics=True, jit_compile=jit_compile)
+                  noise_seed=seed, nonprivate_diagnostics=nonprivate_diagnostics, jit_compile=jit_compile)
     budget = {} if non_private else dict(epsilon=epsilon, delta=delta, num_iterations=num_iterations)
+    if int(num_chains) > 1 and not non_private:
+        budget["num_chains"] = int(num_chains)
     if algorithm in ("dp_penalty", "dp_penalty_ocu_gwmh"):
         gw = algorithm == "dp_penalty_ocu_gwmh"
         nm = {"noise_multiplier": 0.0, "non_private": True} if non_private else {}
@@ -254,6 +270,7 @@ def make_kernel(algorithm: str, problem, *, epsilon: Optional[float], delta: flo
         k = DPHMC(problem.model, step_size=w * params["eta"], num_steps=params["L"],
                   grad_clip=params["grad_clip"], llr_clip=params["r_clip"] if llr_clip is None else llr_clip,
                   mass=_tensor(params["mass"]), adapt_step_size=adapt, target_accept_prob=0.65,
+                  jitter=bool(params.get("jitter", False)),
                   **nm, **budget, **common)
         return k, num_iterations
     if algorithm == "dp_barker":
@@ -266,11 +283,13 @@ def make_kernel(algorithm: str, problem, *, epsilon: Optional[float], delta: flo
         k = DPBarker(problem.model, batch_size=b, proposal_scale=_tensor(_scaled(params["prop"], w)),
                      epsilon=epsilon, delta=delta, num_iterations=its, **common)
         return k, its
-    if algorithm == "minibatch_dp_penalty":
+    if algorithm in MINIBATCH:
         b = min(params["batch"], n // 2)
+        walk = algorithm == "minibatch_dp_penalty_ocu_gwmh"  # thesis code mdppa: ocu = grw = True
         mk = partial(DPMinibatchPenalty, problem.model, batch_size=b,
                      proposal_scale=_tensor(_scaled(params["prop"], w)), llr_clip=params["clip"],
-                     subsampling="without_replacement", **common)  # thesis §3.3 scheme
+                     subsampling="without_replacement", one_component=walk, guided_walk=walk,
+                     **common)  # thesis §3.3 scheme
         if non_private:
             return mk(noise_multiplier=0.0, non_private=True), num_iterations
         if thesis_scheme:  # the thesis's noise multiplier sqrt(tau) (thesis Thm 8), count from the valid accountant
@@ -284,13 +303,25 @@ def make_kernel(algorithm: str, problem, *, epsilon: Optional[float], delta: flo
             return _Calibrated(k, key), num_iterations
         return mk(noise_multiplier=_MINIBATCH_NM[key], reference_delta=delta), num_iterations
     if algorithm in ("dp_sgld", "dp_sgnht"):
-        cls = DPSGLD if algorithm == "dp_sgld" else DPSGNHT
+        extra = {"thermostat": float(params["A"])} if algorithm == "dp_sgnht" and "A" in params else {}
+        if params.get("noise") == "langevin" and not non_private:
+            # the DP-HMC paper code's scheme: the Langevin noise alone (no calibration, whose PLD
+            # search costs ~40 s per kernel); run_chain reads the run's ε from the ledger and
+            # refuses a run over its target
+            from ..kernels.sgmcmc import langevin_noise_multiplier
+
+            nm_l = langevin_noise_multiplier(
+                "sgld" if algorithm == "dp_sgld" else "sgnht", step_size=params["eta"] * w * w,
+                sample_rate=params["batch"] / n, grad_clip=params["grad_clip"], temperature=problem.temperature,
+                thermostat=float(params.get("A", 1.0)))
+            budget = dict(noise_multiplier=nm_l, reference_delta=delta)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            # add/remove with the benchmark's N stated as public (the recorded results' accounting; the
-            # kernels' default is now substitution, #38) + the kernel's default accountant (PLD)
-            k = cls(problem.model, batch_size=params["batch"], step_size=params["eta"] * w * w,
-                    grad_clip=params["grad_clip"], relation="add_remove", public_num_rows=n, **budget, **common)
+            # the kernels' default relation, substitution (issue #38), as every other kernel here is
+            # accounted; the kernel's default accountant (PLD, REPLACE_ONE)
+            k = (DPSGLD if algorithm == "dp_sgld" else DPSGNHT)(
+                problem.model, batch_size=params["batch"], step_size=params["eta"] * w * w,
+                grad_clip=params["grad_clip"], **extra, **budget, **common)
         return k, num_iterations
     raise KeyError(f"unknown algorithm {algorithm!r}; choose from {ALGORITHMS}")
 
@@ -315,11 +346,18 @@ def _share_graphs(kernel, problem, algorithm: str, n: int, params: dict, llr_cli
 
 def run_chain(algorithm: str, problem, ref: torch.Tensor, *, epsilon: Optional[float], n: int,
               num_iterations: Optional[int], repeat: int, params: dict, non_private: bool = False,
-              llr_clip: Optional[float] = None, adapt: bool = True, jit_compile: bool = False) -> dict:
+              llr_clip: Optional[float] = None, adapt: bool = True, jit_compile: bool = False,
+              num_chains: int = 1, max_draws: Optional[int] = None, nonprivate_diagnostics: bool = True) -> dict:
     """Run one chain (first half discarded as warm-up, thesis §6.1) and score it against the
     exact reference sample ``ref``: MMD (thesis §5.4), mean and variance errors, acceptance,
     clipped fractions, ε from the ledger (checked ≤ the target). ``num_iterations=None``: the
-    thesis's scheme (:func:`make_kernel`)."""
+    thesis's scheme (:func:`make_kernel`).
+
+    ``num_chains > 1`` runs that many chains (sharing the budget, :func:`make_kernel`) from
+    the starts :func:`start_point` ``(problem, num_chains * repeat + c)`` and scores their
+    pooled kept draws (DP-HMC paper §4: "the 4 chains are combined"); acceptance and clipped
+    fractions are then the chains' mean. ``max_draws`` thins the pooled draws evenly to at
+    most that many for the MMD (the DP-HMC paper code thins its SG chains to ~5000 draws)."""
     from ..evaluation import mmd
     from .grid import run_kernel
 
@@ -329,7 +367,8 @@ def run_chain(algorithm: str, problem, ref: torch.Tensor, *, epsilon: Optional[f
         warnings.simplefilter("ignore")
         kernel, its = make_kernel(algorithm, problem, epsilon=epsilon, delta=delta, num_iterations=num_iterations,
                                   seed=seed, params=params, n=n, non_private=non_private, llr_clip=llr_clip,
-                                  adapt=adapt, jit_compile=jit_compile)
+                                  adapt=adapt, jit_compile=jit_compile, num_chains=num_chains,
+                                  nonprivate_diagnostics=nonprivate_diagnostics)
         memo = None
         if isinstance(kernel, _Calibrated):
             kernel, memo = kernel.kernel, kernel.key
@@ -340,13 +379,18 @@ def run_chain(algorithm: str, problem, ref: torch.Tensor, *, epsilon: Optional[f
             return dict(out, mmd=math.nan, mean_error=math.nan, var_error=math.nan, epsilon_ledger=0.0,
                         epsilon_ok=True)
         warmup = its // 2
+        if num_chains > 1:
+            start = torch.stack([start_point(problem, num_chains * int(repeat) + c) for c in range(num_chains)])
+        else:
+            start = start_point(problem, repeat)
         x, diag = run_kernel(kernel, problem.args, num_samples=its - warmup, warmup_steps=warmup,
-                             initial_params={"theta": start_point(problem, repeat)})
+                             initial_params={"theta": start}, num_chains=num_chains)
     if memo is not None:
         _MINIBATCH_NM[memo] = float(kernel.noise_multiplier)
     x = x.detach().cpu().double()
     ref = ref.cpu().double()
     finite = bool(torch.isfinite(x).all())
+    xm = x if max_draws is None or len(x) <= max_draws else x[torch.linspace(0, len(x) - 1, int(max_draws)).long()]
     eps_ledger = float(diag["epsilon_total"])
     ok = non_private or eps_ledger <= epsilon * (1 + 1e-9)
     if not ok:  # the kernel's own calibration must never overshoot
@@ -355,7 +399,7 @@ def run_chain(algorithm: str, problem, ref: torch.Tensor, *, epsilon: Optional[f
     if nm is None:
         nm = getattr(kernel, "llr_noise_multiplier", None)
     out.update(
-        mmd=float(mmd(x, ref)) if finite else math.nan,
+        mmd=float(mmd(xm, ref)) if finite else math.nan,
         mean_error=mean_error(x, ref) if finite else math.nan,
         var_error=variance_error(x, ref) if finite else math.nan,
         acceptance=diag.get("acceptance rate", math.nan),

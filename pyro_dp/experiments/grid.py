@@ -37,7 +37,8 @@ import torch
 from ..checks import linear_memory_ess
 
 __all__ = [
-    "KEY_COLUMNS", "fmt", "run_grid", "read_rows", "run_kernel", "first_chain_diagnostics", "summarise", "plot_metric_vs_epsilon",
+    "KEY_COLUMNS", "fmt", "run_grid", "read_rows", "run_kernel", "first_chain_diagnostics", "mean_chain_diagnostics",
+    "summarise", "plot_metric_vs_epsilon",
     "quick_mode", "pick_device", "pyplot_or_none", "LABELS", "METRIC_LABELS", "series_style", "dodge", "legend_below",
 ]
 
@@ -214,29 +215,36 @@ def _computed(todo, compute, workers):
 
 def run_kernel(kernel, args: tuple = (), *, num_samples: int, warmup_steps: int = 0,
                initial_params: Optional[Dict[str, torch.Tensor]] = None, site: Optional[str] = None,
-               kwargs: Optional[dict] = None) -> Tuple[torch.Tensor, dict]:
-    """Run one chain of ``kernel`` with :class:`pyro.infer.MCMC` (no progress bar).
+               kwargs: Optional[dict] = None, num_chains: int = 1) -> Tuple[torch.Tensor, dict]:
+    """Run one chain (or ``num_chains``, sequentially on few cores) of ``kernel`` with
+    :class:`pyro.infer.MCMC` (no progress bar).
 
     :returns: ``(samples, diagnostics)``: samples of ``site`` (default: the only latent site)
-        flattened to ``[num_samples, d]``; the kernel's per-chain diagnostics plus
-        ``"epsilon_total"`` from :func:`pyro_dp.get_epsilon` at the kernel's reference δ.
+        flattened to ``[num_samples, d]`` (``[num_chains * num_samples, d]``, the chains
+        pooled); the kernel's per-chain diagnostics (with several chains: the chains' mean of
+        each numeric entry) plus ``"epsilon_total"`` from :func:`pyro_dp.get_epsilon` (every
+        chain) at the kernel's reference δ.
     """
     from pyro.infer import MCMC
 
     from ..run import get_epsilon
 
-    if initial_params is not None:
+    multi = {}
+    if initial_params is not None and int(num_chains) > 1:
+        multi = {"initial_params": initial_params}  # leading chain dimension: MCMC splits it per chain
+    elif initial_params is not None:
         kernel.initial_params = initial_params
-    mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps, disable_progbar=True)
+    mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps, disable_progbar=True,
+                num_chains=int(num_chains), **multi)
     mcmc.run(*args, **(kwargs or {}))
     samples = mcmc.get_samples()
     if site is None:
         if len(samples) != 1:
             raise ValueError(f"model has latent sites {sorted(samples)}; pass site=")
         site = next(iter(samples))
-    x = samples[site].reshape(num_samples, -1)
+    x = samples[site].reshape(int(num_chains) * num_samples, -1)
     # the kernel files its chain at cleanup(); MCMC kept the per-chain diagnostics
-    diag = first_chain_diagnostics(mcmc)
+    diag = first_chain_diagnostics(mcmc) if int(num_chains) == 1 else mean_chain_diagnostics(mcmc)
     diag["epsilon_total"] = get_epsilon(mcmc, delta=kernel.reference_delta) if not kernel.non_private else math.inf
     return x, diag
 
@@ -247,6 +255,23 @@ def first_chain_diagnostics(mcmc) -> dict:
     with linear_memory_ess():
         all_diag = mcmc.diagnostics()
     return {k: v["chain 0"] for k, v in all_diag.items() if isinstance(v, dict) and "chain 0" in v}
+
+
+def mean_chain_diagnostics(mcmc) -> dict:
+    """The chains' mean of each numeric per-chain entry of ``mcmc.diagnostics()`` (other
+    entries: chain 0's), e.g. the acceptance rate of a multi-chain run."""
+    with linear_memory_ess():
+        all_diag = mcmc.diagnostics()
+    out = {}
+    for k, v in all_diag.items():
+        if not (isinstance(v, dict) and "chain 0" in v):
+            continue
+        vals = [x for c, x in v.items() if str(c).startswith("chain ")]
+        try:
+            out[k] = sum(float(x) for x in vals) / len(vals)
+        except (TypeError, ValueError):
+            out[k] = v["chain 0"]
+    return out
 
 
 def summarise(rows: Sequence[dict], metric: str, by: Sequence[str] = ("problem", "algorithm", "epsilon")) -> List[dict]:
@@ -279,7 +304,8 @@ def summarise(rows: Sequence[dict], metric: str, by: Sequence[str] = ("problem",
 LABELS = {
     "exact": "exact draws (non-private reference)", "dp_penalty": "DP penalty",
     "dp_penalty_ocu_gwmh": "DP penalty, OCU+GWMH", "dp_hmc": "DP-HMC", "dp_barker": "DP Barker",
-    "minibatch_dp_penalty": "minibatch DP penalty", "dp_sgld": "DP-SGLD", "dp_sgnht": "DP-SGNHT",
+    "minibatch_dp_penalty": "minibatch DP penalty",
+    "minibatch_dp_penalty_ocu_gwmh": "minibatch DP penalty, OCU+GWMH", "dp_sgld": "DP-SGLD", "dp_sgnht": "DP-SGNHT",
     "rwmh": "RWMH (non-private)", "hmc": "HMC (non-private)", "dp_fast_mh": "DP-Fast MH, K = εN",
     "dp_fast_mh_pff": "DP-Fast MH, K = εN, privacy for free (opt-in)",
     "dp_fast_mh_pff_k60": "DP-Fast MH, K = 60, privacy for free (opt-in)",
@@ -396,8 +422,8 @@ def plot_metric_vs_epsilon(rows: Sequence[dict], metric: str, path: str, *, pane
     if title:
         fig.suptitle(title)
     legend_below(fig, axes, ncol=3)
-    if title:
-        fig.subplots_adjust(top=1 - 0.7 / fig.get_figheight())
+    if title:  # room for the title's lines (one line: 0.7 inch, as before)
+        fig.subplots_adjust(top=1 - (0.45 + 0.25 * (title.count("\n") + 1)) / fig.get_figheight())
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

@@ -9,6 +9,7 @@ import torch
 from pyro_dp.experiments import EXPERIMENTS
 from pyro_dp.experiments._metrics import mean_error, variance_error
 from pyro_dp.experiments._sampling import make_kernel, width_scale
+from pyro_dp.experiments.dphmc_fig1 import COLUMNS as C_DPHMC
 from pyro_dp.experiments.fig63 import COLUMNS as C63, KEYS as K63
 from pyro_dp.experiments.grid import KEY_COLUMNS
 from pyro_dp.experiments.mmd_vs_epsilon import COLUMNS, run_mmd_vs_epsilon
@@ -30,7 +31,7 @@ def quick_run(request, tmp_path_factory):
 def test_quick_run_writes_tidy_csv_and_figure(quick_run):
     name, out, res = quick_run
     rows = _read(res["csv"])
-    keys, cols = (K63, C63) if name == "fig63" else (KEY_COLUMNS, COLUMNS)
+    keys, cols = (K63, C63) if name == "fig63" else (KEY_COLUMNS, C_DPHMC if name == "dphmc_fig1" else COLUMNS)
     assert list(rows[0]) == list(keys) + cols + ["seconds"]
     assert len(rows) == res["computed"] > 0 and {r["experiment"] for r in rows} == {name}
     assert {r["algorithm"] for r in rows} >= {"exact"} and len({r["algorithm"] for r in rows}) >= 3
