@@ -108,12 +108,12 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from ..mechanisms import GaussianEvent, clip_and_sum, gaussian_event, gaussian_release_spec, noisy_histogram
+from ..mechanisms import GaussianEvent, clip_and_sum, gaussian_event, gaussian_release_spec
 from .base import check_positive
 from .mh import MHInfo, MHState, mh_step, random_walk_proposal
 from .penalty import DPPenalty
 from .proposals import accept_uniform, penalty_log_accept_threshold, random_walk, uniform_log
-from .tuning import NORM_BIN_EDGES, DPAutoTune, penalty_jump_length, posterior_scale_guess
+from .tuning import DPAutoTune, penalty_jump_length, posterior_scale_guess, private_norm_quantiles
 
 __all__ = ["DPGroupedPenalty", "GroupedInfo", "GROUP_TARGET_ACCEPT_PROB", "group_coordinates", "group_moves",
            "grouped_accept", "grouped_ratio_release", "grouped_step", "prior_only_step", "PRIOR_SWEEPS",
@@ -275,27 +275,15 @@ def private_group_clip(lik, z: torch.Tensor, coords: torch.Tensor, quantile: flo
                        relation: str = "substitute"):
     r"""``(clip, event)``: a private upper ``quantile`` of the per-row gradient norms restricted to the
     group coordinates, :math:`\|\nabla_{a}\ell_i(z)\|`, at ``z`` — the clip per unit move of the
-    grouped release (module docstring). One :func:`~pyro_dp.mechanisms.noisy_histogram` over the
-    tuner's data-free bins :data:`~pyro_dp.kernels.tuning.NORM_BIN_EDGES` (a non-finite norm counts in
-    the overflow bin: the per-row rule), read as :func:`~pyro_dp.kernels.tuning.private_quantiles`
-    reads its own (Dwork & Lei 2009 §3): the smallest edge above which the noisy counts leave at most
-    :math:`(1-q)N` rows. Why: the default path's ``llr_clip`` is a quantile of the norms over *every*
+    grouped release (module docstring): the tuner's
+    :func:`~pyro_dp.kernels.tuning.private_norm_quantiles` of these norms (one noisy histogram over
+    data-free bins, a non-finite norm in the overflow bin: the per-row rule; Dwork & Lei 2009 §3). Why: the default path's ``llr_clip`` is a quantile of the norms over *every*
     coordinate, set by the largest (in a normal model the noise scale's, about twice the intercept's),
     while a group's ratio per unit move is bounded by its own coordinate's gradient."""
-    edges = torch.tensor(NORM_BIN_EDGES, dtype=torch.float64, device=lik.device)
-    _, grads = lik.per_example_grad(z)  # reads the data ...
-    norms = torch.linalg.vector_norm(grads[:, coords], dim=-1).to(torch.float64)
-    finite = torch.isfinite(norms)
-    bins = torch.bucketize(torch.where(finite, norms, torch.zeros_like(norms)), edges)
-    bins = torch.where(finite, bins, torch.full_like(bins, len(edges)))  # per-row rule: overflow bin
-    rel = noisy_histogram(bins, len(edges) + 1, noise_multiplier, noise, relation)  # ... released here
-    n = getattr(lik, "global_num_rows", lik.num_rows)
-    counts = rel.value.cpu()
-    above = torch.flip(torch.cumsum(torch.flip(counts, (0,)), 0), (0,)) - counts  # rows above edge k
-    k = len(edges) - 1
-    while k > 0 and float(above[k - 1]) <= (1.0 - quantile) * n:
-        k -= 1
-    return float(edges[k]), rel.event
+    _, grads = lik.per_example_grad(z)  # reads the data: released only through the histogram
+    (clip,), event = private_norm_quantiles(lik, torch.linalg.vector_norm(grads[:, coords], dim=-1), (quantile,),
+                                            noise_multiplier, noise, relation)
+    return clip, event
 
 
 #: the group clip's histogram has noise multiplier ``nm / GROUP_CLIP_NOISE_RATIO`` (``nm``: the chain's;

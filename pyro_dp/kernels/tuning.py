@@ -209,15 +209,21 @@ def _norms_and_clipped_sum(lik, z: torch.Tensor, clip) -> Tuple[torch.Tensor, Cl
 
 
 def private_quantiles(lik, z, quantiles, noise_multiplier, noise, relation="substitute", record=None):
-    r"""Private upper quantiles of the per-example gradient norms at ``z``: one
-    :func:`~pyro_dp.mechanisms.noisy_histogram` over :data:`NORM_BIN_EDGES` (a row whose norm
-    is not finite is counted in the overflow bin: the per-row rule), then, for each
-    :math:`q`, the smallest edge above which the noisy counts leave at most
-    :math:`(1-q)N` rows (scanning down from the top, so the answer is monotone in
-    :math:`q`; Dwork & Lei 2009 §3). Returns ``(quantiles, event)``; ``record(event)`` is
-    called right after the release."""
+    r"""Private upper quantiles of the per-example gradient norms at ``z``
+    (:func:`private_norm_quantiles` of :math:`\|\nabla\ell_i(z)\|`). Returns ``(quantiles,
+    event)``; ``record(event)`` is called right after the release."""
+    return private_norm_quantiles(lik, _row_norms(lik, z), quantiles, noise_multiplier, noise, relation, record)
+
+
+def private_norm_quantiles(lik, norms, quantiles, noise_multiplier, noise, relation="substitute", record=None):
+    r"""Private upper quantiles of per-example ``norms`` ``[B]`` (**private**: only binned and
+    released here): one :func:`~pyro_dp.mechanisms.noisy_histogram` over :data:`NORM_BIN_EDGES` (a
+    row whose norm is not finite is counted in the overflow bin: the per-row rule), then, for each
+    :math:`q`, the smallest edge above which the noisy counts leave at most :math:`(1-q)N` rows
+    (scanning down from the top, so the answer is monotone in :math:`q`; Dwork & Lei 2009 §3).
+    Returns ``(quantiles, event)``; ``record(event)`` is called right after the release."""
     edges = torch.tensor(NORM_BIN_EDGES, dtype=torch.float64, device=lik.device)
-    norms = _row_norms(lik, z).to(torch.float64)  # reads the data ...
+    norms = norms.to(torch.float64)  # reads the data ...
     finite = torch.isfinite(norms)
     bins = torch.bucketize(torch.where(finite, norms, torch.zeros_like(norms)), edges)  # edges[k-1] < x <= edges[k]
     bins = torch.where(finite, bins, torch.full_like(bins, len(edges)))  # per-row rule: overflow bin
