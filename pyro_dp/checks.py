@@ -109,7 +109,7 @@ def _far_start(coords: dict, start_sd: float):
 DEFAULT_MIN_ESS = 20.0
 
 #: what the effective-sample-size warning advises when nothing more is known
-_ESS_ADVICE = "run longer, spend more epsilon, or see docs/tuning.md"
+ESS_ADVICE = "run longer, spend more epsilon, or see docs/tuning.md"
 
 
 def _ess_sentence(low: List[str], min_ess: float, where: str, advice: str) -> str:
@@ -119,7 +119,7 @@ def _ess_sentence(low: List[str], min_ess: float, where: str, advice: str) -> st
 
 
 def chain_problems(draws: torch.Tensor, *, min_ess: float = DEFAULT_MIN_ESS, start_sd: float = 5.0,
-                   names=None, advice: str = _ESS_ADVICE) -> List[str]:
+                   names=None, advice: str = ESS_ADVICE) -> List[str]:
     r"""Problems of one chain's draws ``[num_draws, num_coords]`` (after warmup), as sentences:
     it did not move, it started far from where it ended, or a coordinate's effective sample
     size is below ``min_ess``. ``names`` names the coordinates (default ``z[j]``); ``advice``
@@ -241,7 +241,7 @@ def check_run(mcmc, *, rhat_threshold: float = 1.05, min_ess: float = DEFAULT_MI
         if bad_rhat:
             problems.append(f"split R-hat above {rhat_threshold}: {', '.join(bad_rhat)}; the chains have not mixed")
         if bad_ess:
-            problems.append(_ess_sentence(bad_ess, min_ess, " over the chains", _ESS_ADVICE))
+            problems.append(_ess_sentence(bad_ess, min_ess, " over the chains", ESS_ADVICE))
     if warn:
         for p in problems:
             warn_user(p, SamplingWarning)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ..checks import SamplingWarning, chain_problems
+from ..checks import ESS_ADVICE, SamplingWarning, chain_problems
 from ..warn import warn_user
 from .privacy_engine import PrivacyNotice
 
@@ -91,7 +91,7 @@ class ChainReporting:
             return ("at this epsilon more iterations will not help (the privacy noise per iteration grows with their "
                     "number, see the warning before the chain ran): spend more epsilon or use more rows "
                     "(docs/tuning.md)")
-        return "run longer, spend more epsilon, or see docs/tuning.md"
+        return ESS_ADVICE
 
     def _diagnostics_warn(self, message: str, category) -> None:
         """Warn from :meth:`diagnostics` once per chain state: calling it again before the
