@@ -237,20 +237,25 @@ def _fig1_chain(alg: str, eps: float, r: int, *, p: dict, x: torch.Tensor, c: fl
     return s, chain, [t - t0 for t in stamps], get_epsilon(mcmc, delta=delta)
 
 
-def run_fastmh_fig1(out_dir: str, quick: Optional[bool] = None, log=print, device: Optional[str] = None) -> dict:
-    """Run every missing cell into ``out_dir/fastmh_fig1.csv`` and draw ``fastmh_fig1.png``."""
-    from ..evaluation import symmetric_kl_2d
+def _truncated_gmm(p: dict, device: Optional[str]):
+    """``(data on the device, temperature, exact reference, its 2·10⁵ draws, public bound c)`` of
+    Fig. 1's truncated GMM at ``p["n"]`` rows (the set-up Figs 1 and 2 share)."""
     from ..models import get_problem, truncated_gmm_lipschitz, truncated_gmm_reference
 
-    q = quick_mode(quick)
-    p = FASTMH_PARAMS["quick" if q else "full"]
-    dev = pick_device(device)
     prob = get_problem("gmm-truncated", n=p["n"], seed=0)
     x, T = prob.args[0], prob.temperature
     ref = truncated_gmm_reference(x, T, num_cells=p["num_cells"])
-    ref_draws = ref.sample(200_000, seed=1)
-    xd = x.to(dev)
     c = truncated_gmm_lipschitz()  # public bound, unconstrained space (deviation 1)
+    return x.to(pick_device(device)), T, ref, ref.sample(200_000, seed=1), c
+
+
+def run_fastmh_fig1(out_dir: str, quick: Optional[bool] = None, log=print, device: Optional[str] = None) -> dict:
+    """Run every missing cell into ``out_dir/fastmh_fig1.csv`` and draw ``fastmh_fig1.png``."""
+    from ..evaluation import symmetric_kl_2d
+
+    q = quick_mode(quick)
+    p = FASTMH_PARAMS["quick" if q else "full"]
+    xd, T, ref, ref_draws, c = _truncated_gmm(p, device)
     ts = list(range(p["score_every"], p["iters"] + 1, p["score_every"]))
     chains = {}  # (algorithm, epsilon, repeat) -> {t: row}; each chain runs once for all its t
 
@@ -399,18 +404,11 @@ def run_fastmh_fig2(out_dir: str, quick: Optional[bool] = None, log=print, devic
     """
     from ..evaluation import symmetric_kl_2d
     from ..evaluation.metrics import histogram_2d
-    from ..models import get_problem, truncated_gmm_lipschitz, truncated_gmm_reference
 
     q = quick_mode(quick)
     p = FIG2_PARAMS["quick" if q else "full"]
-    dev = pick_device(device)
-    prob = get_problem("gmm-truncated", n=p["n"], seed=0)
-    x, T = prob.args[0], prob.temperature
-    ref = truncated_gmm_reference(x, T, num_cells=p["num_cells"])
-    ref_draws = ref.sample(200_000, seed=1)
+    xd, T, ref, ref_draws, c = _truncated_gmm(p, device)
     w_exact = mode_weight(ref_draws)
-    xd = x.to(dev)
-    c = truncated_gmm_lipschitz()
     nb = p["density_bins"]
     lo, hi = ref_draws.min(0).values, ref_draws.max(0).values
     xe = torch.linspace(float(lo[0]), float(hi[0]), nb + 1, dtype=ref_draws.dtype)
