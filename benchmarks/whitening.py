@@ -18,35 +18,48 @@ a few percent of the posterior (Bernstein–von Mises); reported: the worst |mea
 reference sds and the range of sd ratios. The privacy noise is from OS entropy, so repeated
 runs differ: run several data seeds.
 
-Run: ``python benchmarks/whitening.py EPS KERNEL MODE SEED`` (e.g. ``8 DPPenalty private 0``;
-10–100 s each on one thread).
+Run: ``python benchmarks/whitening.py EPS KERNEL MODE SEED [DATA]`` (e.g. ``8 DPPenalty private 0``;
+10–100 s each on one thread). ``DATA``: ``correlated`` (default, the model above), ``unscaled``
+(d = 3, the same construction with prior N(0, 10²), the columns then multiplied by 1, 30 and 1 000:
+covariates on their own scales, ``docs/tuning.md``; ``benchmarks/unscaled.py`` runs it) or
+``scaled3`` (the same d = 3 model with every column scale 1).
 """
 import sys, time, math, warnings, torch, pyro, pyro.distributions as dist
 from pyro.infer import MCMC
 import pyro_dp
 torch.set_num_threads(1)
 warnings.simplefilter("ignore")
-D, N = 5, 50_000
+N = 50_000
 eps = float(sys.argv[1]) if len(sys.argv) > 1 else 8.0
 kern = sys.argv[2] if len(sys.argv) > 2 else "DPPenalty"
 mode = sys.argv[3] if len(sys.argv) > 3 else "plain"
 seed = int(sys.argv[4]) if len(sys.argv) > 4 else 0
+data = sys.argv[5] if len(sys.argv) > 5 else "correlated"
+if data == "correlated":
+    w_true, PRIOR_SD, SCALES = torch.tensor([1.0, -0.5, 0.8, 0.0, -1.2], dtype=torch.float64), 2.0, None
+elif data in ("unscaled", "scaled3"):
+    w_true, PRIOR_SD = torch.tensor([1.0, -0.5, 0.8], dtype=torch.float64), 10.0
+    SCALES = torch.tensor([1.0, 30.0, 1000.0] if data == "unscaled" else [1.0, 1.0, 1.0], dtype=torch.float64)
+else:
+    sys.exit(f"DATA must be correlated, unscaled or scaled3, got {data!r}")
+D = w_true.numel()
 g = torch.Generator().manual_seed(seed)
 C = 0.8 * torch.ones(D, D, dtype=torch.float64) + 0.2 * torch.eye(D, dtype=torch.float64)
 X = torch.randn(N, D, generator=g, dtype=torch.float64) @ torch.linalg.cholesky(C).T / math.sqrt(D)
 X = X / X.norm(dim=1, keepdim=True).clamp(min=1.0)
-w_true = torch.tensor([1.0, -0.5, 0.8, 0.0, -1.2], dtype=torch.float64)
+if SCALES is not None:  # the columns on their own scales, the coefficients inversely: the same logits
+    X, w_true = X * SCALES, w_true / SCALES
 y = torch.bernoulli(torch.sigmoid(X @ w_true), generator=g)
 
 def model(X, y):
-    w = pyro.sample("w", dist.Normal(torch.zeros(D, dtype=X.dtype), 2.0).to_event(1))
+    w = pyro.sample("w", dist.Normal(torch.zeros(D, dtype=X.dtype), PRIOR_SD).to_event(1))
     with pyro.plate("data", X.shape[0]):
         pyro.sample("y", dist.Bernoulli(logits=X @ w), obs=y)
 
 # Laplace reference
 w = torch.zeros(D, dtype=torch.float64, requires_grad=True)
 def nlp(w):
-    return -(dist.Bernoulli(logits=X @ w).log_prob(y).sum() + dist.Normal(0, 2.0).log_prob(w).sum())
+    return -(dist.Bernoulli(logits=X @ w).log_prob(y).sum() + dist.Normal(0, PRIOR_SD).log_prob(w).sum())
 for _ in range(30):
     l = nlp(w); gr, = torch.autograd.grad(l, w); H = torch.autograd.functional.hessian(nlp, w.detach())
     with torch.no_grad(): w -= torch.linalg.solve(H, gr)
@@ -57,8 +70,8 @@ if mode == "oracle":  # whitened by the (non-private) Laplace fit: the best case
     mu0, L = ref_mean.clone(), torch.linalg.cholesky(Sig)
     Linv = torch.linalg.inv(L)
     def umodel(X, y, mu0, L):
-        # w = mu0 + L u; prior of u induced from w ~ N(0, 4 I)
-        cov_u = 4.0 * Linv @ Linv.T
+        # w = mu0 + L u; prior of u induced from w ~ N(0, PRIOR_SD^2 I)
+        cov_u = PRIOR_SD ** 2 * Linv @ Linv.T
         u = pyro.sample("u", dist.MultivariateNormal(-Linv @ mu0, covariance_matrix=cov_u))
         w = mu0 + L @ u
         with pyro.plate("data", X.shape[0]):
@@ -93,6 +106,6 @@ else:
     W = s["w"]
 err = ((W.mean(0) - ref_mean).abs() / ref_sd)
 ratio = W.std(0) / ref_sd
-print(f"{kern} eps={eps} {mode} seed={seed}: worst mean err {err.max():.2f} sd ratio {ratio.min():.2f}-{ratio.max():.2f} "
+print(f"{kern} eps={eps} {mode} seed={seed} {data}: worst mean err {err.max():.2f} sd ratio {ratio.min():.2f}-{ratio.max():.2f} "
       f"eps_spent {K.get_epsilon(1e-5):.2f} time {time.time()-t:.0f}s warnings {len(ws_)}")
 for x in ws_[:3]: print("   ", x)
