@@ -33,6 +33,16 @@ where the default path has code:
    :math:`\mathrm{num\_samples}\cdot\min(1, h/4)` per chain (warmup is assumed to have reached
    the posterior).
 
+**Coordinates.** DPPenalty's default path whitens: it releases a private estimate of the
+posterior's metric and runs the chain (and the clip's quantile) in coordinates where the posterior
+is about isotropic (``docs/tuning.md``, "Posterior-shaped coordinates"). Its prediction then uses
+the profile in Fisher-whitened coordinates (:meth:`ModelProfile.whitened`: the rows' norms
+:math:`\|F^{-1/2}\nabla\ell_i\|` and an identity Fisher information), as if the metric were exact;
+DPHMC's default path does not whiten (``whiten=`` overrides both). Measured against the default
+path's runs (``docs/choosing.md``): the whitened prediction is within a factor 2 on the cells
+tested, where the unwhitened one, still right for ``whiten=False``, under-predicts the whitened
+chain's ESS by 1.9–3.0× (``benchmarks/feasibility_check.py``).
+
 It then finds the :math:`N` (at this :math:`\varepsilon`) and the :math:`\varepsilon` (at this
 :math:`N`) at which the predicted ESS reaches ``target_ess`` — or half the noise-free ESS of the
 same run when that is lower (bisection: the ESS grows with both).
@@ -43,10 +53,13 @@ posterior (``docs/tuning.md``, "Never silently wrong"). The table on ``docs/choo
 made with it.
 
 >>> f = feasibility("logistic", num_rows=100_000, epsilon=8.0, dim=5)
->>> round(f.move_ratio, 2), round(f.ess), round(f.ess_ceiling)  # 1000 samples after 1000 warmup steps
-(0.44, 14, 24)
+>>> f.whitened, round(f.move_ratio, 2), round(f.ess), round(f.ess_ceiling)  # 1000 samples after 1000 warmup
+(True, 0.62, 29, 54)
 >>> f.rows_needed, f.epsilon_needed  # where the ESS reaches half its noise-free ceiling
-(67242, 6.37)
+(84008, 7.23)
+>>> g = feasibility("logistic", num_rows=100_000, epsilon=8.0, dim=5, whiten=False)
+>>> round(g.ess), round(g.ess_ceiling)  # one proposal scale for every coordinate: slower
+(14, 24)
 """
 from __future__ import annotations
 
@@ -79,17 +92,61 @@ class ModelProfile:
     :ivar norms: per-row gradient norms :math:`\|\nabla\ell_i\|` at a typical parameter, sorted
         (a sample: the clip is their quantile, :math:`b` of the ratio clip).
     :ivar fisher: the :math:`D\times D` Fisher information per row (unconstrained coordinates).
+    :ivar whitened_norms: per-row norms :math:`\|F^{-1/2}\nabla\ell_i\|` of the same rows in
+        Fisher-whitened coordinates, sorted; ``None``: not known (:func:`feasibility` then cannot
+        predict a whitened chain, DPPenalty's default, and says so). :meth:`from_scores` fills it.
     """
 
     name: str
     num_latents: int
     norms: Tuple[float, ...]
     fisher: Tuple[Tuple[float, ...], ...]
+    whitened_norms: Optional[Tuple[float, ...]] = None
+
+    @classmethod
+    def from_scores(cls, name: str, scores) -> "ModelProfile":
+        r"""A profile from ``[rows, D]`` per-row scores :math:`\nabla\ell_i` of *synthetic* rows
+        (a guess at a typical parameter: never your data, which this function would read
+        without any privacy): the norms, :math:`F = E[\nabla\ell\,\nabla\ell^\top]` and the norms
+        in Fisher-whitened coordinates :math:`\|F^{-1/2}\nabla\ell_i\|`.
+
+        >>> p = ModelProfile.from_scores("toy", torch.tensor([[1.0, 0.0], [0.0, 2.0], [-1.0, 0.0], [0.0, -2.0]]))
+        >>> p.num_latents, p.fisher, [round(v, 3) for v in p.whitened_norms]
+        (2, ((0.5, 0.0), (0.0, 2.0)), [1.414, 1.414, 1.414, 1.414])
+        """
+        scores = torch.as_tensor(scores, dtype=torch.float64)
+        if scores.dim() != 2 or scores.shape[0] < 2 or not bool(torch.isfinite(scores).all()):
+            raise ValueError("scores must be a finite [rows >= 2, D] tensor of per-row scores")
+        norms = torch.sort(torch.linalg.vector_norm(scores, dim=1)).values
+        fisher = scores.T @ scores / scores.shape[0]
+        evals, evecs = torch.linalg.eigh(fisher)
+        if float(evals.min()) <= 1e-12 * max(float(evals.max()), 1e-300):
+            raise ValueError("the scores' Fisher information is singular: some direction moves no row's "
+                             "likelihood, so no posterior scale can be predicted for it")
+        inv_sqrt = evecs @ torch.diag(evals.rsqrt()) @ evecs.T
+        white = torch.sort(torch.linalg.vector_norm(scores @ inv_sqrt, dim=1)).values
+        return cls(name, scores.shape[1], tuple(norms.tolist()), tuple(map(tuple, fisher.tolist())),
+                   tuple(white.tolist()))
 
     def quantile(self, q: float) -> float:
         """The ``q`` quantile of :attr:`norms` (the largest one above ``1 - 1/len``)."""
-        k = min(len(self.norms) - 1, max(0, math.ceil(q * len(self.norms)) - 1))
-        return float(self.norms[k])
+        return _quantile(self.norms, q)
+
+    def whitened(self) -> "ModelProfile":
+        """The same rows in Fisher-whitened coordinates :math:`u = F^{1/2}\theta`: norms
+        :attr:`whitened_norms`, Fisher information the identity (what a chain whitened by the
+        posterior's exact metric sees; DPPenalty's default path whitens with a private estimate
+        of it, ``docs/tuning.md``)."""
+        if self.whitened_norms is None:
+            raise ValueError(f"profile {self.name!r} has no whitened_norms (build it with ModelProfile.from_scores)")
+        eye = torch.eye(self.num_latents, dtype=torch.float64)
+        return ModelProfile(f"{self.name} (whitened)", self.num_latents, self.whitened_norms,
+                            tuple(map(tuple, eye.tolist())), self.whitened_norms)
+
+
+def _quantile(sorted_values, q: float) -> float:
+    k = min(len(sorted_values) - 1, max(0, math.ceil(q * len(sorted_values)) - 1))
+    return float(sorted_values[k])
 
 
 @functools.lru_cache(maxsize=32)
@@ -117,10 +174,8 @@ def model_profile(name: str, dim: int, noise_sd: float = 1.0, rate: float = 3.0)
     # imported here: `import pyro_dp` does not load the benchmark models until a profile is asked for
     from .models.profiles import synthetic_scores
 
-    scores = synthetic_scores(name, d, noise_sd=noise_sd, rate=rate, num_rows=_PROFILE_ROWS)
-    norms = torch.sort(torch.linalg.vector_norm(scores, dim=1)).values
-    fisher = scores.T @ scores / scores.shape[0]
-    return ModelProfile(name, scores.shape[1], tuple(norms.tolist()), tuple(map(tuple, fisher.tolist())))
+    return ModelProfile.from_scores(name, synthetic_scores(name, d, noise_sd=noise_sd, rate=rate,
+                                                           num_rows=_PROFILE_ROWS))
 
 
 @dataclass(frozen=True)
@@ -139,7 +194,10 @@ class Feasibility:
     :ivar acceptance: the predicted acceptance rate after warmup.
     :ivar ess: predicted effective sample size in the slowest direction, all chains together.
     :ivar ess_ceiling: the same without privacy noise (the kernel's own limit at this run length:
-        a random walk with one scale for every coordinate mixes slowly on an elongated posterior).
+        a random walk of ``num_samples`` steps; unwhitened, with one scale for every coordinate,
+        it mixes slowly on an elongated posterior).
+    :ivar whitened: whether the prediction is for a chain whitened by the posterior's metric
+        (DPPenalty's default path: :attr:`ModelProfile.whitened_norms`) or in the model's coordinates.
     :ivar target_ess: the ESS called usable.
     :ivar usable: ``ess >= target_ess``.
     :ivar rows_needed: the :math:`N` at which ``ess`` reaches ``target_ess`` at this budget or,
@@ -161,6 +219,7 @@ class Feasibility:
     acceptance: float
     ess: float
     ess_ceiling: float
+    whitened: bool
     target_ess: float
     usable: bool
     rows_needed: Optional[int]
@@ -197,6 +256,24 @@ def _noise(kernel: str, epsilon: float, delta: float, iterations: int, chains: i
         nm = float(k._ratio_noise_multiplier())
         k.init.set_ratio_noise(nm)
     return nm, k.init
+
+
+def _chain_coordinates(profile: ModelProfile, kernel: str, whiten: Optional[bool]) -> Tuple[ModelProfile, bool]:
+    """``(profile in the chain's coordinates, whitened)`` (:func:`feasibility`'s ``whiten``)."""
+    from .kernels import DPHMC, DPPenalty  # here: the import cycle of _noise
+
+    if whiten is not None and not isinstance(whiten, bool):
+        raise TypeError(f"whiten must be True, False or None, got {whiten!r}")
+    if whiten is None:
+        default = (DPHMC if kernel == "DPHMC" else DPPenalty).whiten_by_default and profile.num_latents >= 2
+        if default and profile.whitened_norms is None:
+            warnings.warn(f"feasibility: profile {profile.name!r} has no whitened_norms, so the prediction is for "
+                          f"a chain in the model's coordinates, but {kernel}'s default path whitens this model "
+                          "and mixes faster than predicted here (build the profile with ModelProfile.from_scores)",
+                          UserWarning, stacklevel=3)
+            default = False
+        whiten = default
+    return (profile.whitened() if whiten else profile), whiten
 
 
 def _no_model(*args, **kwargs):  # the kernels need a callable; feasibility never runs it
@@ -249,7 +326,8 @@ def predicted_move(*, kernel: str, num_rows: int, noise_multiplier: float, clip:
 def feasibility(model: Union[str, ModelProfile], *, num_rows: int, epsilon: float, delta: float = 1e-5,
                 dim: Optional[int] = None, kernel: str = "DPPenalty", num_samples: int = 1000,
                 warmup_steps: int = 1000, num_chains: int = 1, temperature: float = 1.0, num_steps: int = 5,
-                target_ess: float = 100.0, noise_sd: float = 1.0, rate: float = 3.0) -> Feasibility:
+                target_ess: float = 100.0, noise_sd: float = 1.0, rate: float = 3.0,
+                whiten: Optional[bool] = None) -> Feasibility:
     r"""Predict, before any data is read, what ``MCMC(kernel(model, epsilon=ε, delta=δ),
     num_samples=..., warmup_steps=...)`` will deliver on ``num_rows`` rows (module doc).
 
@@ -264,6 +342,12 @@ def feasibility(model: Union[str, ModelProfile], *, num_rows: int, epsilon: floa
     :param int num_steps: DP-HMC's leapfrog steps :math:`L`.
     :param float target_ess: the effective sample size called usable.
     :param float noise_sd, rate: the linear profile's residual sd and the Poisson profile's mean count.
+    :param bool whiten: predict a chain whitened by the posterior's metric (the profile's
+        :meth:`ModelProfile.whitened`). ``None``: as the kernel's default path does —
+        DPPenalty whitens a model whose latents (two or more) all enter the likelihood, which
+        every profile describes (:func:`~pyro_dp.kernels.whitening.whitens`); DPHMC does not. A
+        profile without :attr:`~ModelProfile.whitened_norms` is then predicted unwhitened, with a
+        warning (fewer effective samples than the whitened chain gets: pessimistic).
     :returns: a frozen :class:`Feasibility`.
 
     >>> f = feasibility("linear", num_rows=10_000, epsilon=2.0)
@@ -291,6 +375,7 @@ def feasibility(model: Union[str, ModelProfile], *, num_rows: int, epsilon: floa
                                 noise_sd, rate)
     else:
         raise TypeError(f"model must be one of {PROFILES} or a ModelProfile, got {type(model).__name__}")
+    profile, whitened = _chain_coordinates(profile, kernel, whiten)
     iterations = samples + warmup
 
     def at(n_rows: int, e: float, noise=None):
@@ -321,6 +406,6 @@ def feasibility(model: Union[str, ModelProfile], *, num_rows: int, epsilon: floa
 
     rows = search(lambda x: at(int(round(x)), eps, noise)[2][3], 10.0, 1e10)
     eps_needed = search(lambda e: at(n, e)[2][3], 1e-3, 1e4)
-    return Feasibility(kernel, n, eps, float(delta), nm, b, start_ratio, ratio, acc, ess, ceiling, target, ess >= target,
-                       None if rows is None else int(math.ceil(rows)),
+    return Feasibility(kernel, n, eps, float(delta), nm, b, start_ratio, ratio, acc, ess, ceiling, whitened, target,
+                       ess >= target, None if rows is None else int(math.ceil(rows)),
                        None if eps_needed is None else float(f"{eps_needed:.3g}"))
