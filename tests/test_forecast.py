@@ -197,3 +197,21 @@ def test_from_scores_refuses_bad_scores(scores, match):
 def test_whiten_must_be_a_bool_or_none():
     with pytest.raises(TypeError, match="whiten must be"):
         feasibility("logistic", num_rows=1000, epsilon=1.0, whiten="yes")
+
+
+def test_the_table_in_choosing_md_is_what_feasibility_gives_today(capsys):
+    """docs/choosing.md's feasibility table is the output of benchmarks/feasibility_table.py (data-free,
+    a few seconds): a change to the forecast or the kernels' calibration shows here until the table
+    is regenerated."""
+    import importlib.util
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("feasibility_table", root / "benchmarks" / "feasibility_table.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.main()
+    table = capsys.readouterr().out.strip().splitlines()
+    doc = (root / "docs" / "choosing.md").read_text().splitlines()
+    start = doc.index(table[0])
+    assert doc[start:start + len(table)] == table
