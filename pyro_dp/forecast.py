@@ -38,7 +38,7 @@ posterior's metric and runs the chain (and the clip's quantile) in coordinates w
 is about isotropic (``docs/tuning.md``, "Posterior-shaped coordinates"). Its prediction then uses
 the profile in Fisher-whitened coordinates (:meth:`ModelProfile.whitened`: the rows' norms
 :math:`\|F^{-1/2}\nabla\ell_i\|` and an identity Fisher information), as if the metric were exact;
-DPHMC's default path does not whiten (``whiten=`` overrides both). Measured against the default
+DPHMC's default path whitens too, since 2026-11-27 (``whiten=`` overrides both). Measured against the default
 path's runs (``docs/choosing.md``): the whitened prediction is within a factor 2 on the cells
 tested, where the unwhitened one, still right for ``whiten=False``, under-predicts the whitened
 chain's ESS by 1.9–3.0× (``benchmarks/feasibility_check.py``).
@@ -282,11 +282,18 @@ def _no_model(*args, **kwargs):  # the kernels need a callable; feasibility neve
 
 def predicted_move(*, kernel: str, num_rows: int, noise_multiplier: float, clip: float, grad_norm: float,
                    fisher, num_samples: int, warmup_steps: int, num_chains: int = 1, temperature: float = 1.0,
-                   num_steps: int = 5) -> Tuple[float, float, float, float]:
+                   num_steps: int = 5, noise_ratio: Optional[float] = None) -> Tuple[float, float, float, float]:
     r"""``(start_move_ratio, move_ratio, acceptance, ess)`` of the module doc's steps 3–5 for a
     given noise multiplier, ratio clip :math:`b`, typical gradient norm (the default path's
     posterior-scale guess) and Fisher information per row (a :math:`D\times D` nested sequence or
     tensor). Data-free; also what the default path's pre-run warning quotes with its tuned clips.
+    ``noise_ratio``: DP-HMC's :math:`r = \mathrm{nm}_g/\mathrm{nm}_l` (``None``: its default,
+    :func:`~pyro_dp.kernels.hmc.default_noise_ratio`). The released gradients' noise moves the
+    momentum, so the kinetic-energy term of :math:`\hat\lambda` carries noise too: over a
+    trajectory of :math:`L` steps of :math:`\eta` its standard deviation is about
+    :math:`\eta\sqrt L\,T\,2\mathrm{nm}_g b\,\|p\|`, against the ratio's
+    :math:`T\,2\mathrm{nm}_l b\,L\eta\|p\|` (gradient and ratio clips equal, as on the default
+    path), so the test sees noise of variance :math:`\sigma_l^2(1 + r^2/L)`.
 
     >>> F = [[0.2, 0.0], [0.0, 0.05]]
     >>> r = predicted_move(kernel="DPPenalty", num_rows=10_000, noise_multiplier=50.0, clip=1.0,
@@ -305,6 +312,10 @@ def predicted_move(*, kernel: str, num_rows: int, noise_multiplier: float, clip:
     guess = posterior_scale_guess(grad_norm, int(n), D, T)
     noise_per_step = 4.0 * nm * nm * b * b * T * T * D  # sigma^2 per unit s^2 (sigma = 2 nm b T s sqrt(D))
     if kernel == "DPHMC":
+        if noise_ratio is None:
+            from .kernels.hmc import default_noise_ratio  # here: the import cycle above
+            noise_ratio = default_noise_ratio(num_steps)
+        noise_per_step *= 1.0 + float(noise_ratio) ** 2 / num_steps  # + the kinetic term's noise (above)
         s0 = min(jump / math.sqrt(D), num_steps * guess)  # L * eta, eta = min(jump / (L sqrt D), guess)
         target, v = 0.5, 0.0  # hmc.DEFAULT_TARGET_ACCEPT_PROB; an exact trajectory keeps the energy
     else:
@@ -345,7 +356,7 @@ def feasibility(model: Union[str, ModelProfile], *, num_rows: int, epsilon: floa
     :param bool whiten: predict a chain whitened by the posterior's metric (the profile's
         :meth:`ModelProfile.whitened`). ``None``: as the kernel's default path does —
         DPPenalty whitens a model whose latents (two or more) all enter the likelihood, which
-        every profile describes (:func:`~pyro_dp.kernels.whitening.whitens`); DPHMC does not. A
+        every profile describes (:func:`~pyro_dp.kernels.whitening.whitens`), and so does DPHMC. A
         profile without :attr:`~ModelProfile.whitened_norms` is then predicted unwhitened, with a
         warning (fewer effective samples than the whitened chain gets: pessimistic).
     :returns: a frozen :class:`Feasibility`.

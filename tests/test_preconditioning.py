@@ -164,7 +164,7 @@ def test_a_whitened_chain_runs_in_posterior_shaped_coordinates_and_reports_the_m
     torch.testing.assert_close(k2.lik.preconditioner[1], Lw)
 
 
-def test_dppenalty_s_default_path_whitens_where_it_applies_and_plans_nothing_elsewhere():
+def test_the_default_paths_whiten_where_it_applies_and_plan_nothing_elsewhere():
     from pyro_dp.models.examples import normal_mean_model
 
     X, y = data(4000)
@@ -178,13 +178,15 @@ def test_dppenalty_s_default_path_whitens_where_it_applies_and_plans_nothing_els
         MCMC(one, num_samples=10, warmup_steps=10, disable_progbar=True).run(y)
         assert not one.init.whiten and not {"tune:metric", "tune:scale"} & set(one.ledger.by_label())
         assert len(one.init.events()) == 3  # nothing planned for it either
-        hmc = pyro_dp.DPHMC(logistic, epsilon=20.0, num_iterations=20)  # DPHMC's default: the scales, no metric
+        hmc = pyro_dp.DPHMC(logistic, epsilon=20.0, num_iterations=20)  # DPHMC's default whitens too (2026-11-27)
         MCMC(hmc, num_samples=10, warmup_steps=10, disable_progbar=True).run(X, y)
-        assert not hmc.init.whiten and hmc.init.scale and "tune:metric" not in hmc.ledger.by_label()
-        assert hmc.ledger.by_label()["tune:scale"] == 1
+        assert hmc.init.whiten and hmc.init.scale and hmc.ledger.by_label()["tune:metric"] == 1
+        assert hmc.ledger.by_label()["tune:scale"] == 1 and hmc.lik.preconditioner is not None
+        scaled = pyro_dp.DPHMC(logistic, epsilon=20.0, num_iterations=20, init=DPAutoTune(scale=True))
+        MCMC(scaled, num_samples=10, warmup_steps=10, disable_progbar=True).run(X, y)
         # columns on one scale (the unit ball): the released sizes spread less than MIN_SCALE_SPREAD,
-        # so the coordinates stay the model's own (post-processing)
-        assert hmc.lik.preconditioner is None
+        # so without the metric the coordinates stay the model's own (post-processing)
+        assert not scaled.init.whiten and scaled.lik.preconditioner is None
 
 
 # ---- per-coordinate scales (unscaled covariates): private_log_scales, scaling_from_release

@@ -44,6 +44,11 @@ class DefaultPath:
     #: (``DPAutoTune(scale=True)``; implied by whitening)
     scale_by_default: bool = False
 
+    def _grad_to_ratio_noise(self):
+        r"""DP-HMC's :math:`\mathrm{nm}_g/\mathrm{nm}_l` as set (``None``: not a gradient kernel, or not set)."""
+        nm_g, nm_l = getattr(self, "grad_noise_multiplier", None), getattr(self, "llr_noise_multiplier", None)
+        return nm_g / nm_l if nm_g is not None and nm_l else None
+
     def _calibrate_noise(self) -> None:
         """Set the noise from the budget (:meth:`~pyro_dp.kernels.privacy_client.PrivacyClient._calibrate`),
         telling the default path's tuner the budget first and the ratio noise after (data-free:
@@ -138,7 +143,7 @@ class DefaultPath:
                 noise_multiplier=noise_multiplier, clip=self.llr_clip, grad_norm=result.grad_clip,
                 fisher=torch.eye(d, dtype=torch.float64) * float(result.grad_clip) ** 2 / d,
                 num_samples=max(iterations - warmup, 1), warmup_steps=warmup, temperature=T,
-                num_steps=int(getattr(self, "num_steps", 1) or 1))
+                num_steps=int(getattr(self, "num_steps", 1) or 1), noise_ratio=self._grad_to_ratio_noise())
             warn_user(
                 f"{type(self).__name__}: at this budget the privacy noise limits each move to about {ratio:.2g} "
                 "of the posterior's scale (guessed from the private clip): expect slow mixing and few effective "

@@ -59,6 +59,23 @@ from .tuning import init_to_center
 #: Leapfrog steps per iteration when ``num_steps`` is not given (each costs one gradient release).
 DEFAULT_NUM_STEPS = 5
 
+
+def default_noise_ratio(num_steps: int) -> float:
+    r""":math:`r = \mathrm{nm}_g/\mathrm{nm}_l` when the noise is calibrated to a budget and
+    ``noise_ratio`` is not given: :math:`\sqrt L`, which minimises the noise the penalty test sees
+    per unit of trajectory length at a fixed budget. Each iteration's releases cost
+    :math:`\mu^2 \propto (1 + L/r^2)/\mathrm{nm}_l^2` (thesis Thm 11), so at a fixed budget
+    :math:`\mathrm{nm}_l^2 \propto 1 + L/r^2`; the test sees the ratio noise
+    :math:`\sigma_l \propto \mathrm{nm}_l L\eta` and the kinetic-energy term's noise, whose standard
+    deviation is :math:`r/\sqrt L` times it (the released gradients move the momentum:
+    :func:`pyro_dp.forecast.predicted_move`), in all :math:`\propto (1 + L/r^2)(1 + r^2/L)`, least
+    at :math:`r^2 = L` (4, against 7.2 at :math:`r = 1`, :math:`L = 5`).
+
+    >>> round(default_noise_ratio(5) ** 2, 12)
+    5.0
+    """
+    return math.sqrt(num_steps)
+
 #: Acceptance the step-size adaptation targets when the step size is tuned privately (the
 #: default path). Between the noise-limited optimum (~0.23) and leapfrog's (~0.65): measured on
 #: a three-latent model (N = 5000; 2 seeds each; 2026-11-26), the smallest effective sample size
@@ -67,6 +84,7 @@ DEFAULT_NUM_STEPS = 5
 DEFAULT_TARGET_ACCEPT_PROB = 0.5
 
 __all__ = [
+    "default_noise_ratio",
     "DPHMC",
     "HMCState",
     "HMCInfo",
@@ -439,7 +457,9 @@ class DPHMC(DPKernel):
         limited by its penalty noise alone, at :math:`2\Phi(-1.2)\approx 0.23` (maximise
         :math:`\sigma^2\cdot 2\Phi(-\sigma/2)`, the acceptance of a noise-only penalty test,
         Yıldırım & Ermiş 2019 §3.1), for leapfrog error alone near 0.65 (Beskos et al. 2013).
-    :param float noise_ratio: :math:`\mathrm{nm}_g/\mathrm{nm}_l` used by calibration.
+    :param float noise_ratio: :math:`\mathrm{nm}_g/\mathrm{nm}_l` used by calibration; default
+        :func:`default_noise_ratio`, :math:`\sqrt L` (the least noise in the accept test per unit
+        move at a fixed budget; measured in ``docs/tuning.md``).
 
     **The default path** (``MCMC(DPHMC(model))``, ``DPHMC(model, epsilon=2.0)``): with
     ``step_size``, ``grad_clip`` or ``llr_clip`` left out, a
@@ -495,6 +515,9 @@ class DPHMC(DPKernel):
     supports_distributed = True
     #: the default path balances columns on their own scales (docs/tuning.md: 29-43 sds off -> 0.6-0.7)
     scale_by_default = True
+    #: the default path whitens (a private posterior metric, docs/tuning.md): on a 0.8-correlated
+    #: logistic regression at eps = 8, 0.28-0.41 sd off in 3 of 3 runs against 0.60-0.99 unwhitened
+    whiten_by_default = True
 
     def __init__(
         self,
@@ -510,7 +533,7 @@ class DPHMC(DPKernel):
         jitter: bool = False,
         adapt_step_size: Optional[bool] = None,
         target_accept_prob: Optional[float] = None,
-        noise_ratio: float = 1.0,
+        noise_ratio: Optional[float] = None,
         **kwargs,
     ):
         auto = tuple(n for n, v in (("step_size", step_size), ("grad_clip", grad_clip), ("llr_clip", llr_clip))
@@ -540,7 +563,8 @@ class DPHMC(DPKernel):
         self.target_accept_prob = float(target_accept_prob)
         if not 0.0 < self.target_accept_prob < 1.0:
             raise ValueError(f"target_accept_prob must be in (0, 1), got {target_accept_prob!r}")
-        self.noise_ratio = check_positive("noise_ratio", noise_ratio)
+        self.noise_ratio = default_noise_ratio(self.num_steps) if noise_ratio is None else check_positive(
+            "noise_ratio", noise_ratio)
         given = (grad_noise_multiplier is not None, llr_noise_multiplier is not None)
         if given == (False, False):
             if self.non_private:

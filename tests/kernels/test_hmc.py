@@ -369,6 +369,30 @@ def test_calibration_and_budget_stop():
     assert mcmc.diagnostics()["budget exhausted"]["chain 0"]
 
 
+def test_the_default_noise_ratio_is_sqrt_L_where_the_accept_tests_noise_is_least():
+    """default_noise_ratio: at a fixed budget nm_l^2 ~ 1 + L/r^2 (thesis Thm 11) and the test sees
+    nm_l^2 (1 + r^2/L) (the ratio's noise and the kinetic term's, pyro_dp.forecast.predicted_move):
+    r = sqrt(L) minimises the product on a fine grid; the calibration keeps the ratio and the
+    budget; a given noise_ratio is used as given. Mutant: r = 1 is not the minimum for L > 1."""
+    def noise(r, L):
+        return (1 + L / r ** 2) * (1 + r ** 2 / L)
+
+    grid = [0.05 * k for k in range(1, 200)]
+    for L in (1, 2, 5, 10):
+        r = hmc_mod.default_noise_ratio(L)
+        assert r == pytest.approx(math.sqrt(L)) and all(noise(r, L) <= noise(x, L) + 1e-12 for x in grid)
+        assert (L == 1) == (noise(1.0, L) <= min(noise(x, L) for x in grid) + 1e-12)  # the mutant
+    y = make_data(50)
+    eps, delta, n_it = 20.0, 1e-5, 20
+    kernel = DPHMC(gauss_model, 0.05, 5, 2.0, 4.0, epsilon=eps, delta=delta, num_iterations=n_it, seed=0)
+    kernel._calibrate()
+    assert kernel.noise_ratio == math.sqrt(5)
+    assert kernel.grad_noise_multiplier == pytest.approx(math.sqrt(5) * kernel.llr_noise_multiplier, rel=1e-12)
+    planned = planned_epsilon(delta, n_it, kernel._per_iteration_events(), fixed=kernel._fixed_events())
+    assert eps * (1 - 1e-6) <= planned <= eps
+    assert DPHMC(gauss_model, 0.05, 5, 2.0, 4.0, epsilon=eps, noise_ratio=1.0).noise_ratio == 1.0
+
+
 def test_setup_is_data_free_first_gradient_lazy_and_pickles():
     y = make_data(30)
     kernel = DPHMC(gauss_model, 0.05, 3, 2.0, 4.0, 5.0, 2.0, seed=0)
