@@ -31,7 +31,9 @@ commit ``ff8b828``: ``experiments.py``, ``banana_model.py``, ``gauss_model.py``,
   size times a low-discrepancy number in (0, 1) each iteration, our ``jitter=True``); DP penalty
   (:math:`\tau`, proposal sd, ratio clip; no OCU/GWMH); DP-SGLD and DP-SGNHT (batch 1000, clip,
   step; thermostat :math:`A`);
-* **ε grid** ``[2, 4, 6, 8, 10, 12, 15]``, :math:`\delta = 0.1/n` (``Snakefile``, ``run_chain.py``);
+* **ε grid** ``[2, 4, 6, 8, 10, 12, 15]``, :math:`\delta = 0.1/n` (``Snakefile``,
+  ``run_chain.py``); the shipped CSV holds all seven, 10 repeats each (ε = 2, 6, 15 run first;
+  4, 8, 10, 12 appended by resuming the grid);
 * **iteration counts**: DP-HMC and DP penalty run the most iterations ε allows at their fixed
   noise :math:`\tau\sqrt n` (tight Gaussian composition, Thm 3.3), **divided by the 4 chains**
   (``hmc.py``/``dp_penalty.py`` ``adp_iters``, then ``iters / chains``): the 4 chains together
@@ -45,14 +47,13 @@ substitute relation too, ``get_delta_S``), with the kernels' PLD accountant.
 
 **Deviations** (each stated in ``docs/results.md``):
 
-* the shipped CSV covers the part of the grid that fitted the CPU time we had (ε ∈ {2, 6, 15}
-  of the paper's seven values; the CSV says which repeats ran);
 * DP-SGLD/DP-SGNHT: the paper's code runs them as long as ε allows at their Langevin noise
   (our accountant: 1.4·10³ to 2·10⁵ iterations per chain) and thins to ~5000 draws; we cap
   them at ``sg_iterations`` per chain, so their ledger ε is below the target (reported per run
   in ``epsilon_ledger``). At that cap no target reaches them (their noise is the Langevin
   noise, their seeds do not depend on ε), so one ε's SG chains are the chains of every
-  ε ≥ that ε's ledger: the shipped run has them at ε = 2 only, and the figures and claim tables
+  ε ≥ that ε's ledger: the shipped run has them at ε = 2 only (an extension run with
+  ``epsilons=[2, e]`` reuses them, see :func:`run_dphmc_fig1`), and the figures and claim tables
   use them at every ε, labelled so (and the grid runs SG cells at its smallest ε only). Batches
   are Poisson with expected size 1000 (the code: 1000 without
   replacement). DP-SGLD is Welling & Teh's update with step :math:`2\eta/n` (the code's drift
@@ -165,8 +166,8 @@ GAUSS_EIGENVECTORS = (
 
 def settings(quick: bool) -> dict:
     """Full mode: the paper's design (``n``, 4 chains, 10 repeats, its ε grid and iteration
-    counts), SG chains capped at ``sg_iterations`` per chain; the shipped CSV holds the part of
-    it that fitted our CPU time (``docs/results.md``; the grid resumes). Quick mode: a small
+    counts), SG chains capped at ``sg_iterations`` per chain; the shipped CSV holds all of it
+    but the SG chains' length (``docs/results.md``; the grid resumes). Quick mode: a small
     smoke run with a fixed iteration count (noise calibrated to it)."""
     if quick:
         return dict(n=2000, epsilons=[6.0], repeats=1, chains=2, iterations=30, sg_iterations=30, ref_size=300,
@@ -265,7 +266,10 @@ def run_dphmc_fig1(out_dir: str, quick: Optional[bool] = None, log=print, device
                    algorithms: Sequence[str] = ALGORITHMS) -> dict:
     """Run the grid into ``out_dir/dphmc_fig1.csv`` (resumable; one row per run of ``chains``
     pooled chains); draw ``dphmc_fig1.png`` (MMD) and ``dphmc_fig1_mean_error.png``.
-    ``epsilons``/``repeats``/``algorithms`` override :func:`settings` (e.g. to extend a run)."""
+    ``epsilons``/``repeats``/``algorithms`` override :func:`settings` (e.g. to extend a run).
+    The SG cells run at the smallest ε given only, so to add an ε ``e`` to a CSV whose SG cells
+    are at ε = 2, pass ``epsilons=[2, e]``: the ε = 2 cells are already there and are skipped,
+    while ``epsilons=[e]`` alone would run the SG chains again at ``e`` (same chains, new rows)."""
     from ._sampling import exact_baseline, grid_cells, run_chain, to_device
 
     quick = quick_mode(quick)

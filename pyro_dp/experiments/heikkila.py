@@ -123,6 +123,7 @@ from typing import Optional
 import torch
 
 from .grid import pick_device, pyplot_or_none, quick_mode, run_grid, run_kernel
+from .mmd_vs_epsilon import subset_of
 
 __all__ = ["HEIKKILA_PARAMS", "run_heikkila_fig23", "COLUMNS", "ALGORITHMS"]
 
@@ -211,13 +212,16 @@ def run_heikkila_fig23(out_dir: str, quick: Optional[bool] = None, log=print, de
 
     ``algorithms`` and ``repeats`` (an iterable of repeat indices) restrict the cells run, to
     shard a run over processes: each chain seeds itself from its repeat, so the concatenated
-    CSVs equal one unsharded run's. ``setting`` picks a :data:`HEIKKILA_PARAMS` entry by name
+    CSVs equal one unsharded run's. A name not in :data:`ALGORITHMS` raises ``ValueError``
+    (listing the valid ones) before anything runs: a typo in ``--algorithms`` must not run
+    nothing and report success. ``setting`` picks a :data:`HEIKKILA_PARAMS` entry by name
     (default: ``"quick"`` or ``"full"`` from ``quick``)."""
     from ..evaluation import symmetric_kl_2d
     from ..kernels import DPBarker
     from ..kernels.sgmcmc import DPSGLD
     from ..models import get_problem, gmm_model, gmm_reference
 
+    algorithms = subset_of(algorithms, ALGORITHMS, "heikkila_fig23")  # refuses unknown names
     q = quick_mode(quick)
     p = HEIKKILA_PARAMS[setting or ("quick" if q else "full")]
     dev = pick_device(device)

@@ -125,3 +125,18 @@ def test_fastmh_lines_and_curves_over_iterations(quick_run):
             assert float(rs[-1]["batch_size"]) == p["n"]
             assert math.isfinite(float(rs[-1]["epsilon_total"]))
     assert any(alg == "dp_barker" and rs[-1]["sym_kl"] != "" for (alg, _, _), rs in chains.items())
+
+
+def test_heikkila_refuses_unknown_algorithm_names(tmp_path):
+    """``pyro-dp experiment heikkila_fig23 --algorithms NAME`` with a name the figure lacks (a
+    typo) is refused before anything runs, naming the valid ones; it used to run no cell and
+    report success. (Mutant: the old silent filter runs the quick setting and raises nothing.)"""
+    from pyro_dp.experiments.cli import main
+    from pyro_dp.experiments.heikkila import ALGORITHMS, run_heikkila_fig23
+
+    with pytest.raises(ValueError, match=r"heikkila_fig23 has no algorithm\(s\) \['dp_barkr'\]") as e:
+        run_heikkila_fig23(str(tmp_path), quick=True, log=None, algorithms=["dp_barker", "dp_barkr"])
+    assert all(a in str(e.value) for a in ALGORITHMS)
+    with pytest.raises(ValueError, match="choose from"):
+        main(["experiment", "heikkila_fig23", "--quick", "--out", str(tmp_path), "--algorithms", "dp_sgdl"])
+    assert not list(tmp_path.iterdir())  # nothing ran, nothing written
