@@ -123,7 +123,12 @@ EPSILONS = (8.0, 2.0)
 KERNELS = ("DPPenalty", "DPHMC")
 #: d3p's settings: one user-level choice for every model (see the module docstring)
 D3P_DEFAULT = {"batch_size": 1000, "num_iter": 2000, "lr": 1e-2, "clip": 1.0}
-D3P_GRID = [{"clip": c, "lr": lr, "num_iter": t} for c in (0.3, 1.0, 3.0) for lr in (3e-3, 1e-2) for t in (500, 2000)]
+D3P_GRID_CLIPS = (0.3, 1.0, 3.0)
+
+
+def d3p_settings_grid(clips=D3P_GRID_CLIPS) -> List[dict]:
+    """d3p's settings tried by ``--d3p-grid``: clip × learning rate × iterations."""
+    return [{"clip": c, "lr": lr, "num_iter": t} for c in clips for lr in (3e-3, 1e-2) for t in (500, 2000)]
 CONFIGS = {
     "full": {"n": 50_000, "num_samples": 1000, "warmup_steps": 500, "nuts_samples": 1000, "nuts_warmup": 500,
              "batch_size": 1000, "num_iter": 2000},
@@ -269,7 +274,7 @@ def run_d3p(name: str, args: tuple, ref: dict, epsilon: float, *, seed: int, bat
                         rng_suite=d3p.rng)
     init_batch, get_batch = d3p.minibatch.subsample_batchify_data(data, batch_size=batch_size, rng_suite=d3p.rng)
     k_batch, k_init, k_draw = jax.random.split(jax.random.PRNGKey(int(seed)), 3)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     _, batch_state = init_batch(k_batch)
     state = svi.init(k_init, *get_batch(0, batch_state))
 
@@ -278,10 +283,10 @@ def run_d3p(name: str, args: tuple, ref: dict, epsilon: float, *, seed: int, bat
 
     state = jax.block_until_ready(jax.jit(lambda st: jax.lax.fori_loop(0, int(num_iter), body, st))(state))
     draws = guide.sample_posterior(k_draw, svi.get_params(state), sample_shape=(num_draws,))
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     samples = {k: torch.tensor(np.array(v), dtype=torch.float64) for k, v in draws.items()}
     coords = suite.compare(samples, ref)
-    out = {"method": "d3p", "coords": coords, "warned": False, "epsilon": eps, "seconds": seconds,
+    out = {"method": "d3p", "coords": coords, "warned": False, "epsilon": eps, "seconds": seconds, "cpu_seconds": cpu,
            "settings": f"B={batch_size} T={num_iter} lr={lr:g} C={clip:g} dp_scale={dp_scale:.4g}"}
     out.update(_closeness(coords))
     return out
@@ -291,10 +296,12 @@ def run_pyro_dp(name: str, kernel: str, args: tuple, ref: dict, epsilon: float, 
                 warmup_steps: int) -> dict:
     """The card's line ``MCMC(K(model, epsilon=ε), num_samples, warmup_steps)`` (no other argument),
     through ``benchmarks/default_suite.py``'s ``run_cell``."""
+    c0 = time.process_time()
     cell = suite.run_cell(name, kernel, args, ref, num_samples=num_samples, warmup_steps=warmup_steps,
                           jit_compile=False, epsilon=epsilon, model=MODELS[name][0])
+    cpu = time.process_time() - c0  # the run and its comparison (check_run included)
     out = {"method": kernel, "coords": cell["coords"], "warned": cell["warned"], "epsilon": cell["epsilon"],
-           "seconds": cell["seconds"], "settings": "card's line", "warnings": cell["warnings"]}
+           "seconds": cell["seconds"], "cpu_seconds": cpu, "settings": "card's line", "warnings": cell["warnings"]}
     out.update(_closeness(cell["coords"]))
     return out
 
@@ -315,11 +322,11 @@ def format_row(r: dict) -> str:
 
 
 CSV_FIELDS = ["model", "n", "target_epsilon", "seed", "method", "max_mean_err", "min_sd_ratio", "max_sd_ratio", "w2",
-              "warned", "epsilon", "seconds", "settings"]
+              "warned", "epsilon", "seconds", "cpu_seconds", "settings"]
 
 
 def run_benchmark(model_names, epsilons, seeds, kernels, *, quick: bool = False, nuts_cache: Optional[str] = None,
-                  d3p_grid: bool = False, log: Callable[[str], None] = print) -> List[dict]:
+                  d3p_grid: bool = False, grid_clips=D3P_GRID_CLIPS, log: Callable[[str], None] = print) -> List[dict]:
     """Every (seed, model, ε) cell: NUTS once per (model, seed), then d3p (default settings, and
     the grid's best if ``d3p_grid``) and each pyro_dp kernel on the same data. Returns one row per
     run (the :data:`CSV_FIELDS` and ``coords``)."""
@@ -342,9 +349,11 @@ def run_benchmark(model_names, epsilons, seeds, kernels, *, quick: bool = False,
                     # the grid's iteration counts are the full configuration's (scaled in --quick)
                     scale = cfg["num_iter"] / CONFIGS["full"]["num_iter"]
                     grid = [run_d3p(name, args, ref, eps, seed=seed, batch_size=cfg["batch_size"],
-                                    **dict(g, num_iter=max(1, int(g["num_iter"] * scale)))) for g in D3P_GRID]
+                                    **dict(g, num_iter=max(1, int(g["num_iter"] * scale))))
+                            for g in d3p_settings_grid(grid_clips)]
                     best = dict(min(grid, key=lambda r: r["w2"]), method="d3p-best")
                     best["seconds"] = sum(r["seconds"] for r in grid)
+                    best["cpu_seconds"] = sum(r["cpu_seconds"] for r in grid)
                     runs.append(best)
                 for k in kernels:
                     runs.append(run_pyro_dp(name, k, args, ref, eps, num_samples=cfg["num_samples"],
@@ -386,18 +395,73 @@ def write_csv(rows: List[dict], path: str) -> None:
         w.writerows(rows)
 
 
+def summarize(paths: List[str]) -> str:
+    """A markdown table from the CSVs at ``paths`` (several seeds): per model, ε and method the
+    worst mean error and W2/sd as median [min–max] over seeds, the sd-ratio range over all seeds,
+    how many runs warned, wall and CPU seconds per run (d3p-best: its 12 fits together), and per
+    pyro_dp kernel in how many seeds it was at least as close as
+    d3p (and d3p-best) on W2/sd."""
+    rows = []
+    for p in paths:
+        with open(p) as f:
+            rows += list(csv.DictReader(f))
+    for r in rows:
+        for k in ("max_mean_err", "min_sd_ratio", "max_sd_ratio", "w2", "epsilon", "seconds", "target_epsilon"):
+            r[k] = float(r[k])
+        r["cpu_seconds"] = float(r.get("cpu_seconds") or "nan")  # absent from the first runs' CSVs
+        r["seed"], r["warned"] = int(r["seed"]), r["warned"] == "True"
+    by = {}
+    for r in rows:
+        by.setdefault((r["model"], r["target_epsilon"]), {}).setdefault(r["method"], []).append(r)
+
+    def med(v):
+        v = sorted(v)
+        return f"{v[len(v) // 2] if len(v) % 2 else 0.5 * (v[len(v) // 2 - 1] + v[len(v) // 2]):.2f} " \
+               f"[{v[0]:.2f}–{v[-1]:.2f}]"
+
+    lines = ["| model | ε | method | runs | worst \\|Δmean\\|/sd | W2/sd | sd ratio (all runs) | warned | "
+             "at least as close as d3p / d3p-best (W2, seeds) | wall s per run | CPU s per run |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (name, eps), methods in by.items():
+        for method, rs in methods.items():
+            rs = sorted(rs, key=lambda r: r["seed"])
+            versus = ""
+            if method not in ("d3p", "d3p-best"):
+                parts = []
+                for peer in ("d3p", "d3p-best"):
+                    peers = {r["seed"]: r for r in methods.get(peer, [])}
+                    both = [r for r in rs if r["seed"] in peers]
+                    if both:
+                        wins = sum(r["w2"] <= peers[r["seed"]]["w2"] for r in both)
+                        parts.append(f"{wins}/{len(both)}")
+                versus = " / ".join(parts)
+            lines.append(f"| {name} | {eps:g} | {method} | {len(rs)} | {med([r['max_mean_err'] for r in rs])} | "
+                         f"{med([r['w2'] for r in rs])} | {min(r['min_sd_ratio'] for r in rs):.2f}–"
+                         f"{max(r['max_sd_ratio'] for r in rs):.2f} | {sum(r['warned'] for r in rs)}/{len(rs)} | "
+                         f"{versus} | {sum(r['seconds'] for r in rs) / len(rs):.0f} | "
+                         f"{sum(r['cpu_seconds'] for r in rs) / len(rs):.0f} |")
+    return "\n".join(lines)
+
+
 def main(argv=None):
     """Command line (see the module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, help="CSV file to write (one row per run)")
+    ap.add_argument("--out", help="CSV file to write (one row per run)")
+    ap.add_argument("--summarize", nargs="+", metavar="CSV", help="only print a markdown table of these CSVs")
     ap.add_argument("--models", default=",".join(MODELS), help=f"comma-separated subset of {list(MODELS)}")
     ap.add_argument("--epsilons", default=",".join(f"{e:g}" for e in EPSILONS))
     ap.add_argument("--seeds", default="0", help="comma-separated data seeds (each also seeds NUTS and d3p)")
     ap.add_argument("--kernels", default=",".join(KERNELS))
     ap.add_argument("--nuts-cache", default=os.environ.get("PEER_REF", "results/peer_d3p_nuts.json"))
     ap.add_argument("--d3p-grid", action="store_true", help="also run d3p's small grid and report its best per cell")
+    ap.add_argument("--grid-clips", default=",".join(f"{c:g}" for c in D3P_GRID_CLIPS),
+                    help="the clip values of --d3p-grid")
     ap.add_argument("--quick", action="store_true", help="a smoke test at N = 2 000")
     a = ap.parse_args(argv)
+    if a.summarize:
+        print(summarize(a.summarize))
+        return None
+    if not a.out:
+        ap.error("--out is required")
     torch.set_num_threads(1)
     names = [s for s in a.models.split(",") if s]
     bad = [s for s in names if s not in MODELS]
@@ -409,7 +473,7 @@ def main(argv=None):
     print(f"delta = {DELTA}; substitute relation; pyro_dp: card's line; d3p: {D3P_DEFAULT}", flush=True)
     print(HEADER, flush=True)
     rows = run_benchmark(names, eps, seeds, kernels, quick=a.quick, nuts_cache=a.nuts_cache, d3p_grid=a.d3p_grid,
-                         log=lambda s: print(s, flush=True))
+                         grid_clips=[float(c) for c in a.grid_clips.split(",") if c], log=lambda s: print(s, flush=True))
     print("\nsummary\n" + HEADER)
     for r in rows:
         print(format_row(r))

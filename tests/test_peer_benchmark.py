@@ -112,3 +112,5 @@ def test_peer_benchmark_runs_end_to_end(peer, tmp_path, monkeypatch):
     with open(out) as f:
         got = list(csv.DictReader(f))
     assert [g["method"] for g in got] == ["d3p", "DPPenalty"] and set(got[0]) == set(peer.CSV_FIELDS)
+    table = peer.summarize([str(out)])
+    assert "| linear | 2 | DPPenalty | 1 |" in table and table.count("\n") == 3
