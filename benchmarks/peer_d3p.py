@@ -444,6 +444,28 @@ def summarize(paths: List[str]) -> str:
     return "\n".join(lines)
 
 
+def per_seed_table(paths: List[str]) -> str:
+    """A markdown table of W2/sd per (model, ε) and seed for every method in the CSVs at ``paths``
+    (``*`` marks a pyro_dp run farther from NUTS than d3p-best, or d3p if no grid was run)."""
+    rows = []
+    for p in paths:
+        with open(p) as f:
+            rows += list(csv.DictReader(f))
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    cells = {}
+    for r in rows:
+        cells.setdefault((r["model"], float(r["target_epsilon"]), int(r["seed"])), {})[r["method"]] = float(r["w2"])
+    lines = ["| model | ε | seed | " + " | ".join(methods) + " |", "|---|---|---|" + "---|" * len(methods)]
+    order = list(MODELS)
+    for (name, eps, seed), m in sorted(cells.items(), key=lambda kv: (order.index(kv[0][0]) if kv[0][0] in order
+                                                                       else len(order), -kv[0][1], kv[0][2])):
+        peer = m.get("d3p-best", m.get("d3p", math.inf))
+        vals = [("–" if k not in m else f"{m[k]:.2f}" + ("*" if k not in ("d3p", "d3p-best") and m[k] > peer else ""))
+                for k in methods]
+        lines.append(f"| {name} | {eps:g} | {seed} | " + " | ".join(vals) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None):
     """Command line (see the module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -460,7 +482,7 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="a smoke test at N = 2 000")
     a = ap.parse_args(argv)
     if a.summarize:
-        print(summarize(a.summarize))
+        print(summarize(a.summarize) + "\n\nW2/sd per seed\n\n" + per_seed_table(a.summarize))
         return None
     if not a.out:
         ap.error("--out is required")

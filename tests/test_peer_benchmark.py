@@ -114,3 +114,4 @@ def test_peer_benchmark_runs_end_to_end(peer, tmp_path, monkeypatch):
     assert [g["method"] for g in got] == ["d3p", "DPPenalty"] and set(got[0]) == set(peer.CSV_FIELDS)
     table = peer.summarize([str(out)])
     assert "| linear | 2 | DPPenalty | 1 |" in table and table.count("\n") == 3
+    assert peer.per_seed_table([str(out)]).splitlines()[2].startswith("| linear | 2 | 0 | ")
