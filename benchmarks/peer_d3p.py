@@ -54,9 +54,13 @@ without replacement each step. Two candidate accountants ship with d3p:
   :math:`(1-q)\mathcal N(0,s^2)+q\mathcal N(2,s^2)` vs :math:`\mathcal N(0,s^2)` — a
   Poisson-subsampled Gaussian of sensitivity 2 under add/remove — and at ε = 8 (q = 0.02,
   2 000 steps) the noise ``approximate_sigma`` picks, s = 1.12, spends ε ≈ 24.6 on it (dp_accounting
-  PLD), not 8. Zhu, Dong & Wang (2022, AISTATS, "Optimal accounting of differential privacy via
-  characteristic function", subsampling without replacement under replace-one) show that this
-  pair also dominates every other pair of neighbours, so it is the tight accounting.
+  PLD), not 8. The pair is also an upper bound: coupling the batches (the changed row drawn, or
+  another row r in its place, the other B−1 rows shared), advanced joint convexity (Balle, Barthe
+  & Gaboardi 2018, Thm 2) bounds each step by q times the divergence of two Gaussians whose
+  centres differ by at most 2C (any two clipped rows), which is this pair's; Zhu, Dong & Wang
+  (2022, "Optimal accounting of differential privacy via characteristic function") give the same
+  dominating pair for sampling without replacement under replace-one. So it is the tight
+  accounting.
 * ``d3p.dputil.approximate_sigma_remove_relation`` (add/remove, Poisson subsampling): used here
   with the **sensitivity doubled**. Replacing a row moves the clipped sum by up to 2C, so the
   worst case above is add/remove at sensitivity 2C: we calibrate σ_R for ε with that accountant
