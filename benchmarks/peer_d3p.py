@@ -69,7 +69,11 @@ without replacement each step. Two candidate accountants ship with d3p:
   then raised by 0.1 % steps until pyro_dp's own PLD accountant (dp_accounting, connect-the-dots
   upper bound) confirms ε ≤ target for ``SubsampledGaussianEvent(q, dp_scale/2)`` × T under
   add/remove (d3p's Fourier accountant and the PLD differ by ~1e-3 relative: at ε = 2 the FA's
-  σ_R gave 2.0005 in the PLD). The ε column of d3p is that confirmed value.
+  σ_R gave 2.0005 in the PLD). The ε column of d3p is that confirmed value. Not proven here: the
+  argument above bounds a step by the remove-direction pair for orders α ≥ 1 and by the
+  add-direction pair for α < 1 (a symmetrised trade-off, Dong, Roth & Su 2022 §4); composing each
+  direction separately and reporting the larger ε, as add/remove accountants do, is exact for
+  Poisson sampling but not shown for fixed-size batches. Any gap favours d3p.
 
 The noise then costs d3p ~1.5× more than ``approximate_sigma`` would claim (s = 1.69 vs 1.12 at
 ε = 8); a run with d3p's ``approximate_sigma`` would be compared at an under-reported ε.
