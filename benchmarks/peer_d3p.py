@@ -71,7 +71,7 @@ without replacement each step. Two candidate accountants ship with d3p:
   add/remove (d3p's Fourier accountant and the PLD differ by ~1e-3 relative: at ε = 2 the FA's
   σ_R gave 2.0005 in the PLD). The ε column of d3p is that confirmed value. Not proven here: the
   argument above bounds a step by the remove-direction pair for orders α ≥ 1 and by the
-  add-direction pair for α < 1 (a symmetrised trade-off, Dong, Roth & Su 2022 §4); composing each
+  add-direction pair for α < 1 (the symmetrised trade-off C_q(f) of Dong, Roth & Su 2022, subsampling); composing each
   direction separately and reporting the larger ε, as add/remove accountants do, is exact for
   Poisson sampling but not shown for fixed-size batches. Any gap favours d3p.
 
