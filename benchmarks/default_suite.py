@@ -89,11 +89,12 @@ def moments(samples: Dict[str, torch.Tensor]) -> Dict[str, Dict[str, float]]:
 
 
 def nuts_reference(name: str, args: tuple, *, num_samples: int, warmup_steps: int, seed: int = 0,
-                   cache: Optional[str] = None, n: Optional[int] = None) -> dict:
+                   cache: Optional[str] = None, n: Optional[int] = None, model=None) -> dict:
     """Posterior mean and sd per coordinate from Pyro's NUTS (Hoffman & Gelman 2014; non-private,
     one seeded chain, default settings), with its wall time and worst ESS / split R-hat
     (Vehtari et al. 2021, via ``pyro.infer.mcmc.util.diagnostics``). Read from / written to the
-    JSON file ``cache`` under a key naming the model, N, seed and run length."""
+    JSON file ``cache`` under a key naming the model, N, seed and run length. ``model``: the Pyro
+    model (default: the suite's model ``name``; another model needs a ``name`` of its own)."""
     key = f"{name}|n={n}|seed={seed}|warmup={warmup_steps}|samples={num_samples}"
     store = {}
     if cache and os.path.exists(cache):
@@ -101,7 +102,7 @@ def nuts_reference(name: str, args: tuple, *, num_samples: int, warmup_steps: in
             store = json.load(f)
         if key in store:
             return store[key]
-    model = get_suite_model(name).model
+    model = get_suite_model(name).model if model is None else model
     pyro.set_rng_seed(seed)
     t0 = time.perf_counter()
     with warnings.catch_warnings():
@@ -154,18 +155,21 @@ def verdict(ok: bool, warned: bool) -> str:
 
 
 def run_cell(name: str, kernel: str, args: tuple, ref: dict, *, num_samples: int, warmup_steps: int,
-             jit_compile: bool = True) -> dict:
+             jit_compile: bool = True, epsilon: float = EPSILON, model=None) -> dict:
     """One DP run on the default path — ``MCMC(K(model, epsilon=2.0[, jit_compile=True]),
     num_samples=..., warmup_steps=...)``, nothing else — and its comparison with ``ref``.
+    ``jit_compile=False`` passes no ``jit_compile`` argument (the kernel's default);
+    ``epsilon`` the budget (default :data:`EPSILON`); ``model`` the Pyro model (default: the
+    suite's model ``name``).
 
     Returns a dict with ``coords`` (per coordinate, :func:`compare`), ``ok`` (:func:`criterion`),
     ``warned`` and ``warnings`` (the :class:`pyro_dp.SamplingWarning` messages of the run),
     ``other_warnings`` (other pyro_dp warnings, e.g. budget exhausted), ``check_run`` (what
     :func:`pyro_dp.check_run` finds, not part of the verdict), ``epsilon``, ``seconds``,
     ``verdict``, the ``kernel`` object and the ``mcmc``."""
-    model = get_suite_model(name).model
+    model = get_suite_model(name).model if model is None else model
     options = {"jit_compile": True} if jit_compile else {}
-    k = KERNELS[kernel](model, epsilon=EPSILON, **options)
+    k = KERNELS[kernel](model, epsilon=epsilon, **options)
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -30,6 +30,11 @@ name                   model (source of truth)
                        2007, ch. 12)
 =====================  =========================================================================
 
+Not in :data:`SUITE` (issue #40's first table, and ``benchmarks/whitening.py``/``peer_d3p.py``):
+``correlated_logistic``, logistic regression without intercept on :math:`d=5` features with
+pairwise correlation 0.8, scaled into the unit ball (:func:`make_correlated_logistic_data`) — a
+posterior with strongly correlated coordinates.
+
 The truth of each synthetic data set is in :data:`SUITE` (``truth``), but the **reference for
 the posterior is Pyro's NUTS** on the same data (``benchmarks/default_suite.py``): none of these
 posteriors has a closed form, and at :math:`N\ge 10^4` the posterior sits within a few
@@ -63,6 +68,8 @@ __all__ = [
     "make_linear_data",
     "logistic_model",
     "make_logistic_data",
+    "correlated_logistic_model",
+    "make_correlated_logistic_data",
     "poisson_model",
     "make_poisson_data",
     "gamma_model",
@@ -148,6 +155,41 @@ def make_logistic_data(n: int, seed: int = 0) -> Tuple[torch.Tensor, torch.Tenso
     t = LOGISTIC_TRUTH
     p = torch.sigmoid(t["b0"] + X @ torch.tensor(t["beta"], dtype=DTYPE))
     y = (torch.rand(n, generator=g, dtype=DTYPE) < p).to(DTYPE)
+    return X, y
+
+
+#: generating coefficients and prior sd of :func:`make_correlated_logistic_data` (issue #40's
+#: first table; ``benchmarks/whitening.py``'s data set ``correlated``)
+CORRELATED_LOGISTIC_TRUTH = {"w": (1.0, -0.5, 0.8, 0.0, -1.2)}
+CORRELATED_LOGISTIC_PRIOR_SD = 2.0
+
+
+def correlated_logistic_model(X, y):
+    r"""Logistic regression without intercept (BDA3 §16.2): :math:`w\sim\mathcal N(0,2^2 I_d)`,
+    :math:`y_i\sim\mathrm{Bernoulli}(\mathrm{logit}^{-1}(x_i^\top w))`."""
+    w = pyro.sample("w", dist.Normal(_zeros(X, X.shape[1]), CORRELATED_LOGISTIC_PRIOR_SD).to_event(1))
+    with pyro.plate("data", X.shape[0]):
+        pyro.sample("y", dist.Bernoulli(logits=X @ w), obs=y)
+
+
+def make_correlated_logistic_data(n: int, seed: int = 0, rho: float = 0.8) -> Tuple[torch.Tensor, torch.Tensor]:
+    r"""``(X, y)``: :math:`x_i = L z_i/\sqrt d` with :math:`z_i\sim\mathcal N(0, I_5)` and
+    :math:`LL^\top` the equicorrelation matrix (``rho`` off the diagonal), rows of norm above 1
+    scaled onto the unit sphere (about a third of them at N = 5·10⁴, which lowers the features'
+    correlation from ``rho`` = 0.8 to about 0.7); 0/1 ``y`` from :data:`CORRELATED_LOGISTIC_TRUTH`.
+    The data set ``correlated`` of ``benchmarks/whitening.py``, bit for bit.
+
+    >>> X, y = make_correlated_logistic_data(2000)
+    >>> X.shape, bool((X.norm(dim=1) <= 1 + 1e-12).all()), round(float(torch.corrcoef(X.T)[0, 1]), 1)
+    (torch.Size([2000, 5]), True, 0.7)
+    """
+    g = torch.Generator().manual_seed(int(seed))
+    w = torch.tensor(CORRELATED_LOGISTIC_TRUTH["w"], dtype=DTYPE)
+    d = w.numel()
+    cov = torch.full((d, d), float(rho), dtype=DTYPE).fill_diagonal_(1.0)
+    X = torch.randn(n, d, generator=g, dtype=DTYPE) @ torch.linalg.cholesky(cov).T / d ** 0.5
+    X = X / X.norm(dim=1, keepdim=True).clamp(min=1.0)
+    y = torch.bernoulli(torch.sigmoid(X @ w), generator=g)
     return X, y
 
 
