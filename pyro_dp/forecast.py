@@ -288,7 +288,7 @@ def predicted_move(*, kernel: str, num_rows: int, noise_multiplier: float, clip:
     posterior-scale guess) and Fisher information per row (a :math:`D\times D` nested sequence or
     tensor). Data-free; also what the default path's pre-run warning quotes with its tuned clips.
     ``noise_ratio``: DP-HMC's :math:`r = \mathrm{nm}_g/\mathrm{nm}_l` (``None``: its default,
-    :func:`~pyro_dp.kernels.hmc.default_noise_ratio`). The released gradients' noise moves the
+    :func:`~pyro_dp.accounting.algorithms.default_noise_ratio`). The released gradients' noise moves the
     momentum, so the kinetic-energy term of :math:`\hat\lambda` carries noise too: over a
     trajectory of :math:`L` steps of :math:`\eta` its standard deviation is about
     :math:`\eta\sqrt L\,T\,2\mathrm{nm}_g b\,\|p\|`, against the ratio's

@@ -22,6 +22,7 @@ from .registry import DEFAULT_ACCOUNTANT
 from .zcdp import zcdp_rho_budget
 
 __all__ = [
+    "default_noise_ratio",
     "dphmc_mu",
     "dphmc_events",
     "dphmc_max_iterations",
@@ -40,6 +41,23 @@ def dphmc_mu(num_iterations: int, num_steps: int, llr_noise_multiplier: float, g
     """
     k, L = int(num_iterations), int(num_steps)
     return k / (2.0 * llr_noise_multiplier**2) + (k * L + 1) / (2.0 * grad_noise_multiplier**2)
+
+
+def default_noise_ratio(num_steps: int) -> float:
+    r""":math:`r = \mathrm{nm}_g/\mathrm{nm}_l` when the noise is calibrated to a budget and
+    ``noise_ratio`` is not given: :math:`\sqrt L`, which minimises the noise the penalty test sees
+    per unit of trajectory length at a fixed budget. Each iteration's releases cost
+    :math:`\mu^2 \propto (1 + L/r^2)/\mathrm{nm}_l^2` (thesis Thm 11), so at a fixed budget
+    :math:`\mathrm{nm}_l^2 \propto 1 + L/r^2`; the test sees the ratio noise
+    :math:`\sigma_l \propto \mathrm{nm}_l L\eta` and the kinetic-energy term's noise, whose standard
+    deviation is :math:`r/\sqrt L` times it (the released gradients move the momentum:
+    :func:`pyro_dp.forecast.predicted_move`), in all :math:`\propto (1 + L/r^2)(1 + r^2/L)`, least
+    at :math:`r^2 = L` (4, against 7.2 at :math:`r = 1`, :math:`L = 5`).
+
+    >>> round(default_noise_ratio(5) ** 2, 12)
+    5.0
+    """
+    return math.sqrt(num_steps)
 
 
 def dphmc_events(num_steps: int, llr_noise_multiplier: float, grad_noise_multiplier: float):

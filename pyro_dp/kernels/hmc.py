@@ -47,34 +47,19 @@ from typing import NamedTuple, Optional, Tuple
 import torch
 from pyro.ops.dual_averaging import DualAveraging
 
-from ..accounting.algorithms import dphmc_events, dphmc_max_iterations, dphmc_max_iterations_zcdp, dphmc_mu
+from ..accounting.algorithms import (default_noise_ratio, dphmc_events, dphmc_max_iterations,
+                                    dphmc_max_iterations_zcdp, dphmc_mu)
 from ..compiled import cached_zeros
 from ..mechanisms import GaussianReleaseSpec, clip_and_sum, gaussian_release_spec
 from .base import DPKernel, check_positive
 from .mh import Proposal, RatioRelease, can_fuse, propose_release_accept, valid_move
-from .proposals import (accept_uniform, gradient_release_fn, kinetic_energy, leapfrog, penalty_log_accept_threshold,
-                        release_gradient, sample_momentum)
+from .proposals import (accept_uniform, gradient_release_fn, jitter_factor, kinetic_energy, leapfrog,
+                        penalty_log_accept_threshold, release_gradient, sample_momentum)
 from .tuning import init_to_center
 
 #: Leapfrog steps per iteration when ``num_steps`` is not given (each costs one gradient release).
 DEFAULT_NUM_STEPS = 5
 
-
-def default_noise_ratio(num_steps: int) -> float:
-    r""":math:`r = \mathrm{nm}_g/\mathrm{nm}_l` when the noise is calibrated to a budget and
-    ``noise_ratio`` is not given: :math:`\sqrt L`, which minimises the noise the penalty test sees
-    per unit of trajectory length at a fixed budget. Each iteration's releases cost
-    :math:`\mu^2 \propto (1 + L/r^2)/\mathrm{nm}_l^2` (thesis Thm 11), so at a fixed budget
-    :math:`\mathrm{nm}_l^2 \propto 1 + L/r^2`; the test sees the ratio noise
-    :math:`\sigma_l \propto \mathrm{nm}_l L\eta` and the kinetic-energy term's noise, whose standard
-    deviation is :math:`r/\sqrt L` times it (the released gradients move the momentum:
-    :func:`pyro_dp.forecast.predicted_move`), in all :math:`\propto (1 + L/r^2)(1 + r^2/L)`, least
-    at :math:`r^2 = L` (4, against 7.2 at :math:`r = 1`, :math:`L = 5`).
-
-    >>> round(default_noise_ratio(5) ** 2, 12)
-    5.0
-    """
-    return math.sqrt(num_steps)
 
 #: Acceptance the step-size adaptation targets when the step size is tuned privately (the
 #: default path). Between the noise-limited optimum (~0.23) and leapfrog's (~0.65): measured on
@@ -412,22 +397,6 @@ def hmc_step(
     return new, info
 
 
-_GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
-
-
-def jitter_factor(iteration: int) -> float:
-    r"""Data-free low-discrepancy step-size multiplier in :math:`(0, 1)` for iteration
-    ``iteration`` (0-based): the Weyl sequence :math:`\{(i+1)\varphi^{-1}\}` (fractional part),
-    as the DP-HMC paper code multiplies :math:`\eta` by a low-discrepancy number in
-    :math:`[0,1)`. A deterministic sequence of step sizes keeps every iteration's kernel
-    :math:`\pi`-invariant.
-
-    >>> [round(jitter_factor(i), 4) for i in range(4)]
-    [0.618, 0.2361, 0.8541, 0.4721]
-    """
-    return math.fmod((iteration + 1) * _GOLDEN, 1.0)
-
-
 class DPHMC(DPKernel):
     r"""Differentially private HMC (Räisä, Koskela & Honkela 2021) as a Pyro ``MCMCKernel``.
 
@@ -458,7 +427,7 @@ class DPHMC(DPKernel):
         :math:`\sigma^2\cdot 2\Phi(-\sigma/2)`, the acceptance of a noise-only penalty test,
         Yıldırım & Ermiş 2019 §3.1), for leapfrog error alone near 0.65 (Beskos et al. 2013).
     :param float noise_ratio: :math:`\mathrm{nm}_g/\mathrm{nm}_l` used by calibration; default
-        :func:`default_noise_ratio`, :math:`\sqrt L` (the least noise in the accept test per unit
+        :func:`~pyro_dp.accounting.algorithms.default_noise_ratio`, :math:`\sqrt L` (the least noise in the accept test per unit
         move at a fixed budget; measured in ``docs/tuning.md``).
 
     **The default path** (``MCMC(DPHMC(model))``, ``DPHMC(model, epsilon=2.0)``): with

@@ -7,6 +7,7 @@ its noise variance; none of them touches data. The gradient estimator
 """
 from __future__ import annotations
 
+import math
 from typing import NamedTuple, Optional
 
 import torch
@@ -396,3 +397,22 @@ def barker_accept(rng: torch.Generator, lambda_hat: torch.Tensor, corr: Gaussian
 
 __all__ += ["GaussianMixtureCorrection", "sample_correction", "correction_draws", "correction_from_draws",
             "barker_accept"]
+
+
+# DP-HMC's optional step-size jitter (added with DP-HMC, pyro_dp/kernels/hmc.py)
+__all__ += ["jitter_factor"]
+
+_GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
+
+
+def jitter_factor(iteration: int) -> float:
+    r"""Data-free low-discrepancy step-size multiplier in :math:`(0, 1)` for iteration
+    ``iteration`` (0-based): the Weyl sequence :math:`\{(i+1)\varphi^{-1}\}` (fractional part),
+    as the DP-HMC paper code multiplies :math:`\eta` by a low-discrepancy number in
+    :math:`[0,1)`. A deterministic sequence of step sizes keeps every iteration's kernel
+    :math:`\pi`-invariant.
+
+    >>> [round(jitter_factor(i), 4) for i in range(4)]
+    [0.618, 0.2361, 0.8541, 0.4721]
+    """
+    return math.fmod((iteration + 1) * _GOLDEN, 1.0)
