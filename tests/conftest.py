@@ -34,3 +34,12 @@ def _reproducible_noise(request, monkeypatch):
 
     monkeypatch.setattr(DPKernel, "__init__", init)
     yield
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread for the test (benchmark-sized runs beside xdist's other worker)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -3,17 +3,14 @@
 About a second: the CSVs are read with the csv module, no torch.
 """
 import doctest
-import importlib.util
 import math
-import pathlib
 import random
 
 import pytest
 
-_PATH = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "claims.py"
-_spec = importlib.util.spec_from_file_location("claims", _PATH)
-claims = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(claims)
+from tests.benchmark_scripts import load_benchmark
+
+claims = load_benchmark("claims")
 
 
 def test_results_page_tables_match_the_shipped_csvs():

@@ -8,7 +8,6 @@ the slow test runs the full suite (N = 5e4, 1000 + 1000 iterations, about 20–4
 The privacy noise is the default (OS entropy: no ``seed=`` is passed, so ``tests/conftest.py`` does
 not seed it): the property checked — never silently wrong — must hold for every draw of the noise.
 """
-import importlib.util
 import pathlib
 
 import pytest
@@ -17,22 +16,14 @@ import torch
 import pyro_dp
 from pyro_dp.models.default_suite import SUITE, make_linear_data
 
-_SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "default_suite.py"
+from tests.benchmark_scripts import load_benchmark
+
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("_default_suite_benchmark", _SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+    return load_benchmark("default_suite", "_default_suite_benchmark")
 
 
 def test_suite_data_are_plain_pyro_float64_in_the_unit_ball():

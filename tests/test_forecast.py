@@ -203,15 +203,10 @@ def test_the_table_in_choosing_md_is_what_feasibility_gives_today(capsys):
     """docs/choosing.md's feasibility table is the output of benchmarks/feasibility_table.py (data-free,
     a few seconds): a change to the forecast or the kernels' calibration shows here until the table
     is regenerated."""
-    import importlib.util
-    import pathlib
+    from tests.benchmark_scripts import ROOT, load_benchmark
 
-    root = pathlib.Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("feasibility_table", root / "benchmarks" / "feasibility_table.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    mod.main()
+    load_benchmark("feasibility_table").main()
     table = capsys.readouterr().out.strip().splitlines()
-    doc = (root / "docs" / "choosing.md").read_text().splitlines()
+    doc = (ROOT / "docs" / "choosing.md").read_text().splitlines()
     start = doc.index(table[0])
     assert doc[start:start + len(table)] == table

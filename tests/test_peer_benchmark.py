@@ -12,12 +12,9 @@ is absent (CI installs only ``.[test]``). Checked here, at tiny size:
 * the benchmark runs end to end (NUTS, d3p, DPPenalty) and writes its CSV.
 """
 import csv
-import importlib.util
 import math
-import pathlib
 
 import pytest
-import torch
 
 pytest.importorskip("d3p")
 pytest.importorskip("numpyro")
@@ -25,23 +22,15 @@ pytest.importorskip("numpyro")
 import pyro  # noqa: E402
 from pyro import poutine  # noqa: E402
 
-_SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "peer_d3p.py"
+from tests.benchmark_scripts import load_benchmark  # noqa: E402
+
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
 def peer():
-    spec = importlib.util.spec_from_file_location("_peer_d3p_benchmark", _SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+    return load_benchmark("peer_d3p", "_peer_d3p_benchmark")
 
 
 @pytest.mark.parametrize("name", ["logistic5", "linear", "poisson"])

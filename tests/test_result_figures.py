@@ -6,13 +6,12 @@ A few seconds: one figure drawn from the shipped DP-HMC paper CSV; the full redr
 (``python benchmarks/result_figures.py``, ~25 s) is slow-marked.
 """
 import csv
-import importlib.util
-import pathlib
 import re
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from tests.benchmark_scripts import ROOT, load_benchmark
+
 SHIPPED = ROOT / "docs" / "_static" / "results"
 
 plt = pytest.importorskip("matplotlib.pyplot")
@@ -101,9 +100,7 @@ def test_the_readability_check_has_power(tmp_path):
 
 @pytest.mark.slow
 def test_redraw_every_csv_figure(tmp_path):
-    spec = importlib.util.spec_from_file_location("result_figures", ROOT / "benchmarks" / "result_figures.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_benchmark("result_figures")
     done = set(mod.redraw(out=tmp_path, log=None))
     shipped = {p.name for p in SHIPPED.glob("*.png")}
     assert shipped - done == set(mod.NOT_FROM_CSV)

@@ -3,16 +3,13 @@ the shipped run shows what docs/results.md says it shows. Under a second; the ru
 (about 1 CPU-minute) is slow-marked."""
 import csv
 import doctest
-import importlib.util
 import math
-import pathlib
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("yildirim_thm1", ROOT / "benchmarks" / "yildirim_thm1.py")
-y = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(y)
+from tests.benchmark_scripts import ROOT, load_benchmark
+
+y = load_benchmark("yildirim_thm1")
 
 
 def _rows():
