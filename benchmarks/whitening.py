@@ -24,9 +24,10 @@ Run: ``python benchmarks/whitening.py EPS KERNEL MODE SEED [DATA]`` (e.g. ``8 DP
 covariates on their own scales, ``docs/tuning.md``; ``benchmarks/unscaled.py`` runs it) or
 ``scaled3`` (the same d = 3 model with every column scale 1).
 """
-import sys, time, math, warnings, torch, pyro, pyro.distributions as dist
+import sys, time, warnings, torch, pyro, pyro.distributions as dist
 from pyro.infer import MCMC
 import pyro_dp
+from pyro_dp.models.default_suite import make_correlated_logistic_data
 torch.set_num_threads(1)
 warnings.simplefilter("ignore")
 N = 50_000
@@ -43,13 +44,8 @@ elif data in ("unscaled", "scaled3"):
 else:
     sys.exit(f"DATA must be correlated, unscaled or scaled3, got {data!r}")
 D = w_true.numel()
-g = torch.Generator().manual_seed(seed)
-C = 0.8 * torch.ones(D, D, dtype=torch.float64) + 0.2 * torch.eye(D, dtype=torch.float64)
-X = torch.randn(N, D, generator=g, dtype=torch.float64) @ torch.linalg.cholesky(C).T / math.sqrt(D)
-X = X / X.norm(dim=1, keepdim=True).clamp(min=1.0)
-if SCALES is not None:  # the columns on their own scales, the coefficients inversely: the same logits
-    X, w_true = X * SCALES, w_true / SCALES
-y = torch.bernoulli(torch.sigmoid(X @ w_true), generator=g)
+# the columns on their own scales (SCALES), the coefficients inversely: the same logits
+X, y = make_correlated_logistic_data(N, seed, w=w_true, scales=SCALES)
 
 def model(X, y):
     w = pyro.sample("w", dist.Normal(torch.zeros(D, dtype=X.dtype), PRIOR_SD).to_event(1))

@@ -313,7 +313,7 @@ def predicted_move(*, kernel: str, num_rows: int, noise_multiplier: float, clip:
     noise_per_step = 4.0 * nm * nm * b * b * T * T * D  # sigma^2 per unit s^2 (sigma = 2 nm b T s sqrt(D))
     if kernel == "DPHMC":
         if noise_ratio is None:
-            from .kernels.hmc import default_noise_ratio  # here: the import cycle above
+            from .accounting.algorithms import default_noise_ratio
             noise_ratio = default_noise_ratio(num_steps)
         noise_per_step *= 1.0 + float(noise_ratio) ** 2 / num_steps  # + the kinetic term's noise (above)
         s0 = min(jump / math.sqrt(D), num_steps * guess)  # L * eta, eta = min(jump / (L sqrt D), guess)

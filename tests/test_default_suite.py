@@ -84,3 +84,16 @@ def test_full_suite_never_silently_wrong(tmp_path):
               for c in cells if c["verdict"] == bench.SILENT]
     assert not silent, silent
     assert all(c["epsilon"] <= bench.EPSILON * (1 + 1e-9) for c in cells)
+
+
+def test_correlated_logistic_data_on_their_own_scales_are_the_same_rows_rescaled():
+    """``make_correlated_logistic_data(w=, scales=)`` (benchmarks/whitening.py's data sets): the same
+    draws with the columns multiplied by ``scales``; a row count or seed gives other rows."""
+    from pyro_dp.models.default_suite import make_correlated_logistic_data
+
+    w, s = torch.tensor([1.0, -0.5, 0.8], dtype=torch.float64), torch.tensor([1.0, 30.0, 1000.0], dtype=torch.float64)
+    X, y = make_correlated_logistic_data(500, 3, w=w)
+    Xs, ys = make_correlated_logistic_data(500, 3, w=w, scales=s)
+    assert X.shape == (500, 3) and torch.equal(Xs, X * s) and set(ys.tolist()) <= {0.0, 1.0}
+    assert not torch.equal(make_correlated_logistic_data(500, 4, w=w)[0], X)
+    assert make_correlated_logistic_data(500, 3)[0].shape == (500, 5)  # the default: issue 40's d = 5

@@ -172,23 +172,29 @@ def correlated_logistic_model(X, y):
         pyro.sample("y", dist.Bernoulli(logits=X @ w), obs=y)
 
 
-def make_correlated_logistic_data(n: int, seed: int = 0, rho: float = 0.8) -> Tuple[torch.Tensor, torch.Tensor]:
-    r"""``(X, y)``: :math:`x_i = L z_i/\sqrt d` with :math:`z_i\sim\mathcal N(0, I_5)` and
+def make_correlated_logistic_data(n: int, seed: int = 0, rho: float = 0.8, *, w=None,
+                                  scales=None) -> Tuple[torch.Tensor, torch.Tensor]:
+    r"""``(X, y)``: :math:`x_i = L z_i/\sqrt d` with :math:`z_i\sim\mathcal N(0, I_d)` and
     :math:`LL^\top` the equicorrelation matrix (``rho`` off the diagonal), rows of norm above 1
     scaled onto the unit sphere (about a third of them at N = 5·10⁴, which lowers the features'
-    correlation from ``rho`` = 0.8 to about 0.7); 0/1 ``y`` from :data:`CORRELATED_LOGISTIC_TRUTH`.
-    The data set ``correlated`` of ``benchmarks/whitening.py``, bit for bit.
+    correlation from ``rho`` = 0.8 to about 0.7); 0/1 ``y`` from the coefficients ``w`` (default
+    :data:`CORRELATED_LOGISTIC_TRUTH`, :math:`d = 5`). With ``scales`` the columns are then
+    multiplied by them and ``y`` drawn from ``w / scales``: the same logits, covariates on their
+    own scales. ``benchmarks/whitening.py``'s data sets, bit for bit.
 
     >>> X, y = make_correlated_logistic_data(2000)
     >>> X.shape, bool((X.norm(dim=1) <= 1 + 1e-12).all()), round(float(torch.corrcoef(X.T)[0, 1]), 1)
     (torch.Size([2000, 5]), True, 0.7)
     """
     g = torch.Generator().manual_seed(int(seed))
-    w = torch.tensor(CORRELATED_LOGISTIC_TRUTH["w"], dtype=DTYPE)
+    w = torch.as_tensor(CORRELATED_LOGISTIC_TRUTH["w"] if w is None else w, dtype=DTYPE)
     d = w.numel()
     cov = torch.full((d, d), float(rho), dtype=DTYPE).fill_diagonal_(1.0)
     X = torch.randn(n, d, generator=g, dtype=DTYPE) @ torch.linalg.cholesky(cov).T / d ** 0.5
     X = X / X.norm(dim=1, keepdim=True).clamp(min=1.0)
+    if scales is not None:
+        scales = torch.as_tensor(scales, dtype=DTYPE)
+        X, w = X * scales, w / scales
     y = torch.bernoulli(torch.sigmoid(X @ w), generator=g)
     return X, y
 
