@@ -482,10 +482,9 @@ class DPHMC(DPKernel):
 
     #: every release is a clipped sum over all rows: the rows can be sharded (pyro_dp.distributed)
     supports_distributed = True
-    #: the default path balances columns on their own scales (docs/tuning.md: 29-43 sds off -> 0.6-0.7)
-    scale_by_default = True
     #: the default path whitens (a private posterior metric, docs/tuning.md): on a 0.8-correlated
-    #: logistic regression at eps = 8, 0.28-0.41 sd off in 3 of 3 runs against 0.60-0.99 unwhitened
+    #: logistic regression at eps = 8, 0.28-0.41 sd off in 3 of 3 runs against 0.60-0.99 unwhitened;
+    #: whitening implies the per-coordinate scales (unscaled columns: 29-43 sds off -> 0.6-0.7)
     whiten_by_default = True
 
     def __init__(
