@@ -47,7 +47,8 @@ DRAW_METHODS = frozenset(
     if not name.startswith("_") and name not in ("get_state", "set_state")
 )
 #: mechanisms functions that draw a batch from a raw generator handed to them
-RAW_BATCH_DRAWS = frozenset({"poisson_batch_size", "poisson_subsample", "sample_without_replacement"})
+RAW_BATCH_DRAWS = frozenset({"poisson_batch_size", "poisson_subsample", "poisson_subsamples",
+                             "sample_without_replacement"})
 
 #: (module, enclosing function, what it draws) -> (how many, why it is still allowed)
 ALLOWED: dict = {

@@ -96,14 +96,18 @@ they cost ``epsilon_start`` (0.178 at δ = 10⁻⁶ by RDP, below the paper's 0.
   q = 10⁻⁴ takes minutes per ε; DP Barker's analysis is substitute); Poisson subsampling
   with rate b/N instead of ``npr.choice`` with replacement (``dp_sgld_main.py`` l. 43), so the
   subsampled-Gaussian analysis applies as stated;
-* DP-SGLD (**run time**, not privacy): ``sgld_iters`` = 20 000 iterations with 5 000 burn-in
-  instead of 6·10⁶ and 10⁵. Through Pyro's trace a DP-SGLD iteration costs ~5–15 ms here (the
-  per-example gradients of 100 rows), so 6·10⁶ iterations × 40 chains is weeks of CPU; SGLD
-  cells run after all Barker cells and a run may ship without them. At η' = 7·10⁻⁵ the
-  authors' chain relaxes along the posterior ridge in ~10⁴ iterations, so 20 000 iterations
-  do not reach its stationary law; the ``"sgld_check"`` setting (not the paper's) therefore
-  compares the two SGLD lines' stationary variances with p and p² at a 40× larger step
-  (eta = 2800), 4 000 iterations, 1 000 burn-in, 2 repeats (RDP, add/remove accounting);
+* DP-SGLD (**how it is run**, not what): the paper's 6·10⁶ iterations, 10⁵ burn-in, 20 repeats,
+  scored at ``sgld_t_grid`` (ε 0.44–1.09). Through Pyro's runner one DP-SGLD iteration costs
+  ~1.7 ms here (56 CPU-hours for one line), so each line runs all its repeats as one vectorised
+  loop (:func:`~pyro_dp.experiments.sgld_chains.run_sgld_chains`: ``DPSGLD``'s own step function,
+  its batch and noise draws from each chain's own privacy stream, and one ledger per chain),
+  ~25 min for a line of 20 chains on one core. With ``block=1`` that runner's chain *is* the
+  kernel's (``tests/experiments/test_sgld_chains.py``); the full run draws a block of 1 000
+  iterations' batches and normals at a time (the same laws, another order, so not the values
+  ``DPSGLD(noise_seed=r)`` would give). Chain ``r``'s values depend on which other repeats
+  share its run only through rounding. The ``"sgld_check"`` setting (not the paper's) compares
+  the two SGLD lines' stationary variances with p and p² at a 40× larger step (eta = 2800),
+  4 000 iterations, 1 000 burn-in, 2 repeats (RDP, add/remove accounting);
 * quick mode (CI): :math:`N = 2\cdot10^4`, :math:`b = 200`, 600 Barker and SGLD iterations,
   one repeat, coarse reference grid.
 
@@ -133,7 +137,8 @@ HEIKKILA_PARAMS = {
                  t_grid=(2000, 5000, 10_000, 20_000), repeats=20, delta=2e-6, start_delta=1e-6,
                  init_steps=12, init_rate=0.015, init_clip=5.0, init_nm=100.0,
                  sgld_batch=100, sgld_clip_tempered=0.01, sgld_eta=70.0, sgld_eta_n=1_000_000,
-                 sgld_iters=20_000, sgld_burn_in=5000, sgld_t_grid=(10_000, 20_000), sgld_repeats=20,
+                 sgld_iters=6_000_000, sgld_burn_in=100_000, sgld_repeats=20,
+                 sgld_t_grid=(500_000, 1_000_000, 2_000_000, 3_000_000, 4_000_000, 5_000_000, 6_000_000),
                  sgld_accounting=("rdp", "add_remove"),
                  num_cells=300),
     "quick": dict(n=20_000, n0=100, batch=200, prop_sd=0.1, iters=600, burn_in=100,
@@ -150,7 +155,10 @@ HEIKKILA_PARAMS = {
 #: add/remove, as in the full setting.
 HEIKKILA_PARAMS["sgld_check"] = dict(HEIKKILA_PARAMS["full"], repeats=0, sgld_eta=2800.0, sgld_iters=4000,
                                      sgld_burn_in=1000, sgld_t_grid=(2000, 4000), sgld_repeats=2,
-                                     sgld_accounting=("rdp", "add_remove"))
+                                     sgld_accounting=("rdp", "add_remove"), sgld_block=1)
+# sgld_block: iterations whose batches and normals the vectorised runner draws at a time; 1 (the
+# check) draws them in DPSGLD's order, so its chains are the kernel's (the shipped check was run
+# through the kernel); the full run draws 1 000 at a time (the same laws; run_sgld_chains)
 
 #: line labels: DP Barker, DP-SGLD by Welling & Teh eq. 4, DP-SGLD by the authors' update
 ALGORITHMS = ("dp_barker", "dp_sgld", "dp_sgld_authors")
@@ -218,7 +226,6 @@ def run_heikkila_fig23(out_dir: str, quick: Optional[bool] = None, log=print, de
     (default: ``"quick"`` or ``"full"`` from ``quick``)."""
     from ..evaluation import symmetric_kl_2d
     from ..kernels import DPBarker
-    from ..kernels.sgmcmc import DPSGLD
     from ..models import get_problem, gmm_model, gmm_reference
 
     algorithms = subset_of(algorithms, ALGORITHMS, "heikkila_fig23")  # refuses unknown names
@@ -245,47 +252,62 @@ def run_heikkila_fig23(out_dir: str, quick: Optional[bool] = None, log=print, de
             eps_cache[k] = _epsilon(plans[algo], t, p["delta"])
         return eps_cache[k]
 
-    def run_chain(algo, r):
-        """One chain of ``algo`` for repeat ``r``: all its draws (burn-in included) and diagnostics."""
+    def run_barker(r):
+        """DP Barker's chain for repeat ``r`` (Pyro's runner): its draws (burn-in included) and diagnostics."""
         g = torch.Generator().manual_seed(1000 + r)
-        common = dict(seed=r, noise_seed=r, reference_delta=p["delta"], nonprivate_diagnostics=True)
-        iters = p["iters"] if algo == "dp_barker" else p["sgld_iters"]
-        budget = eps_at(algo, iters) * 1.001  # the chain's own plan (a budget the kernel enforces)
+        iters = p["iters"]
+        budget = eps_at("dp_barker", iters) * 1.001  # the chain's own plan (a budget the kernel enforces)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # reproducible-noise and ESS notes
-            if algo == "dp_barker":
-                # data-free start: a prior draw (the authors' DPVI starts from 2·randn, main.py l. 64)
-                start = torch.randn(2, generator=g, dtype=torch.float64) * torch.tensor(_PRIOR_VAR).sqrt()
-                k = DPBarker(gmm_model, batch_size=p["batch"], proposal_scale=p["prop_sd"], temperature=T,
-                             init=plans["init"], epsilon=budget, delta=p["delta"], num_iterations=iters, **common)
-                args = (xd,)
-            else:
-                start = torch.randn(2, generator=g, dtype=torch.float64)  # dp_sgld_main.py l. 17: randn(2)
-                if algo == "dp_sgld":  # Welling & Teh 2011 eq. 4 with η = 4η'
-                    model, step, temp = gmm_model, 4 * plans["eta_authors"], T
-                else:  # authors' θ += η' ĝ + N(0, η') = eq. 4 on p² (prior var/2, temperature 2T), step η'
-                    model, step, temp = partial(gmm_model, prior_var=_PRIOR_VAR_SQ), plans["eta_authors"], 2 * T
-                k = DPSGLD(model, batch_size=p["sgld_batch"], step_size=step, grad_clip=plans["sgld_clip"],
-                           noise_multiplier=plans["sgld_nm"], relation=plans["dp_sgld"][3],
-                           # the authors' add/remove accounting with N public (q = b/N): stated explicitly (#38)
-                           public_num_rows=p["n"] if plans["dp_sgld"][3] == "add_remove" else None,
-                           accountant=plans["dp_sgld"][2], temperature=temp,
-                           epsilon=budget, delta=p["delta"], num_iterations=iters, **common)
-                args = (xd,)
+            # data-free start: a prior draw (the authors' DPVI starts from 2·randn, main.py l. 64)
+            start = torch.randn(2, generator=g, dtype=torch.float64) * torch.tensor(_PRIOR_VAR).sqrt()
+            k = DPBarker(gmm_model, batch_size=p["batch"], proposal_scale=p["prop_sd"], temperature=T,
+                         init=plans["init"], epsilon=budget, delta=p["delta"], num_iterations=iters, seed=r,
+                         noise_seed=r, reference_delta=p["delta"], nonprivate_diagnostics=True)
             t0 = time.perf_counter()
-            s, diag = run_kernel(k, args, num_samples=iters, warmup_steps=0, initial_params={"theta": start.to(dev)})
+            s, diag = run_kernel(k, (xd,), num_samples=iters, warmup_steps=0, initial_params={"theta": start.to(dev)})
             secs = time.perf_counter() - t0
-        if algo != "dp_barker":
-            assert abs(k.noise_multiplier - plans["sgld_nm"]) <= 1e-12 * plans["sgld_nm"]  # the plan's mechanism ran
-        return s.double().cpu(), diag, secs
+        return {r: (s.double().cpu(), diag, secs)}
+
+    def run_sgld(algo):
+        """Every requested repeat of one DP-SGLD line as one vectorised run
+        (:func:`~pyro_dp.experiments.sgld_chains.run_sgld_chains`: DPSGLD's step and draws, checked
+        equal to the kernel's chain in ``tests/experiments/test_sgld_chains.py``): ``{repeat:
+        (draws, diagnostics, seconds)}``. Chain ``r`` starts from ``randn(2)`` (``dp_sgld_main.py``
+        l. 17: not charged) drawn from seed ``1000 + r`` and has the privacy stream
+        ``DPSGLD(noise_seed=r)`` would have (both lines share it: common random numbers)."""
+        from ..accounting import get_accountant
+        from ..kernels.base import _PURPOSE_NOISE, _derive_seed
+        from .sgld_chains import run_sgld_chains
+
+        reps = [r for r in range(p["sgld_repeats"]) if repeats is None or r in set(repeats)]
+        starts = torch.stack([torch.randn(2, generator=torch.Generator().manual_seed(1000 + r), dtype=torch.float64)
+                              for r in reps])
+        if algo == "dp_sgld":  # Welling & Teh 2011 eq. 4 with η = 4η'
+            model, step, temp = gmm_model, 4 * plans["eta_authors"], T
+        else:  # authors' θ += η' ĝ + N(0, η') = eq. 4 on p² (prior var/2, temperature 2T), step η'
+            model, step, temp = partial(gmm_model, prior_var=_PRIOR_VAR_SQ), plans["eta_authors"], 2 * T
+        acc, rel = plans[algo][2], plans[algo][3]
+        out = run_sgld_chains(model, (xd,), starts.to(dev), num_iterations=p["sgld_iters"],
+                              batch_size=p["sgld_batch"], step_size=step, grad_clip=plans["sgld_clip"],
+                              noise_seeds=[_derive_seed(r, 0, _PURPOSE_NOISE) for r in reps], temperature=temp,
+                              noise_multiplier=plans["sgld_nm"], relation=rel,
+                              # the authors' add/remove accounting with N public (q = b/N): stated explicitly (#38)
+                              public_num_rows=p["n"] if rel == "add_remove" else None, log=log,
+                              block=p.get("sgld_block", 1000))
+        assert abs(out.noise_multiplier - plans["sgld_nm"]) <= 1e-12 * plans["sgld_nm"]  # the plan's mechanism ran
+        return {r: (out.draws[i], {"epsilon_total": get_accountant(acc, out.ledgers[i]).get_epsilon(p["delta"]),
+                                   "non-private clipped fraction": float(out.clipped_fraction[i])},
+                    out.seconds / len(reps)) for i, r in enumerate(reps)}
 
     def compute(cell):
         algo, r, t = cell["algorithm"], cell["repeat"], cell["t"]
-        if chain.get("key") != (algo, r):
-            chain.clear()
-            chain["key"] = (algo, r)
-            chain["s"], chain["diag"], chain["secs"] = run_chain(algo, r)
-        s, diag = chain["s"], chain["diag"]
+        key = (algo, r) if algo == "dp_barker" else algo  # a DP-SGLD line runs all its repeats at once
+        if chain.get("key") != key:
+            chain.clear()  # one line's chains in memory at a time (20 x 6e6 x 2 float64: 1.9 GB)
+            chain["key"] = key
+            chain["runs"] = run_barker(r) if algo == "dp_barker" else run_sgld(algo)
+        s, diag, secs = chain["runs"][r]
         burn = p["burn_in"] if algo == "dp_barker" else p["sgld_burn_in"]
         w = s[burn:t]  # draws burn_in+1 .. t (plot_eps_vs_acc_nruns.py l. 17, 31-43)
         m, v = w.mean(0), w.var(0, unbiased=False)  # E[X], E[X^2]-E[X]^2 as the authors (l. 37-43)
@@ -305,11 +327,11 @@ def run_heikkila_fig23(out_dir: str, quick: Optional[bool] = None, log=print, de
             "mean1": float(m[0]), "mean2": float(m[1]), "var1": float(v[0]), "var2": float(v[1]),
             "acceptance": diag.get("acceptance rate", float("nan")),
             "clipped_fraction": diag.get("non-private clipped fraction", float("nan")),
-            "noise_multiplier": plans[algo][4], "chain_seconds": round(chain["secs"], 3),
+            "noise_multiplier": plans[algo][4], "chain_seconds": round(secs, 3),
         }
 
     cells = []
-    # DP Barker cells first (all repeats), then the two SGLD lines interleaved by repeat
+    # DP Barker cells first (all repeats), then each SGLD line (its repeats run together)
     for algo, reps, grid in [("dp_barker", p["repeats"], p["t_grid"])] + [
             (a, p["sgld_repeats"], p["sgld_t_grid"]) for a in ("dp_sgld", "dp_sgld_authors")]:
         for r in range(reps):
@@ -318,7 +340,7 @@ def run_heikkila_fig23(out_dir: str, quick: Optional[bool] = None, log=print, de
             for t in grid:
                 e = eps_at(algo, t)
                 cells.append({"problem": "gmm-heikkila", "algorithm": algo, "epsilon": _key_eps(e), "repeat": r,
-                              "t": t, "epsilon_exact": e, "_order": (algo != "dp_barker", r, algo, t)})
+                              "t": t, "epsilon_exact": e, "_order": (algo != "dp_barker", algo, r, t)})
     cells.sort(key=lambda c: c["_order"])
     res = run_grid("heikkila_fig23", out_dir, cells, compute, COLUMNS, progress=False, log=log)
     rows = res["rows"]

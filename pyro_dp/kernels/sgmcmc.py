@@ -113,6 +113,7 @@ __all__ = [
     "langevin_noise_multiplier",
     "sgld_init",
     "sgld_step",
+    "sgld_update",
     "sgnht_init",
     "sgnht_step",
 ]
@@ -287,6 +288,17 @@ def sgld_init(lik, z: torch.Tensor) -> SGLDState:
     return SGLDState(z)
 
 
+def sgld_update(z: torch.Tensor, grad: torch.Tensor, step_size) -> torch.Tensor:
+    r""":math:`\theta' = \theta + \frac\eta2\tilde g` (Welling & Teh 2011, eq. 4; the noise is
+    inside :math:`\tilde g`): the update :func:`sgld_step` applies to the private gradient, and
+    :func:`pyro_dp.experiments.sgld_chains.run_sgld_chains` to many chains' at once.
+
+    >>> sgld_update(torch.zeros(2), torch.ones(2), 0.1)
+    tensor([0.0500, 0.0500])
+    """
+    return z + 0.5 * step_size * grad
+
+
 def sgld_step(noise, state: SGLDState, lik, *, step_size, sample_rate, grad_clip, noise_multiplier,
               relation="substitute") -> Tuple[SGLDState, SGMCMCInfo]:
     r"""One DP-SGLD step :math:`\theta' = \theta + \frac\eta2\tilde g(\theta)`. With
@@ -294,7 +306,7 @@ def sgld_step(noise, state: SGLDState, lik, *, step_size, sample_rate, grad_clip
     :math:`\tilde g` is exactly the :math:`\mathcal N(0,\eta I)` of Welling & Teh (2011, eq. 4)."""
     rel = private_gradient(noise, lik, state.z, sample_rate=sample_rate, grad_clip=grad_clip,
                            noise_multiplier=noise_multiplier, relation=relation)
-    z = state.z + 0.5 * step_size * rel.grad  # Welling & Teh 2011, eq. 4
+    z = sgld_update(state.z, rel.grad, step_size)
     return SGLDState(z), SGMCMCInfo(True, (rel.event,), rel.clipped_fraction, rel.noise_std)
 
 

@@ -12,8 +12,10 @@ import torch
 __all__ = [
     "sample_without_replacement",
     "poisson_subsample",
+    "poisson_subsamples",
     "poisson_batch_size",
     "poisson_batch",
+    "poisson_batches",
     "batch_without_replacement",
     "batch_with_replacement",
     "poisson_count",
@@ -102,6 +104,79 @@ def poisson_subsample(rng: torch.Generator, n: int, q: float, device=None) -> to
     return sample_without_replacement(rng, n, poisson_batch_size(rng, n, q), device=device)
 
 
+def poisson_subsamples(rng: torch.Generator, n: int, q: float, num: int, device=None):
+    r"""``num`` independent Poisson samples of the ``n`` rows at once, each row of the result
+    one sample (inclusion probability ``q``): returns ``(idx, sizes)``, ``sizes[j]`` :math:`\sim
+    \mathrm{Binomial}(n, q)` and ``idx[j, :sizes[j]]`` a uniformly random subset of that size,
+    ``idx[j, sizes[j]:]`` padding (row 0, to be masked by ``sizes``); ``idx`` has
+    ``max(sizes)`` columns. The law of each row is :func:`poisson_subsample`'s.
+
+    The construction is :func:`poisson_subsample`'s, vectorised: all sizes from one
+    ``torch.binomial`` call, then per row :math:`m = w + \lfloor w/2\rfloor + 8` iid uniform
+    indices (:math:`w` = the largest size) of which the first ``sizes[j]`` *distinct* ones, in
+    draw order, are the sample (the first :math:`k` distinct draws of an iid uniform sequence are a
+    uniformly random :math:`k`-subset). A row whose :math:`m` draws hold fewer distinct values
+    than its size (rare: :math:`k \ll \sqrt n` makes a repeat unlikely) is drawn again, alone,
+    by :func:`sample_without_replacement`: a fresh uniform subset, so the law is unchanged. The
+    sizes, the column count and every redraw depend on ``n``, ``q`` and the stream only (no
+    data). With ``num = 1`` and no redraw the draws are :func:`poisson_subsample`'s, in its
+    order (the same sample from the same stream). For the long vectorised reproductions
+    (:mod:`pyro_dp.experiments.sgld_chains`); a kernel draws one batch per step
+    (:func:`poisson_batch`).
+
+    >>> idx, sizes = poisson_subsamples(torch.Generator().manual_seed(0), 1000, 0.01, 3)
+    >>> idx.shape == (3, int(sizes.max())), [len(set(r[:k].tolist())) == k for r, k in zip(idx, sizes.tolist())]
+    (True, [True, True, True])
+    """
+    n, num = int(n), int(num)
+    if num < 1:
+        raise ValueError(f"num must be >= 1, got {num}")
+    if not (0.0 < q <= 1.0):
+        raise ValueError(f"sample rate q must be in (0, 1], got {q!r}")
+    gdev = rng.device
+    sizes = torch.binomial(torch.full((num,), float(n), dtype=torch.float64, device=gdev),
+                           torch.full((num,), float(q), dtype=torch.float64, device=gdev), generator=rng).long()
+    width = int(sizes.max())
+    if width == 0:
+        return torch.zeros((num, 0), dtype=torch.long, device=device), sizes.to(device)
+    if 2 * width > n:  # dense case: row by row (sample_without_replacement permutes)
+        idx = torch.zeros((num, width), dtype=torch.long, device=gdev)
+        for j, k in enumerate(sizes.tolist()):
+            idx[j, :k] = sample_without_replacement(rng, n, k, device=gdev)
+        return idx.to(device), sizes.to(device)
+    m = _draws_per_round(width)
+    draws = torch.randint(n, (num, m), generator=rng, device=gdev)
+    first = _first_occurrence_mask(draws, n)  # [num, m]: the first draw of each value, draw order
+    keep = first & (first.cumsum(1) <= sizes[:, None])  # the first sizes[j] distinct draws of row j
+    rows, cols = keep.nonzero(as_tuple=True)
+    idx = torch.zeros((num, width), dtype=torch.long, device=gdev)  # padding: row 0
+    idx[rows, keep.cumsum(1)[rows, cols] - 1] = draws[rows, cols]  # kept draws first, in draw order
+    for j in (first.sum(1) < sizes).nonzero().flatten().tolist():  # too few distinct draws: a fresh subset
+        k = int(sizes[j])
+        idx[j, :k] = sample_without_replacement(rng, n, k, device=gdev)
+    return idx.to(device), sizes.to(device)
+
+
+def _first_occurrence_mask(draws: torch.Tensor, n: int) -> torch.Tensor:
+    """``[rows, m]`` bool: where each row of ``draws`` (integers in ``[0, n)``) has the first
+    occurrence, in draw order, of its value. One sort of the key ``value * m + position`` per row
+    (numpy's SIMD sort on the CPU, 10x torch's there; as :func:`_first_occurrences`)."""
+    num, m = draws.shape
+    if draws.device.type == "cpu" and n * m < 2**62:
+        keys = draws.numpy() * m + np.arange(m)
+        keys.sort(axis=1)
+        value = keys // m
+        start = np.ones(keys.shape, dtype=bool)
+        np.not_equal(value[:, 1:], value[:, :-1], out=start[:, 1:])
+        first = np.zeros(keys.shape, dtype=bool)
+        first[np.nonzero(start)[0], (keys - value * m)[start]] = True
+        return torch.from_numpy(first)
+    srt, order = draws.sort(dim=1, stable=True)  # a repeated value: its first draw comes first
+    start = torch.ones_like(srt, dtype=torch.bool)
+    start[:, 1:] = srt[:, 1:] != srt[:, :-1]
+    return torch.empty_like(start).scatter_(1, order, start)
+
+
 def poisson_batch_size(rng: torch.Generator, n: int, q: float) -> int:
     r"""The size :math:`K \sim \mathrm{Binomial}(n, q)` of a Poisson sample, drawn from ``rng``
     (:func:`poisson_subsample`'s first draw).
@@ -132,6 +207,21 @@ def poisson_batch(noise, n: int, q: float, device=None) -> torch.Tensor:
     10
     """
     return noise.poisson_subsample(n, q, device=device)
+
+
+def poisson_batches(noise, n: int, q: float, num: int, device=None):
+    r"""``num`` Poisson samples of the ``n`` rows at once (each the batch of one
+    :class:`~pyro_dp.mechanisms.SubsampledGaussianEvent` with ``scheme="poisson"``), drawn from
+    the secret stream ``noise``: ``(idx, sizes)``, padded as :func:`poisson_subsamples`
+    returns them. For a vectorised runner that draws a block of steps' batches before running
+    them (:mod:`pyro_dp.experiments.sgld_chains`).
+
+    >>> from pyro_dp.mechanisms import NoiseSource
+    >>> idx, sizes = poisson_batches(NoiseSource(), 10, 1.0, 2)
+    >>> sizes.tolist(), sorted(idx[0].tolist()) == list(range(10))
+    ([10, 10], True)
+    """
+    return noise.poisson_subsamples(n, q, num, device=device)
 
 
 def batch_without_replacement(noise, n: int, b: int, device=None) -> torch.Tensor:

@@ -169,6 +169,10 @@ class NoiseSource:
         """Indices of a Poisson sample: each of ``n`` rows independently with probability ``q``."""
         return _batches.poisson_subsample(self.generator, n, q, device=device)
 
+    def poisson_subsamples(self, n: int, q: float, num: int, device=None):
+        """``num`` independent Poisson samples at once, padded: ``(idx [num, max size], sizes [num])``."""
+        return _batches.poisson_subsamples(self.generator, n, q, num, device=device)
+
     def sample_without_replacement(self, n: int, b: int, device=None) -> torch.Tensor:
         """``b`` distinct row indices, every subset equally likely."""
         return _batches.sample_without_replacement(self.generator, n, b, device=device)

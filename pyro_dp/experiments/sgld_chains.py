@@ -1,0 +1,161 @@
+r"""Many DP-SGLD chains as one vectorised loop, for reproductions too long for Pyro's runner.
+
+Heikkilä et al. (2019, §4, Fig. 3) run DP-SGLD for :math:`6\cdot10^6` iterations × 20 repeats.
+Through :class:`pyro.infer.MCMC` one :class:`~pyro_dp.kernels.sgmcmc.DPSGLD` iteration costs
+~1.7 ms here (Pyro's per-sample bookkeeping dominates a 100-row step), so that run is 56 CPU-hours;
+:func:`run_sgld_chains` runs the same chains, all repeats of a setting together, in ~40 µs an
+iteration (one compiled graph per step for every chain).
+
+**The step is the kernel's, not a copy.** Each iteration applies
+:func:`~pyro_dp.kernels.sgmcmc.private_gradient_fn` — the function
+:func:`~pyro_dp.kernels.sgmcmc.sgld_step` runs — under :func:`torch.func.vmap` over the chains,
+followed by :func:`~pyro_dp.kernels.sgmcmc.sgld_update` (Welling & Teh 2011, eq. 4), traced
+into one graph by :meth:`~pyro_dp.compiled.CompiledLikelihood.fused_graph` exactly as the
+kernel's compiled path traces one chain's step. Per chain the randomness is the kernel's: the
+Poisson batch (:func:`~pyro_dp.mechanisms.poisson_batches`, the law of
+:func:`~pyro_dp.mechanisms.poisson_batch`) and the release's standard normals
+(:meth:`~pyro_dp.mechanisms.GaussianReleaseSpec.draw`), both from the chain's own
+:class:`~pyro_dp.mechanisms.NoiseSource`. They are drawn a block of ``block`` iterations at a
+time (the block's batches, then its normals); with ``block=1`` the draws are the kernel's in the
+kernel's order, and ``tests/experiments/test_sgld_chains.py`` checks that the chain is then the
+kernel's chain (to rounding).
+
+**Privacy.** Every chain has its own :class:`~pyro_dp.mechanisms.PrivacyLedger`, which records
+:func:`~pyro_dp.mechanisms.subsampled_gaussian_event` ``(q, nm, "poisson")`` once per iteration
+(in blocks: ``count=block``), the event the kernel records. The chains are separate runs (each a
+repeat of the experiment on the same data); their ε is per chain, as each repeat's is in the
+paper. Batch sizes, block widths and compiled shapes depend on the stream, ``N`` and ``q`` only.
+This runner is a reproduction tool: it has no budget stop, no default path and no checkpoint —
+the kernel (:class:`~pyro_dp.kernels.sgmcmc.DPSGLD`) is what users run.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, List, NamedTuple, Optional, Sequence
+
+import torch
+
+from ..compiled import bucket_size
+from ..kernels.sgmcmc import langevin_noise_multiplier, private_gradient_fn, sgld_update
+from ..likelihood import PrivateLikelihood
+from ..mechanisms import (NoiseSource, PrivacyLedger, gaussian_release_spec, poisson_batches,
+                          subsampled_gaussian_event)
+
+__all__ = ["SGLDChains", "run_sgld_chains"]
+
+
+class SGLDChains(NamedTuple):
+    """What :func:`run_sgld_chains` returns.
+
+    :ivar draws: ``[R, T, d]`` float64: chain ``r``'s point after each of its ``T`` iterations
+        (unconstrained coordinates, as :class:`~pyro_dp.likelihood.PrivateLikelihood` flattens them).
+    :ivar ledgers: one :class:`~pyro_dp.mechanisms.PrivacyLedger` per chain.
+    :ivar clipped_fraction: ``[R]``: the share of sampled rows whose gradient was clipped
+        (non-private diagnostic).
+    :ivar noise_multiplier: the release's noise multiplier under ``relation``.
+    :ivar seconds: wall time of the loop (compilation included).
+    """
+
+    draws: torch.Tensor
+    ledgers: List[PrivacyLedger]
+    clipped_fraction: torch.Tensor
+    noise_multiplier: float
+    seconds: float
+
+
+def run_sgld_chains(model: Callable, args: tuple, starts: torch.Tensor, *, num_iterations: int, batch_size: int,
+                    step_size: float, grad_clip: float, noise_seeds: Sequence[int], temperature: float = 1.0,
+                    noise_multiplier: Optional[float] = None, relation: str = "substitute",
+                    public_num_rows: Optional[int] = None, block: int = 1000,
+                    log: Optional[Callable[[str], None]] = None, log_every: int = 500_000) -> SGLDChains:
+    r"""Run ``len(starts)`` DP-SGLD chains of ``model`` on ``args`` for ``num_iterations`` each,
+    vectorised (module doc). The parameters are :class:`~pyro_dp.kernels.sgmcmc.DPSGLD`'s:
+    ``batch_size`` is the expected Poisson batch :math:`b` (:math:`q = b/N`, or
+    :math:`b/M` with ``public_num_rows=M``, which ``relation="add_remove"`` requires, as the
+    kernel does, issue #38), ``noise_multiplier`` defaults to the Langevin noise's
+    (:func:`~pyro_dp.kernels.sgmcmc.langevin_noise_multiplier`; a larger one adds noise
+    explicitly, as the kernel), ``starts`` is ``[R, d]`` in unconstrained coordinates and
+    ``noise_seeds`` gives each chain its (reproducible: for experiments only) privacy stream.
+
+    >>> import torch
+    >>> from pyro_dp.models import gmm_model, make_gmm_data
+    >>> out = run_sgld_chains(gmm_model, (make_gmm_data(500, seed=0),), torch.zeros(2, 2), num_iterations=20,
+    ...                       batch_size=50, step_size=1e-3, grad_clip=5.0, noise_seeds=[0, 1], block=10)
+    >>> out.draws.shape, [led.entries[0].count for led in out.ledgers]
+    (torch.Size([2, 20, 2]), [20, 20])
+    """
+    t_start = time.perf_counter()
+    starts = torch.as_tensor(starts)
+    if starts.dim() != 2:
+        raise ValueError(f"starts must be [num_chains, d], got shape {tuple(starts.shape)}")
+    num_chains, num_iterations, block = starts.shape[0], int(num_iterations), int(block)
+    if len(noise_seeds) != num_chains:
+        raise ValueError(f"need one noise seed per chain: {num_chains} starts, {len(noise_seeds)} seeds")
+    if num_iterations < 1 or block < 1:
+        raise ValueError(f"num_iterations and block must be >= 1, got {num_iterations}, {block}")
+    if relation == "add_remove" and public_num_rows is None:
+        raise ValueError("relation='add_remove' needs public_num_rows (as DPSGLD: N itself is private there, #38)")
+    lik = PrivateLikelihood(model, args, temperature=temperature, jit_compile=True)
+    dev, d, n = lik.device, lik.dim, lik.num_rows
+    if starts.shape[1] != d:
+        raise ValueError(f"starts have {starts.shape[1]} coordinates, the model has {d}")
+    q = float(batch_size) / float(public_num_rows if public_num_rows is not None else n)
+    if not 0.0 < q <= 1.0:
+        raise ValueError(f"batch_size / N must be in (0, 1], got {q!r}")
+    nm_l = langevin_noise_multiplier("sgld", step_size=step_size, sample_rate=q, grad_clip=grad_clip,
+                                     temperature=temperature, relation=relation)
+    nm = nm_l if noise_multiplier is None else max(nm_l, float(noise_multiplier))  # as DPSGLD._calibrate
+    spec, event = gaussian_release_spec(nm, relation), subsampled_gaussian_event(q, nm, "poisson")
+    cl = lik.compiled
+    one_chain = private_gradient_fn(lik, temperature, q, spec, lambda *a: cl.clipped_grad_terms(*a)[1],
+                                    lambda zz: cl.log_prior_terms(zz)[1], padded=True)
+    every_chain = torch.func.vmap(one_chain, in_dims=(0, None, 0, 0, 0))
+
+    def step(z, clip, idx, k, xi):  # every chain's sgld_step, from draws made before it
+        grad, flags = every_chain(z, clip, idx, k, xi)
+        return sgld_update(z, grad, step_size), flags
+
+    name = (f"sgld_chains[R={num_chains},n={n},q={q!r},T={float(temperature)!r},nm={nm!r},rel={relation},"
+            f"eta={float(step_size)!r}]")
+    graphs = {}
+
+    def graph_for(width):
+        if width not in graphs:
+            example = (starts.to(dev, torch.float64), torch.tensor(float(grad_clip), dtype=torch.float64, device=dev),
+                       torch.zeros((num_chains, width), dtype=torch.long, device=dev),
+                       torch.zeros((num_chains,), dtype=torch.long, device=dev),
+                       torch.zeros((num_chains, d), dtype=torch.float64, device=dev))
+            graphs[width] = cl.fused_graph(name, step, example, full_data=False, bucket=width) or step
+        return graphs[width]
+
+    noises = [NoiseSource(seed=int(s), device=dev, warn=False) for s in noise_seeds]
+    ledgers = [PrivacyLedger(relation=relation) for _ in range(num_chains)]
+    draws = torch.empty((num_chains, num_iterations, d), dtype=torch.float64)
+    z = starts.to(dev, torch.float64).clone()
+    clip = torch.tensor(float(grad_clip), dtype=torch.float64, device=dev)
+    flags = torch.zeros((num_chains, 3), dtype=torch.float64, device=dev)
+    t = 0
+    while t < num_iterations:
+        m = min(block, num_iterations - t)
+        drawn = []
+        for noise in noises:  # per chain, in the kernel's order: the block's batches, then its normals
+            idx, k = poisson_batches(noise, n, q, m, device=dev)
+            drawn.append((idx, k, spec.draw(noise, (m, d), device=dev)))
+        width = bucket_size(max(1, max(int(i.shape[1]) for i, _, _ in drawn)))
+        idx = torch.zeros((m, num_chains, width), dtype=torch.long, device=dev)  # padding: row 0, masked by k
+        for r, (i, _, _) in enumerate(drawn):
+            idx[:, r, :i.shape[1]] = i
+        ks = torch.stack([k for _, k, _ in drawn], 1)
+        xis = torch.stack([x for _, _, x in drawn], 1)
+        g = graph_for(width)
+        for j in range(m):
+            z, f = g(z, clip, idx[j], ks[j], xis[j])
+            flags += f
+            draws[:, t + j] = z.to("cpu")
+        for led in ledgers:
+            led.record(event, count=m)
+        if log is not None and (t + m) // log_every > t // log_every:
+            log(f"sgld_chains: {t + m:,} of {num_iterations:,} iterations, {time.perf_counter() - t_start:.0f} s")
+        t += m
+    rows = flags[:, 1].clamp(min=1.0)
+    return SGLDChains(draws, ledgers, (flags[:, 0] / rows).cpu(), nm, time.perf_counter() - t_start)
