@@ -1,4 +1,4 @@
-r"""Many DP-SGLD chains as one vectorised loop, for reproductions too long for Pyro's runner.
+r"""Many DP-SGLD or DP-SGNHT chains as one vectorised loop, for reproductions too long for Pyro's runner.
 
 Heikkilä et al. (2019, §4, Fig. 3) run DP-SGLD for :math:`6\cdot10^6` iterations × 20 repeats.
 Through :class:`pyro.infer.MCMC` one :class:`~pyro_dp.kernels.sgmcmc.DPSGLD` iteration costs
@@ -27,6 +27,15 @@ repeat of the experiment on the same data); their ε is per chain, as each repea
 paper. Batch sizes, block widths and compiled shapes depend on the stream, ``N`` and ``q`` only.
 This runner is a reproduction tool: it has no budget stop, no default path and no checkpoint —
 the kernel (:class:`~pyro_dp.kernels.sgmcmc.DPSGLD`) is what users run.
+
+**DP-SGNHT** (:func:`run_sgnht_chains`, Ding et al. 2014, Alg. 1) runs in the same loop: only
+the state and the update differ. A chain's state is :class:`~pyro_dp.kernels.sgmcmc.DPSGNHT`'s
+(point, momentum, thermostat; :func:`~pyro_dp.kernels.sgmcmc.sgnht_init`, the momentum drawn
+from the chain's *algorithm* generator, data-free, as the kernel draws it), and each iteration
+applies :func:`~pyro_dp.kernels.sgmcmc.sgnht_update` — the update
+:func:`~pyro_dp.kernels.sgmcmc.sgnht_step` applies — to the same private gradient; with
+``block=1`` the chain is the kernel's (the same test). :func:`ledger_prefix` gives the ledger
+of a chain's first ``t`` iterations, for experiments that score prefixes of one long run.
 """
 from __future__ import annotations
 
@@ -36,12 +45,13 @@ from typing import Callable, List, NamedTuple, Optional, Sequence
 import torch
 
 from ..compiled import bucket_size
-from ..kernels.sgmcmc import langevin_noise_multiplier, private_gradient_fn, sgld_update
+from ..kernels.sgmcmc import (SGNHTState, langevin_noise_multiplier, private_gradient_fn, sgld_update, sgnht_init,
+                              sgnht_update)
 from ..likelihood import PrivateLikelihood
 from ..mechanisms import (NoiseSource, PrivacyLedger, gaussian_release_spec, poisson_batches,
                           subsampled_gaussian_event)
 
-__all__ = ["SGLDChains", "run_sgld_chains"]
+__all__ = ["SGLDChains", "run_sgld_chains", "run_sgnht_chains", "ledger_prefix"]
 
 
 class SGLDChains(NamedTuple):
@@ -84,6 +94,93 @@ def run_sgld_chains(model: Callable, args: tuple, starts: torch.Tensor, *, num_i
     >>> out.draws.shape, [led.entries[0].count for led in out.ledgers]
     (torch.Size([2, 20, 2]), [20, 20])
     """
+    def init(z, num_chains):  # SGLD's state is the point (sgld_init)
+        return (z,)
+
+    def update(state, grad):  # Welling & Teh 2011, eq. 4; read at call time (the test's mutant patches it)
+        return (sgld_update(state[0], grad, step_size),)
+
+    return _run_chains("sgld", init, update, model, args, starts, num_iterations=num_iterations,
+                       batch_size=batch_size, step_size=step_size, grad_clip=grad_clip, noise_seeds=noise_seeds,
+                       temperature=temperature, noise_multiplier=noise_multiplier, relation=relation,
+                       public_num_rows=public_num_rows, block=block, log=log, log_every=log_every)
+
+
+def run_sgnht_chains(model: Callable, args: tuple, starts: torch.Tensor, *, num_iterations: int, batch_size: int,
+                     step_size: float, grad_clip: float, noise_seeds: Sequence[int], algo_seeds: Sequence[int],
+                     thermostat: float = 1.0, temperature: float = 1.0, noise_multiplier: Optional[float] = None,
+                     relation: str = "substitute", public_num_rows: Optional[int] = None, block: int = 1000,
+                     log: Optional[Callable[[str], None]] = None, log_every: int = 500_000) -> SGLDChains:
+    r"""Run ``len(starts)`` DP-SGNHT chains (Ding et al. 2014, Alg. 1), vectorised as
+    :func:`run_sgld_chains` (the same loop, draws and ledgers; module doc), with
+    :class:`~pyro_dp.kernels.sgmcmc.DPSGNHT`'s parameters (``step_size`` :math:`h`,
+    ``thermostat`` :math:`A`). Each chain's state is the kernel's
+    (:func:`~pyro_dp.kernels.sgmcmc.sgnht_init`): its momentum :math:`p \sim \mathcal N(0, I)`
+    is drawn from the chain's *algorithm* generator seeded by ``algo_seeds[r]`` (data-free, not a
+    release; the kernel's ``_PURPOSE_ALGO`` stream), its thermostat starts at :math:`A`; each
+    iteration applies :func:`~pyro_dp.kernels.sgmcmc.sgnht_update` to the private gradient.
+    ``draws`` holds the points :math:`\theta`.
+
+    >>> import torch
+    >>> from pyro_dp.models import gmm_model, make_gmm_data
+    >>> out = run_sgnht_chains(gmm_model, (make_gmm_data(500, seed=0),), torch.zeros(2, 2), num_iterations=20,
+    ...                        batch_size=50, step_size=1e-3, grad_clip=5.0, thermostat=2.0, noise_seeds=[0, 1],
+    ...                        algo_seeds=[5, 6], block=10)
+    >>> out.draws.shape, out.ledgers[1].entries[0].count
+    (torch.Size([2, 20, 2]), 20)
+    """
+    if len(algo_seeds) != len(noise_seeds):
+        raise ValueError(f"need one algorithm seed per chain: {len(noise_seeds)} noise seeds, {len(algo_seeds)}")
+
+    def init(z, num_chains):  # per chain the kernel's sgnht_init, from its own algorithm generator
+        states = []
+        for r in range(num_chains):
+            rng = torch.Generator(device=z.device)
+            rng.manual_seed(int(algo_seeds[r]))
+            states.append(sgnht_init(None, z[r], rng, thermostat))
+        return tuple(torch.stack(x) for x in zip(*states))
+
+    def update(state, grad):
+        return tuple(sgnht_update(SGNHTState(*state), grad, step_size))
+
+    return _run_chains("sgnht", init, update, model, args, starts, num_iterations=num_iterations,
+                       batch_size=batch_size, step_size=step_size, grad_clip=grad_clip, noise_seeds=noise_seeds,
+                       temperature=temperature, noise_multiplier=noise_multiplier, relation=relation,
+                       public_num_rows=public_num_rows, block=block, log=log, log_every=log_every,
+                       thermostat=thermostat)
+
+
+def ledger_prefix(ledger: PrivacyLedger, num_iterations: int) -> PrivacyLedger:
+    """The ledger of a chain's first ``num_iterations`` iterations (one release an iteration, as
+    :func:`run_sgld_chains` records): its entries cut after that many releases, so the ε of a
+    prefix of a chain (a shorter run on the same streams) comes from the run's own ledger.
+
+    >>> from pyro_dp.mechanisms import subsampled_gaussian_event
+    >>> led = PrivacyLedger(relation="substitute")
+    >>> led.record(subsampled_gaussian_event(0.01, 2.0), count=1000)
+    >>> ledger_prefix(led, 300).entries[0].count, ledger_prefix(led, 300).relation
+    (300, 'substitute')
+    """
+    left = int(num_iterations)
+    if not 0 <= left <= ledger.num_releases:
+        raise ValueError(f"a prefix of {left} iterations of a ledger of {ledger.num_releases} releases")
+    out = PrivacyLedger(relation=ledger.relation)
+    for entry in ledger.entries:
+        take = min(left, entry.count)
+        if take:
+            out.record(entry.event, count=take)
+        left -= take
+    return out
+
+
+def _run_chains(kind: str, init: Callable, update: Callable, model: Callable, args: tuple, starts: torch.Tensor, *,
+                num_iterations: int, batch_size: int, step_size: float, grad_clip: float, noise_seeds: Sequence[int],
+                temperature: float, noise_multiplier: Optional[float], relation: str, public_num_rows: Optional[int],
+                block: int, log: Optional[Callable[[str], None]], log_every: int,
+                thermostat: float = 1.0) -> SGLDChains:
+    """The one loop of :func:`run_sgld_chains` and :func:`run_sgnht_chains`: ``init(z [R, d], R)``
+    gives the chains' state (a tuple of tensors with a leading chain dimension, the point first)
+    and ``update(state, g̃)`` one chain's next state from its private gradient (under ``vmap``)."""
     t_start = time.perf_counter()
     starts = torch.as_tensor(starts)
     if starts.dim() != 2:
@@ -102,36 +199,42 @@ def run_sgld_chains(model: Callable, args: tuple, starts: torch.Tensor, *, num_i
     q = float(batch_size) / float(public_num_rows if public_num_rows is not None else n)
     if not 0.0 < q <= 1.0:
         raise ValueError(f"batch_size / N must be in (0, 1], got {q!r}")
-    nm_l = langevin_noise_multiplier("sgld", step_size=step_size, sample_rate=q, grad_clip=grad_clip,
-                                     temperature=temperature, relation=relation)
-    nm = nm_l if noise_multiplier is None else max(nm_l, float(noise_multiplier))  # as DPSGLD._calibrate
+    nm_l = langevin_noise_multiplier(kind, step_size=step_size, sample_rate=q, grad_clip=grad_clip,
+                                     temperature=temperature, thermostat=thermostat, relation=relation)
+    nm = nm_l if noise_multiplier is None else max(nm_l, float(noise_multiplier))  # as _SGMCMC._calibrate
     spec, event = gaussian_release_spec(nm, relation), subsampled_gaussian_event(q, nm, "poisson")
     cl = lik.compiled
-    one_chain = private_gradient_fn(lik, temperature, q, spec, lambda *a: cl.clipped_grad_terms(*a)[1],
-                                    lambda zz: cl.log_prior_terms(zz)[1], padded=True)
-    every_chain = torch.func.vmap(one_chain, in_dims=(0, None, 0, 0, 0))
+    gradient = private_gradient_fn(lik, temperature, q, spec, lambda *a: cl.clipped_grad_terms(*a)[1],
+                                   lambda zz: cl.log_prior_terms(zz)[1], padded=True)
+    state = init(starts.to(dev, torch.float64).clone(), num_chains)
+    width_of_state = len(state)
 
-    def step(z, clip, idx, k, xi):  # every chain's sgld_step, from draws made before it
-        grad, flags = every_chain(z, clip, idx, k, xi)
-        return sgld_update(z, grad, step_size), flags
+    def one_chain(*xs):  # one chain's step: the kernel's private gradient, then the kind's update
+        st, (clip, idx, k, xi) = xs[:width_of_state], xs[width_of_state:]
+        grad, flags = gradient(st[0], clip, idx, k, xi)
+        return tuple(update(st, grad)) + (flags,)
 
-    name = (f"sgld_chains[R={num_chains},n={n},q={q!r},T={float(temperature)!r},nm={nm!r},rel={relation},"
-            f"eta={float(step_size)!r}]")
+    # every chain's step, from draws made before it: (*state, clip, idx, k, xi) -> (*state', flags), flat
+    step = torch.func.vmap(one_chain, in_dims=(0,) * width_of_state + (None, 0, 0, 0))
+
+    extra = f",A={float(thermostat)!r}" if kind == "sgnht" else ""
+    name = (f"{kind}_chains[R={num_chains},n={n},q={q!r},T={float(temperature)!r},nm={nm!r},rel={relation},"
+            f"eta={float(step_size)!r}{extra}]")
     graphs = {}
 
     def graph_for(width):
         if width not in graphs:
-            example = (starts.to(dev, torch.float64), torch.tensor(float(grad_clip), dtype=torch.float64, device=dev),
-                       torch.zeros((num_chains, width), dtype=torch.long, device=dev),
-                       torch.zeros((num_chains,), dtype=torch.long, device=dev),
-                       torch.zeros((num_chains, d), dtype=torch.float64, device=dev))
+            example = tuple(state) + (
+                torch.tensor(float(grad_clip), dtype=torch.float64, device=dev),
+                torch.zeros((num_chains, width), dtype=torch.long, device=dev),
+                torch.zeros((num_chains,), dtype=torch.long, device=dev),
+                torch.zeros((num_chains, d), dtype=torch.float64, device=dev))
             graphs[width] = cl.fused_graph(name, step, example, full_data=False, bucket=width) or step
         return graphs[width]
 
     noises = [NoiseSource(seed=int(s), device=dev, warn=False) for s in noise_seeds]
     ledgers = [PrivacyLedger(relation=relation) for _ in range(num_chains)]
     draws = torch.empty((num_chains, num_iterations, d), dtype=torch.float64)
-    z = starts.to(dev, torch.float64).clone()
     clip = torch.tensor(float(grad_clip), dtype=torch.float64, device=dev)
     flags = torch.zeros((num_chains, 3), dtype=torch.float64, device=dev)
     t = 0
@@ -149,13 +252,13 @@ def run_sgld_chains(model: Callable, args: tuple, starts: torch.Tensor, *, num_i
         xis = torch.stack([x for _, _, x in drawn], 1)
         g = graph_for(width)
         for j in range(m):
-            z, f = g(z, clip, idx[j], ks[j], xis[j])
+            *state, f = g(*state, clip, idx[j], ks[j], xis[j])
             flags += f
-            draws[:, t + j] = z.to("cpu")
+            draws[:, t + j] = state[0].to("cpu")
         for led in ledgers:
             led.record(event, count=m)
         if log is not None and (t + m) // log_every > t // log_every:
-            log(f"sgld_chains: {t + m:,} of {num_iterations:,} iterations, {time.perf_counter() - t_start:.0f} s")
+            log(f"{kind}_chains: {t + m:,} of {num_iterations:,} iterations, {time.perf_counter() - t_start:.0f} s")
         t += m
     rows = flags[:, 1].clamp(min=1.0)
     return SGLDChains(draws, ledgers, (flags[:, 0] / rows).cpu(), nm, time.perf_counter() - t_start)

@@ -116,6 +116,7 @@ __all__ = [
     "sgld_update",
     "sgnht_init",
     "sgnht_step",
+    "sgnht_update",
 ]
 
 _SENSITIVITY = {"add_remove": 1.0, "substitute": 2.0}  # Δ / C for a sum of C-clipped rows
@@ -317,6 +318,24 @@ def sgnht_init(lik, z: torch.Tensor, rng: torch.Generator, thermostat: float) ->
     return SGNHTState(z, p, torch.tensor(float(thermostat), dtype=z.dtype, device=z.device))
 
 
+def sgnht_update(state: SGNHTState, grad: torch.Tensor, step_size) -> SGNHTState:
+    r"""Ding et al. (2014), Alg. 1 given the private gradient :math:`\tilde g = -\nabla\tilde U`
+    (the :math:`\sqrt{2Ah}\,\mathcal N(0,I)` is inside :math:`h\tilde g`, module doc):
+    :math:`p' = p - h\xi p + h\tilde g`, :math:`\theta' = \theta + hp'`,
+    :math:`\xi' = \xi + h(p'^\top p'/D - 1)`. The update :func:`sgnht_step` applies, and
+    :func:`pyro_dp.experiments.sgld_chains.run_sgnht_chains` to each chain under ``vmap``.
+
+    >>> s = sgnht_update(SGNHTState(torch.zeros(2), torch.ones(2), torch.tensor(1.0)), torch.ones(2), 0.5)
+    >>> s.momentum, s.z, s.thermostat
+    (tensor([1., 1.]), tensor([0.5000, 0.5000]), tensor(1.))
+    """
+    h = step_size
+    p = state.momentum - h * state.thermostat * state.momentum + h * grad  # Ding et al. 2014, Alg. 1
+    z = state.z + h * p
+    xi = state.thermostat + h * (p.dot(p) / p.numel() - 1.0)
+    return SGNHTState(z, p, xi)
+
+
 def sgnht_step(noise, state: SGNHTState, lik, *, step_size, sample_rate, grad_clip, noise_multiplier,
                relation="substitute") -> Tuple[SGNHTState, SGMCMCInfo]:
     r"""One DP-SGNHT step (Ding et al. 2014, Alg. 1, with :math:`-\nabla\tilde U = \tilde g`):
@@ -326,13 +345,10 @@ def sgnht_step(noise, state: SGNHTState, lik, *, step_size, sample_rate, grad_cl
 
     where the :math:`\sqrt{2Ah}\,\mathcal N(0,I)` of Alg. 1 is the noise inside
     :math:`h\tilde g` (module doc)."""
-    h = step_size
     rel = private_gradient(noise, lik, state.z, sample_rate=sample_rate, grad_clip=grad_clip,
                            noise_multiplier=noise_multiplier, relation=relation)
-    p = state.momentum - h * state.thermostat * state.momentum + h * rel.grad  # Ding et al. 2014, Alg. 1
-    z = state.z + h * p
-    xi = state.thermostat + h * (p.dot(p) / p.numel() - 1.0)
-    return SGNHTState(z, p, xi), SGMCMCInfo(True, (rel.event,), rel.clipped_fraction, rel.noise_std)
+    return sgnht_update(state, rel.grad, step_size), SGMCMCInfo(True, (rel.event,), rel.clipped_fraction,
+                                                                 rel.noise_std)
 
 
 class _SGMCMC(DPKernel):

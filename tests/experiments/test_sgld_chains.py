@@ -1,8 +1,8 @@
-"""The vectorised DP-SGLD runner (pyro_dp.experiments.sgld_chains) is the kernel's chain.
+"""The vectorised DP-SGLD and DP-SGNHT runners (pyro_dp.experiments.sgld_chains) are the kernels' chains.
 
-With ``block=1`` its draws are DPSGLD's, in DPSGLD's order, so its chain must equal the kernel's
-(run through Pyro's MCMC, compiled path) to rounding; a mutant update (step η instead of η/2)
-must not. With a larger block the draws are made in another order: the law is the same, the
+With ``block=1`` their draws are DPSGLD's / DPSGNHT's, in the kernel's order, so each chain must
+equal the kernel's (run through Pyro's MCMC, compiled path) to rounding; a mutant update (SGLD:
+step η instead of η/2; SGNHT: no thermostat friction) or a mutant momentum stream must not. With a larger block the draws are made in another order: the law is the same, the
 values are not, and the ledger is the kernel's.
 """
 from __future__ import annotations
@@ -16,8 +16,8 @@ import torch
 from pyro_dp.accounting import get_accountant
 from pyro_dp.experiments import sgld_chains as sc
 from pyro_dp.experiments.grid import run_kernel
-from pyro_dp.kernels.base import _PURPOSE_NOISE, _derive_seed
-from pyro_dp.kernels.sgmcmc import DPSGLD
+from pyro_dp.kernels.base import _PURPOSE_ALGO, _PURPOSE_NOISE, _derive_seed
+from pyro_dp.kernels.sgmcmc import DPSGLD, DPSGNHT, SGNHTState
 from pyro_dp.mechanisms import poisson_batches, poisson_subsample, poisson_subsamples
 from pyro_dp.models import gmm_model, make_gmm_data
 
@@ -73,6 +73,76 @@ def test_a_wrong_update_is_not_the_kernels_chain(monkeypatch):
     assert not torch.allclose(out.draws[0], s, rtol=1e-6, atol=1e-9)
 
 
+H, A = 1e-3, 3.0  # DP-SGNHT's step h and thermostat A for the comparison below
+
+
+def _sgnht_kernel_chain(seed, start):
+    k = DPSGNHT(gmm_model, batch_size=B, step_size=H, grad_clip=CLIP, thermostat=A, temperature=T,
+                num_iterations=ITERS, noise_multiplier=NM, reference_delta=1e-6, seed=seed, noise_seed=seed,
+                jit_compile=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        s, diag = run_kernel(k, (make_gmm_data(N, seed=0),), num_samples=ITERS, initial_params={"theta": start})
+    return k, s.double(), diag
+
+
+def _sgnht_run(starts, kernels, **kw):
+    return sc.run_sgnht_chains(gmm_model, (make_gmm_data(N, seed=0),), starts, num_iterations=ITERS, batch_size=B,
+                               step_size=H, grad_clip=CLIP, thermostat=A, temperature=T, noise_multiplier=NM,
+                               noise_seeds=[_noise_seed(k) for k, _, _ in kernels],
+                               algo_seeds=kw.pop("algo_seeds", [_derive_seed(k.seed, 0, _PURPOSE_ALGO)
+                                                                for k, _, _ in kernels]), **kw)
+
+
+def test_sgnht_block_one_is_the_kernels_chain():
+    """DP-SGNHT: the momentum from the chain's algorithm stream (sgnht_init), the thermostat from A,
+    then sgnht_update on DPSGNHT's private gradient: the kernel's chain to rounding, its ledger."""
+    starts = torch.tensor([[0.3, -0.2], [-0.5, 0.8]], dtype=torch.float64)
+    kernels = [_sgnht_kernel_chain(s, starts[i]) for i, s in enumerate((11, 12))]
+    out = _sgnht_run(starts, kernels, block=1)
+    for r, (k, s, diag) in enumerate(kernels):
+        torch.testing.assert_close(out.draws[r], s, rtol=1e-9, atol=1e-12)
+        assert out.ledgers[r].entries == k.ledger.entries
+        assert out.noise_multiplier == k.noise_multiplier
+        eps = get_accountant("pld", out.ledgers[r]).get_epsilon(1e-6)
+        assert eps == pytest.approx(diag["epsilon_total"], rel=1e-12)
+    blocked = _sgnht_run(starts, kernels, block=7)  # the same laws, drawn in another order
+    assert not torch.allclose(blocked.draws, out.draws)
+    assert [led.entries for led in blocked.ledgers] == [led.entries for led in out.ledgers]
+
+
+def test_sgnht_mutants_are_not_the_kernels_chain(monkeypatch):
+    """Mutants: the update without the thermostat's friction −hξp, and the momentum drawn from
+    another algorithm seed, must each fail the comparison."""
+    start = torch.tensor([[0.3, -0.2]], dtype=torch.float64)
+    kernels = [_sgnht_kernel_chain(11, start[0])]
+    s = kernels[0][1]
+    other_seed = _sgnht_run(start, kernels, block=1, algo_seeds=[_derive_seed(11, 1, _PURPOSE_ALGO)])
+    assert not torch.allclose(other_seed.draws[0], s, rtol=1e-6, atol=1e-9)
+
+    def no_friction(state, g, h):
+        p = state.momentum + h * g
+        return SGNHTState(state.z + h * p, p, state.thermostat + h * (p.dot(p) / p.numel() - 1.0))
+
+    monkeypatch.setattr(sc, "sgnht_update", no_friction)
+    out = _sgnht_run(start, kernels, block=1)
+    assert not torch.allclose(out.draws[0], s, rtol=1e-6, atol=1e-9)
+
+
+def test_ledger_prefix():
+    from pyro_dp.mechanisms import PrivacyLedger, subsampled_gaussian_event
+
+    a, b = subsampled_gaussian_event(0.1, 2.0), subsampled_gaussian_event(0.1, 3.0)
+    led = PrivacyLedger(relation="substitute")
+    led.record(a, count=5)
+    led.record(b, count=4)
+    assert sc.ledger_prefix(led, 7).entries == ((a, 5), (b, 2))
+    assert sc.ledger_prefix(led, 5).entries == ((a, 5),)
+    assert sc.ledger_prefix(led, 9) == led
+    with pytest.raises(ValueError, match="prefix"):
+        sc.ledger_prefix(led, 10)
+
+
 def test_bad_input_is_refused():
     x = make_gmm_data(100, seed=0)
     run = partial(sc.run_sgld_chains, gmm_model, (x,), num_iterations=5, batch_size=10, step_size=1e-3,
@@ -85,6 +155,9 @@ def test_bad_input_is_refused():
         run(torch.zeros(1, 2), noise_seeds=[0], relation="add_remove")
     with pytest.raises(ValueError, match="coordinates"):
         run(torch.zeros(1, 3), noise_seeds=[0])
+    with pytest.raises(ValueError, match="one algorithm seed per chain"):
+        sc.run_sgnht_chains(gmm_model, (x,), torch.zeros(2, 2), num_iterations=5, batch_size=10, step_size=1e-3,
+                            grad_clip=1.0, noise_seeds=[0, 1], algo_seeds=[0])
     with pytest.raises(ValueError, match=r"\(0, 1\]"):
         sc.run_sgld_chains(gmm_model, (x,), torch.zeros(1, 2), num_iterations=5, batch_size=200, step_size=1e-3,
                            grad_clip=1.0, noise_seeds=[0])
