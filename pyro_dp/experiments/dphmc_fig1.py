@@ -47,14 +47,20 @@ substitute relation too, ``get_delta_S``), with the kernels' PLD accountant.
 
 **Deviations** (each stated in ``docs/results.md``):
 
-* DP-SGLD/DP-SGNHT: the paper's code runs them as long as ε allows at their Langevin noise
-  (our accountant: 1.4·10³ to 2·10⁵ iterations per chain) and thins to ~5000 draws; we cap
-  them at ``sg_iterations`` per chain, so their ledger ε is below the target (reported per run
-  in ``epsilon_ledger``). At that cap no target reaches them (their noise is the Langevin
-  noise, their seeds do not depend on ε), so one ε's SG chains are the chains of every
-  ε ≥ that ε's ledger: the shipped run has them at ε = 2 only (an extension run with
-  ``epsilons=[2, e]`` reuses them, see :func:`run_dphmc_fig1`), and the figures and claim tables
-  use them at every ε, labelled so (and the grid runs SG cells at its smallest ε only). Batches
+* DP-SGLD/DP-SGNHT run, as in the paper's code, as long as ε allows at their Langevin noise
+  over the 4 chains (:func:`sg_iterations`; PLD, substitution: per chain from 1395 (Gaussian
+  DP-SGLD, ε = 2) to 2.07·10⁶ (banana DP-SGLD, ε = 15)), but not each ε as its own run: one
+  vectorised run per (problem, algorithm) of the longest length
+  (:mod:`~pyro_dp.experiments.sgld_chains`, the kernels' own step and draws), each ε scored on
+  the prefix of its length (first half discarded, as :func:`~pyro_dp.experiments._sampling.run_chain`),
+  which is the chain a run of that length would give, but for its last ``t mod 1000``
+  iterations, whose batches and normals a run of exactly ``t`` draws as a shorter block (the
+  same laws, other values; the seeds are ``run_chain``'s and do not depend on ε). The MMD is on
+  ``max_draws`` = 5000 pooled draws thinned evenly (the code thins to ~5000 draws); mean and
+  variance errors on every kept draw. ``epsilon_ledger`` is each run's chains' ledgers cut at
+  the prefix and composed (checked equal to the plan, within the target). The shipped banana
+  rows stop at ε = 6 (the DP-SGLD chains at ε = 15 are 2·10⁶ iterations × 40 chains: hours
+  here); no clipped fractions are reported for them. Batches
   are Poisson with expected size 1000 (the code: 1000 without
   replacement). DP-SGLD is Welling & Teh's update with step :math:`2\eta/n` (the code's drift
   :math:`\eta/n` times the gradient, with noise variance :math:`\eta/n` instead of our
@@ -67,7 +73,8 @@ substitute relation too, ``get_delta_S``), with the kernels' PLD accountant.
   most ``max_draws`` pooled draws thinned evenly; the code's is a biased V-statistic with a
   bandwidth from 500 random pairs;
 * quick mode (``quick=True``, the tests) runs a small ``n`` with a fixed iteration count, noise
-  calibrated to it.
+  calibrated to it, and its SG chains through the full run's path capped at
+  ``sg_max_iterations`` (ledger ε below the target).
 """
 from __future__ import annotations
 
@@ -82,12 +89,15 @@ import torch
 
 from .grid import pick_device, plot_metric_vs_epsilon, quick_mode, run_grid
 
-__all__ = ["PROBLEMS", "ALGORITHMS", "PARAMS", "COLUMNS", "PAPER_EPSILONS", "GAUSS_EIGENVALUES",
-           "GAUSS_EIGENVECTORS", "settings", "paper_iterations", "banana_problem", "gauss_cov", "gauss10d_problem",
+__all__ = ["PROBLEMS", "ALGORITHMS", "SG", "PARAMS", "COLUMNS", "PAPER_EPSILONS", "GAUSS_EIGENVALUES",
+           "GAUSS_EIGENVECTORS", "settings", "paper_iterations", "sg_event", "sg_iterations", "banana_problem",
+           "gauss_cov", "gauss10d_problem",
            "whitened_gaussian_model", "run_dphmc_fig1"]
 
 PROBLEMS = ("dphmc-banana-2d", "dphmc-gauss-10d")
 ALGORITHMS = ("dp_hmc", "dp_penalty", "dp_sgld", "dp_sgnht")
+#: the SG-MCMC baselines (run vectorised at the paper's lengths, :func:`run_dphmc_fig1`)
+SG = ("dp_sgld", "dp_sgnht")
 COLUMNS = ["n", "delta", "chains", "iterations", "mmd", "mean_error", "var_error", "acceptance", "clipped_fraction",
            "grad_clipped_fraction", "noise_multiplier", "epsilon_ledger", "epsilon_ok", "budget_exhausted"]
 
@@ -166,15 +176,16 @@ GAUSS_EIGENVECTORS = (
 
 def settings(quick: bool) -> dict:
     """Full mode: the paper's design (``n``, 4 chains, 10 repeats, its ε grid and iteration
-    counts), SG chains capped at ``sg_iterations`` per chain; the shipped CSV holds all of it
-    but the SG chains' length (``docs/results.md``; the grid resumes). Quick mode: a small
-    smoke run with a fixed iteration count (noise calibrated to it)."""
+    counts, the SG chains' included: :func:`sg_iterations`, ``sg_max_iterations=None``). Quick
+    mode: a small smoke run with a fixed iteration count (noise calibrated to it) for DP-HMC and
+    DP penalty, and the SG chains through the same path as the full run, capped at
+    ``sg_max_iterations`` (at ``n = 2000`` their Langevin noise would allow ~10⁵ iterations)."""
     if quick:
-        return dict(n=2000, epsilons=[6.0], repeats=1, chains=2, iterations=30, sg_iterations=30, ref_size=300,
+        return dict(n=2000, epsilons=[6.0], repeats=1, chains=2, iterations=30, sg_max_iterations=40, ref_size=300,
                     max_draws=2000, exact_draws=60,
                     jit_compile=False, nonprivate_diagnostics=True)
-    return dict(n=100_000, epsilons=list(PAPER_EPSILONS), repeats=10, chains=4, iterations=None, sg_iterations=1000,
-                ref_size=2000, max_draws=5000, exact_draws=1000,
+    return dict(n=100_000, epsilons=list(PAPER_EPSILONS), repeats=10, chains=4, iterations=None,
+                sg_max_iterations=None, ref_size=2000, max_draws=5000, exact_draws=1000,
                 jit_compile=True, nonprivate_diagnostics=False)
 
 
@@ -187,6 +198,45 @@ def paper_iterations(algorithm: str, params: dict, *, epsilon: float, delta: flo
     from ._sampling import thesis_iterations
 
     return thesis_iterations(algorithm, params, epsilon=epsilon, delta=delta, n=n) // int(chains)
+
+
+def sg_event(algorithm: str, params: dict, *, n: int, temperature: float = 1.0):
+    r"""The release of one DP-SGLD/DP-SGNHT iteration at the paper's settings: the Poisson-subsampled
+    Gaussian :math:`(q = b/n, \mathrm{nm}_L)` at the Langevin noise multiplier of ``params``
+    (:func:`_kernel_params`' terms: the step already divided by ``n``) under substitution
+    (:func:`~pyro_dp.kernels.sgmcmc.langevin_noise_multiplier`), the event the kernels and
+    :func:`~pyro_dp.experiments.sgld_chains.run_sgld_chains` record."""
+    from ..kernels.sgmcmc import langevin_noise_multiplier
+    from ..mechanisms import subsampled_gaussian_event
+
+    q = params["batch"] / n
+    nm = langevin_noise_multiplier("sgld" if algorithm == "dp_sgld" else "sgnht", step_size=params["eta"],
+                                   sample_rate=q, grad_clip=params["grad_clip"], temperature=temperature,
+                                   thermostat=float(params.get("A", 1.0)), relation="substitute")
+    return subsampled_gaussian_event(q, nm, "poisson")
+
+
+_SG_COUNTS: dict = {}
+
+
+def sg_iterations(algorithm: str, params: dict, *, epsilon: float, delta: float, n: int, chains: int = 4,
+                  temperature: float = 1.0) -> int:
+    r"""Iterations per chain of the paper's SG chains: the most that ``chains`` chains together
+    may run within :math:`(\varepsilon, \delta)` at their Langevin noise (the paper's code runs
+    them "as long as ε allows" and, as for DP-HMC, divides the count by the chains that share
+    it: :func:`paper_iterations`), under substitution with the kernels' PLD accountant
+    (:func:`~pyro_dp.accounting.max_iterations` with ``num_chains``: the largest ``k`` whose
+    ``chains·k`` releases fit, i.e. the one-chain count divided by ``chains``, rounded down).
+    ``params`` in :func:`_kernel_params`' terms. Memoised (the PLD search at 8·10⁶ releases
+    takes minutes)."""
+    from ..accounting import max_iterations
+
+    ev = sg_event(algorithm, params, n=n, temperature=temperature)
+    key = (ev, float(epsilon), float(delta), int(chains))
+    if key not in _SG_COUNTS:
+        _SG_COUNTS[key] = max_iterations(epsilon, delta, ev, accountant="pld", num_chains=int(chains),
+                                         relation="substitute")
+    return _SG_COUNTS[key]
 
 
 def _start_sd(sds: torch.Tensor) -> float:
@@ -267,9 +317,15 @@ def run_dphmc_fig1(out_dir: str, quick: Optional[bool] = None, log=print, device
     """Run the grid into ``out_dir/dphmc_fig1.csv`` (resumable; one row per run of ``chains``
     pooled chains); draw ``dphmc_fig1.png`` (MMD) and ``dphmc_fig1_mean_error.png``.
     ``epsilons``/``repeats``/``algorithms`` override :func:`settings` (e.g. to extend a run).
-    The SG cells run at the smallest ε given only, so to add an ε ``e`` to a CSV whose SG cells
-    are at ε = 2, pass ``epsilons=[2, e]``: the ε = 2 cells are already there and are skipped,
-    while ``epsilons=[e]`` alone would run the SG chains again at ``e`` (same chains, new rows)."""
+
+    DP-HMC and DP penalty run one Pyro run per cell (:func:`~pyro_dp.experiments._sampling.run_chain`).
+    The SG cells of one (problem, algorithm) run together (:func:`_sg_runs`): every repeat's
+    chains as one vectorised run (:func:`~pyro_dp.experiments.sgld_chains.run_sgld_chains` /
+    ``run_sgnht_chains``) of the longest :func:`sg_iterations` among the requested ε, each ε
+    scored on the prefix of its own length (as Heikkilä et al.'s Fig. 3 scores prefixes of one
+    run, :mod:`~pyro_dp.experiments.heikkila`). That run happens in the group's first missing
+    cell (its ``seconds``), so a resumed grid reruns a group whose cells are partly written (the
+    same chains: their seeds do not depend on ε or on the run's length)."""
     from ._sampling import exact_baseline, grid_cells, run_chain, to_device
 
     quick = quick_mode(quick)
@@ -294,26 +350,41 @@ def run_dphmc_fig1(out_dir: str, quick: Optional[bool] = None, log=print, device
             cache[pn] = (p, p.reference_sample(s["ref_size"], seed=12345))
         return cache[pn]
 
-    # SG cells at the smallest ε only: their chains do not depend on the target (module docstring)
-    sg = [a for a in algorithms if a in ("dp_sgld", "dp_sgnht")]
+    sg = [a for a in algorithms if a in SG]
     cells = grid_cells(problems, lambda pn: [a for a in algorithms if a not in sg], s["epsilons"], s["repeats"])
-    if sg:  # (without its "exact" cells, which `cells` already holds)
-        cells += [c for c in grid_cells(problems, lambda pn: sg, [min(s["epsilons"])], s["repeats"])
-                  if c["algorithm"] != "exact"]
+    # SG cells grouped by (problem, algorithm): one vectorised run per group, scored per ε
+    cells += [dict(problem=pn, algorithm=a, epsilon=float(e), repeat=r) for pn in problems for a in sg
+              for e in s["epsilons"] for r in range(s["repeats"])]
     n, chains = s["n"], s["chains"]
+    delta = 0.1 / n
 
     def iterations(cell):
         a, prm = cell["algorithm"], PARAMS[cell["problem"]][cell["algorithm"]]
-        if a in ("dp_sgld", "dp_sgnht"):
-            return s["sg_iterations"]
         if s["iterations"] is not None:
             return s["iterations"]
-        return paper_iterations(a, prm, epsilon=cell["epsilon"], delta=0.1 / n, n=n, chains=chains)
+        return paper_iterations(a, prm, epsilon=cell["epsilon"], delta=delta, n=n, chains=chains)
+
+    def sg_length(pn, a, eps):
+        t = sg_iterations(a, _kernel_params(a, PARAMS[pn][a], n), epsilon=eps, delta=delta, n=n, chains=chains,
+                          temperature=problem(pn)[0].temperature)
+        return t if s["sg_max_iterations"] is None else min(t, int(s["sg_max_iterations"]))
+
+    group = {}
 
     def compute(cell):
         p, ref = problem(cell["problem"])
         if cell["algorithm"] == "exact":  # the noise floor of an exact sample of `exact_draws` draws
             return dict(exact_baseline(ref, p, s["exact_draws"], cell["repeat"]), n=n, chains=chains)
+        if cell["algorithm"] in SG:
+            key = (cell["problem"], cell["algorithm"])
+            if group.get("key") != key:  # one group's draws in memory at a time
+                group.clear()
+                t_max = max(sg_length(*key, e) for e in s["epsilons"])
+                prm = _kernel_params(cell["algorithm"], PARAMS[cell["problem"]][cell["algorithm"]], n)
+                group.update(key=key, run=_sg_runs(cell["algorithm"], p, prm, num_iterations=t_max,
+                                                   repeats=s["repeats"], chains=chains, log=log), eps={})
+            return _sg_row(group, p, ref, cell, num_iterations=sg_length(*key, cell["epsilon"]), n=n,
+                           chains=chains, max_draws=s["max_draws"])
         prm = _kernel_params(cell["algorithm"], PARAMS[cell["problem"]][cell["algorithm"]], n)
         out = run_chain(cell["algorithm"], p, ref, epsilon=cell["epsilon"], n=n, num_iterations=iterations(cell),
                         repeat=cell["repeat"], params=prm, adapt=False, num_chains=chains, max_draws=s["max_draws"],
@@ -327,22 +398,83 @@ def run_dphmc_fig1(out_dir: str, quick: Optional[bool] = None, log=print, device
     return out
 
 
+def _sg_runs(algorithm: str, problem, params: dict, *, num_iterations: int, repeats: int, chains: int, log=None,
+             block: int = 1000):
+    """Every repeat's ``chains`` SG chains of ``problem`` as one vectorised run of
+    ``num_iterations`` (:mod:`~pyro_dp.experiments.sgld_chains`: the kernels' own step and
+    draws, checked equal to their chains). Chain ``c`` of repeat ``r`` is the chain
+    :func:`~pyro_dp.experiments._sampling.run_chain` would run: start
+    :func:`~pyro_dp.experiments._sampling.start_point` ``(problem, chains·r + c)``, the privacy
+    stream (and for DP-SGNHT the momentum's algorithm stream) of
+    ``DPSGLD``/``DPSGNHT(seed=noise_seed=1000 r + Σ ord(algorithm))``'s chain ``c``; each draws
+    its batches and normals ``block`` iterations at a time (the same laws as the kernel's one at a
+    time, other values; ``block=1``: the kernel's chains, ``tests/experiments/test_dphmc_fig1.py``).
+    Returns the runner's output."""
+    from ..kernels.base import _PURPOSE_ALGO, _PURPOSE_NOISE, _derive_seed
+    from ._sampling import start_point, width_scale
+    from .sgld_chains import run_sgld_chains, run_sgnht_chains
+
+    seeds = [1000 * r + sum(map(ord, algorithm)) for r in range(int(repeats))]  # run_chain's, per repeat
+    starts = torch.stack([start_point(problem, chains * r + c) for r in range(int(repeats)) for c in range(chains)])
+    noise = [_derive_seed(sd, c, _PURPOSE_NOISE) for sd in seeds for c in range(chains)]
+    w = width_scale(problem.name, int(problem.args[0].shape[0]), problem.temperature)  # 1 here (make_kernel's)
+    common = dict(num_iterations=int(num_iterations), batch_size=params["batch"], step_size=params["eta"] * w * w,
+                  grad_clip=params["grad_clip"], noise_seeds=noise, temperature=problem.temperature,
+                  relation="substitute", log=log, block=int(block))
+    if algorithm == "dp_sgld":
+        return run_sgld_chains(problem.model, problem.args, starts.to(problem.start), **common)
+    algo = [_derive_seed(sd, c, _PURPOSE_ALGO) for sd in seeds for c in range(chains)]
+    return run_sgnht_chains(problem.model, problem.args, starts.to(problem.start), thermostat=float(params["A"]),
+                            algo_seeds=algo, **common)
+
+
+def _sg_row(group: dict, problem, ref: torch.Tensor, cell: dict, *, num_iterations: int, n: int, chains: int,
+            max_draws: Optional[int]) -> dict:
+    """One SG cell's row from its group's run: repeat ``r``'s ``chains`` chains cut at
+    ``num_iterations`` (the prefix: the chains of a run of that length), first halves discarded
+    (:func:`~pyro_dp.experiments._sampling.run_chain`'s warm-up), pooled chain by chain and
+    scored as ``run_chain`` scores (MMD on at most ``max_draws`` pooled draws thinned evenly);
+    ``epsilon_ledger`` from the prefixes of the chains' own ledgers composed over the run's
+    chains (PLD, substitution), checked equal to the planned ε of that count and within the
+    target. No clipped fraction (the runner's is over the whole run, not the prefix)."""
+    from ..accounting import get_accountant, planned_epsilon
+    from ..evaluation import mmd
+    from ..mechanisms import PrivacyLedger
+    from ._metrics import mean_error, variance_error
+    from .sgld_chains import ledger_prefix
+
+    out, r, t, eps = group["run"], int(cell["repeat"]), int(num_iterations), float(cell["epsilon"])
+    delta = 0.1 / n
+    rows = slice(chains * r, chains * (r + 1))
+    led = PrivacyLedger.merged([ledger_prefix(lg, t) for lg in out.ledgers[rows]])
+    key = tuple(led.entries)
+    if key not in group["eps"]:
+        ledger_eps = get_accountant("pld", led).get_epsilon(delta)
+        plan = planned_epsilon(delta, t, [led.entries[0].event], accountant="pld", num_chains=chains,
+                               relation="substitute")
+        if abs(ledger_eps - plan) > 1e-9 * max(1.0, plan):
+            raise RuntimeError(f"{cell}: ledger epsilon {ledger_eps} is not the planned {plan}")
+        group["eps"][key] = ledger_eps
+    ledger_eps = group["eps"][key]
+    if not ledger_eps <= eps * (1 + 1e-9):
+        raise RuntimeError(f"{cell['algorithm']} on {problem.name}: ledger epsilon {ledger_eps} > target {eps}")
+    x = out.draws[rows, t // 2:t].reshape(-1, out.draws.shape[-1]).double()
+    ref = ref.cpu().double()
+    finite = bool(torch.isfinite(x).all())
+    xm = x if max_draws is None or len(x) <= max_draws else x[torch.linspace(0, len(x) - 1, int(max_draws)).long()]
+    nan = math.nan
+    return {"n": n, "delta": delta, "chains": chains, "iterations": t,
+            "mmd": float(mmd(xm, ref)) if finite else nan, "mean_error": mean_error(x, ref) if finite else nan,
+            "var_error": variance_error(x, ref) if finite else nan, "acceptance": 1.0, "clipped_fraction": nan,
+            "grad_clipped_fraction": nan, "noise_multiplier": float(out.noise_multiplier),
+            "epsilon_ledger": ledger_eps, "epsilon_ok": True, "budget_exhausted": False}
+
+
 def _plots(rows, out_dir, log) -> dict:
     """The two figures (MMD, mean error) from the CSV's rows, with the exact-vs-exact floor."""
     from .mmd_vs_epsilon import baseline_of
 
     runs = [r for r in rows if r["algorithm"] != "exact"]
-    # The SG chains run at their Langevin noise, capped length and the same seeds whatever the
-    # target: where the CSV holds them at one ε only, those chains are drawn at every ε of the grid
-    # (and labelled so)
-    eps_all = sorted({r["epsilon"] for r in runs}, key=float)
-    for alg, name in (("dp_sgld", "DP-SGLD"), ("dp_sgnht", "DP-SGNHT")):
-        mine = [r for r in runs if r["algorithm"] == alg]
-        have = sorted({r["epsilon"] for r in mine}, key=float)
-        if len(have) == 1 and len(eps_all) > 1:
-            label = f"{name} (its ε = {float(have[0]):g} chains, the same at every ε)"
-            runs = [r for r in runs if r["algorithm"] != alg]
-            runs += [dict(r, algorithm=label, epsilon=e) for e in eps_all for r in mine]
     per_eps = {}
     for r in rows:
         if r["algorithm"] == "dp_hmc":

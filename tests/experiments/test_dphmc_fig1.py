@@ -147,9 +147,10 @@ def test_whitened_gaussian_has_the_mvn_ratios_and_gradients():
     assert not torch.allclose(mvn.per_example_loglik(z), wht.per_example_loglik(z))  # the constant log|L|
 
 
-def test_full_grid_runs_sg_cells_at_the_smallest_epsilon_only(tmp_path, monkeypatch):
-    """The SG chains do not depend on the target (Langevin noise, capped length, seeds free of
-    ε): the full grid runs them once, at its smallest ε; the other kernels at every ε."""
+def test_full_grid_runs_sg_cells_at_every_epsilon(tmp_path, monkeypatch):
+    """The SG chains now run at the paper's length per ε (sg_iterations): the full grid has SG
+    cells at every ε of the grid, grouped by (problem, algorithm) after the other cells (one
+    vectorised run per group)."""
     seen = []
     monkeypatch.setattr(F, "run_grid", lambda name, out, cells, *a, **k: seen.extend(cells) or {"rows": []})
     monkeypatch.setattr(F, "_plots", lambda rows, out, log: {})
@@ -157,5 +158,55 @@ def test_full_grid_runs_sg_cells_at_the_smallest_epsilon_only(tmp_path, monkeypa
     by = {}
     for c in seen:
         by.setdefault(c["algorithm"], set()).add(c["epsilon"])
-    assert by["dp_sgld"] == by["dp_sgnht"] == {min(F.PAPER_EPSILONS)}
-    assert by["dp_hmc"] == by["dp_penalty"] == by["exact"] == set(F.PAPER_EPSILONS)
+    assert by["dp_sgld"] == by["dp_sgnht"] == by["dp_hmc"] == by["dp_penalty"] == by["exact"] == set(F.PAPER_EPSILONS)
+    sg = [(c["problem"], c["algorithm"]) for c in seen if c["algorithm"] in F.SG]
+    assert sg == sorted(sg, key=lambda k: (F.PROBLEMS.index(k[0]), F.SG.index(k[1])))  # grouped
+    assert F.settings(False)["sg_max_iterations"] is None  # the full run is not capped
+
+
+def test_sg_iterations_are_the_one_chain_count_over_four_chains():
+    """The paper's scheme for the SG chains: the most iterations ε allows at the Langevin noise
+    (PLD, substitution), divided by the 4 chains that share it (int(iters / chains)), so
+    4k fits and 4(k+1) does not. The counts quoted in docs/results.md (Gaussian, ε = 2: DP-SGLD
+    1395, DP-SGNHT 2617). Mutant: each chain given the whole budget (chains=1)."""
+    from pyro_dp.accounting import max_iterations, planned_epsilon
+
+    n, delta = 100_000, 1e-6
+    counts = {}
+    for alg in F.SG:
+        prm = F._kernel_params(alg, F.PARAMS["dphmc-gauss-10d"][alg], n)
+        k = F.sg_iterations(alg, prm, epsilon=2.0, delta=delta, n=n)
+        ev = F.sg_event(alg, prm, n=n)
+        assert k == max_iterations(2.0, delta, ev, accountant="pld") // 4
+        assert planned_epsilon(delta, k, [ev], accountant="pld", num_chains=4) <= 2.0
+        assert planned_epsilon(delta, k + 1, [ev], accountant="pld", num_chains=4) > 2.0
+        assert F.sg_iterations(alg, prm, epsilon=2.0, delta=delta, n=n, chains=1) > 3 * k  # the mutant
+        counts[alg] = k
+    assert counts == {"dp_sgld": 1395, "dp_sgnht": 2617}
+    assert F.sg_event("dp_sgld", F._kernel_params("dp_sgld", F.PARAMS["dphmc-gauss-10d"]["dp_sgld"], n),
+                      n=n).noise_multiplier == pytest.approx(5 / 3)  # b / (2 N C sqrt(2 eta / N)), substitute
+
+
+@pytest.mark.parametrize("algorithm", F.SG)
+def test_sg_rows_are_the_kernels_runs(algorithm):
+    """With block=1 the vectorised group run (_sg_runs) is, chain by chain, the kernels' run that
+    run_chain makes for the same cell (same starts, seeds, privacy and algorithm streams), so a
+    prefix's row equals run_chain's row of that length: MMD, errors, noise and ledger ε. Mutant:
+    repeat 1's row scored from repeat 0's kernel run (the chains of another repeat) differs."""
+    from pyro_dp.experiments._sampling import run_chain
+
+    n, chains, t_max, t = 2000, 2, 24, 16
+    p = F.gauss10d_problem(n)
+    ref = p.reference_sample(200, seed=1)
+    prm = F._kernel_params(algorithm, F.PARAMS[p.name][algorithm], n)
+    group = {"run": F._sg_runs(algorithm, p, prm, num_iterations=t_max, repeats=2, chains=chains, block=1), "eps": {}}
+    row = F._sg_row(group, p, ref, dict(algorithm=algorithm, epsilon=6.0, repeat=1), num_iterations=t, n=n,
+                    chains=chains, max_draws=20)
+    kern = run_chain(algorithm, p, ref, epsilon=6.0, n=n, num_iterations=t, repeat=1, params=prm, adapt=False,
+                     num_chains=chains, max_draws=20)
+    for col in ("mmd", "mean_error", "var_error", "noise_multiplier", "epsilon_ledger"):
+        assert row[col] == pytest.approx(kern[col], rel=1e-9, abs=1e-12), col
+    assert row["iterations"] == kern["iterations"] == t and row["epsilon_ledger"] <= 6.0
+    other = run_chain(algorithm, p, ref, epsilon=6.0, n=n, num_iterations=t, repeat=0, params=prm, adapt=False,
+                      num_chains=chains, max_draws=20)
+    assert row["mean_error"] != pytest.approx(other["mean_error"], rel=1e-6)

@@ -2,8 +2,9 @@
 
 With ``block=1`` their draws are DPSGLD's / DPSGNHT's, in the kernel's order, so each chain must
 equal the kernel's (run through Pyro's MCMC, compiled path) to rounding; a mutant update (SGLD:
-step η instead of η/2; SGNHT: no thermostat friction) or a mutant momentum stream must not. With a larger block the draws are made in another order: the law is the same, the
-values are not, and the ledger is the kernel's.
+step η instead of η/2; SGNHT: no thermostat friction) or a mutant momentum stream must not.
+With a larger block the draws are made in another order: the law is the same, the values are
+not, and the ledger is the kernel's.
 """
 from __future__ import annotations
 
