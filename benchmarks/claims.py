@@ -200,9 +200,9 @@ class Claim(NamedTuple):
     equality: bool = False
     b_level: Optional[float] = None
     eq: Tuple = ()
-    #: (level, kernels): read these kernels at this level whatever the row's level — kernels whose
-    #: chains do not depend on the level (the DP-HMC paper's SG chains: Langevin noise, a fixed
-    #: length, the same seeds at every ε)
+    #: (level, kernels): read these kernels at this level whatever the row's level — a reference
+    #: whose chains are compared with every level of the other kernel (the DP-HMC paper's SG chains
+    #: used it while they were capped at one length; they now run per ε)
     fixed: Tuple = ()
 
 
