@@ -168,6 +168,7 @@ COLUMNS = ["n", "iterations", "burn_in", "epsilon_exact", "epsilon_start", "epsi
            "acceptance", "clipped_fraction", "noise_multiplier", "chain_seconds"]
 
 _PRIOR_VAR = (10.0, 1.0)  # Heikkilä eq. (24)
+SCATTER_DRAWS = 20_000  # at most this many of a chain's draws in the Fig. 2 scatter (DP Barker's 19 000: all)
 _PRIOR_VAR_SQ = (5.0, 0.5)  # p(θ)^2 ∝ N(θ; 0, v/2): the prior of the p² model (authors' SGLD)
 
 
@@ -366,7 +367,7 @@ def _fig3(rows, path, plt):
     reps = max((int(r["repeat"]) for r in rows), default=-1) + 1
     check = all(a.startswith("dp_sgld") for a in algs)  # the p² check: uncharged start
     xlabel = ("ε after t iterations (start uncharged; δ = 2·10⁻⁶)" if check
-              else "ε after t iterations (private start included; δ = 2·10⁻⁶)")
+              else "ε after t iterations (δ = 2·10⁻⁶)")
     fig, axes = plt.subplots(1, 3, figsize=(14, 4.8))
     for ax, metric in zip(axes, ("mean_error", "variance_error", "sym_kl")):
         for i, s in enumerate(algs):
@@ -376,29 +377,53 @@ def _fig3(rows, path, plt):
                 e, m, se, it = zip(*st)
                 ax.errorbar(e, m, yerr=[0 if not math.isfinite(v) else v for v in se], capsize=2,
                             label=LABELS.get(s, s), **series_style(i))
-                for x, y, t in zip(e, m, it):
-                    ax.annotate(f"t = {int(float(t)):,}", (x, y), fontsize=7, xytext=(4, 4), textcoords="offset points")
+                marks = range(len(e)) if len(e) <= 4 else (0, len(e) - 1)  # a long curve: its ends only
+                for j in marks:
+                    ax.annotate(f"t = {int(float(it[j])):,}", (e[j], m[j]), fontsize=7, xytext=(4, 4),
+                                textcoords="offset points")
         ax.axhline(0.0, color="k", ls=":", lw=1, label="exact tempered posterior (0 error)")
         ax.set(xscale="log", xlabel=xlabel,
                ylabel={"sym_kl": "symmetric KL to exact draws (nats, 30 bins)",
                        "mean_error": "mean error: Σ|sample mean − exact mean|\n(units of θ)"}.get(
                    metric, METRIC_LABELS.get(metric)))
         ax.set_ylim(bottom=-0.02 * ax.get_ylim()[1])
-        ticks = sorted({float(r["epsilon"]) for r in rows})
-        ax.set_xticks(ticks, [f"{e:.3g}" for e in ticks])  # the ε reached at each t, plainly
+        reached = sorted({float(r["epsilon"]) for r in rows})
+        ticks = _spread(reached)  # the ε reached at some t, plainly, none crowding the next
+        ax.set_xticks(ticks, [f"{e:.3g}" for e in ticks])
         ax.minorticks_off()
-        ax.set_xlim(ticks[0] / 1.15, ticks[-1] * 1.25)
+        ax.set_xlim(reached[0] / 1.15, reached[-1] * 1.25)
         ax.grid(alpha=0.3)
     if check:
         fig.suptitle("Heikkilä et al. 2019, the p² check (not a private setting: ε ≈ 50–60): the two DP-SGLD "
                      f"updates' errors against the exact posterior, mean ± s.e. over {reps} repeats")
     else:
         fig.suptitle("Heikkilä et al. 2019 Fig. 3 reproduction: tempered GMM (N0 = 100), error against the exact "
-                     f"posterior vs ε, mean ± s.e. over {reps} repeats")
+                     f"posterior vs ε, mean ± s.e. over {reps} repeats\nDP Barker's ε includes its private start; "
+                     "DP-SGLD starts from an uncharged N(0, I) draw, as the authors' code")
     legend_below(fig, axes, ncol=3)
     fig.subplots_adjust(top=1 - 0.6 / fig.get_figheight())
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _spread(values, parts: int = 6):
+    """The sorted ``values`` (positive), dropping each one that lies within a sixth (``parts``) of
+    the log range of the last one kept: tick labels on a log axis that do not overlap.
+
+    >>> _spread([0.279, 0.414, 0.4355, 0.4991, 0.579, 0.6262, 0.7534, 0.823, 0.8772, 0.9887, 1.0906])
+    [0.279, 0.414, 0.579, 0.7534, 0.9887]
+    >>> _spread([50.5564, 59.7125])
+    [50.5564, 59.7125]
+    """
+    vals = sorted(values)
+    if len(vals) < 2:
+        return vals
+    ratio = (vals[-1] / vals[0]) ** (1.0 / parts)
+    out = []
+    for v in vals:
+        if not out or v >= out[-1] * ratio * (1 - 1e-12):
+            out.append(v)
+    return out
 
 
 def _scatter(state, exact, path, plt):
@@ -408,9 +433,11 @@ def _scatter(state, exact, path, plt):
     fig, axes = plt.subplots(1, len(keys), figsize=(4.0 * len(keys), 4.0), squeeze=False)
     for ax, k in zip(axes[0], keys):
         ax.scatter(exact[:, 0], exact[:, 1], s=1, alpha=0.2, color="0.6", label="exact draws (non-private)")
-        s = state[k]
-        ax.scatter(s[:, 0], s[:, 1], s=1, alpha=0.3, label=LABELS.get(k, k))
-        ax.set(title=f"{LABELS.get(k, k)}\nrepeat 0, {len(s)} draws", xlim=(-2.5, 2.5), ylim=(-2.5, 2.6),
+        s, every = state[k], max(1, -(-len(state[k]) // SCATTER_DRAWS))  # thinned evenly: a long chain's
+        shown = s[::every]  # millions of points would cover the exact draws whatever their spread
+        ax.scatter(shown[:, 0], shown[:, 1], s=1, alpha=0.3, label=LABELS.get(k, k))
+        what = f"{len(s):,} draws" + (f", 1 in {every:,} shown" if every > 1 else "")
+        ax.set(title=f"{LABELS.get(k, k)}\nrepeat 0, {what}", xlim=(-2.5, 2.5), ylim=(-2.5, 2.6),
                xlabel="θ1 (data units)", ylabel="θ2 (data units)")
         ax.legend(fontsize=7, markerscale=5, loc="lower left")
     fig.tight_layout()

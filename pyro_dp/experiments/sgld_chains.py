@@ -18,7 +18,9 @@ Poisson batch (:func:`~pyro_dp.mechanisms.poisson_batches`, the law of
 :class:`~pyro_dp.mechanisms.NoiseSource`. They are drawn a block of ``block`` iterations at a
 time (the block's batches, then its normals); with ``block=1`` the draws are the kernel's in the
 kernel's order, and ``tests/experiments/test_sgld_chains.py`` checks that the chain is then the
-kernel's chain (to rounding).
+kernel's chain (to rounding). A larger block changes the chain's values, not its law: no draw
+depends on the chain's state (the batch law depends on ``N`` and ``q``, the normals on nothing),
+so all of them are i.i.d. whichever order the stream hands them out in.
 
 **Privacy.** Every chain has its own :class:`~pyro_dp.mechanisms.PrivacyLedger`, which records
 :func:`~pyro_dp.mechanisms.subsampled_gaussian_event` ``(q, nm, "poisson")`` once per iteration

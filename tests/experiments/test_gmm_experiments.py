@@ -140,3 +140,18 @@ def test_heikkila_refuses_unknown_algorithm_names(tmp_path):
     with pytest.raises(ValueError, match="choose from"):
         main(["experiment", "heikkila_fig23", "--quick", "--out", str(tmp_path), "--algorithms", "dp_sgdl"])
     assert not list(tmp_path.iterdir())  # nothing ran, nothing written
+
+
+def test_heikkila_full_setting_runs_dp_sgld_at_the_papers_length():
+    """The full setting's DP-SGLD is the paper's (Heikkilä §4: "20 runs of ... 6 000 000 [iterations]
+    with DP SGLD ... burned in for 100 000"; authors' ``dp_sgld_main.py`` l. 22, ``plot_mcmc_vs_sgld.py``
+    l. 95), scored up to its last iteration, and its ε grid spans the paper's Fig. 3 axis
+    (``plot_mcmc_vs_sgld.py``: ``xlim(0.56, 1.22)``)."""
+    from pyro_dp.experiments.heikkila import HEIKKILA_PARAMS, _epsilon, _plans
+
+    p = HEIKKILA_PARAMS["full"]
+    assert (p["sgld_iters"], p["sgld_burn_in"], p["sgld_repeats"]) == (6_000_000, 100_000, 20)
+    assert p["sgld_t_grid"][-1] == p["sgld_iters"] and min(p["sgld_t_grid"]) > p["sgld_burn_in"]
+    plan = _plans(p)["dp_sgld"]
+    eps = [_epsilon(plan, t, p["delta"]) for t in (p["sgld_t_grid"][0], p["sgld_t_grid"][-1])]
+    assert eps[0] < 0.56 < 1.0 < eps[1] < 1.22

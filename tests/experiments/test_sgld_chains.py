@@ -1,10 +1,10 @@
 """The vectorised DP-SGLD and DP-SGNHT runners (pyro_dp.experiments.sgld_chains) are the kernels' chains.
 
 With ``block=1`` their draws are DPSGLD's / DPSGNHT's, in the kernel's order, so each chain must
-equal the kernel's (run through Pyro's MCMC, compiled path) to rounding; a mutant update (SGLD:
-step η instead of η/2; SGNHT: no thermostat friction) or a mutant momentum stream must not.
-With a larger block the draws are made in another order: the law is the same, the values are
-not, and the ledger is the kernel's.
+equal the kernel's (run through Pyro's MCMC, eager; the runner runs one compiled graph) to
+rounding; a mutant update (SGLD: step η instead of η/2; SGNHT: no thermostat friction) or a
+mutant momentum stream must not. With a larger block the draws are made in another order: the
+law is the same, the values are not, and the ledger is the kernel's.
 """
 from __future__ import annotations
 
@@ -28,9 +28,10 @@ _ACCOUNTANT = {"substitute": "pld", "add_remove": "rdp"}  # the Poisson-subsampl
 
 
 def _kernel_chain(seed, start, relation="substitute", public=None):
+    """DPSGLD's chain through Pyro's runner, eager (the runner's compiled graph must match it)."""
     k = DPSGLD(gmm_model, batch_size=B, step_size=ETA, grad_clip=CLIP, temperature=T, num_iterations=ITERS,
-               noise_multiplier=NM, reference_delta=1e-6, seed=seed, noise_seed=seed, jit_compile=True, relation=relation,
-               public_num_rows=public, accountant=_ACCOUNTANT[relation])
+               noise_multiplier=NM, reference_delta=1e-6, seed=seed, noise_seed=seed, jit_compile=False,
+               relation=relation, public_num_rows=public, accountant=_ACCOUNTANT[relation])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         s, diag = run_kernel(k, (make_gmm_data(N, seed=0),), num_samples=ITERS, initial_params={"theta": start})
@@ -49,7 +50,8 @@ def test_block_one_is_the_kernels_chain(relation, public):
     seeds = [_noise_seed(k) for k, _, _ in kernels]
     x = make_gmm_data(N, seed=0)
     run = partial(sc.run_sgld_chains, gmm_model, (x,), starts, num_iterations=ITERS, batch_size=B, step_size=ETA,
-                  grad_clip=CLIP, noise_seeds=seeds, temperature=T, noise_multiplier=NM, relation=relation, public_num_rows=public)
+                  grad_clip=CLIP, noise_seeds=seeds, temperature=T, noise_multiplier=NM, relation=relation,
+                  public_num_rows=public)
     out = run(block=1)
     for r, (k, s, diag) in enumerate(kernels):
         torch.testing.assert_close(out.draws[r], s, rtol=1e-9, atol=1e-12)
@@ -80,7 +82,7 @@ H, A = 1e-3, 3.0  # DP-SGNHT's step h and thermostat A for the comparison below
 def _sgnht_kernel_chain(seed, start):
     k = DPSGNHT(gmm_model, batch_size=B, step_size=H, grad_clip=CLIP, thermostat=A, temperature=T,
                 num_iterations=ITERS, noise_multiplier=NM, reference_delta=1e-6, seed=seed, noise_seed=seed,
-                jit_compile=True)
+                jit_compile=False)  # eager, as DPSGLD's above: the runner's compiled graph must match it
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         s, diag = run_kernel(k, (make_gmm_data(N, seed=0),), num_samples=ITERS, initial_params={"theta": start})
