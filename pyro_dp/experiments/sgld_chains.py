@@ -27,6 +27,8 @@ so all of them are i.i.d. whichever order the stream hands them out in.
 (in blocks: ``count=block``), the event the kernel records. The chains are separate runs (each a
 repeat of the experiment on the same data); their ε is per chain, as each repeat's is in the
 paper. Batch sizes, block widths and compiled shapes depend on the stream, ``N`` and ``q`` only.
+Each chain's privacy stream is seeded from OS entropy, as a kernel's, unless ``noise_seeds`` makes
+it reproducible (the reproductions do, to re-run true; anyone who knows a seed can replay it).
 This runner is a reproduction tool: it has no budget stop, no default path and no checkpoint —
 the kernel (:class:`~pyro_dp.kernels.sgmcmc.DPSGLD`) is what users run.
 
@@ -76,7 +78,8 @@ class SGLDChains(NamedTuple):
 
 
 def run_sgld_chains(model: Callable, args: tuple, starts: torch.Tensor, *, num_iterations: int, batch_size: int,
-                    step_size: float, grad_clip: float, noise_seeds: Sequence[int], temperature: float = 1.0,
+                    step_size: float, grad_clip: float, noise_seeds: Optional[Sequence[int]] = None,
+                    temperature: float = 1.0,
                     noise_multiplier: Optional[float] = None, relation: str = "substitute",
                     public_num_rows: Optional[int] = None, block: int = 1000,
                     log: Optional[Callable[[str], None]] = None, log_every: int = 500_000) -> SGLDChains:
@@ -87,7 +90,9 @@ def run_sgld_chains(model: Callable, args: tuple, starts: torch.Tensor, *, num_i
     kernel does, issue #38), ``noise_multiplier`` defaults to the Langevin noise's
     (:func:`~pyro_dp.kernels.sgmcmc.langevin_noise_multiplier`; a larger one adds noise
     explicitly, as the kernel), ``starts`` is ``[R, d]`` in unconstrained coordinates and
-    ``noise_seeds`` gives each chain its (reproducible: for experiments only) privacy stream.
+    ``noise_seeds`` gives each chain a reproducible privacy stream (for experiments only: anyone
+    who knows a seed can replay the noise); without it each chain's stream is seeded from OS
+    entropy, as a kernel's is.
 
     >>> import torch
     >>> from pyro_dp.models import gmm_model, make_gmm_data
@@ -109,7 +114,8 @@ def run_sgld_chains(model: Callable, args: tuple, starts: torch.Tensor, *, num_i
 
 
 def run_sgnht_chains(model: Callable, args: tuple, starts: torch.Tensor, *, num_iterations: int, batch_size: int,
-                     step_size: float, grad_clip: float, noise_seeds: Sequence[int], algo_seeds: Sequence[int],
+                     step_size: float, grad_clip: float, algo_seeds: Sequence[int],
+                     noise_seeds: Optional[Sequence[int]] = None,
                      thermostat: float = 1.0, temperature: float = 1.0, noise_multiplier: Optional[float] = None,
                      relation: str = "substitute", public_num_rows: Optional[int] = None, block: int = 1000,
                      log: Optional[Callable[[str], None]] = None, log_every: int = 500_000) -> SGLDChains:
@@ -131,8 +137,8 @@ def run_sgnht_chains(model: Callable, args: tuple, starts: torch.Tensor, *, num_
     >>> out.draws.shape, out.ledgers[1].entries[0].count
     (torch.Size([2, 20, 2]), 20)
     """
-    if len(algo_seeds) != len(noise_seeds):
-        raise ValueError(f"need one algorithm seed per chain: {len(noise_seeds)} noise seeds, {len(algo_seeds)}")
+    if len(algo_seeds) != len(starts):
+        raise ValueError(f"need one algorithm seed per chain: {len(starts)} starts, {len(algo_seeds)} seeds")
 
     def init(z, num_chains):  # per chain the kernel's sgnht_init, from its own algorithm generator
         states = []
@@ -176,7 +182,8 @@ def ledger_prefix(ledger: PrivacyLedger, num_iterations: int) -> PrivacyLedger:
 
 
 def _run_chains(kind: str, init: Callable, update: Callable, model: Callable, args: tuple, starts: torch.Tensor, *,
-                num_iterations: int, batch_size: int, step_size: float, grad_clip: float, noise_seeds: Sequence[int],
+                num_iterations: int, batch_size: int, step_size: float, grad_clip: float,
+                noise_seeds: Optional[Sequence[int]],
                 temperature: float, noise_multiplier: Optional[float], relation: str, public_num_rows: Optional[int],
                 block: int, log: Optional[Callable[[str], None]], log_every: int,
                 thermostat: float = 1.0) -> SGLDChains:
@@ -188,7 +195,7 @@ def _run_chains(kind: str, init: Callable, update: Callable, model: Callable, ar
     if starts.dim() != 2:
         raise ValueError(f"starts must be [num_chains, d], got shape {tuple(starts.shape)}")
     num_chains, num_iterations, block = starts.shape[0], int(num_iterations), int(block)
-    if len(noise_seeds) != num_chains:
+    if noise_seeds is not None and len(noise_seeds) != num_chains:
         raise ValueError(f"need one noise seed per chain: {num_chains} starts, {len(noise_seeds)} seeds")
     if num_iterations < 1 or block < 1:
         raise ValueError(f"num_iterations and block must be >= 1, got {num_iterations}, {block}")
@@ -234,7 +241,8 @@ def _run_chains(kind: str, init: Callable, update: Callable, model: Callable, ar
             graphs[width] = cl.fused_graph(name, step, example, full_data=False, bucket=width) or step
         return graphs[width]
 
-    noises = [NoiseSource(seed=int(s), device=dev, warn=False) for s in noise_seeds]
+    seeds = [None] * num_chains if noise_seeds is None else [int(s) for s in noise_seeds]
+    noises = [NoiseSource(seed=s, device=dev, warn=False) for s in seeds]  # None: OS entropy
     ledgers = [PrivacyLedger(relation=relation) for _ in range(num_chains)]
     draws = torch.empty((num_chains, num_iterations, d), dtype=torch.float64)
     clip = torch.tensor(float(grad_clip), dtype=torch.float64, device=dev)

@@ -166,6 +166,17 @@ def test_bad_input_is_refused():
                            grad_clip=1.0, noise_seeds=[0])
 
 
+def test_without_noise_seeds_each_chain_streams_from_os_entropy():
+    """No ``noise_seeds``: every chain's privacy stream is seeded from OS entropy, as a kernel's, so
+    two runs from the same starts differ (and two chains of one run too), with the same ledgers."""
+    x = make_gmm_data(200, seed=0)
+    run = partial(sc.run_sgld_chains, gmm_model, (x,), torch.zeros(2, 2), num_iterations=5, batch_size=20,
+                  step_size=1e-3, grad_clip=1.0, block=5)
+    a, b = run(), run()
+    assert not torch.equal(a.draws, b.draws) and not torch.equal(a.draws[0], a.draws[1])
+    assert [led.entries for led in a.ledgers] == [led.entries for led in b.ledgers]
+
+
 # ------------------------------------------------------------------ many Poisson samples at once
 
 
