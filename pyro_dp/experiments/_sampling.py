@@ -358,7 +358,6 @@ def run_chain(algorithm: str, problem, ref: torch.Tensor, *, epsilon: Optional[f
     pooled kept draws (DP-HMC paper §4: "the 4 chains are combined"); acceptance and clipped
     fractions are then the chains' mean. ``max_draws`` thins the pooled draws evenly to at
     most that many for the MMD (the DP-HMC paper code thins its SG chains to ~5000 draws)."""
-    from ..evaluation import mmd
     from .grid import run_kernel
 
     delta = 0.1 / n  # thesis §6.4: delta = 0.1/n
@@ -387,10 +386,6 @@ def run_chain(algorithm: str, problem, ref: torch.Tensor, *, epsilon: Optional[f
                              initial_params={"theta": start}, num_chains=num_chains)
     if memo is not None:
         _MINIBATCH_NM[memo] = float(kernel.noise_multiplier)
-    x = x.detach().cpu().double()
-    ref = ref.cpu().double()
-    finite = bool(torch.isfinite(x).all())
-    xm = x if max_draws is None or len(x) <= max_draws else x[torch.linspace(0, len(x) - 1, int(max_draws)).long()]
     eps_ledger = float(diag["epsilon_total"])
     ok = non_private or eps_ledger <= epsilon * (1 + 1e-9)
     if not ok:  # the kernel's own calibration must never overshoot
@@ -399,9 +394,7 @@ def run_chain(algorithm: str, problem, ref: torch.Tensor, *, epsilon: Optional[f
     if nm is None:
         nm = getattr(kernel, "llr_noise_multiplier", None)
     out.update(
-        mmd=float(mmd(xm, ref)) if finite else math.nan,
-        mean_error=mean_error(x, ref) if finite else math.nan,
-        var_error=variance_error(x, ref) if finite else math.nan,
+        score_draws(x, ref, max_draws),
         acceptance=diag.get("acceptance rate", math.nan),
         clipped_fraction=diag.get("non-private ratio clipped fraction", diag.get("non-private clipped fraction", math.nan)),
         grad_clipped_fraction=diag.get("non-private gradient clipped fraction", math.nan),
@@ -411,6 +404,25 @@ def run_chain(algorithm: str, problem, ref: torch.Tensor, *, epsilon: Optional[f
         budget_exhausted=bool(diag.get("budget exhausted", False)),
     )
     return out
+
+
+def score_draws(x: torch.Tensor, ref: torch.Tensor, max_draws: Optional[int] = None) -> Dict[str, float]:
+    """``mmd``, ``mean_error`` and ``var_error`` of the kept draws ``x`` (``[draws, d]``) against
+    the exact reference sample ``ref`` (thesis §5.4); the MMD on at most ``max_draws`` of them,
+    thinned evenly (the DP-HMC paper code thins its SG chains to ~5000 draws); NaN for all three
+    when a draw is not finite.
+
+    >>> s = score_draws(torch.zeros(10, 2), torch.zeros(5, 2))
+    >>> sorted(s), s["mean_error"]
+    (['mean_error', 'mmd', 'var_error'], 0.0)
+    """
+    from ..evaluation import mmd
+
+    x, ref = x.detach().cpu().double(), ref.cpu().double()
+    if not bool(torch.isfinite(x).all()):
+        return {"mmd": math.nan, "mean_error": math.nan, "var_error": math.nan}
+    xm = x if max_draws is None or len(x) <= max_draws else x[torch.linspace(0, len(x) - 1, int(max_draws)).long()]
+    return {"mmd": float(mmd(xm, ref)), "mean_error": mean_error(x, ref), "var_error": variance_error(x, ref)}
 
 
 def grid_cells(problems, algorithms_for, epsilons, repeats, epsilons_for=None) -> list:
@@ -428,9 +440,5 @@ def grid_cells(problems, algorithms_for, epsilons, repeats, epsilons_for=None) -
 
 def exact_baseline(ref: torch.Tensor, problem, num_samples: int, repeat: int) -> dict:
     """Thesis Fig. 6.3's black lines: MMD etc. between an independent exact sample of the chains'
-    kept size and the reference sample."""
-    from ..evaluation import mmd
-
-    x = problem.reference_sample(num_samples, seed=10_000 + int(repeat)).cpu().double()
-    ref = ref.cpu().double()
-    return {"mmd": float(mmd(x, ref)), "mean_error": mean_error(x, ref), "var_error": variance_error(x, ref)}
+    kept size and the reference sample (:func:`score_draws`)."""
+    return score_draws(problem.reference_sample(num_samples, seed=10_000 + int(repeat)), ref)

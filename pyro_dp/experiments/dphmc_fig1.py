@@ -438,9 +438,8 @@ def _sg_row(group: dict, problem, ref: torch.Tensor, cell: dict, *, num_iteratio
     chains (PLD, substitution), checked equal to the planned ε of that count and within the
     target. No clipped fraction (the runner's is over the whole run, not the prefix)."""
     from ..accounting import get_accountant, planned_epsilon
-    from ..evaluation import mmd
     from ..mechanisms import PrivacyLedger
-    from ._metrics import mean_error, variance_error
+    from ._sampling import score_draws
     from .sgld_chains import ledger_prefix
 
     out, r, t, eps = group["run"], int(cell["repeat"]), int(num_iterations), float(cell["epsilon"])
@@ -458,16 +457,11 @@ def _sg_row(group: dict, problem, ref: torch.Tensor, cell: dict, *, num_iteratio
     ledger_eps = group["eps"][key]
     if not ledger_eps <= eps * (1 + 1e-9):
         raise RuntimeError(f"{cell['algorithm']} on {problem.name}: ledger epsilon {ledger_eps} > target {eps}")
-    x = out.draws[rows, t // 2:t].reshape(-1, out.draws.shape[-1]).double()
-    ref = ref.cpu().double()
-    finite = bool(torch.isfinite(x).all())
-    xm = x if max_draws is None or len(x) <= max_draws else x[torch.linspace(0, len(x) - 1, int(max_draws)).long()]
-    nan = math.nan
-    return {"n": n, "delta": delta, "chains": chains, "iterations": t,
-            "mmd": float(mmd(xm, ref)) if finite else nan, "mean_error": mean_error(x, ref) if finite else nan,
-            "var_error": variance_error(x, ref) if finite else nan, "acceptance": 1.0, "clipped_fraction": nan,
-            "grad_clipped_fraction": nan, "noise_multiplier": float(out.noise_multiplier),
-            "epsilon_ledger": ledger_eps, "epsilon_ok": True, "budget_exhausted": False}
+    x = out.draws[rows, t // 2:t].reshape(-1, out.draws.shape[-1])
+    return {"n": n, "delta": delta, "chains": chains, "iterations": t, **score_draws(x, ref, max_draws),
+            "acceptance": 1.0, "clipped_fraction": math.nan, "grad_clipped_fraction": math.nan,
+            "noise_multiplier": float(out.noise_multiplier), "epsilon_ledger": ledger_eps, "epsilon_ok": True,
+            "budget_exhausted": False}
 
 
 def _plots(rows, out_dir, log) -> dict:
