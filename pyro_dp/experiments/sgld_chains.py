@@ -88,8 +88,8 @@ def run_sgld_chains(model: Callable, args: tuple, starts: torch.Tensor, *, num_i
     ``batch_size`` is the expected Poisson batch :math:`b` (:math:`q = b/N`, or
     :math:`b/M` with ``public_num_rows=M``, which ``relation="add_remove"`` requires, as the
     kernel does, issue #38), ``noise_multiplier`` defaults to the Langevin noise's
-    (:func:`~pyro_dp.kernels.sgmcmc.langevin_noise_multiplier`; a larger one adds noise
-    explicitly, as the kernel), ``starts`` is ``[R, d]`` in unconstrained coordinates and
+    (:func:`~pyro_dp.kernels.sgmcmc.langevin_noise_multiplier`; as in the kernel, a larger one
+    adds the missing noise explicitly and a smaller one is raised to it), ``starts`` is ``[R, d]`` in unconstrained coordinates and
     ``noise_seeds`` gives each chain a reproducible privacy stream (for experiments only: anyone
     who knows a seed can replay the noise); without it each chain's stream is seeded from OS
     entropy, as a kernel's is.
@@ -101,7 +101,7 @@ def run_sgld_chains(model: Callable, args: tuple, starts: torch.Tensor, *, num_i
     >>> out.draws.shape, [led.entries[0].count for led in out.ledgers]
     (torch.Size([2, 20, 2]), [20, 20])
     """
-    def init(z, num_chains):  # SGLD's state is the point (sgld_init)
+    def init(z):  # SGLD's state is the point (sgld_init)
         return (z,)
 
     def update(state, grad):  # Welling & Teh 2011, eq. 4; read at call time (the test's mutant patches it)
@@ -140,9 +140,9 @@ def run_sgnht_chains(model: Callable, args: tuple, starts: torch.Tensor, *, num_
     if len(algo_seeds) != len(starts):
         raise ValueError(f"need one algorithm seed per chain: {len(starts)} starts, {len(algo_seeds)} seeds")
 
-    def init(z, num_chains):  # per chain the kernel's sgnht_init, from its own algorithm generator
+    def init(z):  # per chain the kernel's sgnht_init, from its own algorithm generator
         states = []
-        for r in range(num_chains):
+        for r in range(len(z)):
             rng = torch.Generator(device=z.device)
             rng.manual_seed(int(algo_seeds[r]))
             states.append(sgnht_init(None, z[r], rng, thermostat))
@@ -187,7 +187,7 @@ def _run_chains(kind: str, init: Callable, update: Callable, model: Callable, ar
                 temperature: float, noise_multiplier: Optional[float], relation: str, public_num_rows: Optional[int],
                 block: int, log: Optional[Callable[[str], None]], log_every: int,
                 thermostat: float = 1.0) -> SGLDChains:
-    """The one loop of :func:`run_sgld_chains` and :func:`run_sgnht_chains`: ``init(z [R, d], R)``
+    """The one loop of :func:`run_sgld_chains` and :func:`run_sgnht_chains`: ``init(z [R, d])``
     gives the chains' state (a tuple of tensors with a leading chain dimension, the point first)
     and ``update(state, g̃)`` one chain's next state from its private gradient (under ``vmap``)."""
     t_start = time.perf_counter()
@@ -215,7 +215,7 @@ def _run_chains(kind: str, init: Callable, update: Callable, model: Callable, ar
     cl = lik.compiled
     gradient = private_gradient_fn(lik, temperature, q, spec, lambda *a: cl.clipped_grad_terms(*a)[1],
                                    lambda zz: cl.log_prior_terms(zz)[1], padded=True)
-    state = init(starts.to(dev, torch.float64).clone(), num_chains)
+    state = init(starts.to(dev, torch.float64).clone())
     width_of_state = len(state)
 
     def one_chain(*xs):  # one chain's step: the kernel's private gradient, then the kind's update
