@@ -24,7 +24,7 @@ for step in $STEPS; do
   case $step in
     tests) timeout "${TESTS_S:-200}" python3 -m pytest tests/test_device.py -q -p no:cacheprovider \
              -o addopts="--strict-markers" -n "${WORKERS:-8}" -rs 2>&1 | tee "$OUT/tests.log" | tail -60 ;;
-    demo)  timeout "${DEMO_S:-60}" python3 -m pyro_dp demo --device cuda 2>&1 | tee "$OUT/demo.log" | tail -25 ;;
+    demo)  timeout "${DEMO_S:-180}" python3 -m pyro_dp demo --device cuda 2>&1 | tee "$OUT/demo.log" | tail -25 ;;
     bench) timeout "${BENCH_S:-200}" python3 benchmarks/compiled.py --quick --device cuda 2>&1 | tee "$OUT/bench.log" ;;
     *) echo "unknown step $step"; false ;;
   esac

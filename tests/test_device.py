@@ -123,3 +123,56 @@ def test_dphmc_rejects_a_diverged_trajectory_on_the_device(jit):
     assert k.diagnostics()["acceptance rate"] == 0.0
     # the gradients were released (the first, and L = 3 per iteration), no ratio: the branch ran
     assert sum(e.count for e in k.ledger.entries) == 1 + 3 * 3
+
+
+def _on_device(args):
+    return tuple(a.to(DEVICE) if torch.is_tensor(a) else a for a in args)
+
+
+@pytest.mark.parametrize("kernel", ["DPHMC", "DPPenalty"])
+@pytest.mark.parametrize("name", ["linear", "logistic", "poisson", "hierarchical"])
+def test_the_card_s_line_runs_on_the_device(name, kernel):
+    """The card's line with ``epsilon=`` only (the default path: private start, clip, scales
+    and metric releases, whitened coordinates, the eager/compiled choice) with the data on the
+    device: every draw on it and finite, the ledger within the budget, the tuning in it."""
+    from pyro.infer import MCMC
+
+    from pyro_dp.models.default_suite import SUITE
+
+    entry = SUITE[name]
+    args = _on_device(entry.make_data(2000, 0))
+    k = getattr(pyro_dp, kernel)(entry.model, epsilon=4.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the default path's short-run warnings
+        mcmc = MCMC(k, num_samples=30, warmup_steps=30, disable_progbar=True)
+        mcmc.run(*args)
+    for site, v in mcmc.get_samples().items():
+        assert v.device.type == torch.device(DEVICE).type and torch.isfinite(v).all(), site
+    assert pyro_dp.get_epsilon(mcmc, delta=1e-5) <= 4.0 * (1 + 1e-9)
+    assert "tune:clip" in k.ledger.by_label() and "tune:start" in k.ledger.by_label()
+
+
+def test_the_sgld_runner_is_the_kernel_s_chain_on_the_device():
+    """The vectorised DP-SGLD runner (``pyro_dp.experiments.sgld_chains``, one compiled graph,
+    used by the paper-scale SGLD grids) with ``block=1`` gives DPSGLD's eager chain on the
+    device too (the same draws from the device's streams, in the same order) and its ledger."""
+    from pyro_dp.experiments.grid import run_kernel
+    from pyro_dp.experiments.sgld_chains import run_sgld_chains
+    from pyro_dp.kernels.base import _PURPOSE_NOISE, _derive_seed
+    from pyro_dp.models import gmm_model, make_gmm_data
+
+    n, b, eta, clip, temp, iters = 2000, 40, 2e-3, 3.0, 0.5, 20
+    x = make_gmm_data(n, seed=0).to(DEVICE)
+    start = torch.tensor([0.3, -0.2], dtype=torch.float64, device=DEVICE)
+    k = pyro_dp.DPSGLD(gmm_model, batch_size=b, step_size=eta, grad_clip=clip, temperature=temp,
+                       num_iterations=iters, noise_multiplier=2.0, reference_delta=1e-6, seed=11, noise_seed=11,
+                       jit_compile=False, accountant="pld")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        s, _ = run_kernel(k, (x,), num_samples=iters, initial_params={"theta": start})
+    out = run_sgld_chains(gmm_model, (x,), start[None], num_iterations=iters, batch_size=b, step_size=eta,
+                          grad_clip=clip, noise_seeds=[_derive_seed(11, 0, _PURPOSE_NOISE)], temperature=temp,
+                          noise_multiplier=2.0, block=1)
+    assert out.draws.device.type == "cpu"  # by design: the runner keeps its (millions of) draws on the host
+    torch.testing.assert_close(out.draws[0].double().cpu(), s.double().cpu(), rtol=1e-8, atol=1e-12)
+    assert out.ledgers[0].entries == k.ledger.entries
