@@ -158,7 +158,7 @@ def test_the_sgld_runner_is_the_kernel_s_chain_on_the_device():
     device too (the same draws from the device's streams, in the same order) and its ledger."""
     from pyro_dp.experiments.grid import run_kernel
     from pyro_dp.experiments.sgld_chains import run_sgld_chains
-    from pyro_dp.kernels.base import _PURPOSE_NOISE, _derive_seed
+    from pyro_dp.kernels.base import kernel_chain_seed
     from pyro_dp.models import gmm_model, make_gmm_data
 
     n, b, eta, clip, temp, iters = 2000, 40, 2e-3, 3.0, 0.5, 20
@@ -171,7 +171,7 @@ def test_the_sgld_runner_is_the_kernel_s_chain_on_the_device():
         warnings.simplefilter("ignore")
         s, _ = run_kernel(k, (x,), num_samples=iters, initial_params={"theta": start})
     out = run_sgld_chains(gmm_model, (x,), start[None], num_iterations=iters, batch_size=b, step_size=eta,
-                          grad_clip=clip, noise_seeds=[_derive_seed(11, 0, _PURPOSE_NOISE)], temperature=temp,
+                          grad_clip=clip, noise_seeds=[kernel_chain_seed(11, 0, "noise")], temperature=temp,
                           noise_multiplier=2.0, block=1)
     assert out.draws.device.type == "cpu"  # by design: the runner keeps its (millions of) draws on the host
     torch.testing.assert_close(out.draws[0].double().cpu(), s.double().cpu(), rtol=1e-8, atol=1e-12)

@@ -410,20 +410,20 @@ def _sg_runs(algorithm: str, problem, params: dict, *, num_iterations: int, repe
     its batches and normals ``block`` iterations at a time (the same laws as the kernel's one at a
     time, other values; ``block=1``: the kernel's chains, ``tests/experiments/test_dphmc_fig1.py``).
     Returns the runner's output."""
-    from ..kernels.base import _PURPOSE_ALGO, _PURPOSE_NOISE, _derive_seed
+    from ..kernels.base import kernel_chain_seed
     from ._sampling import start_point, width_scale
     from .sgld_chains import run_sgld_chains, run_sgnht_chains
 
     seeds = [1000 * r + sum(map(ord, algorithm)) for r in range(int(repeats))]  # run_chain's, per repeat
     starts = torch.stack([start_point(problem, chains * r + c) for r in range(int(repeats)) for c in range(chains)])
-    noise = [_derive_seed(sd, c, _PURPOSE_NOISE) for sd in seeds for c in range(chains)]
+    noise = [kernel_chain_seed(sd, c, "noise") for sd in seeds for c in range(chains)]
     w = width_scale(problem.name, int(problem.args[0].shape[0]), problem.temperature)  # 1 here (make_kernel's)
     common = dict(num_iterations=int(num_iterations), batch_size=params["batch"], step_size=params["eta"] * w * w,
                   grad_clip=params["grad_clip"], noise_seeds=noise, temperature=problem.temperature,
                   relation="substitute", log=log, block=int(block))
     if algorithm == "dp_sgld":
         return run_sgld_chains(problem.model, problem.args, starts.to(problem.start), **common)
-    algo = [_derive_seed(sd, c, _PURPOSE_ALGO) for sd in seeds for c in range(chains)]
+    algo = [kernel_chain_seed(sd, c, "algorithm") for sd in seeds for c in range(chains)]
     return run_sgnht_chains(problem.model, problem.args, starts.to(problem.start), thermostat=float(params["A"]),
                             algo_seeds=algo, **common)
 

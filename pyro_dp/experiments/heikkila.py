@@ -278,7 +278,7 @@ def run_heikkila_fig23(out_dir: str, quick: Optional[bool] = None, log=print, de
         l. 17: not charged) drawn from seed ``1000 + r`` and has the privacy stream
         ``DPSGLD(noise_seed=r)`` would have (both lines share it: common random numbers)."""
         from ..accounting import get_accountant
-        from ..kernels.base import _PURPOSE_NOISE, _derive_seed
+        from ..kernels.base import kernel_chain_seed
         from .sgld_chains import run_sgld_chains
 
         reps = [r for r in range(p["sgld_repeats"]) if repeats is None or r in set(repeats)]
@@ -291,7 +291,7 @@ def run_heikkila_fig23(out_dir: str, quick: Optional[bool] = None, log=print, de
         acc, rel = plans[algo][2], plans[algo][3]
         out = run_sgld_chains(model, (xd,), starts.to(dev), num_iterations=p["sgld_iters"],
                               batch_size=p["sgld_batch"], step_size=step, grad_clip=plans["sgld_clip"],
-                              noise_seeds=[_derive_seed(r, 0, _PURPOSE_NOISE) for r in reps], temperature=temp,
+                              noise_seeds=[kernel_chain_seed(r, 0, "noise") for r in reps], temperature=temp,
                               noise_multiplier=plans["sgld_nm"], relation=rel,
                               # the authors' add/remove accounting with N public (q = b/N): stated explicitly (#38)
                               public_num_rows=p["n"] if rel == "add_remove" else None, log=log,

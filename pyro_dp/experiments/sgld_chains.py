@@ -125,7 +125,7 @@ def run_sgnht_chains(model: Callable, args: tuple, starts: torch.Tensor, *, num_
     ``thermostat`` :math:`A`). Each chain's state is the kernel's
     (:func:`~pyro_dp.kernels.sgmcmc.sgnht_init`): its momentum :math:`p \sim \mathcal N(0, I)`
     is drawn from the chain's *algorithm* generator seeded by ``algo_seeds[r]`` (data-free, not a
-    release; the kernel's ``_PURPOSE_ALGO`` stream), its thermostat starts at :math:`A`; each
+    release; the kernel's ``"algorithm"`` stream, :func:`~pyro_dp.kernels.base.kernel_chain_seed`), its thermostat starts at :math:`A`; each
     iteration applies :func:`~pyro_dp.kernels.sgmcmc.sgnht_update` to the private gradient.
     ``draws`` holds the points :math:`\theta`.
 

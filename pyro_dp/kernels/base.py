@@ -64,7 +64,8 @@ from .privacy_engine import DEFAULT_DELTA, DEFAULT_EPSILON, BudgetExhaustedWarni
 from .workers import WORKER_SLOTS, ChainFailedError, WorkerBookkeeping, WorkerReleases  # noqa: F401 (re-exported)
 
 __all__ = ["DPKernel", "BudgetExhaustedWarning", "SamplingWarning", "PrivacyNotice", "ChainLedger", "ChainFailedError",
-           "WorkerReleases", "check_positive", "NONPRIVATE_PREFIX", "DEFAULT_EPSILON", "DEFAULT_DELTA", "DEFAULT_ITERATIONS"]
+           "WorkerReleases", "check_positive", "NONPRIVATE_PREFIX", "DEFAULT_EPSILON", "DEFAULT_DELTA", "DEFAULT_ITERATIONS",
+           "kernel_chain_seed"]
 
 
 
@@ -74,6 +75,23 @@ def _derive_seed(*words: int) -> int:
 
 
 _PURPOSE_INIT, _PURPOSE_ALGO, _PURPOSE_NOISE = 1, 2, 3
+_STREAMS = {"init": _PURPOSE_INIT, "algorithm": _PURPOSE_ALGO, "noise": _PURPOSE_NOISE}
+
+
+def kernel_chain_seed(seed: int, chain: int, stream: str) -> int:
+    """The seed of stream ``stream`` of chain ``chain`` (0, 1, ... in the order Pyro's runner
+    runs them) of a kernel built with ``seed=seed`` (``"init"``: the start; ``"algorithm"``:
+    proposals, momenta, accept uniforms) or ``noise_seed=seed`` (``"noise"``: releases and
+    batches), in the process that built it (a worker process adds OS entropy). A runner outside
+    the kernel uses it to run the kernel's own chains (e.g.
+    :func:`~pyro_dp.experiments.sgld_chains.run_sgld_chains`' ``noise_seeds``).
+
+    >>> kernel_chain_seed(7, 0, "noise") == kernel_chain_seed(7, 0, "noise") != kernel_chain_seed(7, 1, "noise")
+    True
+    """
+    if stream not in _STREAMS:
+        raise ValueError(f"stream must be one of {sorted(_STREAMS)}, got {stream!r}")
+    return _derive_seed(int(seed), int(chain), _STREAMS[stream])
 
 
 
@@ -284,7 +302,7 @@ class DPKernel(PrivacyClient, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
         self._initial_params = self._user_initial_params
 
     def _chain_seed(self, purpose: int, base: Optional[int] = None) -> int:
-        words = [self.seed if base is None else base, self._chain_index, purpose]
+        words = [self.seed if base is None else base, self._chain_index, purpose]  # = kernel_chain_seed's
         if os.getpid() != self._owner_pid:  # a worker process: make streams independent
             words.append(secrets.randbits(63))
         return _derive_seed(*words)

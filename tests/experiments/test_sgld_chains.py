@@ -17,7 +17,7 @@ import torch
 from pyro_dp.accounting import get_accountant
 from pyro_dp.experiments import sgld_chains as sc
 from pyro_dp.experiments.grid import run_kernel
-from pyro_dp.kernels.base import _PURPOSE_ALGO, _PURPOSE_NOISE, _derive_seed
+from pyro_dp.kernels.base import kernel_chain_seed
 from pyro_dp.kernels.sgmcmc import DPSGLD, DPSGNHT, SGNHTState
 from pyro_dp.mechanisms import poisson_batches, poisson_subsample, poisson_subsamples
 from pyro_dp.models import gmm_model, make_gmm_data
@@ -40,7 +40,7 @@ def _kernel_chain(seed, start, relation="substitute", public=None):
 
 def _noise_seed(kernel) -> int:
     """The seed of the kernel's first chain's privacy stream (DPKernel._chain_seed at chain 0)."""
-    return _derive_seed(kernel.noise_seed, 0, _PURPOSE_NOISE)
+    return kernel_chain_seed(kernel.noise_seed, 0, "noise")
 
 
 @pytest.mark.parametrize("relation,public", [("substitute", None), ("add_remove", N)])
@@ -93,7 +93,7 @@ def _sgnht_run(starts, kernels, **kw):
     return sc.run_sgnht_chains(gmm_model, (make_gmm_data(N, seed=0),), starts, num_iterations=ITERS, batch_size=B,
                                step_size=H, grad_clip=CLIP, thermostat=A, temperature=T, noise_multiplier=NM,
                                noise_seeds=[_noise_seed(k) for k, _, _ in kernels],
-                               algo_seeds=kw.pop("algo_seeds", [_derive_seed(k.seed, 0, _PURPOSE_ALGO)
+                               algo_seeds=kw.pop("algo_seeds", [kernel_chain_seed(k.seed, 0, "algorithm")
                                                                 for k, _, _ in kernels]), **kw)
 
 
@@ -120,7 +120,7 @@ def test_sgnht_mutants_are_not_the_kernels_chain(monkeypatch):
     start = torch.tensor([[0.3, -0.2]], dtype=torch.float64)
     kernels = [_sgnht_kernel_chain(11, start[0])]
     s = kernels[0][1]
-    other_seed = _sgnht_run(start, kernels, block=1, algo_seeds=[_derive_seed(11, 1, _PURPOSE_ALGO)])
+    other_seed = _sgnht_run(start, kernels, block=1, algo_seeds=[kernel_chain_seed(11, 1, "algorithm")])
     assert not torch.allclose(other_seed.draws[0], s, rtol=1e-6, atol=1e-9)
 
     def no_friction(state, g, h):
@@ -252,3 +252,17 @@ def test_first_occurrence_mask_numpy_and_torch_agree():
     assert torch.equal(a, b)
     row = draws[0].tolist()
     assert a[0].tolist() == [row.index(v) == j for j, v in enumerate(row)]
+
+
+def test_kernel_chain_seed_is_the_kernel_s_and_refuses_an_unknown_stream():
+    """``kernel_chain_seed`` gives the seeds the kernel's own chains use (its private
+    ``_chain_seed``), per chain and stream; an unknown stream is refused."""
+    k = DPSGLD(gmm_model, batch_size=B, step_size=ETA, grad_clip=CLIP, num_iterations=ITERS, seed=5, noise_seed=9)
+    for chain in (0, 3):
+        k._chain_index = chain
+        assert kernel_chain_seed(5, chain, "algorithm") == k._chain_seed(2)
+        assert kernel_chain_seed(5, chain, "init") == k._chain_seed(1)
+        assert kernel_chain_seed(9, chain, "noise") == k._chain_seed(3, base=9)
+    assert len({kernel_chain_seed(5, 0, s) for s in ("init", "algorithm", "noise")}) == 3
+    with pytest.raises(ValueError, match="stream"):
+        kernel_chain_seed(5, 0, "momentum")
