@@ -64,6 +64,9 @@ def take_declared_subsample(kernel, *, first_setup: bool) -> None:
             f"iteration ({MINIBATCH_KERNELS}, e.g. DPMinibatchPenalty(model, batch_size=None, ...)): it takes "
             f"b = {b} as its batch size, with the privacy accounting of that batch size (docs/privacy.md)")
     if not kernel._batch_size_given:
+        if b is None and getattr(kernel, "full_batch_default", False):
+            kernel.batch_size = kernel.lik.num_rows  # the default path: every row, q = 1 (N public)
+            return
         if b is None:
             raise ValueError(
                 f"{name}: batch_size=None takes the batch size from the data plate's subsample_size, but the plate "

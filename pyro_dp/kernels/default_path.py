@@ -148,8 +148,9 @@ class DefaultPath:
                 f"{type(self).__name__}: at this budget the privacy noise limits each move to about {ratio:.2g} "
                 "of the posterior's scale (guessed from the private clip): expect slow mixing and few effective "
                 f"samples (predicted: about {ess:.2g} in this chain, pyro_dp.feasibility). Spend more epsilon, run "
-                "fewer iterations (the noise per iteration grows with their square root) or use more rows "
-                "(docs/tuning.md)",
+                "fewer iterations (the noise per iteration grows with their square root), use more rows, or use "
+                "DPSGLD(model, epsilon=...), whose moves the noise does not limit (no accept test: an unadjusted "
+                "chain; docs/tuning.md, 'Without an accept test')",
                 SamplingWarning,
             )
         return jump, sd

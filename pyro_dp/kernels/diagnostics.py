@@ -89,8 +89,9 @@ class ChainReporting:
         not help at the same ε: the noise per iteration grows with the number of iterations."""
         if self.__dict__.get("_noise_limited"):
             return ("at this epsilon more iterations will not help (the privacy noise per iteration grows with their "
-                    "number, see the warning before the chain ran): spend more epsilon or use more rows "
-                    "(docs/tuning.md)")
+                    "number, see the warning before the chain ran): spend more epsilon, use more rows, or use "
+                    "DPSGLD(model, epsilon=...), whose moves the noise does not limit (docs/tuning.md, 'Without an "
+                    "accept test')")
         return ESS_ADVICE
 
     def _diagnostics_warn(self, message: str, category) -> None:

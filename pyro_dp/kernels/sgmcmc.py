@@ -99,6 +99,7 @@ from ..compiled import cached_zeros
 from ..mechanisms import (GaussianReleaseSpec, SubsampledGaussianEvent, clip_and_sum, gaussian_release_spec,
                           poisson_batch, subsampled_gaussian_event)
 from .base import DPKernel, check_positive
+from .tuning import init_to_center, posterior_scale_guess
 from .mh import can_fuse
 
 __all__ = [
@@ -173,6 +174,20 @@ class GradientRelease(NamedTuple):
     event: SubsampledGaussianEvent
     clipped_fraction: float
     noise_std: float
+
+
+#: The default path's largest DP-SGLD step in units of the guessed posterior variance
+#: (:meth:`DPSGLD._apply_tuning`): the unadjusted Langevin step's variance inflation on a Gaussian,
+#: :math:`1/(1-\eta/(4\sigma^2))`, stays below 1.08.
+LANGEVIN_STEP_CAP = 0.3
+
+#: The default path's DP-SGLD clip over the highest quantile of the gradient norms its tuner
+#: resolves (:meth:`DPSGLD._apply_tuning`): no accept test corrects a clipping bias, and the tuner's
+#: count noise cannot place the clip above the top ~0.3% of rows at N = 5·10⁴. Measured on the
+#: default suite's linear and Poisson models at ε = 2 (``docs/tuning.md``): the tuned quantile
+#: itself left sigma 0.8–1.4 sd off; 1.5× of it, every mean within 0.75 sd (the step, ∝ 1/C²,
+#: shrinks 2.25×).
+LANGEVIN_CLIP_HEADROOM = 1.5
 
 
 def langevin_noise_multiplier(
@@ -301,13 +316,18 @@ def sgld_update(z: torch.Tensor, grad: torch.Tensor, step_size) -> torch.Tensor:
 
 
 def sgld_step(noise, state: SGLDState, lik, *, step_size, sample_rate, grad_clip, noise_multiplier,
-              relation="substitute") -> Tuple[SGLDState, SGMCMCInfo]:
+              relation="substitute", diffusion: float = 0.0, rng=None) -> Tuple[SGLDState, SGMCMCInfo]:
     r"""One DP-SGLD step :math:`\theta' = \theta + \frac\eta2\tilde g(\theta)`. With
     ``noise_multiplier`` equal to :func:`langevin_noise_multiplier` the noise inside
-    :math:`\tilde g` is exactly the :math:`\mathcal N(0,\eta I)` of Welling & Teh (2011, eq. 4)."""
+    :math:`\tilde g` is exactly the :math:`\mathcal N(0,\eta I)` of Welling & Teh (2011, eq. 4).
+    With a smaller one (the default path's, :class:`DPSGLD`) ``diffusion`` is the variance
+    missing from it, added as :math:`\mathcal N(0, \mathrm{diffusion}\,I)` drawn from ``rng``
+    (the algorithm stream: data-free, not a release); ``0``: nothing drawn."""
     rel = private_gradient(noise, lik, state.z, sample_rate=sample_rate, grad_clip=grad_clip,
                            noise_multiplier=noise_multiplier, relation=relation)
     z = sgld_update(state.z, rel.grad, step_size)
+    if diffusion > 0:
+        z = z + math.sqrt(diffusion) * torch.randn(z.shape, generator=rng, dtype=z.dtype, device=z.device)
     return SGLDState(z), SGMCMCInfo(True, (rel.event,), rel.clipped_fraction, rel.noise_std)
 
 
@@ -357,7 +377,7 @@ class _SGMCMC(DPKernel):
     _kind = ""
     supported_relations = ("add_remove", "substitute")
 
-    def __init__(self, model, batch_size, step_size, grad_clip, noise_multiplier=None, *,
+    def __init__(self, model, batch_size=None, step_size=None, grad_clip=None, noise_multiplier=None, *,
                  relation="substitute", public_num_rows=None, accountant=None, **kwargs):
         if relation not in _SENSITIVITY:
             raise ValueError(f"relation must be 'add_remove' or 'substitute', got {relation!r}")
@@ -376,11 +396,36 @@ class _SGMCMC(DPKernel):
                                 else check_positive("public_num_rows", public_num_rows, integer=True))
         if kwargs.pop("non_private", False):
             raise ValueError("SG-MCMC has no noise-free mode: its Langevin noise is the privacy noise")
-        if accountant is None:  # the tight numerical accountant under both relations (module doc)
-            accountant = "pld"
+        auto = tuple(n for n, v in (("step_size", step_size), ("grad_clip", grad_clip)) if v is None)
+        full_batch = bool(auto) and batch_size is None and relation == "substitute"
+        #: the accountant was chosen by the kernel (``accountant=None``)
+        self._accountant_chosen = accountant is None
+        if accountant is None:  # the tight numerical accountant under both relations (module doc); for the
+            # default path's full batch every release is a Gaussian, which "gdp" composes exactly
+            accountant = "gdp" if full_batch else "pld"
+        if auto:
+            if self._kind != "sgld":
+                raise ValueError(f"{type(self).__name__} has no default path: give step_size and grad_clip "
+                                 "(DPSGLD(model, epsilon=...) tunes both)")
+            if len(auto) == 1:
+                raise ValueError("give both step_size and grad_clip, or neither (the default path tunes both: the "
+                                 "step follows from the tuned clip and the noise, docs/tuning.md)")
+            if noise_multiplier is not None:
+                raise ValueError("the default path (step_size and grad_clip left out) calibrates the noise to the "
+                                 "budget: give epsilon= instead of noise_multiplier, or give all three")
+            if kwargs.get("init_strategy") is None:
+                kwargs["init_strategy"] = init_to_center  # the tuner's data-free start: the prior centre
         super().__init__(model, accountant=accountant, relation=relation, **kwargs)
+        #: settings the kernel tunes privately at every chain's start (left out by the user)
+        self.auto_tuned = auto
+        #: with batch_size=None and no plate subsample_size, the default path reads every row
+        #: each iteration (q = 1; under substitution, where N is public)
+        self.full_batch_default = full_batch
+        #: variance of the data-free diffusion added each step (the default path's top-up, sgld_step)
+        self.diffusion = 0.0
 
-        if not get_accountant(accountant, relation=relation).supports(SubsampledGaussianEvent(0.5, 1.0)):
+        if not get_accountant(accountant, relation=relation).supports(SubsampledGaussianEvent(1.0 if full_batch else 0.5,
+                                                                                               1.0)):
             ok = "'rdp', 'prv', 'pld' or 'dp_rdp'" if relation == "add_remove" else "'pld'"
             raise ValueError(
                 f"accountant {accountant!r} cannot analyse the Poisson-subsampled Gaussian under "
@@ -388,8 +433,8 @@ class _SGMCMC(DPKernel):
             )
         self._batch_size_given = batch_size is not None  # None: the data plate's subsample_size
         self.batch_size = None if batch_size is None else self._check_plate_batch_size(batch_size)
-        self.step_size = check_positive("step_size", step_size)
-        self.grad_clip = check_positive("grad_clip", grad_clip)
+        self.step_size = None if step_size is None else check_positive("step_size", step_size)
+        self.grad_clip = None if grad_clip is None else check_positive("grad_clip", grad_clip)
         if noise_multiplier is not None:
             noise_multiplier = check_positive("noise_multiplier", noise_multiplier)
         self.required_noise_multiplier = noise_multiplier
@@ -397,6 +442,9 @@ class _SGMCMC(DPKernel):
         self.langevin_noise_multiplier: Optional[float] = None
         self.sample_rate: Optional[float] = None
         self._calibration_key = None
+        if auto:
+            self.privacy.adopt_default_budget()  # calibrated to the budget (the default one if none is given)
+            self.init = self._auto_tuner()
 
     takes_plate_batch = True
 
@@ -426,6 +474,13 @@ class _SGMCMC(DPKernel):
         if key == self._calibration_key:
             return  # setup() runs again (MCMC._set_transforms): nothing to redo
         q = self.batch_size / n  # q = b/N (b/M under add/remove), b the expected batch size
+        if self.auto_tuned:  # the default path: the budget's noise now, the step from the tuned clip (_apply_tuning)
+            if q < 1.0 and self._accountant_chosen and self.accountant == "gdp":
+                self.privacy.accountant = "pld"  # the plate's subsample_size: subsampled, "gdp" cannot compose it
+            self.sample_rate = q
+            self.noise_multiplier = self._calibrate_scale(lambda s: ((), [SubsampledGaussianEvent(q, s)]), rtol=1e-6)
+            self._calibration_key = key
+            return
         nm_l = langevin_noise_multiplier(
             self._kind, step_size=self.step_size, sample_rate=q, grad_clip=self.grad_clip,
             temperature=self.temperature, thermostat=self._thermostat_value(), relation=self.relation,
@@ -485,8 +540,10 @@ _PARAMS_HEAD = r"""
     :param int batch_size: :math:`b`, the **expected** batch size; rows are Poisson-sampled
         with :math:`q = b/N` (:math:`b/M` under add/remove) and gradients scaled by :math:`1/q`
         (module doc). ``None``: the data plate's ``subsample_size``
-        (:mod:`~pyro_dp.kernels.declared_batch`), accounted as that :math:`b`.
-    :param float step_size: :math:`\eta` (SGLD) or :math:`h` (SGNHT), fixed.
+        (:mod:`~pyro_dp.kernels.declared_batch`), accounted as that :math:`b`; on
+        :class:`DPSGLD`'s default path with no ``subsample_size``, every row (:math:`q = 1`).
+    :param float step_size: :math:`\eta` (SGLD) or :math:`h` (SGNHT), fixed. :class:`DPSGLD`:
+        leave it and ``grad_clip`` out for the default path (below).
     :param float grad_clip: :math:`C`, L2 clip of each per-example gradient in unconstrained space.
 """
 _PARAMS_TAIL = r"""    :param float noise_multiplier: optional *minimum* noise multiplier (σ/Δ under ``relation``)
@@ -516,6 +573,24 @@ class DPSGLD(_SGMCMC):
     __doc__ = r"""Differentially private SGLD (Welling & Teh 2011; Wang et al. 2015; Li et al. 2019)
     as a Pyro ``MCMCKernel``: :math:`\theta' = \theta + \frac\eta2\tilde g(\theta)`
     (:func:`sgld_step`).
+
+    **The default path** (``DPSGLD(model, epsilon=ε)``: ``step_size`` and ``grad_clip`` left out,
+    #40). It reads every row each iteration (:math:`q = 1`, the unadjusted Langevin algorithm
+    with the full data's clipped gradient sum; ``accountant="gdp"``, exact for these Gaussian
+    releases), calibrates the noise to the budget, and at each chain's start runs
+    :class:`~pyro_dp.kernels.tuning.DPAutoTune` with ``whiten=True`` (private start, scales and
+    metric: the chain runs in posterior-shaped coordinates). It then sets
+    :math:`C` to :data:`LANGEVIN_CLIP_HEADROOM` times the highest gradient-norm quantile the
+    tuner resolves. The step is the largest whose release noise fits inside Langevin's
+    :math:`\mathcal N(0, \eta I)` ("privacy for free", Wang, Fienberg & Smola 2015), capped at
+    :data:`LANGEVIN_STEP_CAP` times the guessed posterior variance. The rest of the diffusion is
+    drawn data-free from the algorithm stream (``diffusion``). With no accept test, the
+    noise does not shrink the moves as the run grows, as it does for the penalty test. Measured
+    at ε = 2, N = 5·10⁴, on the default suite's three GLMs, where DPPenalty and DPHMC are
+    noise-limited: every mean within 0.5 NUTS sd and every sd within 30 % (``docs/tuning.md``,
+    "Without an accept test"). The price is an unadjusted chain: a bias from the step (a
+    variance factor of at most about 1.08 on a Gaussian) and from the clip, which nothing
+    corrects.
 """ + _PARAMS_HEAD + _PARAMS_TAIL + r"""
     Example
     -------
@@ -546,6 +621,37 @@ class DPSGLD(_SGMCMC):
     ValueError: DPSGLD: relation='add_remove' makes the number of rows N private ...
     """
     _kind = "sgld"
+    whiten_by_default = True  # the default path runs in the private metric's coordinates (docs/tuning.md)
+    _chain_attrs = _SGMCMC._chain_attrs + ("step_size", "grad_clip", "diffusion", "langevin_noise_multiplier")
+
+    def _ratio_noise_multiplier(self):
+        # The default path's clip: as few rows above it as the tuner's count noise resolves
+        # (DPAutoTune.ratio_quantile with no ratio noise). Amin et al.'s balance (about 2 nm rows
+        # above) weighs clipping bias against release noise; here the release noise is part of
+        # Langevin's diffusion, and a larger clip costs only a smaller step, while no accept test
+        # corrects the bias (measured: 168 rows above put a linear model's sigma 1.4 sd off).
+        return 0.0 if self.auto_tuned else None
+
+    def _apply_tuning(self, result):
+        # The clip: the higher of the tuner's two quantiles, as DPHMC's (the ratio quantile sits about
+        # 2 nm rows above the clip, where raising it adds as much noise as it removes clipping bias:
+        # Amin et al. 2019). Without an accept test nothing corrects a clipping bias, so a low quantile
+        # moves the chain (measured: the 0.99 quantile put a linear model's means 2.2 sd off,
+        # benchmarks/langevin_study.py).
+        self.grad_clip = LANGEVIN_CLIP_HEADROOM * max(result.grad_clip, result.llr_clip)
+        n, T = getattr(self.lik, "global_num_rows", self.lik.num_rows), self.lik.temperature
+        sd = posterior_scale_guess(result.grad_clip, n, self.lik.dim, T)
+        # "Privacy for free" (Wang, Fienberg & Smola 2015): the largest step whose release noise fits
+        # within Langevin's N(0, eta I). nm_L(eta) = nm_L(1)/sqrt(eta) (langevin_noise_multiplier), so
+        # nm_L(eta) >= nm  <=>  eta <= (nm_L(1)/nm)^2; capped at LANGEVIN_STEP_CAP sd^2, where ULA's
+        # discretisation inflates a Gaussian's variance by 1/(1 - eta/(4 sd^2)) <= 1.08.
+        nm_l1 = langevin_noise_multiplier("sgld", step_size=1.0, sample_rate=self.sample_rate,
+                                          grad_clip=self.grad_clip, temperature=T, relation=self.relation)
+        self.step_size = min((nm_l1 / self.noise_multiplier) ** 2, LANGEVIN_STEP_CAP * sd * sd)
+        self.langevin_noise_multiplier = nm_l1 / math.sqrt(self.step_size)
+        # the release puts eta (nm/nm_L)^2 of the diffusion in; the rest is data-free (sgld_step)
+        self.diffusion = max(self.step_size * (1.0 - (self.noise_multiplier / self.langevin_noise_multiplier) ** 2),
+                             0.0)
 
     def _extra_noise_note(self, kappa2):
         eta = self.step_size / kappa2
@@ -556,7 +662,7 @@ class DPSGLD(_SGMCMC):
         return sgld_init(self.lik, z)
 
     def _step(self, state):
-        return sgld_step(self._noise, state, self.lik, **self._step_kwargs())
+        return sgld_step(self._noise, state, self.lik, **self._step_kwargs(), diffusion=self.diffusion, rng=self._rng)
 
 
 class DPSGNHT(_SGMCMC):
