@@ -78,12 +78,14 @@ def card(eps, name, dseed):
         mcmc = MCMC(k, num_samples=1000, warmup_steps=500, disable_progbar=True)
         mcmc.run(*args)
     coords = ds.compare(mcmc.get_samples(), ref)
+    ess = min(float(effective_sample_size(v.reshape(1, v.shape[0], -1), chain_dim=0, sample_dim=1).min())
+              for v in mcmc.get_samples().values())
     warned = [str(w.message)[:120] for w in caught if issubclass(w.category, pyro_dp.SamplingWarning)]
     err = max(c["mean_err"] for c in coords.values())
     ratios = [c["sd_ratio"] for c in coords.values()]
     print(f"{name:8s} eps={eps:g} data seed {dseed}: card's line | worst |dmean|/sd {err:.2f}, sd ratios "
           f"{min(ratios):.2f}-{max(ratios):.2f}, eps spent {k.get_epsilon(DELTA):.3f}, step {k.step_size:.3g}, "
-          f"clip {k.grad_clip:.3g}, warned {len(warned)}: {warned}")
+          f"clip {k.grad_clip:.3g}, smallest ESS {ess:.0f}, warned {len(warned)}: {warned}")
 
 
 def main(eps, name, dseed, eta=0.0, quantile=0.999):

@@ -43,6 +43,11 @@ path's runs (``docs/choosing.md``): the whitened prediction is within a factor 2
 tested, where the unwhitened one, still right for ``whiten=False``, under-predicts the whitened
 chain's ESS by 1.9–3.0× (``benchmarks/feasibility_check.py``).
 
+**DPSGLD** (its default path, no accept test) follows steps 1, 2 and 4 (the ratio quantile
+with no ratio noise, times :data:`~pyro_dp.kernels.sgmcmc.LANGEVIN_CLIP_HEADROOM`, is its
+gradient clip), and in place of 3 and 5 its free Langevin step and the ESS of an unadjusted
+chain on a Gaussian (an AR(1); :func:`predicted_move`).
+
 It then finds the :math:`N` (at this :math:`\varepsilon`) and the :math:`\varepsilon` (at this
 :math:`N`) at which the predicted ESS reaches ``target_ess`` — or half the noise-free ESS of the
 same run when that is lower (bisection: the ESS grows with both).
@@ -183,7 +188,7 @@ class Feasibility:
     r"""What :func:`feasibility` predicts (all public: from :math:`N`, the budget, the run
     length and the model's shapes, never from data).
 
-    :ivar kernel: ``"DPPenalty"`` or ``"DPHMC"``.
+    :ivar kernel: ``"DPPenalty"``, ``"DPHMC"`` or ``"DPSGLD"``.
     :ivar num_rows: :math:`N`.
     :ivar epsilon, delta: the budget (all chains).
     :ivar noise_multiplier: of the ratio release, as the kernel calibrates it.
@@ -238,18 +243,25 @@ def _check_pos(name, value) -> float:
     return float(value)
 
 
-KERNELS = ("DPPenalty", "DPHMC")
+KERNELS = ("DPPenalty", "DPHMC", "DPSGLD")
 
 
 def _noise(kernel: str, epsilon: float, delta: float, iterations: int, chains: int, temperature: float,
            num_steps: int):
     """``(ratio noise multiplier, the tuner)`` exactly as the kernel's default path sets them."""
     from . import kernels as K  # here: kernels.default_path imports this module (a cycle at import time)
+    from .mechanisms import SubsampledGaussianEvent
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         kw = dict(epsilon=epsilon, delta=delta, num_iterations=iterations, num_chains=chains,
                   temperature=temperature, seed=0)
+        if kernel == "DPSGLD":  # its default path: every row, q = 1 (DPSGLD._calibrate's, without the data)
+            k = K.DPSGLD(_no_model, **kw)
+            k.init.configure(epsilon=k.epsilon, delta=k.delta, num_chains=k.num_chains, non_private=False)
+            nm = float(k._calibrate_scale(lambda s: ((), [SubsampledGaussianEvent(1.0, s)]), rtol=1e-6))
+            k.init.set_ratio_noise(0.0)  # DPSGLD._ratio_noise_multiplier on the default path
+            return nm, k.init
         k = K.DPHMC(_no_model, num_steps=num_steps, **kw) if kernel == "DPHMC" else K.DPPenalty(_no_model, **kw)
         k.init.configure(epsilon=k.epsilon, delta=k.delta, num_chains=k.num_chains, non_private=False)
         k._calibrate()
@@ -260,12 +272,12 @@ def _noise(kernel: str, epsilon: float, delta: float, iterations: int, chains: i
 
 def _chain_coordinates(profile: ModelProfile, kernel: str, whiten: Optional[bool]) -> Tuple[ModelProfile, bool]:
     """``(profile in the chain's coordinates, whitened)`` (:func:`feasibility`'s ``whiten``)."""
-    from .kernels import DPHMC, DPPenalty  # here: the import cycle of _noise
+    from . import kernels as K  # here: the import cycle of _noise
 
     if whiten is not None and not isinstance(whiten, bool):
         raise TypeError(f"whiten must be True, False or None, got {whiten!r}")
     if whiten is None:
-        default = (DPHMC if kernel == "DPHMC" else DPPenalty).whiten_by_default and profile.num_latents >= 2
+        default = getattr(K, kernel).whiten_by_default and profile.num_latents >= 2
         if default and profile.whitened_norms is None:
             warnings.warn(f"feasibility: profile {profile.name!r} has no whitened_norms, so the prediction is for "
                           f"a chain in the model's coordinates, but {kernel}'s default path whitens this model "
@@ -308,8 +320,10 @@ def predicted_move(*, kernel: str, num_rows: int, noise_multiplier: float, clip:
     T, n, nm, b = float(temperature), float(num_rows), float(noise_multiplier), float(clip)
     precision = T * n * F
     sd_max = math.sqrt(float(torch.linalg.eigvalsh(torch.linalg.inv(precision)).max()))
-    jump = penalty_jump_length(nm, b, T)
     guess = posterior_scale_guess(grad_norm, int(n), D, T)
+    if kernel == "DPSGLD":
+        return _langevin_move(nm, b, T, guess, sd_max, num_samples, num_chains)
+    jump = penalty_jump_length(nm, b, T)
     noise_per_step = 4.0 * nm * nm * b * b * T * T * D  # sigma^2 per unit s^2 (sigma = 2 nm b T s sqrt(D))
     if kernel == "DPHMC":
         if noise_ratio is None:
@@ -334,6 +348,24 @@ def predicted_move(*, kernel: str, num_rows: int, noise_multiplier: float, clip:
     return jump / guess, ell, acceptance, ess
 
 
+def _langevin_move(nm, clip, T, guess, sd_max, num_samples, num_chains):
+    r""":func:`predicted_move` for DPSGLD's default path (:meth:`~pyro_dp.kernels.sgmcmc.DPSGLD._apply_tuning`):
+    the free step :math:`\eta = (\mathrm{nm}_L(1)/\mathrm{nm})^2`, :math:`\mathrm{nm}_L(1) = 1/(TC)`
+    (full batch, substitution: :func:`~pyro_dp.kernels.sgmcmc.langevin_noise_multiplier` at
+    :math:`\eta = 1`), capped at :data:`~pyro_dp.kernels.sgmcmc.LANGEVIN_STEP_CAP` guessed
+    variances. The unadjusted chain on a Gaussian of variance :math:`\sigma^2` is an AR(1) with
+    :math:`\rho = 1 - \eta/(2\sigma^2)`, whose ESS over :math:`n` draws is
+    :math:`n(1-\rho)/(1+\rho)` (the slowest direction's :math:`\sigma`). ``move_ratio``: the
+    diffusion per step :math:`\sqrt\eta` over that :math:`\sigma`; no test, acceptance 1."""
+    from .kernels.sgmcmc import LANGEVIN_STEP_CAP  # here: the import cycle of _noise
+
+    free = math.inf if nm == 0 else (1.0 / (T * clip * nm)) ** 2
+    eta = min(free, LANGEVIN_STEP_CAP * guess * guess)
+    a = min(eta / (2.0 * sd_max * sd_max), 1.0)
+    ess = num_chains * num_samples * min(1.0, a / (2.0 - a))
+    return math.sqrt(eta) / guess, math.sqrt(eta) / sd_max, 1.0, ess
+
+
 def feasibility(model: Union[str, ModelProfile], *, num_rows: int, epsilon: float, delta: float = 1e-5,
                 dim: Optional[int] = None, kernel: str = "DPPenalty", num_samples: int = 1000,
                 warmup_steps: int = 1000, num_chains: int = 1, temperature: float = 1.0, num_steps: int = 5,
@@ -347,7 +379,7 @@ def feasibility(model: Union[str, ModelProfile], *, num_rows: int, epsilon: floa
     :param int num_rows: :math:`N` (public).
     :param float epsilon, delta: the budget of all chains together.
     :param int dim: number of features (built-in profiles; default 5 for logistic, 3 otherwise).
-    :param str kernel: ``"DPPenalty"`` or ``"DPHMC"`` (its default path).
+    :param str kernel: ``"DPPenalty"``, ``"DPHMC"`` or ``"DPSGLD"`` (its default path).
     :param int num_samples, warmup_steps, num_chains: the run (``MCMC``'s arguments).
     :param float temperature: :math:`T`.
     :param int num_steps: DP-HMC's leapfrog steps :math:`L`.
@@ -367,6 +399,7 @@ def feasibility(model: Union[str, ModelProfile], *, num_rows: int, epsilon: floa
     """
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS} (the kernels with a default path), got {kernel!r}")
+    from .kernels.sgmcmc import LANGEVIN_CLIP_HEADROOM  # here: the import cycle of _noise
     n = _check_int("num_rows", num_rows, 2)
     eps = _check_pos("epsilon", epsilon)
     if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0.0 < delta < 1.0:
@@ -393,6 +426,8 @@ def feasibility(model: Union[str, ModelProfile], *, num_rows: int, epsilon: floa
         nm, tuner = noise if noise is not None else _noise(kernel, e, float(delta), iterations, chains, T, L)
         b = profile.quantile(tuner.ratio_quantile(n_rows))
         g = profile.quantile(tuner.grad_quantile)
+        if kernel == "DPSGLD":  # its gradient clip (DPSGLD._apply_tuning)
+            b = LANGEVIN_CLIP_HEADROOM * max(b, g)
         r = predicted_move(kernel=kernel, num_rows=n_rows, noise_multiplier=nm, clip=b, grad_norm=g,
                            fisher=profile.fisher, num_samples=samples, warmup_steps=warmup, num_chains=chains,
                            temperature=T, num_steps=L)

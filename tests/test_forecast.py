@@ -17,7 +17,8 @@ def test_noise_multiplier_is_the_kernels_own_calibration():
     from pyro_dp.models.default_suite import logistic_model, make_logistic_data
 
     X, y = make_logistic_data(200)
-    for kernel, attr in (("DPPenalty", "noise_multiplier"), ("DPHMC", "llr_noise_multiplier")):
+    for kernel, attr in (("DPPenalty", "noise_multiplier"), ("DPHMC", "llr_noise_multiplier"),
+                         ("DPSGLD", "noise_multiplier")):
         f = feasibility("logistic", num_rows=200, epsilon=2.0, dim=3, kernel=kernel, num_samples=300,
                         warmup_steps=200)
         with warnings.catch_warnings():
@@ -210,3 +211,21 @@ def test_the_table_in_choosing_md_is_what_feasibility_gives_today(capsys):
     doc = (ROOT / "docs" / "choosing.md").read_text().splitlines()
     start = doc.index(table[0])
     assert doc[start:start + len(table)] == table
+
+
+def test_dpsgld_is_predicted_free_of_the_noise_limit():
+    """DPSGLD's default path (no accept test): in the noise-limited regime of the issue's first
+    table (N = 5·10⁴, ε = 2) its predicted ESS is several times DPPenalty's; its step is the free
+    one there (below the cap, so the ESS is below the noise-free ceiling), and at ε = 8 the cap's
+    (ESS = ceiling). The AR(1) formula by hand for the ceiling: a = 0.3 guess² / (2 sd²)."""
+    run = dict(num_rows=50_000, dim=3, num_samples=1000, warmup_steps=500)
+    sgld, pen = feasibility("linear", epsilon=2.0, kernel="DPSGLD", **run), feasibility("linear", epsilon=2.0, **run)
+    assert sgld.ess > 3 * pen.ess and sgld.acceptance == 1.0
+    assert sgld.ess < sgld.ess_ceiling
+    high = feasibility("linear", epsilon=8.0, kernel="DPSGLD", **run)
+    assert high.ess == pytest.approx(high.ess_ceiling)
+    _, ratio, _, ess = predicted_move(kernel="DPSGLD", num_rows=10_000, noise_multiplier=0.0, clip=1.0, grad_norm=1.0,
+                                      fisher=[[1.0, 0.0], [0.0, 1.0]], num_samples=1000, warmup_steps=0)
+    sd = 1 / 100.0  # (T N F)^(-1/2)
+    a = 0.3 * (2 ** 0.5 / 100.0) ** 2 / (2 * sd * sd)  # guess = sqrt(D) / (g sqrt(N))
+    assert ess == pytest.approx(1000 * a / (2 - a)) and ratio == pytest.approx((0.3 * 2 / 100.0 ** 2) ** 0.5 / sd)

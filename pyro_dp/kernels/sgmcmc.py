@@ -587,8 +587,9 @@ class DPSGLD(_SGMCMC):
     drawn data-free from the algorithm stream (``diffusion``). With no accept test, the
     noise does not shrink the moves as the run grows, as it does for the penalty test. Measured
     at ε = 2, N = 5·10⁴, on the default suite's three GLMs, where DPPenalty and DPHMC are
-    noise-limited: every mean within 0.5 NUTS sd and every sd within 30 % (``docs/tuning.md``,
-    "Without an accept test"). The price is an unadjusted chain: a bias from the step (a
+    noise-limited: every mean within 0.5 NUTS sd and every sd within 30 % in 10 of 12 runs, every
+    mean within 0.53 sd and every sd ratio in 0.72–1.34 in all 12 (``docs/tuning.md``, "Without
+    an accept test"). The price is an unadjusted chain: a bias from the step (a
     variance factor of at most about 1.08 on a Gaussian) and from the clip, which nothing
     corrects.
 """ + _PARAMS_HEAD + _PARAMS_TAIL + r"""
