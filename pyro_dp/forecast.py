@@ -44,7 +44,7 @@ tested, where the unwhitened one, still right for ``whiten=False``, under-predic
 chain's ESS by 1.9–3.0× (``benchmarks/feasibility_check.py``).
 
 **DPSGLD** (its default path, no accept test) follows steps 1, 2 and 4 (the ratio quantile
-with no ratio noise, times :data:`~pyro_dp.kernels.sgmcmc.LANGEVIN_CLIP_HEADROOM`, is its
+with no ratio noise, times :data:`~pyro_dp.kernels.default_path.LANGEVIN_CLIP_HEADROOM`, is its
 gradient clip), and in place of 3 and 5 its free Langevin step and the ESS of an unadjusted
 chain on a Gaussian (an AR(1); :func:`predicted_move`).
 
@@ -321,8 +321,8 @@ def predicted_move(*, kernel: str, num_rows: int, noise_multiplier: float, clip:
     precision = T * n * F
     sd_max = math.sqrt(float(torch.linalg.eigvalsh(torch.linalg.inv(precision)).max()))
     guess = posterior_scale_guess(grad_norm, int(n), D, T)
-    if kernel == "DPSGLD":
-        return _langevin_move(nm, b, T, guess, sd_max, num_samples, num_chains)
+    if kernel == "DPSGLD":  # clip: the tuner's ratio quantile (the kernel's clip is derived from it)
+        return _langevin_move(nm, b, float(grad_norm), T, n, D, sd_max, num_samples, num_chains)
     jump = penalty_jump_length(nm, b, T)
     noise_per_step = 4.0 * nm * nm * b * b * T * T * D  # sigma^2 per unit s^2 (sigma = 2 nm b T s sqrt(D))
     if kernel == "DPHMC":
@@ -348,19 +348,25 @@ def predicted_move(*, kernel: str, num_rows: int, noise_multiplier: float, clip:
     return jump / guess, ell, acceptance, ess
 
 
-def _langevin_move(nm, clip, T, guess, sd_max, num_samples, num_chains):
-    r""":func:`predicted_move` for DPSGLD's default path (:meth:`~pyro_dp.kernels.sgmcmc.DPSGLD._apply_tuning`):
-    the free step :math:`\eta = (\mathrm{nm}_L(1)/\mathrm{nm})^2`, :math:`\mathrm{nm}_L(1) = 1/(TC)`
-    (full batch, substitution: :func:`~pyro_dp.kernels.sgmcmc.langevin_noise_multiplier` at
-    :math:`\eta = 1`), capped at :data:`~pyro_dp.kernels.sgmcmc.LANGEVIN_STEP_CAP` guessed
-    variances. The unadjusted chain on a Gaussian of variance :math:`\sigma^2` is an AR(1) with
-    :math:`\rho = 1 - \eta/(2\sigma^2)`, whose ESS over :math:`n` draws is
-    :math:`n(1-\rho)/(1+\rho)` (the slowest direction's :math:`\sigma`). ``move_ratio``: the
-    diffusion per step :math:`\sqrt\eta` over that :math:`\sigma`; no test, acceptance 1."""
-    from .kernels.sgmcmc import LANGEVIN_STEP_CAP  # here: the import cycle of _noise
+def _langevin_move(nm, quantile, grad_norm, T, n, D, sd_max, num_samples, num_chains):
+    r""":func:`predicted_move` for DPSGLD's default path: its clip and free step
+    (:func:`~pyro_dp.kernels.default_path.langevin_default`, from the tuner's two quantiles
+    ``quantile`` and ``grad_norm``; full batch, substitution). The unadjusted chain on a Gaussian
+    of variance :math:`\sigma^2` is an AR(1) with :math:`\rho = 1 - \eta/(2\sigma^2)`, whose
+    ESS over :math:`n` draws is :math:`n(1-\rho)/(1+\rho)` (the slowest direction's
+    :math:`\sigma`). ``move_ratio``: the diffusion per step :math:`\sqrt\eta` over that
+    :math:`\sigma`; no test, acceptance 1."""
+    from types import SimpleNamespace
 
-    free = math.inf if nm == 0 else (1.0 / (T * clip * nm)) ** 2
-    eta = min(free, LANGEVIN_STEP_CAP * guess * guess)
+    from .kernels.default_path import langevin_default  # here: the import cycle of _noise
+    from .kernels.sgmcmc import langevin_noise_multiplier
+    from .kernels.tuning import posterior_scale_guess
+
+    def unit(c):
+        return langevin_noise_multiplier("sgld", step_size=1.0, sample_rate=1.0, grad_clip=c, temperature=T)
+
+    _, eta, _, _ = langevin_default(SimpleNamespace(grad_clip=grad_norm, llr_clip=quantile), nm, unit, int(n), D, T)
+    guess = posterior_scale_guess(grad_norm, int(n), D, T)
     a = min(eta / (2.0 * sd_max * sd_max), 1.0)
     ess = num_chains * num_samples * min(1.0, a / (2.0 - a))
     return math.sqrt(eta) / guess, math.sqrt(eta) / sd_max, 1.0, ess
@@ -399,7 +405,7 @@ def feasibility(model: Union[str, ModelProfile], *, num_rows: int, epsilon: floa
     """
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS} (the kernels with a default path), got {kernel!r}")
-    from .kernels.sgmcmc import LANGEVIN_CLIP_HEADROOM  # here: the import cycle of _noise
+    from .kernels.default_path import LANGEVIN_CLIP_HEADROOM  # here: the import cycle of _noise
     n = _check_int("num_rows", num_rows, 2)
     eps = _check_pos("epsilon", epsilon)
     if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0.0 < delta < 1.0:
@@ -426,11 +432,11 @@ def feasibility(model: Union[str, ModelProfile], *, num_rows: int, epsilon: floa
         nm, tuner = noise if noise is not None else _noise(kernel, e, float(delta), iterations, chains, T, L)
         b = profile.quantile(tuner.ratio_quantile(n_rows))
         g = profile.quantile(tuner.grad_quantile)
-        if kernel == "DPSGLD":  # its gradient clip (DPSGLD._apply_tuning)
-            b = LANGEVIN_CLIP_HEADROOM * max(b, g)
         r = predicted_move(kernel=kernel, num_rows=n_rows, noise_multiplier=nm, clip=b, grad_norm=g,
                            fisher=profile.fisher, num_samples=samples, warmup_steps=warmup, num_chains=chains,
                            temperature=T, num_steps=L)
+        if kernel == "DPSGLD":  # the clip it reports: the kernel's gradient clip (langevin_default)
+            b = LANGEVIN_CLIP_HEADROOM * max(b, g)
         return nm, b, r
 
     noise = _noise(kernel, eps, float(delta), iterations, chains, T, L)

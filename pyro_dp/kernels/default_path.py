@@ -11,6 +11,7 @@ is data-free or post-processing of the tuning's releases (recorded in the ledger
 """
 from __future__ import annotations
 
+import math
 from typing import Optional, Tuple
 
 import torch
@@ -22,7 +23,8 @@ from .privacy_engine import PrivacyNotice
 from .tuning import DPAutoTune, mcmc_run_length, penalty_jump_length, posterior_scale_guess
 from .whitening import reshapes, whitens
 
-__all__ = ["DefaultPath", "DEFAULT_ITERATIONS", "NOISE_LIMITED_RATIO"]
+__all__ = ["DefaultPath", "DEFAULT_ITERATIONS", "NOISE_LIMITED_RATIO", "LANGEVIN_STEP_CAP",
+           "LANGEVIN_CLIP_HEADROOM", "langevin_default"]
 
 #: The default path warns before a chain runs when the largest move its noise allows is below
 #: this fraction of the (guessed) posterior standard deviation (:meth:`DefaultPath._move_scales`).
@@ -31,6 +33,56 @@ NOISE_LIMITED_RATIO = 0.25
 #: Iterations per chain a budget funds when the kernel is used outside ``pyro.infer.MCMC``
 #: and no ``num_iterations`` is given (inside ``MCMC`` it reads ``warmup_steps + num_samples``).
 DEFAULT_ITERATIONS = 1000
+
+
+#: The default path's largest DP-SGLD step in units of the guessed posterior variance
+#: (:func:`langevin_default`): the unadjusted Langevin step's variance inflation on a Gaussian,
+#: :math:`1/(1-\eta/(4\sigma^2))`, stays below 1.08.
+LANGEVIN_STEP_CAP = 0.3
+
+#: The default path's DP-SGLD clip over the highest quantile of the gradient norms its tuner
+#: resolves (:func:`langevin_default`): no accept test corrects a clipping bias, and the tuner's
+#: count noise cannot place the clip above the top ~0.3% of rows at N = 5·10⁴. Measured on the
+#: default suite's linear and Poisson models at ε = 2 (``docs/tuning.md``): the tuned quantile
+#: itself left sigma 0.8–1.4 sd off; 1.5× of it, every mean within 0.75 sd (the step, ∝ 1/C²,
+#: shrinks 2.25×).
+LANGEVIN_CLIP_HEADROOM = 1.5
+
+
+def langevin_default(result, noise_multiplier: float, unit_step_noise, num_rows: int, dim: int,
+                     temperature: float = 1.0) -> Tuple[float, float, float, float]:
+    r"""``(grad_clip, step_size, langevin_noise_multiplier, diffusion)`` of
+    :class:`~pyro_dp.kernels.sgmcmc.DPSGLD`'s default path, from its tuner's ``result`` (a
+    :class:`~pyro_dp.kernels.tuning.TuneResult`: post-processing of the tuning's releases) and the
+    release's ``noise_multiplier``; ``unit_step_noise(C)`` is the Langevin noise multiplier of
+    step 1 with clip :math:`C` (:func:`~pyro_dp.kernels.sgmcmc.langevin_noise_multiplier`).
+
+    * The clip :math:`C`: :data:`LANGEVIN_CLIP_HEADROOM` times the higher of the tuner's two
+      quantiles. Without an accept test nothing corrects a clipping bias (measured: the 0.99
+      quantile put a linear model's means 2.2 sd off, ``benchmarks/langevin_study.py``).
+    * The step: "privacy for free" (Wang, Fienberg & Smola 2015), the largest step whose release
+      noise fits within Langevin's :math:`\mathcal N(0,\eta I)`. Since
+      :math:`\mathrm{nm}_L(\eta) = \mathrm{nm}_L(1)/\sqrt\eta`, that is
+      :math:`\eta \le (\mathrm{nm}_L(1)/\mathrm{nm})^2`. It is capped at
+      :data:`LANGEVIN_STEP_CAP` times the guessed posterior variance
+      (:func:`~pyro_dp.kernels.tuning.posterior_scale_guess`).
+    * ``diffusion``: the part of :math:`\eta` the release's noise leaves,
+      :math:`\eta(1 - (\mathrm{nm}/\mathrm{nm}_L)^2) \ge 0`, drawn data-free.
+
+    >>> from types import SimpleNamespace
+    >>> r = SimpleNamespace(grad_clip=1.0, llr_clip=2.0)
+    >>> [round(x, 6) for x in langevin_default(r, 10.0, lambda c: 1.0 / c, num_rows=100, dim=1)]  # free: (1/30)^2
+    [3.0, 0.001111, 10.0, 0.0]
+    >>> [round(x, 6) for x in langevin_default(r, 10.0, lambda c: 1.0 / c, num_rows=10_000, dim=1)]  # capped: 0.3/100^2
+    [3.0, 3e-05, 60.858062, 2.9e-05]
+    """
+    clip = LANGEVIN_CLIP_HEADROOM * max(result.grad_clip, result.llr_clip)
+    sd = posterior_scale_guess(result.grad_clip, num_rows, dim, temperature)
+    nm_unit = unit_step_noise(clip)
+    free = math.inf if noise_multiplier == 0 else (nm_unit / noise_multiplier) ** 2
+    eta = min(free, LANGEVIN_STEP_CAP * sd * sd)
+    nm_l = nm_unit / math.sqrt(eta)
+    return clip, eta, nm_l, max(eta * (1.0 - (noise_multiplier / nm_l) ** 2), 0.0)
 
 
 class DefaultPath:

@@ -89,6 +89,7 @@ subsampling noise adds more (see ``tests/kernels/test_sgmcmc.py`` for the exact 
 from __future__ import annotations
 
 import math
+from functools import partial
 import warnings
 from typing import NamedTuple, Optional, Tuple
 
@@ -99,7 +100,8 @@ from ..compiled import cached_zeros
 from ..mechanisms import (GaussianReleaseSpec, SubsampledGaussianEvent, clip_and_sum, gaussian_release_spec,
                           poisson_batch, subsampled_gaussian_event)
 from .base import DPKernel, check_positive
-from .tuning import init_to_center, posterior_scale_guess
+from .default_path import LANGEVIN_CLIP_HEADROOM, LANGEVIN_STEP_CAP, langevin_default  # noqa: F401 (re-exported)
+from .tuning import init_to_center
 from .mh import can_fuse
 
 __all__ = [
@@ -174,20 +176,6 @@ class GradientRelease(NamedTuple):
     event: SubsampledGaussianEvent
     clipped_fraction: float
     noise_std: float
-
-
-#: The default path's largest DP-SGLD step in units of the guessed posterior variance
-#: (:meth:`DPSGLD._apply_tuning`): the unadjusted Langevin step's variance inflation on a Gaussian,
-#: :math:`1/(1-\eta/(4\sigma^2))`, stays below 1.08.
-LANGEVIN_STEP_CAP = 0.3
-
-#: The default path's DP-SGLD clip over the highest quantile of the gradient norms its tuner
-#: resolves (:meth:`DPSGLD._apply_tuning`): no accept test corrects a clipping bias, and the tuner's
-#: count noise cannot place the clip above the top ~0.3% of rows at N = 5·10⁴. Measured on the
-#: default suite's linear and Poisson models at ε = 2 (``docs/tuning.md``): the tuned quantile
-#: itself left sigma 0.8–1.4 sd off; 1.5× of it, every mean within 0.75 sd (the step, ∝ 1/C²,
-#: shrinks 2.25×).
-LANGEVIN_CLIP_HEADROOM = 1.5
 
 
 def langevin_noise_multiplier(
@@ -580,10 +568,10 @@ class DPSGLD(_SGMCMC):
     releases), calibrates the noise to the budget, and at each chain's start runs
     :class:`~pyro_dp.kernels.tuning.DPAutoTune` with ``whiten=True`` (private start, scales and
     metric: the chain runs in posterior-shaped coordinates). It then sets
-    :math:`C` to :data:`LANGEVIN_CLIP_HEADROOM` times the highest gradient-norm quantile the
+    :math:`C` to :data:`~pyro_dp.kernels.default_path.LANGEVIN_CLIP_HEADROOM` times the highest gradient-norm quantile the
     tuner resolves. The step is the largest whose release noise fits inside Langevin's
     :math:`\mathcal N(0, \eta I)` ("privacy for free", Wang, Fienberg & Smola 2015), capped at
-    :data:`LANGEVIN_STEP_CAP` times the guessed posterior variance. The rest of the diffusion is
+    :data:`~pyro_dp.kernels.default_path.LANGEVIN_STEP_CAP` times the guessed posterior variance. The rest of the diffusion is
     drawn data-free from the algorithm stream (``diffusion``). With no accept test, the
     noise does not shrink the moves as the run grows, as it does for the penalty test. Measured
     at ε = 2, N = 5·10⁴, on the default suite's three GLMs, where DPPenalty and DPHMC are
@@ -634,25 +622,11 @@ class DPSGLD(_SGMCMC):
         return 0.0 if self.auto_tuned else None
 
     def _apply_tuning(self, result):
-        # The clip: the higher of the tuner's two quantiles, as DPHMC's (the ratio quantile sits about
-        # 2 nm rows above the clip, where raising it adds as much noise as it removes clipping bias:
-        # Amin et al. 2019). Without an accept test nothing corrects a clipping bias, so a low quantile
-        # moves the chain (measured: the 0.99 quantile put a linear model's means 2.2 sd off,
-        # benchmarks/langevin_study.py).
-        self.grad_clip = LANGEVIN_CLIP_HEADROOM * max(result.grad_clip, result.llr_clip)
-        n, T = getattr(self.lik, "global_num_rows", self.lik.num_rows), self.lik.temperature
-        sd = posterior_scale_guess(result.grad_clip, n, self.lik.dim, T)
-        # "Privacy for free" (Wang, Fienberg & Smola 2015): the largest step whose release noise fits
-        # within Langevin's N(0, eta I). nm_L(eta) = nm_L(1)/sqrt(eta) (langevin_noise_multiplier), so
-        # nm_L(eta) >= nm  <=>  eta <= (nm_L(1)/nm)^2; capped at LANGEVIN_STEP_CAP sd^2, where ULA's
-        # discretisation inflates a Gaussian's variance by 1/(1 - eta/(4 sd^2)) <= 1.08.
-        nm_l1 = langevin_noise_multiplier("sgld", step_size=1.0, sample_rate=self.sample_rate,
-                                          grad_clip=self.grad_clip, temperature=T, relation=self.relation)
-        self.step_size = min((nm_l1 / self.noise_multiplier) ** 2, LANGEVIN_STEP_CAP * sd * sd)
-        self.langevin_noise_multiplier = nm_l1 / math.sqrt(self.step_size)
-        # the release puts eta (nm/nm_L)^2 of the diffusion in; the rest is data-free (sgld_step)
-        self.diffusion = max(self.step_size * (1.0 - (self.noise_multiplier / self.langevin_noise_multiplier) ** 2),
-                             0.0)
+        n = getattr(self.lik, "global_num_rows", self.lik.num_rows)
+        unit = partial(langevin_noise_multiplier, "sgld", step_size=1.0, sample_rate=self.sample_rate,
+                       temperature=self.lik.temperature, relation=self.relation)
+        self.grad_clip, self.step_size, self.langevin_noise_multiplier, self.diffusion = langevin_default(
+            result, self.noise_multiplier, lambda c: unit(grad_clip=c), n, self.lik.dim, self.lik.temperature)
 
     def _extra_noise_note(self, kappa2):
         eta = self.step_size / kappa2
