@@ -49,7 +49,9 @@ from pyro.infer import MCMC, NUTS
 import pyro_dp
 from pyro_dp.models.default_suite import SUITE, get_suite_model
 
-KERNELS = {"DPHMC": pyro_dp.DPHMC, "DPPenalty": pyro_dp.DPPenalty}
+KERNELS = {"DPHMC": pyro_dp.DPHMC, "DPPenalty": pyro_dp.DPPenalty, "DPSGLD": pyro_dp.DPSGLD}
+#: the kernels the suite runs unless told otherwise (``--kernels DPSGLD`` runs DPSGLD's default path too)
+DEFAULT_KERNELS = ("DPHMC", "DPPenalty")
 EPSILON = 2.0
 #: δ at which the spent ε is read (the kernels' default δ, :data:`pyro_dp.kernels.base.DEFAULT_DELTA`)
 DELTA = 1e-5
@@ -192,7 +194,7 @@ def run_cell(name: str, kernel: str, args: tuple, ref: dict, *, num_samples: int
             "kernel_obj": k, "mcmc": mcmc}
 
 
-def run_suite(models: Iterable[str] = tuple(SUITE), kernels: Iterable[str] = tuple(KERNELS), *, quick: bool = False,
+def run_suite(models: Iterable[str] = tuple(SUITE), kernels: Iterable[str] = DEFAULT_KERNELS, *, quick: bool = False,
               out: Optional[str] = None, log=print, jit_compile: Optional[bool] = None) -> List[dict]:
     """Every (model, kernel) cell; NUTS references cached in ``<out>/nuts_reference.json``.
     Each returned cell also carries ``n`` and ``nuts_seconds``. ``jit_compile`` defaults to
@@ -304,7 +306,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     models = _names(a.models, SUITE, "models")
-    kernels = _names(a.kernels, KERNELS, "kernels")
+    kernels = _names(a.kernels, KERNELS, "kernels") if a.kernels else list(DEFAULT_KERNELS)
     cfg = CONFIGS["quick" if a.quick else "full"]
     jit_compile = (not a.quick) if a.jit is None else a.jit
     print(f"epsilon = {EPSILON}, delta = {DELTA} (default), DP: {cfg['warmup_steps']} warmup + {cfg['num_samples']} "
