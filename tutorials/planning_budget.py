@@ -18,7 +18,8 @@
 # 2. how many iterations fit a budget, with `max_iterations`;
 # 3. choosing the noise for a planned run, with `calibrate_noise_multiplier`, and what it
 #    means for DP-HMC, which releases more than one thing per iteration;
-# 4. how to choose the clip, and what clipped fraction to aim for.
+# 4. how to choose the clip, and what clipped fraction to aim for;
+# 5. whether a run will be usable at your N and ε, and which kernel, with `feasibility`.
 #
 # Run it with `python tutorials/planning_budget.py` (`PYRO_DP_QUICK=1`: seconds).
 
@@ -186,3 +187,21 @@ for b in (0.5, 1.0, 2.0, 3.0, 4.0):
 
 # %%
 print(f"epsilon 4.0 for {num_iterations} iterations needs noise multiplier {nm_gdp:.1f} (gdp accountant)")
+
+# %% [markdown]
+# ## 5. Will a run be usable at this N and ε?
+#
+# `pyro_dp.feasibility` predicts, from N, the budget, the run length and the model's shape
+# (a built-in profile here; no data), how many effective samples a default-path run will
+# deliver. Below, linear regression with 5·10⁴ rows at ε = 2. The accept-test kernels are
+# *noise-limited* here: the noise of their ratio release grows with the move, so they can
+# only take small moves. `DPSGLD(model, epsilon=ε)` has no accept test. Its release noise is
+# part of the Langevin diffusion it needs anyway, so its moves are not limited that way. It
+# is an unadjusted chain, with a small bias nothing corrects (docs/tuning.md, "Without an
+# accept test").
+
+# %%
+for kernel in ("DPPenalty", "DPHMC", "DPSGLD"):
+    f = pyro_dp.feasibility("linear", num_rows=50_000, epsilon=2.0, kernel=kernel, num_samples=1000,
+                            warmup_steps=500)
+    print(f"{kernel:10s} predicted effective sample size {f.ess:5.1f} (noise-free: {f.ess_ceiling:.0f})")
