@@ -358,7 +358,7 @@ def _langevin_move(nm, quantile, grad_norm, T, n, D, sd_max, num_samples, num_ch
     :math:`\sigma`; no test, acceptance 1."""
     from types import SimpleNamespace
 
-    from .kernels.default_path import langevin_default  # here: the import cycle of _noise
+    from .kernels.default_path import langevin_default, langevin_ess  # here: the import cycle of _noise
     from .kernels.sgmcmc import langevin_noise_multiplier
     from .kernels.tuning import posterior_scale_guess
 
@@ -367,9 +367,7 @@ def _langevin_move(nm, quantile, grad_norm, T, n, D, sd_max, num_samples, num_ch
 
     _, eta, _, _ = langevin_default(SimpleNamespace(grad_clip=grad_norm, llr_clip=quantile), nm, unit, int(n), D, T)
     guess = posterior_scale_guess(grad_norm, int(n), D, T)
-    a = min(eta / (2.0 * sd_max * sd_max), 1.0)
-    ess = num_chains * num_samples * min(1.0, a / (2.0 - a))
-    return math.sqrt(eta) / guess, math.sqrt(eta) / sd_max, 1.0, ess
+    return math.sqrt(eta) / guess, math.sqrt(eta) / sd_max, 1.0, num_chains * langevin_ess(eta, sd_max, num_samples)
 
 
 def feasibility(model: Union[str, ModelProfile], *, num_rows: int, epsilon: float, delta: float = 1e-5,

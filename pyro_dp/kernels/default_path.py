@@ -24,7 +24,7 @@ from .tuning import DPAutoTune, mcmc_run_length, penalty_jump_length, posterior_
 from .whitening import reshapes, whitens
 
 __all__ = ["DefaultPath", "DEFAULT_ITERATIONS", "NOISE_LIMITED_RATIO", "LANGEVIN_STEP_CAP",
-           "LANGEVIN_CLIP_HEADROOM", "langevin_default"]
+           "LANGEVIN_CLIP_HEADROOM", "langevin_default", "langevin_ess"]
 
 #: The default path warns before a chain runs when the largest move its noise allows is below
 #: this fraction of the (guessed) posterior standard deviation (:meth:`DefaultPath._move_scales`).
@@ -83,6 +83,19 @@ def langevin_default(result, noise_multiplier: float, unit_step_noise, num_rows:
     eta = min(free, LANGEVIN_STEP_CAP * sd * sd)
     nm_l = nm_unit / math.sqrt(eta)
     return clip, eta, nm_l, max(eta * (1.0 - (noise_multiplier / nm_l) ** 2), 0.0)
+
+
+def langevin_ess(step_size: float, sd: float, num_samples: int) -> float:
+    r"""Effective sample size of ``num_samples`` draws of the unadjusted Langevin chain with step
+    :math:`\eta` on a Gaussian of standard deviation :math:`\sigma`: an AR(1) with
+    :math:`\rho = 1 - \eta/(2\sigma^2)`, so :math:`n(1-\rho)/(1+\rho)` (at most :math:`n`).
+    Data-free; used by DPSGLD's pre-run warning and by :func:`pyro_dp.feasibility`.
+
+    >>> round(langevin_ess(0.3, 1.0, 1000), 1)
+    81.1
+    """
+    a = min(step_size / (2.0 * sd * sd), 1.0)
+    return num_samples * min(1.0, a / (2.0 - a))
 
 
 class DefaultPath:

@@ -89,10 +89,13 @@ class ChainReporting:
         not help at the same ε: the noise per iteration grows with the number of iterations."""
         if self.__dict__.get("_noise_limited"):
             return ("at this epsilon more iterations will not help (the privacy noise per iteration grows with their "
-                    "number, see the warning before the chain ran): spend more epsilon, use more rows, or use "
-                    "DPSGLD(model, epsilon=...), whose moves the noise does not limit (docs/tuning.md, 'Without an "
-                    "accept test')")
+                    "number, see the warning before the chain ran): spend more epsilon, use more rows"
+                    + self._noise_limited_alternative)
         return ESS_ADVICE
+
+    #: what the noise-limited advice adds (the accept-test kernels: the kernel without a test)
+    _noise_limited_alternative = (", or use DPSGLD(model, epsilon=...), whose moves the noise does not limit "
+                                  "(docs/tuning.md, 'Without an accept test')")
 
     def _diagnostics_warn(self, message: str, category) -> None:
         """Warn from :meth:`diagnostics` once per chain state: calling it again before the

@@ -100,8 +100,11 @@ from ..compiled import cached_zeros
 from ..mechanisms import (GaussianReleaseSpec, SubsampledGaussianEvent, clip_and_sum, gaussian_release_spec,
                           poisson_batch, subsampled_gaussian_event)
 from .base import DPKernel, check_positive
-from .default_path import LANGEVIN_CLIP_HEADROOM, LANGEVIN_STEP_CAP, langevin_default  # noqa: F401 (re-exported)
-from .tuning import init_to_center
+from .default_path import (DEFAULT_ITERATIONS, LANGEVIN_CLIP_HEADROOM, LANGEVIN_STEP_CAP,  # noqa: F401 (re-exported)
+                           langevin_default, langevin_ess)
+from ..checks import DEFAULT_MIN_ESS, SamplingWarning
+from ..warn import warn_user
+from .tuning import init_to_center, posterior_scale_guess
 from .mh import can_fuse
 
 __all__ = [
@@ -563,23 +566,17 @@ class DPSGLD(_SGMCMC):
     (:func:`sgld_step`).
 
     **The default path** (``DPSGLD(model, epsilon=ε)``: ``step_size`` and ``grad_clip`` left out,
-    #40). It reads every row each iteration (:math:`q = 1`, the unadjusted Langevin algorithm
-    with the full data's clipped gradient sum; ``accountant="gdp"``, exact for these Gaussian
-    releases), calibrates the noise to the budget, and at each chain's start runs
-    :class:`~pyro_dp.kernels.tuning.DPAutoTune` with ``whiten=True`` (private start, scales and
-    metric: the chain runs in posterior-shaped coordinates). It then sets
-    :math:`C` to :data:`~pyro_dp.kernels.default_path.LANGEVIN_CLIP_HEADROOM` times the highest gradient-norm quantile the
-    tuner resolves. The step is the largest whose release noise fits inside Langevin's
-    :math:`\mathcal N(0, \eta I)` ("privacy for free", Wang, Fienberg & Smola 2015), capped at
-    :data:`~pyro_dp.kernels.default_path.LANGEVIN_STEP_CAP` times the guessed posterior variance. The rest of the diffusion is
-    drawn data-free from the algorithm stream (``diffusion``). With no accept test, the
-    noise does not shrink the moves as the run grows, as it does for the penalty test. Measured
-    at ε = 2, N = 5·10⁴, on the default suite's three GLMs, where DPPenalty and DPHMC are
-    noise-limited: every mean within 0.5 NUTS sd and every sd within 30 % in 10 of 12 runs, every
-    mean within 0.53 sd and every sd ratio in 0.72–1.34 in all 12 (``docs/tuning.md``, "Without
-    an accept test"). The price is an unadjusted chain: a bias from the step (a
-    variance factor of at most about 1.08 on a Gaussian) and from the clip, which nothing
-    corrects.
+    #40): every row each iteration (:math:`q = 1`, ``accountant="gdp"``, exact for these
+    Gaussians), the noise calibrated to the budget, and at each chain's start
+    :class:`~pyro_dp.kernels.tuning.DPAutoTune` with ``whiten=True``; then the clip and the largest
+    step whose release noise fits inside Langevin's diffusion ("privacy for free", Wang, Fienberg
+    & Smola 2015), capped, the rest of the diffusion data-free
+    (:func:`~pyro_dp.kernels.default_path.langevin_default`). Without an accept test the noise does
+    not shrink the moves as it does the penalty test's: at ε = 2, N = 5·10⁴, on the default
+    suite's three GLMs, where DPPenalty and DPHMC are noise-limited, every mean was within 0.5
+    NUTS sd and every sd within 30 % in 10 of 12 runs (all 12 within 0.53 sd and 0.72–1.34;
+    ``docs/tuning.md``, "Without an accept test"). The price: an unadjusted chain, whose step and
+    clip biases nothing corrects.
 """ + _PARAMS_HEAD + _PARAMS_TAIL + r"""
     Example
     -------
@@ -621,12 +618,26 @@ class DPSGLD(_SGMCMC):
         # corrects the bias (measured: 168 rows above put a linear model's sigma 1.4 sd off).
         return 0.0 if self.auto_tuned else None
 
+    _noise_limited_alternative = ""  # (diagnostics' advice) it is the kernel the others point to
+
     def _apply_tuning(self, result):
-        n = getattr(self.lik, "global_num_rows", self.lik.num_rows)
+        n, T, d = getattr(self.lik, "global_num_rows", self.lik.num_rows), self.lik.temperature, self.lik.dim
         unit = partial(langevin_noise_multiplier, "sgld", step_size=1.0, sample_rate=self.sample_rate,
-                       temperature=self.lik.temperature, relation=self.relation)
+                       temperature=T, relation=self.relation)
         self.grad_clip, self.step_size, self.langevin_noise_multiplier, self.diffusion = langevin_default(
-            result, self.noise_multiplier, lambda c: unit(grad_clip=c), n, self.lik.dim, self.lik.temperature)
+            result, self.noise_multiplier, lambda c: unit(grad_clip=c), n, d, T)
+        # Before the chain runs (post-processing, public): the free step below its cap means the noise
+        # sets the step, and eta ∝ 1/iterations: more iterations do not add effective samples.
+        sd = posterior_scale_guess(result.grad_clip, n, d, T)
+        self._noise_limited = self.step_size < LANGEVIN_STEP_CAP * sd * sd * (1 - 1e-9)
+        iterations = int(self.num_iterations or DEFAULT_ITERATIONS)
+        ess = langevin_ess(self.step_size, sd, max(iterations - min(int(self._warmup_steps), iterations), 1))
+        if self._noise_limited and ess < DEFAULT_MIN_ESS and self._chain_index == 0:
+            warn_user(f"DPSGLD: at this budget the privacy noise limits the Langevin step to about "
+                      f"{math.sqrt(self.step_size) / sd:.2g} of the posterior's scale per iteration (guessed from the "
+                      f"private clip): expect about {ess:.2g} effective samples in this chain (pyro_dp.feasibility). "
+                      "Spend more epsilon or use more rows; more iterations will not help (the step shrinks as "
+                      "their number grows) (docs/tuning.md, 'Without an accept test')", SamplingWarning)
 
     def _extra_noise_note(self, kappa2):
         eta = self.step_size / kappa2

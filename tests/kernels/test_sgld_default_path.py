@@ -152,3 +152,23 @@ def test_a_plate_s_subsample_size_is_the_batch_and_its_accountant_the_subsampled
     mcmc = _run(k, X, y, 10, 10)
     assert k.batch_size == 200 and k.sample_rate == 0.1 and k.accountant == "pld"
     assert pyro_dp.get_epsilon(mcmc, delta=k.delta) <= 4.0 * (1 + 1e-9)
+
+
+def test_a_noise_limited_step_is_said_before_the_chain_runs():
+    """At ε = 0.3 on 2000 rows the free step is far below its cap and the predicted ESS
+    (``langevin_ess`` at the guessed scale) is below 20: the kernel says so at the chain's start,
+    and the end-of-chain ESS advice says more iterations will not help (and does not point to
+    DPSGLD itself). At ε = 50 the cap binds: no such warning."""
+    X, y = data(2000)
+    said = {}
+    for eps in (0.3, 50.0):
+        k = DPSGLD(linear, epsilon=eps, seed=0)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            MCMC(k, num_samples=200, warmup_steps=100, disable_progbar=True).run(X, y)
+        said[eps] = [str(w.message) for w in caught if "limits the Langevin step" in str(w.message)]
+        assert k._noise_limited == (eps == 0.3)
+    assert len(said[0.3]) == 1 and "effective samples" in said[0.3][0] and not said[50.0]
+    advice = DPSGLD(linear, epsilon=0.3)
+    advice._noise_limited = True
+    assert "will not help" in advice._ess_advice() and "DPSGLD" not in advice._ess_advice()
