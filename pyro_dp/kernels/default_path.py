@@ -214,8 +214,8 @@ class DefaultPath:
                 "of the posterior's scale (guessed from the private clip): expect slow mixing and few effective "
                 f"samples (predicted: about {ess:.2g} in this chain, pyro_dp.feasibility). Spend more epsilon, run "
                 "fewer iterations (the noise per iteration grows with their square root), use more rows, or use "
-                "DPSGLD(model, epsilon=...), whose moves the noise does not limit (no accept test: an unadjusted "
-                "chain; docs/tuning.md, 'Without an accept test')",
+                "DPSGLD(model, epsilon=...), whose noise costs step length, not rejected moves (no accept test: an "
+                "unadjusted chain; docs/tuning.md, 'Without an accept test')",
                 SamplingWarning,
             )
         return jump, sd
