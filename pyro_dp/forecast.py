@@ -250,7 +250,6 @@ def _noise(kernel: str, epsilon: float, delta: float, iterations: int, chains: i
            num_steps: int):
     """``(ratio noise multiplier, the tuner)`` exactly as the kernel's default path sets them."""
     from . import kernels as K  # here: kernels.default_path imports this module (a cycle at import time)
-    from .mechanisms import SubsampledGaussianEvent
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -259,7 +258,7 @@ def _noise(kernel: str, epsilon: float, delta: float, iterations: int, chains: i
         if kernel == "DPSGLD":  # its default path: every row, q = 1 (DPSGLD._calibrate's, without the data)
             k = K.DPSGLD(_no_model, **kw)
             k.init.configure(epsilon=k.epsilon, delta=k.delta, num_chains=k.num_chains, non_private=False)
-            nm = float(k._calibrate_scale(lambda s: ((), [SubsampledGaussianEvent(1.0, s)]), rtol=1e-6))
+            nm = float(k._budget_noise(1.0))
             k.init.set_ratio_noise(0.0)  # DPSGLD._ratio_noise_multiplier on the default path
             return nm, k.init
         k = K.DPHMC(_no_model, num_steps=num_steps, **kw) if kernel == "DPHMC" else K.DPPenalty(_no_model, **kw)
@@ -360,13 +359,12 @@ def _langevin_move(nm, quantile, grad_norm, T, n, D, sd_max, num_samples, num_ch
 
     from .kernels.default_path import langevin_default, langevin_ess  # here: the import cycle of _noise
     from .kernels.sgmcmc import langevin_noise_multiplier
-    from .kernels.tuning import posterior_scale_guess
 
     def unit(c):
         return langevin_noise_multiplier("sgld", step_size=1.0, sample_rate=1.0, grad_clip=c, temperature=T)
 
-    _, eta, _, _ = langevin_default(SimpleNamespace(grad_clip=grad_norm, llr_clip=quantile), nm, unit, int(n), D, T)
-    guess = posterior_scale_guess(grad_norm, int(n), D, T)
+    s = langevin_default(SimpleNamespace(grad_clip=grad_norm, llr_clip=quantile), nm, unit, int(n), D, T)
+    eta, guess = s.step_size, s.sd
     return math.sqrt(eta) / guess, math.sqrt(eta) / sd_max, 1.0, num_chains * langevin_ess(eta, sd_max, num_samples)
 
 

@@ -58,9 +58,8 @@ substitute relation too, ``get_delta_S``), with the kernels' PLD accountant.
   same laws, other values; the seeds are ``run_chain``'s and do not depend on ε). The MMD is on
   ``max_draws`` = 5000 pooled draws thinned evenly (the code thins to ~5000 draws); mean and
   variance errors on every kept draw. ``epsilon_ledger`` is each run's chains' ledgers cut at
-  the prefix and composed (checked equal to the plan, within the target). The shipped banana
-  rows stop at ε = 6 (the DP-SGLD chains at ε = 15 are 2·10⁶ iterations × 40 chains: hours
-  here); no clipped fractions are reported for them. Batches
+  the prefix and composed (checked equal to the plan, within the target). No clipped fractions
+  are reported for the SG rows (the runner's is over the whole run, not the prefix). Batches
   are Poisson with expected size 1000 (the code: 1000 without
   replacement). DP-SGLD is Welling & Teh's update with step :math:`2\eta/n` (the code's drift
   :math:`\eta/n` times the gradient, with noise variance :math:`\eta/n` instead of our

@@ -12,7 +12,7 @@ is data-free or post-processing of the tuning's releases (recorded in the ledger
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 
@@ -24,7 +24,7 @@ from .tuning import DPAutoTune, mcmc_run_length, penalty_jump_length, posterior_
 from .whitening import reshapes, whitens
 
 __all__ = ["DefaultPath", "DEFAULT_ITERATIONS", "NOISE_LIMITED_RATIO", "LANGEVIN_STEP_CAP",
-           "LANGEVIN_CLIP_HEADROOM", "langevin_default", "langevin_ess"]
+           "LANGEVIN_CLIP_HEADROOM", "LangevinSettings", "langevin_default", "langevin_ess"]
 
 #: The default path warns before a chain runs when the largest move its noise allows is below
 #: this fraction of the (guessed) posterior standard deviation (:meth:`DefaultPath._move_scales`).
@@ -49,10 +49,23 @@ LANGEVIN_STEP_CAP = 0.3
 LANGEVIN_CLIP_HEADROOM = 1.5
 
 
+class LangevinSettings(NamedTuple):
+    """:func:`langevin_default`'s result: the first four are the kernel's settings; ``sd`` is the
+    guessed posterior scale the step is capped by, ``noise_limited`` whether the free step (the
+    noise), not the cap, set the step."""
+
+    grad_clip: float
+    step_size: float
+    langevin_noise_multiplier: float
+    diffusion: float
+    sd: float
+    noise_limited: bool
+
+
 def langevin_default(result, noise_multiplier: float, unit_step_noise, num_rows: int, dim: int,
-                     temperature: float = 1.0) -> Tuple[float, float, float, float]:
-    r"""``(grad_clip, step_size, langevin_noise_multiplier, diffusion)`` of
-    :class:`~pyro_dp.kernels.sgmcmc.DPSGLD`'s default path, from its tuner's ``result`` (a
+                     temperature: float = 1.0) -> LangevinSettings:
+    r"""``(grad_clip, step_size, langevin_noise_multiplier, diffusion, sd, noise_limited)`` of
+    :class:`~pyro_dp.kernels.sgmcmc.DPSGLD`'s default path (:class:`LangevinSettings`), from its tuner's ``result`` (a
     :class:`~pyro_dp.kernels.tuning.TuneResult`: post-processing of the tuning's releases) and the
     release's ``noise_multiplier``; ``unit_step_noise(C)`` is the Langevin noise multiplier of
     step 1 with clip :math:`C` (:func:`~pyro_dp.kernels.sgmcmc.langevin_noise_multiplier`).
@@ -71,18 +84,21 @@ def langevin_default(result, noise_multiplier: float, unit_step_noise, num_rows:
 
     >>> from types import SimpleNamespace
     >>> r = SimpleNamespace(grad_clip=1.0, llr_clip=2.0)
-    >>> [round(x, 6) for x in langevin_default(r, 10.0, lambda c: 1.0 / c, num_rows=100, dim=1)]  # free: (1/30)^2
-    [3.0, 0.001111, 10.0, 0.0]
-    >>> [round(x, 6) for x in langevin_default(r, 10.0, lambda c: 1.0 / c, num_rows=10_000, dim=1)]  # capped: 0.3/100^2
-    [3.0, 3e-05, 60.858062, 2.9e-05]
+    >>> s = langevin_default(r, 10.0, lambda c: 1.0 / c, num_rows=100, dim=1)  # free: (1/30)^2
+    >>> [round(x, 6) for x in s[:5]], s.noise_limited
+    ([3.0, 0.001111, 10.0, 0.0, 0.1], True)
+    >>> s = langevin_default(r, 10.0, lambda c: 1.0 / c, num_rows=10_000, dim=1)  # capped: 0.3/100^2
+    >>> [round(x, 6) for x in s[:5]], s.noise_limited
+    ([3.0, 3e-05, 60.858062, 2.9e-05, 0.01], False)
     """
     clip = LANGEVIN_CLIP_HEADROOM * max(result.grad_clip, result.llr_clip)
     sd = posterior_scale_guess(result.grad_clip, num_rows, dim, temperature)
     nm_unit = unit_step_noise(clip)
     free = math.inf if noise_multiplier == 0 else (nm_unit / noise_multiplier) ** 2
-    eta = min(free, LANGEVIN_STEP_CAP * sd * sd)
+    cap = LANGEVIN_STEP_CAP * sd * sd
+    eta = min(free, cap)
     nm_l = nm_unit / math.sqrt(eta)
-    return clip, eta, nm_l, max(eta * (1.0 - (noise_multiplier / nm_l) ** 2), 0.0)
+    return LangevinSettings(clip, eta, nm_l, max(eta * (1.0 - (noise_multiplier / nm_l) ** 2), 0.0), sd, free < cap)
 
 
 def langevin_ess(step_size: float, sd: float, num_samples: int) -> float:

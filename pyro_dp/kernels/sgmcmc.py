@@ -100,11 +100,11 @@ from ..compiled import cached_zeros
 from ..mechanisms import (GaussianReleaseSpec, SubsampledGaussianEvent, clip_and_sum, gaussian_release_spec,
                           poisson_batch, subsampled_gaussian_event)
 from .base import DPKernel, check_positive
-from .default_path import (DEFAULT_ITERATIONS, LANGEVIN_CLIP_HEADROOM, LANGEVIN_STEP_CAP,  # noqa: F401 (re-exported)
-                           langevin_default, langevin_ess)
 from ..checks import DEFAULT_MIN_ESS, SamplingWarning
 from ..warn import warn_user
-from .tuning import init_to_center, posterior_scale_guess
+from .default_path import (DEFAULT_ITERATIONS, LANGEVIN_CLIP_HEADROOM, LANGEVIN_STEP_CAP,  # noqa: F401 (re-exported)
+                           langevin_default, langevin_ess)
+from .tuning import init_to_center
 from .mh import can_fuse
 
 __all__ = [
@@ -468,8 +468,7 @@ class _SGMCMC(DPKernel):
         if self.auto_tuned:  # the default path: the budget's noise now, the step from the tuned clip (_apply_tuning)
             if q < 1.0 and self._accountant_chosen and self.accountant == "gdp":
                 self.privacy.accountant = "pld"  # the plate's subsample_size: subsampled, "gdp" cannot compose it
-            self.sample_rate = q
-            self.noise_multiplier = self._calibrate_scale(lambda s: ((), [SubsampledGaussianEvent(q, s)]), rtol=1e-6)
+            self.sample_rate, self.noise_multiplier = q, self._budget_noise(q)
             self._calibration_key = key
             return
         nm_l = langevin_noise_multiplier(
@@ -481,7 +480,7 @@ class _SGMCMC(DPKernel):
             # smallest nm with num_iterations x num_chains Poisson-subsampled Gaussians (plus a
             # private init's releases) within (epsilon, delta) (as Opacus's
             # make_private_with_epsilon), verified, rounded up
-            required = self._calibrate_scale(lambda s: ((), [SubsampledGaussianEvent(q, s)]), rtol=1e-6)
+            required = self._budget_noise(q)
         self.sample_rate, self.langevin_noise_multiplier = q, nm_l
         self.noise_multiplier = nm_l if required is None else max(nm_l, required)
         if self.noise_multiplier > nm_l:
@@ -494,6 +493,12 @@ class _SGMCMC(DPKernel):
                 UserWarning, stacklevel=4,
             )
         self._calibration_key = key
+
+    def _budget_noise(self, q: float) -> float:
+        """The smallest noise multiplier with which ``num_iterations`` × ``num_chains``
+        Poisson-subsampled Gaussians at rate ``q`` (plus a private init's releases) fit the
+        budget (as Opacus's ``make_private_with_epsilon``), verified, rounded up. Data-free."""
+        return self._calibrate_scale(lambda s: ((), [SubsampledGaussianEvent(q, s)]), rtol=1e-6)
 
     def _extra_noise_note(self, kappa2: float) -> str:
         return ""
@@ -624,12 +629,11 @@ class DPSGLD(_SGMCMC):
         n, T, d = getattr(self.lik, "global_num_rows", self.lik.num_rows), self.lik.temperature, self.lik.dim
         unit = partial(langevin_noise_multiplier, "sgld", step_size=1.0, sample_rate=self.sample_rate,
                        temperature=T, relation=self.relation)
-        self.grad_clip, self.step_size, self.langevin_noise_multiplier, self.diffusion = langevin_default(
-            result, self.noise_multiplier, lambda c: unit(grad_clip=c), n, d, T)
+        out = langevin_default(result, self.noise_multiplier, lambda c: unit(grad_clip=c), n, d, T)
+        self.grad_clip, self.step_size, self.langevin_noise_multiplier, self.diffusion = out[:4]
         # Before the chain runs (post-processing, public): the free step below its cap means the noise
         # sets the step, and eta ∝ 1/iterations: more iterations do not add effective samples.
-        sd = posterior_scale_guess(result.grad_clip, n, d, T)
-        self._noise_limited = self.step_size < LANGEVIN_STEP_CAP * sd * sd * (1 - 1e-9)
+        sd, self._noise_limited = out.sd, out.noise_limited
         iterations = int(self.num_iterations or DEFAULT_ITERATIONS)
         ess = langevin_ess(self.step_size, sd, max(iterations - min(int(self._warmup_steps), iterations), 1))
         if self._noise_limited and ess < DEFAULT_MIN_ESS and self._chain_index == 0:
