@@ -71,6 +71,10 @@ class WorkerReleases:
     def __init__(self):
         self.made = multiprocessing.RawArray(ctypes.c_int64, WORKER_SLOTS)
         self.pid = multiprocessing.RawArray(ctypes.c_int64, WORKER_SLOTS)
+        #: the run (``WorkerBookkeeping._worker_run``) of the worker that last registered each slot
+        self.run = multiprocessing.RawArray(ctypes.c_int64, WORKER_SLOTS)
+        #: releases of the slot's earlier workers not in the ledgers the registering worker inherited
+        self.stale = multiprocessing.RawArray(ctypes.c_int64, WORKER_SLOTS)
 
 
 def _lost_releases_message(lost: int) -> str:
@@ -109,6 +113,7 @@ def _before_fork() -> None:
     exited looks the same as a lost one)."""
     for kernel in list(_KERNELS.values()):
         if kernel._owner_pid == os.getpid():
+            kernel._count_worker_start()
             kernel._note_lost_releases()
 
 
@@ -155,6 +160,23 @@ class WorkerBookkeeping:
         self._id = secrets.token_hex(8)
         _KERNELS[self._id] = self
         self._worker_releases: Optional[WorkerReleases] = WorkerReleases()
+        self._worker_starts = 0  # worker processes started from this object (see _worker_run)
+
+    def _count_worker_start(self) -> None:
+        """The owner is about to start a worker process (a fork, or pickling for a spawned one)."""
+        self._worker_starts = self.__dict__.get("_worker_starts", 0) + 1
+
+    def _worker_run(self) -> Optional[int]:
+        """Which ``MCMC`` run this worker belongs to (``None`` in the owner, or in a process that
+        does not name its chain). Pyro starts chain ``c`` of a run as the ``c``-th worker process of
+        its run, one after another (``_MultiSampler.run``), so the number of worker starts the
+        worker inherited minus its chain id is the same for every chain of one run and differs
+        between runs. A start in between (another fork of the owner) can only split one run into
+        two, which makes a sibling's releases look lost: pessimistic, never the other way."""
+        chain = self._worker_chain_id()
+        if chain is None or chain < 0:
+            return None
+        return self.__dict__.get("_worker_starts", 0) - chain
 
     def _worker_slot(self) -> int:
         """This process's slot of :class:`WorkerReleases` (``-1`` in the owner process)."""
@@ -171,41 +193,65 @@ class WorkerBookkeeping:
 
     def _lost_worker_releases(self, finished_only: bool = False) -> int:
         """Releases made in worker processes (:class:`WorkerReleases`) that are not in this
-        object's ledgers: their chains' ledgers never came back. ``finished_only``: count only
-        slots whose worker has exited (a running sibling's releases come back with it)."""
+        object's ledgers: their chains' ledgers never came back. ``finished_only`` (before a
+        worker starts, and at a worker chain's set-up): leave out the slots of chains that may
+        still send their ledger back. In the owner about to start a worker, those are the slots
+        whose worker still runs (it may be a sibling of the run being started). In a worker, they
+        are its siblings of the same run (:meth:`_worker_run`), running or exited (an exited
+        sibling's ledger went to the owner, not to this copy); a slot last registered by a worker
+        of an earlier run counts as lost even while that worker is still exiting (Pyro terminates
+        the workers of a failed run without waiting for them)."""
         shared = self.__dict__.get("_worker_releases")
         if shared is None:
             return 0
+        back = self._returned_releases()
+        own, run = self._worker_slot(), self._worker_run()
+        lost = 0
+        for slot in range(WORKER_SLOTS):
+            made = shared.made[slot]  # read before the slot's run: a sibling registers before it releases
+            if made <= back[slot]:
+                continue
+            if finished_only and slot != own:
+                if own < 0 and _process_alive(shared.pid[slot]):
+                    continue  # the owner: a running worker, perhaps of the run being started
+                if own >= 0 and run is not None and shared.run[slot] == run:
+                    # a sibling of its own run: its releases go to the owner, but not those of the
+                    # slot's earlier workers that it found unreturned when it registered
+                    lost += shared.stale[slot]
+                    continue
+            lost += made - back[slot]
+        return lost
+
+    def _returned_releases(self) -> Counter:
+        """Releases per worker slot in this object's ledgers (worker ledgers that came back)."""
         back: Counter = Counter()
         for led in self.privacy.chain_ledgers():
             if getattr(led, "worker_slot", -1) >= 0:
                 back[led.worker_slot] += led.num_releases
-        own = self._worker_slot()
-        # a worker checks its own slot only: it cannot tell a lost slot from a sibling of this run
-        # that has already exited (its ledger went to the owner, not to this copy)
-        slots = [own] if finished_only and own >= 0 else range(WORKER_SLOTS)
-        lost = 0
-        for slot in slots:
-            made = shared.made[slot]
-            if made > back[slot] and not (finished_only and slot != own and _process_alive(shared.pid[slot])):
-                lost += made - back[slot]
-        return lost
+        return back
 
-    def _note_lost_releases(self) -> None:
-        """Mark the ledger incomplete when releases of exited workers never came back (what was
-        spent is unknown). Run in the owner just before it starts workers (:func:`_before_fork`,
-        ``__getstate__`` when spawning), so they inherit the mark, and at every chain's set-up."""
-        lost = self._lost_worker_releases(finished_only=True)
+    def _note_lost_releases(self, finished_only: bool = True) -> None:
+        """Mark the ledger incomplete when releases of workers never came back (what was spent is
+        unknown). Run in the owner just before it starts workers (:func:`_before_fork`,
+        ``__getstate__`` when spawning), so they inherit the mark, and at every chain's set-up
+        (``finished_only``: :meth:`_lost_worker_releases`)."""
+        lost = self._lost_worker_releases(finished_only=finished_only)
         if lost:
             self._incomplete = self._incomplete or _lost_releases_message(lost)
 
     def _check_worker_releases(self) -> None:
         """At a chain's set-up: :meth:`_note_lost_releases`, then register this worker's process
-        in its slot."""
-        self._note_lost_releases()
+        in its slot. A chain in the owner process runs when no run of worker chains is in progress
+        (Pyro runs a run's chains either all in workers or all here), so it counts every release
+        that has not come back, also of a worker that is still exiting."""
+        self._note_lost_releases(finished_only=self._worker_chain_id() is not None)
         shared = self.__dict__.get("_worker_releases")
         if self._worker_chain_id() is not None and shared is not None:
-            shared.pid[self._worker_slot()] = os.getpid()
+            slot = self._worker_slot()
+            shared.pid[slot] = os.getpid()
+            # before the run (a sibling that sees this run reads stale), and before any release
+            shared.stale[slot] = max(shared.made[slot] - self._returned_releases()[slot], 0)
+            shared.run[slot] = self._worker_run() or 0
 
     def _require_complete(self) -> None:
         """Raise ``RuntimeError`` when this object's ledger may miss releases (an ε from it would
@@ -311,6 +357,7 @@ class WorkerBookkeeping:
     def __getstate__(self):
         spawning = multiprocessing.context.get_spawning_popen() is not None  # pickled into a new worker
         if spawning:
+            self._count_worker_start()
             self._note_lost_releases()  # a spawned worker inherits the mark (as a forked one, _before_fork)
         state = self.__dict__.copy()
         if spawning:
