@@ -130,7 +130,7 @@ MNIST_PARAMS = {
                   k_grid=(2, 20), k_epsilons=(0.5,)),
     # the paper's data (load_mnist_7v9_full): N = 12 214; the K grid brackets the code's K = 225
     "mnist": dict(n_train=12_214, n_test=2_037, pca_dim=50, iters=40_000, epsilons=(0.01, 0.05, 0.2, 0.5),
-                  repeats=6, delta=1e-5, lam=10.0, step=4.3e-4, step_full=2.8e-4, prior_scale=10.0,
+                  repeats=10, delta=1e-5, lam=10.0, step=4.3e-4, step_full=2.8e-4, prior_scale=10.0,
                   k_grid=(20, 225, 2000), k_epsilons=(0.05, 0.5),
                   jit_compile=True),
 }
