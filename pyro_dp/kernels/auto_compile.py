@@ -62,6 +62,9 @@ PER_ROW = {"loglik": (5.1e-8, 0.9e-8), "grad": (2.1e-7, 0.6e-7)}
 COSTS = {
     "penalty": CompileCosts(eager_overhead=1.0e-3, compiled_overhead=0.15e-3, compile_seconds=8.0),
     "hmc": CompileCosts(eager_overhead=8.0e-3, compiled_overhead=0.5e-3, compile_seconds=18.0),
+    # DPFastMH's minibatch iteration (a Poisson batch, the thinning, two tests): steady 1.66-1.84 ms
+    # eager and 0.27-0.28 ms compiled at N = 1e3-1e5 (2026-11-27, logistic, 4 latents, one thread)
+    "fastmh": CompileCosts(eager_overhead=1.7e-3, compiled_overhead=0.27e-3, compile_seconds=8.0),
 }
 
 #: Extra seconds of the first compile in a process (inductor's start-up, measured 10–18 s). The
@@ -97,7 +100,7 @@ class CompileDecision(NamedTuple):
     :ivar compiled_seconds: predicted wall time of one chain compiled, compile included.
     :ivar iterations: the iterations per chain the prediction assumed.
     :ivar num_rows: :math:`N`.
-    :ivar kind: the cost kind (``"penalty"``, ``"hmc"``).
+    :ivar kind: the cost kind (``"penalty"``, ``"hmc"``, ``"fastmh"``).
     """
 
     compiled: bool

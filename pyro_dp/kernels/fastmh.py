@@ -57,6 +57,7 @@ __all__ = [
     "fastmh_step_privacy",
     "fastmh_init",
     "fastmh_step",
+    "expected_rows_read",
 ]
 
 
@@ -115,6 +116,29 @@ class FastMHInfo(NamedTuple):
     free: bool
     noise_std: float
     distance: float
+
+
+def expected_rows_read(mean_batch: float, max_batch_size: int, num_rows: int) -> float:
+    r"""Expected rows one minibatch iteration of Alg. 2 reads (Zhang & Zhang 2023): the Poisson
+    batch :math:`B` (mean ``mean_batch``) when :math:`B < K`, else every row,
+    :math:`\mathbb E[B\,1(B<K)] + N\,P(B\ge K)`. Public quantities only (for ``jit_compile=None``).
+
+    >>> round(expected_rows_read(1045.0, 1018, 12214))  # B >= K in 80 % of the draws
+    9995
+    >>> round(expected_rows_read(100.0, 1000, 10000), 6), expected_rows_read(5000.0, 10, 10000)
+    (100.0, 10000.0)
+    """
+    mu, k, n = float(mean_batch), int(max_batch_size), float(num_rows)
+    spread = 40.0 * math.sqrt(mu) + 40.0  # the Poisson mass beyond mu -/+ spread is negligible
+    if k <= 0 or k <= mu - spread:
+        return n
+    if k > mu + spread:
+        return mu
+    lo = max(0, int(mu - spread))
+    b = torch.arange(lo, k, dtype=torch.float64)
+    pmf = torch.exp(b * math.log(mu) - mu - torch.lgamma(b + 1.0)) if mu > 0 else (b == 0).double()
+    below = float(pmf.sum().clamp(max=1.0))
+    return float((b * pmf).sum()) + n * (1.0 - below)
 
 
 def fastmh_init(lik, z: torch.Tensor) -> MHState:
@@ -349,9 +373,23 @@ class DPFastMH(RandomWalkKernel):
     _chain_attrs = RandomWalkKernel._chain_attrs + ("_stats",)
 
     def _rows_per_iteration(self):
-        # auto_compile: the batch is random; at most max_batch_size rows before the full-batch test
+        """auto_compile: the expected rows one iteration reads (public: N, the settings and the
+        proposal's law). Alg. 2 reads B ~ Poisson(λ + C·M) rows when B < K and all N otherwise,
+        with M = proposal_scale·‖ξ‖ over the likelihood's d coordinates; without a proposal scale
+        yet (private tuning), K rows."""
         n = self.lik.num_rows
-        return "penalty", float(n if self.full_batch or self.max_batch_size is None else min(n, self.max_batch_size)), 0.0
+        if self.full_batch or self.max_batch_size is None:
+            return "penalty", float(n), 0.0
+        if self.proposal_scale is None:
+            return "fastmh", float(min(n, self.max_batch_size)), 0.0
+        mask = self.lik.likelihood_mask
+        d = self.lik.dim if mask is None else int(mask.sum())
+        # M = proposal_scale * ||xi|| varies from move to move (chi with d degrees of freedom), which
+        # spreads B far beyond a Poisson's: average over fixed, data-free draws of ||xi||
+        radii = torch.randn(256, max(d, 1), generator=torch.Generator().manual_seed(0), dtype=torch.float64).norm(dim=1)
+        scale = n * self.lik.temperature * self._bound() * self.proposal_scale
+        rows = [expected_rows_read(self.lam + scale * float(r), self.max_batch_size, n) for r in radii]
+        return "fastmh", sum(rows) / len(rows), 0.0
 
     #: why the data plate's ``subsample_size`` is refused (:mod:`~pyro_dp.kernels.declared_batch`)
     plate_batch_refusal = ("DPFastMH draws a random batch whose size the algorithm sets (expected lam + C*E[M], "

@@ -106,3 +106,40 @@ def test_minibatch_kernels_are_costed_by_their_batch(name, expected):
     }[name]
     k = _setup(make(), X, y)
     assert k._rows_per_iteration() == expected and not k.compile_decision.compiled
+
+
+def test_dp_fast_mh_is_costed_by_the_rows_it_is_expected_to_read():
+    """DPFastMH's minibatch iteration reads B ~ Poisson(λ + C·M) rows when B < K and all N
+    otherwise (Zhang & Zhang 2023, Alg. 2). The cost rule's expected rows (public: N, the
+    settings, the proposal's law) match a run's mean rows read within 5 Monte Carlo s.e.
+    where about half of the iterations fall back to the full batch; a K far above the batch
+    gives the batch's mean, a K far below it all N. Mutant: the old count, min(N, K), is off by
+    more than 10 s.e. there (about 20)."""
+    import math
+
+    X, y = make_logistic_data(2000)
+
+    def make(k, scale=2e-3):
+        return pyro_dp.DPFastMH(logistic_model, proposal_scale=scale, lipschitz=1.0, lam=10.0, max_batch_size=k,
+                                non_private=True, seed=0, jit_compile=False)
+
+    above = _setup(make(2000), X, y)
+    d = above.lik.dim  # every latent enters the likelihood
+    mean_b = 10.0 + 2000 * 2e-3 * math.sqrt(d - 0.5)  # E||xi|| ~ sqrt(d - 1/2)
+    far_above = above._rows_per_iteration()[1]
+    assert far_above == pytest.approx(mean_b, rel=0.02)
+    assert _setup(make(2, scale=0.5), X, y)._rows_per_iteration()[1] == 2000.0
+    k = _setup(make(int(mean_b)), X, y)
+    predicted = k._rows_per_iteration()[1]
+    state = k.initial_params
+    for _ in range(400):
+        state = k.sample(state)
+    s = k._stats
+    mean = s["rows"] / s["n"]
+    full = s["full"] / s["n"]
+    se = 2000 * math.sqrt(full * (1 - full) / s["n"]) + 1.0
+    assert 0.2 < full < 0.8  # the regime where the count matters
+    assert abs(mean - predicted) < 5 * se, (mean, predicted, se)
+    assert abs(mean - min(2000, int(mean_b))) > 10 * se  # mutant: the old count
+    assert k._rows_per_iteration()[0] == "fastmh"  # its own per-iteration overheads (auto_compile.COSTS)
+    assert COSTS["fastmh"].eager_overhead > COSTS["penalty"].eager_overhead
