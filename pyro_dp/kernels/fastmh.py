@@ -385,8 +385,11 @@ class DPFastMH(RandomWalkKernel):
         mask = self.lik.likelihood_mask
         d = self.lik.dim if mask is None else int(mask.sum())
         # M = proposal_scale * ||xi|| varies from move to move (chi with d degrees of freedom), which
-        # spreads B far beyond a Poisson's: average over fixed, data-free draws of ||xi||
-        radii = torch.randn(256, max(d, 1), generator=torch.Generator().manual_seed(0), dtype=torch.float64).norm(dim=1)
+        # spreads B far beyond a Poisson's: average over 256 quantiles of ||xi|| (Wilson-Hilferty:
+        # (chi2_d / d)^(1/3) ~ N(1 - 2/(9d), 2/(9d)); deterministic, no draw)
+        v = 2.0 / (9.0 * max(d, 1))
+        z = torch.special.ndtri((torch.arange(256, dtype=torch.float64) + 0.5) / 256)
+        radii = (max(d, 1) * (1.0 - v + z * math.sqrt(v)).clamp(min=0.0) ** 3).sqrt()
         scale = n * self.lik.temperature * self._bound() * self.proposal_scale
         rows = [expected_rows_read(self.lam + scale * float(r), self.max_batch_size, n) for r in radii]
         return "fastmh", sum(rows) / len(rows), 0.0
