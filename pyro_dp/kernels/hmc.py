@@ -605,7 +605,7 @@ class DPHMC(DPKernel):
         if "step_size" in self.auto_tuned:
             jump, sd = self._move_scales(result, self.llr_noise_multiplier)
             mask = self.lik.likelihood_mask
-            d_lik = self.lik.dim if mask is None else max(int(mask.sum()), 1)
+            d_lik = max(self.lik.likelihood_dim, 1)
             # a trajectory of L steps moves the likelihood's d_lik coordinates about L*eta*sqrt(d_lik)
             # (unit mass; the ratio clip measures only those, PrivateLikelihood.jump_norm): penalty noise sd ~ 1
             eta = min(jump / (self.num_steps * math.sqrt(d_lik)), sd)

@@ -274,7 +274,7 @@ class DPPenalty(RandomWalkKernel):
                 self.proposal_scale = min(jump / math.sqrt(d), free)
             else:  # the noise grows with the move of the likelihood's coordinates only (jump_norm):
                 # the others (a hierarchical model's mu, tau) move at the noise-free scale
-                d_lik = int(mask.sum()) if self.mode == "full" else 1
+                d_lik = self.lik.likelihood_dim if self.mode == "full" else 1
                 lik_scale = min(jump / math.sqrt(max(d_lik, 1)), free)
                 self.proposal_scale = mask * lik_scale + (1.0 - mask) * free
 

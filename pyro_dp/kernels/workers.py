@@ -107,10 +107,11 @@ def _process_alive(pid: int) -> bool:
 
 
 def _before_fork() -> None:
-    """Before this process forks (Pyro starting MCMC workers): every kernel object it owns notes
-    releases of earlier workers that never came back, so the new workers inherit the mark. The
-    owner sees every slot (a worker sees only its own: a sibling of its run that has already
-    exited looks the same as a lost one)."""
+    """Before this process forks (Pyro starting MCMC workers): every kernel object it owns counts
+    the worker start (:meth:`WorkerBookkeeping._worker_run`) and notes releases of exited earlier
+    workers that never came back, so the new workers inherit the mark. A worker still running
+    may be a sibling of the run being started; the workers check those slots themselves, by run
+    (:meth:`WorkerBookkeeping._lost_worker_releases`)."""
     for kernel in list(_KERNELS.values()):
         if kernel._owner_pid == os.getpid():
             kernel._count_worker_start()

@@ -245,7 +245,7 @@ def test_fetch_mnist_checks_every_file_before_writing(tmp_path, monkeypatch):
 
     monkeypatch.setattr(urllib.request, "urlopen", offline)
     with pytest.raises(fm.DataUnavailableError, match="PYRO_DP_MNIST_DIR"):
-        fm.fetch_mnist(str(tmp_path / "empty"), log=lambda *a: None)
+        fm.fetch_mnist(str(tmp_path / "empty"), log=None)
     monkeypatch.setenv("PYRO_DP_MNIST_DIR", str(dest))
     assert fm.mnist_dir() == str(dest)
 

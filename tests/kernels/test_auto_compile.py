@@ -129,6 +129,8 @@ def test_dp_fast_mh_is_costed_by_the_rows_it_is_expected_to_read():
     far_above = above._rows_per_iteration()[1]
     assert far_above == pytest.approx(mean_b, rel=0.02)
     assert _setup(make(2, scale=0.5), X, y)._rows_per_iteration()[1] == 2000.0
+    per_coordinate = _setup(make(2000, scale=torch.full((d,), 2e-3, dtype=torch.float64)), X, y)
+    assert per_coordinate._rows_per_iteration()[1] == pytest.approx(far_above, rel=1e-12)  # scalar or per coordinate
     k = _setup(make(int(mean_b)), X, y)
     predicted = k._rows_per_iteration()[1]
     state = k.initial_params
