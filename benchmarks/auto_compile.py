@@ -18,6 +18,9 @@ default 500 keeps the whole benchmark to about five minutes on the shared 2-core
 * DPPenalty: N = 1e4, 200 iterations; N = 1e5, 2000 iterations;
 * DPHMC: N = 1e4, 200 iterations; N = 1e5, 500 iterations.
 
+``--dim d`` gives the logistic regression d features (default 5) in every cell, e.g. ``--only
+DPHMC 1e4 1000 --dim 50`` (a row's cost grows with the model's dimension, and the rule counts it).
+
 ``--calibrate`` instead measures the constants of :mod:`pyro_dp.kernels.auto_compile` (per-row
 and per-iteration costs from the steady iterations of one run per path, N = 1e3, 1e4, 1e5, and
 the compile time as the compiled run's first iteration minus the eager one's) and prints them.
@@ -50,8 +53,8 @@ def data(n: int, d: int = 5, seed: int = 0):
     return X, y
 
 
-def one(kernel: str, n: int, iterations: int, mode: str) -> dict:
-    """One run of the card's line in this process: seconds, and the decision auto made."""
+def one(kernel: str, n: int, iterations: int, mode: str, d: int = 5) -> dict:
+    """One run of the card's line in this process (``d`` features): seconds, and the decision auto made."""
     warnings.simplefilter("ignore")
     import torch
     from pyro.infer import MCMC
@@ -60,7 +63,7 @@ def one(kernel: str, n: int, iterations: int, mode: str) -> dict:
     from pyro_dp.models.default_suite import logistic_model
 
     torch.set_num_threads(1)
-    X, y = data(n)
+    X, y = data(n, d)
     jit = {"eager": False, "compiled": True, "auto": None}[mode]
     stamps = []
     t0 = time.perf_counter()
@@ -74,41 +77,42 @@ def one(kernel: str, n: int, iterations: int, mode: str) -> dict:
             "decision": None if k.compile_decision is None else k.compile_decision._asdict()}
 
 
-def in_fresh_process(kernel: str, n: int, iterations: int, mode: str) -> dict:
+def in_fresh_process(kernel: str, n: int, iterations: int, mode: str, d: int = 5) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="inductor_"))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", kernel, str(n), str(iterations), mode],
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", kernel, str(n), str(iterations), mode,
+                          "--dim", str(d)],
                          env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def table(cells, repeats: int) -> None:
-    print("| kernel | N | iterations | eager (s) | compiled (s) | auto (s) | auto chose | predicted eager / compiled (s) "
+def table(cells, repeats: int, d: int = 5) -> None:
+    print("| kernel | N | features | iterations | eager (s) | compiled (s) | auto (s) | auto chose | predicted eager / compiled (s) "
           "| auto / faster |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for kernel, n, iterations in cells:
         r = {}
         for _ in range(repeats):  # interleaved, the fastest of each kept: the machine is shared
             for m in ("eager", "compiled", "auto"):
-                x = in_fresh_process(kernel, n, iterations, m)
+                x = in_fresh_process(kernel, n, iterations, m, d)
                 if m not in r or x["seconds"] < r[m]["seconds"]:
                     r[m] = x
         d = r["auto"]["decision"]
         best = min(r["eager"]["seconds"], r["compiled"]["seconds"])
-        print(f"| {kernel} | {n:.0e} | {iterations} | {r['eager']['seconds']:.1f} | {r['compiled']['seconds']:.1f} | "
+        print(f"| {kernel} | {n:.0e} | {d} | {iterations} | {r['eager']['seconds']:.1f} | {r['compiled']['seconds']:.1f} | "
               f"{r['auto']['seconds']:.1f} | {'compiled' if r['auto']['compiled'] else 'eager'} | "
               f"{d['eager_seconds']:.1f} / {d['compiled_seconds']:.1f} | {r['auto']['seconds'] / best:.2f} |", flush=True)
 
 
-def calibrate() -> None:
+def calibrate(d: int = 5) -> None:
     for kernel in ("DPPenalty", "DPHMC"):
         rows = []
         for n in (1_000, 10_000, 100_000):
-            e = in_fresh_process(kernel, n, 60, "eager")
-            c = in_fresh_process(kernel, n, 60, "compiled")
+            e = in_fresh_process(kernel, n, 60, "eager", d)
+            c = in_fresh_process(kernel, n, 60, "compiled", d)
             rows.append((n, e, c))
-            print(f"{kernel} N={n}: eager {e['per_iteration'] * 1e3:.2f} ms/it (first {e['first']:.2f} s), "
+            print(f"{kernel} d={d} N={n}: eager {e['per_iteration'] * 1e3:.2f} ms/it (first {e['first']:.2f} s), "
                   f"compiled {c['per_iteration'] * 1e3:.2f} ms/it (first {c['first']:.2f} s)", flush=True)
         (n0, e0, c0), (n1, e1, c1) = rows[1], rows[2]
         for name, a, b in (("eager", e0, e1), ("compiled", c0, c1)):
@@ -126,14 +130,15 @@ if __name__ == "__main__":
     p.add_argument("--calibrate", action="store_true")
     p.add_argument("--full", action="store_true", help="DP-HMC's long run at 2000 iterations")
     p.add_argument("--repeats", type=int, default=2, help="runs per mode and cell (the fastest is kept)")
+    p.add_argument("--dim", type=int, default=5, help="features of the logistic regression (latents: one more)")
     p.add_argument("--only", nargs=3, metavar=("KERNEL", "N", "ITERATIONS"), help="one cell only")
     a = p.parse_args()
     if a.one:
-        print(json.dumps(one(a.one[0], int(a.one[1]), int(a.one[2]), a.one[3])))
+        print(json.dumps(one(a.one[0], int(a.one[1]), int(a.one[2]), a.one[3], a.dim)))
     elif a.calibrate:
-        calibrate()
+        calibrate(a.dim)
     else:
         cells = [c if not (a.full and c[0] == "DPHMC" and c[1] == 100_000) else (c[0], c[1], 2000) for c in CELLS]
         if a.only:
             cells = [(a.only[0], int(float(a.only[1])), int(a.only[2]))]
-        table(cells, a.repeats)
+        table(cells, a.repeats, a.dim)

@@ -160,7 +160,69 @@ def test_the_ess_warning_says_running_longer_will_not_help_when_the_noise_limits
     with _w.catch_warnings(record=True) as ws:
         _w.simplefilter("always")
         MCMC(k, num_samples=150, warmup_steps=100, disable_progbar=True).run(X, y)
-    ess = [str(w.message) for w in ws if "effective sample size below 20" in str(w.message)]
+    ess = [str(w.message) for w in ws if "effective sample size below" in str(w.message)]
     assert k._noise_limited and ess and "more iterations will not help" in ess[0]
     walk = torch.cumsum(torch.randn(400, 2, generator=g, dtype=torch.float64), 0)
     assert "run longer" in pyro_dp.checks.chain_problems(walk)[0]
+
+
+def test_default_min_ess_is_the_bonferroni_normal_quantile_squared():
+    """default_min_ess(d) = Φ⁻¹(1 − 0.01/(2d))², checked against scipy's quantile (an
+    independent oracle); bad input refused."""
+    from scipy.stats import norm
+
+    from pyro_dp.checks import MC_ERROR_TAIL, default_min_ess
+
+    for d in (1, 2, 5, 20, 100, 10_000):
+        assert default_min_ess(d) == pytest.approx(norm.ppf(1 - MC_ERROR_TAIL / (2 * d)) ** 2, rel=1e-9)
+    assert default_min_ess(1) < default_min_ess(5) < default_min_ess(100)
+    for bad in (0, -1, 2.0, True, None):
+        with pytest.raises(ValueError, match="num_coords"):
+            default_min_ess(bad)
+
+
+def test_default_min_ess_keeps_monte_carlo_error_beyond_one_sd_at_one_percent():
+    """What the threshold promises (checks.default_min_ess): with ``m`` independent draws
+    (ESS = m) at the threshold for ``d`` coordinates, some mean lands beyond one posterior sd in
+    at most 1 % of runs. 40 000 simulated runs of d = 5 at the threshold: the frequency is within
+    4 binomial standard errors of its exact value (below 1 %); a mutant threshold at the
+    unsplit 95 % quantile (1.96² ≈ 3.8 draws) fails it (about 21 % of runs)."""
+    from pyro_dp.checks import default_min_ess
+
+    d, reps = 5, 40_000
+    g = torch.Generator().manual_seed(0)
+
+    def beyond(m):  # fraction of runs with some |mean of m N(0,1) draws| > 1
+        means = torch.randn(reps, d, generator=g, dtype=torch.float64) / m ** 0.5  # exact law of the mean
+        return float((means.abs() > 1).any(1).double().mean())
+
+    def exact(m):
+        from scipy.stats import norm
+        return 1 - (1 - 2 * norm.sf(m ** 0.5)) ** d
+
+    for m, ok in ((default_min_ess(d), True), (1.96 ** 2, False)):
+        p, q = beyond(m), exact(m)
+        assert abs(p - q) <= 4 * (q * (1 - q) / reps) ** 0.5
+        assert (p <= 0.01 + 4 * (0.01 * 0.99 / reps) ** 0.5) == ok
+
+
+def test_an_autocorrelated_chain_warns_below_the_threshold_and_not_above():
+    """AR(1) chains of 2 000 draws with ESS ≈ n(1−ρ)/(1+ρ) of about 4 (warns: a mean 1 sd off is
+    plausible) and about 60 (no warning); a mutant threshold of 100 warns on the second too."""
+    from pyro_dp.checks import chain_problems
+
+    g = torch.Generator().manual_seed(1)
+    n = 2000
+
+    def ar1(rho):
+        e = torch.randn(n, 3, generator=g, dtype=torch.float64)
+        x = torch.empty_like(e)
+        x[0] = e[0]
+        for t in range(1, n):
+            x[t] = rho * x[t - 1] + (1 - rho * rho) ** 0.5 * e[t]
+        return x
+
+    slow, fast = ar1(1 - 2 * 4 / n), ar1(1 - 2 * 60 / n)   # ESS about 4 and 60 per coordinate
+    assert any(p.startswith("effective sample size below 8.6") for p in chain_problems(slow))
+    assert not any(p.startswith("effective sample size") for p in chain_problems(fast))
+    assert any(p.startswith("effective sample size below 100") for p in chain_problems(fast, min_ess=100.0))

@@ -14,13 +14,14 @@ the private start's steps — and compiles when
 with :math:`I` iterations, :math:`r_\ell` rows whose log-likelihood (ratio) and :math:`r_g`
 rows whose gradient one iteration evaluates, :math:`S` the private start's full-data gradient
 passes, :math:`o` a per-iteration overhead, :math:`a, g` seconds per row of a log-likelihood
-and of a gradient (eager :math:`e`, compiled :math:`c`), and :math:`C` the compile time
-(:data:`COSTS`). ``jit_compile=True`` / ``False`` are honoured as given. The decision reads no
+and of a gradient (eager :math:`e`, compiled :math:`c`; functions of the number :math:`D` of
+latent coordinates the likelihood reads, a shape: :func:`per_row_seconds`), and :math:`C` the
+compile time (:data:`COSTS`). ``jit_compile=True`` / ``False`` are honoured as given. The decision reads no
 data and changes no result: the eager and compiled chains are the same (``tests/test_compiled.py``).
 
 The constants were measured on the project's CPU machine (2 shared cores, torch 2.13, one
-thread, float64, logistic regression with 6 latents, ``benchmarks/auto_compile.py
---calibrate``; ``docs/performance.md``). They are rough — the rule only has to be right where
+thread, float64, logistic regression with 6, 21 and 51 latents, ``benchmarks/auto_compile.py
+--calibrate --dim d``; ``docs/performance.md``). They are rough — the rule only has to be right where
 the two times differ by more than about 20 % — and :attr:`DPKernel.compile_decision` says what
 was predicted. Sequential chains of one kernel object share its compiled graphs, but chains
 in worker processes compile their own, so the rule decides per chain (conservatively: it
@@ -34,8 +35,8 @@ from ..compiled import BACKENDS, CUDA_GRAPH_MODES, CompiledLikelihood
 from .default_path import DEFAULT_ITERATIONS
 from .tuning import mcmc_run_length
 
-__all__ = ["AutoCompile", "check_jit_options", "CompileCosts", "CompileDecision", "COSTS", "decide_compile", "predicted_seconds",
-           "FIRST_COMPILE_SECONDS", "PER_ROW"]
+__all__ = ["AutoCompile", "check_jit_options", "CompileCosts", "CompileDecision", "COSTS", "decide_compile",
+           "predicted_seconds", "per_row_seconds", "RowCost", "CALIBRATION_DIM", "FIRST_COMPILE_SECONDS", "PER_ROW"]
 
 
 class CompileCosts(NamedTuple):
@@ -51,11 +52,48 @@ class CompileCosts(NamedTuple):
     compile_seconds: float
 
 
-#: Seconds per row of a per-example log-likelihood :math:`a` and of a per-example gradient :math:`g`
-#: (eager, compiled), measured by ``benchmarks/auto_compile.py --calibrate`` (2026-11-27: DPPenalty's
-#: ratio pass 51 ns/row eager, 8.7 ns compiled; DP-HMC's gradient passes 0.21 µs/row eager,
-#: 0.06 µs compiled).
-PER_ROW = {"loglik": (5.1e-8, 0.9e-8), "grad": (2.1e-7, 0.6e-7)}
+class RowCost(NamedTuple):
+    r"""Seconds per row of one per-example pass on one path, as a function of the number :math:`D`
+    of latent coordinates the likelihood reads (public: a shape): :math:`\max(\text{floor},
+    \text{slope}\cdot D^{\text{power}})`."""
+
+    floor: float
+    slope: float
+    power: int
+
+    def at(self, dim: int) -> float:
+        return max(self.floor, self.slope * float(dim) ** self.power)
+
+
+#: Seconds per row of a per-example log-likelihood :math:`a(D)` and of a per-example gradient
+#: :math:`g(D)`, ``(eager, compiled)``, measured by ``benchmarks/auto_compile.py --calibrate --dim d``
+#: (2026-11-27, logistic regression with d = 5, 20, 50 features: D = 6, 21, 51; one thread,
+#: float64; ``docs/performance.md`` has the table). A log-likelihood row costs 25-51 ns eager at
+#: every D (bandwidth and elementwise passes), and compiled 7.5 ns at D = 6 but 40-42 ns at
+#: D = 21 and 51 (inductor's dot products no faster than eager's there), so the compiled
+#: :math:`a_c` grows with D and never exceeds :math:`a_e` (:func:`per_row_seconds`). A gradient
+#: row grows about like :math:`D^2` (the per-example gradient's D tangent columns of D-long rows):
+#: eager 0.21, 0.56 and 3.7 µs, compiled 0.06, 0.16 and 1.6 µs at D = 6, 21, 51 (N = 10^5).
+PER_ROW = {"loglik": (RowCost(5.1e-8, 0.0, 1), RowCost(0.9e-8, 1.5e-9, 1)),
+           "grad": (RowCost(2.1e-7, 1.4e-9, 2), RowCost(0.6e-7, 6e-10, 2))}
+
+#: :math:`D` of the calibration the per-kind overheads were measured at (and the default of
+#: :func:`predicted_seconds`)
+CALIBRATION_DIM = 6
+
+
+def per_row_seconds(what: str, dim: int, compiled: bool) -> float:
+    """Seconds per row of a per-example ``"loglik"`` or ``"grad"`` pass with ``dim`` likelihood
+    coordinates (:data:`PER_ROW`); the compiled path's is never counted above the eager one's.
+
+    >>> round(per_row_seconds("grad", 51, False) / per_row_seconds("grad", 6, False), 1)
+    17.3
+    >>> per_row_seconds("loglik", 51, True) == per_row_seconds("loglik", 51, False)
+    True
+    """
+    eager = PER_ROW[what][0].at(dim)
+    return min(eager, PER_ROW[what][1].at(dim)) if compiled else eager
+
 
 #: Per-kind constants (:class:`CompileCosts`), same measurement. DP-HMC compiles more graphs
 #: (the trajectory's gradient sums besides the ratio), hence its larger :math:`C`.
@@ -101,6 +139,7 @@ class CompileDecision(NamedTuple):
     :ivar iterations: the iterations per chain the prediction assumed.
     :ivar num_rows: :math:`N`.
     :ivar kind: the cost kind (``"penalty"``, ``"hmc"``, ``"fastmh"``).
+    :ivar dim: the latent coordinates the likelihood reads (a row's cost grows with them).
     """
 
     compiled: bool
@@ -109,13 +148,15 @@ class CompileDecision(NamedTuple):
     iterations: int
     num_rows: int
     kind: str
+    dim: int = CALIBRATION_DIM
 
 
 def predicted_seconds(kind: str, *, iterations: int, loglik_rows: float, grad_rows: float, start_rows: float = 0.0,
-                      compiled: bool, first_compile: bool = True) -> float:
+                      compiled: bool, first_compile: bool = True, dim: int = CALIBRATION_DIM) -> float:
     r"""Predicted wall time of one chain (module doc's formula): ``iterations`` iterations that each
     evaluate ``loglik_rows`` per-example log-likelihoods and ``grad_rows`` per-example gradients,
-    plus ``start_rows`` per-example gradients of a private start; compiled, with the compile time.
+    plus ``start_rows`` per-example gradients of a private start, with ``dim`` latent coordinates
+    in the likelihood (:func:`per_row_seconds`); compiled, with the compile time.
 
     >>> e = predicted_seconds("penalty", iterations=200, loglik_rows=1e4, grad_rows=0, compiled=False)
     >>> c = predicted_seconds("penalty", iterations=200, loglik_rows=1e4, grad_rows=0, compiled=True)
@@ -123,8 +164,7 @@ def predicted_seconds(kind: str, *, iterations: int, loglik_rows: float, grad_ro
     (0.3, 20.0)
     """
     costs = COSTS[kind]
-    j = 1 if compiled else 0
-    a, g = PER_ROW["loglik"][j], PER_ROW["grad"][j]
+    a, g = per_row_seconds("loglik", dim, compiled), per_row_seconds("grad", dim, compiled)
     overhead = costs.compiled_overhead if compiled else costs.eager_overhead
     t = iterations * (overhead + loglik_rows * a + grad_rows * g) + start_rows * g
     if compiled:
@@ -133,22 +173,25 @@ def predicted_seconds(kind: str, *, iterations: int, loglik_rows: float, grad_ro
 
 
 def decide_compile(kind: Optional[str], *, iterations: int, num_rows: int, loglik_rows: float, grad_rows: float,
-                   start_rows: float = 0.0, first_compile: bool = True) -> CompileDecision:
+                   start_rows: float = 0.0, first_compile: bool = True, dim: int = CALIBRATION_DIM) -> CompileDecision:
     """Eager or compiled for one chain, from public quantities only (module doc). ``kind=None``:
     a kernel whose iterations read no rows (e.g. the cached sufficient statistic of
-    :class:`~pyro_dp.kernels.expfam.DPExpFamPenalty`) — never compiled.
+    :class:`~pyro_dp.kernels.expfam.DPExpFamPenalty`) — never compiled. ``dim``: the latent
+    coordinates the likelihood reads (a row's cost grows with them, :func:`per_row_seconds`).
 
     >>> decide_compile("hmc", iterations=2000, num_rows=100_000, loglik_rows=1e5, grad_rows=5e5).compiled
     True
     >>> decide_compile("hmc", iterations=200, num_rows=10_000, loglik_rows=1e4, grad_rows=5e4).compiled
     False
+    >>> decide_compile("hmc", iterations=1000, num_rows=10_000, loglik_rows=1e4, grad_rows=5e4, dim=51).compiled
+    True
     """
     if kind is None:
-        return CompileDecision(False, 0.0, float("inf"), int(iterations), int(num_rows), "none")
-    kw = dict(iterations=iterations, loglik_rows=loglik_rows, grad_rows=grad_rows, start_rows=start_rows)
+        return CompileDecision(False, 0.0, float("inf"), int(iterations), int(num_rows), "none", int(dim))
+    kw = dict(iterations=iterations, loglik_rows=loglik_rows, grad_rows=grad_rows, start_rows=start_rows, dim=dim)
     eager = predicted_seconds(kind, compiled=False, **kw)
     comp = predicted_seconds(kind, compiled=True, first_compile=bool(first_compile), **kw)
-    return CompileDecision(comp < eager, eager, comp, int(iterations), int(num_rows), kind)
+    return CompileDecision(comp < eager, eager, comp, int(iterations), int(num_rows), kind, int(dim))
 
 
 class AutoCompile:
@@ -188,6 +231,7 @@ class AutoCompile:
             start_steps = getattr(self.init, "num_steps", 0) if self.init is not None else 0
             self.compile_decision = decide_compile(kind, iterations=int(iterations), num_rows=self.lik.num_rows,
                                                    loglik_rows=loglik_rows, grad_rows=grad_rows,
-                                                   start_rows=float(start_steps) * self.lik.num_rows)
+                                                   start_rows=float(start_steps) * self.lik.num_rows,
+                                                   dim=int(self.lik.likelihood_dim))
         if self.compile_decision.compiled and self.lik.compiled is None:
             self.lik.compiled = CompiledLikelihood(self.lik, self.jit_options, self.__dict__.setdefault("_jit_cache", {}))

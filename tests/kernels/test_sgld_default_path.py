@@ -156,7 +156,7 @@ def test_a_plate_s_subsample_size_is_the_batch_and_its_accountant_the_subsampled
 
 def test_a_noise_limited_step_is_said_before_the_chain_runs():
     """At ε = 0.3 on 2000 rows the free step is far below its cap and the predicted ESS
-    (``langevin_ess`` at the guessed scale) is below 20: the kernel says so at the chain's start,
+    (``langevin_ess`` at the guessed scale) is below ``default_min_ess``: the kernel says so at the chain's start,
     and the end-of-chain ESS advice says more iterations will not help (and does not point to
     DPSGLD itself). At ε = 50 the cap binds: no such warning."""
     X, y = data(2000)
