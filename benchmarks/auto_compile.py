@@ -87,7 +87,7 @@ def in_fresh_process(kernel: str, n: int, iterations: int, mode: str, d: int = 5
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def table(cells, repeats: int, d: int = 5) -> None:
+def table(cells, repeats: int, features: int = 5) -> None:
     print("| kernel | N | features | iterations | eager (s) | compiled (s) | auto (s) | auto chose | predicted eager / compiled (s) "
           "| auto / faster |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -95,12 +95,12 @@ def table(cells, repeats: int, d: int = 5) -> None:
         r = {}
         for _ in range(repeats):  # interleaved, the fastest of each kept: the machine is shared
             for m in ("eager", "compiled", "auto"):
-                x = in_fresh_process(kernel, n, iterations, m, d)
+                x = in_fresh_process(kernel, n, iterations, m, features)
                 if m not in r or x["seconds"] < r[m]["seconds"]:
                     r[m] = x
         d = r["auto"]["decision"]
         best = min(r["eager"]["seconds"], r["compiled"]["seconds"])
-        print(f"| {kernel} | {n:.0e} | {d} | {iterations} | {r['eager']['seconds']:.1f} | {r['compiled']['seconds']:.1f} | "
+        print(f"| {kernel} | {n:.0e} | {features} | {iterations} | {r['eager']['seconds']:.1f} | {r['compiled']['seconds']:.1f} | "
               f"{r['auto']['seconds']:.1f} | {'compiled' if r['auto']['compiled'] else 'eager'} | "
               f"{d['eager_seconds']:.1f} / {d['compiled_seconds']:.1f} | {r['auto']['seconds'] / best:.2f} |", flush=True)
 
