@@ -247,7 +247,7 @@ KERNELS = ("DPPenalty", "DPHMC", "DPSGLD")
 
 
 def _noise(kernel: str, epsilon: float, delta: float, iterations: int, chains: int, temperature: float,
-           num_steps: int):
+           num_steps: int, control_variate: bool = True):
     """``(ratio noise multiplier, the tuner)`` exactly as the kernel's default path sets them."""
     from . import kernels as K  # here: kernels.default_path imports this module (a cycle at import time)
 
@@ -261,7 +261,8 @@ def _noise(kernel: str, epsilon: float, delta: float, iterations: int, chains: i
             nm = float(k._budget_noise(1.0))
             k.init.set_ratio_noise(0.0)  # DPSGLD._ratio_noise_multiplier on the default path
             return nm, k.init
-        k = K.DPHMC(_no_model, num_steps=num_steps, **kw) if kernel == "DPHMC" else K.DPPenalty(_no_model, **kw)
+        k = K.DPHMC(_no_model, num_steps=num_steps, **kw) if kernel == "DPHMC" else \
+            K.DPPenalty(_no_model, control_variate=bool(control_variate), **kw)
         k.init.configure(epsilon=k.epsilon, delta=k.delta, num_chains=k.num_chains, non_private=False)
         k._calibrate()
         nm = float(k._ratio_noise_multiplier())
@@ -293,7 +294,8 @@ def _no_model(*args, **kwargs):  # the kernels need a callable; feasibility neve
 
 def predicted_move(*, kernel: str, num_rows: int, noise_multiplier: float, clip: float, grad_norm: float,
                    fisher, num_samples: int, warmup_steps: int, num_chains: int = 1, temperature: float = 1.0,
-                   num_steps: int = 5, noise_ratio: Optional[float] = None) -> Tuple[float, float, float, float]:
+                   num_steps: int = 5, noise_ratio: Optional[float] = None,
+                   control_variate: bool = False) -> Tuple[float, float, float, float]:
     r"""``(start_move_ratio, move_ratio, acceptance, ess)`` of the module doc's steps 3–5 for a
     given noise multiplier, ratio clip :math:`b`, typical gradient norm (the default path's
     posterior-scale guess) and Fisher information per row (a :math:`D\times D` nested sequence or
@@ -305,6 +307,11 @@ def predicted_move(*, kernel: str, num_rows: int, noise_multiplier: float, clip:
     :math:`\eta\sqrt L\,T\,2\mathrm{nm}_g b\,\|p\|`, against the ratio's
     :math:`T\,2\mathrm{nm}_l b\,L\eta\|p\|` (gradient and ratio clips equal, as on the default
     path), so the test sees noise of variance :math:`\sigma_l^2(1 + r^2/L)`.
+    ``control_variate`` (DPPenalty's default path since 2026-11-27): the test releases Taylor
+    residuals (:mod:`pyro_dp.kernels.control_variate`), whose clip per unit jump is
+    :math:`\min\{hR, 2b'\}` in place of :math:`b` — :math:`h` the default curvature clip at the
+    posterior-scale guess, :math:`R = 2\sqrt D\,\mathrm{sd}` (a chain within about two posterior
+    sds of its start), :math:`b'` the reference clip — and the start's move is the noise-free one.
 
     >>> F = [[0.2, 0.0], [0.0, 0.05]]
     >>> r = predicted_move(kernel="DPPenalty", num_rows=10_000, noise_multiplier=50.0, clip=1.0,
@@ -322,6 +329,10 @@ def predicted_move(*, kernel: str, num_rows: int, noise_multiplier: float, clip:
     guess = posterior_scale_guess(grad_norm, int(n), D, T)
     if kernel == "DPSGLD":  # clip: the tuner's ratio quantile (the kernel's clip is derived from it)
         return _langevin_move(nm, b, float(grad_norm), T, n, D, sd_max, num_samples, num_chains)
+    if control_variate and kernel == "DPPenalty":  # the residuals' clip per unit jump, min{hR, 2b'}
+        from .kernels.control_variate import REFERENCE_CLIP_HEADROOM, default_curvature_clip
+        reach = 2.0 * math.sqrt(D) * sd_max
+        b = min(default_curvature_clip(D, int(n), guess, T) * reach, 2.0 * REFERENCE_CLIP_HEADROOM * b)
     jump = penalty_jump_length(nm, b, T)
     noise_per_step = 4.0 * nm * nm * b * b * T * T * D  # sigma^2 per unit s^2 (sigma = 2 nm b T s sqrt(D))
     if kernel == "DPHMC":
@@ -331,6 +342,9 @@ def predicted_move(*, kernel: str, num_rows: int, noise_multiplier: float, clip:
         noise_per_step *= 1.0 + float(noise_ratio) ** 2 / num_steps  # + the kinetic term's noise (above)
         s0 = min(jump / math.sqrt(D), num_steps * guess)  # L * eta, eta = min(jump / (L sqrt D), guess)
         target, v = 0.5, 0.0  # hmc.DEFAULT_TARGET_ACCEPT_PROB; an exact trajectory keeps the energy
+    elif control_variate:
+        s0 = 2.38 / math.sqrt(D) * guess  # the default path's start: the noise-free scale
+        target, v = 0.3, float(torch.trace(precision))
     else:
         s0 = min(jump / math.sqrt(D), 2.38 / math.sqrt(D) * guess)  # Roberts, Gelman & Gilks 1997
         target, v = 0.3, float(torch.trace(precision))  # proposals.DEFAULT_TARGET_ACCEPT_PROB
@@ -372,7 +386,7 @@ def feasibility(model: Union[str, ModelProfile], *, num_rows: int, epsilon: floa
                 dim: Optional[int] = None, kernel: str = "DPPenalty", num_samples: int = 1000,
                 warmup_steps: int = 1000, num_chains: int = 1, temperature: float = 1.0, num_steps: int = 5,
                 target_ess: float = 100.0, noise_sd: float = 1.0, rate: float = 3.0,
-                whiten: Optional[bool] = None) -> Feasibility:
+                whiten: Optional[bool] = None, control_variate: Optional[bool] = None) -> Feasibility:
     r"""Predict, before any data is read, what ``MCMC(kernel(model, epsilon=ε, delta=δ),
     num_samples=..., warmup_steps=...)`` will deliver on ``num_rows`` rows (module doc).
 
@@ -393,6 +407,9 @@ def feasibility(model: Union[str, ModelProfile], *, num_rows: int, epsilon: floa
         every profile describes (:func:`~pyro_dp.kernels.whitening.whitens`), and so does DPHMC. A
         profile without :attr:`~ModelProfile.whitened_norms` is then predicted unwhitened, with a
         warning (fewer effective samples than the whitened chain gets: pessimistic).
+    :param bool control_variate: DPPenalty's test on Taylor residuals
+        (:mod:`pyro_dp.kernels.control_variate`); ``None``: as its default path (on), ``False``:
+        the plain test (``DPPenalty(..., control_variate=False)``). Only for DPPenalty.
     :returns: a frozen :class:`Feasibility`.
 
     >>> f = feasibility("linear", num_rows=10_000, epsilon=2.0)
@@ -401,6 +418,9 @@ def feasibility(model: Union[str, ModelProfile], *, num_rows: int, epsilon: floa
     """
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS} (the kernels with a default path), got {kernel!r}")
+    if control_variate is not None and (not isinstance(control_variate, bool) or kernel != "DPPenalty"):
+        raise ValueError(f"control_variate is DPPenalty's (True, False or None), got {control_variate!r} for {kernel}")
+    cv = kernel == "DPPenalty" and control_variate is not False
     from .kernels.default_path import LANGEVIN_CLIP_HEADROOM  # here: the import cycle of _noise
     n = _check_int("num_rows", num_rows, 2)
     eps = _check_pos("epsilon", epsilon)
@@ -425,17 +445,17 @@ def feasibility(model: Union[str, ModelProfile], *, num_rows: int, epsilon: floa
     iterations = samples + warmup
 
     def at(n_rows: int, e: float, noise=None):
-        nm, tuner = noise if noise is not None else _noise(kernel, e, float(delta), iterations, chains, T, L)
+        nm, tuner = noise if noise is not None else _noise(kernel, e, float(delta), iterations, chains, T, L, cv)
         b = profile.quantile(tuner.ratio_quantile(n_rows))
         g = profile.quantile(tuner.grad_quantile)
         r = predicted_move(kernel=kernel, num_rows=n_rows, noise_multiplier=nm, clip=b, grad_norm=g,
                            fisher=profile.fisher, num_samples=samples, warmup_steps=warmup, num_chains=chains,
-                           temperature=T, num_steps=L)
+                           temperature=T, num_steps=L, control_variate=cv)
         if kernel == "DPSGLD":  # the clip it reports: the kernel's gradient clip (langevin_default)
             b = LANGEVIN_CLIP_HEADROOM * max(b, g)
         return nm, b, r
 
-    noise = _noise(kernel, eps, float(delta), iterations, chains, T, L)
+    noise = _noise(kernel, eps, float(delta), iterations, chains, T, L, cv)
     nm, b, (start_ratio, ratio, acc, ess) = at(n, eps, noise)
     ceiling = at(n, eps, (0.0, noise[1]))[2][3]
     goal = min(target, ceiling / 2.0)

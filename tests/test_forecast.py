@@ -46,12 +46,17 @@ def test_prediction_is_monotone_and_the_needed_n_and_epsilon_reach_the_goal():
 
 
 def test_result_is_frozen_and_dphmc_is_predicted_worse_than_the_penalty_in_the_noise_limited_regime():
-    p = feasibility("poisson", num_rows=20_000, epsilon=1.0)
+    p = feasibility("poisson", num_rows=20_000, epsilon=1.0, control_variate=False)  # the plain test
     h = feasibility("poisson", num_rows=20_000, epsilon=1.0, kernel="DPHMC")
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.ess = 1.0
     # DP-HMC spends the budget on L + 1 releases per iteration (thesis Thm 11): more noise on its ratio
     assert h.noise_multiplier > p.noise_multiplier and h.ess < p.ess
+    # the default's control variate: the residuals' clip is far below b, so the ESS is far higher
+    cv = feasibility("poisson", num_rows=20_000, epsilon=1.0)
+    assert cv.ess > 3 * p.ess
+    with pytest.raises(ValueError, match="control_variate"):
+        feasibility("poisson", num_rows=20_000, epsilon=1.0, kernel="DPHMC", control_variate=True)
 
 
 def test_a_profile_of_your_own():
@@ -138,8 +143,8 @@ def test_the_default_paths_pre_run_warning_quotes_the_prediction():
 
     X, y = make_logistic_data(2000)
     with pytest.warns(pyro_dp.SamplingWarning, match=r"limits each move .*predicted: about [0-9.e+-]+ in this chain"):
-        MCMC(pyro_dp.DPPenalty(logistic_model, epsilon=0.5, num_iterations=2000, seed=0), num_samples=3,
-             warmup_steps=2, disable_progbar=True).run(X, y)
+        MCMC(pyro_dp.DPPenalty(logistic_model, epsilon=0.5, num_iterations=2000, seed=0, control_variate=False),
+             num_samples=3, warmup_steps=2, disable_progbar=True).run(X, y)
 
 
 def test_the_prediction_is_whitened_as_the_default_paths_run():
@@ -219,7 +224,8 @@ def test_dpsgld_is_predicted_free_of_the_noise_limit():
     one there (below the cap, so the ESS is below the noise-free ceiling), and at ε = 8 the cap's
     (ESS = ceiling). The AR(1) formula by hand for the ceiling: a = 0.3 guess² / (2 sd²)."""
     run = dict(num_rows=50_000, dim=3, num_samples=1000, warmup_steps=500)
-    sgld, pen = feasibility("linear", epsilon=2.0, kernel="DPSGLD", **run), feasibility("linear", epsilon=2.0, **run)
+    sgld = feasibility("linear", epsilon=2.0, kernel="DPSGLD", **run)
+    pen = feasibility("linear", epsilon=2.0, control_variate=False, **run)  # the plain penalty test
     assert sgld.ess > 3 * pen.ess and sgld.acceptance == 1.0
     assert sgld.ess < sgld.ess_ceiling
     high = feasibility("linear", epsilon=8.0, kernel="DPSGLD", **run)

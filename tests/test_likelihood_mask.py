@@ -159,10 +159,12 @@ def test_the_default_penalty_walk_moves_prior_only_sites_at_the_noise_free_scale
     """DPPenalty's default path: the penalty noise limits the moves of the likelihood's
     coordinates only (``jump_norm``), so mu and tau get the noise-free random-walk scale
     2.38/sqrt(d) x the guessed posterior sd (Roberts, Gelman & Gilks 1997) and u the smaller
-    noise-limited one; a model with every latent in the likelihood keeps one scalar scale."""
+    noise-limited one; a model with every latent in the likelihood keeps one scalar scale. (The
+    plain test, ``control_variate=False``; with the default control variate no move is
+    noise-limited near the start and every coordinate gets the noise-free scale.)"""
     import math
 
-    k = pyro_dp.DPPenalty(two_level, epsilon=2.0, num_iterations=500, seed=0)
+    k = pyro_dp.DPPenalty(two_level, epsilon=2.0, num_iterations=500, seed=0, control_variate=False)
     k.setup(0, *data(n=5000))
     k.sample(k.initial_params)
     jump, sd = k._move_scales(k.init.result, k.noise_multiplier)
@@ -170,10 +172,14 @@ def test_the_default_penalty_walk_moves_prior_only_sites_at_the_noise_free_scale
     assert jump < sd  # noise-limited here, so the two scales differ
     torch.testing.assert_close(k.proposal_scale, torch.tensor([free, free, lik_scale, lik_scale, lik_scale],
                                                               dtype=torch.float64))
-    k = pyro_dp.DPPenalty(flat, epsilon=2.0, num_iterations=500, seed=0)
+    k = pyro_dp.DPPenalty(flat, epsilon=2.0, num_iterations=500, seed=0, control_variate=False)
     k.setup(0, data(n=5000)[1])
     k.sample(k.initial_params)
     assert isinstance(k.proposal_scale, float)
+    k = pyro_dp.DPPenalty(two_level, epsilon=2.0, num_iterations=500, seed=0)  # the default: control variate
+    k.setup(0, *data(n=5000))
+    k.sample(k.initial_params)
+    assert k.control_variate and k.proposal_scale == pytest.approx(2.38 / math.sqrt(5) * k._scale_guess)
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")

@@ -397,6 +397,8 @@ class DPGroupedPenalty(DPPenalty):
     ([], [GaussianEvent(noise_multiplier=2.0)])
     """
 
+    _control_variate_step = False  # per-group releases of its own (the plain test on each group's move)
+
     whiten_by_default = False  # whitening would mix the group coordinates with the others
     scale_by_default = True  # per-coordinate scales are diagonal: the groups stay separate
     supports_distributed = False  # the grouped release is not written for sharded rows yet

@@ -1,0 +1,174 @@
+"""DPPenalty(control_variate=True) (issue 40, more posterior per epsilon): the penalty test on
+Taylor residuals around the chain's start (pyro_dp/kernels/control_variate.py). Exactness for
+the tilted target the module states (MCSE tolerances, with mutants that must fail), the kernel
+contract (test kit), accounting against dp_accounting's PLD, the once-per-chain reference release,
+and bad inputs."""
+import math
+import warnings
+
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+from pyro.infer import MCMC
+from pyro.infer.autoguide.initialization import init_to_value
+from pyro.ops.stats import effective_sample_size
+
+from pyro_dp import DPPenalty
+from pyro_dp.kernels import control_variate as cv_mod
+from pyro_dp.testing import check_kernel
+
+PRIOR_SD = 10.0
+
+
+def gauss_model(y):
+    mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=y.dtype), PRIOR_SD))
+    with pyro.plate("data", y.shape[0]):
+        pyro.sample("obs", dist.Normal(mu, 1.0), obs=y)
+
+
+def _data(n=1000, seed=0):
+    return torch.randn(n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) + 0.5
+
+
+def _kernel(noise_multiplier, **kw):
+    # the start 3 posterior sds below the mean, so the reference gradient is far from zero; every
+    # row's curvature is 1 (h = 1 clips no residual) and |y_i - mu_0| < 2 b = 8 (no gradient clipped)
+    kw.setdefault("init_strategy", init_to_value(values={"mu": torch.tensor(0.5 - 3 / math.sqrt(1000.0),
+                                                                             dtype=torch.float64)}))
+    share = kw.pop("reference_share", 0.9)  # nm_G from the share of mu^2 over the 4 500 iterations run
+    return DPPenalty(gauss_model, 0.05, llr_clip=4.0, noise_multiplier=noise_multiplier, control_variate=True,
+                     curvature_clip=1.0, seed=0, noise_seed=1, non_private=noise_multiplier == 0,
+                     reference_noise_multiplier=cv_mod.reference_noise_multiplier(noise_multiplier, 4500, share), **kw)
+
+
+def _exact(y, tilt=0.0):
+    """Mean and sd of the posterior of mu tilted by exp(tilt * mu) (conjugate: precision n + 1/s0^2)."""
+    prec = y.shape[0] + PRIOR_SD ** -2
+    return (float(y.sum()) + tilt) / prec, prec ** -0.5
+
+
+def _run(kernel, y, n=4000, warmup=500):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mcmc = MCMC(kernel, num_samples=n, warmup_steps=warmup, disable_progbar=True)
+        mcmc.run(y)
+    return mcmc.get_samples()["mu"]
+
+
+def _z(draws, mean, sd):
+    """The chain mean's error in Monte Carlo standard errors, and its sd ratio's in its own."""
+    ess = float(effective_sample_size(draws.reshape(1, -1, 1), 0, 1))
+    return (float(draws.mean()) - mean) / (sd / math.sqrt(ess)), (float(draws.std()) / sd - 1) * math.sqrt(2 * ess)
+
+
+def test_without_noise_the_chain_targets_the_posterior_and_an_uncentred_residual_does_not():
+    """noise_multiplier = 0 (the non-private test mode): the residual test is the exact ratio, so
+    the chain targets the conjugate posterior (mean and sd within 4 MC standard errors). Mutant:
+    residuals not centred by the reference gradients (the rows zeroed, Ĝ still added) count
+    the gradient at the start twice: the mean moves by about 3 posterior sds."""
+    y = _data()
+    mean, sd = _exact(y)
+    zm, zs = _z(_run(_kernel(0.0), y), mean, sd)
+    assert abs(zm) < 4 and abs(zs) < 4
+    real = cv_mod.release_reference
+
+    def uncentred(*a, **kw):
+        cv, event = real(*a, **kw)
+        return cv._replace(rows=torch.zeros_like(cv.rows)), event
+
+    cv_mod.release_reference = uncentred
+    try:
+        zm_bad, _ = _z(_run(_kernel(0.0), y), mean, sd)
+    finally:
+        cv_mod.release_reference = real
+    assert abs(zm_bad) > 10
+
+
+def test_with_noise_the_chain_targets_the_posterior_tilted_by_the_reference_noise():
+    """With noise (σ about 1 on a typical move) the penalty test keeps detailed balance for the
+    target tilted by the reference release's noise ξ_G (module docstring): the chain's mean and sd
+    match exp(ξ_G μ)·posterior within 4 MC standard errors, ξ_G read from the kernel. Mutant: the
+    penalty's −σ²/2 dropped (the noisy test accepts too often): the sd comes out too wide."""
+    y = _data()
+    k = _kernel(300.0, reference_share=0.5)
+    draws = _run(k, y)
+    xi = float(k._cv.released - k._cv.rows.sum(0))
+    mean, sd = _exact(y, tilt=xi)
+    zm, zs = _z(draws, mean, sd)
+    assert abs(zm) < 4 and abs(zs) < 4
+    # the noise matters: sigma = nm 2 h R |delta| = 300 * 2 * 1 * (3 * 0.032) * 0.05 ~ 2.9 at 3 sds from the start
+    real = cv_mod.penalty_log_accept_threshold
+    cv_mod.penalty_log_accept_threshold = lambda lam, var: torch.clamp(lam, max=0.0)
+    try:
+        k_bad = _kernel(300.0, reference_share=0.5)
+        draws_bad = _run(k_bad, y)
+    finally:
+        cv_mod.penalty_log_accept_threshold = real
+    xi_bad = float(k_bad._cv.released - k_bad._cv.rows.sum(0))
+    _, zs_bad = _z(draws_bad, *_exact(y, tilt=xi_bad))
+    assert zs_bad > 4
+
+
+def test_the_kernel_contract():
+    """The public kit over the kernel: data-free set-up, budget stop, planned = recorded (the
+    reference release once per chain, then one per iteration), copies, the per-row rule (NaN,
+    ±inf rows), the audit's hooks, eager = compiled."""
+    y = _data(60)
+    report = check_kernel(lambda: DPPenalty(gauss_model, 0.1, llr_clip=3.0, noise_multiplier=2.0,
+                                            reference_noise_multiplier=0.5, control_variate=True, curvature_clip=1.0),
+                          y, name="penalty_cv")
+    assert "as planned" in report["planned_equals_recorded"]
+
+
+def test_accounting_matches_dp_accounting_and_the_reference_is_released_once_per_chain():
+    """Explicit settings with a budget: one reference release of multiplier nm_G and one residual
+    release of nm per iteration, calibrated to ε; the ledger's ε against dp_accounting's PLD of the
+    same releases (substitute relation: its multiplier is 2 nm). Two chains: two reference releases."""
+    import dp_accounting
+
+    y = _data(200)
+    k = DPPenalty(gauss_model, 0.1, llr_clip=3.0, control_variate=True, curvature_clip=1.0, epsilon=2.0,
+                  delta=1e-5, num_chains=2, seed=0, accountant="pld")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(2):  # the two chains the budget plans, one run each
+            MCMC(k, num_samples=30, warmup_steps=10, disable_progbar=True).run(y)
+    nm, nm_g = k.noise_multiplier, k.reference_noise_multiplier
+    assert nm_g == pytest.approx(nm * math.sqrt((1 - 0.9) / (0.9 * 40)), rel=1e-12)
+    assert k.ledger.num_releases == 2 * (1 + 40)
+    acc = dp_accounting.pld.PLDAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE,
+                                          value_discretization_interval=1e-4)
+    acc.compose(dp_accounting.GaussianDpEvent(2 * nm_g), 2)
+    acc.compose(dp_accounting.GaussianDpEvent(2 * nm), 80)
+    ref = acc.get_epsilon(1e-5)
+    eps = k.get_epsilon(1e-5)
+    assert eps <= 2.0 * (1 + 1e-6) and abs(eps - ref) <= 2e-3 * ref
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(TypeError, match="control_variate"):
+        DPPenalty(gauss_model, 0.1, llr_clip=3.0, noise_multiplier=1.0, control_variate=1)
+    ok = dict(noise_multiplier=1.0, reference_noise_multiplier=0.5)
+    with pytest.raises(ValueError, match="curvature_clip"):
+        DPPenalty(gauss_model, 0.1, llr_clip=3.0, control_variate=True, **ok)
+    with pytest.raises(ValueError, match="curvature_clip"):
+        DPPenalty(gauss_model, 0.1, llr_clip=3.0, control_variate=True, curvature_clip=-1.0, **ok)
+    with pytest.raises(ValueError, match="reference_noise_multiplier"):
+        DPPenalty(gauss_model, 0.1, llr_clip=3.0, noise_multiplier=1.0, control_variate=True, curvature_clip=1.0)
+    with pytest.raises(ValueError, match="reference_noise_multiplier"):
+        DPPenalty(gauss_model, 0.1, llr_clip=3.0, control_variate=True, curvature_clip=1.0, noise_multiplier=1.0,
+                  reference_noise_multiplier=0.0)
+    for share in (0.0, 1.0, 1.5, True):
+        with pytest.raises(ValueError, match="reference_share"):
+            DPPenalty(gauss_model, 0.1, llr_clip=3.0, control_variate=True, curvature_clip=1.0,
+                      reference_share=share, **ok)
+
+
+def test_helpers():
+    assert cv_mod.default_curvature_clip(4, 50_000, 1.0) == pytest.approx(2 * 4 / 50_000)
+    assert cv_mod.default_curvature_clip(4, 50_000, 0.5, temperature=2.0) == pytest.approx(2 * 4 / (2 * 50_000 * 0.25))
+    # the share of mu^2: 1/nm_G^2 = share/(1-share) * I/nm^2
+    nm, i, s = 50.0, 400, 0.75
+    g = cv_mod.reference_noise_multiplier(nm, i, s)
+    assert (1 / g ** 2) / (1 / g ** 2 + i / nm ** 2) == pytest.approx(s)
