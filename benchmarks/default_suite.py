@@ -17,7 +17,14 @@ chain and ledger, faster), compared with a non-private reference from Pyro's NUT
 The issue's criterion for a cell: every coordinate has ``mean_err <= 0.5`` and
 ``|sd_ratio - 1| <= 0.3``. A cell's verdict is ``correct`` (criterion holds), ``warned`` (it
 fails, or not, and a :class:`pyro_dp.SamplingWarning` fired during the run: the user was told),
-or ``SILENTLY WRONG`` (the criterion fails and no warning fired: the bug the issue forbids).
+``off, unwarned`` (the criterion fails, no warning fired, but every mean is within 1 sd and
+every sd within a factor 2), or ``SILENTLY WRONG`` (beyond that, and no warning fired: the bug
+the issues forbid). Why the band: issue 40 (acceptance 4) asks the warnings to fire on every
+run beyond 1 sd and on at most a fifth of the runs within 0.5 sd; no check of the samples can
+tell a 0.45-sd run from a 0.55-sd one, so the effective-sample-size threshold
+(:func:`pyro_dp.checks.default_min_ess`) is set for the 1-sd line, and runs between the two
+lines are reported as such, not hidden (2026-11-27; before, any failed criterion without a
+warning was ``SILENTLY WRONG``).
 ``correct`` takes precedence over ``warned`` only when no warning fired; a passing cell that also
 warned is reported as ``correct (warned)``. Also recorded: ε spent (``kernel.get_epsilon(1e-5)``,
 must be ≤ 2), the problems :func:`pyro_dp.check_run` finds (not part of the verdict: a user
@@ -57,6 +64,9 @@ EPSILON = 2.0
 DELTA = 1e-5
 #: the criterion of issue #16, acceptance 1
 MEAN_TOL, SD_TOL = 0.5, 0.3
+#: beyond these a cell is wrong, and must have warned (issue 40, acceptance 4): a mean 1 sd off,
+#: an sd off by more than a factor 2
+WRONG_MEAN, WRONG_SD = 1.0, 2.0
 
 #: run lengths: DP iterations and NUTS reference per configuration
 CONFIGS = {
@@ -65,7 +75,7 @@ CONFIGS = {
     "quick": {"num_samples": 150, "warmup_steps": 150, "nuts_samples": 250, "nuts_warmup": 150},
 }
 
-CORRECT, WARNED, SILENT = "correct", "warned", "SILENTLY WRONG"
+CORRECT, WARNED, OFF, SILENT = "correct", "warned", "off, unwarned", "SILENTLY WRONG"
 
 
 def coordinates(samples: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
@@ -145,15 +155,25 @@ def criterion(coords: Dict[str, Dict[str, float]]) -> bool:
     return all(c["mean_err"] <= MEAN_TOL and abs(c["sd_ratio"] - 1.0) <= SD_TOL for c in coords.values())
 
 
-def verdict(ok: bool, warned: bool) -> str:
-    """``correct`` / ``correct (warned)`` / ``warned`` / ``SILENTLY WRONG`` (see the module docstring).
+def wrong(coords: Dict[str, Dict[str, float]]) -> bool:
+    """Some mean beyond ``WRONG_MEAN`` NUTS sd or some sd off by more than a factor ``WRONG_SD`` (a
+    NaN is wrong)."""
+    return not all(c["mean_err"] <= WRONG_MEAN and 1.0 / WRONG_SD <= c["sd_ratio"] <= WRONG_SD
+                   for c in coords.values())
 
-    >>> verdict(False, False), verdict(False, True), verdict(True, False)
-    ('SILENTLY WRONG', 'warned', 'correct')
+
+def verdict(ok: bool, warned: bool, is_wrong: bool = True) -> str:
+    """``correct`` / ``correct (warned)`` / ``warned`` / ``off, unwarned`` / ``SILENTLY WRONG`` (see
+    the module docstring).
+
+    >>> verdict(False, False), verdict(False, True), verdict(True, False), verdict(False, False, False)
+    ('SILENTLY WRONG', 'warned', 'correct', 'off, unwarned')
     """
     if ok:
         return CORRECT + (" (warned)" if warned else "")
-    return WARNED if warned else SILENT
+    if warned:
+        return WARNED
+    return SILENT if is_wrong else OFF
 
 
 def run_cell(name: str, kernel: str, args: tuple, ref: dict, *, num_samples: int, warmup_steps: int,
@@ -190,7 +210,7 @@ def run_cell(name: str, kernel: str, args: tuple, ref: dict, *, num_samples: int
         found = pyro_dp.check_run(mcmc, warn=False)
     return {"model": name, "kernel": kernel, "coords": coords, "ok": ok, "warned": bool(sampling),
             "warnings": sampling, "other_warnings": other, "check_run": found,
-            "epsilon": float(k.get_epsilon(DELTA)), "seconds": seconds, "verdict": verdict(ok, bool(sampling)),
+            "epsilon": float(k.get_epsilon(DELTA)), "seconds": seconds, "verdict": verdict(ok, bool(sampling), wrong(coords)),
             "kernel_obj": k, "mcmc": mcmc}
 
 
@@ -324,8 +344,10 @@ def main(argv=None):
     for p in write_csv(cells, a.out):
         print("wrote", p)
     silent = [f"{c['model']}/{c['kernel']}" for c in cells if c["verdict"] == SILENT]
+    off = [f"{c['model']}/{c['kernel']}" for c in cells if c["verdict"] == OFF]
     over = [f"{c['model']}/{c['kernel']}" for c in cells if not c["epsilon"] <= EPSILON * (1 + 1e-9)]
-    print(f"\nSILENTLY WRONG cells: {silent or 'none'}; cells over budget: {over or 'none'}")
+    print(f"\nSILENTLY WRONG cells: {silent or 'none'}; off (0.5-1 sd), unwarned: {off or 'none'}; "
+          f"cells over budget: {over or 'none'}")
     return cells
 
 

@@ -52,7 +52,7 @@ def test_quick_suite_linear_both_kernels_never_silently_wrong(tmp_path):
         labels = k.ledger.by_label()
         assert "tune:clip" in labels and "tune:start" in labels, (c["kernel"], labels)
         assert c["verdict"] != bench.SILENT, (c["kernel"], c["coords"], c["warnings"])
-        assert c["verdict"].startswith(bench.CORRECT) or c["verdict"] == bench.WARNED, c["verdict"]
+        assert c["verdict"].startswith(bench.CORRECT) or c["verdict"] in (bench.WARNED, bench.OFF), c["verdict"]
         # the kernel's own end-of-chain check is what warned (>= 100 draws after warmup)
         if c["warned"]:
             assert c["mcmc"].diagnostics()["sampling problems"]["chain 0"], c["kernel"]
@@ -72,6 +72,12 @@ def test_verdicts():
     assert bench.verdict(False, False) == bench.SILENT
     assert bench.verdict(False, True) == bench.WARNED
     assert bench.verdict(True, True).startswith(bench.CORRECT)
+    # the 1-sd line (issue 40, acceptance 4): between the criterion and it, an unwarned cell is "off"
+    assert bench.verdict(False, False, False) == bench.OFF
+    band = {"a": {"mean_err": 0.8, "sd_ratio": 1.5}}
+    assert not bench.criterion(band) and not bench.wrong(band)
+    assert bench.wrong({"a": {"mean_err": 1.2, "sd_ratio": 1.0}}) and bench.wrong({"a": {"mean_err": 0.1, "sd_ratio": 0.4}})
+    assert bench.wrong({"a": {"mean_err": float("nan"), "sd_ratio": 1.0}})
 
 
 @pytest.mark.slow

@@ -94,8 +94,10 @@ class ChainReporting:
         return ESS_ADVICE
 
     #: what the noise-limited advice adds (the accept-test kernels: the kernel without a test)
-    _noise_limited_alternative = (", or use DPSGLD(model, epsilon=...), which has no accept test: its noise "
-                                  "costs step length, not rejected moves (docs/tuning.md, 'Without an accept test')")
+    _noise_limited_alternative = (", or use DPPenalty(model, epsilon=...) with its default control variate, whose "
+                                  "test noise does not grow with the move (docs/tuning.md, 'Control variates'), or "
+                                  "DPSGLD(model, epsilon=...), which has no accept test: its noise costs step length, "
+                                  "not rejected moves (docs/tuning.md, 'Without an accept test')")
 
     def _diagnostics_warn(self, message: str, category) -> None:
         """Warn from :meth:`diagnostics` once per chain state: calling it again before the
