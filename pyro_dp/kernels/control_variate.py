@@ -52,18 +52,24 @@ are public (the private start's and tuner's releases, or the user's settings).
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple, Optional
 
 import torch
 
-from ..mechanisms import ClippedSum, clip_and_sum, gaussian_release_spec
+from ..checks import SamplingWarning
+from ..mechanisms import ClippedSum, clip_and_sum, gaussian_event, gaussian_release_spec
 from ..mechanisms.clipping import clip_rows
+from ..warn import warn_user
+from .base import check_positive
 from .mh import MHState, RatioRelease, valid_move
-from .proposals import accept_uniform, penalty_log_accept_threshold
+from .proposals import accept_uniform, penalty_log_accept_threshold, sample_momentum
+from .tuning import posterior_scale_guess
 
 __all__ = ["ControlVariate", "release_reference", "reference_rows", "cv_penalty_release_accept", "default_curvature_clip",
-           "reference_noise_multiplier", "DEFAULT_CURVATURE_FACTOR", "DEFAULT_REFERENCE_SHARE",
+           "reference_noise_multiplier", "cv_gradient_release_fn", "cv_hmc_step", "hmc_reference_noise_multiplier",
+           "ControlVariateClient", "DEFAULT_CURVATURE_FACTOR", "DEFAULT_REFERENCE_SHARE",
            "REFERENCE_CLIP_HEADROOM", "TILT_WARNING_SD"]
 
 #: :math:`\kappa` of :func:`default_curvature_clip`: a row's curvature bound in units of the mean
@@ -189,3 +195,206 @@ def check_share(share: Optional[float]) -> float:
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 < share < 1.0:
         raise ValueError(f"reference_share must be in (0, 1), got {share!r}")
     return float(share)
+
+
+# --------------------------------------------------------------------------- DP-HMC
+def cv_gradient_release_fn(lik, temperature, spec, cv: ControlVariate, curvature_clip: float, reference_clip: float,
+                           shards=None):
+    r"""``gradient(z, _, ξ) -> (G(z), ℓ(z) [N], log p(z), SumRelease)``: DP-HMC's gradient release
+    (:func:`~.proposals.gradient_release_fn`'s signature) on the reference's control variate,
+
+    .. math::
+        G(\theta) = T\Big(\hat G + \sum_i \mathrm{clip}_{c(\theta)}\big(\nabla\ell_i(\theta) - \hat g_i\big)
+                    + \mathcal N(0, \sigma^2 I)\Big) + \nabla\log p(\theta),\quad
+        c(\theta) = \min\{h\|\theta-\hat\theta\|, 2b'\},\ \sigma = \mathrm{nm}_g\cdot 2c(\theta):
+
+    a row of curvature at most :math:`h` has :math:`\|\nabla\ell_i(\theta)-\hat g_i\|\le
+    h\|\theta-\hat\theta\|` (the mean-value theorem; module docstring), so near the reference the
+    released gradient is nearly exact. Each row's difference from that row alone, clipped to a
+    data-free norm: substitute sensitivity :math:`2c(\theta)`. The clip argument of the plain
+    release is ignored (its bound is the reference's)."""
+
+    def gradient(z, _clip, xi):
+        ll, g = lik.per_example_grad(z)
+        clip = torch.minimum(curvature_clip * lik.jump_norm(z, cv.z0),
+                             torch.as_tensor(2.0 * reference_clip, dtype=z.dtype, device=z.device))
+        rel = spec.release(clip_and_sum(g - cv.rows, clip), clip, xi, shards)
+        lp, grad_lp = lik.log_prior_and_grad(z)
+        return temperature * lik.project(rel.value + cv.released.to(rel.value.dtype)) + grad_lp, ll, lp, rel
+
+    return gradient
+
+
+def cv_hmc_step(rng, noise, state, lik, cv: ControlVariate, *, step_size: float, num_steps: int, inv_mass, mass_sqrt,
+                curvature_clip: float, reference_clip: float, grad_noise_multiplier: float,
+                llr_noise_multiplier: float):
+    r"""One DP-HMC iteration on the reference's control variate (eager): the trajectory of
+    :func:`~.hmc.trajectory_proposal` on :func:`cv_gradient_release_fn`'s gradients, then the
+    penalty test on the clipped Taylor residual of the trajectory's end (module docstring, step
+    2, with the trajectory's kinetic energies in :math:`\hat\lambda`; Räisä et al. 2021 Thm 3.1).
+    The randomness is drawn before the data is read, in :func:`~.hmc.hmc_step`'s order (the
+    momentum; the first gradient's normal; the ``L`` gradient normals; the ratio's, withdrawn if
+    the trajectory leaves the support; the accept uniform), and the returned info is
+    :class:`~.hmc.HMCInfo`."""
+    from .hmc import HMCInfo, HMCState, trajectory_proposal  # here: hmc imports this module
+
+    z, T, L = state.z, float(lik.temperature), int(num_steps)
+    g_spec, l_spec = gaussian_release_spec(grad_noise_multiplier), gaussian_release_spec(llr_noise_multiplier)
+    shards = getattr(noise, "shards", None)
+    gradient = cv_gradient_release_fn(lik, T, g_spec, cv, curvature_clip, reference_clip, shards)
+    events, grad_rows = [], []
+    p0 = sample_momentum(rng, mass_sqrt, z)
+    if state.grad is None:  # thesis Alg. 3's G_{1,0}
+        g0, ll0, _, rel = gradient(z, None, g_spec.draw(noise, z.shape, device=z.device))
+        events.append(g_spec.event)
+        grad_rows.append((float(rel.num_clipped), float(rel.num_rows)))
+        state = state._replace(grad=g0, loglik=ll0)
+    xis = torch.stack([g_spec.draw(noise, z.shape, device=z.device) for _ in range(L)])
+    xi_l = l_spec.draw_tentative(noise, (), device=z.device)
+    u_dtype = functools.reduce(torch.promote_types, (state.loglik.dtype, state.log_prior.dtype, z.dtype, p0.dtype))
+    rng_mark = rng.get_state() if u_dtype != z.dtype else None
+    u = accept_uniform(rng, torch.zeros((), dtype=u_dtype, device=z.device))
+    prop = trajectory_proposal(gradient, L, p0, step_size, inv_mass, None, xis)(None, None, state)
+    end, z_new = prop.aux, prop.z
+    grad_rows += [(float(r.num_clipped), float(r.num_rows)) for r in end.releases]
+    events.extend([g_spec.event] * L)
+    valid = bool(torch.isfinite(z_new).all()) and bool(torch.isfinite(end.log_prior))  # data-free
+    accepted, accept_prob, noise_std, llr_frac = False, 0.0, 0.0, 0.0
+    if valid:
+        delta = z_new - z
+        reach = torch.maximum(lik.jump_norm(z, cv.z0), lik.jump_norm(z_new, cv.z0))
+        clip = torch.minimum(curvature_clip * reach, torch.as_tensor(2.0 * reference_clip, dtype=reach.dtype)) \
+            * lik.jump_norm(z_new, z)
+        residual = (end.loglik - state.loglik) - cv.rows @ delta.to(cv.rows.dtype)
+        r = l_spec.release(clip_and_sum(residual, clip), clip, xi_l, shards)
+        events.append(l_spec.event)
+        log_ratio = T * (r.value + cv.released.to(r.value.dtype) @ delta.to(r.value.dtype))
+        lambda_hat = prop.log_q_ratio.added_to(log_ratio + (end.log_prior - state.log_prior))  # + K(p0) - K(pL)
+        noise_var = (T * r.noise_std) ** 2
+        log_prob = penalty_log_accept_threshold(lambda_hat, noise_var)
+        ok = bool(valid_move(end.log_prior, lambda_hat, noise_var))
+        accepted = ok and bool(torch.log(u) < log_prob)
+        accept_prob = float(torch.exp(log_prob)) if ok else 0.0
+        noise_std = float(r.noise_std)
+        llr_frac = float(r.num_clipped) / float(r.num_rows) if float(r.num_rows) else 0.0
+    else:  # left the support / diverged: a data-free rejection, no ratio released
+        l_spec.withdraw(noise)
+        if rng_mark is not None:  # the eager loop drew this rejection's uniform in the latents' dtype
+            rng.set_state(rng_mark)
+            accept_uniform(rng, torch.zeros((), dtype=z.dtype, device=z.device))
+    new = HMCState(z_new, end.log_prior, end.loglik, prop.grad) if accepted else state
+    grad_fracs = [c / n if n else 0.0 for c, n in grad_rows]
+    fracs = grad_fracs + ([llr_frac] if valid else [])
+    return new, HMCInfo(accepted, tuple(events), sum(fracs) / len(fracs), sum(grad_fracs) / len(grad_fracs),
+                        llr_frac, accept_prob, float(step_size), z_new, noise_std, valid)
+
+
+def hmc_reference_noise_multiplier(num_iterations: int, num_steps: int, noise_ratio: float, share: float) -> float:
+    r"""DP-HMC's :math:`\mathrm{nm}_G` per unit ratio multiplier :math:`s`: the reference takes the
+    share ``share`` of :math:`\mu^2` against ``num_iterations`` iterations of one ratio release
+    (:math:`s`) and :math:`L` gradient releases (:math:`rs`):
+    :math:`1/\mathrm{nm}_G^2 = \frac{\text{share}}{1-\text{share}}\,I(1 + L/r^2)/s^2`.
+
+    >>> round(hmc_reference_noise_multiplier(1000, 5, 5 ** 0.5, 0.9), 6)
+    0.007454
+    """
+    return math.sqrt((1.0 - share) / (share * num_iterations * (1.0 + num_steps / noise_ratio ** 2)))
+
+
+# --------------------------------------------------------------------------- the kernels' side
+class ControlVariateClient:
+    r"""Mixin of :class:`~pyro_dp.kernels.penalty.DPPenalty` and :class:`~pyro_dp.kernels.hmc.DPHMC`:
+    the ``control_variate`` settings, the once-per-chain reference (released, or its rows computed
+    again for a resumed chain), the default path's curvature clip and tilt warning. A kernel
+    names the gradient clip its reference scales (:meth:`_reference_base_clip`) and whether its
+    step runs it (``_control_variate_step``)."""
+
+    #: whether this class's step runs control_variate (a subclass with its own step sets False)
+    _control_variate_step = True
+    _cv_chain_attrs = ("curvature_clip", "_cv_reference", "_scale_guess")
+
+    def _init_control_variate(self, control_variate, curvature_clip, reference_share, reference_noise_multiplier,
+                              explicit_noise: bool) -> None:
+        """Check and keep the settings (``explicit_noise``: the kernel's noise multipliers were given)."""
+        if control_variate is None:  # the default path (measured: docs/tuning.md, "Control variates")
+            control_variate = bool(self.auto_tuned) and self._control_variate_step
+        if not isinstance(control_variate, bool):
+            raise TypeError(f"control_variate must be a bool or None, got {control_variate!r}")
+        if control_variate and not self._control_variate_step:
+            raise ValueError(f"{type(self).__name__} has its own step: it cannot run control_variate=True")
+        #: whether the test (and DP-HMC's gradients) run on Taylor residuals around the chain's start
+        self.control_variate = control_variate
+        self.curvature_clip = None if curvature_clip is None else check_positive("curvature_clip", curvature_clip)
+        self._cv_given = curvature_clip is not None
+        self.reference_share = check_share(reference_share)
+        if control_variate and curvature_clip is None and not self.auto_tuned:
+            raise ValueError(f"control_variate=True with every clip and step of {type(self).__name__} given needs "
+                             "curvature_clip (the per-row curvature bound h): nothing tunes it privately on this path")
+        #: the reference release's noise multiplier (given, or calibrated with the kernel's noise)
+        self.reference_noise_multiplier = None if reference_noise_multiplier is None else \
+            self._check_noise_multiplier("reference_noise_multiplier", reference_noise_multiplier)
+        if control_variate and explicit_noise != (self.reference_noise_multiplier is not None):
+            raise ValueError("control_variate=True: give the noise multipliers and reference_noise_multiplier "
+                             "together (or none, to calibrate them to the budget with reference_share)")
+        self._cv_reference = None  # this chain's (z0, released reference gradient): public, checkpointed
+        self._cv = None  # its ControlVariate with the per-row gradients (private: recomputed, never saved)
+
+    def _reference_base_clip(self) -> Optional[float]:
+        raise NotImplementedError
+
+    @property
+    def reference_clip(self) -> Optional[float]:
+        """``control_variate``: the clip :math:`b'` of the reference gradients,
+        :data:`REFERENCE_CLIP_HEADROOM` times the kernel's gradient clip (DPPenalty's ``llr_clip``,
+        DPHMC's ``grad_clip``)."""
+        base = self._reference_base_clip()
+        return None if base is None else REFERENCE_CLIP_HEADROOM * base
+
+    @property
+    def reference_tilt_sd(self) -> Optional[float]:
+        r"""``control_variate``: the standard deviation, in posterior sds (the default path's
+        scale guess), of each mean's shift by the reference release's noise,
+        :math:`T\,\mathrm{nm}_G\cdot 2b'\cdot\mathrm{sd}` (module docstring); data-free. ``None``
+        otherwise or before set-up."""
+        if not self.control_variate or self.reference_noise_multiplier is None or self.reference_clip is None:
+            return None
+        sd = self.__dict__.get("_scale_guess") or 1.0
+        return float(self.lik.temperature) * self.reference_noise_multiplier * 2.0 * self.reference_clip * sd
+
+    def _reference_events(self) -> list:
+        """The reference release, once per chain (declared until it is made)."""
+        if not self.control_variate or self._cv_reference is not None:
+            return []
+        return [gaussian_event(self.reference_noise_multiplier)]
+
+    def _ensure_reference(self, z: torch.Tensor) -> tuple:
+        """Before a step: the reference release at ``z`` (the chain's first step; its events), or
+        a resumed chain's rows computed again (no release); ``()`` when nothing was released."""
+        if self._cv_reference is None:
+            self._cv, event = release_reference(self.lik, self._noise, z, self.reference_clip,
+                                                self.reference_noise_multiplier)
+            self._cv_reference = (self._cv.z0, self._cv.released)
+            return (event,)
+        if self._cv is None:
+            self._cv = reference_rows(self.lik, *self._cv_reference, self.reference_clip)
+        return ()
+
+    def _reset_reference(self) -> None:
+        self._cv_reference = self._cv = None  # a new state: a new reference (released at the next step, declared)
+
+    def _tune_control_variate(self, result) -> float:
+        """The default path (post-processing of the tuning): the posterior-scale guess (returned),
+        the curvature clip from it unless given, and a warning before the chain runs when the
+        reference's noise would shift the means by more than :data:`TILT_WARNING_SD` posterior sds."""
+        n, T = getattr(self.lik, "global_num_rows", self.lik.num_rows), self.lik.temperature
+        self._scale_guess = sd = posterior_scale_guess(result.grad_clip, n, self.lik.dim, T)
+        self._noise_limited = False  # the residuals' noise does not grow with the move's length alone
+        if not self._cv_given:
+            self.curvature_clip = default_curvature_clip(max(self.lik.likelihood_dim, 1), n, sd, T)
+        tilt = self.reference_tilt_sd
+        if tilt is not None and tilt > TILT_WARNING_SD and self._chain_index == 0:
+            warn_user(f"{type(self).__name__}(control_variate=True): at this budget the reference gradient's noise "
+                      f"shifts each posterior mean by about {tilt:.2g} posterior standard deviations (one draw for "
+                      "the whole chain; guessed from the private clip): spend more epsilon or use more rows "
+                      "(docs/tuning.md, 'Control variates')", SamplingWarning)
+        return sd

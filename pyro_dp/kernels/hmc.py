@@ -50,7 +50,8 @@ from pyro.ops.dual_averaging import DualAveraging
 from ..accounting.algorithms import (default_noise_ratio, dphmc_events, dphmc_max_iterations,
                                     dphmc_max_iterations_zcdp, dphmc_mu)
 from ..compiled import cached_zeros
-from ..mechanisms import GaussianReleaseSpec, clip_and_sum, gaussian_release_spec
+from ..mechanisms import GaussianReleaseSpec, clip_and_sum, gaussian_event, gaussian_release_spec
+from . import control_variate as cv_mod
 from .base import DPKernel, check_positive
 from .mh import Proposal, RatioRelease, can_fuse, propose_release_accept, valid_move
 from .proposals import (accept_uniform, gradient_release_fn, jitter_factor, kinetic_energy, leapfrog,
@@ -68,28 +69,10 @@ DEFAULT_NUM_STEPS = 5
 #: 3.2-4.9 at 0.8) and at eps = 10^4 (154-168 against 31-56 at 0.8).
 DEFAULT_TARGET_ACCEPT_PROB = 0.5
 
-__all__ = [
-    "default_noise_ratio",
-    "DPHMC",
-    "HMCState",
-    "HMCInfo",
-    "hmc_init",
-    "hmc_step",
-    "release_gradient",
-    "gradient_release_fn",
-    "dphmc_step_fn",
-    "trajectory_proposal",
-    "trajectory_release_accept",
-    "KineticRatio",
-    "TrajectoryEnd",
-    "jitter_factor",
-    "dphmc_mu",
-    "dphmc_events",
-    "dphmc_max_iterations",
-    "dphmc_max_iterations_zcdp",
-    "DEFAULT_NUM_STEPS",
-    "DEFAULT_TARGET_ACCEPT_PROB",
-]
+__all__ = ["default_noise_ratio", "DPHMC", "HMCState", "HMCInfo", "hmc_init", "hmc_step", "release_gradient",
+           "gradient_release_fn", "dphmc_step_fn", "trajectory_proposal", "trajectory_release_accept", "KineticRatio",
+           "TrajectoryEnd", "jitter_factor", "dphmc_mu", "dphmc_events", "dphmc_max_iterations",
+           "dphmc_max_iterations_zcdp", "DEFAULT_NUM_STEPS", "DEFAULT_TARGET_ACCEPT_PROB"]
 
 
 class HMCState(NamedTuple):
@@ -397,7 +380,7 @@ def hmc_step(
     return new, info
 
 
-class DPHMC(DPKernel):
+class DPHMC(cv_mod.ControlVariateClient, DPKernel):
     r"""Differentially private HMC (Räisä, Koskela & Honkela 2021) as a Pyro ``MCMCKernel``.
 
     :param model: Pyro model with its observed sites in a data plate.
@@ -429,6 +412,10 @@ class DPHMC(DPKernel):
     :param float noise_ratio: :math:`\mathrm{nm}_g/\mathrm{nm}_l` used by calibration; default
         :func:`~pyro_dp.accounting.algorithms.default_noise_ratio`, :math:`\sqrt L` (the least noise in the accept test per unit
         move at a fixed budget; measured in ``docs/tuning.md``).
+    :param bool control_variate: the gradients and the ratio on Taylor residuals around the
+        chain's start, after one reference-gradient release (:mod:`pyro_dp.kernels.control_variate`);
+        ``curvature_clip``, ``reference_share`` and ``reference_noise_multiplier`` as for
+        :class:`~pyro_dp.kernels.penalty.DPPenalty`. Default (``None``): on the default path.
 
     **The default path** (``MCMC(DPHMC(model))``, ``DPHMC(model, epsilon=2.0)``): with
     ``step_size``, ``grad_clip`` or ``llr_clip`` left out, a
@@ -502,6 +489,10 @@ class DPHMC(DPKernel):
         adapt_step_size: Optional[bool] = None,
         target_accept_prob: Optional[float] = None,
         noise_ratio: Optional[float] = None,
+        control_variate: Optional[bool] = None,
+        curvature_clip: Optional[float] = None,
+        reference_share: float = cv_mod.DEFAULT_REFERENCE_SHARE,
+        reference_noise_multiplier: Optional[float] = None,
         **kwargs,
     ):
         auto = tuple(n for n, v in (("step_size", step_size), ("grad_clip", grad_clip), ("llr_clip", llr_clip))
@@ -549,6 +540,8 @@ class DPHMC(DPKernel):
             )
         self.grad_noise_multiplier = grad_noise_multiplier
         self.llr_noise_multiplier = llr_noise_multiplier
+        self._init_control_variate(control_variate, curvature_clip, reference_share, reference_noise_multiplier,
+                                   explicit_noise=given == (True, True))
         self._adapted_step_size = self.step_size
         self._step_floor = 0.0
         if self.auto_tuned:
@@ -568,24 +561,36 @@ class DPHMC(DPKernel):
         return self._events_for(self.llr_noise_multiplier, self.grad_noise_multiplier)[1]
 
     def _fixed_events(self):
-        return self._events_for(self.llr_noise_multiplier, self.grad_noise_multiplier)[0]
+        g10 = self._events_for(self.llr_noise_multiplier, self.grad_noise_multiplier)[0]
+        return ([gaussian_event(self.reference_noise_multiplier)] if self.control_variate else []) + list(g10)
 
     def _step_events(self, state):
         # a state without a released gradient (a new chain, or params changed from outside)
         # releases G(z) first: thesis Alg. 3's G_{1,0}, on top of the iteration's releases
-        extra = self._fixed_events() if state.grad is None else []
-        return list(extra) + list(self._per_iteration_events())
+        extra = self._events_for(self.llr_noise_multiplier, self.grad_noise_multiplier)[0] if state.grad is None else []
+        return self._reference_events() + list(extra) + list(self._per_iteration_events())
+
+    def _reference_base_clip(self):
+        return self.grad_clip
 
     def _calibrate(self):
         if self.llr_noise_multiplier is None:
             r = self.noise_ratio
-            s = self._calibrate_scale(lambda s: self._events_for(s, r * s))
+            k = cv_mod.hmc_reference_noise_multiplier(int(self.num_iterations), self.num_steps, r,
+                                                      self.reference_share) if self.control_variate else None
+
+            def events(s):  # control_variate: one reference release per chain, at nm = k s
+                fixed, per = self._events_for(s, r * s)
+                return ([gaussian_event(k * s)] if k else []) + list(fixed), per
+            s = self._calibrate_scale(events)
             self.llr_noise_multiplier, self.grad_noise_multiplier = s, r * s
+            if k:
+                self.reference_noise_multiplier = k * s
 
     # ------------------------------------------------------------------ lifecycle
     _chain_attrs = DPKernel._chain_attrs + ("_grad_clip_sum", "_llr_clip_sum", "_llr_count", "_adapted_step_size",
                                             "_adapter", "_inv_mass", "_mass_sqrt", "step_size", "grad_clip",
-                                            "llr_clip", "_step_floor")
+                                            "llr_clip", "_step_floor") + cv_mod.ControlVariateClient._cv_chain_attrs
 
     def _ratio_noise_multiplier(self):
         return self.llr_noise_multiplier
@@ -602,6 +607,13 @@ class DPHMC(DPKernel):
             self.grad_clip = max(result.grad_clip, result.llr_clip)
         if "llr_clip" in self.auto_tuned:
             self.llr_clip = result.llr_clip
+        if self.control_variate:  # near the start no move is noise-limited: a noise-free start, adapted in warmup
+            sd = self._tune_control_variate(result)
+            if "step_size" in self.auto_tuned:
+                eta = sd / max(self.lik.likelihood_dim, 1) ** 0.25  # leapfrog on a Gaussian of scale sd (Neal 2011 §5.4.4)
+                self.step_size = self._adapted_step_size = eta
+                self._step_floor = eta / 10.0
+            return
         if "step_size" in self.auto_tuned:
             jump, sd = self._move_scales(result, self.llr_noise_multiplier)
             mask = self.lik.likelihood_mask
@@ -632,6 +644,7 @@ class DPHMC(DPKernel):
         if mass.numel() not in (1, z.numel()):
             raise ValueError(f"mass must be a scalar or have {z.numel()} entries (the flattened latents)")
         self._inv_mass, self._mass_sqrt = 1.0 / mass.reshape(-1), mass.reshape(-1).sqrt()
+        self._reset_reference()
         return hmc_init(self.lik, z)
 
     def _step_size_now(self) -> float:
@@ -639,20 +652,17 @@ class DPHMC(DPKernel):
         return eta * jitter_factor(self._iteration) if self.jitter else eta
 
     def _step(self, state):
-        state, info = hmc_step(
-            self._rng,
-            self._noise,
-            state,
-            self.lik,
-            step_size=self._step_size_now(),
-            num_steps=self.num_steps,
-            inv_mass=self._inv_mass,
-            mass_sqrt=self._mass_sqrt,
-            grad_clip=self.grad_clip,
-            llr_clip=self.llr_clip,
-            grad_noise_multiplier=self.grad_noise_multiplier,
-            llr_noise_multiplier=self.llr_noise_multiplier,
-        )
+        kw = dict(step_size=self._step_size_now(), num_steps=self.num_steps, inv_mass=self._inv_mass,
+                  mass_sqrt=self._mass_sqrt, grad_noise_multiplier=self.grad_noise_multiplier,
+                  llr_noise_multiplier=self.llr_noise_multiplier)
+        if self.control_variate:  # module control_variate: the reference once per chain, then its residuals
+            events = self._ensure_reference(state.z)
+            state, info = cv_mod.cv_hmc_step(self._rng, self._noise, state, self.lik, self._cv,
+                                             curvature_clip=self.curvature_clip, reference_clip=self.reference_clip, **kw)
+            info = info._replace(events=events + tuple(info.events))
+        else:
+            state, info = hmc_step(self._rng, self._noise, state, self.lik, grad_clip=self.grad_clip,
+                                   llr_clip=self.llr_clip, **kw)
         self._grad_clip_sum += info.grad_clipped_fraction
         if info.ratio_released:
             self._llr_clip_sum += info.llr_clipped_fraction

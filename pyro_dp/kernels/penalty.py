@@ -31,9 +31,7 @@ from . import control_variate as cv_mod
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse, mh_step, random_walk_proposal, valid_move
 from .proposals import accept_uniform, penalty_log_accept_threshold, pop_target_accept_prob
-from ..checks import SamplingWarning
-from ..warn import warn_user
-from .tuning import init_to_center, posterior_scale_guess
+from .tuning import init_to_center
 
 __all__ = ["DPPenalty", "penalty_ratio", "penalty_step_fn", "penalty_release", "penalty_release_accept"]
 
@@ -153,7 +151,7 @@ def penalty_release_accept(lik, noise, rng, state: MHState, z_new: torch.Tensor,
     return rel, accepted == 1.0
 
 
-class DPPenalty(RandomWalkKernel):
+class DPPenalty(cv_mod.ControlVariateClient, RandomWalkKernel):
     r"""Differentially private penalty MH (Yıldırım & Ermiş 2019) as a Pyro ``MCMCKernel``.
 
     :param model: Pyro model with its observed sites in a data plate.
@@ -238,8 +236,6 @@ class DPPenalty(RandomWalkKernel):
     supports_distributed = True
     #: the default path whitens (measured: docs/tuning.md, "Posterior-shaped coordinates")
     whiten_by_default = True
-    #: whether this class's step runs control_variate (a subclass with its own step sets False)
-    _control_variate_step = True
 
     def __init__(
         self,
@@ -272,28 +268,8 @@ class DPPenalty(RandomWalkKernel):
                          target_accept_prob=target_accept_prob)
         self.llr_clip = None if llr_clip is None else check_positive("llr_clip", llr_clip)
         self.noise_multiplier = self._check_noise_multiplier("noise_multiplier", noise_multiplier)
-        if control_variate is None:  # the default path (measured: docs/tuning.md, "Control variates")
-            control_variate = bool(self.auto_tuned) and self._control_variate_step
-        if not isinstance(control_variate, bool):
-            raise TypeError(f"control_variate must be a bool or None, got {control_variate!r}")
-        if control_variate and not self._control_variate_step:
-            raise ValueError(f"{type(self).__name__} has its own step: control_variate=True is DPPenalty's")
-        #: whether the test runs on Taylor residuals around the chain's start (module control_variate)
-        self.control_variate = control_variate
-        self.curvature_clip = None if curvature_clip is None else check_positive("curvature_clip", curvature_clip)
-        self._cv_given = () if curvature_clip is None else ("curvature_clip",)
-        self.reference_share = cv_mod.check_share(reference_share)
-        if control_variate and curvature_clip is None and not self.auto_tuned:
-            raise ValueError("control_variate=True with proposal_scale and llr_clip given needs curvature_clip "
-                             "(the per-row curvature bound h): nothing tunes it privately on this path")
-        #: the reference release's noise multiplier (control_variate; given, or set with the noise calibration)
-        self.reference_noise_multiplier = self._check_noise_multiplier(
-            "reference_noise_multiplier", reference_noise_multiplier) if reference_noise_multiplier is not None else None
-        if control_variate and (self.noise_multiplier is None) != (self.reference_noise_multiplier is None):
-            raise ValueError("control_variate=True: give noise_multiplier and reference_noise_multiplier together "
-                             "(or neither, to calibrate both to the budget with reference_share)")
-        self._cv_reference = None  # this chain's (z0, released reference gradient): public, checkpointed
-        self._cv = None  # its ControlVariate with the per-row gradients (private: recomputed, never saved)
+        self._init_control_variate(control_variate, curvature_clip, reference_share, reference_noise_multiplier,
+                                   explicit_noise=self.noise_multiplier is not None)
         if self.auto_tuned:
             self.init = self._auto_tuner()
 
@@ -315,28 +291,13 @@ class DPPenalty(RandomWalkKernel):
         return [gaussian_event(self.reference_noise_multiplier)] if self.control_variate else []
 
     def _step_events(self, state):
-        pending = self._cv_reference is None
-        return (list(self._fixed_events()) if pending else []) + list(self._per_iteration_events())
+        return self._reference_events() + list(self._per_iteration_events())
 
-    @property
-    def reference_tilt_sd(self) -> Optional[float]:
-        r"""``control_variate``: the standard deviation, per unit of the posterior-scale guess
-        ``sd``, of each posterior mean's shift by the reference release's noise,
-        :math:`T\,\mathrm{nm}_G\cdot 2b` (module :mod:`~pyro_dp.kernels.control_variate`; in
-        whitened coordinates ``sd`` is about 1); data-free. ``None`` otherwise or before set-up."""
-        if not self.control_variate or self.reference_noise_multiplier is None or self.llr_clip is None:
-            return None
-        sd = getattr(self, "_scale_guess", None)
-        return float(self.lik.temperature) * self.reference_noise_multiplier * 2.0 * self.reference_clip * (sd or 1.0)
+    def _reference_base_clip(self):
+        return self.llr_clip
 
-    @property
-    def reference_clip(self) -> Optional[float]:
-        """``control_variate``: the clip of the reference gradients,
-        :data:`~pyro_dp.kernels.control_variate.REFERENCE_CLIP_HEADROOM` times ``llr_clip``."""
-        return None if self.llr_clip is None else cv_mod.REFERENCE_CLIP_HEADROOM * self.llr_clip
-
-    _chain_attrs = RandomWalkKernel._chain_attrs + ("llr_clip", "proposal_scale", "curvature_clip", "_cv_reference",
-                                                    "_scale_guess")
+    _chain_attrs = RandomWalkKernel._chain_attrs + ("llr_clip", "proposal_scale") + \
+        cv_mod.ControlVariateClient._cv_chain_attrs
 
     def _ratio_noise_multiplier(self):
         return self.noise_multiplier
@@ -344,12 +305,11 @@ class DPPenalty(RandomWalkKernel):
     def _apply_tuning(self, result):
         if "llr_clip" in self.auto_tuned:
             self.llr_clip = result.llr_clip
-        if self.control_variate:
-            self._tune_control_variate(result)
+        sd = self._tune_control_variate(result) if self.control_variate else None
         if "proposal_scale" in self.auto_tuned:
             d = self.lik.dim if self.mode == "full" else 1  # coordinates one proposal moves
             if self.control_variate:  # the residuals' noise does not limit the move near the start
-                self.proposal_scale = 2.38 / math.sqrt(d) * self._scale_guess  # Roberts, Gelman & Gilks 1997
+                self.proposal_scale = 2.38 / math.sqrt(d) * sd  # Roberts, Gelman & Gilks 1997
                 return
             jump, sd = self._move_scales(result, self.noise_multiplier)
             # Roberts, Gelman & Gilks 1997: random-walk scale 2.38/sqrt(d) x the posterior sd
@@ -363,23 +323,6 @@ class DPPenalty(RandomWalkKernel):
                 lik_scale = min(jump / math.sqrt(max(d_lik, 1)), free)
                 self.proposal_scale = mask * lik_scale + (1.0 - mask) * free
 
-    def _tune_control_variate(self, result) -> None:
-        """``control_variate`` on the default path (post-processing of the tuning): the posterior-scale
-        guess, the curvature clip from it unless given, and a warning before the chain runs when
-        the reference release's noise would shift the means by more than
-        :data:`~pyro_dp.kernels.control_variate.TILT_WARNING_SD` posterior sds."""
-        n, T = getattr(self.lik, "global_num_rows", self.lik.num_rows), self.lik.temperature
-        self._scale_guess = sd = posterior_scale_guess(result.grad_clip, n, self.lik.dim, T)
-        self._noise_limited = False  # the residuals' noise does not grow with the move's length alone
-        if "curvature_clip" not in self._cv_given:
-            self.curvature_clip = cv_mod.default_curvature_clip(max(self.lik.likelihood_dim, 1), n, sd, T)
-        tilt = self.reference_tilt_sd
-        if tilt is not None and tilt > cv_mod.TILT_WARNING_SD and self._chain_index == 0:
-            warn_user(f"DPPenalty(control_variate=True): at this budget the reference gradient's noise shifts each "
-                      f"posterior mean by about {tilt:.2g} posterior standard deviations (one draw for the whole "
-                      "chain; guessed from the private clip): spend more epsilon or use more rows "
-                      "(docs/tuning.md, 'Control variates')", SamplingWarning)
-
     # mh_step's release_accept (moves 2-3) as one function, eager or compiled: never None, so
     # RandomWalkKernel's _release/_accept hooks are not used
     def _release_accept(self, noise, rng, state, z_new, log_q_ratio):
@@ -391,20 +334,13 @@ class DPPenalty(RandomWalkKernel):
                                       noise_multiplier=self.noise_multiplier)
 
     def _init_state(self, z):
-        self._cv_reference = self._cv = None  # a new state: a new reference (released at the next step, declared)
+        self._reset_reference()
         return super()._init_state(z)
 
     def _step(self, state):
         if not self.control_variate:
             return super()._step(state)
-        events = ()
-        if self._cv_reference is None:  # once per chain, declared by _step_events: the reference release
-            self._cv, event = cv_mod.release_reference(self.lik, self._noise, state.z, self.reference_clip,
-                                                       self.reference_noise_multiplier)
-            self._cv_reference = (self._cv.z0, self._cv.released)
-            events = (event,)
-        elif self._cv is None:  # a resumed chain: its released reference, the rows recomputed (no release)
-            self._cv = cv_mod.reference_rows(self.lik, *self._cv_reference, self.reference_clip)
+        events = self._ensure_reference(state.z)  # once per chain, declared by _step_events
         new, info = mh_step(self._rng, self._noise, state, release_accept=self._release_accept,
                             propose=random_walk_proposal(self.adapted_proposal_scale, self.mode))
         self._adapt(info)  # warmup only; reads the accept decision (post-processing)
