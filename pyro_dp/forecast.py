@@ -261,8 +261,8 @@ def _noise(kernel: str, epsilon: float, delta: float, iterations: int, chains: i
             nm = float(k._budget_noise(1.0))
             k.init.set_ratio_noise(0.0)  # DPSGLD._ratio_noise_multiplier on the default path
             return nm, k.init
-        k = K.DPHMC(_no_model, num_steps=num_steps, **kw) if kernel == "DPHMC" else \
-            K.DPPenalty(_no_model, control_variate=bool(control_variate), **kw)
+        k = (K.DPHMC(_no_model, num_steps=num_steps, control_variate=bool(control_variate), **kw) if kernel == "DPHMC"
+             else K.DPPenalty(_no_model, control_variate=bool(control_variate), **kw))
         k.init.configure(epsilon=k.epsilon, delta=k.delta, num_chains=k.num_chains, non_private=False)
         k._calibrate()
         nm = float(k._ratio_noise_multiplier())
@@ -307,7 +307,7 @@ def predicted_move(*, kernel: str, num_rows: int, noise_multiplier: float, clip:
     :math:`\eta\sqrt L\,T\,2\mathrm{nm}_g b\,\|p\|`, against the ratio's
     :math:`T\,2\mathrm{nm}_l b\,L\eta\|p\|` (gradient and ratio clips equal, as on the default
     path), so the test sees noise of variance :math:`\sigma_l^2(1 + r^2/L)`.
-    ``control_variate`` (DPPenalty's default path since 2026-11-27): the test releases Taylor
+    ``control_variate`` (the default path of DPPenalty and DPHMC since 2026-11-27): the test releases Taylor
     residuals (:mod:`pyro_dp.kernels.control_variate`), whose clip per unit jump is
     :math:`\min\{hR, 2b'\}` in place of :math:`b` — :math:`h` the default curvature clip at the
     posterior-scale guess, :math:`R = 2\sqrt D\,\mathrm{sd}` (a chain within about two posterior
@@ -329,7 +329,7 @@ def predicted_move(*, kernel: str, num_rows: int, noise_multiplier: float, clip:
     guess = posterior_scale_guess(grad_norm, int(n), D, T)
     if kernel == "DPSGLD":  # clip: the tuner's ratio quantile (the kernel's clip is derived from it)
         return _langevin_move(nm, b, float(grad_norm), T, n, D, sd_max, num_samples, num_chains)
-    if control_variate and kernel == "DPPenalty":  # the residuals' clip per unit jump, min{hR, 2b'}
+    if control_variate:  # the residuals' (and DP-HMC's gradient differences') clip per unit jump, min{hR, 2b'}
         from .kernels.control_variate import REFERENCE_CLIP_HEADROOM, default_curvature_clip
         reach = 2.0 * math.sqrt(D) * sd_max
         b = min(default_curvature_clip(D, int(n), guess, T) * reach, 2.0 * REFERENCE_CLIP_HEADROOM * b)
@@ -341,6 +341,8 @@ def predicted_move(*, kernel: str, num_rows: int, noise_multiplier: float, clip:
             noise_ratio = default_noise_ratio(num_steps)
         noise_per_step *= 1.0 + float(noise_ratio) ** 2 / num_steps  # + the kinetic term's noise (above)
         s0 = min(jump / math.sqrt(D), num_steps * guess)  # L * eta, eta = min(jump / (L sqrt D), guess)
+        if control_variate:  # the default path's noise-free start, eta = guess / D^(1/4)
+            s0 = num_steps * guess / D ** 0.25
         target, v = 0.5, 0.0  # hmc.DEFAULT_TARGET_ACCEPT_PROB; an exact trajectory keeps the energy
     elif control_variate:
         s0 = 2.38 / math.sqrt(D) * guess  # the default path's start: the noise-free scale
@@ -407,9 +409,9 @@ def feasibility(model: Union[str, ModelProfile], *, num_rows: int, epsilon: floa
         every profile describes (:func:`~pyro_dp.kernels.whitening.whitens`), and so does DPHMC. A
         profile without :attr:`~ModelProfile.whitened_norms` is then predicted unwhitened, with a
         warning (fewer effective samples than the whitened chain gets: pessimistic).
-    :param bool control_variate: DPPenalty's test on Taylor residuals
-        (:mod:`pyro_dp.kernels.control_variate`); ``None``: as its default path (on), ``False``:
-        the plain test (``DPPenalty(..., control_variate=False)``). Only for DPPenalty.
+    :param bool control_variate: the test (and DP-HMC's gradients) on Taylor residuals
+        (:mod:`pyro_dp.kernels.control_variate`); ``None``: as the default path (on), ``False``:
+        the plain kernel (``control_variate=False``). DPPenalty and DPHMC only.
     :returns: a frozen :class:`Feasibility`.
 
     >>> f = feasibility("linear", num_rows=10_000, epsilon=2.0)
@@ -418,9 +420,10 @@ def feasibility(model: Union[str, ModelProfile], *, num_rows: int, epsilon: floa
     """
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS} (the kernels with a default path), got {kernel!r}")
-    if control_variate is not None and (not isinstance(control_variate, bool) or kernel != "DPPenalty"):
-        raise ValueError(f"control_variate is DPPenalty's (True, False or None), got {control_variate!r} for {kernel}")
-    cv = kernel == "DPPenalty" and control_variate is not False
+    if control_variate is not None and (not isinstance(control_variate, bool) or kernel == "DPSGLD"):
+        raise ValueError(f"control_variate is DPPenalty's and DPHMC's (True, False or None), got {control_variate!r} "
+                         f"for {kernel}")
+    cv = kernel != "DPSGLD" and control_variate is not False
     from .kernels.default_path import LANGEVIN_CLIP_HEADROOM  # here: the import cycle of _noise
     n = _check_int("num_rows", num_rows, 2)
     eps = _check_pos("epsilon", epsilon)

@@ -187,10 +187,12 @@ def test_the_default_dphmc_trajectory_moves_prior_only_sites_further():
     """DPHMC's default path: the step size is set by the noise over the likelihood's d_lik
     coordinates (a trajectory moves them about L eta sqrt(d_lik)), and mu and tau, which cost
     no noise, get a lighter mass m = (L eta / sd)^2 so that a trajectory moves them about the
-    guessed posterior sd; a model with every latent in the likelihood keeps unit mass."""
+    guessed posterior sd; a model with every latent in the likelihood keeps unit mass. (The plain
+    kernel, ``control_variate=False``; with the default control variate no step is noise-limited
+    near the start: every coordinate starts at the noise-free step sd/d_lik^(1/4), unit mass.)"""
     import math
 
-    k = pyro_dp.DPHMC(two_level, epsilon=2.0, num_iterations=500, seed=0)
+    k = pyro_dp.DPHMC(two_level, epsilon=2.0, num_iterations=500, seed=0, control_variate=False)
     k.setup(0, *data(n=5000))
     k.sample(k.initial_params)
     jump, sd = k._move_scales(k.init.result, k.llr_noise_multiplier)
@@ -198,10 +200,15 @@ def test_the_default_dphmc_trajectory_moves_prior_only_sites_further():
     assert k.step_size == pytest.approx(eta, rel=1e-12) and eta * k.num_steps < sd
     m = (k.num_steps * eta / sd) ** 2
     torch.testing.assert_close(k._inv_mass, 1.0 / torch.tensor([m, m, 1.0, 1.0, 1.0], dtype=torch.float64))
-    k = pyro_dp.DPHMC(flat, epsilon=2.0, num_iterations=500, seed=0)
+    k = pyro_dp.DPHMC(flat, epsilon=2.0, num_iterations=500, seed=0, control_variate=False)
     k.setup(0, data(n=5000)[1])
     k.sample(k.initial_params)
     assert torch.equal(k._inv_mass, torch.ones(1, dtype=torch.float64))
+    k = pyro_dp.DPHMC(two_level, epsilon=2.0, num_iterations=500, seed=0)  # the default: control variate
+    k.setup(0, *data(n=5000))
+    k.sample(k.initial_params)
+    assert k.control_variate and k.step_size == pytest.approx(k._scale_guess / 3 ** 0.25, rel=1e-12)
+    assert torch.equal(k._inv_mass, torch.ones(1, dtype=torch.float64))  # unit mass (a scalar)
 
 
 def test_a_used_compiled_likelihood_still_pickles_with_its_mask():

@@ -440,11 +440,10 @@ class DPHMC(cv_mod.ControlVariateClient, DPKernel):
     releases are :class:`~pyro_dp.mechanisms.NonPrivateEvent`, ε = ∞). Other keyword
     arguments are those of :class:`~pyro_dp.kernels.base.DPKernel`.
 
-    Practical notes: the ratio noise grows with the jump length :math:`\|\theta'-\theta\|`, so
-    the penalty rejects long moves; start the chain near the posterior from public
-    knowledge (``MCMC(initial_params=...)``) rather than from a diffuse prior draw, and
-    choose :math:`b_l` near the Lipschitz constant of the per-example log-likelihood (e.g.
-    :math:`\max_i\|x_i\|` for logistic regression: then nothing is clipped).
+    On the default path the gradients and the test run on the control variate
+    (``control_variate``): near the private start their noise no longer grows with the jump.
+    The plain kernel's ratio noise does, so start it near the posterior (``initial_params``) and
+    choose :math:`b_l` near the per-example log-likelihood's Lipschitz constant.
 
     Diagnostics add ``"step size"``; with ``nonprivate_diagnostics=True`` also
     ``"non-private gradient clipped fraction"`` and ``"non-private ratio clipped fraction"``
