@@ -13,7 +13,8 @@ where the default path has code:
    tracks (:meth:`~pyro_dp.kernels.tuning.DPAutoTune.ratio_quantile`), of the profile's norms
    (:class:`ModelProfile`; the built-in ones: features uniform in the unit ball, coefficients of
    order one — a Lipschitz-type guess, not your data);
-3. **the move**: the penalty test (Yıldırım & Ermiş 2019 §3.1; Räisä 2021 thesis §3.1) sees noise
+3. **the move** (for the plain test; the default paths' control variate replaces :math:`b` by the
+   residuals' clip, :func:`predicted_move`): the penalty test (Yıldırım & Ermiş 2019 §3.1; Räisä 2021 thesis §3.1) sees noise
    of standard deviation :math:`\sigma = 2\,\mathrm{nm}\,b\,T\|\theta'-\theta\|` and accepts with
    probability :math:`2\Phi(-\sqrt{\sigma^2+v}/2)`, :math:`v` the variance of the exact log
    ratio (:math:`v = s^2\,\mathrm{tr}(P)` for an isotropic random-walk step of scale :math:`s`,
@@ -59,12 +60,15 @@ made with it.
 
 >>> f = feasibility("logistic", num_rows=100_000, epsilon=8.0, dim=5)
 >>> f.whitened, round(f.move_ratio, 2), round(f.ess), round(f.ess_ceiling)  # 1000 samples after 1000 warmup
-(True, 0.62, 29, 54)
+(True, 0.83, 51, 54)
 >>> f.rows_needed, f.epsilon_needed  # where the ESS reaches half its noise-free ceiling
-(84008, 7.23)
+(21760, 1.39)
+>>> p = feasibility("logistic", num_rows=100_000, epsilon=8.0, dim=5, control_variate=False)
+>>> round(p.move_ratio, 2), round(p.ess), p.rows_needed  # the plain test: noise-limited sooner
+(0.62, 29, 84008)
 >>> g = feasibility("logistic", num_rows=100_000, epsilon=8.0, dim=5, whiten=False)
 >>> round(g.ess), round(g.ess_ceiling)  # one proposal scale for every coordinate: slower
-(14, 24)
+(22, 24)
 """
 from __future__ import annotations
 
