@@ -67,7 +67,7 @@ from .mh import MHState, RatioRelease, valid_move
 from .proposals import accept_uniform, penalty_log_accept_threshold, sample_momentum
 from .tuning import posterior_scale_guess
 
-__all__ = ["ControlVariate", "release_reference", "reference_rows", "cv_penalty_release_accept", "default_curvature_clip",
+__all__ = ["ControlVariate", "release_reference", "reference_rows", "release_residual", "cv_penalty_release_accept", "default_curvature_clip",
            "reference_noise_multiplier", "cv_gradient_release_fn", "cv_hmc_step", "hmc_reference_noise_multiplier",
            "ControlVariateClient", "DEFAULT_CURVATURE_FACTOR", "DEFAULT_REFERENCE_SHARE",
            "REFERENCE_CLIP_HEADROOM", "TILT_WARNING_SD"]
@@ -124,14 +124,40 @@ def default_curvature_clip(dim: int, num_rows: int, scale: float, temperature: f
     return float(factor) * dim / (float(temperature) * num_rows * float(scale) ** 2)
 
 
+def _clipped_gradients(lik, z0: torch.Tensor, clip: float):
+    """``(rows, clipped)``: the per-example gradients at ``z0`` through the per-row rule (a
+    non-finite row is the zero row) and clipped to norm ``clip``. **Private.**"""
+    return clip_rows(lik.per_example_grad(z0)[1], clip)
+
+
+def _bound(curvature_clip: float, reach: torch.Tensor, reference_clip: float) -> torch.Tensor:
+    r""":math:`\min\{hR, 2b'\}`: the bound of a row's gradient difference from its reference gradient
+    at distance :math:`R` from the reference, per unit move (module docstring). Data-free."""
+    return torch.minimum(curvature_clip * reach, torch.as_tensor(2.0 * reference_clip, dtype=reach.dtype,
+                                                                 device=reach.device))
+
+
+def release_residual(lik, spec, cv: ControlVariate, z, z_new, ll_old, ll_new, xi, curvature_clip: float,
+                     reference_clip: float, shards=None):
+    r"""``(SumRelease, estimate)``: the release of the clipped Taylor residuals of the move
+    :math:`z\to z'` (module docstring, step 2; ``ll_old``/``ll_new`` the per-example
+    log-likelihoods at both ends, ``xi`` the release's standard normal drawn before) and the
+    untempered log-likelihood-ratio estimate :math:`\hat s + \hat G\cdot\Delta` built on it."""
+    delta = z_new - z
+    reach = torch.maximum(lik.jump_norm(z, cv.z0), lik.jump_norm(z_new, cv.z0))  # R: symmetric in (θ, θ')
+    clip = _bound(curvature_clip, reach, reference_clip) * lik.jump_norm(z_new, z)  # c = min(hR, 2b')‖Δ‖
+    residual = (ll_new - ll_old) - cv.rows @ delta.to(cv.rows.dtype)  # each row's from that row alone
+    rel = spec.release(clip_and_sum(residual, clip), clip, xi, shards)
+    return rel, rel.value + cv.released.to(rel.value.dtype) @ delta.to(rel.value.dtype)
+
+
 def release_reference(lik, noise, z0: torch.Tensor, clip: float, noise_multiplier: float):
     r"""``(ControlVariate, event)``: the per-example gradients at ``z0``, each through the per-row
     rule and clipped to norm ``clip`` (:math:`b`), and their sum released with Gaussian noise of
     multiplier ``noise_multiplier`` (module docstring, step 1; its standard normals from the
     secret stream), restricted to the likelihood's coordinates. **Reads the data**, once per chain."""
     spec = gaussian_release_spec(noise_multiplier)
-    _, g = lik.per_example_grad(z0)
-    rows, clipped = clip_rows(g, clip)  # a non-finite row is the zero row (the per-row rule)
+    rows, clipped = _clipped_gradients(lik, z0, clip)
     xi = spec.draw(noise, tuple(z0.shape), device=z0.device)
     cs = ClippedSum(rows.sum(0), clipped.sum(), torch.tensor(rows.shape[0], device=z0.device))
     released = spec.release(cs, clip, xi, getattr(noise, "shards", None)).value  # sharded rows: summed over ranks
@@ -145,8 +171,7 @@ def reference_rows(lik, z0: torch.Tensor, released: torch.Tensor, clip: float) -
     """The :class:`ControlVariate` of a released reference (a resumed chain's checkpoint holds
     ``z0`` and ``released``, never the private rows): the clipped per-example gradients at ``z0``
     computed again, as :func:`release_reference` computed them. Releases nothing."""
-    _, g = lik.per_example_grad(z0)
-    return ControlVariate(z0, clip_rows(g, clip)[0].detach(), released)
+    return ControlVariate(z0, _clipped_gradients(lik, z0, clip)[0].detach(), released)
 
 
 def cv_penalty_release_accept(lik, noise, rng, state: MHState, z_new: torch.Tensor, log_q_ratio, *,
@@ -161,15 +186,11 @@ def cv_penalty_release_accept(lik, noise, rng, state: MHState, z_new: torch.Tens
     like_u = torch.zeros((), dtype=torch.promote_types(loglik.dtype, state.log_prior.dtype), device=z.device)
     xi = spec.draw(noise, (), device=z.device)
     u = accept_uniform(rng, like_u)
-    delta = z_new - z
-    reach = torch.maximum(lik.jump_norm(z, cv.z0), lik.jump_norm(z_new, cv.z0))  # R: symmetric in (θ, θ')
-    clip = torch.minimum(curvature_clip * reach, torch.as_tensor(2.0 * reference_clip, dtype=reach.dtype)) \
-        * lik.jump_norm(z_new, z)  # c = min(hR, 2b)‖Δ‖: data-free
     ll_new, lp_new = lik.loglik_and_prior(z_new)
-    residual = (ll_new - loglik) - cv.rows @ delta.to(cv.rows.dtype)  # each row's from that row alone
-    rel = spec.release(clip_and_sum(residual, clip), clip, xi, getattr(noise, "shards", None))
+    rel, estimate = release_residual(lik, spec, cv, z, z_new, loglik, ll_new, xi, curvature_clip, reference_clip,
+                                     getattr(noise, "shards", None))
     # λ̂ = T(ŝ + Ĝ·Δ) + Δ log p + log q-ratio; penalty T²σ²/2 (Yıldırım & Ermiş 2019 §3.1)
-    log_ratio = T * (rel.value + cv.released.to(rel.value.dtype) @ delta.to(rel.value.dtype))
+    log_ratio = T * estimate
     noise_var = (T * rel.noise_std) ** 2
     lambda_hat = log_ratio + (lp_new - state.log_prior) + torch.as_tensor(log_q_ratio, dtype=log_ratio.dtype)
     accepted = bool(torch.log(u) < penalty_log_accept_threshold(lambda_hat, noise_var)) \
@@ -179,7 +200,7 @@ def cv_penalty_release_accept(lik, noise, rng, state: MHState, z_new: torch.Tens
                         float(rel.noise_std), cache_new=ll_new, cache_old=loglik), accepted
 
 
-def reference_noise_multiplier(noise_multiplier: float, num_iterations: int, share: float) -> float:
+def reference_noise_multiplier(noise_multiplier: float, num_iterations: float, share: float) -> float:
     r""":math:`\mathrm{nm}_G` that gives the reference release the share ``share`` of a chain's
     Gaussian-DP :math:`\mu^2` against ``num_iterations`` releases of multiplier ``noise_multiplier``:
     :math:`1/\mathrm{nm}_G^2 = \frac{s}{1-s}\,I/\mathrm{nm}^2`.
@@ -216,8 +237,7 @@ def cv_gradient_release_fn(lik, temperature, spec, cv: ControlVariate, curvature
 
     def gradient(z, _clip, xi):
         ll, g = lik.per_example_grad(z)
-        clip = torch.minimum(curvature_clip * lik.jump_norm(z, cv.z0),
-                             torch.as_tensor(2.0 * reference_clip, dtype=z.dtype, device=z.device))
+        clip = _bound(curvature_clip, lik.jump_norm(z, cv.z0), reference_clip)
         rel = spec.release(clip_and_sum(g - cv.rows, clip), clip, xi, shards)
         lp, grad_lp = lik.log_prior_and_grad(z)
         return temperature * lik.project(rel.value + cv.released.to(rel.value.dtype)) + grad_lp, ll, lp, rel
@@ -261,14 +281,10 @@ def cv_hmc_step(rng, noise, state, lik, cv: ControlVariate, *, step_size: float,
     valid = bool(torch.isfinite(z_new).all()) and bool(torch.isfinite(end.log_prior))  # data-free
     accepted, accept_prob, noise_std, llr_frac = False, 0.0, 0.0, 0.0
     if valid:
-        delta = z_new - z
-        reach = torch.maximum(lik.jump_norm(z, cv.z0), lik.jump_norm(z_new, cv.z0))
-        clip = torch.minimum(curvature_clip * reach, torch.as_tensor(2.0 * reference_clip, dtype=reach.dtype)) \
-            * lik.jump_norm(z_new, z)
-        residual = (end.loglik - state.loglik) - cv.rows @ delta.to(cv.rows.dtype)
-        r = l_spec.release(clip_and_sum(residual, clip), clip, xi_l, shards)
+        r, estimate = release_residual(lik, l_spec, cv, z, z_new, state.loglik, end.loglik, xi_l, curvature_clip,
+                                       reference_clip, shards)
         events.append(l_spec.event)
-        log_ratio = T * (r.value + cv.released.to(r.value.dtype) @ delta.to(r.value.dtype))
+        log_ratio = T * estimate
         lambda_hat = prop.log_q_ratio.added_to(log_ratio + (end.log_prior - state.log_prior))  # + K(p0) - K(pL)
         noise_var = (T * r.noise_std) ** 2
         log_prob = penalty_log_accept_threshold(lambda_hat, noise_var)
@@ -298,7 +314,8 @@ def hmc_reference_noise_multiplier(num_iterations: int, num_steps: int, noise_ra
     >>> round(hmc_reference_noise_multiplier(1000, 5, 5 ** 0.5, 0.9), 6)
     0.007454
     """
-    return math.sqrt((1.0 - share) / (share * num_iterations * (1.0 + num_steps / noise_ratio ** 2)))
+    # reference_noise_multiplier's formula, with each iteration's releases counted in ratio units
+    return reference_noise_multiplier(1.0, num_iterations * (1.0 + num_steps / noise_ratio ** 2), share)
 
 
 # --------------------------------------------------------------------------- the kernels' side
@@ -361,11 +378,13 @@ class ControlVariateClient:
         sd = self.__dict__.get("_scale_guess") or 1.0
         return float(self.lik.temperature) * self.reference_noise_multiplier * 2.0 * self.reference_clip * sd
 
+    def _fixed_reference_events(self) -> list:
+        """The reference release of every chain, for the plan (``[]`` without control_variate)."""
+        return [gaussian_event(self.reference_noise_multiplier)] if self.control_variate else []
+
     def _reference_events(self) -> list:
         """The reference release, once per chain (declared until it is made)."""
-        if not self.control_variate or self._cv_reference is not None:
-            return []
-        return [gaussian_event(self.reference_noise_multiplier)]
+        return self._fixed_reference_events() if self._cv_reference is None else []
 
     def _ensure_reference(self, z: torch.Tensor) -> tuple:
         """Before a step: the reference release at ``z`` (the chain's first step; its events), or

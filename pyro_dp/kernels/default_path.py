@@ -229,11 +229,8 @@ class DefaultPath:
                 f"{type(self).__name__}: at this budget the privacy noise limits each move to about {ratio:.2g} "
                 "of the posterior's scale (guessed from the private clip): expect slow mixing and few effective "
                 f"samples (predicted: about {ess:.2g} in this chain, pyro_dp.feasibility). Spend more epsilon, run "
-                "fewer iterations (the noise per iteration grows with their square root), use more rows, or use "
-                "DPPenalty(model, epsilon=...) with its default control variate, whose test noise does not grow "
-                "with the move (docs/tuning.md, 'Control variates'), or DPSGLD(model, epsilon=...), whose noise "
-                "costs step length, not rejected moves (no accept test: an unadjusted chain; docs/tuning.md, "
-                "'Without an accept test')",
+                "fewer iterations (the noise per iteration grows with their square root), use more rows"
+                + self._noise_limited_alternative,  # the kernels that avoid the limit (kernels.diagnostics)
                 SamplingWarning,
             )
         return jump, sd

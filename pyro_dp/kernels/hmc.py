@@ -561,7 +561,7 @@ class DPHMC(cv_mod.ControlVariateClient, DPKernel):
 
     def _fixed_events(self):
         g10 = self._events_for(self.llr_noise_multiplier, self.grad_noise_multiplier)[0]
-        return ([gaussian_event(self.reference_noise_multiplier)] if self.control_variate else []) + list(g10)
+        return self._fixed_reference_events() + list(g10)
 
     def _step_events(self, state):
         # a state without a released gradient (a new chain, or params changed from outside)

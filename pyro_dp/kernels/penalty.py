@@ -29,7 +29,7 @@ from ..compiled import cached_zeros
 from ..mechanisms import GaussianReleaseSpec, clip_and_sum, gaussian_event, gaussian_release_spec
 from . import control_variate as cv_mod
 from .base import check_positive
-from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse, mh_step, random_walk_proposal, valid_move
+from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse, valid_move
 from .proposals import accept_uniform, penalty_log_accept_threshold, pop_target_accept_prob
 from .tuning import init_to_center
 
@@ -287,8 +287,7 @@ class DPPenalty(cv_mod.ControlVariateClient, RandomWalkKernel):
         return self._gaussian_events(self.noise_multiplier)  # thesis Thm 6: one Gaussian mechanism
 
     def _fixed_events(self):
-        # control_variate: the reference gradient release, once per chain (module control_variate)
-        return [gaussian_event(self.reference_noise_multiplier)] if self.control_variate else []
+        return self._fixed_reference_events()  # control_variate: once per chain (module control_variate)
 
     def _step_events(self, state):
         return self._reference_events() + list(self._per_iteration_events())
@@ -338,10 +337,8 @@ class DPPenalty(cv_mod.ControlVariateClient, RandomWalkKernel):
         return super()._init_state(z)
 
     def _step(self, state):
-        if not self.control_variate:
-            return super()._step(state)
-        events = self._ensure_reference(state.z)  # once per chain, declared by _step_events
-        new, info = mh_step(self._rng, self._noise, state, release_accept=self._release_accept,
-                            propose=random_walk_proposal(self.adapted_proposal_scale, self.mode))
-        self._adapt(info)  # warmup only; reads the accept decision (post-processing)
-        return new, info._replace(events=events + tuple(info.events))
+        # control_variate: the reference once per chain (declared by _step_events), then the walk,
+        # whose release_accept is the residual test (_release_accept)
+        events = self._ensure_reference(state.z) if self.control_variate else ()
+        new, info = super()._step(state)
+        return (new, info._replace(events=events + tuple(info.events))) if events else (new, info)

@@ -5,6 +5,7 @@ contract (test kit), accounting against dp_accounting's PLD, the once-per-chain 
 and bad inputs."""
 import math
 import warnings
+from types import SimpleNamespace
 
 import pyro
 import pyro.distributions as dist
@@ -251,3 +252,45 @@ def test_dphmc_contract_and_accounting():
     ref = acc.get_epsilon(1e-5)
     eps = k.get_epsilon(1e-5)
     assert eps <= 2.0 * (1 + 1e-6) and eps <= ref * (1 + 2e-3)
+
+
+def test_the_releases_carry_the_noise_their_events_record():
+    """The noise actually added is the noise the ledger's events state: the reference release adds
+    nm_G · 2b' times the secret stream's standard normals (checked against a twin stream), and the
+    residual release has sd nm · 2c with c = min(hR, 2b')‖Δ‖ computed by hand. Mutant: a release
+    spec with half the noise multiplier (the event unchanged) fails both."""
+    from pyro_dp.mechanisms import NoiseSource
+
+    y = _data(200)
+    k = DPPenalty(gauss_model, 0.1, llr_clip=3.0, noise_multiplier=2.0, reference_noise_multiplier=0.5,
+                  control_variate=True, curvature_clip=1.0, seed=0)
+    k.setup(0, y)
+    lik, z0 = k.lik, torch.tensor([0.3], dtype=torch.float64)
+    z, z_new = torch.tensor([0.4], dtype=torch.float64), torch.tensor([0.1], dtype=torch.float64)
+
+    def check(spec_of):
+        real = cv_mod.gaussian_release_spec
+        cv_mod.gaussian_release_spec = spec_of
+        try:
+            a, b = NoiseSource(seed=3, warn=False), NoiseSource(seed=3, warn=False)
+            cv, event = cv_mod.release_reference(lik, a, z0, 6.0, 0.5)
+            ok_ref = torch.allclose(cv.released - cv.rows.sum(0), 0.5 * 2 * 6.0 * b.standard_normal((1,)),
+                                    rtol=1e-12, atol=0.0)
+            spec = cv_mod.gaussian_release_spec(2.0)
+            ll0, ll1 = lik.per_example_loglik(z), lik.per_example_loglik(z_new)
+            rel, _ = cv_mod.release_residual(lik, spec, cv, z, z_new, ll0, ll1, torch.zeros((), dtype=torch.float64),
+                                             1.0, 6.0)
+            c = min(1.0 * max(abs(0.4 - 0.3), abs(0.1 - 0.3)), 2 * 6.0) * abs(0.1 - 0.4)
+            ok_res = float(rel.noise_std) == pytest.approx(2.0 * 2 * c, rel=1e-12)
+            return ok_ref and ok_res and event.noise_multiplier == 0.5
+        finally:
+            cv_mod.gaussian_release_spec = real
+
+    assert check(cv_mod.gaussian_release_spec)
+    real = cv_mod.gaussian_release_spec
+
+    def half(nm, relation="substitute"):  # the mutant: draws and adds half the noise, records nm
+        weak = real(nm / 2, relation)
+        return SimpleNamespace(event=real(nm, relation).event, draw=weak.draw, release=weak.release)
+
+    assert not check(half)
