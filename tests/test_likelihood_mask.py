@@ -155,41 +155,54 @@ def test_a_wrong_mask_biases_but_cannot_leak():
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
-def test_the_default_penalty_walk_moves_prior_only_sites_at_the_noise_free_scale():
-    """DPPenalty's default path: the penalty noise limits the moves of the likelihood's
-    coordinates only (``jump_norm``), so mu and tau get the noise-free random-walk scale
-    2.38/sqrt(d) x the guessed posterior sd (Roberts, Gelman & Gilks 1997) and u the smaller
-    noise-limited one; a model with every latent in the likelihood keeps one scalar scale. (The
-    plain test, ``control_variate=False``; with the default control variate no move is
-    noise-limited near the start and every coordinate gets the noise-free scale.)"""
+def test_the_default_penalty_walk_holds_prior_only_sites_and_sweeps_them_data_free():
+    """DPPenalty's default path: mu and tau enter only the prior, so the private walk holds them
+    fixed (scale 0) and data-free sweeps move them (module prior_sweeps) from the noise-free
+    random-walk scale 2.38/sqrt(d_lik) x the guessed posterior sd (Roberts, Gelman & Gilks 1997);
+    u takes the smaller noise-limited scale (the plain test, ``control_variate=False``) or the
+    noise-free one (the default control variate). A model with every latent in the likelihood
+    keeps one scalar scale and no sweeps; a given proposal_scale keeps the joint walk."""
     import math
 
     k = pyro_dp.DPPenalty(two_level, epsilon=2.0, num_iterations=500, seed=0, control_variate=False)
     k.setup(0, *data(n=5000))
-    k.sample(k.initial_params)
+    z0 = k.initial_params
+    k.sample(z0)
     jump, sd = k._move_scales(k.init.result, k.noise_multiplier)
-    free, lik_scale = 2.38 / math.sqrt(5) * sd, min(jump / math.sqrt(3), 2.38 / math.sqrt(5) * sd)
+    free = 2.38 / math.sqrt(3) * sd
+    lik_scale = min(jump / math.sqrt(3), free)
     assert jump < sd  # noise-limited here, so the two scales differ
-    torch.testing.assert_close(k.proposal_scale, torch.tensor([free, free, lik_scale, lik_scale, lik_scale],
+    torch.testing.assert_close(k.proposal_scale, torch.tensor([0.0, 0.0, lik_scale, lik_scale, lik_scale],
                                                               dtype=torch.float64))
+    assert k._prior_log_scale == pytest.approx(math.log(free), abs=0.5)  # its warmup adaptation has begun
+    z = k.initial_params
+    for _ in range(5):
+        z = k.sample(z)
+    assert not torch.equal(z["mu"], z0["mu"])  # the sweeps moved it (5 steps per iteration)
     k = pyro_dp.DPPenalty(flat, epsilon=2.0, num_iterations=500, seed=0, control_variate=False)
     k.setup(0, data(n=5000)[1])
     k.sample(k.initial_params)
-    assert isinstance(k.proposal_scale, float)
+    assert isinstance(k.proposal_scale, float) and k._sweep_mask is None
     k = pyro_dp.DPPenalty(two_level, epsilon=2.0, num_iterations=500, seed=0)  # the default: control variate
     k.setup(0, *data(n=5000))
     k.sample(k.initial_params)
-    assert k.control_variate and k.proposal_scale == pytest.approx(2.38 / math.sqrt(5) * k._scale_guess)
+    free = 2.38 / math.sqrt(3) * k._scale_guess
+    assert k.control_variate
+    torch.testing.assert_close(k.proposal_scale, torch.tensor([0.0, 0.0, free, free, free], dtype=torch.float64))
+    k = pyro_dp.DPPenalty(two_level, 0.05, epsilon=2.0, num_iterations=500, seed=0)  # a given scale
+    k.setup(0, *data(n=5000))
+    assert k._sweep_mask is None
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
-def test_the_default_dphmc_trajectory_moves_prior_only_sites_further():
+def test_the_default_dphmc_trajectory_holds_prior_only_sites_and_sweeps_them_data_free():
     """DPHMC's default path: the step size is set by the noise over the likelihood's d_lik
-    coordinates (a trajectory moves them about L eta sqrt(d_lik)), and mu and tau, which cost
-    no noise, get a lighter mass m = (L eta / sd)^2 so that a trajectory moves them about the
-    guessed posterior sd; a model with every latent in the likelihood keeps unit mass. (The plain
-    kernel, ``control_variate=False``; with the default control variate no step is noise-limited
-    near the start: every coordinate starts at the noise-free step sd/d_lik^(1/4), unit mass.)"""
+    coordinates (a trajectory moves them about L eta sqrt(d_lik)); mu and tau, which enter only
+    the prior, get inverse mass 0 in the trajectory and move in data-free sweeps (module
+    prior_sweeps), which also carry the released gradient's prior part to their new point. A
+    model with every latent in the likelihood keeps unit mass. (The plain kernel,
+    ``control_variate=False``; with the default control variate every coordinate starts at the
+    noise-free step sd/d_lik^(1/4).)"""
     import math
 
     k = pyro_dp.DPHMC(two_level, epsilon=2.0, num_iterations=500, seed=0, control_variate=False)
@@ -198,8 +211,7 @@ def test_the_default_dphmc_trajectory_moves_prior_only_sites_further():
     jump, sd = k._move_scales(k.init.result, k.llr_noise_multiplier)
     eta = min(jump / (k.num_steps * math.sqrt(3)), sd)
     assert k.step_size == pytest.approx(eta, rel=1e-12) and eta * k.num_steps < sd
-    m = (k.num_steps * eta / sd) ** 2
-    torch.testing.assert_close(k._inv_mass, 1.0 / torch.tensor([m, m, 1.0, 1.0, 1.0], dtype=torch.float64))
+    torch.testing.assert_close(k._inv_mass, torch.tensor([0.0, 0.0, 1.0, 1.0, 1.0], dtype=torch.float64))
     k = pyro_dp.DPHMC(flat, epsilon=2.0, num_iterations=500, seed=0, control_variate=False)
     k.setup(0, data(n=5000)[1])
     k.sample(k.initial_params)
@@ -208,7 +220,31 @@ def test_the_default_dphmc_trajectory_moves_prior_only_sites_further():
     k.setup(0, *data(n=5000))
     k.sample(k.initial_params)
     assert k.control_variate and k.step_size == pytest.approx(k._scale_guess / 3 ** 0.25, rel=1e-12)
-    assert torch.equal(k._inv_mass, torch.ones(1, dtype=torch.float64))  # unit mass (a scalar)
+    torch.testing.assert_close(k._inv_mass, torch.tensor([0.0, 0.0, 1.0, 1.0, 1.0], dtype=torch.float64))
+
+
+def test_the_prior_sweeps_carry_a_released_gradient_to_the_new_point():
+    """PriorOnlySweeps: after the sweeps moved the prior-only coordinates, the state's released
+    gradient is the same release's at the new point: its prior part taken there (data-free)."""
+    from pyro_dp.kernels.hmc import hmc_init
+
+    k = pyro_dp.DPHMC(two_level, epsilon=2.0, num_iterations=500, seed=0)
+    k.setup(0, *data(n=5000))
+    k.sample(k.initial_params)
+    state = hmc_init(k.lik, torch.zeros(5, dtype=torch.float64))
+    released_lik = torch.tensor([0.0, 0.0, 1.0, -2.0, 0.5], dtype=torch.float64)  # a stand-in release
+    state = state._replace(grad=released_lik + k.lik.grad_log_prior(state.z))
+    k._prior_log_scale = 0.0
+    moved = False
+    for _ in range(20):
+        new, ok = k._prior_sweeps(state, k._sweep_mask, warmup=False)
+        moved = moved or ok
+        if ok:
+            assert not torch.equal(new.z[:2], state.z[:2]) and torch.equal(new.z[2:], state.z[2:])
+            torch.testing.assert_close(new.grad, released_lik + k.lik.grad_log_prior(new.z))
+            torch.testing.assert_close(new.log_prior, k.lik.log_prior(new.z))
+            break
+    assert moved
 
 
 def test_a_used_compiled_likelihood_still_pickles_with_its_mask():

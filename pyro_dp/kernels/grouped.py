@@ -8,11 +8,12 @@ a joint random walk over every likelihood coordinate pays penalty noise for the 
 only :math:`N/G` rows. Each iteration of :class:`DPGroupedPenalty` makes three moves:
 
 0. **Data-free Metropolis steps on the coordinates that enter only the prior**
-   (:func:`prior_only_step`, :data:`PRIOR_SWEEPS` of them; a hierarchical model's population mean
+   (:func:`~pyro_dp.kernels.prior_sweeps.prior_only_step`,
+   :data:`~pyro_dp.kernels.prior_sweeps.PRIOR_SWEEPS` of them; a hierarchical model's population mean
    and scale, :attr:`~pyro_dp.likelihood.PrivateLikelihood.likelihood_mask` 0): their full
    conditional is the prior's, so the test :math:`\log u < \log p(\theta') - \log p(\theta)` is
-   exact and releases nothing. (DPPenalty moves them inside its joint walk, at the likelihood
-   coordinates' step size, far below their own posterior scale.)
+   exact and releases nothing. (DPPenalty's and DPHMC's default paths do the same since
+   2026-11-28; with a given step size they move them inside the joint step.)
 1. **An ordinary DP penalty step** (:func:`~.penalty.penalty_release_accept` on the MH core,
    :func:`~.mh.mh_step`) whose random walk leaves the group site's coordinates fixed: one Gaussian
    release with noise multiplier :math:`\mathrm{nm}`, clip :math:`b\|\theta'-\theta\|` over the other
@@ -112,11 +113,12 @@ from ..mechanisms import GaussianEvent, clip_and_sum, gaussian_event, gaussian_r
 from .base import check_positive
 from .mh import MHInfo, MHState, mh_step, random_walk_proposal
 from .penalty import DPPenalty
-from .proposals import accept_uniform, penalty_log_accept_threshold, random_walk, uniform_log
+from .prior_sweeps import PRIOR_SWEEPS, prior_only_step  # noqa: F401 (their home until 2026-11-28)
+from .proposals import accept_uniform, penalty_log_accept_threshold, random_walk
 from .tuning import DPAutoTune, penalty_jump_length, posterior_scale_guess, private_norm_quantiles
 
 __all__ = ["DPGroupedPenalty", "GroupedInfo", "GROUP_TARGET_ACCEPT_PROB", "group_coordinates", "group_moves",
-           "grouped_accept", "grouped_ratio_release", "grouped_step", "prior_only_step", "PRIOR_SWEEPS",
+           "grouped_accept", "grouped_ratio_release", "grouped_step",
            "private_group_clip", "GROUP_CLIP_NOISE_RATIO"]
 
 
@@ -296,25 +298,6 @@ def private_group_clip(lik, z: torch.Tensor, coords: torch.Tensor, quantile: flo
 #: (for an intercept with symmetric residuals, its centre unchanged)
 GROUP_CLIP_NOISE_RATIO = 4.0
 
-#: data-free MH steps per iteration on the coordinates that enter only the prior (step 0)
-PRIOR_SWEEPS = 5
-
-
-def prior_only_step(lik, rng: torch.Generator, state: MHState, scale: torch.Tensor):
-    r"""``(state, accepted)``: one Metropolis step (Gaussian random walk of per-coordinate ``scale``,
-    zero outside the coordinates it moves) on coordinates that enter **only the prior**
-    (:attr:`~pyro_dp.likelihood.PrivateLikelihood.likelihood_mask` 0: a hierarchical model's
-    population mean and scale). Their full conditional is the prior's, so the test
-    :math:`\log u < \log p(\theta') - \log p(\theta)` is exact and reads no data (the prior on the
-    stand-in row); the per-row cache stays valid. Randomness from the algorithm stream."""
-    prop = random_walk(rng, state.z, scale)
-    with torch.no_grad():
-        lp_new = lik.log_prior(prop.z)
-    log_u = uniform_log(rng, lp_new)
-    ok = bool(torch.isfinite(lp_new)) and bool(log_u < lp_new - state.log_prior)
-    return (state._replace(z=prop.z, log_prior=lp_new) if ok else state), ok
-
-
 def _prior_factorises(lik, z: torch.Tensor, coords: torch.Tensor) -> bool:
     """Data-free check at set-up: the prior's change under a joint move of the group coordinates
     equals the sum of its changes under each one-coordinate move (at ``z``, a fixed public draw)."""
@@ -402,7 +385,7 @@ class DPGroupedPenalty(DPPenalty):
     whiten_by_default = False  # whitening would mix the group coordinates with the others
     scale_by_default = True  # per-coordinate scales are diagonal: the groups stay separate
     supports_distributed = False  # the grouped release is not written for sharded rows yet
-    _chain_attrs = DPPenalty._chain_attrs + ("group_scale", "_group_log_scale", "_group_accepts", "_prior_log_scale",
+    _chain_attrs = DPPenalty._chain_attrs + ("group_scale", "_group_log_scale", "_group_accepts",
                                                "_group_clip_value", "_sd_g")
 
     def __init__(self, model, proposal_scale=None, llr_clip: Optional[float] = None,
@@ -544,12 +527,7 @@ class DPGroupedPenalty(DPPenalty):
             self._group_clip_value = min(clip, float(self.llr_clip))
             self._set_group_scale()
         if bool(prior_only.any()):  # step 0: data-free MH on the coordinates that enter only the prior
-            for sweep in range(PRIOR_SWEEPS):
-                state, ok = prior_only_step(self.lik, self._rng, state, prior_only * math.exp(self._prior_log_scale))
-                moved = moved or ok
-                if warmup:  # Robbins-Monro on the log scale (post-processing of nothing private)
-                    t = self._iteration * PRIOR_SWEEPS + sweep + 1.0
-                    self._prior_log_scale += t ** -0.6 * (float(ok) - self.target_accept_prob)
+            state, moved = self._prior_sweeps(state, prior_only, warmup)
         if has_others:  # step 1: DPPenalty's step on the other likelihood coordinates, the groups held fixed
             scale = self.adapted_proposal_scale * lik_others
             state, info = mh_step(self._rng, self._noise, state, release_accept=self._release_accept,

@@ -54,6 +54,7 @@ from ..mechanisms import GaussianReleaseSpec, clip_and_sum, gaussian_event, gaus
 from . import control_variate as cv_mod
 from .base import DPKernel, check_positive
 from .mh import Proposal, RatioRelease, can_fuse, propose_release_accept, valid_move
+from .prior_sweeps import PriorOnlySweeps
 from .proposals import (accept_uniform, gradient_release_fn, jitter_factor, kinetic_energy, leapfrog,
                         penalty_log_accept_threshold, release_gradient, sample_momentum)
 from .tuning import init_to_center
@@ -380,7 +381,7 @@ def hmc_step(
     return new, info
 
 
-class DPHMC(cv_mod.ControlVariateClient, DPKernel):
+class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
     r"""Differentially private HMC (Räisä, Koskela & Honkela 2021) as a Pyro ``MCMCKernel``.
 
     :param model: Pyro model with its observed sites in a data plate.
@@ -428,13 +429,12 @@ class DPHMC(cv_mod.ControlVariateClient, DPKernel):
     releases are in the ledger as ``"tune:clip"`` and
     ``"tune:start"``. The step size starts at the smaller of the step whose trajectory
     of ``num_steps`` (default :data:`DEFAULT_NUM_STEPS`) steps has penalty noise of standard
-    deviation about 1 and a posterior-scale guess (latents that enter only the prior,
-    :attr:`~pyro_dp.likelihood.PrivateLikelihood.likelihood_mask`, cost no noise: they get a
-    lighter mass, so that a trajectory moves them about that guess), and adapts during warmup (dual averaging on
-    released quantities towards acceptance :data:`DEFAULT_TARGET_ACCEPT_PROB`,
-    ``adapt_step_size`` defaults to ``True`` then) with a floor of a tenth
-    of its start, so it cannot collapse. The noise is calibrated to the budget (the default
-    budget when none is given) over the iterations ``MCMC`` runs. See ``docs/tuning.md``.
+    deviation about 1 and a posterior-scale guess, and adapts during warmup (dual averaging on
+    released quantities towards acceptance :data:`DEFAULT_TARGET_ACCEPT_PROB`, ``adapt_step_size``
+    defaults to ``True`` then) with a floor of a tenth of its start. Latents that enter only the
+    prior (:attr:`~pyro_dp.likelihood.PrivateLikelihood.likelihood_mask` 0) move in data-free
+    sweeps of their own (:mod:`~pyro_dp.kernels.prior_sweeps`; inverse mass 0 in the trajectory).
+    The noise is calibrated to the budget over the iterations ``MCMC`` runs. See ``docs/tuning.md``.
 
     ``non_private=True`` is the documented test mode: noise multipliers may be 0 (such
     releases are :class:`~pyro_dp.mechanisms.NonPrivateEvent`, ε = ∞). Other keyword
@@ -589,31 +589,27 @@ class DPHMC(cv_mod.ControlVariateClient, DPKernel):
     # ------------------------------------------------------------------ lifecycle
     _chain_attrs = DPKernel._chain_attrs + ("_grad_clip_sum", "_llr_clip_sum", "_llr_count", "_adapted_step_size",
                                             "_adapter", "_inv_mass", "_mass_sqrt", "step_size", "grad_clip",
-                                            "llr_clip", "_step_floor") + cv_mod.ControlVariateClient._cv_chain_attrs
+                                            "llr_clip", "_step_floor") + cv_mod.ControlVariateClient._cv_chain_attrs + \
+        PriorOnlySweeps._chain_attrs
 
     def _ratio_noise_multiplier(self):
         return self.llr_noise_multiplier
 
     def _apply_tuning(self, result):
-        # Both clips track the ratio clip's quantile (DPAutoTune.ratio_quantile): about 2 nm rows
-        # above the clip, where raising it by db adds as much noise (2 nm db) as it removes
-        # clipping bias ((rows above) db) -- for the gradient sum as for the ratio sum (Amin et al.
-        # 2019's bias-variance balance; exact at the default noise_ratio = 1, nm_g = nm_l). A
-        # gradient clip at the 0.9 quantile biases the clipped sum by ~N/10 row-gradients: its
-        # leapfrog follows a force the penalty test then rejects (measured: acceptance 0.05
-        # noise-free at N = 5000, a chain frozen at 0.1-0.3 of the posterior's spread; docs/tuning.md).
+        # Both clips track the ratio clip's quantile (DPAutoTune.ratio_quantile), about 2 nm rows above
+        # it: Amin et al. 2019's bias-variance balance for both sums (a 0.9 quantile froze the chain; docs/tuning.md).
         if "grad_clip" in self.auto_tuned:  # the higher one: the tracked clips are noisy and may cross
             self.grad_clip = max(result.grad_clip, result.llr_clip)
         if "llr_clip" in self.auto_tuned:
             self.llr_clip = result.llr_clip
+        sweep = self._sweep_mask
         if self.control_variate:  # near the start no move is noise-limited: a noise-free start, adapted in warmup
             sd = self._tune_control_variate(result)
             if "step_size" in self.auto_tuned:
                 eta = sd / max(self.lik.likelihood_dim, 1) ** 0.25  # leapfrog on a Gaussian of scale sd (Neal 2011 §5.4.4)
                 self.step_size = self._adapted_step_size = eta
                 self._step_floor = eta / 10.0
-            return
-        if "step_size" in self.auto_tuned:
+        elif "step_size" in self.auto_tuned:
             jump, sd = self._move_scales(result, self.llr_noise_multiplier)
             mask = self.lik.likelihood_mask
             d_lik = max(self.lik.likelihood_dim, 1)
@@ -622,11 +618,17 @@ class DPHMC(cv_mod.ControlVariateClient, DPKernel):
             eta = min(jump / (self.num_steps * math.sqrt(d_lik)), sd)
             self.step_size = self._adapted_step_size = eta
             self._step_floor = eta / 10.0  # the adaptation may not shrink it further (no frozen chain)
-            if mask is not None and self.mass is None:
+            if mask is not None and self.mass is None and sweep is None:
                 # latents outside the likelihood cost no noise: a lighter mass lets a trajectory move
                 # them about sd (L steps of eta/sqrt(m) each), not the noise-limited L*eta
                 m_free = min((self.num_steps * eta / sd) ** 2, 1.0)
                 self._default_mass = mask + (1.0 - mask) * m_free
+        if sweep is not None:  # their sweeps' adaptation starts at the likelihood's noise-free scale
+            self._prior_log_scale = math.log(2.38 / math.sqrt(max(self.lik.likelihood_dim, 1)) * sd)
+
+    @property
+    def _sweep_mask(self):  # the default path's prior-only coordinates (module prior_sweeps)
+        return self._prior_only_mask("step_size" in self.auto_tuned and self.mass is None)
 
     def _reset_chain_stats(self):
         super()._reset_chain_stats()
@@ -643,6 +645,8 @@ class DPHMC(cv_mod.ControlVariateClient, DPKernel):
         if mass.numel() not in (1, z.numel()):
             raise ValueError(f"mass must be a scalar or have {z.numel()} entries (the flattened latents)")
         self._inv_mass, self._mass_sqrt = 1.0 / mass.reshape(-1), mass.reshape(-1).sqrt()
+        if self._sweep_mask is not None:  # held fixed by the trajectory: inverse mass 0 (module prior_sweeps)
+            self._inv_mass = self._inv_mass * (1.0 - self._sweep_mask.to(z.dtype))
         self._reset_reference()
         return hmc_init(self.lik, z)
 
@@ -651,6 +655,9 @@ class DPHMC(cv_mod.ControlVariateClient, DPKernel):
         return eta * jitter_factor(self._iteration) if self.jitter else eta
 
     def _step(self, state):
+        if self._sweep_mask is not None:  # data-free steps on the prior-only coordinates (module prior_sweeps)
+            state, _ = self._prior_sweeps(state, self._sweep_mask, self.adapt_step_size and
+                                          self._iteration < self._warmup_steps)
         kw = dict(step_size=self._step_size_now(), num_steps=self.num_steps, inv_mass=self._inv_mass,
                   mass_sqrt=self._mass_sqrt, grad_noise_multiplier=self.grad_noise_multiplier,
                   llr_noise_multiplier=self.llr_noise_multiplier)
@@ -682,17 +689,11 @@ class DPHMC(cv_mod.ControlVariateClient, DPKernel):
         self._adapted_step_size = max(math.exp(x_avg if i == warmup - 1 else x), self._step_floor)
 
     def _nonprivate(self) -> dict:
-        out = super()._nonprivate()
-        out["gradient clipped fraction"] = self._grad_clip_sum / max(self._iteration, 1)
-        out["ratio clipped fraction"] = self._llr_clip_sum / max(self._llr_count, 1)
-        return out
+        return {**super()._nonprivate(), "gradient clipped fraction": self._grad_clip_sum / max(self._iteration, 1),
+                "ratio clipped fraction": self._llr_clip_sum / max(self._llr_count, 1)}
 
     def diagnostics(self) -> dict:
-        out = super().diagnostics()
-        out["step size"] = self._adapted_step_size
-        return out
+        return {**super().diagnostics(), "step size": self._adapted_step_size}
 
     def logging(self):
-        out = super().logging()
-        out["step size"] = f"{self._adapted_step_size:.3g}"
-        return out
+        return {**super().logging(), "step size": f"{self._adapted_step_size:.3g}"}

@@ -30,6 +30,7 @@ from ..mechanisms import GaussianReleaseSpec, clip_and_sum, gaussian_event, gaus
 from . import control_variate as cv_mod
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse, valid_move
+from .prior_sweeps import PriorOnlySweeps
 from .proposals import accept_uniform, penalty_log_accept_threshold, pop_target_accept_prob
 from .tuning import init_to_center
 
@@ -151,7 +152,7 @@ def penalty_release_accept(lik, noise, rng, state: MHState, z_new: torch.Tensor,
     return rel, accepted == 1.0
 
 
-class DPPenalty(cv_mod.ControlVariateClient, RandomWalkKernel):
+class DPPenalty(cv_mod.ControlVariateClient, PriorOnlySweeps, RandomWalkKernel):
     r"""Differentially private penalty MH (Yıldırım & Ermiş 2019) as a Pyro ``MCMCKernel``.
 
     :param model: Pyro model with its observed sites in a data plate.
@@ -296,7 +297,13 @@ class DPPenalty(cv_mod.ControlVariateClient, RandomWalkKernel):
         return self.llr_clip
 
     _chain_attrs = RandomWalkKernel._chain_attrs + ("llr_clip", "proposal_scale") + \
-        cv_mod.ControlVariateClient._cv_chain_attrs
+        cv_mod.ControlVariateClient._cv_chain_attrs + PriorOnlySweeps._chain_attrs
+
+    @property
+    def _sweep_mask(self) -> Optional[torch.Tensor]:
+        # the default path's prior-only coordinates (module prior_sweeps); not with a given
+        # proposal_scale or one-component walks
+        return self._prior_only_mask("proposal_scale" in self.auto_tuned and self.mode == "full")
 
     def _ratio_noise_multiplier(self):
         return self.noise_multiplier
@@ -305,11 +312,14 @@ class DPPenalty(cv_mod.ControlVariateClient, RandomWalkKernel):
         if "llr_clip" in self.auto_tuned:
             self.llr_clip = result.llr_clip
         sd = self._tune_control_variate(result) if self.control_variate else None
-        if "proposal_scale" in self.auto_tuned:
-            d = self.lik.dim if self.mode == "full" else 1  # coordinates one proposal moves
-            if self.control_variate:  # the residuals' noise does not limit the move near the start
-                self.proposal_scale = 2.38 / math.sqrt(d) * sd  # Roberts, Gelman & Gilks 1997
-                return
+        if "proposal_scale" not in self.auto_tuned:
+            return
+        sweep = self._sweep_mask  # prior-only coordinates: data-free sweeps, held fixed by the walk
+        d = (self.lik.likelihood_dim if sweep is not None else self.lik.dim) if self.mode == "full" else 1
+        if self.control_variate:  # the residuals' noise does not limit the move near the start
+            free = 2.38 / math.sqrt(d) * sd  # Roberts, Gelman & Gilks 1997
+            self.proposal_scale = free if sweep is None else free * (1.0 - sweep)
+        else:
             jump, sd = self._move_scales(result, self.noise_multiplier)
             # Roberts, Gelman & Gilks 1997: random-walk scale 2.38/sqrt(d) x the posterior sd
             free = 2.38 / math.sqrt(d) * sd
@@ -317,10 +327,13 @@ class DPPenalty(cv_mod.ControlVariateClient, RandomWalkKernel):
             if mask is None:
                 self.proposal_scale = min(jump / math.sqrt(d), free)
             else:  # the noise grows with the move of the likelihood's coordinates only (jump_norm):
-                # the others (a hierarchical model's mu, tau) move at the noise-free scale
+                # the others (a hierarchical model's mu, tau) move in the sweeps (one-component
+                # walks: at the noise-free scale)
                 d_lik = self.lik.likelihood_dim if self.mode == "full" else 1
                 lik_scale = min(jump / math.sqrt(max(d_lik, 1)), free)
-                self.proposal_scale = mask * lik_scale + (1.0 - mask) * free
+                self.proposal_scale = mask * lik_scale + (0.0 if sweep is not None else (1.0 - mask) * free)
+        if sweep is not None:  # the sweeps' adaptation starts at the likelihood's noise-free scale
+            self._prior_log_scale = math.log(free)
 
     # mh_step's release_accept (moves 2-3) as one function, eager or compiled: never None, so
     # RandomWalkKernel's _release/_accept hooks are not used
@@ -340,5 +353,8 @@ class DPPenalty(cv_mod.ControlVariateClient, RandomWalkKernel):
         # control_variate: the reference once per chain (declared by _step_events), then the walk,
         # whose release_accept is the residual test (_release_accept)
         events = self._ensure_reference(state.z) if self.control_variate else ()
+        sweep = self._sweep_mask
+        if sweep is not None:  # data-free steps on the prior-only coordinates (module prior_sweeps)
+            state, _ = self._prior_sweeps(state, sweep, self.adapt_proposal and self._iteration < self._warmup_steps)
         new, info = super()._step(state)
         return (new, info._replace(events=events + tuple(info.events))) if events else (new, info)
