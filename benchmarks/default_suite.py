@@ -211,7 +211,33 @@ def run_cell(name: str, kernel: str, args: tuple, ref: dict, *, num_samples: int
     return {"model": name, "kernel": kernel, "coords": coords, "ok": ok, "warned": bool(sampling),
             "warnings": sampling, "other_warnings": other, "check_run": found,
             "epsilon": float(k.get_epsilon(DELTA)), "seconds": seconds, "verdict": verdict(ok, bool(sampling), wrong(coords)),
+            "min_ess": min_ess(mcmc.get_samples()),
+            "predicted_ess": predicted_ess(name, kernel, len(args[-1]), epsilon, num_samples, warmup_steps),
             "kernel_obj": k, "mcmc": mcmc}
+
+
+def min_ess(samples: Dict[str, torch.Tensor]) -> float:
+    """The smallest effective sample size over the coordinates of one chain's draws (Pyro's
+    estimator, constrained space)."""
+    from pyro.ops.stats import effective_sample_size
+
+    from pyro_dp.checks import linear_memory_ess
+
+    with linear_memory_ess():
+        return min(float(effective_sample_size(v.reshape(1, v.shape[0], -1).double(), 0, 1).min())
+                   for v in samples.values())
+
+
+def predicted_ess(name: str, kernel: str, n: int, epsilon: float, num_samples: int, warmup_steps: int):
+    """:func:`pyro_dp.feasibility`'s data-free forecast of the effective sample size for the
+    suite's linear, logistic and Poisson models (their built-in profiles, 3 features), else
+    ``None`` (no profile)."""
+    if name not in ("linear", "logistic", "poisson") or kernel not in ("DPPenalty", "DPHMC"):
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return pyro_dp.feasibility(name, num_rows=n, epsilon=epsilon, dim=3, kernel=kernel, num_samples=num_samples,
+                                   warmup_steps=warmup_steps).ess
 
 
 def run_suite(models: Iterable[str] = tuple(SUITE), kernels: Iterable[str] = DEFAULT_KERNELS, *, quick: bool = False,
@@ -246,7 +272,7 @@ def run_suite(models: Iterable[str] = tuple(SUITE), kernels: Iterable[str] = DEF
 
 
 HEADER = (f"{'model':13s} {'kernel':10s} {'N':>6s} {'max|dmean|/sd':>13s} {'sd ratio range':>15s} "
-          f"{'criterion':>9s} {'warned':>6s} {'eps':>6s} {'time s':>7s} {'/NUTS':>6s}  verdict")
+          f"{'criterion':>9s} {'warned':>6s} {'eps':>6s} {'time s':>7s} {'/NUTS':>6s} {'ESS':>6s} {'pred.':>6s}  verdict")
 
 
 def format_row(cell: dict) -> str:
@@ -256,8 +282,12 @@ def format_row(cell: dict) -> str:
     lo, hi = min(x["sd_ratio"] for x in c), max(x["sd_ratio"] for x in c)
     return (f"{cell['model']:13s} {cell['kernel']:10s} {cell['n']:6d} {worst:13.2f} {f'{lo:.2f}-{hi:.2f}':>15s} "
             f"{('pass' if cell['ok'] else 'FAIL'):>9s} {('yes' if cell['warned'] else 'no'):>6s} "
-            f"{cell['epsilon']:6.3f} {cell['seconds']:7.1f} {cell['seconds'] / cell['nuts_seconds']:6.2f}  "
-            f"{cell['verdict']}")
+            f"{cell['epsilon']:6.3f} {cell['seconds']:7.1f} {cell['seconds'] / cell['nuts_seconds']:6.2f} "
+            f"{cell.get('min_ess', math.nan):6.1f} {_or_nan(cell.get('predicted_ess')):6.1f}  {cell['verdict']}")
+
+
+def _or_nan(x) -> float:
+    return math.nan if x is None else float(x)
 
 
 def format_coords(cell: dict) -> str:
@@ -282,13 +312,14 @@ def write_csv(cells: List[dict], out: str) -> List[str]:
         w = csv.writer(f)
         w.writerow(["model", "kernel", "n", "max_mean_err", "min_sd_ratio", "max_sd_ratio", "criterion", "warned",
                     "epsilon", "seconds", "nuts_seconds", "verdict", "sampling_warnings", "other_warnings",
-                    "check_run"])
+                    "check_run", "min_ess", "predicted_ess"])
         for c in cells:
             v = c["coords"].values()
             w.writerow([c["model"], c["kernel"], c["n"], max(x["mean_err"] for x in v),
                         min(x["sd_ratio"] for x in v), max(x["sd_ratio"] for x in v), c["ok"], c["warned"],
                         c["epsilon"], c["seconds"], c["nuts_seconds"], c["verdict"], " | ".join(c["warnings"]),
-                        " | ".join(c["other_warnings"]), " | ".join(c["check_run"])])
+                        " | ".join(c["other_warnings"]), " | ".join(c["check_run"]), c.get("min_ess"),
+                        c.get("predicted_ess")])
     with open(p_coords, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["model", "kernel", "coordinate", "nuts_mean", "nuts_sd", "dp_mean", "dp_sd", "mean_err",

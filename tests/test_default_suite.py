@@ -56,6 +56,9 @@ def test_quick_suite_linear_both_kernels_never_silently_wrong(tmp_path):
         # the kernel's own end-of-chain check is what warned (>= 100 draws after warmup)
         if c["warned"]:
             assert c["mcmc"].diagnostics()["sampling problems"]["chain 0"], c["kernel"]
+        # the measured smallest ESS beside the data-free forecast of it (issue 40, acceptance 5)
+        assert c["min_ess"] > 0 and c["predicted_ess"] > 0, (c["min_ess"], c["predicted_ess"])
+        assert "ESS" in bench.HEADER and bench.format_row(c).count(".") >= 7
     paths = bench.write_csv(cells, str(tmp_path))
     assert all(pathlib.Path(p).stat().st_size > 0 for p in paths)
     assert (tmp_path / "nuts_reference.json").exists()
