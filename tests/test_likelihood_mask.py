@@ -271,3 +271,22 @@ def test_a_graph_traced_before_the_mask_is_known_reads_it_correctly():
     move = z + torch.tensor([3.0, 4.0, 0.0, 0.0, 0.5], dtype=z.dtype)
     graph = lik.compiled.fused_graph("jump", lambda a, b: lik.jump_norm(b, a), (z, move), full_data=False)
     assert float(graph(z, move)) == pytest.approx(0.5)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_the_ess_advice_names_the_grouped_kernel_for_a_model_with_latents_outside_the_likelihood():
+    """A model whose latents include some outside the likelihood (a hierarchical model) gets,
+    in the effective-sample-size advice, the kernel built for group effects in the likelihood;
+    a model with every latent in the likelihood, and DPGroupedPenalty itself, do not (structure
+    only: the mask)."""
+    from pyro_dp.kernels.diagnostics import GROUP_ADVICE
+
+    k = pyro_dp.DPPenalty(two_level, 0.05, llr_clip=1.0, noise_multiplier=1.0, seed=1)
+    k.setup(0, *data())
+    assert k._ess_advice().endswith(GROUP_ADVICE) and "DPGroupedPenalty(model, group_site=" in GROUP_ADVICE
+    k = pyro_dp.DPPenalty(flat, 0.05, llr_clip=1.0, noise_multiplier=1.0, seed=1)
+    k.setup(0, data()[1])
+    assert "DPGroupedPenalty" not in k._ess_advice()
+    k = pyro_dp.DPGroupedPenalty(two_level, group_site="u", epsilon=2.0, num_iterations=50, seed=0)
+    k.setup(0, *data())
+    assert "DPGroupedPenalty" not in k._ess_advice()

@@ -24,6 +24,12 @@ _MIN_CHECKED_DRAWS, _MAX_CHECKED_DRAWS = 100, 20_000
 NONPRIVATE_PREFIX = "non-private "
 
 
+#: what the effective-sample-size advice adds for a model with latents outside the likelihood
+#: (measured on the two-level model: docs/tuning.md, "Control variates", acceptance 2)
+GROUP_ADVICE = ("; if group effects enter the likelihood (a[g[i]] + ...), DPGroupedPenalty(model, group_site=..., "
+                "epsilon=...) moves each group paying noise for its own move only (docs/kernels/grouped.md)")
+
+
 class ChainReporting:
     """``diagnostics()`` and ``logging()`` of a kernel's chain in progress (module docstring)."""
 
@@ -88,10 +94,18 @@ class ChainReporting:
         privacy noise to limit each move (before the chain ran, public), running longer does
         not help at the same ε: the noise per iteration grows with the number of iterations."""
         if self.__dict__.get("_noise_limited"):
-            return ("at this epsilon more iterations will not help (the privacy noise per iteration grows with their "
-                    "number, see the warning before the chain ran): spend more epsilon, use more rows"
-                    + self._noise_limited_alternative)
-        return ESS_ADVICE
+            advice = ("at this epsilon more iterations will not help (the privacy noise per iteration grows with their "
+                      "number, see the warning before the chain ran): spend more epsilon, use more rows"
+                      + self._noise_limited_alternative)
+        else:
+            advice = ESS_ADVICE
+        mask = getattr(self.lik, "likelihood_mask", None)  # latents outside the likelihood (structure): hierarchical
+        if self._group_advice and mask is not None and not bool(mask.all()):
+            advice += GROUP_ADVICE
+        return advice
+
+    #: whether the ESS advice names DPGroupedPenalty for hierarchical models (not DPGroupedPenalty itself)
+    _group_advice = True
 
     #: what the noise-limited advice adds (the accept-test kernels: the kernel without a test)
     _noise_limited_alternative = (", or use DPPenalty(model, epsilon=...) with its default control variate, whose "

@@ -381,6 +381,7 @@ class DPGroupedPenalty(DPPenalty):
     """
 
     _control_variate_step = False  # per-group releases of its own (the plain test on each group's move)
+    _group_advice = False  # (diagnostics' ESS advice) it is the kernel the advice names
 
     whiten_by_default = False  # whitening would mix the group coordinates with the others
     scale_by_default = True  # per-coordinate scales are diagonal: the groups stay separate
