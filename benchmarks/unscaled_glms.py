@@ -4,16 +4,17 @@ the unit ball.
 
 Data: :mod:`pyro_dp.models.default_suite`'s generator (N = 5·10⁴, data seed ``SEED``), then the
 three feature columns multiplied by ``SCALES`` = (1, 30, 1 000) — the same outcomes, so the
-coefficients of the scaled columns shrink by the same factors (the models' N(0, 5²) priors are
-then wider relative to them, which at N = 5·10⁴ moves the posterior by much less than its sd).
-``--scaled``: the unscaled suite data (scales 1, 1, 1).
+coefficients of the scaled columns shrink by the same factors; the model (its N(0, 5²) priors
+included) is the suite's, unchanged. ``--scaled``: the suite's own data, covariates in the unit
+ball (scales 1, 1, 1).
 
 Per run: the NUTS reference (Pyro, 500 warmup + 1 000 draws, seeded; cached in ``--cache``) —
 for the unscaled data run in the unit-ball coordinates with the coefficients' prior carried over
 (:math:`\beta = s\beta'`, so the prior N(0, 5²) on :math:`\beta'_j` is N(0, (5 s_j)²) on
 :math:`\beta_j`) and its draws mapped back by :math:`\beta' = \beta/s`: the same posterior, exactly,
 where NUTS itself on the unscaled coordinates did not converge (2026-11-28: sd of
-:math:`\sigma` 0.14 against 0.002, warmup's diagonal mass matrix against scales spread by 10⁶) —, then the card's line ``MCMC(K(model, epsilon=EPS), num_samples=1000,
+:math:`\sigma` 0.14 against 0.002, warmup's diagonal mass matrix against scales spread by 10⁶;
+``tests/test_unscaled_benchmark.py`` checks the identity) —, then the card's line ``MCMC(K(model, epsilon=EPS), num_samples=1000,
 warmup_steps=500)`` with nothing else given; one JSON line with the worst |Δmean| / NUTS sd, the
 range of sd / NUTS sd (constrained coordinates, ``default_suite.compare``), the smallest ESS and
 whether the kernel warned. Results: ``docs/tuning.md``, "Control variates" (acceptance 2).
