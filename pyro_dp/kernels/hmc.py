@@ -611,18 +611,14 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
                 self._step_floor = eta / 10.0
         elif "step_size" in self.auto_tuned:
             jump, sd = self._move_scales(result, self.llr_noise_multiplier)
-            mask = self.lik.likelihood_mask
             d_lik = max(self.lik.likelihood_dim, 1)
             # a trajectory of L steps moves the likelihood's d_lik coordinates about L*eta*sqrt(d_lik)
             # (unit mass; the ratio clip measures only those, PrivateLikelihood.jump_norm): penalty noise sd ~ 1
             eta = min(jump / (self.num_steps * math.sqrt(d_lik)), sd)
             self.step_size = self._adapted_step_size = eta
             self._step_floor = eta / 10.0  # the adaptation may not shrink it further (no frozen chain)
-            if mask is not None and self.mass is None and sweep is None:
-                # latents outside the likelihood cost no noise: a lighter mass lets a trajectory move
-                # them about sd (L steps of eta/sqrt(m) each), not the noise-limited L*eta
-                m_free = min((self.num_steps * eta / sd) ** 2, 1.0)
-                self._default_mass = mask + (1.0 - mask) * m_free
+        # latents outside the likelihood: data-free sweeps (before 2026-11-28 a lighter mass on the
+        # plain path, unit mass on the control variate's; docs/tuning.md)
         if sweep is not None:  # their sweeps' adaptation starts at the likelihood's noise-free scale
             self._prior_log_scale = math.log(2.38 / math.sqrt(max(self.lik.likelihood_dim, 1)) * sd)
 
@@ -637,10 +633,9 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
         self._llr_count = 0
         self._adapted_step_size = self.step_size
         self._adapter = None
-        self.__dict__.pop("_default_mass", None)  # set again by this chain's tuning (_apply_tuning)
 
     def _init_state(self, z):
-        mass = self.mass if self.mass is not None else self.__dict__.get("_default_mass", 1.0)
+        mass = self.mass if self.mass is not None else 1.0
         mass = torch.as_tensor(mass, dtype=z.dtype, device=z.device)
         if mass.numel() not in (1, z.numel()):
             raise ValueError(f"mass must be a scalar or have {z.numel()} entries (the flattened latents)")
