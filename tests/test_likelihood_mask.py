@@ -7,6 +7,7 @@ import pyro
 import pyro.distributions as dist
 import pytest
 import torch
+from pyro.infer import MCMC
 
 import pyro_dp
 from pyro_dp.kernels.hmc import release_gradient
@@ -290,3 +291,34 @@ def test_the_ess_advice_names_the_grouped_kernel_for_a_model_with_latents_outsid
     k = pyro_dp.DPGroupedPenalty(two_level, group_site="u", epsilon=2.0, num_iterations=50, seed=0)
     k.setup(0, *data())
     assert "DPGroupedPenalty" not in k._ess_advice()
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("kernel_cls", [pyro_dp.DPPenalty, pyro_dp.DPHMC])
+def test_a_resumed_default_path_chain_keeps_its_sweeps_scale(kernel_cls):
+    """The sweeps' adapted scale is a chain attribute: a chain checkpointed during sampling and
+    resumed in a fresh kernel continues exactly (same draws, same ledger); a checkpoint that
+    lost the scale would move mu and tau at another one."""
+    import pickle
+
+    saved = {}
+
+    def hook(kernel, samples, stage, i):
+        if stage == "Sample" and i == 4:
+            saved["state"] = kernel.state_dict()
+
+    def kernel():
+        return kernel_cls(two_level, epsilon=4.0, seed=0, noise_seed=1)
+
+    group, y = data(n=600)
+    whole = kernel()
+    full = MCMC(whole, num_samples=12, warmup_steps=20, hook_fn=hook, disable_progbar=True)
+    full.run(group, y)
+    assert whole._sweep_mask is not None
+    resumed = kernel()
+    resumed.load_state_dict(pickle.loads(pickle.dumps(saved["state"])))
+    rest = MCMC(resumed, num_samples=7, warmup_steps=0, disable_progbar=True)
+    rest.run(group, y)
+    for site in ("mu", "tau", "u"):
+        assert torch.equal(rest.get_samples()[site], full.get_samples()[site][5:]), site
+    assert resumed.ledger == whole.ledger and "_prior_log_scale" in saved["state"]["chain"]
