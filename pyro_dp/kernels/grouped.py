@@ -298,6 +298,7 @@ def private_group_clip(lik, z: torch.Tensor, coords: torch.Tensor, quantile: flo
 #: (for an intercept with symmetric residuals, its centre unchanged)
 GROUP_CLIP_NOISE_RATIO = 4.0
 
+
 def _prior_factorises(lik, z: torch.Tensor, coords: torch.Tensor) -> bool:
     """Data-free check at set-up: the prior's change under a joint move of the group coordinates
     equals the sum of its changes under each one-coordinate move (at ``z``, a fixed public draw)."""
