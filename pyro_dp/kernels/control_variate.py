@@ -68,7 +68,7 @@ from .proposals import accept_uniform, penalty_log_accept_threshold, sample_mome
 from .tuning import posterior_scale_guess
 
 __all__ = ["ControlVariate", "release_reference", "reference_rows", "release_residual", "cv_penalty_release_accept", "default_curvature_clip",
-           "reference_noise_multiplier", "cv_gradient_release_fn", "cv_hmc_step", "hmc_reference_noise_multiplier",
+           "reference_noise_multiplier", "cv_gradient_release_fn", "cv_dphmc_step_fn", "hmc_release_fns", "hmc_reference_noise_multiplier",
            "ControlVariateClient", "DEFAULT_CURVATURE_FACTOR", "DEFAULT_REFERENCE_SHARE",
            "REFERENCE_CLIP_HEADROOM", "TILT_WARNING_SD"]
 
@@ -245,64 +245,51 @@ def cv_gradient_release_fn(lik, temperature, spec, cv: ControlVariate, curvature
     return gradient
 
 
-def cv_hmc_step(rng, noise, state, lik, cv: ControlVariate, *, step_size: float, num_steps: int, inv_mass, mass_sqrt,
-                curvature_clip: float, reference_clip: float, grad_noise_multiplier: float,
-                llr_noise_multiplier: float):
-    r"""One DP-HMC iteration on the reference's control variate (eager): the trajectory of
+def cv_dphmc_step_fn(lik, temperature, num_steps: int, grad_spec, ratio_spec, cv: ControlVariate,
+                     curvature_clip: float, reference_clip: float, shards=None):
+    r"""One DP-HMC iteration after its momentum on the reference's control variate, with
+    :func:`~.hmc.dphmc_step_fn`'s signature and outputs (so :func:`~.hmc.hmc_step` draws its
+    randomness, keeps or rejects and reports for both): the trajectory of
     :func:`~.hmc.trajectory_proposal` on :func:`cv_gradient_release_fn`'s gradients, then the
-    penalty test on the clipped Taylor residual of the trajectory's end (module docstring, step
-    2, with the trajectory's kinetic energies in :math:`\hat\lambda`; Räisä et al. 2021 Thm 3.1).
-    The randomness is drawn before the data is read, in :func:`~.hmc.hmc_step`'s order (the
-    momentum; the first gradient's normal; the ``L`` gradient normals; the ratio's, withdrawn if
-    the trajectory leaves the support; the accept uniform), and the returned info is
-    :class:`~.hmc.HMCInfo`."""
-    from .hmc import HMCInfo, HMCState, trajectory_proposal  # here: hmc imports this module
+    penalty test on the clipped Taylor residual of the trajectory's end (module docstring, step 2,
+    with the trajectory's kinetic energies in :math:`\hat\lambda`; Räisä et al. 2021 Thm 3.1).
+    Eager: a trajectory that leaves the support releases no ratio (its flags are zero). The
+    clip arguments of the plain step are ignored (the bounds are the reference's)."""
+    from .hmc import HMCState, trajectory_proposal  # here: hmc imports this module
 
-    z, T, L = state.z, float(lik.temperature), int(num_steps)
-    g_spec, l_spec = gaussian_release_spec(grad_noise_multiplier), gaussian_release_spec(llr_noise_multiplier)
-    shards = getattr(noise, "shards", None)
-    gradient = cv_gradient_release_fn(lik, T, g_spec, cv, curvature_clip, reference_clip, shards)
-    events, grad_rows = [], []
-    p0 = sample_momentum(rng, mass_sqrt, z)
-    if state.grad is None:  # thesis Alg. 3's G_{1,0}
-        g0, ll0, _, rel = gradient(z, None, g_spec.draw(noise, z.shape, device=z.device))
-        events.append(g_spec.event)
-        grad_rows.append((float(rel.num_clipped), float(rel.num_rows)))
-        state = state._replace(grad=g0, loglik=ll0)
-    xis = torch.stack([g_spec.draw(noise, z.shape, device=z.device) for _ in range(L)])
-    xi_l = l_spec.draw_tentative(noise, (), device=z.device)
-    u_dtype = functools.reduce(torch.promote_types, (state.loglik.dtype, state.log_prior.dtype, z.dtype, p0.dtype))
-    rng_mark = rng.get_state() if u_dtype != z.dtype else None
-    u = accept_uniform(rng, torch.zeros((), dtype=u_dtype, device=z.device))
-    prop = trajectory_proposal(gradient, L, p0, step_size, inv_mass, None, xis)(None, None, state)
-    end, z_new = prop.aux, prop.z
-    grad_rows += [(float(r.num_clipped), float(r.num_rows)) for r in end.releases]
-    events.extend([g_spec.event] * L)
-    valid = bool(torch.isfinite(z_new).all()) and bool(torch.isfinite(end.log_prior))  # data-free
-    accepted, accept_prob, noise_std, llr_frac = False, 0.0, 0.0, 0.0
-    if valid:
-        r, estimate = release_residual(lik, l_spec, cv, z, z_new, state.loglik, end.loglik, xi_l, curvature_clip,
-                                       reference_clip, shards)
-        events.append(l_spec.event)
-        log_ratio = T * estimate
-        lambda_hat = prop.log_q_ratio.added_to(log_ratio + (end.log_prior - state.log_prior))  # + K(p0) - K(pL)
-        noise_var = (T * r.noise_std) ** 2
-        log_prob = penalty_log_accept_threshold(lambda_hat, noise_var)
-        ok = bool(valid_move(end.log_prior, lambda_hat, noise_var))
-        accepted = ok and bool(torch.log(u) < log_prob)
-        accept_prob = float(torch.exp(log_prob)) if ok else 0.0
-        noise_std = float(r.noise_std)
-        llr_frac = float(r.num_clipped) / float(r.num_rows) if float(r.num_rows) else 0.0
-    else:  # left the support / diverged: a data-free rejection, no ratio released
-        l_spec.withdraw(noise)
-        if rng_mark is not None:  # the eager loop drew this rejection's uniform in the latents' dtype
-            rng.set_state(rng_mark)
-            accept_uniform(rng, torch.zeros((), dtype=z.dtype, device=z.device))
-    new = HMCState(z_new, end.log_prior, end.loglik, prop.grad) if accepted else state
-    grad_fracs = [c / n if n else 0.0 for c, n in grad_rows]
-    fracs = grad_fracs + ([llr_frac] if valid else [])
-    return new, HMCInfo(accepted, tuple(events), sum(fracs) / len(fracs), sum(grad_fracs) / len(grad_fracs),
-                        llr_frac, accept_prob, float(step_size), z_new, noise_std, valid)
+    gradient = cv_gradient_release_fn(lik, temperature, grad_spec, cv, curvature_clip, reference_clip, shards)
+
+    def step(z, p0, g0, ll0, lp0, eta, inv_mass, _grad_clip, _llr_clip, xis, xi_l, u):
+        state = HMCState(z, lp0, ll0, g0)
+        prop = trajectory_proposal(gradient, num_steps, p0, eta, inv_mass, None, xis)(None, None, state)
+        end, z_new = prop.aux, prop.z
+        valid = bool(torch.isfinite(z_new).all()) and bool(torch.isfinite(end.log_prior))  # data-free
+        ratio = [0.0, 0.0, 0.0, False, 0.0]  # clipped rows, rows, sigma, decision, acceptance probability
+        if valid:
+            r, estimate = release_residual(lik, ratio_spec, cv, z, z_new, ll0, end.loglik, xi_l, curvature_clip,
+                                           reference_clip, shards)
+            lambda_hat = prop.log_q_ratio.added_to(temperature * estimate + (end.log_prior - lp0))  # + K(p0) - K(pL)
+            noise_var = (temperature * r.noise_std) ** 2
+            log_prob = penalty_log_accept_threshold(lambda_hat, noise_var)
+            ok = bool(valid_move(end.log_prior, lambda_hat, noise_var))
+            ratio = [r.num_clipped, r.num_rows, r.noise_std, ok and bool(torch.log(u) < log_prob),
+                     torch.exp(log_prob) if ok else 0.0]
+        counts = [c for g in end.releases for c in (g.num_clipped, g.num_rows)]
+        flags = torch.stack([torch.as_tensor(f).to(dtype=torch.float64, device=z.device)
+                             for f in [*counts, *ratio, valid]])
+        return z_new, prop.log_q_ratio.p, prop.grad, end.loglik, end.log_prior, flags
+
+    return step
+
+
+def hmc_release_fns(lik, temperature, num_steps: int, grad_spec, ratio_spec, cv: ControlVariate,
+                    curvature_clip: float, reference_clip: float, shards=None):
+    """:func:`~.hmc.hmc_step`'s ``terms -> gradient release`` and ``terms -> step`` on the control
+    variate (the likelihood's own passes: the terms of a compiled graph are not used)."""
+    args = (lik, temperature, grad_spec, cv, curvature_clip, reference_clip, shards)
+    return (lambda _: cv_gradient_release_fn(*args),
+            lambda _: cv_dphmc_step_fn(lik, temperature, num_steps, grad_spec, ratio_spec, cv, curvature_clip,
+                                       reference_clip, shards))
 
 
 def hmc_reference_noise_multiplier(num_iterations: int, num_steps: int, noise_ratio: float, share: float) -> float:

@@ -315,6 +315,7 @@ def hmc_step(
     llr_clip: float,
     grad_noise_multiplier: float,
     llr_noise_multiplier: float,
+    control_variate=None,
 ) -> Tuple[HMCState, HMCInfo]:
     """One DP-HMC iteration (thesis Alg. 3, one pass of the outer loop): :func:`dphmc_step_fn`
     (and, at a chain's first iteration, :func:`gradient_release_fn` for thesis Alg. 3's
@@ -327,18 +328,23 @@ def hmc_step(
     (algorithm stream, in :math:`\\hat\\lambda`'s dtype). A trajectory that leaves the support
     is rejected data-free with no ratio release: its ratio normal is withdrawn
     (:meth:`~pyro_dp.mechanisms.GaussianReleaseSpec.withdraw`: never added to anything
-    released), so the secret stream goes on as if it had not been drawn."""
+    released), so the secret stream goes on as if it had not been drawn. ``control_variate``: ``(cv,
+    h, b')`` runs :func:`~.control_variate.cv_dphmc_step_fn` (eager) in its place, draws unchanged."""
     z, T, L = state.z, lik.temperature, num_steps
     g_spec, l_spec = gaussian_release_spec(grad_noise_multiplier), gaussian_release_spec(llr_noise_multiplier)
     shards = getattr(noise, "shards", None)
-    cl = lik.compiled if can_fuse(lik, noise) else None
+    cl = lik.compiled if can_fuse(lik, noise) and control_variate is None else None
+    gradient_fn, step_fn = (  # terms -> the gradient release, terms -> the step (plain, or the control variate's)
+        (lambda terms: gradient_release_fn(lik, T, g_spec, *terms[:2], shards),
+         lambda terms: dphmc_step_fn(lik, T, L, g_spec, l_spec, *terms, shards)) if control_variate is None
+        else cv_mod.hmc_release_fns(lik, T, L, g_spec, l_spec, *control_variate, shards))
     names = f"T={T!r},nm_g={g_spec.noise_multiplier!r}"
     events, grad_rows = [], []
     p0 = sample_momentum(rng, mass_sqrt, z)  # the algorithm's stream (momenta); the noise has its own
     if state.grad is None:  # thesis Alg. 3, G_{1,0}: the one extra gradient of the chain
         gradient, (clip,) = _one_graph_or_eager(
             lik, cl, f"dphmc_gradient[{names}]",
-            lambda terms: _flat_gradient(gradient_release_fn(lik, T, g_spec, *terms[:2], shards)),
+            lambda terms: _flat_gradient(gradient_fn(terms)),
             lambda c: (z, c, _xi_like(z)), (grad_clip,), z)
         g0, ll0, _, n_clipped, n_rows = gradient(z, clip, g_spec.draw(noise, z.shape, device=z.device))
         events.append(g_spec.event)
@@ -347,7 +353,7 @@ def hmc_step(
     u_dtype = functools.reduce(torch.promote_types, (state.loglik.dtype, state.log_prior.dtype, z.dtype, p0.dtype))
     step, (eta, gc, lc) = _one_graph_or_eager(
         lik, cl, f"dphmc_step[L={L},{names},nm_l={l_spec.noise_multiplier!r}]",
-        lambda terms: dphmc_step_fn(lik, T, L, g_spec, l_spec, *terms, shards),
+        step_fn,
         lambda e, g, c: (z, p0, state.grad, state.loglik, state.log_prior, e, inv_mass, g, c, _xi_like(z, L),
                          cached_zeros((), torch.float64, z.device), cached_zeros((), u_dtype, z.device)),
         (step_size, grad_clip, llr_clip), z)
@@ -656,14 +662,14 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
         kw = dict(step_size=self._step_size_now(), num_steps=self.num_steps, inv_mass=self._inv_mass,
                   mass_sqrt=self._mass_sqrt, grad_noise_multiplier=self.grad_noise_multiplier,
                   llr_noise_multiplier=self.llr_noise_multiplier)
+        events, cv = (), None
         if self.control_variate:  # module control_variate: the reference once per chain, then its residuals
             events = self._ensure_reference(state.z)
-            state, info = cv_mod.cv_hmc_step(self._rng, self._noise, state, self.lik, self._cv,
-                                             curvature_clip=self.curvature_clip, reference_clip=self.reference_clip, **kw)
+            cv = (self._cv, self.curvature_clip, self.reference_clip)
+        state, info = hmc_step(self._rng, self._noise, state, self.lik, grad_clip=self.grad_clip,
+                               llr_clip=self.llr_clip, control_variate=cv, **kw)
+        if events:
             info = info._replace(events=events + tuple(info.events))
-        else:
-            state, info = hmc_step(self._rng, self._noise, state, self.lik, grad_clip=self.grad_clip,
-                                   llr_clip=self.llr_clip, **kw)
         self._grad_clip_sum += info.grad_clipped_fraction
         if info.ratio_released:
             self._llr_clip_sum += info.llr_clipped_fraction
