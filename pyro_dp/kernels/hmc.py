@@ -656,8 +656,8 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
         return eta * jitter_factor(self._iteration) if self.jitter else eta
 
     def _step(self, state):
-        if self._sweep_mask is not None:  # data-free steps on the prior-only coordinates (module prior_sweeps)
-            state, _ = self._prior_sweeps(state, self._sweep_mask, self.adapt_step_size and
+        if (sweep := self._sweep_mask) is not None:  # data-free steps on the prior-only coordinates (prior_sweeps)
+            state, _ = self._prior_sweeps(state, sweep, self.adapt_step_size and
                                           self._iteration < self._warmup_steps)
         kw = dict(step_size=self._step_size_now(), num_steps=self.num_steps, inv_mass=self._inv_mass,
                   mass_sqrt=self._mass_sqrt, grad_noise_multiplier=self.grad_noise_multiplier,
