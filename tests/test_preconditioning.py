@@ -164,6 +164,32 @@ def test_a_whitened_chain_runs_in_posterior_shaped_coordinates_and_reports_the_m
     torch.testing.assert_close(k2.lik.preconditioner[1], Lw)
 
 
+def _spread_sentences(monkeypatch=None, factor=1.0):
+    X, y = data(4000)
+    if monkeypatch is not None:  # the mutant: a chain covering 1/factor of the spread the metric predicts
+        from pyro_dp.kernels.diagnostics import ChainReporting
+        orig = ChainReporting._metric_sd
+        monkeypatch.setattr(ChainReporting, "_metric_sd", lambda self: None if orig(self) is None else factor * orig(self))
+    k = pyro_dp.DPPenalty(logistic, epsilon=50.0, init=DPAutoTune(num_steps=30, whiten=True), seed=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mcmc = MCMC(k, num_samples=300, warmup_steps=200, disable_progbar=True)
+        mcmc.run(X, y)
+    assert k.ledger.by_label()["tune:metric"] == 1
+    problems = mcmc.diagnostics()["sampling problems"]["chain 0"]
+    warned = [str(w.message) for w in caught if issubclass(w.category, pyro_dp.SamplingWarning)]
+    return [p for p in problems if p.startswith("spread below")], [w for w in warned if "spread below" in w]
+
+
+def test_a_whitened_chain_checks_its_spread_against_the_released_metric(monkeypatch):
+    """The end-of-chain check compares each coordinate's sd with the posterior sd the released
+    metric predicts (checks.MIN_SPREAD); a right chain passes, and the mutant whose spread is a
+    third of the prediction fails it (and warns)."""
+    assert _spread_sentences() == ([], [])
+    problems, warned = _spread_sentences(monkeypatch, factor=3.0)
+    assert problems and warned and "w[" in problems[0]
+
+
 def test_the_default_paths_whiten_where_it_applies_and_plan_nothing_elsewhere():
     from pyro_dp.models.examples import normal_mean_model
 

@@ -167,12 +167,15 @@ class TuneResult(NamedTuple):
     :ivar grad_clip: the ``grad_quantile`` of the per-example gradient norms at ``z``.
     :ivar llr_clip: the ``llr_quantile`` of the same norms (the ratio clip per unit jump).
     :ivar start_clip: the clip the last DP-Adam step used.
+    :ivar whitened: whether the chain runs in coordinates whitened by the released metric
+        (:mod:`~pyro_dp.kernels.whitening`), where the posterior's covariance is about the identity.
     """
 
     z: torch.Tensor
     grad_clip: float
     llr_clip: float
     start_clip: float
+    whitened: bool = False
 
 
 def _fraction(name, value) -> float:
@@ -550,11 +553,12 @@ class DPAutoTune:
         if whiten:
             metric, std = private_metric(lik, z, max(clip_g, clip_l), self.metric_noise_multiplier, noise, relation,
                                          rec("tune:metric"), rows=_row_gradients(lik, z), coords=coords)
-            if metric_is_resolved(metric, std):  # else the scaled coordinates of phase 0b (post-processing)
+            whiten = metric_is_resolved(metric, std)  # else the scaled coordinates of phase 0b (post-processing)
+            if whiten:
                 L, f = whitening_from_metric(lik, z, metric, std, coords)
                 lik.compose_preconditioner(z, L)
                 z, clip_g, clip_l = torch.zeros_like(z), clip_g * f, clip_l * f
-        self.result = TuneResult(z, clip_g, clip_l, clip_l)
+        self.result = TuneResult(z, clip_g, clip_l, clip_l, bool(whiten))
         return z, events, 0.0
 
 
