@@ -167,9 +167,9 @@ def test_a_whitened_chain_runs_in_posterior_shaped_coordinates_and_reports_the_m
 def _spread_sentences(monkeypatch=None, factor=1.0):
     X, y = data(4000)
     if monkeypatch is not None:  # the mutant: a chain covering 1/factor of the spread the metric predicts
-        from pyro_dp.kernels.diagnostics import ChainReporting
-        orig = ChainReporting._metric_sd
-        monkeypatch.setattr(ChainReporting, "_metric_sd", lambda self: None if orig(self) is None else factor * orig(self))
+        from pyro_dp.kernels import tuning
+        orig = tuning.metric_sd
+        monkeypatch.setattr(tuning, "metric_sd", lambda lik, L: factor * orig(lik, L))
     k = pyro_dp.DPPenalty(logistic, epsilon=50.0, init=DPAutoTune(num_steps=30, whiten=True), seed=0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -201,7 +201,7 @@ class DPKernel(PrivacyClient, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
     _chain_attrs: Tuple[str, ...] = (
         "_state", "_iteration", "_num_accepted", "_clipped_sum", "_clipped_count", "_budget_exhausted",
         "_stop_cause_text", "_init_done", "_chain_index", "_warmup_steps", "_incomplete", "_draws",
-        "_preconditioner", "_metric_whitened",
+        "_preconditioner", "_metric_sd",
     )
 
     def __init__(
@@ -283,7 +283,7 @@ class DPKernel(PrivacyClient, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
         self._iteration = 0
         self._draws = []  # this chain's states after warmup (post-processing), for chain_problems
         self._preconditioner = None  # the chain's coordinates, set by its private start (pyro_dp.preconditioning)
-        self._metric_whitened = False  # whether they are whitened by the released metric (pyro_dp.kernels.whitening)
+        self._metric_sd = None  # the posterior sd its released metric predicts (kernels.whitening.metric_sd)
         self._num_accepted = 0
         self._clipped_sum = 0.0
         self._clipped_count = 0

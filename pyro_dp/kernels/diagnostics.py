@@ -83,21 +83,12 @@ class ChainReporting:
             # never silently wrong: this chain's own draws, checked at its end (post-processing)
             problems = chain_problems(self.lik.to_unconstrained(torch.stack(self._draws)).cpu(),
                                       names=self.lik.coordinate_names(), advice=self._ess_advice(),
-                                      expected_sd=self._metric_sd())
+                                      expected_sd=self.__dict__.get("_metric_sd"))
             out["sampling problems"] = tuple(problems)
             for p in problems:
                 self._diagnostics_warn(f"{type(self).__name__} chain: {p} (pyro_dp.check_run(mcmc) also compares "
                                        "chains)", SamplingWarning)
         return out
-
-    def _metric_sd(self):
-        r"""The posterior sd per unconstrained coordinate that the chain's whitening predicts,
-        :math:`\sqrt{\mathrm{diag}(LL^\top)}` (:mod:`~pyro_dp.kernels.whitening`: the released metric,
-        post-processing), or ``None`` where the chain does not run in whitened coordinates."""
-        if not self.__dict__.get("_metric_whitened") or self._preconditioner is None:
-            return None
-        L = self._preconditioner[1].double().cpu()
-        return (L * L).sum(1).sqrt()
 
     def _ess_advice(self) -> str:
         """What the effective-sample-size warning advises: where the default path found the

@@ -204,7 +204,7 @@ class PrivacyClient:
         self._init_clipped_fraction = frac
         self._preconditioner = self.lik.preconditioner  # a DPAutoTune(whiten=True) sets it (post-processing)
         if isinstance(self.init, DPAutoTune):
-            self._metric_whitened = self.init.result.whitened  # the end-of-chain spread check (kernels.diagnostics)
+            self._metric_sd = self.init.result.metric_sd  # the end-of-chain spread check (kernels.diagnostics)
             self._apply_tuning(self.init.result)
         self._state = self._init_state(z_init)
 

@@ -70,8 +70,9 @@ import torch
 from pyro.infer.autoguide.initialization import init_to_median
 
 from ..accounting.gdp import gdp_mu
-from .whitening import (METRIC_SHARE, SCALE_SHARE, likelihood_coordinates, metric_is_resolved, private_log_scales,
-                        private_metric, reshapes, scaling_from_release, whitening_from_metric, whitens)
+from .whitening import (METRIC_SHARE, SCALE_SHARE, likelihood_coordinates, metric_is_resolved, metric_sd,
+                        private_log_scales, private_metric, reshapes, scaling_from_release, whitening_from_metric,
+                        whitens)
 from ..mechanisms import (
     ClippedSum,
     GaussianEvent,
@@ -169,6 +170,9 @@ class TuneResult(NamedTuple):
     :ivar start_clip: the clip the last DP-Adam step used.
     :ivar whitened: whether the chain runs in coordinates whitened by the released metric
         (:mod:`~pyro_dp.kernels.whitening`), where the posterior's covariance is about the identity.
+    :ivar metric_sd: the posterior sd per flat unconstrained coordinate that the released metric
+        predicts (:func:`~pyro_dp.kernels.whitening.metric_sd`, also where it was not resolved
+        and so not applied), or ``None`` where no metric was released.
     """
 
     z: torch.Tensor
@@ -176,6 +180,7 @@ class TuneResult(NamedTuple):
     llr_clip: float
     start_clip: float
     whitened: bool = False
+    metric_sd: Optional[torch.Tensor] = None
 
 
 def _fraction(name, value) -> float:
@@ -496,6 +501,7 @@ class DPAutoTune:
         self.rule_rows = rule_rows(lik, z, nm_count, noise, relation, rec("tune:rows"))
         coords = likelihood_coordinates(lik)
         whiten, scale = self.whiten and whitens(lik), self.scale and reshapes(lik)
+        expected_sd = None  # the posterior sd the metric release predicts (phase 3)
         # phase 0b: per-coordinate scales (pyro_dp.kernels.whitening.private_log_scales): the tuning
         # and the chain then run in coordinates where every column's gradients have the same size,
         # so one clip serves them all (unscaled covariates, #40)
@@ -553,12 +559,13 @@ class DPAutoTune:
         if whiten:
             metric, std = private_metric(lik, z, max(clip_g, clip_l), self.metric_noise_multiplier, noise, relation,
                                          rec("tune:metric"), rows=_row_gradients(lik, z), coords=coords)
+            L, f = whitening_from_metric(lik, z, metric, std, coords)  # post-processing
+            expected_sd = metric_sd(lik, L)  # for the end-of-chain spread check, applied or not
             whiten = metric_is_resolved(metric, std)  # else the scaled coordinates of phase 0b (post-processing)
             if whiten:
-                L, f = whitening_from_metric(lik, z, metric, std, coords)
                 lik.compose_preconditioner(z, L)
                 z, clip_g, clip_l = torch.zeros_like(z), clip_g * f, clip_l * f
-        self.result = TuneResult(z, clip_g, clip_l, clip_l, bool(whiten))
+        self.result = TuneResult(z, clip_g, clip_l, clip_l, bool(whiten), expected_sd)
         return z, events, 0.0
 
 

@@ -43,7 +43,7 @@ from ..mechanisms import clip_and_sum, clip_rows, clipped_sum_with_noise, finite
 
 __all__ = ["private_metric", "whitening_from_metric", "metric_is_resolved", "METRIC_SHARE",
            "private_log_scales", "scaling_from_release", "SCALE_SHARE", "LOG_SCALE_BOUND",
-           "likelihood_coordinates", "reshapes", "whitens", "MIN_SCALE_SPREAD"]
+           "likelihood_coordinates", "reshapes", "whitens", "MIN_SCALE_SPREAD", "metric_sd"]
 
 #: share of the tuning's Gaussian-DP :math:`\mu^2` that ``DPAutoTune(whiten=True)`` spends on
 #: the metric release (taken from the DP-Adam steps' share)
@@ -257,13 +257,19 @@ def _psd(a: torch.Tensor, floor: float) -> torch.Tensor:
 
 
 def metric_is_resolved(metric: torch.Tensor, noise_std: float) -> bool:
-    r"""Whether every direction of the released matrix stands above its noise: all eigenvalues
-    of its symmetric part above :math:`2\sqrt d\,\sigma` (about the spectral norm of the noise).
-    If not, the default path keeps the model's own coordinates (post-processing of the release):
-    a direction read from noise would be given the floor's precision, far too much for a weakly
-    informed coordinate. Measured: with covariates on scales 1, 30 and 1 000 one clip serves all
-    columns, the small columns' curvature sits under the noise, and whitening made DPPenalty
-    109 posterior sds off where the plain default was 60 (``docs/tuning.md``).
+    r"""Whether every direction of the released matrix stands clear of its noise: all eigenvalues
+    of its symmetric part above :math:`\sqrt d\,\sigma`, half the noise's spectral norm (about
+    :math:`2\sqrt d\,\sigma`, the floor to which :func:`whitening_from_metric` raises them, so a
+    direction between the two is given at most twice its estimated precision). If not, the
+    default path keeps the model's own coordinates (post-processing of the release): a direction
+    read from noise would be given the floor's precision, far too much for a weakly informed
+    coordinate. Measured: with covariates on scales 1, 30 and 1 000 one clip serves all columns,
+    the small columns' curvature sits under the noise, and whitening made DPPenalty 109 posterior
+    sds off where the plain default was 60 (before the per-coordinate scales; ``docs/tuning.md``).
+    The threshold was the floor itself until 2026-11-28: with the scales, on the unscaled linear
+    model at ε = 2 the smallest eigenvalue lay at 0.57–1.24 of the floor, and DPPenalty ran
+    unwhitened in 2 of 2 runs (1.93 and 0.57 sds off, both warned) against 4 of 4 runs right at
+    half the floor (``docs/tuning.md``, "Control variates", acceptance 2 at ε = 2).
 
     >>> import torch
     >>> metric_is_resolved(torch.diag(torch.tensor([100.0, 50.0])), 1.0), metric_is_resolved(torch.eye(2), 1.0)
@@ -271,7 +277,29 @@ def metric_is_resolved(metric: torch.Tensor, noise_std: float) -> bool:
     """
     d = metric.shape[0]
     evals = torch.linalg.eigvalsh(0.5 * (metric + metric.T))
-    return bool((evals > 2.0 * math.sqrt(d) * float(noise_std)).all())
+    return bool((evals > math.sqrt(d) * float(noise_std)).all())
+
+
+def metric_sd(lik, L: torch.Tensor) -> torch.Tensor:
+    r"""The posterior sd per flat unconstrained coordinate that a whitening ``L`` (of
+    :func:`whitening_from_metric`, in the likelihood's current coordinates) predicts:
+    :math:`\sqrt{\mathrm{diag}(L_0 L L^\top L_0^\top)}`, :math:`L_0` the current preconditioner's
+    factor (identity without one). Post-processing of the release. Where the release is not
+    resolved (:func:`metric_is_resolved`) its floor gives a direction read from noise *more*
+    precision than it has, so the predicted sd there is too small — on the safe side for the
+    end-of-chain spread check that reads it (:data:`~pyro_dp.checks.MIN_SPREAD`).
+
+    >>> import torch
+    >>> from pyro_dp.likelihood import PrivateLikelihood
+    >>> from pyro_dp.models.examples import normal_mean_model as model
+    >>> lik = PrivateLikelihood(model, (torch.tensor([0.0, 2.0]),), seed=0)
+    >>> lik.set_preconditioner(torch.tensor([1.0]), torch.tensor([[0.5]]))
+    >>> metric_sd(lik, torch.tensor([[4.0]])).tolist()  # 0.5 * 4
+    [2.0]
+    """
+    pre = lik.preconditioner
+    total = L if pre is None else pre[1].to(L) @ L
+    return (total * total).sum(1).sqrt().detach().double().cpu()
 
 
 def whitening_from_metric(lik, z: torch.Tensor, metric: torch.Tensor, noise_std: float,
