@@ -21,18 +21,27 @@ where the default path has code:
    :math:`P` the posterior precision; 0 for an HMC trajectory). The default path starts at
    the move of :func:`~pyro_dp.kernels.tuning.penalty_jump_length` (capped by
    :func:`~pyro_dp.kernels.tuning.posterior_scale_guess`) and adapts it during warmup to the
-   acceptance target (0.3 for the random walk, 0.5 for DP-HMC), so after warmup
-   :math:`s = 2\Phi^{-1}(1-a^\ast/2)/\sqrt{4\mathrm{nm}^2b^2T^2D + \mathrm{tr}(P)}` per
-   coordinate (DP-HMC: :math:`L\eta`, with :math:`\mathrm{tr}(P)` dropped and the floor of a tenth of its start);
+   acceptance target (0.3 for the random walk, 0.5 for DP-HMC), so after warmup :math:`s` per
+   coordinate is where :math:`E_X[2\Phi(-s\sqrt{wX}/2)] = a^\ast`,
+   :math:`w = (4\mathrm{nm}^2b^2T^2D + \mathrm{tr}(P))/D`, over the proposal's squared length
+   :math:`s^2X`, :math:`X\sim\chi^2_D` (at :math:`X = D`:
+   :math:`s = 2\Phi^{-1}(1-a^\ast/2)/\sqrt{wD}`, the rule before 2026-11-28) (DP-HMC:
+   :math:`L\eta`, with :math:`\mathrm{tr}(P)` dropped, its momentum's length giving the same
+   :math:`\chi^2_D`, and the floor of a tenth of its start);
 4. **posterior scale**: :math:`P = TN\,F`, :math:`F` the profile's Fisher information per row
    (Bernstein–von Mises); the slowest direction has standard deviation
    :math:`\mathrm{sd} = \lambda_{\max}(P^{-1})^{1/2}`;
 5. **effective sample size**: a random walk whose steps are small against the posterior scale
    is the Langevin diffusion of Roberts, Gelman & Gilks (1997) with speed
-   :math:`h = (s/\mathrm{sd})^2 a` per iteration; its integrated autocorrelation time in the
+   :math:`h = (s/\mathrm{sd})^2 m` per iteration, :math:`m` the accepted share of the squared
+   move — the test's noise grows with the move's length :math:`s^2X`, :math:`X\sim\chi^2_D`,
+   so the acceptance and :math:`m` are averages over it (``_chi2_accept``; 0.86–0.94 of the
+   acceptance rate for :math:`D` = 4–10 at the target, which the step of 3 is then adapted to
+   over the same average); its integrated autocorrelation time in the
    slowest direction is :math:`4/h`, so the ESS of ``num_samples`` draws is about
    :math:`\mathrm{num\_samples}\cdot\min(1, h/4)` per chain (warmup is assumed to have reached
-   the posterior).
+   the posterior). ``ess_smallest`` is the smallest of the :math:`D` coordinates' *estimates*,
+   which is what a run shows (:func:`smallest_estimate_factor`).
 
 **Coordinates.** DPPenalty's default path whitens: it releases a private estimate of the
 posterior's metric and runs the chain (and the clip's quantile) in coordinates where the posterior
@@ -60,15 +69,15 @@ made with it.
 
 >>> f = feasibility("logistic", num_rows=100_000, epsilon=8.0, dim=5)
 >>> f.whitened, round(f.move_ratio, 2), round(f.ess), round(f.ess_ceiling)  # 1000 samples after 1000 warmup
-(True, 0.84, 52, 54)
+(True, 0.92, 47, 49)
 >>> f.rows_needed, f.epsilon_needed  # where the ESS reaches half its noise-free ceiling
 (15348, 0.949)
 >>> p = feasibility("logistic", num_rows=100_000, epsilon=8.0, dim=5, control_variate=False)
 >>> round(p.move_ratio, 2), round(p.ess), p.rows_needed  # the plain test: noise-limited sooner
-(0.62, 29, 84008)
+(0.68, 26, 84008)
 >>> g = feasibility("logistic", num_rows=100_000, epsilon=8.0, dim=5, whiten=False)
 >>> round(g.ess), round(g.ess_ceiling)  # one proposal scale for every coordinate: slower
-(23, 24)
+(21, 22)
 """
 from __future__ import annotations
 
@@ -81,7 +90,8 @@ from typing import Optional, Tuple, Union
 
 import torch
 
-__all__ = ["feasibility", "Feasibility", "ModelProfile", "model_profile", "PROFILES", "predicted_move", "CV_REACH"]
+__all__ = ["feasibility", "Feasibility", "ModelProfile", "model_profile", "PROFILES", "predicted_move", "CV_REACH",
+           "smallest_estimate_factor", "ESS_ESTIMATE_CV"]
 
 #: The built-in model profiles (:func:`model_profile`): the default suite's GLMs
 #: (:mod:`pyro_dp.models.default_suite`), features uniform in the unit ball.
@@ -202,6 +212,10 @@ class Feasibility:
     :ivar move_ratio: the move per coordinate after warmup over the posterior sd in the slowest direction.
     :ivar acceptance: the predicted acceptance rate after warmup.
     :ivar ess: predicted effective sample size in the slowest direction, all chains together.
+    :ivar ess_smallest: the smallest of the :math:`D` coordinates' estimated effective sample
+        sizes that the run will show (``mcmc.summary()``'s smallest ``n_eff``): ``ess`` times
+        :func:`smallest_estimate_factor` — the minimum of :math:`D` noisy estimates lies below
+        their common value.
     :ivar ess_ceiling: the same without privacy noise (the kernel's own limit at this run length:
         a random walk of ``num_samples`` steps; unwhitened, with one scale for every coordinate,
         it mixes slowly on an elongated posterior).
@@ -227,6 +241,7 @@ class Feasibility:
     move_ratio: float
     acceptance: float
     ess: float
+    ess_smallest: float
     ess_ceiling: float
     whitened: bool
     target_ess: float
@@ -303,6 +318,30 @@ def _no_model(*args, **kwargs):  # the kernels need a callable; feasibility neve
 CV_REACH = math.sqrt(2.0)
 
 
+#: the coefficient of variation of Pyro's effective-sample-size estimate of one coordinate
+#: (:func:`smallest_estimate_factor`): 0.18–0.28 on simulated AR(1) chains of 1 000 draws with an
+#: ESS of 40–160 (0.13 at 400, 0.33 at 20; 400 chains each, 2026-11-28)
+ESS_ESTIMATE_CV = 0.2
+
+
+def smallest_estimate_factor(num_coords: int) -> float:
+    r"""The expected smallest of ``num_coords`` noisy effective-sample-size estimates over their
+    common value (whitened chains mix alike in every direction): with log-normal estimates of
+    coefficient of variation :data:`ESS_ESTIMATE_CV`, :math:`\exp(-0.2\,e_D)`, :math:`e_D` the
+    expected maximum of :math:`D` standard normals (Blom's
+    :math:`\Phi^{-1}((D - 0.375)/(D + 0.25))`). Against the simulated chains of
+    :data:`ESS_ESTIMATE_CV`: 0.81 for 4 coordinates where the smallest of four estimates averaged
+    0.81–0.86 of the chain's ESS (ESS 20–400), 0.79 for 5 (0.77–0.81).
+
+    >>> [round(smallest_estimate_factor(d), 2) for d in (1, 4, 5, 20)]
+    [1.0, 0.81, 0.79, 0.69]
+    """
+    d = _check_int("num_coords", num_coords, 1)
+    if d == 1:
+        return 1.0
+    return math.exp(-ESS_ESTIMATE_CV * _PHI.inv_cdf((d - 0.375) / (d + 0.25)))
+
+
 def predicted_move(*, kernel: str, num_rows: int, noise_multiplier: float, clip: float, grad_norm: float,
                    fisher, num_samples: int, warmup_steps: int, num_chains: int = 1, temperature: float = 1.0,
                    num_steps: int = 5, noise_ratio: Optional[float] = None,
@@ -332,7 +371,7 @@ def predicted_move(*, kernel: str, num_rows: int, noise_multiplier: float, clip:
     >>> r = predicted_move(kernel="DPPenalty", num_rows=10_000, noise_multiplier=50.0, clip=1.0,
     ...                    grad_norm=0.5, fisher=F, num_samples=1000, warmup_steps=1000)
     >>> [round(x, 3) for x in r]
-    [0.354, 0.309, 0.3, 7.161]
+    [0.354, 0.413, 0.3, 5.189]
     """
     from .kernels.tuning import penalty_jump_length, posterior_scale_guess  # here: the import cycle above
 
@@ -366,16 +405,59 @@ def predicted_move(*, kernel: str, num_rows: int, noise_multiplier: float, clip:
         s0 = min(jump / math.sqrt(D), 2.38 / math.sqrt(D) * guess)  # Roberts, Gelman & Gilks 1997
         target, v = 0.3, float(torch.trace(precision))  # proposals.DEFAULT_TARGET_ACCEPT_PROB
     s = s0
+    w = (noise_per_step + v) / D  # the test's variance per unit squared move: sigma^2 + v = s^2 X w, X = |delta|^2/s^2
     if warmup_steps >= 100:  # warmup adaptation towards the acceptance target
-        s_star = 2.0 * _PHI.inv_cdf(1.0 - target / 2.0) / math.sqrt(noise_per_step + v) if noise_per_step + v > 0 \
-            else math.inf
+        s_star = math.sqrt(_chi2_level(target, D) / w) if w > 0 else math.inf
         if math.isfinite(s_star):  # (no noise and an exact trajectory: DP-HMC keeps its start)
             s = max(s_star, s0 / 10.0) if kernel == "DPHMC" else s_star
-    acceptance = 2.0 * _PHI.cdf(-math.sqrt(s * s * (noise_per_step + v)) / 2.0)
+    acceptance, moved = _chi2_accept(s * s * w, D)
     ell = s / sd_max
-    h = ell * ell * acceptance
+    h = ell * ell * moved  # the accepted squared move per coordinate over sd^2 (Roberts et al.'s speed)
     ess = num_chains * num_samples * min(1.0, h / 4.0)
     return jump / guess, ell, acceptance, ess
+
+
+@functools.lru_cache(maxsize=64)
+def _chi2_nodes(D: int):
+    r"""Gauss–Laguerre nodes and weights for :math:`E[f(X)]`, :math:`X\sim\chi^2_D` (64 nodes)."""
+    import numpy as np
+    from scipy.special import gammaln, roots_genlaguerre
+
+    t, wt = roots_genlaguerre(64, D / 2.0 - 1.0)
+    return 2.0 * t, wt * np.exp(-gammaln(D / 2.0))
+
+
+def _chi2_accept(k2: float, D: int) -> Tuple[float, float]:
+    r"""``(E[α], E[Xα]/D)`` for :math:`X\sim\chi^2_D` and :math:`\alpha = 2\Phi(-\sqrt{k^2X}/2)`: the
+    penalty test's acceptance rate and its accepted squared move per coordinate (in units of the
+    proposal's :math:`s^2`) when its noise and the exact ratio's spread both grow with the move's
+    squared length :math:`s^2X` — a random-walk proposal :math:`\mathcal N(0, s^2I)`, or an HMC
+    trajectory :math:`L\eta p`, :math:`p\sim\mathcal N(0, I)`. Long proposals are rejected more
+    often, so the accepted moves are shorter than the proposals: at the acceptance target 0.3 the
+    chain moves 0.86 (D = 4), 0.89 (D = 5), 0.94 (D = 10) times as far as
+    :math:`s^2 D\,E[\alpha]` says, the formula of this module before 2026-11-28 (Yıldırım & Ermiş
+    2019 §3.1's acceptance of the penalty test, averaged over the move's length).
+
+    >>> a, m = _chi2_accept(1.190 ** 2, 4)
+    >>> round(a, 2), round(m / a, 2)  # accepted moves are shorter than the mean proposal (1 per coordinate)
+    (0.3, 0.65)
+    """
+    import numpy as np
+    from scipy.special import ndtr
+
+    x, wt = _chi2_nodes(int(D))
+    alpha = 2.0 * ndtr(-np.sqrt(max(float(k2), 0.0) * x) / 2.0)
+    return float(np.dot(wt, alpha)), float(np.dot(wt, x * alpha)) / D
+
+
+def _chi2_level(target: float, D: int) -> float:
+    r"""The :math:`k^2` at which :func:`_chi2_accept`'s acceptance is ``target`` (bisection in
+    :math:`\log k^2`; the acceptance falls as :math:`k^2` grows)."""
+    lo, hi = 1e-8, 1e4
+    for _ in range(80):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if _chi2_accept(mid, D)[0] > target else (lo, mid)
+    return math.sqrt(lo * hi)
 
 
 def _langevin_move(nm, quantile, grad_norm, T, n, D, sd_max, num_samples, num_chains):
@@ -492,6 +574,8 @@ def feasibility(model: Union[str, ModelProfile], *, num_rows: int, epsilon: floa
 
     rows = search(lambda x: at(int(round(x)), eps, noise)[2][3], 10.0, 1e10)
     eps_needed = search(lambda e: at(n, e)[2][3], 1e-3, 1e4)
-    return Feasibility(kernel, n, eps, float(delta), nm, b, start_ratio, ratio, acc, ess, ceiling, whitened, target,
+    smallest = ess * smallest_estimate_factor(profile.num_latents)
+    return Feasibility(kernel, n, eps, float(delta), nm, b, start_ratio, ratio, acc, ess, smallest, ceiling, whitened,
+                       target,
                        ess >= target, None if rows is None else int(math.ceil(rows)),
                        None if eps_needed is None else float(f"{eps_needed:.3g}"))
