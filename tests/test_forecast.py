@@ -151,6 +151,33 @@ def test_the_default_paths_pre_run_warning_quotes_the_prediction():
              num_samples=3, warmup_steps=2, disable_progbar=True).run(X, y)
 
 
+def test_the_ess_advice_says_run_longer_only_where_the_forecast_says_it_helps(monkeypatch):
+    """Issue 40 ("run longer" only when longer would help): the end-of-chain advice reads the
+    forecast with the chain's private clips for a run twice as long at the same epsilon
+    (DefaultPath._longer_run_helps). At eps = 1 on 5000 rows both default paths are flat in the
+    run's length and the advice does not say "run longer"; at eps = 100 it does. Mutant: a rule
+    that always finds a longer run helpful (LONGER_RUN_GAIN = 0) advises "run longer" at eps = 1."""
+    from pyro.infer import MCMC
+
+    from pyro_dp.kernels import default_path
+    from pyro_dp.models.default_suite import linear_model, make_linear_data
+
+    X, y = make_linear_data(5000, 0)
+
+    def advice(kernel, eps):
+        k = kernel(linear_model, epsilon=eps, seed=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            MCMC(k, num_samples=20, warmup_steps=10, disable_progbar=True).run(X, y)
+        return k._ess_advice()
+
+    for kernel in (pyro_dp.DPPenalty, pyro_dp.DPHMC):
+        assert "run longer" not in advice(kernel, 1.0) and "twice as long" in advice(kernel, 1.0)
+        assert advice(kernel, 100.0).startswith("run longer")
+    monkeypatch.setattr(default_path, "LONGER_RUN_GAIN", 0.0)
+    assert advice(pyro_dp.DPPenalty, 1.0).startswith("run longer")
+
+
 def test_the_prediction_is_whitened_as_the_default_paths_run():
     """``whiten=None`` follows the kernels' defaults (DPPenalty and DPHMC whiten); a whitened chain
     mixes faster than one with one proposal scale for every coordinate."""

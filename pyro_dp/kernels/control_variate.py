@@ -395,6 +395,8 @@ class ControlVariateClient:
         n, T = getattr(self.lik, "global_num_rows", self.lik.num_rows), self.lik.temperature
         self._scale_guess = sd = posterior_scale_guess(result.grad_clip, n, self.lik.dim, T)
         self._noise_limited = False  # the residuals' noise does not grow with the move's length alone
+        nm = self._ratio_noise_multiplier()  # what a longer run would buy (the end-of-chain advice)
+        self._longer_helps = self._longer_run_helps(result, nm, control_variate=True) if nm else True
         if not self._cv_given:
             self.curvature_clip = default_curvature_clip(max(self.lik.likelihood_dim, 1), n, sd, T)
         tilt = self.reference_tilt_sd

@@ -23,12 +23,17 @@ from .privacy_engine import PrivacyNotice
 from .tuning import DPAutoTune, mcmc_run_length, penalty_jump_length, posterior_scale_guess
 from .whitening import reshapes, whitens
 
-__all__ = ["DefaultPath", "DEFAULT_ITERATIONS", "NOISE_LIMITED_RATIO", "LANGEVIN_STEP_CAP",
+__all__ = ["DefaultPath", "DEFAULT_ITERATIONS", "NOISE_LIMITED_RATIO", "LONGER_RUN_GAIN", "LANGEVIN_STEP_CAP",
            "LANGEVIN_CLIP_HEADROOM", "LangevinSettings", "langevin_default", "langevin_ess"]
 
 #: The default path warns before a chain runs when the largest move its noise allows is below
 #: this fraction of the (guessed) posterior standard deviation (:meth:`DefaultPath._move_scales`).
 NOISE_LIMITED_RATIO = 0.25
+
+#: The end-of-chain effective-sample-size warning advises running longer only where the forecast
+#: (:meth:`DefaultPath._longer_run_helps`) gives a run twice as long at the same ε at least this many
+#: times the effective samples (issue 40: "run longer" only when longer would help).
+LONGER_RUN_GAIN = 1.25
 
 #: Iterations per chain a budget funds when the kernel is used outside ``pyro.infer.MCMC``
 #: and no ``num_iterations`` is given (inside ``MCMC`` it reads ``warmup_steps + num_samples``).
@@ -214,17 +219,9 @@ class DefaultPath:
         sd = posterior_scale_guess(result.grad_clip, n, self.lik.dim, T)
         ratio = jump / sd
         self._noise_limited = ratio < NOISE_LIMITED_RATIO  # public: what the end-of-chain check advises
+        self._longer_helps = self._longer_run_helps(result, noise_multiplier, control_variate=False)
         if ratio < NOISE_LIMITED_RATIO:
-            # the prediction of pyro_dp.feasibility with the tuned clips in place of a profile's guesses
-            # (isotropic Fisher g^2/D per row: the posterior_scale_guess); post-processing, public
-            d, iterations = self.lik.dim, int(self.num_iterations or DEFAULT_ITERATIONS)
-            warmup = min(int(self._warmup_steps), iterations)
-            _, _, _, ess = predicted_move(
-                kernel="DPHMC" if type(self).__name__ == "DPHMC" else "DPPenalty", num_rows=n,
-                noise_multiplier=noise_multiplier, clip=self.llr_clip, grad_norm=result.grad_clip,
-                fisher=torch.eye(d, dtype=torch.float64) * float(result.grad_clip) ** 2 / d,
-                num_samples=max(iterations - warmup, 1), warmup_steps=warmup, temperature=T,
-                num_steps=int(getattr(self, "num_steps", 1) or 1), noise_ratio=self._grad_to_ratio_noise())
+            ess = self._forecast_ess(result, noise_multiplier, control_variate=False)
             warn_user(
                 f"{type(self).__name__}: at this budget the privacy noise limits each move to about {ratio:.2g} "
                 "of the posterior's scale (guessed from the private clip): expect slow mixing and few effective "
@@ -234,3 +231,28 @@ class DefaultPath:
                 SamplingWarning,
             )
         return jump, sd
+
+    def _forecast_ess(self, result, noise_multiplier: float, control_variate: bool, longer: int = 1) -> float:
+        """The effective samples :func:`~pyro_dp.forecast.predicted_move` predicts for this chain
+        (``longer`` times its length) with the tuned clips in place of a profile's guesses
+        (isotropic Fisher :math:`g^2/D` per row: the posterior_scale_guess); post-processing, public.
+        A run ``longer`` times as long at the same budget draws its noise at :math:`\sqrt{\rm longer}`
+        times the noise multiplier (the Gaussian composition of ``longer`` times the releases)."""
+        n, T = getattr(self.lik, "global_num_rows", self.lik.num_rows), self.lik.temperature
+        d, iterations = self.lik.dim, int(self.num_iterations or DEFAULT_ITERATIONS)
+        warmup = min(int(self._warmup_steps), iterations)
+        return predicted_move(
+            kernel="DPHMC" if type(self).__name__ == "DPHMC" else "DPPenalty", num_rows=n,
+            noise_multiplier=noise_multiplier * math.sqrt(longer), clip=self.llr_clip, grad_norm=result.grad_clip,
+            fisher=torch.eye(d, dtype=torch.float64) * float(result.grad_clip) ** 2 / d,
+            num_samples=max(iterations - warmup, 1) * longer, warmup_steps=warmup * longer, temperature=T,
+            num_steps=int(getattr(self, "num_steps", 1) or 1), noise_ratio=self._grad_to_ratio_noise(),
+            control_variate=control_variate)[3]
+
+    def _longer_run_helps(self, result, noise_multiplier: float, control_variate: bool) -> bool:
+        """Whether a run twice as long at the same ε is forecast to give at least
+        :data:`LONGER_RUN_GAIN` times the effective samples (:meth:`_forecast_ess`): in the
+        noise-limited regime the accepted move shrinks as the run grows and the forecast stays flat.
+        What the end-of-chain warning advises (``kernels.diagnostics``)."""
+        return self._forecast_ess(result, noise_multiplier, control_variate, longer=2) >= \
+            LONGER_RUN_GAIN * self._forecast_ess(result, noise_multiplier, control_variate)

@@ -98,6 +98,10 @@ class ChainReporting:
             advice = ("at this epsilon more iterations will not help (the privacy noise per iteration grows with their "
                       "number, see the warning before the chain ran): spend more epsilon, use more rows"
                       + self._noise_limited_alternative)
+        elif self.__dict__.get("_longer_helps") is False:
+            advice = ("the forecast for this chain (pyro_dp.feasibility, with its private clips) gives a run twice as "
+                      "long at this epsilon few more effective samples (the privacy noise per iteration grows with the "
+                      "run's length): spend more epsilon or use more rows")
         else:
             advice = ESS_ADVICE
         mask = getattr(self.lik, "likelihood_mask", None)  # latents outside the likelihood (structure): hierarchical
