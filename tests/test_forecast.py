@@ -178,6 +178,30 @@ def test_the_ess_advice_says_run_longer_only_where_the_forecast_says_it_helps(mo
     assert advice(pyro_dp.DPPenalty, 1.0).startswith("run longer")
 
 
+def test_the_control_variate_paths_warn_before_the_chain_when_the_forecast_is_short():
+    """Feasibility before the chain runs on the default paths with the control variate (which the
+    noise-limited rule never flags): the forecast with the chain's private clips, under half the
+    end-of-chain check's threshold, warns before the chain runs (eps = 0.5 on 5000 rows: forecasts
+    of 0.006 and 0.3 effective samples) and does not where it is not (eps = 100) — nor where a
+    noise-free run of this length would be short too (then the privacy noise is not the cause):
+    the test fails both for a warning that never fires and for one that always does."""
+    from pyro.infer import MCMC
+
+    from pyro_dp.models.default_suite import linear_model, make_linear_data
+
+    X, y = make_linear_data(5000, 0)
+
+    def forecast_warnings(kernel, eps):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            MCMC(kernel(linear_model, epsilon=eps, seed=0), num_samples=200, warmup_steps=100,
+                 disable_progbar=True).run(X, y)
+        return [str(w.message) for w in caught if "the forecast for this chain" in str(w.message)]
+
+    for kernel in (pyro_dp.DPPenalty, pyro_dp.DPHMC):
+        assert forecast_warnings(kernel, 0.5) and not forecast_warnings(kernel, 100.0)
+
+
 def test_the_prediction_is_whitened_as_the_default_paths_run():
     """``whiten=None`` follows the kernels' defaults (DPPenalty and DPHMC whiten); a whitened chain
     mixes faster than one with one proposal scale for every coordinate."""
