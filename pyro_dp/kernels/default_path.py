@@ -233,7 +233,7 @@ class DefaultPath:
         return jump, sd
 
     def _forecast_ess(self, result, noise_multiplier: float, control_variate: bool, longer: int = 1) -> float:
-        """The effective samples :func:`~pyro_dp.forecast.predicted_move` predicts for this chain
+        r"""The effective samples :func:`~pyro_dp.forecast.predicted_move` predicts for this chain
         (``longer`` times its length) with the tuned clips in place of a profile's guesses
         (isotropic Fisher :math:`g^2/D` per row: the posterior_scale_guess); post-processing, public.
         A run ``longer`` times as long at the same budget draws its noise at :math:`\sqrt{\rm longer}`
