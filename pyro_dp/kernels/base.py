@@ -201,7 +201,7 @@ class DPKernel(PrivacyClient, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
     _chain_attrs: Tuple[str, ...] = (
         "_state", "_iteration", "_num_accepted", "_clipped_sum", "_clipped_count", "_budget_exhausted",
         "_stop_cause_text", "_init_done", "_chain_index", "_warmup_steps", "_incomplete", "_draws",
-        "_preconditioner", "_metric_sd", "_noise_limited", "_longer_helps",
+        "_preconditioner", "_metric_sd", "_noise_limited", "_longer_helps", "_alternative_ess",
     )
 
     def __init__(

@@ -397,8 +397,12 @@ class ControlVariateClient:
         self._noise_limited = False  # the residuals' noise does not grow with the move's length alone
         nm = self._ratio_noise_multiplier()  # what a longer run would buy (the end-of-chain advice)
         self._longer_helps = self._longer_run_helps(result, nm, control_variate=True) if nm else True
+        ess = self._forecast_ess(result, nm, control_variate=True) if nm else None
+        if ess is not None and type(self).__name__ == "DPHMC":  # the end-of-chain advice may name DPPenalty
+            alt = self._penalty_forecast(result)
+            self._alternative_ess = None if alt is None else ("DPPenalty", alt, ess)
         if nm and self._chain_index == 0:  # feasibility before the chain runs (post-processing of the tuning)
-            ess, need = self._forecast_ess(result, nm, control_variate=True), default_min_ess(self.lik.dim)
+            need = default_min_ess(self.lik.dim)
             # the privacy noise is the cause: without it a run of this length would be forecast enough
             if ess < need / 2.0 and self._forecast_ess(result, 0.0, control_variate=True) >= need:
                 warn_user(f"{type(self).__name__}: the forecast for this chain with its private clips (pyro_dp.feasibility) "

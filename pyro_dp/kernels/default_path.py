@@ -232,7 +232,8 @@ class DefaultPath:
             )
         return jump, sd
 
-    def _forecast_ess(self, result, noise_multiplier: float, control_variate: bool, longer: int = 1) -> float:
+    def _forecast_ess(self, result, noise_multiplier: float, control_variate: bool, longer: int = 1,
+                      kernel: Optional[str] = None) -> float:
         r"""The effective samples :func:`~pyro_dp.forecast.predicted_move` predicts for this chain
         (``longer`` times its length) with the tuned clips in place of a profile's guesses
         (isotropic Fisher :math:`g^2/D` per row: the posterior_scale_guess); post-processing, public.
@@ -241,13 +242,27 @@ class DefaultPath:
         n, T = getattr(self.lik, "global_num_rows", self.lik.num_rows), self.lik.temperature
         d, iterations = self.lik.dim, int(self.num_iterations or DEFAULT_ITERATIONS)
         warmup = min(int(self._warmup_steps), iterations)
+        kernel = kernel or ("DPHMC" if type(self).__name__ == "DPHMC" else "DPPenalty")
         return predicted_move(
-            kernel="DPHMC" if type(self).__name__ == "DPHMC" else "DPPenalty", num_rows=n,
+            kernel=kernel, num_rows=n,
             noise_multiplier=noise_multiplier * math.sqrt(longer), clip=self.llr_clip, grad_norm=result.grad_clip,
             fisher=torch.eye(d, dtype=torch.float64) * float(result.grad_clip) ** 2 / d,
             num_samples=max(iterations - warmup, 1) * longer, warmup_steps=warmup * longer, temperature=T,
             num_steps=int(getattr(self, "num_steps", 1) or 1), noise_ratio=self._grad_to_ratio_noise(),
             control_variate=control_variate)[3]
+
+    def _penalty_forecast(self, result) -> Optional[float]:
+        """For DPHMC's end-of-chain advice: the effective samples DPPenalty's default path (its
+        calibration for this budget and run, :func:`pyro_dp.forecast.feasibility`'s; the chain's
+        tuned clips) is forecast to give; ``None`` without an ε budget. Data-free."""
+        if self.epsilon is None:
+            return None
+        from ..forecast import _noise  # here: the import cycle of pyro_dp.forecast
+
+        iterations = int(self.num_iterations or DEFAULT_ITERATIONS)
+        nm, _ = _noise("DPPenalty", float(self.epsilon), float(self.delta), iterations, int(self.num_chains or 1),
+                       float(self.lik.temperature), 1, True)
+        return self._forecast_ess(result, nm, control_variate=True, kernel="DPPenalty")
 
     def _longer_run_helps(self, result, noise_multiplier: float, control_variate: bool) -> bool:
         """Whether a run twice as long at the same ε is forecast to give at least
