@@ -450,6 +450,7 @@ def _chi2_accept(k2: float, D: int) -> Tuple[float, float]:
     return float(np.dot(wt, alpha)), float(np.dot(wt, x * alpha)) / D
 
 
+@functools.lru_cache(maxsize=64)
 def _chi2_level(target: float, D: int) -> float:
     r"""The :math:`k^2` at which :func:`_chi2_accept`'s acceptance is ``target`` (bisection in
     :math:`\log k^2`; the acceptance falls as :math:`k^2` grows)."""
@@ -576,6 +577,5 @@ def feasibility(model: Union[str, ModelProfile], *, num_rows: int, epsilon: floa
     eps_needed = search(lambda e: at(n, e)[2][3], 1e-3, 1e4)
     smallest = ess * smallest_estimate_factor(profile.num_latents)
     return Feasibility(kernel, n, eps, float(delta), nm, b, start_ratio, ratio, acc, ess, smallest, ceiling, whitened,
-                       target,
-                       ess >= target, None if rows is None else int(math.ceil(rows)),
+                       target, ess >= target, None if rows is None else int(math.ceil(rows)),
                        None if eps_needed is None else float(f"{eps_needed:.3g}"))

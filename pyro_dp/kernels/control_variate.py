@@ -396,8 +396,8 @@ class ControlVariateClient:
         self._scale_guess = sd = posterior_scale_guess(result.grad_clip, n, self.lik.dim, T)
         self._noise_limited = False  # the residuals' noise does not grow with the move's length alone
         nm = self._ratio_noise_multiplier()  # what a longer run would buy (the end-of-chain advice)
-        self._longer_helps = self._longer_run_helps(result, nm, control_variate=True) if nm else True
         ess = self._forecast_ess(result, nm, control_variate=True) if nm else None
+        self._longer_helps = self._longer_run_helps(result, nm, True, ess) if nm else True
         if ess is not None and type(self).__name__ == "DPHMC":  # the end-of-chain advice may name DPPenalty
             alt = self._penalty_forecast(result)
             self._alternative_ess = None if alt is None else ("DPPenalty", alt, ess)

@@ -219,9 +219,9 @@ class DefaultPath:
         sd = posterior_scale_guess(result.grad_clip, n, self.lik.dim, T)
         ratio = jump / sd
         self._noise_limited = ratio < NOISE_LIMITED_RATIO  # public: what the end-of-chain check advises
-        self._longer_helps = self._longer_run_helps(result, noise_multiplier, control_variate=False)
+        ess = self._forecast_ess(result, noise_multiplier, control_variate=False)
+        self._longer_helps = self._longer_run_helps(result, noise_multiplier, False, ess)
         if ratio < NOISE_LIMITED_RATIO:
-            ess = self._forecast_ess(result, noise_multiplier, control_variate=False)
             warn_user(
                 f"{type(self).__name__}: at this budget the privacy noise limits each move to about {ratio:.2g} "
                 "of the posterior's scale (guessed from the private clip): expect slow mixing and few effective "
@@ -264,10 +264,9 @@ class DefaultPath:
                        float(self.lik.temperature), 1, True)
         return self._forecast_ess(result, nm, control_variate=True, kernel="DPPenalty")
 
-    def _longer_run_helps(self, result, noise_multiplier: float, control_variate: bool) -> bool:
+    def _longer_run_helps(self, result, noise_multiplier: float, control_variate: bool, ess: float) -> bool:
         """Whether a run twice as long at the same ε is forecast to give at least
-        :data:`LONGER_RUN_GAIN` times the effective samples (:meth:`_forecast_ess`): in the
+        :data:`LONGER_RUN_GAIN` times ``ess``, this run's forecast (:meth:`_forecast_ess`): in the
         noise-limited regime the accepted move shrinks as the run grows and the forecast stays flat.
         What the end-of-chain warning advises (``kernels.diagnostics``)."""
-        return self._forecast_ess(result, noise_multiplier, control_variate, longer=2) >= \
-            LONGER_RUN_GAIN * self._forecast_ess(result, noise_multiplier, control_variate)
+        return self._forecast_ess(result, noise_multiplier, control_variate, longer=2) >= LONGER_RUN_GAIN * ess

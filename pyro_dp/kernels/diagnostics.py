@@ -88,7 +88,7 @@ class ChainReporting:
             # never silently wrong: this chain's own draws, checked at its end (post-processing)
             problems = chain_problems(self.lik.to_unconstrained(torch.stack(self._draws)).cpu(),
                                       names=self.lik.coordinate_names(), advice=self._ess_advice(),
-                                      expected_sd=self.__dict__.get("_metric_sd"))
+                                      expected_sd=self._metric_sd)
             out["sampling problems"] = tuple(problems)
             for p in problems:
                 self._diagnostics_warn(f"{type(self).__name__} chain: {p} (pyro_dp.check_run(mcmc) also compares "

@@ -168,8 +168,6 @@ class TuneResult(NamedTuple):
     :ivar grad_clip: the ``grad_quantile`` of the per-example gradient norms at ``z``.
     :ivar llr_clip: the ``llr_quantile`` of the same norms (the ratio clip per unit jump).
     :ivar start_clip: the clip the last DP-Adam step used.
-    :ivar whitened: whether the chain runs in coordinates whitened by the released metric
-        (:mod:`~pyro_dp.kernels.whitening`), where the posterior's covariance is about the identity.
     :ivar metric_sd: the posterior sd per flat unconstrained coordinate that the released metric
         predicts (:func:`~pyro_dp.kernels.whitening.metric_sd`, also where it was not resolved
         and so not applied), or ``None`` where no metric was released.
@@ -179,7 +177,6 @@ class TuneResult(NamedTuple):
     grad_clip: float
     llr_clip: float
     start_clip: float
-    whitened: bool = False
     metric_sd: Optional[torch.Tensor] = None
 
 
@@ -561,11 +558,10 @@ class DPAutoTune:
                                          rec("tune:metric"), rows=_row_gradients(lik, z), coords=coords)
             L, f = whitening_from_metric(lik, z, metric, std, coords)  # post-processing
             expected_sd = metric_sd(lik, L)  # for the end-of-chain spread check, applied or not
-            whiten = metric_is_resolved(metric, std)  # else the scaled coordinates of phase 0b (post-processing)
-            if whiten:
+            if metric_is_resolved(metric, std):  # else the scaled coordinates of phase 0b (post-processing)
                 lik.compose_preconditioner(z, L)
                 z, clip_g, clip_l = torch.zeros_like(z), clip_g * f, clip_l * f
-        self.result = TuneResult(z, clip_g, clip_l, clip_l, bool(whiten), expected_sd)
+        self.result = TuneResult(z, clip_g, clip_l, clip_l, expected_sd)
         return z, events, 0.0
 
 
