@@ -58,7 +58,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from ..checks import SamplingWarning, default_min_ess
+from ..checks import ESS_ESTIMATE_MARGIN, SamplingWarning, default_min_ess
 from ..mechanisms import ClippedSum, clip_and_sum, gaussian_event, gaussian_release_spec
 from ..mechanisms.clipping import clip_rows
 from ..warn import warn_user
@@ -402,12 +402,13 @@ class ControlVariateClient:
             alt = self._penalty_forecast(result)
             self._alternative_ess = None if alt is None else ("DPPenalty", alt, ess)
         if nm and self._chain_index == 0:  # feasibility before the chain runs (post-processing of the tuning)
-            need = default_min_ess(self.lik.dim)
+            need = default_min_ess(self.lik.dim) / ESS_ESTIMATE_MARGIN  # the ESS itself, not Pyro's estimate of it
             # the privacy noise is the cause: without it a run of this length would be forecast enough
             if ess < need / 2.0 and self._forecast_ess(result, 0.0, control_variate=True) >= need:
                 warn_user(f"{type(self).__name__}: the forecast for this chain with its private clips (pyro_dp.feasibility) "
-                          f"is about {ess:.2g} effective samples, under half the {need:.3g} the end-of-chain check asks "
-                          "for: expect slow mixing and a warning at the end. Spend more epsilon or use more rows",
+                          f"is about {ess:.2g} effective samples, under half the {need:.3g} that a mean within one "
+                          "posterior sd needs: expect slow mixing and a warning at the end. Spend more epsilon or use "
+                          "more rows",
                           SamplingWarning)
         if not self._cv_given:
             self.curvature_clip = default_curvature_clip(max(self.lik.likelihood_dim, 1), n, sd, T)
