@@ -20,7 +20,9 @@ range of sd / NUTS sd (constrained coordinates, ``default_suite.compare``), the 
 whether the kernel warned. Results: ``docs/tuning.md``, "Control variates" (acceptance 2).
 
 Run: ``python benchmarks/unscaled_glms.py MODEL KERNEL EPS SEED [--scaled]``
-(e.g. ``poisson DPPenalty 8 0``).
+(e.g. ``poisson DPPenalty 8 0``; KERNEL one of DPPenalty, DPHMC, DPSGLD). Collect the lines of
+several runs in a file and ``python benchmarks/warning_rates.py FILE`` counts how often the
+runs within 0.5 sd and those beyond 1 sd warned (issue 40, acceptance 4).
 """
 import argparse
 import json
@@ -90,7 +92,7 @@ def reference(name: str, seed: int, scaled: bool, cache: str) -> dict:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("model", choices=["linear", "logistic", "poisson"])
-    p.add_argument("kernel", choices=["DPPenalty", "DPHMC"])
+    p.add_argument("kernel", choices=["DPPenalty", "DPHMC", "DPSGLD"])
     p.add_argument("eps", type=float)
     p.add_argument("seed", type=int)
     p.add_argument("--scaled", action="store_true", help="covariates in the unit ball (scales 1, 1, 1)")
