@@ -20,7 +20,8 @@ Checks, per chain and over chains (Vehtari et al. 2021 for split R-hat and ESS; 
 * **split R-hat** above ``rhat_threshold`` for some coordinate (chains disagree or have not
   mixed);
 * **ESS** below ``min_ess`` for some coordinate (default :func:`default_min_ess` of the
-  number of coordinates: Monte Carlo error alone could put a mean beyond one posterior sd).
+  number of coordinates: Monte Carlo error alone could put a mean beyond one posterior sd, with
+  a margin for the estimate's own over-read of short chains).
 
 Memory. Pyro 1.9's :func:`~pyro.ops.stats.effective_sample_size` takes the running minimum of
 its autocorrelation sums with ``pyro.ops.stats._cummin``, which builds an :math:`M\times M`
