@@ -151,6 +151,12 @@ def default_min_ess(num_coords: int) -> float:
 ESS_ADVICE = "run longer, spend more epsilon, or see docs/tuning.md"
 
 
+def _below(ess: float, min_ess: float) -> str:
+    """An ESS under the threshold, to three significant digits, or four where three would print it
+    equal to the threshold (14.31 against 14.33, not 14.3 against 14.3)."""
+    return f"{ess:.4g}" if f"{ess:.3g}" == f"{min_ess:.3g}" else f"{ess:.3g}"
+
+
 def _ess_sentence(low: List[str], min_ess: float, where: str, advice: str) -> str:
     return (f"effective sample size below {min_ess:.3g}: {', '.join(low)} (in unconstrained space){where}; the Monte "
             "Carlo error of a mean is about 1/sqrt(ESS) posterior standard deviations, so its mean and spread "
@@ -201,7 +207,7 @@ def chain_problems(draws: torch.Tensor, *, min_ess: Optional[float] = None, star
             continue
         ess = _ess(x.unsqueeze(0))
         if not ess >= min_ess:
-            low.append(f"{name} {ess:.3g}")
+            low.append(f"{name} {_below(ess, min_ess)}")
     if low:
         problems.append(_ess_sentence(low, min_ess, " in this chain", advice))
     if expected_sd is not None:
@@ -318,7 +324,7 @@ def check_run(mcmc, *, rhat_threshold: float = 1.05, min_ess: Optional[float] = 
             if not rhat <= rhat_threshold:
                 bad_rhat.append(f"{name} {rhat:.3g}")
             if not ess >= min_ess:
-                bad_ess.append(f"{name} {ess:.3g}")
+                bad_ess.append(f"{name} {_below(ess, min_ess)}")
         if bad_rhat:
             problems.append(f"split R-hat above {rhat_threshold}: {', '.join(bad_rhat)}; the chains have not mixed")
         if bad_ess:

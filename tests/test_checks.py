@@ -254,3 +254,12 @@ def test_an_autocorrelated_chain_warns_below_the_threshold_and_not_above():
     assert any(p.startswith("effective sample size below 12.9") for p in chain_problems(slow))
     assert not any(p.startswith("effective sample size") for p in chain_problems(fast))
     assert any(p.startswith("effective sample size below 100") for p in chain_problems(fast, min_ess=100.0))
+
+
+def test_an_ess_just_under_the_threshold_is_printed_so_that_it_reads_under():
+    """A coordinate's ESS that rounds to the threshold at three digits is printed with four
+    (2026-11-29: a DPSGLD chain warned "below 14.3: beta[0] 14.3"); others keep three."""
+    from pyro_dp.checks import _below
+
+    assert _below(14.31, 14.33) == "14.31"
+    assert _below(6.651, 14.33) == "6.65"
