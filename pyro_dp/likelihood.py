@@ -302,6 +302,8 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
                     f"plate {data_plate!r} of size {self.num_rows} at dim {d}"
                 )
 
+        #: latent sites inside a plate other than the data plate (group effects: the advice names one)
+        self.plated_latents = tuple(n for n in latents if set(frames(n)) - {data_plate})
         # ---- latents, transforms and the flat layout
         transforms = dict(transforms or {})
         self.latent_names: Tuple[str, ...] = tuple(latents)

@@ -279,12 +279,17 @@ def test_the_ess_advice_names_the_grouped_kernel_for_a_model_with_latents_outsid
     """A model whose latents include some outside the likelihood (a hierarchical model) gets,
     in the effective-sample-size advice, the kernel built for group effects in the likelihood;
     a model with every latent in the likelihood, and DPGroupedPenalty itself, do not (structure
-    only: the mask)."""
+    only: the mask). The advice names the group site where the structure shows one (``u``: a
+    latent inside the groups plate that enters the likelihood; not ``mu``), and leaves it ``...``
+    where it shows none (a mutant likelihood without the plated latents)."""
     from pyro_dp.kernels.diagnostics import GROUP_ADVICE
 
     k = pyro_dp.DPPenalty(two_level, 0.05, llr_clip=1.0, noise_multiplier=1.0, seed=1)
     k.setup(0, *data())
-    assert k._ess_advice().endswith(GROUP_ADVICE) and "DPGroupedPenalty(model, group_site=" in GROUP_ADVICE
+    assert k._ess_advice().endswith(GROUP_ADVICE.format(site="'u'"))
+    assert "DPGroupedPenalty(model, group_site='u', epsilon=...)" in k._ess_advice()
+    k.lik.plated_latents = ()  # mutant: no structure read
+    assert k._ess_advice().endswith(GROUP_ADVICE.format(site="..."))
     k = pyro_dp.DPPenalty(flat, 0.05, llr_clip=1.0, noise_multiplier=1.0, seed=1)
     k.setup(0, data()[1])
     assert "DPGroupedPenalty" not in k._ess_advice()

@@ -31,8 +31,18 @@ ALTERNATIVE_GAIN = 2.0
 
 #: what the effective-sample-size advice adds for a model with latents outside the likelihood
 #: (measured on the two-level model: docs/tuning.md, "Control variates", acceptance 2)
-GROUP_ADVICE = ("; if group effects enter the likelihood (a[g[i]] + ...), DPGroupedPenalty(model, group_site=..., "
+GROUP_ADVICE = ("; if group effects enter the likelihood (a[g[i]] + ...), DPGroupedPenalty(model, group_site={site}, "
                 "epsilon=...) moves each group paying noise for its own move only (docs/kernels/grouped.md)")
+
+
+def group_advice(lik) -> str:
+    """:data:`GROUP_ADVICE` with the group site named where the model's structure shows one
+    candidate: a latent site of two or more coordinates inside a plate other than the data plate
+    that enters the likelihood (data-free: the trace's plates and
+    :meth:`~pyro_dp.likelihood.PrivateLikelihood.likelihood_sites`); ``...`` otherwise."""
+    sites = lik.likelihood_sites() or ()
+    named = [n for n in getattr(lik, "plated_latents", ()) if n in sites and lik._sizes.get(n, 0) >= 2]
+    return GROUP_ADVICE.format(site=repr(named[0]) if len(named) == 1 else "...")
 
 
 class ChainReporting:
@@ -115,7 +125,7 @@ class ChainReporting:
                        f"against {alt[2]:.2g} for this kernel (docs/choosing.md)")
         mask = getattr(self.lik, "likelihood_mask", None)  # latents outside the likelihood (structure): hierarchical
         if self._group_advice and mask is not None and not bool(mask.all()):
-            advice += GROUP_ADVICE
+            advice += group_advice(self.lik)
         return advice
 
     #: whether the ESS advice names DPGroupedPenalty for hierarchical models (not DPGroupedPenalty itself)
