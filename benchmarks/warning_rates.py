@@ -16,17 +16,23 @@ Run: ``python benchmarks/warning_rates.py RUNS.jsonl [--min-ess 14.3]``, e.g. af
 """
 import argparse
 import json
+import os
+import sys
 from collections import defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from default_suite import MEAN_TOL, WRONG_MEAN, WRONG_SD  # noqa: E402 (the suite's bands: 0.5 sd, 1 sd, factor 2)
 
 BANDS = ("within 0.5 sd", "between", "beyond 1 sd")
 
 
 def band(run: dict) -> str:
-    """The run's band (module doc); a NaN error or ratio is beyond 1 sd."""
+    """The run's band (module doc; :func:`default_suite.wrong`'s and :data:`default_suite.MEAN_TOL`'s
+    lines on a run's worst mean error and sd-ratio range); a NaN error or ratio is beyond 1 sd."""
     err, lo, hi = (float(run[k]) for k in ("err", "rmin", "rmax"))
-    if not (err <= 1.0 and 0.5 <= lo and hi <= 2.0):
+    if not (err <= WRONG_MEAN and 1.0 / WRONG_SD <= lo and hi <= WRONG_SD):
         return "beyond 1 sd"
-    return "within 0.5 sd" if err <= 0.5 else "between"
+    return "within 0.5 sd" if err <= MEAN_TOL else "between"
 
 
 def warned(run: dict, min_ess=None) -> bool:

@@ -45,8 +45,8 @@ from pyro.ops.stats import effective_sample_size, split_gelman_rubin
 
 from .warn import warn_user
 
-__all__ = ["SamplingWarning", "check_run", "chain_problems", "default_min_ess", "linear_memory_ess", "MIN_SPREAD",
-           "ESS_ESTIMATE_MARGIN"]
+__all__ = ["SamplingWarning", "check_run", "chain_problems", "default_min_ess", "monte_carlo_min_ess",
+           "linear_memory_ess", "MIN_SPREAD", "ESS_ESTIMATE_MARGIN"]
 
 
 def _running_min(input: torch.Tensor) -> torch.Tensor:
@@ -115,6 +115,22 @@ MC_ERROR_TAIL = 0.01
 ESS_ESTIMATE_MARGIN = 1.5
 
 
+def monte_carlo_min_ess(num_coords: int) -> float:
+    r"""The smallest *true* effective sample size at which Monte Carlo error alone has less than
+    a :data:`MC_ERROR_TAIL` (1 %) chance of putting some of ``num_coords`` means beyond one
+    posterior sd: :math:`z^2`, :math:`z = \Phi^{-1}(1 - 0.01/(2d))` (Bonferroni over the
+    coordinates). What a forecast of the ESS itself is compared with; the end-of-chain check reads
+    Pyro's estimate against :func:`default_min_ess`, this times :data:`ESS_ESTIMATE_MARGIN`.
+
+    >>> [round(monte_carlo_min_ess(d), 1) for d in (1, 5, 20, 100)]
+    [6.6, 9.5, 12.1, 15.1]
+    """
+    if isinstance(num_coords, bool) or not isinstance(num_coords, int) or num_coords < 1:
+        raise ValueError(f"num_coords must be a positive int, got {num_coords!r}")
+    z = NormalDist().inv_cdf(1.0 - MC_ERROR_TAIL / (2.0 * num_coords))
+    return z * z
+
+
 def default_min_ess(num_coords: int) -> float:
     r"""The effective sample size *estimate* below which a coordinate is flagged, for a run
     checking ``num_coords`` coordinates: :data:`ESS_ESTIMATE_MARGIN` (1.5) times the smallest
@@ -142,10 +158,7 @@ def default_min_ess(num_coords: int) -> float:
     >>> [round(default_min_ess(d), 1) for d in (1, 5, 20, 100)]
     [10.0, 14.3, 18.2, 22.7]
     """
-    if isinstance(num_coords, bool) or not isinstance(num_coords, int) or num_coords < 1:
-        raise ValueError(f"num_coords must be a positive int, got {num_coords!r}")
-    z = NormalDist().inv_cdf(1.0 - MC_ERROR_TAIL / (2.0 * num_coords))
-    return ESS_ESTIMATE_MARGIN * z * z
+    return ESS_ESTIMATE_MARGIN * monte_carlo_min_ess(num_coords)
 
 #: what the effective-sample-size warning advises when nothing more is known
 ESS_ADVICE = "run longer, spend more epsilon, or see docs/tuning.md"

@@ -172,10 +172,11 @@ def test_default_min_ess_is_the_margin_times_the_bonferroni_normal_quantile_squa
     independent oracle); bad input refused."""
     from scipy.stats import norm
 
-    from pyro_dp.checks import ESS_ESTIMATE_MARGIN, MC_ERROR_TAIL, default_min_ess
+    from pyro_dp.checks import ESS_ESTIMATE_MARGIN, MC_ERROR_TAIL, default_min_ess, monte_carlo_min_ess
 
     assert ESS_ESTIMATE_MARGIN == 1.5
     for d in (1, 2, 5, 20, 100, 10_000):
+        assert monte_carlo_min_ess(d) == pytest.approx(norm.ppf(1 - MC_ERROR_TAIL / (2 * d)) ** 2, rel=1e-9)
         assert default_min_ess(d) == pytest.approx(1.5 * norm.ppf(1 - MC_ERROR_TAIL / (2 * d)) ** 2, rel=1e-9)
     assert default_min_ess(1) < default_min_ess(5) < default_min_ess(100)
     for bad in (0, -1, 2.0, True, None):
@@ -190,7 +191,7 @@ def test_default_min_ess_keeps_monte_carlo_error_beyond_one_sd_at_one_percent():
     4 binomial standard errors of its exact value (below 1 %); a mutant threshold at the
     unsplit 95 % quantile (1.96² ≈ 3.8 draws) fails it (about 21 % of runs). (The threshold on
     the *estimate* is 1.5 times this ESS: next test.)"""
-    from pyro_dp.checks import ESS_ESTIMATE_MARGIN, default_min_ess
+    from pyro_dp.checks import monte_carlo_min_ess
 
     d, reps = 5, 40_000
     g = torch.Generator().manual_seed(0)
@@ -203,7 +204,7 @@ def test_default_min_ess_keeps_monte_carlo_error_beyond_one_sd_at_one_percent():
         from scipy.stats import norm
         return 1 - (1 - 2 * norm.sf(m ** 0.5)) ** d
 
-    for m, ok in ((default_min_ess(d) / ESS_ESTIMATE_MARGIN, True), (1.96 ** 2, False)):
+    for m, ok in ((monte_carlo_min_ess(d), True), (1.96 ** 2, False)):
         p, q = beyond(m), exact(m)
         assert abs(p - q) <= 4 * (q * (1 - q) / reps) ** 0.5
         assert (p <= 0.01 + 4 * (0.01 * 0.99 / reps) ** 0.5) == ok
@@ -217,10 +218,10 @@ def test_the_threshold_on_the_estimate_is_median_unbiased_for_short_autocorrelat
     chains). The mutant without the margin lets most of them pass (0.76 measured), and fails."""
     from pyro.ops.stats import effective_sample_size
 
-    from pyro_dp.checks import ESS_ESTIMATE_MARGIN, default_min_ess
+    from pyro_dp.checks import default_min_ess, monte_carlo_min_ess
 
     n, reps = 1000, 200
-    true_ess = default_min_ess(5) / ESS_ESTIMATE_MARGIN
+    true_ess = monte_carlo_min_ess(5)
     rho = (n - true_ess) / (n + true_ess)
     g = torch.Generator().manual_seed(3)
     e = torch.randn(reps, n, generator=g, dtype=torch.float64)

@@ -58,7 +58,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from ..checks import ESS_ESTIMATE_MARGIN, SamplingWarning, default_min_ess
+from ..checks import SamplingWarning, monte_carlo_min_ess
 from ..mechanisms import ClippedSum, clip_and_sum, gaussian_event, gaussian_release_spec
 from ..mechanisms.clipping import clip_rows
 from ..warn import warn_user
@@ -402,7 +402,7 @@ class ControlVariateClient:
             alt = self._penalty_forecast(result)
             self._alternative_ess = None if alt is None else ("DPPenalty", alt, ess)
         if nm and self._chain_index == 0:  # feasibility before the chain runs (post-processing of the tuning)
-            need = default_min_ess(self.lik.dim) / ESS_ESTIMATE_MARGIN  # the ESS itself, not Pyro's estimate of it
+            need = monte_carlo_min_ess(self.lik.dim)  # the ESS itself, not Pyro's estimate of it
             # the privacy noise is the cause: without it a run of this length would be forecast enough
             if ess < need / 2.0 and self._forecast_ess(result, 0.0, control_variate=True) >= need:
                 warn_user(f"{type(self).__name__}: the forecast for this chain with its private clips (pyro_dp.feasibility) "

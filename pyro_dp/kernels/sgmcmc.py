@@ -100,7 +100,7 @@ from ..compiled import cached_zeros
 from ..mechanisms import (GaussianReleaseSpec, SubsampledGaussianEvent, clip_and_sum, gaussian_release_spec,
                           poisson_batch, subsampled_gaussian_event)
 from .base import DPKernel, check_positive
-from ..checks import ESS_ESTIMATE_MARGIN, SamplingWarning, default_min_ess
+from ..checks import SamplingWarning, monte_carlo_min_ess
 from ..warn import warn_user
 from .default_path import (DEFAULT_ITERATIONS, LANGEVIN_CLIP_HEADROOM, LANGEVIN_STEP_CAP,  # noqa: F401 (re-exported)
                            langevin_default, langevin_ess)
@@ -637,7 +637,7 @@ class DPSGLD(_SGMCMC):
         iterations = int(self.num_iterations or DEFAULT_ITERATIONS)
         ess = langevin_ess(self.step_size, sd, max(iterations - min(int(self._warmup_steps), iterations), 1))
         # the forecast is of the ESS itself, not of Pyro's estimate of it (which the end-of-chain check reads)
-        if self._noise_limited and ess < default_min_ess(int(d)) / ESS_ESTIMATE_MARGIN and self._chain_index == 0:
+        if self._noise_limited and ess < monte_carlo_min_ess(int(d)) and self._chain_index == 0:
             warn_user(f"DPSGLD: at this budget the privacy noise limits the Langevin step to about "
                       f"{math.sqrt(self.step_size) / sd:.2g} of the posterior's scale per iteration (guessed from the "
                       f"private clip): expect about {ess:.2g} effective samples in this chain (pyro_dp.feasibility). "
