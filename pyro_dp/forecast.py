@@ -91,7 +91,7 @@ from typing import Optional, Tuple, Union
 import torch
 
 __all__ = ["feasibility", "Feasibility", "ModelProfile", "model_profile", "PROFILES", "predicted_move", "CV_REACH",
-           "smallest_estimate_factor", "ESS_ESTIMATE_CV"]
+           "smallest_estimate_factor", "ESS_ESTIMATE_CV", "hmc_gradient_gain", "HMC_GRADIENT_GAIN"]
 
 #: The built-in model profiles (:func:`model_profile`): the default suite's GLMs
 #: (:mod:`pyro_dp.models.default_suite`), features uniform in the unit ball.
@@ -248,6 +248,9 @@ class Feasibility:
     usable: bool
     rows_needed: Optional[int]
     epsilon_needed: Optional[float]
+    #: DPHMC: whether its default path releases gradients at this :math:`N` and budget
+    #: (:func:`hmc_gradient_gain`); ``None`` for the other kernels
+    gradients: Optional[bool] = None
 
 
 def _check_int(name, value, low) -> int:
@@ -265,9 +268,12 @@ def _check_pos(name, value) -> float:
 KERNELS = ("DPPenalty", "DPHMC", "DPSGLD")
 
 
+@functools.lru_cache(maxsize=256)
 def _noise(kernel: str, epsilon: float, delta: float, iterations: int, chains: int, temperature: float,
-           num_steps: int, control_variate: bool = True):
-    """``(ratio noise multiplier, the tuner)`` exactly as the kernel's default path sets them."""
+           num_steps: int, control_variate: bool = True, gradients: bool = True):
+    """``(ratio noise multiplier, the tuner)`` exactly as the kernel's default path sets them
+    (DPHMC: with ``gradients`` releases or without, :func:`hmc_gradient_gain`). Cached: the
+    tuner is only read."""
     from . import kernels as K  # here: kernels.default_path imports this module (a cycle at import time)
 
     with warnings.catch_warnings():
@@ -280,8 +286,8 @@ def _noise(kernel: str, epsilon: float, delta: float, iterations: int, chains: i
             nm = float(k._budget_noise(1.0))
             k.init.set_ratio_noise(0.0)  # DPSGLD._ratio_noise_multiplier on the default path
             return nm, k.init
-        k = (K.DPHMC(_no_model, num_steps=num_steps, control_variate=bool(control_variate), **kw) if kernel == "DPHMC"
-             else K.DPPenalty(_no_model, control_variate=bool(control_variate), **kw))
+        k = (K.DPHMC(_no_model, num_steps=num_steps, control_variate=bool(control_variate), gradients=gradients,
+                     **kw) if kernel == "DPHMC" else K.DPPenalty(_no_model, control_variate=bool(control_variate), **kw))
         k.init.configure(epsilon=k.epsilon, delta=k.delta, num_chains=k.num_chains, non_private=False)
         k._calibrate()
         nm = float(k._ratio_noise_multiplier())
@@ -482,6 +488,57 @@ def _langevin_move(nm, quantile, grad_norm, T, n, D, sd_max, num_samples, num_ch
     return math.sqrt(eta) / guess, math.sqrt(eta) / sd_max, 1.0, num_chains * langevin_ess(eta, sd_max, num_samples)
 
 
+#: DP-HMC's default path releases gradients where :func:`hmc_gradient_gain` is at least this
+HMC_GRADIENT_GAIN = 1.0
+
+
+@functools.lru_cache(maxsize=64)
+def _profile_at(name: str, num_latents: int) -> ModelProfile:
+    """The built-in profile ``name`` with ``num_latents`` latents as near as it has them
+    (logistic and Poisson: :math:`d+1`, linear: :math:`d+2`; at least one feature), whitened."""
+    return model_profile(name, max(num_latents - (2 if name == "linear" else 1), 1)).whitened()
+
+
+@functools.lru_cache(maxsize=256)
+def hmc_gradient_gain(*, num_rows: int, epsilon: float, delta: float, dim: int, num_samples: int,
+                      warmup_steps: int, num_chains: int = 1, temperature: float = 1.0, num_steps: int = 5) -> float:
+    r"""How many times the effective samples DP-HMC's default path is forecast to give with its
+    gradient releases over the same kernel without them (``DPHMC(gradients=False)``: the
+    trajectory on a zero gradient, a random walk of :math:`L` steps, with the whole per-iteration
+    budget on the test, as DPPenalty's default path): the geometric mean over the built-in
+    profiles (:data:`PROFILES`, at ``dim`` latents, whitened as the default path is) of
+    :func:`predicted_move`'s ratio. Data-free: :math:`N`, the budget, the run and the model's
+    size only. The default path releases gradients where it is at least
+    :data:`HMC_GRADIENT_GAIN` (``DPHMC(gradients=None)``).
+
+    Why: the test's noise per unit of move grows with the gradients' share of the budget
+    (variance :math:`(1 + L/r^2)(1 + r^2/L) \ge 4` times the random walk's, ``docs/tuning.md``),
+    and a noise-limited move is short whatever proposes it; the gradients pay once the noise no
+    longer limits the move (large :math:`N\varepsilon`). Measured on the default suite at
+    :math:`N = 5\cdot10^4` (``docs/choosing.md``): the walk was the more accurate at ε = 2,
+    the gradients at ε = 8.
+
+    >>> [round(hmc_gradient_gain(num_rows=50_000, epsilon=e, delta=1e-5, dim=4, num_samples=1000,
+    ...                          warmup_steps=500), 2) for e in (2.0, 8.0)]
+    [0.81, 6.96]
+    """
+    n, D, L = _check_int("num_rows", num_rows, 2), _check_int("dim", dim, 1), _check_int("num_steps", num_steps, 1)
+    samples, warmup = _check_int("num_samples", num_samples, 1), _check_int("warmup_steps", warmup_steps, 0)
+    chains, eps, T = _check_int("num_chains", num_chains, 1), _check_pos("epsilon", epsilon), float(temperature)
+    log_gain = 0.0
+    for name in PROFILES:
+        profile, ess = _profile_at(name, D), []
+        for grads in (True, False):
+            nm, tuner = _noise("DPHMC", eps, float(delta), samples + warmup, chains, T, L, True, grads)
+            ess.append(predicted_move(
+                kernel="DPHMC" if grads else "DPPenalty", num_rows=n, noise_multiplier=nm,
+                clip=profile.quantile(tuner.ratio_quantile(n)), grad_norm=profile.quantile(tuner.grad_quantile),
+                fisher=profile.fisher, num_samples=samples, warmup_steps=warmup, num_chains=chains, temperature=T,
+                num_steps=L, control_variate=True)[3])
+        log_gain += math.log(max(ess[0], 1e-300) / max(ess[1], 1e-300)) / len(PROFILES)
+    return math.exp(log_gain)
+
+
 def feasibility(model: Union[str, ModelProfile], *, num_rows: int, epsilon: float, delta: float = 1e-5,
                 dim: Optional[int] = None, kernel: str = "DPPenalty", num_samples: int = 1000,
                 warmup_steps: int = 1000, num_chains: int = 1, temperature: float = 1.0, num_steps: int = 5,
@@ -545,20 +602,25 @@ def feasibility(model: Union[str, ModelProfile], *, num_rows: int, epsilon: floa
     profile, whitened = _chain_coordinates(profile, kernel, whiten)
     iterations = samples + warmup
 
-    def at(n_rows: int, e: float, noise=None):
-        nm, tuner = noise if noise is not None else _noise(kernel, e, float(delta), iterations, chains, T, L, cv)
+    def at(n_rows: int, e: float, silent: bool = False):
+        grads = None
+        if kernel == "DPHMC" and cv:  # the kernel's own choice (hmc_gradient_gain), data-free
+            grads = hmc_gradient_gain(num_rows=n_rows, epsilon=e, delta=float(delta), dim=profile.num_latents,
+                                      num_samples=samples, warmup_steps=warmup, num_chains=chains,
+                                      temperature=T, num_steps=L) >= HMC_GRADIENT_GAIN
+        nm, tuner = _noise(kernel, e, float(delta), iterations, chains, T, L, cv, grads is not False)
         b = profile.quantile(tuner.ratio_quantile(n_rows))
         g = profile.quantile(tuner.grad_quantile)
-        r = predicted_move(kernel=kernel, num_rows=n_rows, noise_multiplier=nm, clip=b, grad_norm=g,
-                           fisher=profile.fisher, num_samples=samples, warmup_steps=warmup, num_chains=chains,
-                           temperature=T, num_steps=L, control_variate=cv)
+        as_kernel = "DPPenalty" if grads is False else kernel  # without gradients: the random walk's forecast
+        r = predicted_move(kernel=as_kernel, num_rows=n_rows, noise_multiplier=0.0 if silent else nm, clip=b,
+                           grad_norm=g, fisher=profile.fisher, num_samples=samples, warmup_steps=warmup,
+                           num_chains=chains, temperature=T, num_steps=L, control_variate=cv)
         if kernel == "DPSGLD":  # the clip it reports: the kernel's gradient clip (langevin_default)
             b = LANGEVIN_CLIP_HEADROOM * max(b, g)
-        return nm, b, r
+        return nm, b, r, grads
 
-    noise = _noise(kernel, eps, float(delta), iterations, chains, T, L, cv)
-    nm, b, (start_ratio, ratio, acc, ess) = at(n, eps, noise)
-    ceiling = at(n, eps, (0.0, noise[1]))[2][3]
+    nm, b, (start_ratio, ratio, acc, ess), grads = at(n, eps)
+    ceiling = at(n, eps, silent=True)[2][3]
     goal = min(target, ceiling / 2.0)
 
     def search(f, lo, hi):  # smallest x in [lo, hi] (geometric bisection) with f(x) >= goal, or None
@@ -573,9 +635,9 @@ def feasibility(model: Union[str, ModelProfile], *, num_rows: int, epsilon: floa
                 break
         return hi
 
-    rows = search(lambda x: at(int(round(x)), eps, noise)[2][3], 10.0, 1e10)
+    rows = search(lambda x: at(int(round(x)), eps)[2][3], 10.0, 1e10)
     eps_needed = search(lambda e: at(n, e)[2][3], 1e-3, 1e4)
     smallest = ess * smallest_estimate_factor(profile.num_latents)
     return Feasibility(kernel, n, eps, float(delta), nm, b, start_ratio, ratio, acc, ess, smallest, ceiling, whitened,
                        target, ess >= target, None if rows is None else int(math.ceil(rows)),
-                       None if eps_needed is None else float(f"{eps_needed:.3g}"))
+                       None if eps_needed is None else float(f"{eps_needed:.3g}"), grads)

@@ -206,15 +206,16 @@ def test_dphmc_s_advice_names_dppenalty_where_its_forecast_is_twice_as_large():
     """DPHMC's end-of-chain advice names DPPenalty where DPPenalty's default path (same budget, run
     and clips) is forecast to give at least ALTERNATIVE_GAIN = 2 times the effective samples: at
     eps = 2 on 5000 rows (3.5 against 1.3), not at eps = 100 (11 against 200). Fails for advice
-    that always or never names it."""
+    that always or never names it. (At eps = 2 the default path itself leaves the gradients out,
+    hmc_gradient_gain, and is then the random walk DPPenalty would run: no advice.)"""
     from pyro.infer import MCMC
 
     from pyro_dp.models.default_suite import linear_model, make_linear_data
 
     X, y = make_linear_data(5000, 0)
 
-    def advice(eps):
-        k = pyro_dp.DPHMC(linear_model, epsilon=eps, seed=0)
+    def advice(eps, gradients=True):
+        k = pyro_dp.DPHMC(linear_model, epsilon=eps, seed=0, gradients=gradients)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             MCMC(k, num_samples=200, warmup_steps=100, disable_progbar=True).run(X, y)
@@ -222,6 +223,7 @@ def test_dphmc_s_advice_names_dppenalty_where_its_forecast_is_twice_as_large():
 
     assert "DPPenalty(model, epsilon=...) is forecast" in advice(2.0)
     assert "DPPenalty" not in advice(100.0)
+    assert "DPPenalty" not in advice(2.0, gradients=None)
 
 
 def test_the_prediction_is_whitened_as_the_default_paths_run():
@@ -312,3 +314,15 @@ def test_dpsgld_is_predicted_free_of_the_noise_limit():
     sd = 1 / 100.0  # (T N F)^(-1/2)
     a = 0.3 * (2 ** 0.5 / 100.0) ** 2 / (2 * sd * sd)  # guess = sqrt(D) / (g sqrt(N))
     assert ess == pytest.approx(1000 * a / (2 - a)) and ratio == pytest.approx((0.3 * 2 / 100.0 ** 2) ** 0.5 / sd)
+
+
+def test_dphmc_is_forecast_as_its_default_path_runs_with_or_without_gradients():
+    """feasibility(kernel="DPHMC") follows the kernel's data-free choice (hmc_gradient_gain): at
+    eps = 2 on 5·10⁴ rows it leaves the gradients out and is forecast as DPPenalty's random walk
+    on the same budget; at eps = 8 it keeps them and is forecast above it. Fails for a forecast
+    that ignores the choice."""
+    kw = dict(num_rows=50_000, num_samples=1000, warmup_steps=500)
+    lo, pen = (feasibility("linear", epsilon=2.0, kernel=k, **kw) for k in ("DPHMC", "DPPenalty"))
+    hi, pen_hi = (feasibility("linear", epsilon=8.0, kernel=k, **kw) for k in ("DPHMC", "DPPenalty"))
+    assert lo.gradients is False and lo.ess == pytest.approx(pen.ess, rel=1e-9) and pen.gradients is None
+    assert hi.gradients is True and hi.ess > 1.5 * pen_hi.ess

@@ -52,7 +52,6 @@ are public (the private start's and tuner's releases, or the user's settings).
 """
 from __future__ import annotations
 
-import functools
 import math
 from typing import NamedTuple, Optional
 
@@ -67,10 +66,10 @@ from .mh import MHState, RatioRelease, valid_move
 from .proposals import accept_uniform, penalty_log_accept_threshold, sample_momentum
 from .tuning import posterior_scale_guess
 
-__all__ = ["ControlVariate", "release_reference", "reference_rows", "release_residual", "cv_penalty_release_accept", "default_curvature_clip",
-           "reference_noise_multiplier", "cv_gradient_release_fn", "cv_dphmc_step_fn", "hmc_release_fns", "hmc_reference_noise_multiplier",
-           "ControlVariateClient", "DEFAULT_CURVATURE_FACTOR", "DEFAULT_REFERENCE_SHARE",
-           "REFERENCE_CLIP_HEADROOM", "TILT_WARNING_SD"]
+__all__ = ["ControlVariate", "release_reference", "reference_rows", "release_residual", "cv_penalty_release_accept",
+           "default_curvature_clip", "reference_noise_multiplier", "cv_gradient_release_fn", "cv_dphmc_step_fn",
+           "cv_walk_step", "hmc_release_fns", "hmc_reference_noise_multiplier", "ControlVariateClient",
+           "DEFAULT_CURVATURE_FACTOR", "DEFAULT_REFERENCE_SHARE", "REFERENCE_CLIP_HEADROOM", "TILT_WARNING_SD"]
 
 #: :math:`\kappa` of :func:`default_curvature_clip`: a row's curvature bound in units of the mean
 #: row's (measured on logistic regression in whitened coordinates: the rows' 0.99 quantile was
@@ -290,6 +289,35 @@ def hmc_release_fns(lik, temperature, num_steps: int, grad_spec, ratio_spec, cv:
     return (lambda _: cv_gradient_release_fn(*args),
             lambda _: cv_dphmc_step_fn(lik, temperature, num_steps, grad_spec, ratio_spec, cv, curvature_clip,
                                        reference_clip, shards))
+
+
+def cv_walk_step(rng, noise, state, lik, *, step_size: float, num_steps: int, inv_mass, mass_sqrt,
+                 llr_noise_multiplier: float, control_variate):
+    r"""One iteration of DP-HMC without gradient releases (``DPHMC(gradients=False)``, or where
+    its default path finds they do not pay: :func:`~pyro_dp.forecast.hmc_gradient_gain`):
+    ``(HMCState, HMCInfo)`` as :func:`~.hmc.hmc_step`'s. The leapfrog on a zero gradient is
+    :math:`	heta_L = 	heta + L\eta M^{-1}p_0`, :math:`p_L = p_0` — a Gaussian random walk
+    (Neal 2011 §5.2 with :math:`U` constant: :math:`K(p_0) - K(p_L) = 0`), symmetric, so its
+    log q-ratio is 0 — tested by the penalty test on Taylor residuals
+    (:func:`cv_penalty_release_accept`, module docstring step 2). ``control_variate``: ``(cv, h,
+    b')``. Draws: the momentum (algorithm stream), the release's standard normal (secret
+    stream), the accept uniform (algorithm stream). One release per iteration, the ratio's."""
+    from .hmc import HMCInfo, HMCState  # here: hmc imports this module
+
+    cv, h, b = control_variate
+    z = state.z
+    p0 = sample_momentum(rng, mass_sqrt, z)  # the algorithm's stream, as hmc_step draws it
+    z_new = z + (num_steps * step_size) * inv_mass * p0  # L leapfrog steps on a zero gradient (data-free)
+    rel, accepted = cv_penalty_release_accept(lik, noise, rng, MHState(z, state.log_prior, None, state.loglik), z_new,
+                                              0.0, cv=cv, curvature_clip=h, reference_clip=b,
+                                              noise_multiplier=llr_noise_multiplier)
+    lambda_hat = rel.log_ratio + (rel.log_prior - state.log_prior)  # post-processing: the adaptation's input
+    ok = bool(valid_move(rel.log_prior, lambda_hat, rel.noise_var))
+    prob = float(torch.exp(penalty_log_accept_threshold(lambda_hat, rel.noise_var))) if ok else 0.0
+    new = HMCState(z_new, rel.log_prior, rel.cache_new, None) if accepted else state._replace(loglik=rel.cache_old)
+    info = HMCInfo(accepted, tuple(rel.events), rel.clipped_fraction, 0.0, rel.clipped_fraction, prob,
+                   float(step_size), z_new, rel.noise_std, True)
+    return new, info
 
 
 def hmc_reference_noise_multiplier(num_iterations: int, num_steps: int, noise_ratio: float, share: float) -> float:

@@ -242,7 +242,8 @@ class DefaultPath:
         n, T = getattr(self.lik, "global_num_rows", self.lik.num_rows), self.lik.temperature
         d, iterations = self.lik.dim, int(self.num_iterations or DEFAULT_ITERATIONS)
         warmup = min(int(self._warmup_steps), iterations)
-        kernel = kernel or ("DPHMC" if type(self).__name__ == "DPHMC" else "DPPenalty")
+        if kernel is None:  # DP-HMC without gradient releases is the random walk (control_variate.cv_walk_step)
+            kernel = "DPHMC" if type(self).__name__ == "DPHMC" and self.uses_gradients else "DPPenalty"
         return predicted_move(
             kernel=kernel, num_rows=n,
             noise_multiplier=noise_multiplier * math.sqrt(longer), clip=self.llr_clip, grad_norm=result.grad_clip,

@@ -50,13 +50,17 @@ from pyro.ops.dual_averaging import DualAveraging
 from ..accounting.algorithms import (default_noise_ratio, dphmc_events, dphmc_max_iterations,
                                     dphmc_max_iterations_zcdp, dphmc_mu)
 from ..compiled import cached_zeros
-from ..mechanisms import GaussianReleaseSpec, clip_and_sum, gaussian_event, gaussian_release_spec
+from ..mechanisms import GaussianReleaseSpec, gaussian_event, gaussian_release_spec
 from . import control_variate as cv_mod
 from .base import DPKernel, check_positive
-from .mh import Proposal, RatioRelease, can_fuse, propose_release_accept, valid_move
+from .default_path import DEFAULT_ITERATIONS
+from .hmc_graphs import flat_gradient as _flat_gradient, one_graph_or_eager as _one_graph_or_eager, xi_like as _xi_like
+from .mh import RatioRelease, can_fuse, propose_release_accept, valid_move
 from .prior_sweeps import PriorOnlySweeps
-from .proposals import (accept_uniform, gradient_release_fn, jitter_factor, kinetic_energy, leapfrog,
+from .proposals import DEFAULT_TARGET_ACCEPT_PROB as WALK_TARGET_ACCEPT
+from .proposals import (accept_uniform, gradient_release_fn, jitter_factor,
                         penalty_log_accept_threshold, release_gradient, sample_momentum)
+from .trajectory import KineticRatio, TrajectoryEnd, trajectory_proposal
 from .tuning import init_to_center
 
 #: Leapfrog steps per iteration when ``num_steps`` is not given (each costs one gradient release).
@@ -124,68 +128,6 @@ class HMCInfo(NamedTuple):
     proposal: torch.Tensor
     noise_std: float
     ratio_released: bool
-
-
-class KineticRatio(NamedTuple):
-    r"""DP-HMC's log q-ratio :math:`K(p_0) - K(p_L)` (:func:`~.proposals.kinetic_energy`): HMC is
-    MH on :math:`(\theta, p)` with a reversible, volume-preserving trajectory, so the momentum's
-    density ratio is the proposal's (Neal 2011 §5.2; Räisä et al. 2021 Thm 3.1). Given by the
-    momenta at the trajectory's ends and the inverse mass; :meth:`added_to` adds it.
-
-    :ivar p0: the momentum drawn at the start.
-    :ivar p: the momentum at the trajectory's end.
-    :ivar inv_mass: :math:`M^{-1}` (diagonal or scalar).
-    """
-
-    p0: torch.Tensor
-    p: torch.Tensor
-    inv_mass: torch.Tensor
-
-    def added_to(self, x):
-        """``x + K(p_0) - K(p_L)``, the terms added in this order."""
-        return x + kinetic_energy(self.p0, self.inv_mass) - kinetic_energy(self.p, self.inv_mass)
-
-
-class TrajectoryEnd(NamedTuple):
-    """What a DP-HMC trajectory computed at its end :math:`\theta_L` and hands to the ratio
-    release (:attr:`~.mh.Proposal.aux`).
-
-    :ivar loglik: the per-example log-likelihoods at :math:`\theta_L` (private: used only inside
-        the ratio release), from the last gradient release's model evaluation.
-    :ivar log_prior: the log prior at :math:`\theta_L` (data-free).
-    :ivar releases: the ``L`` gradient releases (their clipped and total rows: non-private counts).
-    """
-
-    loglik: torch.Tensor
-    log_prior: torch.Tensor
-    releases: tuple
-
-
-def trajectory_proposal(gradient, num_steps: int, p0, step_size, inv_mass, grad_clip, xis):
-    r"""DP-HMC's trajectory as a proposal of the MH core, ``propose(rng, noise, state) ->
-    Proposal``: ``L`` leapfrog steps (:func:`~.proposals.leapfrog`) from :math:`(\theta, p_0)` on the
-    released gradients of ``gradient`` (:func:`gradient_release_fn`; the ``j``-th with the
-    standard normal ``xis[j]``), starting from the state's released :math:`G(\theta)` (thesis
-    Alg. 3). Its log q-ratio is the :class:`KineticRatio`, its ``aux`` the
-    :class:`TrajectoryEnd`, its ``grad`` :math:`G(\theta_L)` (reused if accepted). The
-    randomness is drawn before it (the momentum ``p0`` from the algorithm stream, ``xis`` from the
-    secret stream by the release spec), so ``rng`` and ``noise`` are unused and it is a pure
-    tensor function."""
-
-    def propose(rng, noise, state):
-        draws, rels = iter(range(num_steps)), []
-
-        def grad_fn(zz):
-            g, ll, lp, rel = gradient(zz, grad_clip, xis[next(draws)])
-            rels.append(rel)
-            return g, (ll, lp)
-
-        traj = leapfrog(state.z, p0, state.grad, step_size, num_steps, inv_mass, grad_fn)
-        ll, lp = traj.aux[-1]
-        return Proposal(traj.z, KineticRatio(p0, traj.p, inv_mass), grad=traj.grad,
-                        aux=TrajectoryEnd(ll, lp, tuple(rels)))
-
-    return propose
 
 
 def trajectory_release_accept(lik, temperature, ratio_spec: GaussianReleaseSpec, ratio_terms, llr_clip, xi_l, u,
@@ -258,40 +200,6 @@ def dphmc_step_fn(lik, temperature, num_steps: int, grad_spec: GaussianReleaseSp
         return prop.z, prop.log_q_ratio.p, prop.grad, rel.cache_new, rel.log_prior, flags
 
     return step
-
-
-def _traced_ratio_terms(ll_new, ll_old, clip):
-    return clip_and_sum(ll_new - ll_old, clip)
-
-
-def _one_graph_or_eager(lik, cl, name, make, example, scalars, like):
-    """``(fn, scalars)``: ``make(terms)`` built on the compiled likelihood ``cl``'s traced terms
-    and compiled into one graph (:meth:`~pyro_dp.compiled.CompiledLikelihood.fused_graph`, on
-    ``example(*scalars as tensors)``), with ``scalars`` as tensors of ``like``'s dtype; else
-    (``cl`` is ``None``, or the model or a chunked pass cannot be one graph: decided from code
-    and shapes, before any draw) ``make(terms)`` on the likelihood's own functions, run as it is
-    with ``scalars`` as they are. ``terms``: ``(gradient terms, prior terms, ratio terms)``."""
-    if cl is not None:
-        tensors = tuple(torch.as_tensor(v, dtype=like.dtype, device=like.device) for v in scalars)
-        graph = cl.fused_graph(name, make((cl.clipped_grad_terms, cl.log_prior_terms, _traced_ratio_terms)),
-                               example(*tensors))
-        if graph is not None:
-            return graph, tensors
-    return make((lik.clipped_grad_sum, lik.log_prior_and_grad, lik.clipped_difference_sum)), scalars
-
-
-def _xi_like(z, count=None):
-    """Zeros of the shape of the standard normals drawn for ``count`` gradient releases at ``z``
-    (one if ``None``): a graph's example input, float64 as the release specs draw them."""
-    shape = tuple(z.shape) if count is None else (count,) + tuple(z.shape)
-    return torch.zeros(shape, dtype=torch.float64, device=z.device)
-
-
-def _flat_gradient(gradient):
-    def flat(z, clip, xi):
-        g, ll, lp, rel = gradient(z, clip, xi)
-        return g, ll, lp, rel.num_clipped, rel.num_rows
-    return flat
 
 
 def hmc_init(lik, z: torch.Tensor) -> HMCState:
@@ -423,6 +331,13 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
         chain's start, after one reference-gradient release (:mod:`pyro_dp.kernels.control_variate`);
         ``curvature_clip``, ``reference_share`` and ``reference_noise_multiplier`` as for
         :class:`~pyro_dp.kernels.penalty.DPPenalty`. Default (``None``): on the default path.
+    :param bool gradients: release gradients (``True``, thesis Alg. 3) or not (``False``: the
+        trajectory on a zero gradient, a random walk of ``L`` steps under the same test,
+        :func:`~pyro_dp.kernels.control_variate.cv_walk_step`; on the control variate only, and
+        with ``llr_noise_multiplier`` alone when the noise is given). Default (``None``): on the default path, where
+        :func:`pyro_dp.forecast.hmc_gradient_gain` forecasts they pay (data-free, from
+        :math:`N`, the budget, the run and the model's size; ``docs/choosing.md``), else
+        ``True``. :attr:`uses_gradients` says which; so do ``diagnostics()`` and ``logging()``.
 
     **The default path** (``MCMC(DPHMC(model))``, ``DPHMC(model, epsilon=2.0)``): with
     ``step_size``, ``grad_clip`` or ``llr_clip`` left out, a
@@ -498,6 +413,7 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
         curvature_clip: Optional[float] = None,
         reference_share: float = cv_mod.DEFAULT_REFERENCE_SHARE,
         reference_noise_multiplier: Optional[float] = None,
+        gradients: Optional[bool] = None,
         **kwargs,
     ):
         auto = tuple(n for n, v in (("step_size", step_size), ("grad_clip", grad_clip), ("llr_clip", llr_clip))
@@ -522,14 +438,19 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
         self.mass = None if mass is None else check_positive("mass", mass)
         self.jitter = bool(jitter)
         self.adapt_step_size = bool(adapt_step_size)
-        if target_accept_prob is None:
-            target_accept_prob = DEFAULT_TARGET_ACCEPT_PROB if "step_size" in auto else 0.8
-        self.target_accept_prob = float(target_accept_prob)
+        self._target_given = target_accept_prob is not None
+        self.target_accept_prob = float(DEFAULT_TARGET_ACCEPT_PROB if "step_size" in auto else 0.8) \
+            if target_accept_prob is None else float(target_accept_prob)
         if not 0.0 < self.target_accept_prob < 1.0:
             raise ValueError(f"target_accept_prob must be in (0, 1), got {target_accept_prob!r}")
         self.noise_ratio = default_noise_ratio(self.num_steps) if noise_ratio is None else check_positive(
             "noise_ratio", noise_ratio)
-        given = (grad_noise_multiplier is not None, llr_noise_multiplier is not None)
+        if gradients is not None and not isinstance(gradients, bool):
+            raise TypeError(f"gradients must be True, False or None, got {gradients!r}")
+        if gradients is False and grad_noise_multiplier is not None:
+            raise ValueError("gradients=False releases no gradients: leave grad_noise_multiplier out")
+        given = (grad_noise_multiplier is not None or (gradients is False and llr_noise_multiplier is not None),
+                 llr_noise_multiplier is not None)
         if given == (False, False):
             if self.non_private:
                 raise ValueError("non_private=True is the noise-free test mode: set both noise multipliers to 0")
@@ -537,16 +458,20 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
         elif given != (True, True):
             raise ValueError("give both grad_noise_multiplier and llr_noise_multiplier, or neither (calibration)")
         else:
-            grad_noise_multiplier = check_positive(
-                "grad_noise_multiplier", grad_noise_multiplier, allow_zero=self.non_private
-            )
-            llr_noise_multiplier = check_positive(
-                "llr_noise_multiplier", llr_noise_multiplier, allow_zero=self.non_private
-            )
+            if gradients is not False:
+                grad_noise_multiplier = check_positive("grad_noise_multiplier", grad_noise_multiplier,
+                                                       allow_zero=self.non_private)
+            llr_noise_multiplier = check_positive("llr_noise_multiplier", llr_noise_multiplier,
+                                                  allow_zero=self.non_private)
         self.grad_noise_multiplier = grad_noise_multiplier
         self.llr_noise_multiplier = llr_noise_multiplier
+        self.llr_noise_multiplier_given = given == (True, True)
         self._init_control_variate(control_variate, curvature_clip, reference_share, reference_noise_multiplier,
                                    explicit_noise=given == (True, True))
+        if gradients is False and not self.control_variate:
+            raise ValueError("gradients=False (a random walk of num_steps steps under the penalty test) runs on the "
+                             "control variate: leave control_variate out (or True), or use DPPenalty")
+        self._gradients = gradients
         self._adapted_step_size = self.step_size
         self._step_floor = 0.0
         if self.auto_tuned:
@@ -555,12 +480,34 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
     def _rows_per_iteration(self):
         # auto_compile: num_steps gradient sums and one ratio over every row (the released gradient is reused)
         n = float(self.lik.num_rows)
-        return "hmc", n, self.num_steps * n
+        return ("hmc", n, self.num_steps * n) if self.uses_gradients else ("penalty", n, 0.0)
+
+    @property
+    def uses_gradients(self) -> bool:
+        """Whether this run releases gradients (``gradients``): as given; else on the default path
+        (step size and noise left to it, control variate on) where
+        :func:`~pyro_dp.forecast.hmc_gradient_gain` is at least
+        :data:`~pyro_dp.forecast.HMC_GRADIENT_GAIN` for this :math:`N`, budget and run (data-free;
+        decided at set-up, before the plan); else ``True``."""
+        if self._gradients is not None:
+            return self._gradients
+        if (self.llr_noise_multiplier_given or not self.control_variate or "step_size" not in self.auto_tuned
+                or self.epsilon is None or getattr(self, "lik", None) is None):
+            return True
+        from ..forecast import HMC_GRADIENT_GAIN, hmc_gradient_gain  # here: forecast imports the kernels
+        iterations = int(self.num_iterations or DEFAULT_ITERATIONS)
+        warmup = min(int(self._warmup_steps), iterations - 1)
+        return hmc_gradient_gain(
+            num_rows=int(getattr(self.lik, "global_num_rows", self.lik.num_rows)), epsilon=float(self.epsilon),
+            delta=float(self.delta), dim=max(int(self.lik.likelihood_dim), 1), num_samples=iterations - warmup,
+            warmup_steps=warmup, num_chains=int(self.num_chains or 1), temperature=float(self.lik.temperature),
+            num_steps=self.num_steps) >= HMC_GRADIENT_GAIN
 
     # ------------------------------------------------------------------ privacy plan
     def _events_for(self, nm_l: float, nm_g: float):
-        # thesis Alg. 3 / Thm 11: G_{1,0} once per chain; per iteration L gradients + 1 ratio
-        return dphmc_events(self.num_steps, nm_l, nm_g)
+        # thesis Alg. 3 / Thm 11: G_{1,0} once per chain; per iteration L gradients + 1 ratio (without gradients: the ratio)
+        fixed, per = dphmc_events(self.num_steps, nm_l, nm_g or 0.0)
+        return (fixed, per) if self.uses_gradients else ([], per[:1])
 
     def _per_iteration_events(self):
         return self._events_for(self.llr_noise_multiplier, self.grad_noise_multiplier)[1]
@@ -580,17 +527,19 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
 
     def _calibrate(self):
         if self.llr_noise_multiplier is None:
-            r = self.noise_ratio
-            k = cv_mod.hmc_reference_noise_multiplier(int(self.num_iterations), self.num_steps, r,
+            r, grads = self.noise_ratio, self.uses_gradients
+            k = cv_mod.hmc_reference_noise_multiplier(int(self.num_iterations), self.num_steps if grads else 0, r,
                                                       self.reference_share) if self.control_variate else None
 
             def events(s):  # control_variate: one reference release per chain, at nm = k s
                 fixed, per = self._events_for(s, r * s)
                 return ([gaussian_event(k * s)] if k else []) + list(fixed), per
             s = self._calibrate_scale(events)
-            self.llr_noise_multiplier, self.grad_noise_multiplier = s, r * s
+            self.llr_noise_multiplier, self.grad_noise_multiplier = s, (r * s if grads else None)
             if k:
                 self.reference_noise_multiplier = k * s
+            if not self._target_given:  # the walk's target is the random walk's (proposals.DEFAULT_TARGET_ACCEPT_PROB)
+                self.target_accept_prob = DEFAULT_TARGET_ACCEPT_PROB if grads else WALK_TARGET_ACCEPT
 
     # ------------------------------------------------------------------ lifecycle
     _chain_attrs = DPKernel._chain_attrs + ("_grad_clip_sum", "_llr_clip_sum", "_llr_count", "_adapted_step_size",
@@ -612,7 +561,9 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
         if self.control_variate:  # near the start no move is noise-limited: a noise-free start, adapted in warmup
             sd = self._tune_control_variate(result)
             if "step_size" in self.auto_tuned:
-                eta = sd / max(self.lik.likelihood_dim, 1) ** 0.25  # leapfrog on a Gaussian of scale sd (Neal 2011 §5.4.4)
+                d_lik = max(self.lik.likelihood_dim, 1)  # leapfrog on a Gaussian of scale sd (Neal 2011 §5.4.4); the
+                # walk's L eta: DPPenalty's start, 2.38 sd / sqrt(D) (Roberts, Gelman & Gilks 1997)
+                eta = sd / d_lik ** 0.25 if self.uses_gradients else 2.38 * sd / (self.num_steps * math.sqrt(d_lik))
                 self.step_size = self._adapted_step_size = eta
                 self._step_floor = eta / 10.0
         elif "step_size" in self.auto_tuned:
@@ -666,8 +617,12 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
         if self.control_variate:  # module control_variate: the reference once per chain, then its residuals
             events = self._ensure_reference(state.z)
             cv = (self._cv, self.curvature_clip, self.reference_clip)
-        state, info = hmc_step(self._rng, self._noise, state, self.lik, grad_clip=self.grad_clip,
-                               llr_clip=self.llr_clip, control_variate=cv, **kw)
+        if self.uses_gradients:
+            state, info = hmc_step(self._rng, self._noise, state, self.lik, grad_clip=self.grad_clip,
+                                   llr_clip=self.llr_clip, control_variate=cv, **kw)
+        else:  # the trajectory on a zero gradient: a random walk of L steps (control_variate.cv_walk_step)
+            kw.pop("grad_noise_multiplier")
+            state, info = cv_mod.cv_walk_step(self._rng, self._noise, state, self.lik, control_variate=cv, **kw)
         if events:
             info = info._replace(events=events + tuple(info.events))
         self._grad_clip_sum += info.grad_clipped_fraction
@@ -694,7 +649,8 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
                 "ratio clipped fraction": self._llr_clip_sum / max(self._llr_count, 1)}
 
     def diagnostics(self) -> dict:
-        return {**super().diagnostics(), "step size": self._adapted_step_size}
+        return {**super().diagnostics(), "step size": self._adapted_step_size, "gradients": self.uses_gradients}
 
     def logging(self):
-        return {**super().logging(), "step size": f"{self._adapted_step_size:.3g}"}
+        return {**super().logging(), "step size": f"{self._adapted_step_size:.3g}",
+                **({} if self.uses_gradients else {"gradients": "none (walk)"})}

@@ -78,16 +78,46 @@ def _uncentred_z(make, y, mean, sd):
         cv_mod.release_reference = real
 
 
+def _exact_and_uncentred_off(make):
+    """The noise-free chain of ``make()`` targets the conjugate posterior (mean and sd within 4 MC
+    standard errors); the mutant with the reference rows zeroed is more than 10 MC s.e. off."""
+    y = _data()
+    mean, sd = _exact(y)
+    zm, zs = _z(_run(make(), y), mean, sd)
+    assert abs(zm) < 4 and abs(zs) < 4
+    assert abs(_uncentred_z(make, y, mean, sd)) > 10
+
+
+def _tilted_within_4_se_and_no_penalty_too_wide(make):
+    """The chain of ``make()`` matches exp(ξ_G μ)·posterior (ξ_G, the reference release's noise,
+    read from the kernel) within 4 MC standard errors in mean and sd; the mutant with the
+    penalty's −σ²/2 dropped (the noisy test accepts too often) comes out too wide. Returns the
+    kernel."""
+    y = _data()
+
+    def tilted(k, draws):
+        return _z(draws, *_exact(y, tilt=float(k._cv.released - k._cv.rows.sum(0))))
+
+    k = make()
+    zm, zs = tilted(k, _run(k, y))
+    assert abs(zm) < 4 and abs(zs) < 4
+    real = cv_mod.penalty_log_accept_threshold
+    cv_mod.penalty_log_accept_threshold = lambda lam, var: torch.clamp(lam, max=0.0)
+    try:
+        k_bad = make()
+        draws_bad = _run(k_bad, y)
+    finally:
+        cv_mod.penalty_log_accept_threshold = real
+    assert tilted(k_bad, draws_bad)[1] > 4
+    return k
+
+
 def test_without_noise_the_chain_targets_the_posterior_and_an_uncentred_residual_does_not():
     """noise_multiplier = 0 (the non-private test mode): the residual test is the exact ratio, so
     the chain targets the conjugate posterior (mean and sd within 4 MC standard errors). Mutant:
     residuals not centred by the reference gradients (the rows zeroed, Ĝ still added) count
     the gradient at the start twice: the mean moves by about 3 posterior sds."""
-    y = _data()
-    mean, sd = _exact(y)
-    zm, zs = _z(_run(_kernel(0.0), y), mean, sd)
-    assert abs(zm) < 4 and abs(zs) < 4
-    assert abs(_uncentred_z(lambda: _kernel(0.0), y, mean, sd)) > 10
+    _exact_and_uncentred_off(lambda: _kernel(0.0))
 
 
 def test_with_noise_the_chain_targets_the_posterior_tilted_by_the_reference_noise():
@@ -95,24 +125,8 @@ def test_with_noise_the_chain_targets_the_posterior_tilted_by_the_reference_nois
     target tilted by the reference release's noise ξ_G (module docstring): the chain's mean and sd
     match exp(ξ_G μ)·posterior within 4 MC standard errors, ξ_G read from the kernel. Mutant: the
     penalty's −σ²/2 dropped (the noisy test accepts too often): the sd comes out too wide."""
-    y = _data()
-    k = _kernel(300.0, reference_share=0.5)
-    draws = _run(k, y)
-    xi = float(k._cv.released - k._cv.rows.sum(0))
-    mean, sd = _exact(y, tilt=xi)
-    zm, zs = _z(draws, mean, sd)
-    assert abs(zm) < 4 and abs(zs) < 4
     # the noise matters: sigma = nm 2 h R |delta| = 300 * 2 * 1 * (3 * 0.032) * 0.05 ~ 2.9 at 3 sds from the start
-    real = cv_mod.penalty_log_accept_threshold
-    cv_mod.penalty_log_accept_threshold = lambda lam, var: torch.clamp(lam, max=0.0)
-    try:
-        k_bad = _kernel(300.0, reference_share=0.5)
-        draws_bad = _run(k_bad, y)
-    finally:
-        cv_mod.penalty_log_accept_threshold = real
-    xi_bad = float(k_bad._cv.released - k_bad._cv.rows.sum(0))
-    _, zs_bad = _z(draws_bad, *_exact(y, tilt=xi_bad))
-    assert zs_bad > 4
+    _tilted_within_4_se_and_no_penalty_too_wide(lambda: _kernel(300.0, reference_share=0.5))
 
 
 def test_the_kernel_contract():
@@ -195,32 +209,14 @@ def test_dphmc_without_noise_targets_the_posterior_and_an_uncentred_gradient_doe
     """DPHMC(control_variate=True), noise-free: the residual test is the exact ratio and the
     gradients exact, so the chain targets the conjugate posterior (4 MC s.e.). Mutant: the rows
     zeroed (gradient differences and residuals not centred; Ĝ still added): about 3 sds off."""
-    y = _data()
-    mean, sd = _exact(y)
-    zm, zs = _z(_run(_hmc(0.0, 0.0), y), mean, sd)
-    assert abs(zm) < 4 and abs(zs) < 4
-    assert abs(_uncentred_z(lambda: _hmc(0.0, 0.0), y, mean, sd)) > 10
+    _exact_and_uncentred_off(lambda: _hmc(0.0, 0.0))
 
 
 def test_dphmc_with_noise_targets_the_tilted_posterior():
     """With noise on the gradients and the ratio (σ on a typical trajectory about 1), the chain
     targets the posterior tilted by the reference noise ξ_G (module docstring): mean and sd within
     4 MC standard errors. Mutant: the penalty's −σ²/2 dropped: the sd comes out too wide."""
-    y = _data()
-    k = _hmc(300.0, 300.0, reference_share=0.5)
-    draws = _run(k, y)
-    xi = float(k._cv.released - k._cv.rows.sum(0))
-    zm, zs = _z(draws, *_exact(y, tilt=xi))
-    assert abs(zm) < 4 and abs(zs) < 4
-    real = cv_mod.penalty_log_accept_threshold
-    cv_mod.penalty_log_accept_threshold = lambda lam, var: torch.clamp(lam, max=0.0)
-    try:
-        k_bad = _hmc(300.0, 300.0, reference_share=0.5)
-        draws_bad = _run(k_bad, y)
-    finally:
-        cv_mod.penalty_log_accept_threshold = real
-    _, zs_bad = _z(draws_bad, *_exact(y, tilt=float(k_bad._cv.released - k_bad._cv.rows.sum(0))))
-    assert zs_bad > 4
+    _tilted_within_4_se_and_no_penalty_too_wide(lambda: _hmc(300.0, 300.0, reference_share=0.5))
 
 
 def test_dphmc_contract_and_accounting():
@@ -294,3 +290,107 @@ def test_the_releases_carry_the_noise_their_events_record():
         return SimpleNamespace(event=real(nm, relation).event, draw=weak.draw, release=weak.release)
 
     assert not check(half)
+
+
+# ------------------------------------------------------------------ DP-HMC without gradient releases
+def _walk(nm_l, **kw):
+    """DPHMC(gradients=False): the trajectory on a zero gradient, a random walk of L eta = 0.06
+    (about 2 posterior sds) under the residual test; the reference nm from the share of mu^2."""
+    from pyro_dp import DPHMC
+
+    kw.setdefault("init_strategy", init_to_value(values={"mu": torch.tensor(0.5 - 3 / math.sqrt(1000.0),
+                                                                             dtype=torch.float64)}))
+    share = kw.pop("reference_share", 0.9)
+    nm_ref = 0.0 if nm_l == 0 else cv_mod.reference_noise_multiplier(nm_l, 4500, share)
+    return DPHMC(gauss_model, 0.02, 3, 4.0, 4.0, None, nm_l, control_variate=True, curvature_clip=1.0,
+                 reference_noise_multiplier=nm_ref, seed=0, noise_seed=1, non_private=nm_l == 0, gradients=False, **kw)
+
+
+def test_dphmc_without_gradients_targets_the_posterior_and_an_uncentred_residual_does_not():
+    """DPHMC(gradients=False), noise-free: a symmetric random walk under the exact ratio, so the
+    chain targets the conjugate posterior (4 MC s.e.). Mutant: the reference rows zeroed (the
+    residuals not centred, Ĝ still added): about 3 sds off."""
+    _exact_and_uncentred_off(lambda: _walk(0.0))
+
+
+def test_dphmc_without_gradients_targets_the_tilted_posterior():
+    """With noise (σ about 1 on a typical move) the walk keeps detailed balance for the posterior
+    tilted by the reference noise ξ_G: mean and sd within 4 MC standard errors. Mutant: the
+    penalty's −σ²/2 dropped: the sd comes out too wide."""
+    k = _tilted_within_4_se_and_no_penalty_too_wide(lambda: _walk(300.0, reference_share=0.5))
+    assert not k.uses_gradients and k.diagnostics()["gradients"] is False
+
+
+def test_dphmc_without_gradients_contract_and_accounting():
+    """The kit over DPHMC(gradients=False), and its calibrated ledger against dp_accounting's PLD:
+    per chain one reference release (nm_G for a share of mu^2 against one ratio per iteration),
+    then one ratio per iteration (nm_l), no gradient release at all; nm_l and nm_G are
+    DPPenalty's on the same budget (the same releases)."""
+    import dp_accounting
+
+    from pyro_dp import DPHMC
+
+    check_kernel(lambda: _walk(2.0), _data(60), name="hmc_walk")
+    k = DPHMC(gauss_model, 0.05, 3, 3.0, 3.0, control_variate=True, curvature_clip=1.0, epsilon=2.0, delta=1e-5,
+              seed=0, accountant="pld", gradients=False)
+    p = DPPenalty(gauss_model, 0.05, llr_clip=3.0, control_variate=True, curvature_clip=1.0, epsilon=2.0, delta=1e-5,
+                  seed=0, accountant="pld")
+    for kernel in (k, p):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            MCMC(kernel, num_samples=30, warmup_steps=10, disable_progbar=True).run(_data(200))
+    nm_l, nm_ref = k.llr_noise_multiplier, k.reference_noise_multiplier
+    assert k.grad_noise_multiplier is None
+    assert (nm_l, nm_ref) == (pytest.approx(p.noise_multiplier, rel=1e-12), pytest.approx(p.reference_noise_multiplier,
+                                                                                          rel=1e-12))
+    assert nm_ref == pytest.approx(cv_mod.reference_noise_multiplier(nm_l, 40, 0.9), rel=1e-12)
+    assert k.ledger.num_releases == 1 + 40
+    acc = dp_accounting.pld.PLDAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE,
+                                          value_discretization_interval=1e-4)
+    acc.compose(dp_accounting.GaussianDpEvent(2 * nm_ref), 1)
+    acc.compose(dp_accounting.GaussianDpEvent(2 * nm_l), 40)
+    eps = k.get_epsilon(1e-5)
+    assert eps <= 2.0 * (1 + 1e-6) and eps <= acc.get_epsilon(1e-5) * (1 + 2e-3)
+
+
+def test_the_default_path_releases_gradients_only_where_the_forecast_says_they_pay():
+    """DPHMC(model, epsilon=...) decides before the plan, data-free, by hmc_gradient_gain: on 5000
+    rows at eps = 2 the gradients do not pay (no gradient release in the ledger: the private
+    start's and tuner's, one reference, one ratio per iteration), at eps = 1000 they do (L + 1
+    gradients per iteration); gradients=True keeps them. Fails for a kernel that always or never
+    releases them."""
+    from pyro_dp import DPHMC
+    from pyro_dp.forecast import HMC_GRADIENT_GAIN, hmc_gradient_gain
+    from pyro_dp.models.default_suite import linear_model, make_linear_data
+
+    X, yy = make_linear_data(5000, 0)
+
+    def run(eps, **kw):
+        k = DPHMC(linear_model, epsilon=eps, seed=0, **kw)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            MCMC(k, num_samples=20, warmup_steps=10, disable_progbar=True).run(X, yy)
+        gain = hmc_gradient_gain(num_rows=5000, epsilon=eps, delta=k.delta, dim=k.lik.likelihood_dim,
+                                 num_samples=20, warmup_steps=10)
+        return k, gain
+
+    walk, gain = run(2.0)
+    assert gain < HMC_GRADIENT_GAIN and not walk.uses_gradients and walk.grad_noise_multiplier is None
+    assert walk.ledger.by_label()[""] == 1 + 30  # the reference and 30 ratios; the tuner's carry their labels
+    assert walk.target_accept_prob == 0.3 and walk.logging()["gradients"] == "none (walk)"
+    hmc, gain = run(1000.0)
+    assert gain >= HMC_GRADIENT_GAIN and hmc.uses_gradients and hmc.ledger.by_label()[""] >= 1 + 30 * 6
+    forced, _ = run(2.0, gradients=True)
+    assert forced.uses_gradients and forced.target_accept_prob == 0.5
+
+
+def test_bad_gradients_settings_are_refused():
+    from pyro_dp import DPHMC
+
+    with pytest.raises(TypeError, match="gradients must be"):
+        DPHMC(gauss_model, epsilon=1.0, gradients="yes")
+    with pytest.raises(ValueError, match="leave grad_noise_multiplier out"):
+        DPHMC(gauss_model, 0.1, 3, 1.0, 1.0, 2.0, 2.0, gradients=False, control_variate=True, curvature_clip=1.0,
+              reference_noise_multiplier=1.0)
+    with pytest.raises(ValueError, match="use DPPenalty"):
+        DPHMC(gauss_model, epsilon=1.0, gradients=False, control_variate=False)
