@@ -203,7 +203,7 @@ def test_the_default_dphmc_trajectory_holds_prior_only_sites_and_sweeps_them_dat
     prior_sweeps), which also carry the released gradient's prior part to their new point. A
     model with every latent in the likelihood keeps unit mass. (The plain kernel,
     ``control_variate=False``; with the default control variate every coordinate starts at the
-    noise-free step sd/d_lik^(1/4).)"""
+    noise-free step sd/d_lik^(1/4), or, where the gradients do not pay, L eta = 2.38 sd/sqrt(d_lik).)"""
     import math
 
     k = pyro_dp.DPHMC(two_level, epsilon=2.0, num_iterations=500, seed=0, control_variate=False)
@@ -217,11 +217,14 @@ def test_the_default_dphmc_trajectory_holds_prior_only_sites_and_sweeps_them_dat
     k.setup(0, data(n=5000)[1])
     k.sample(k.initial_params)
     assert torch.equal(k._inv_mass, torch.ones(1, dtype=torch.float64))
-    k = pyro_dp.DPHMC(two_level, epsilon=2.0, num_iterations=500, seed=0)  # the default: control variate
-    k.setup(0, *data(n=5000))
-    k.sample(k.initial_params)
-    assert k.control_variate and k.step_size == pytest.approx(k._scale_guess / 3 ** 0.25, rel=1e-12)
-    torch.testing.assert_close(k._inv_mass, torch.tensor([0.0, 0.0, 1.0, 1.0, 1.0], dtype=torch.float64))
+    for gradients in (True, None):  # the default: control variate (gradients where they pay: not here, a walk)
+        k = pyro_dp.DPHMC(two_level, epsilon=2.0, num_iterations=500, seed=0, gradients=gradients)
+        k.setup(0, *data(n=5000))
+        k.sample(k.initial_params)
+        step = (k._scale_guess / 3 ** 0.25 if k.uses_gradients
+                else 2.38 * k._scale_guess / (k.num_steps * math.sqrt(3)))  # the walk's L eta: 2.38 sd / sqrt(d_lik)
+        assert k.control_variate and k.uses_gradients == bool(gradients) and k.step_size == pytest.approx(step, rel=1e-12)
+        torch.testing.assert_close(k._inv_mass, torch.tensor([0.0, 0.0, 1.0, 1.0, 1.0], dtype=torch.float64))
 
 
 def test_the_prior_sweeps_carry_a_released_gradient_to_the_new_point():
