@@ -96,6 +96,7 @@ def main(argv=None):
     p.add_argument("eps", type=float)
     p.add_argument("seed", type=int)
     p.add_argument("--scaled", action="store_true", help="covariates in the unit ball (scales 1, 1, 1)")
+    p.add_argument("--warmup", type=int, default=500, help="warmup_steps of the DP run (default 500)")
     p.add_argument("--cache", default=os.environ.get("UNSCALED_REF", "results/unscaled_glms_nuts.json"))
     a = p.parse_args(argv)
     torch.set_num_threads(1)
@@ -107,7 +108,7 @@ def main(argv=None):
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        mcmc = MCMC(kernel, num_samples=1000, warmup_steps=500, disable_progbar=True)
+        mcmc = MCMC(kernel, num_samples=1000, warmup_steps=a.warmup, disable_progbar=True)
         mcmc.run(*args)
     seconds = time.perf_counter() - t0
     samples = mcmc.get_samples()
@@ -118,7 +119,8 @@ def main(argv=None):
         ess = min(float(effective_sample_size(v.reshape(1, v.shape[0], -1), 0, 1).min()) for v in samples.values())
     errs = [c["mean_err"] for c in coords.values()]
     ratios = [c["sd_ratio"] for c in coords.values()]
-    print(json.dumps(dict(model=a.model, data=tag, kernel=a.kernel, eps=a.eps, seed=a.seed, err=max(errs),
+    print(json.dumps(dict(model=a.model, data=tag, kernel=a.kernel, eps=a.eps, seed=a.seed, warmup=a.warmup,
+                          err=max(errs),
                           rmin=min(ratios), rmax=max(ratios), right=ds.criterion(coords), ess=ess,
                           warned=bool(warned), spent=kernel.get_epsilon(1e-5), seconds=round(seconds, 1),
                           worst=max(coords, key=lambda k: coords[k]["mean_err"]), warnings=warned)))

@@ -229,6 +229,9 @@ class Feasibility:
         below :math:`10^{10}`.
     :ivar epsilon_needed: the :math:`\varepsilon` at which it does on these :math:`N` rows
         (``None``: not below :math:`10^4`).
+    :ivar gradients: DPHMC only (else ``None``): whether its default path releases gradients at
+        this :math:`N` and budget (:func:`hmc_gradient_gain`); without them it is predicted as the
+        random walk it then runs.
     """
 
     kernel: str
@@ -248,8 +251,6 @@ class Feasibility:
     usable: bool
     rows_needed: Optional[int]
     epsilon_needed: Optional[float]
-    #: DPHMC: whether its default path releases gradients at this :math:`N` and budget
-    #: (:func:`hmc_gradient_gain`); ``None`` for the other kernels
     gradients: Optional[bool] = None
 
 

@@ -326,3 +326,18 @@ def test_dphmc_is_forecast_as_its_default_path_runs_with_or_without_gradients():
     hi, pen_hi = (feasibility("linear", epsilon=8.0, kernel=k, **kw) for k in ("DPHMC", "DPPenalty"))
     assert lo.gradients is False and lo.ess == pytest.approx(pen.ess, rel=1e-9) and pen.gradients is None
     assert hi.gradients is True and hi.ess > 1.5 * pen_hi.ess
+
+
+def test_hmc_gradient_gain_refuses_bad_input_and_grows_with_n_and_epsilon():
+    """Data-free inputs checked as feasibility's; the gain grows with N and with ε (the noise limit
+    recedes), below 1 at 10⁴ rows and ε = 2, above at 2·10⁵ rows and ε = 8."""
+    from pyro_dp.forecast import hmc_gradient_gain
+
+    kw = dict(delta=1e-5, dim=5, num_samples=1000, warmup_steps=500)
+    for bad in (dict(num_rows=1, epsilon=2.0), dict(num_rows=1000, epsilon=0.0), dict(num_rows=1000, epsilon=1.0,
+                                                                                      num_steps=0)):
+        with pytest.raises(ValueError):
+            hmc_gradient_gain(**{**kw, **bad})
+    gains = [hmc_gradient_gain(num_rows=n, epsilon=e, **kw) for n, e in ((10_000, 2.0), (50_000, 2.0), (50_000, 8.0),
+                                                                          (200_000, 8.0))]
+    assert gains[0] < gains[1] < gains[2] < gains[3] and gains[0] < 1.0 < gains[3]
