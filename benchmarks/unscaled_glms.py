@@ -97,6 +97,7 @@ def main(argv=None):
     p.add_argument("seed", type=int)
     p.add_argument("--scaled", action="store_true", help="covariates in the unit ball (scales 1, 1, 1)")
     p.add_argument("--warmup", type=int, default=500, help="warmup_steps of the DP run (default 500)")
+    p.add_argument("--plain", action="store_true", help="control_variate=False (DPPenalty, DPHMC: the plain test)")
     p.add_argument("--cache", default=os.environ.get("UNSCALED_REF", "results/unscaled_glms_nuts.json"))
     a = p.parse_args(argv)
     torch.set_num_threads(1)
@@ -104,7 +105,7 @@ def main(argv=None):
     args = scaled_data(a.model, a.seed, a.scaled)
     tag = "scaled" if a.scaled else "unscaled"
     ref = reference(a.model, a.seed, a.scaled, a.cache)
-    kernel = getattr(pyro_dp, a.kernel)(sm.model, epsilon=a.eps)
+    kernel = getattr(pyro_dp, a.kernel)(sm.model, epsilon=a.eps, **({"control_variate": False} if a.plain else {}))
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -119,7 +120,7 @@ def main(argv=None):
         ess = min(float(effective_sample_size(v.reshape(1, v.shape[0], -1), 0, 1).min()) for v in samples.values())
     errs = [c["mean_err"] for c in coords.values()]
     ratios = [c["sd_ratio"] for c in coords.values()]
-    print(json.dumps(dict(model=a.model, data=tag, kernel=a.kernel, eps=a.eps, seed=a.seed, warmup=a.warmup,
+    print(json.dumps(dict(model=a.model, data=tag, kernel=a.kernel, eps=a.eps, seed=a.seed, warmup=a.warmup, plain=a.plain,
                           err=max(errs),
                           rmin=min(ratios), rmax=max(ratios), right=ds.criterion(coords), ess=ess,
                           warned=bool(warned), spent=kernel.get_epsilon(1e-5), seconds=round(seconds, 1),
