@@ -531,11 +531,12 @@ def hmc_gradient_gain(*, num_rows: int, epsilon: float, delta: float, dim: int, 
     n, D, L = _check_int("num_rows", num_rows, 2), _check_int("dim", dim, 1), _check_int("num_steps", num_steps, 1)
     samples, warmup = _check_int("num_samples", num_samples, 1), _check_int("warmup_steps", warmup_steps, 0)
     chains, eps, T = _check_int("num_chains", num_chains, 1), _check_pos("epsilon", epsilon), float(temperature)
+    noises = {grads: _noise("DPHMC", eps, float(delta), samples + warmup, chains, T, L, True, grads)
+              for grads in (True, False)}  # the kernel's calibration with and without gradients: profile-free
     log_gain = 0.0
     for name in PROFILES:
         profile, ess = _profile_at(name, D), []
-        for grads in (True, False):
-            nm, tuner = _noise("DPHMC", eps, float(delta), samples + warmup, chains, T, L, True, grads)
+        for grads, (nm, tuner) in noises.items():
             ess.append(predicted_move(
                 kernel="DPHMC" if grads else "DPPenalty", num_rows=n, noise_multiplier=nm,
                 clip=profile.quantile(tuner.ratio_quantile(n)), grad_norm=profile.quantile(tuner.grad_quantile),

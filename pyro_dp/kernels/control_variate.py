@@ -179,6 +179,14 @@ def cv_penalty_release_accept(lik, noise, rng, state: MHState, z_new: torch.Tens
     step 2), eager (the likelihood's passes are compiled when it is). Its randomness is drawn
     before the data is read, in the penalty kernel's order: the release's standard normal (secret
     stream), then the accept uniform (algorithm stream)."""
+    return _cv_penalty_test(lik, noise, rng, state, z_new, log_q_ratio, cv, curvature_clip, reference_clip,
+                            noise_multiplier)[:2]
+
+
+def _cv_penalty_test(lik, noise, rng, state: MHState, z_new, log_q_ratio, cv, curvature_clip, reference_clip,
+                     noise_multiplier):
+    """:func:`cv_penalty_release_accept`'s ``(RatioRelease, accepted)`` and the test's acceptance
+    probability (0 for an invalid move; post-processing, what DP-HMC's step-size adaptation reads)."""
     spec = gaussian_release_spec(noise_multiplier)
     T, z = float(lik.temperature), state.z
     loglik = state.cache if state.cache is not None else lik.per_example_loglik(z)
@@ -192,11 +200,13 @@ def cv_penalty_release_accept(lik, noise, rng, state: MHState, z_new: torch.Tens
     log_ratio = T * estimate
     noise_var = (T * rel.noise_std) ** 2
     lambda_hat = log_ratio + (lp_new - state.log_prior) + torch.as_tensor(log_q_ratio, dtype=log_ratio.dtype)
-    accepted = bool(torch.log(u) < penalty_log_accept_threshold(lambda_hat, noise_var)) \
-        and bool(valid_move(lp_new, lambda_hat, noise_var))  # data-free validity
+    log_prob = penalty_log_accept_threshold(lambda_hat, noise_var)
+    ok = bool(valid_move(lp_new, lambda_hat, noise_var))  # data-free validity
+    accepted = bool(torch.log(u) < log_prob) and ok
     n_rows = float(rel.num_rows)
-    return RatioRelease(log_ratio, noise_var, lp_new, (spec.event,), float(rel.num_clipped) / n_rows if n_rows else 0.0,
-                        float(rel.noise_std), cache_new=ll_new, cache_old=loglik), accepted
+    return (RatioRelease(log_ratio, noise_var, lp_new, (spec.event,), float(rel.num_clipped) / n_rows if n_rows else 0.0,
+                         float(rel.noise_std), cache_new=ll_new, cache_old=loglik), accepted,
+            float(torch.exp(log_prob)) if ok else 0.0)
 
 
 def reference_noise_multiplier(noise_multiplier: float, num_iterations: float, share: float) -> float:
@@ -296,7 +306,7 @@ def cv_walk_step(rng, noise, state, lik, *, step_size: float, num_steps: int, in
     r"""One iteration of DP-HMC without gradient releases (``DPHMC(gradients=False)``, or where
     its default path finds they do not pay: :func:`~pyro_dp.forecast.hmc_gradient_gain`):
     ``(HMCState, HMCInfo)`` as :func:`~.hmc.hmc_step`'s. The leapfrog on a zero gradient is
-    :math:`	heta_L = 	heta + L\eta M^{-1}p_0`, :math:`p_L = p_0` — a Gaussian random walk
+    :math:`\theta_L = \theta + L\eta M^{-1}p_0`, :math:`p_L = p_0` — a Gaussian random walk
     (Neal 2011 §5.2 with :math:`U` constant: :math:`K(p_0) - K(p_L) = 0`), symmetric, so its
     log q-ratio is 0 — tested by the penalty test on Taylor residuals
     (:func:`cv_penalty_release_accept`, module docstring step 2). ``control_variate``: ``(cv, h,
@@ -308,12 +318,8 @@ def cv_walk_step(rng, noise, state, lik, *, step_size: float, num_steps: int, in
     z = state.z
     p0 = sample_momentum(rng, mass_sqrt, z)  # the algorithm's stream, as hmc_step draws it
     z_new = z + (num_steps * step_size) * inv_mass * p0  # L leapfrog steps on a zero gradient (data-free)
-    rel, accepted = cv_penalty_release_accept(lik, noise, rng, MHState(z, state.log_prior, None, state.loglik), z_new,
-                                              0.0, cv=cv, curvature_clip=h, reference_clip=b,
-                                              noise_multiplier=llr_noise_multiplier)
-    lambda_hat = rel.log_ratio + (rel.log_prior - state.log_prior)  # post-processing: the adaptation's input
-    ok = bool(valid_move(rel.log_prior, lambda_hat, rel.noise_var))
-    prob = float(torch.exp(penalty_log_accept_threshold(lambda_hat, rel.noise_var))) if ok else 0.0
+    rel, accepted, prob = _cv_penalty_test(lik, noise, rng, MHState(z, state.log_prior, None, state.loglik), z_new,
+                                           0.0, cv, h, b, llr_noise_multiplier)
     new = HMCState(z_new, rel.log_prior, rel.cache_new, None) if accepted else state._replace(loglik=rel.cache_old)
     info = HMCInfo(accepted, tuple(rel.events), rel.clipped_fraction, 0.0, rel.clipped_fraction, prob,
                    float(step_size), z_new, rel.noise_std, True)
