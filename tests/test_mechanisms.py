@@ -212,3 +212,65 @@ def test_batch_wrappers_draw_what_the_noise_source_draws():
         a, b = _seeded(), _seeded()
         assert torch.equal(wrapped(a), direct(b))
         assert torch.equal(a.standard_normal(()), b.standard_normal(()))
+
+
+def test_ledger_totals_follow_every_change():
+    """The ledger keeps its per-event totals as it records (the plan reads them before every
+    iteration: reading them must not cost the number of entries, which grows by two per
+    DP-HMC iteration); they always equal the totals recounted from the entries, whatever
+    changed them: records, merges, copies, pickles, a loaded state, an entry popped."""
+    import random
+
+    def recount(led):
+        out = {}
+        for e in led.entries:
+            out[e.event] = out.get(e.event, 0) + e.count
+        return out
+
+    rnd = random.Random(0)
+    events = [GaussianEvent(2.0), GaussianEvent(3.0), PureDPEvent(0.1)]
+    led = PrivacyLedger()
+    for i in range(300):
+        led.record(rnd.choice(events), rnd.randint(1, 3), label=rnd.choice(["", "", "tune:clip"]))
+        if i % 37 == 0:
+            led = pickle.loads(pickle.dumps(led))
+        if i % 41 == 0:
+            led = led.copy()
+        if i % 53 == 0:
+            other = PrivacyLedger()
+            other.record(GaussianEvent(9.0), 5)  # totals of its own before the load
+            other.load_state_dict(led.state_dict())
+            led = other
+        if i % 61 == 0:
+            led._entries.pop(), led._labels.pop()
+        assert led.aggregate() == recount(led) and led.num_releases == sum(recount(led).values())
+    assert len(led.entries) > 100  # the events alternate: many entries, few distinct events
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (2,), (3, 5), (4, 4), (20,)])
+@pytest.mark.parametrize("count", [0, 1, 7, 10, 16])
+def test_standard_normals_are_count_successive_draws(shape, count):
+    """``standard_normals(count, shape)`` (DP-HMC's L gradient normals in fewer generator calls)
+    draws exactly what ``count`` calls of ``standard_normal(shape)`` draw, and leaves the stream
+    where they leave it."""
+    from pyro_dp.mechanisms import gaussian_release_spec
+
+    a, b = _seeded(), _seeded()
+    many = a.standard_normals(count, shape)
+    one_by_one = [b.standard_normal(shape) for _ in range(count)]
+    expected = torch.stack(one_by_one) if count else torch.zeros((0,) + shape, dtype=torch.float64)
+    assert many.dtype == torch.float64 and torch.equal(many, expected)
+    assert torch.equal(a.standard_normal((3,)), b.standard_normal((3,)))  # the same position after
+    spec = gaussian_release_spec(1.5)
+    assert torch.equal(spec.draw_each(a, count, shape), torch.stack([spec.draw(b, shape) for _ in range(count)])
+                       if count else torch.zeros((0,) + shape, dtype=torch.float64))
+    c = _seeded()
+    assert torch.equal(gaussian_release_spec(0.0).draw_each(c, count, shape), torch.zeros((count,) + shape,
+                                                                                          dtype=torch.float64))
+    assert torch.equal(c.standard_normal(()), _seeded().standard_normal(()))  # nothing drawn without noise
+
+
+def test_standard_normals_in_secure_mode_draw_one_release_at_a_time():
+    n = NoiseSource(secure_mode=True)
+    out = n.standard_normals(5, (2,))
+    assert out.shape == (5, 2) and out.dtype == torch.float64 and bool(torch.isfinite(out).all())

@@ -265,8 +265,8 @@ def hmc_step(
         lambda e, g, c: (z, p0, state.grad, state.loglik, state.log_prior, e, inv_mass, g, c, _xi_like(z, L),
                          cached_zeros((), torch.float64, z.device), cached_zeros((), u_dtype, z.device)),
         (step_size, grad_clip, llr_clip), z)
-    # the L gradient normals, one release after another (a single [L, D] draw would use the stream differently)
-    xis = torch.stack([g_spec.draw(noise, z.shape, device=z.device) for _ in range(L)])
+    # the L gradient normals, one release after another (draw_each: as L draws would make them)
+    xis = g_spec.draw_each(noise, L, z.shape, device=z.device)
     xi_l = l_spec.draw_tentative(noise, (), device=z.device)  # withdrawn below if the ratio is not released
     rng_mark = rng.get_state() if u_dtype != z.dtype else None
     u = accept_uniform(rng, cached_zeros((), u_dtype, z.device))

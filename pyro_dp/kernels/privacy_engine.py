@@ -30,6 +30,8 @@ knows nothing of MCMC:
 """
 from __future__ import annotations
 
+import itertools
+
 import logging
 import math
 import secrets
@@ -452,8 +454,12 @@ class PrivacyEngine:
         """After a step: record what it released in the live ledger (calling ``on_release()``
         after each: the worker processes' shared counters, :mod:`pyro_dp.kernels.workers`),
         then check that it released no more than was ``declared``."""
-        for ev in events:
-            self.record(ev, on_release=on_release)
+        for ev, run in itertools.groupby(events):  # a run of equal releases as one entry: the same ledger
+            n = sum(1 for _ in run)
+            self.live.record(ev, n)
+            if on_release is not None:
+                for _ in range(n):
+                    on_release()
         if not _within(_counts(events), declared):
             raise RuntimeError(
                 f"internal error: {owner} released {list(events)} but declared "

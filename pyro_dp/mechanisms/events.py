@@ -247,12 +247,34 @@ class PrivacyLedger:
             return
         label = str(label)
         labels = self._label_list()
+        totals = self._totals()  # before the entries change: kept up to date below
         if self._entries and self._entries[-1].event == event and labels[-1] == label:
             last = self._entries[-1]
             self._entries[-1] = LedgerEntry(last.event, last.count + count)
         else:
             self._entries.append(LedgerEntry(event, count))
             labels.append(label)
+        totals[event] = totals.get(event, 0) + count
+        self.__dict__["_agg"] = (self._agg_key(), totals)
+
+    def _agg_key(self) -> tuple:
+        # the list object itself (held, so its id cannot be reused), its length and last entry
+        return (self._entries, len(self._entries), self._entries[-1] if self._entries else None)
+
+    def _totals(self) -> dict:
+        """``{event: total count}``, kept as entries are recorded, so that reading it costs the
+        number of distinct events, not of entries: a kernel whose iteration releases two kinds of
+        event (DP-HMC's gradients and ratio) adds two entries per iteration, and the plan reads
+        the totals before every iteration (it was quadratic in the run's length). Recomputed
+        when the entries were set some other way (a copy, a pickle from before the cache)."""
+        cached, key = self.__dict__.get("_agg"), self._agg_key()
+        if cached is None or cached[0][0] is not key[0] or cached[0][1:] != key[1:]:
+            out: dict = {}
+            for e in self._entries:
+                out[e.event] = out.get(e.event, 0) + e.count
+            cached = (key, out)
+            self.__dict__["_agg"] = cached
+        return cached[1]
 
     def _label_list(self) -> list:
         """The labels, one per entry (a ledger pickled before labels existed has none: ``""``)."""
@@ -303,15 +325,12 @@ class PrivacyLedger:
 
     def aggregate(self) -> dict:
         """``{event: total count}``; composition is commutative for every accountant here."""
-        out: dict = {}
-        for e in self._entries:
-            out[e.event] = out.get(e.event, 0) + e.count
-        return out
+        return dict(self._totals())
 
     @property
     def num_releases(self) -> int:
         """Total number of mechanism releases recorded."""
-        return sum(e.count for e in self._entries)
+        return sum(self._totals().values())
 
     def __len__(self) -> int:
         return self.num_releases
@@ -331,6 +350,7 @@ class PrivacyLedger:
     def load_state_dict(self, state: dict) -> None:
         self.relation = state["relation"]
         self._entries, self._labels = [], []
+        self.__dict__.pop("_agg", None)
         labels = state.get("labels") or [""] * len(state["entries"])  # a state saved before labels: ""
         for (ev, cnt), label in zip(state["entries"], labels):
             self.record(ev, cnt, label=label)

@@ -269,6 +269,16 @@ class GaussianReleaseSpec:
             return noise.standard_normal(shape).to(device if device is not None else noise.device)
         return torch.zeros(tuple(shape), dtype=torch.float64, device=device if device is not None else noise.device)
 
+    def draw_each(self, noise: NoiseSource, count: int, shape=(), device=None) -> torch.Tensor:
+        """``[count, *shape]``: the standard normals of ``count`` releases of ``shape`` made one
+        after another, exactly as ``count`` calls of :meth:`draw` (stacked) would draw them
+        (:meth:`NoiseSource.standard_normals`: fewer generator calls where that is provably the same)."""
+        shards = getattr(noise, "shards", None)
+        out = device if device is not None else noise.device
+        if self.adds_noise and (shards is None or shards.rank == 0):
+            return noise.standard_normals(count, shape).to(out)
+        return torch.zeros((int(count),) + tuple(shape), dtype=torch.float64, device=out)
+
     def draw_tentative(self, noise: NoiseSource, shape=(), device=None) -> torch.Tensor:
         r""":meth:`draw`, for a release that a data-free test made *after* the draw may still call
         off (DP-HMC's ratio release, dropped when the trajectory leaves the support:
