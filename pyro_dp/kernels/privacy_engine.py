@@ -45,7 +45,7 @@ import torch
 from ..warn import warn_user
 from ..accounting import DEFAULT_ACCOUNTANT, UnsupportedEventError, calibrate, get_accountant
 from ..mechanisms import PrivacyEvent, PrivacyLedger
-from .plan import PrivacyPlan, counts as _counts, within as _within
+from .plan import PrivacyPlan, counts as _counts, plan_cap, within as _within
 from .workers import _owned_kernel
 
 __all__ = ["PrivacyEngine", "ChainLedger", "BudgetExhaustedWarning", "PrivacyNotice", "check_positive",
@@ -347,7 +347,8 @@ class PrivacyEngine:
             self.plan = None
             return
         self.plan = PrivacyPlan(self.epsilon, self.delta, fixed=list(fixed), per_iteration=list(per_iteration),
-                                accountant=self.accountant, num_chains=self.num_chains, relation=self.relation)
+                                accountant=self.accountant, num_chains=self.num_chains, relation=self.relation,
+                                cap=plan_cap(num_iterations))
         if num_iterations is not None and self.steps_allowed < num_iterations:
             warn_user(
                 f"the budget (epsilon={self.epsilon}, delta={self.delta}) allows only "

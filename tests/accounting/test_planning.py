@@ -227,3 +227,49 @@ def test_planned_ledger_counts():
 def test_bad_inputs(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+@pytest.mark.parametrize("accountant", ["gdp", "rdp", "pld"])
+def test_max_iterations_stops_at_its_cap_and_evaluates_nothing_above_it(accountant, monkeypatch):
+    """``cap``: the largest count that fits, or ``cap`` when the budget allows more, without
+    composing any count above the cap (the plan of a generous budget: minutes of PLD
+    composition for millions of iterations, 2026-11-29)."""
+    import pyro_dp.accounting.planning as planning
+
+    ev = [GaussianEvent(10.0)]
+    full = max_iterations(1.0, 1e-5, ev, accountant=accountant)
+    seen = []
+    real = planning.planned_epsilon
+
+    def spy(delta, k, *a, **kw):
+        seen.append(k)
+        return real(delta, k, *a, **kw)
+
+    monkeypatch.setattr(planning, "planned_epsilon", spy)
+    assert max_iterations(1.0, 1e-5, ev, accountant=accountant, cap=full + 3) == full  # the cap does not bind
+    assert max_iterations(1.0, 1e-5, ev, accountant=accountant, cap=full - 2) == full - 2
+    assert max(seen) <= full + 3
+    seen.clear()
+    # a generous budget: millions fit (Poisson-subsampled Gaussians where the accountant composes them)
+    generous = [SubsampledGaussianEvent(0.1, 16.0)] if accountant == "pld" else [GaussianEvent(16.0)]
+    assert max_iterations(200.0, 1e-5, generous, accountant=accountant, cap=1000) == 1000
+    assert max(seen) <= 1000
+    with pytest.raises(ValueError, match="cap"):
+        max_iterations(1.0, 1e-5, ev, cap=-1)
+
+
+def test_the_plan_says_when_its_cap_stopped_a_chain():
+    from pyro_dp.kernels.plan import PLAN_CAP_MIN, PrivacyPlan, counts, plan_cap
+    from pyro_dp.mechanisms import PrivacyLedger
+
+    plan = PrivacyPlan(200.0, 1e-5, fixed=[], per_iteration=[GaussianEvent(2.0)], cap=5)
+    assert plan.steps_allowed == 5 and plan.capped
+    led = PrivacyLedger()
+    led.record(GaussianEvent(2.0), 5)
+    step = counts([GaussianEvent(2.0)])
+    assert not plan.fits(led, counts([]), step)
+    assert "the plan covers" in plan.stop_cause(led, step, 0)
+    tight = PrivacyPlan(1.0, 1e-5, fixed=[], per_iteration=[GaussianEvent(10.0)], cap=100)
+    assert tight.steps_allowed == 7 and not tight.capped
+    assert "share of the budget" in tight.stop_cause(led, counts([GaussianEvent(10.0)] * 8), 0)
+    assert plan_cap(1500) == PLAN_CAP_MIN and plan_cap(None) is None
