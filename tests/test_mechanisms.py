@@ -274,3 +274,14 @@ def test_standard_normals_in_secure_mode_draw_one_release_at_a_time():
     n = NoiseSource(secure_mode=True)
     out = n.standard_normals(5, (2,))
     assert out.shape == (5, 2) and out.dtype == torch.float64 and bool(torch.isfinite(out).all())
+
+
+def test_standard_normals_go_through_a_subclass_draw():
+    """A source whose ``standard_normal`` is its own (the audits' weak-noise mutant,
+    ``pyro_dp.testing.ScaledNoiseSource``) scales every normal of ``standard_normals`` too: the
+    mutant of the CI audit was not caught when DP-HMC's L gradient normals bypassed it
+    (2026-11-29)."""
+    from pyro_dp.testing import ScaledNoiseSource
+
+    weak, ref = ScaledNoiseSource(_seeded(), 0.1), _seeded()
+    assert torch.equal(weak.standard_normals(10, (2,)), 0.1 * ref.standard_normals(10, (2,)))

@@ -31,7 +31,6 @@ knows nothing of MCMC:
 from __future__ import annotations
 
 import itertools
-
 import logging
 import math
 import secrets
