@@ -472,6 +472,7 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
             raise ValueError("gradients=False (a random walk of num_steps steps under the penalty test) runs on the "
                              "control variate: leave control_variate out (or True), or use DPPenalty")
         self._gradients = gradients
+        self._gradients_decided: Optional[bool] = None  # the default path's choice, fixed with its noise (_calibrate)
         self._adapted_step_size = self.step_size
         self._step_floor = 0.0
         if self.auto_tuned:
@@ -488,9 +489,13 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
         (step size and noise left to it, control variate on) where
         :func:`~pyro_dp.forecast.hmc_gradient_gain` is at least
         :data:`~pyro_dp.forecast.HMC_GRADIENT_GAIN` for this :math:`N`, budget and run (data-free;
-        decided at set-up, before the plan); else ``True``."""
+        decided at set-up, before the plan, and kept with the noise it calibrates: a later run's
+        other warmup length does not change it); else ``True``."""
         if self._gradients is not None:
             return self._gradients
+        decided = self.__dict__.get("_gradients_decided")  # (a kernel pickled before it existed: none)
+        if decided is not None:
+            return decided
         if (self.llr_noise_multiplier_given or not self.control_variate or "step_size" not in self.auto_tuned
                 or self.epsilon is None or getattr(self, "lik", None) is None):
             return True
@@ -528,6 +533,7 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
     def _calibrate(self):
         if self.llr_noise_multiplier is None:
             r, grads = self.noise_ratio, self.uses_gradients
+            self._gradients_decided = grads  # the noise below is calibrated for this choice: it stays
             k = cv_mod.hmc_reference_noise_multiplier(int(self.num_iterations), self.num_steps if grads else 0, r,
                                                       self.reference_share) if self.control_variate else None
 

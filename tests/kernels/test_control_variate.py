@@ -384,6 +384,35 @@ def test_the_default_path_releases_gradients_only_where_the_forecast_says_they_p
     assert forced.uses_gradients and forced.target_accept_prob == 0.5
 
 
+def test_the_gradient_choice_stays_with_the_noise_it_was_calibrated_for():
+    """The default path's choice is made with its noise calibration and kept: a later set-up of
+    the same kernel object with another warmup length (a second ``mcmc.run``) would forecast
+    the other choice, but the noise was calibrated for the first (before 2026-11-29 the choice was
+    re-derived and the second set-up failed: "the fixed releases alone exceed the privacy budget",
+    a gradient event of noise multiplier 0). Data-free: set-ups only."""
+    from pyro_dp import DPHMC
+    from pyro_dp.forecast import HMC_GRADIENT_GAIN, hmc_gradient_gain
+    from pyro_dp.models.default_suite import linear_model, make_linear_data
+
+    X, yy = make_linear_data(5000, 0)
+
+    def pays(eps, warmup):
+        return hmc_gradient_gain(num_rows=5000, epsilon=eps, delta=1e-5, dim=5, num_samples=1500 - warmup,
+                                 warmup_steps=warmup) >= HMC_GRADIENT_GAIN
+
+    eps = next(e for e in range(60, 400, 5) if pays(e, 500) != pays(e, 1))  # where the warmup flips the forecast
+    k = DPHMC(linear_model, epsilon=float(eps), num_iterations=1500, seed=0, jit_compile=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        k.setup(500, X, yy)
+        first, events = k.uses_gradients, k._per_iteration_events()
+        assert k.lik.likelihood_dim == 5 and first == pays(eps, 500)
+        k.cleanup()
+        k.setup(1, X, yy)
+    assert k.uses_gradients == first and k._per_iteration_events() == events
+    assert (k.grad_noise_multiplier is None) == (not first)
+
+
 def test_bad_gradients_settings_are_refused():
     from pyro_dp import DPHMC
 
