@@ -4,6 +4,7 @@ its whole state from the operating system.
 """
 from __future__ import annotations
 
+import math
 import secrets
 from typing import Optional
 
@@ -181,9 +182,7 @@ class NoiseSource:
         True
         """
         shape, count = tuple(shape), int(count)
-        m = 1
-        for s in shape:
-            m *= int(s)
+        m = math.prod(int(s) for s in shape)  # values per release
         # the fast path only where it is the base draw itself: a subclass's own standard_normal
         # (e.g. pyro_dp.testing.ScaledNoiseSource, the audits' weak-noise mutant) is called per release
         plain = type(self).standard_normal is NoiseSource.standard_normal
