@@ -550,15 +550,17 @@ class CompiledLikelihood:
         out = self._call("per_example_grad[idx]", grads, (z, padded), size)
         return out if out is None else (out[0][:b], out[1][:b])
 
-    def clipped_grad_terms(self, zz, c, i=None, valid=None) -> Tuple[torch.Tensor, ClippedSum]:
+    def clipped_grad_terms(self, zz, c, i=None, valid=None, count=True) -> Tuple[torch.Tensor, ClippedSum]:
         """Inside a graph: ``(ℓ [B], ClippedSum)`` of the per-example gradients at ``zz``
         (:meth:`_grads`, then the per-row rule, the clip to L2 norm ``c`` and the sum of
-        :func:`~pyro_dp.mechanisms.clip_and_sum`, column by column for forward-mode columns)."""
+        :func:`~pyro_dp.mechanisms.clip_and_sum`, column by column for forward-mode columns;
+        ``count=False``: the clipped rows are not counted)."""
         ll, g = self._grads(zz, i)
         if not isinstance(g, list) and g.shape[-1] <= COLUMNS_MAX_DIM:
             g = list(g.unbind(-1))  # one fused loop over the rows (COLUMNS_MAX_DIM)
-        cs = clip_and_sum_columns(g, c, valid) if isinstance(g, list) else clip_and_sum(g, c, valid)
-        return ll, cs
+        if isinstance(g, list):
+            return ll, clip_and_sum_columns(g, c, valid, count=count)
+        return ll, clip_and_sum(g, c, valid, count=count)
 
     def log_prior_terms(self, zz) -> Tuple[torch.Tensor, torch.Tensor]:
         """Inside a graph: ``(log prior, its gradient)`` at ``zz`` (data-free)."""

@@ -11,6 +11,7 @@
 * The full-data fused pass runs in chunks with the same result.
 """
 import json
+import math
 import pickle
 import warnings
 
@@ -394,12 +395,14 @@ def test_dphmc_fused_leapfrog_steps_give_the_eager_chain_and_ledger(num_steps):
     k = pyro_dp.DPHMC(gauss_model, 0.02, num_steps, 2.0, 2.0, 5.0, 3.0, seed=0, **GRAPH)
     MCMC(k, num_samples=3, warmup_steps=0, disable_progbar=True).run(y)
     names = sorted({key[0] for key, fn in k._jit_cache.items() if fn is not None})
-    # the step's graph and G_{1,0}'s (and the initial log prior), not the unfused release functions
+    # the step's graph and G_{1,0}'s (and the initial log prior), not the unfused release functions;
+    # without nonprivate_diagnostics their clipped sums do not count the clipped rows
     assert [n for n in names if n.startswith("dphmc_")] == [
-        "dphmc_gradient[T=1.0,nm_g=5.0]", f"dphmc_step[L={num_steps},T=1.0,nm_g=5.0,nm_l=3.0]"]
+        "dphmc_gradient[T=1.0,nm_g=5.0][uncounted]", f"dphmc_step[L={num_steps},T=1.0,nm_g=5.0,nm_l=3.0][uncounted]"]
     assert "clipped_grad_sum" not in names and "clipped_difference_sum" not in names
     # the non-private gradient clipped fraction (read from the graphs' counts in one transfer)
-    # is the eager one; a clip of 0.3 binds on about two thirds of the rows
+    # is the eager one; a clip of 0.3 binds on about two thirds of the rows; the chain and the
+    # ledger are those of the uncounted graphs
     fracs = []
     for extra in ({}, GRAPH):
         k = pyro_dp.DPHMC(gauss_model, 0.02, num_steps, 0.3, 2.0, 5.0, 3.0, nonprivate_diagnostics=True,
@@ -407,7 +410,39 @@ def test_dphmc_fused_leapfrog_steps_give_the_eager_chain_and_ledger(num_steps):
         m = MCMC(k, num_samples=10, warmup_steps=0, disable_progbar=True)
         m.run(y)
         fracs.append(m.diagnostics()["non-private gradient clipped fraction"]["chain 0"])
+        if extra:
+            assert sorted(key[0] for key, fn in k._jit_cache.items() if key[0].startswith("dphmc_")) == [
+                "dphmc_gradient[T=1.0,nm_g=5.0]", f"dphmc_step[L={num_steps},T=1.0,nm_g=5.0,nm_l=3.0]"]
     assert fracs[0] == fracs[1] and 0.1 < fracs[0] < 0.9
+
+
+def test_dphmc_counts_clipped_rows_only_for_nonprivate_diagnostics():
+    """The count of clipped rows is a statistic of the raw data that only
+    ``nonprivate_diagnostics=True`` shows; without it DP-HMC's graphs do not compute it (about
+    8 % of the compiled banana iteration, docs/performance.md) and the step's info says so with
+    NaN fractions, on both paths. The chain and the ledger are the same either way."""
+    from pyro_dp.kernels.hmc import hmc_init, hmc_step
+    from pyro_dp.mechanisms import NoiseSource
+
+    y = make_data(300, seed=3)
+    counted, ledger = _hmc_chain(gauss_model, y, 2, nonprivate_diagnostics=True, **GRAPH)
+    for extra in ({}, GRAPH):
+        got, got_ledger = _hmc_chain(gauss_model, y, 2, **extra)
+        assert got_ledger == ledger
+        _close(got, counted, 1e-12)
+    one = torch.ones(1, dtype=y.dtype)
+    kw = dict(step_size=0.02, num_steps=2, inv_mass=one, mass_sqrt=one, grad_clip=0.3, llr_clip=2.0,
+              grad_noise_multiplier=5.0, llr_noise_multiplier=3.0)
+    for extra in (GRAPH, {"jit_compile": False}):  # the likelihood of a compiled, then an eager kernel
+        k = pyro_dp.DPHMC(gauss_model, 0.02, 2, 0.3, 2.0, 5.0, 3.0, seed=0, **extra)
+        MCMC(k, num_samples=2, warmup_steps=0, disable_progbar=True).run(y)
+        lik = k.lik
+        assert (lik.compiled is not None) == bool(extra["jit_compile"])
+        for count, check in ((True, lambda f: 0.0 < f < 1.0), (False, math.isnan)):
+            state = hmc_init(lik, torch.zeros(lik.dim, dtype=y.dtype))
+            _, info = hmc_step(torch.Generator().manual_seed(0), NoiseSource(seed=1), state, lik,
+                               count_clipped=count, **kw)
+            assert check(info.grad_clipped_fraction) and check(info.clipped_fraction), (count, info)
 
 
 def _scale_model(y):

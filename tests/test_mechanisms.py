@@ -143,6 +143,27 @@ def test_clip_and_sum_columns_is_clip_and_sum_column_by_column():
         clip_and_sum_columns([], 1.0)
 
 
+def test_uncounted_clipped_sums_keep_the_total_and_say_they_did_not_count():
+    """``count=False`` (DP-HMC without ``nonprivate_diagnostics``): the same total and rows, the
+    clipped count :data:`NOT_COUNTED`, whose fraction is NaN (never a number that looks measured)."""
+    from pyro_dp.mechanisms import NOT_COUNTED, clip_and_sum, clip_and_sum_columns, clipped_fraction, sum_clipped
+
+    g = torch.Generator().manual_seed(1)
+    rows = torch.randn(30, 2, generator=g, dtype=torch.float64) * 2
+    rows[4, 0] = float("nan")
+    valid = (torch.arange(30) < 25).to(torch.float64)
+    for v in (None, valid):
+        for fn, x in ((clip_and_sum, rows), (clip_and_sum, rows[:, 0]), (clip_and_sum_columns, list(rows.T))):
+            a, b = fn(x, 1.5, v), fn(x, 1.5, v, count=False)
+            assert torch.equal(a.total, b.total) and int(a.num_rows) == int(b.num_rows)
+            assert int(a.num_clipped) > 0 and int(b.num_clipped) == NOT_COUNTED
+            assert b.num_clipped.dtype == torch.int64
+            assert 0 < clipped_fraction(a.num_clipped, a.num_rows) < 1
+            assert math.isnan(clipped_fraction(b.num_clipped, b.num_rows))
+            assert math.isnan(clipped_fraction(sum_clipped([b, b]).num_clipped, 2))  # chunks stay uncounted
+    assert clipped_fraction(0, 0) == 0.0 and clipped_fraction(torch.tensor(3), torch.tensor(4)) == 0.75
+
+
 # --------------------------------------------------------------------------- issue 39: release spec, batch wrappers
 
 
