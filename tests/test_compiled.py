@@ -522,14 +522,19 @@ def test_dppenalty_fused_step_is_one_graph_with_the_recorded_chain(name):
     """#17: on the compiled path a DP penalty iteration's release and accept test are one graph
     (the clipped ratio sum, the pre-drawn noise, the penalty test with its data-free validity
     check): the recorded eager chain (the golden tests check both backends) and the fused
-    graph, not the unfused ratio pass, ran."""
-    factory, y = cases(**GRAPH)[name]
-    k = factory()
-    chain, ledger = run(lambda: k, y)
-    assert ledger == RECORDED[name]["ledger"]
-    _close(chain, RECORDED[name]["chain"], rtol=1e-12)
-    names = {key[0] for key, fn in k._jit_cache.items() if fn is not None}
-    assert any(nm.startswith("penalty_step[T=1.0,") for nm in names) and "clipped_ratio_sum" not in names
+    graph, not the unfused ratio pass, ran. Without ``nonprivate_diagnostics`` the graph does not
+    count the clipped rows (the info's fraction is NaN); with it, it does, and the chain is the same."""
+    for npd in (False, True):
+        factory, y = cases(nonprivate_diagnostics=npd, **GRAPH)[name]
+        k = factory()
+        chain, ledger = run(lambda: k, y)
+        assert ledger == RECORDED[name]["ledger"]
+        _close(chain, RECORDED[name]["chain"], rtol=1e-12)
+        names = {key[0] for key, fn in k._jit_cache.items() if fn is not None}
+        steps = [nm for nm in names if nm.startswith("penalty_step[T=1.0,")]
+        assert steps and all(nm.endswith("[uncounted]") != npd for nm in steps) and "clipped_ratio_sum" not in names
+        frac = k._clipped_sum / max(k._clipped_count, 1)
+        assert (0.0 <= frac <= 1.0) if npd else math.isnan(frac)
 
 
 BACKENDS = [(GRAPH, 1e-12), (dict(jit_compile=True), 1e-10)]

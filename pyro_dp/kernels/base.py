@@ -150,6 +150,7 @@ class DPKernel(PrivacyClient, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
         the floating-point mitigation of :class:`~pyro_dp.mechanisms.NoiseSource`.
     :param bool nonprivate_diagnostics: add raw-data statistics (clipped fractions) to
         ``diagnostics()`` under :data:`NONPRIVATE_PREFIX`: **not covered by ε**, never publish them.
+        Without it DP-HMC's and DP penalty's compiled graphs do not compute the counts at all.
     :param bool non_private: documented test mode: noise multipliers may be 0; such runs
         record :class:`~pyro_dp.mechanisms.NonPrivateEvent` and report ε = ∞.
     :param str relation: neighbouring relation of the ledger (``"substitute"``, the papers',

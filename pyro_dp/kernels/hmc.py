@@ -108,7 +108,9 @@ class HMCInfo(NamedTuple):
         (**non-private** diagnostic).
     :ivar grad_clipped_fraction: mean fraction of clipped per-example gradients
         (**non-private**).
-    :ivar llr_clipped_fraction: fraction of clipped per-example ratios (**non-private**).
+    :ivar llr_clipped_fraction: fraction of clipped per-example ratios (**non-private**). The
+        three fractions are NaN unless the kernel counts them (``nonprivate_diagnostics=True``,
+        :func:`hmc_step`'s ``count_clipped``).
     :ivar accept_prob: penalty acceptance probability from the released
         :math:`\\hat\\lambda` (post-processing; used by step-size adaptation).
     :ivar step_size: the step size this iteration used.

@@ -77,7 +77,8 @@ class MHInfo(NamedTuple):
 
     :ivar accepted: the accept decision (post-processing of the release).
     :ivar events: privacy events released.
-    :ivar clipped_fraction: fraction of clipped per-example terms (**non-private**).
+    :ivar clipped_fraction: fraction of clipped per-example terms (**non-private**; NaN where
+        the release did not count them: DPPenalty's without ``nonprivate_diagnostics=True``).
     :ivar noise_std: standard deviation of the noise on :math:`\\hat\\lambda` (data-free).
     :ivar coord: coordinate moved by a one-component proposal (``-1``: all).
     :ivar extra: the kernel's own public facts of the step (e.g. the released statistic).
@@ -98,7 +99,7 @@ class RatioRelease(NamedTuple):
     :ivar noise_var: variance the accept rule must correct for (penalty: :math:`\\sigma^2`).
     :ivar log_prior: data-free log prior at ``z_new`` (often from the same model evaluation).
     :ivar events: privacy events released.
-    :ivar clipped_fraction: **non-private** diagnostic.
+    :ivar clipped_fraction: **non-private** diagnostic (NaN where not counted, as above).
     :ivar noise_std: reported in :class:`MHInfo`.
     :ivar cache_new: the private cache kept if ``z_new`` is accepted.
     :ivar cache_old: the private cache kept if it is rejected (e.g. computed this step).
