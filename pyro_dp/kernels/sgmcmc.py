@@ -480,7 +480,7 @@ class _SGMCMC(DPKernel):
             # smallest nm with num_iterations x num_chains Poisson-subsampled Gaussians (plus a
             # private init's releases) within (epsilon, delta) (as Opacus's
             # make_private_with_epsilon), verified, rounded up
-            required = self._budget_noise(q)
+            required = self._budget_noise(q, at_least=nm_l)  # no search when nm_l already fits
         self.sample_rate, self.langevin_noise_multiplier = q, nm_l
         self.noise_multiplier = nm_l if required is None else max(nm_l, required)
         if self.noise_multiplier > nm_l:
@@ -494,11 +494,11 @@ class _SGMCMC(DPKernel):
             )
         self._calibration_key = key
 
-    def _budget_noise(self, q: float) -> float:
-        """The smallest noise multiplier with which ``num_iterations`` × ``num_chains``
-        Poisson-subsampled Gaussians at rate ``q`` (plus a private init's releases) fit the
-        budget (as Opacus's ``make_private_with_epsilon``), verified, rounded up. Data-free."""
-        return self._calibrate_scale(lambda s: ((), [SubsampledGaussianEvent(q, s)]), rtol=1e-6)
+    def _budget_noise(self, q: float, at_least=None) -> float:
+        """The smallest noise multiplier with which ``num_iterations`` × ``num_chains`` Poisson-subsampled
+        Gaussians at rate ``q`` (plus a private init's releases) fit the budget (as Opacus's
+        ``make_private_with_epsilon``), verified, rounded up; or ``at_least`` if larger (no search then)."""
+        return self._calibrate_scale(lambda s: ((), [SubsampledGaussianEvent(q, s)]), rtol=1e-6, at_least=at_least)
 
     def _extra_noise_note(self, kappa2: float) -> str:
         return ""

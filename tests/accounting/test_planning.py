@@ -94,6 +94,30 @@ def test_pld_two_stage_search_is_certified_by_the_fine_accountant(relation, q, k
     assert eps(n, 1.1 * nm) <= 2.0 < eps(n + 1, 1.1 * nm)
 
 
+@pytest.mark.parametrize("accountant", ["pld", "gdp"])
+def test_calibrate_at_least_is_the_max_without_a_search_when_it_fits(accountant):
+    """``calibrate(..., at_least=a)`` is ``max(a, calibrate(...))``; when ``a`` fits the budget
+    it is found with one evaluation (DP-SGLD's explicit step at a large budget: no search over
+    the small scales that are slow to account)."""
+    q, k = 0.05, 200
+    calls = []
+
+    def ev(s):
+        calls.append(s)
+        return (), [SubsampledGaussianEvent(q, s)] if accountant != "gdp" else [GaussianEvent(s)]
+
+    plain = calibrate(2.0, 1e-5, k, ev, accountant=accountant, rtol=1e-6)
+    assert len(calls) > 3  # a search
+    for a in (0.5 * plain, plain * (1 - 1e-3), plain * 1.001, 3.0 * plain):
+        calls.clear()
+        got = calibrate(2.0, 1e-5, k, ev, accountant=accountant, rtol=1e-6, at_least=a)
+        assert got == max(a, plain) if a > plain else got == pytest.approx(plain, rel=1e-12)
+        assert (len(calls) == 1) == (a > plain)
+    for bad in (0.0, -1.0, math.inf, math.nan):
+        with pytest.raises(ValueError, match="at_least"):
+            calibrate(2.0, 1e-5, k, ev, accountant=accountant, at_least=bad)
+
+
 @pytest.mark.parametrize("start", [None, 1e-3, 0.37, 0.4, 0.41, 1e3])
 @pytest.mark.parametrize("power", [0.5, 1.0, 2.0])
 def test_secant_scale_search_brackets_and_converges(start, power):

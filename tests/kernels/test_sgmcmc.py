@@ -529,3 +529,34 @@ def test_only_the_sg_kernels_offer_add_remove():
         assert issubclass(cls, DPKernel) and cls.supported_relations == ("substitute",), cls
     for cls in (DPSGLD, DPSGNHT):
         assert cls(gauss_model, 10, 1e-3, 1.0).relation == "substitute"
+
+
+def test_explicit_step_noise_is_the_larger_of_langevin_and_the_budget(monkeypatch):
+    """An explicit step with a budget: the noise multiplier is the Langevin one where that fits
+    the budget (found without a noise search: at epsilon = 1e4 the search took 48 s, its small
+    scales slow to account) and the budget's, with a warning, where it does not; either way the
+    planned run fits the budget."""
+    import pyro_dp.accounting.planning as planning
+
+    y = make_data(400, seed=5)
+
+    def kernel(eps):
+        k = DPSGLD(gauss_model, 40, 1e-4, 2.0, epsilon=eps, num_iterations=100, seed=0)
+        k.setup(0, y)
+        return k
+
+    def no_search(*a, **kw):
+        raise AssertionError("searched for a noise scale although the Langevin noise fits")
+
+    with monkeypatch.context() as m, warnings.catch_warnings():
+        warnings.filterwarnings("error", message="the privacy target needs")
+        m.setattr(planning, "_secant_scale", no_search)
+        m.setattr(planning, "_bisect_scale", no_search)
+        k = kernel(1e4)
+    assert k.noise_multiplier == k.langevin_noise_multiplier
+    with pytest.warns(UserWarning, match="privacy target needs noise multiplier"):
+        k = kernel(0.5)
+    assert k.noise_multiplier > k.langevin_noise_multiplier
+    for k in (kernel(1e4), k):
+        events = [SubsampledGaussianEvent(k.sample_rate, k.noise_multiplier)]
+        assert planned_epsilon(k.delta, 100, events, accountant=k.privacy.accountant) <= k.epsilon
