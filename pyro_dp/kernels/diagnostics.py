@@ -60,8 +60,8 @@ class ChainReporting:
 
         It describes the chain **in progress**: Pyro calls it at the end of each chain, before
         ``cleanup()``. After ``mcmc.run`` the kernel holds no chain (a fresh, empty one: ``"epsilon"``
-        0.0, ``"private iterations"`` 0); read a run's chains from ``mcmc.diagnostics()`` and the
-        total from :meth:`get_epsilon`.
+        0.0, ``"private iterations"`` 0, with a :class:`PrivacyNotice` that gives the total so far);
+        read a run's chains from ``mcmc.diagnostics()`` and the total from :meth:`get_epsilon`.
         ``"epsilon"`` is this chain's own ε at ``"delta"`` under ``"relation"`` (the
         neighbouring relation, :attr:`relation`: ``"substitute"`` unless the kernel was built
         with ``relation="add_remove"``); the total over all chains and runs
@@ -85,6 +85,12 @@ class ChainReporting:
         }
         if self.nonprivate_diagnostics:
             out.update({NONPRIVATE_PREFIX + k: v for k, v in self._nonprivate().items()})
+        if self._iteration == 0 and self.privacy.chains:  # asked between runs: "epsilon" 0.0 is no run's
+            self._diagnostics_warn(
+                f"{type(self).__name__}.diagnostics() describes the chain in progress and there is none (a run "
+                "has ended): its 'epsilon' 0.0 is an empty chain's, not the run's. Each chain's is in "
+                "mcmc.diagnostics(), the total in pyro_dp.get_epsilon(mcmc, delta): this kernel's chains so far "
+                f"spent epsilon={self.privacy.epsilon_now():.4g} at delta={self.reference_delta:g}", PrivacyNotice)
         if self.default_budget and self._iteration > 0:  # Pyro asks once a chain
             self._diagnostics_warn(self.privacy.default_budget_spent(type(self).__name__, out["epsilon"]), PrivacyNotice)
         if self._iteration >= 10 and self._num_accepted == 0:  # Pyro asks at the end of each chain

@@ -154,3 +154,23 @@ def test_the_engine_alone_stops_at_its_plan_and_refuses_an_undeclared_release(mo
     with pytest.raises(RuntimeError, match="released"):
         free.report([ev, ev], free.declare([ev], iteration=0))
     assert free.live.num_releases == 2
+
+
+def test_diagnostics_between_runs_says_its_epsilon_is_no_runs():
+    """After ``mcmc.run`` the kernel holds an empty chain, whose ``"epsilon"`` is 0.0; asked for
+    its diagnostics then, it says so with a PrivacyNotice that gives the total so far (a user
+    who read the 0.0 as the run's would under-report ε). Pyro's own call at the end of a chain,
+    which sees that chain, does not warn."""
+    from pyro.infer import MCMC
+
+    y = make_data(200, seed=2)
+    k = pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=1.0, noise_multiplier=5.0, seed=0)
+    assert k.diagnostics()["epsilon"] == 0.0  # a kernel that never ran: nothing to say
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", privacy_engine.PrivacyNotice)
+        m = MCMC(k, num_samples=20, warmup_steps=0, disable_progbar=True)
+        m.run(y)  # Pyro's diagnostics() at the chain's end: no notice
+    assert m.diagnostics()["epsilon"]["chain 0"] > 0
+    total = k.get_epsilon(k.reference_delta)
+    with pytest.warns(privacy_engine.PrivacyNotice, match=f"spent epsilon={total:.4g}"):
+        assert k.diagnostics()["epsilon"] == 0.0
