@@ -550,12 +550,16 @@ class CompiledLikelihood:
         out = self._call("per_example_grad[idx]", grads, (z, padded), size)
         return out if out is None else (out[0][:b], out[1][:b])
 
-    def clipped_grad_terms(self, zz, c, i=None, valid=None, count=True) -> Tuple[torch.Tensor, ClippedSum]:
+    def clipped_grad_terms(self, zz, c, i=None, valid=None, count=True, minus=None) -> Tuple[torch.Tensor, ClippedSum]:
         """Inside a graph: ``(ℓ [B], ClippedSum)`` of the per-example gradients at ``zz``
         (:meth:`_grads`, then the per-row rule, the clip to L2 norm ``c`` and the sum of
         :func:`~pyro_dp.mechanisms.clip_and_sum`, column by column for forward-mode columns;
-        ``count=False``: the clipped rows are not counted)."""
+        ``count=False``: the clipped rows are not counted). ``minus`` (``[B, D]``): rows subtracted
+        from the gradients before the rule and the clip (a control variate's reference gradients,
+        :func:`~pyro_dp.kernels.control_variate.cv_gradient_release_fn`)."""
         ll, g = self._grads(zz, i)
+        if minus is not None:
+            g = [col - minus[..., j] for j, col in enumerate(g)] if isinstance(g, list) else g - minus
         if not isinstance(g, list) and g.shape[-1] <= COLUMNS_MAX_DIM:
             g = list(g.unbind(-1))  # one fused loop over the rows (COLUMNS_MAX_DIM)
         if isinstance(g, list):

@@ -343,7 +343,7 @@ def test_audit_fails_when_the_per_row_rule_for_vectors_is_disabled(monkeypatch):
     # clip alone turns into inf * 0 = NaN; without the rule, NaN parameters on D'. (A row outside
     # the support no longer reaches the release's rule: #38's support rule maps it first.)
     d, dprime = _neighbours(_Z.exp(), math.exp(6.0), math.inf)
-    monkeypatch.setattr(pyro_dp.mechanisms.clipping, "finite_rows", lambda v: v)
+    monkeypatch.setattr(pyro_dp.mechanisms.clipping, "finite_rows", lambda v, finite=None: v)
     result = audit(_rows_defect_factory, d, dprime, statistic="sample", num_runs=100)
     assert result.reported_epsilon < 2.0 and not result.passed, str(result)
     monkeypatch.undo()

@@ -449,6 +449,27 @@ def test_dphmc_counts_clipped_rows_only_for_nonprivate_diagnostics():
             assert check(info.grad_clipped_fraction) and check(info.clipped_fraction), (count, info)
 
 
+def test_dphmc_control_variate_residual_sum_is_one_graph_with_the_eager_chain():
+    """The control-variate DP-HMC step (the default path's) clips each leapfrog step's ``[N, D]``
+    gradient differences from the reference; on the compiled path that is one graph (the
+    per-example gradients, the difference, the per-row rule, the clip and the sum): the eager
+    chain to rounding and the same ledger, also with rows whose gradients overflow (the per-row
+    rule inside the graph)."""
+    y = make_data(300, seed=3)
+    y[5], y[9] = 1e200, -1e308
+    factory = lambda **extra: pyro_dp.DPHMC(  # noqa: E731
+        gauss_model, 0.02, 3, 4.0, 4.0, 2.0, 1.0, control_variate=True, curvature_clip=1.0,
+        reference_noise_multiplier=0.5, **dict(GOLDEN_KW, **extra))
+    chain, ledger = run(factory, y)
+    assert len({tuple(row) for row in chain}) > 3  # the chain moved
+    for extra, rtol in ((GRAPH, 1e-12), (dict(jit_compile=True), 1e-10)):
+        k = factory(**extra)
+        got, got_ledger = run(lambda: k, y)
+        assert got_ledger == ledger
+        _close(got, chain, rtol)
+        assert any(key[0] == "cv_residual_grad_sum" for key, fn in k._jit_cache.items() if fn is not None)
+
+
 def _scale_model(y):
     """Normal(mu, sigma) with a 0-d positive latent: Pyro maps it to the real line with
     ``ComposeTransform(Exp, AffineTransform(0., 1))``, whose forward-mode derivative at a 0-d

@@ -143,6 +143,21 @@ def test_clip_and_sum_columns_is_clip_and_sum_column_by_column():
         clip_and_sum_columns([], 1.0)
 
 
+def test_finite_row_mask_is_isfinite_all_for_every_width():
+    """The per-row mask adds narrow rows' columns one by one (faster in eager torch) and reduces
+    wider ones: the same mask as ``torch.isfinite(values).all(-1)`` either way, on NaN, ±inf and
+    the largest finite values, for rows and for a single row."""
+    from pyro_dp.mechanisms import finite_row_mask
+
+    g = torch.Generator().manual_seed(3)
+    for d in range(0, 8):
+        v = torch.randn(40, d, generator=g, dtype=torch.float64)
+        if d:
+            v[3, 0], v[5, d - 1], v[7, d // 2], v[9, 0], v[11] = math.nan, math.inf, -math.inf, 1.7e308, -1.7e308
+        assert torch.equal(finite_row_mask(v), torch.isfinite(v).all(-1)), d
+        assert torch.equal(finite_row_mask(v[3]), torch.isfinite(v[3]).all(-1)), d
+
+
 def test_uncounted_clipped_sums_keep_the_total_and_say_they_did_not_count():
     """``count=False`` (DP-HMC without ``nonprivate_diagnostics``): the same total and rows, the
     clipped count :data:`NOT_COUNTED`, whose fraction is NaN (never a number that looks measured)."""

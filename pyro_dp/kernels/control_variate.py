@@ -245,13 +245,37 @@ def cv_gradient_release_fn(lik, temperature, spec, cv: ControlVariate, curvature
     release is ignored (its bound is the reference's)."""
 
     def gradient(z, _clip, xi):
-        ll, g = lik.per_example_grad(z)
         clip = _bound(curvature_clip, lik.jump_norm(z, cv.z0), reference_clip)
-        rel = spec.release(clip_and_sum(g - cv.rows, clip), clip, xi, shards)
+        ll, cs = _residual_grad_sum(lik, cv, z, clip, shards)
+        rel = spec.release(cs, clip, xi, shards)
         lp, grad_lp = lik.log_prior_and_grad(z)
         return temperature * lik.project(rel.value + cv.released.to(rel.value.dtype)) + grad_lp, ll, lp, rel
 
     return gradient
+
+
+def _residual_grad_sum(lik, cv: ControlVariate, z, clip, shards=None):
+    r"""``(ℓ(z) [N], ClippedSum)`` of the rows :math:`\nabla\ell_i(z) - \hat g_i` clipped to
+    ``clip``: on the compiled path one graph (the per-example gradients, the difference, the
+    per-row rule, the clip and the sum, :meth:`~pyro_dp.compiled.CompiledLikelihood.clipped_grad_terms`
+    with ``minus``; where a full-data pass fits one graph and the rows are not sharded), else the
+    likelihood's per-example gradients and :func:`~pyro_dp.mechanisms.clip_and_sum` (the same
+    rule; the sums agree to rounding). Eagerly, clipping ``[N, D]`` rows took most of the card's
+    DP-HMC iteration (thesis banana, 10^5 rows, epsilon = 8: 32 ms per iteration, 3.8 ms with
+    the graph; docs/performance.md, "The control-variate step")."""
+    cl = getattr(lik, "compiled", None) if shards is None else None
+    if cl is not None:
+        def fused(zz, rows, c):
+            ll, cs = cl.clipped_grad_terms(zz, c, minus=rows)
+            return ll, cs.total, cs.num_clipped, cs.num_rows
+
+        clip_t = torch.as_tensor(clip, dtype=z.dtype, device=z.device)
+        graph = cl.fused_graph("cv_residual_grad_sum", fused, (z, cv.rows, clip_t))
+        if graph is not None:
+            ll, total, n_clipped, n_rows = graph(z, cv.rows, clip_t)
+            return ll, ClippedSum(total, n_clipped, n_rows)
+    ll, g = lik.per_example_grad(z)
+    return ll, clip_and_sum(g - cv.rows, clip)
 
 
 def cv_dphmc_step_fn(lik, temperature, num_steps: int, grad_spec, ratio_spec, cv: ControlVariate,

@@ -34,18 +34,42 @@ def finite_row_mask(values: torch.Tensor) -> torch.Tensor:
     wrong for NaN and :math:`\pm\infty`; ``tests/test_compiled.py`` checks the compiled rule on
     non-finite rows.) The per-row rule uses it.
 
+    For rows of at most :data:`_COLUMN_SUM_MAX` entries the sum is written column by column
+    (the same mask: a sum of zeros is 0 in any order, and a NaN anywhere makes it NaN): torch's
+    eager reduction over a last dimension of two takes about 1.5 ms on 10^5 rows, the column
+    sum 0.1 ms (2026-11-29; the control-variate DP-HMC step clips ``[N, D]`` residual rows
+    eagerly every leapfrog step). The choice is made from the shape.
+
     >>> import torch
     >>> finite_row_mask(torch.tensor([[0.0, -3e38], [float("nan"), 1.0], [2.0, float("inf")]]))
     tensor([ True, False, False])
     """
-    return (values - values).sum(-1) == 0
+    d = values - values
+    width = d.shape[-1] if d.dim() else 0
+    if not 0 < width <= _COLUMN_SUM_MAX:
+        return d.sum(-1) == 0
+    total = d[..., 0]
+    for j in range(1, width):
+        total = total + d[..., j]
+    return total == 0
 
 
-def finite_rows(values: torch.Tensor) -> torch.Tensor:
+#: the widest rows whose :func:`finite_row_mask` adds the columns one by one (measured on 10^5
+#: float64 rows, one thread: 2 columns 0.11 against 1.48 ms for ``sum(-1)``, 5 columns 0.14
+#: against 0.19 ms, 10 columns 0.24 against 0.11 ms)
+_COLUMN_SUM_MAX = 4
+
+
+def _zero_rows(values: torch.Tensor, finite: torch.Tensor) -> torch.Tensor:
+    return torch.where(finite.unsqueeze(-1), values, torch.zeros_like(values))
+
+
+def finite_rows(values: torch.Tensor, finite: Optional[torch.Tensor] = None) -> torch.Tensor:
     r"""The per-row rule for vector terms: a row with any non-finite entry (NaN, ±inf)
     becomes the zero row. Applied by :func:`clip_rows` before clipping, so every released
     sum sees only finite rows of norm at most the clip: the sensitivity bound holds for
-    any row an adversary can write, and no branch or exception depends on one row.
+    any row an adversary can write, and no branch or exception depends on one row. ``finite``:
+    the rows' :func:`finite_row_mask`, where the caller has it already.
 
     >>> import torch
     >>> finite_rows(torch.tensor([[1.0, float("nan")], [2.0, 3.0], [float("inf"), 0.0]]))
@@ -53,8 +77,7 @@ def finite_rows(values: torch.Tensor) -> torch.Tensor:
             [2., 3.],
             [0., 0.]])
     """
-    ok = finite_row_mask(values).unsqueeze(-1)
-    return torch.where(ok, values, torch.zeros_like(values))
+    return _zero_rows(values, finite_row_mask(values) if finite is None else finite)
 
 
 def finite_scalars(values: torch.Tensor, clip) -> torch.Tensor:
@@ -87,7 +110,7 @@ def clip_rows(values: torch.Tensor, clip) -> Tuple[torch.Tensor, torch.Tensor]:
             [0.0000, 0.0000]]), tensor([ True, False]))
     """
     finite = finite_row_mask(values)
-    values = finite_rows(values)
+    values = finite_rows(values, finite)  # the mask computed once
     norms = torch.linalg.vector_norm(values, dim=-1)
     clip_t = torch.as_tensor(clip, dtype=values.dtype, device=values.device)
     factor = torch.clamp(clip_t / torch.clamp(norms, min=torch.finfo(values.dtype).tiny), max=1.0)
