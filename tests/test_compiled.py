@@ -468,6 +468,26 @@ def test_dphmc_control_variate_residual_sum_is_one_graph_with_the_eager_chain():
         assert got_ledger == ledger
         _close(got, chain, rtol)
         assert any(key[0] == "cv_residual_grad_sum" for key, fn in k._jit_cache.items() if fn is not None)
+        assert any(key[0] == "cv_residual_ratio_sum" for key, fn in k._jit_cache.items() if fn is not None)
+
+
+def test_dppenalty_control_variate_residual_ratio_sum_is_one_graph_with_the_eager_chain():
+    """The control-variate penalty test (DPPenalty's default path) clips each row's Taylor
+    residual; on the compiled path one small graph: the eager chain to rounding and the same
+    ledger, also with rows whose terms overflow."""
+    y = make_data(300, seed=4)
+    y[5], y[9] = 1e200, -1e308
+    factory = lambda **extra: pyro_dp.DPPenalty(  # noqa: E731
+        gauss_model, 0.05, llr_clip=4.0, noise_multiplier=1.0, control_variate=True, curvature_clip=1.0,
+        reference_noise_multiplier=0.5, **dict(GOLDEN_KW, **extra))
+    chain, ledger = run(factory, y)
+    assert len({tuple(row) for row in chain}) > 3  # the chain moved
+    for extra, rtol in ((GRAPH, 1e-12), (dict(jit_compile=True), 1e-10)):
+        k = factory(**extra)
+        got, got_ledger = run(lambda: k, y)
+        assert got_ledger == ledger
+        _close(got, chain, rtol)
+        assert any(key[0] == "cv_residual_ratio_sum" for key, fn in k._jit_cache.items() if fn is not None)
 
 
 def _scale_model(y):
