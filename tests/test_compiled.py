@@ -449,17 +449,12 @@ def test_dphmc_counts_clipped_rows_only_for_nonprivate_diagnostics():
             assert check(info.grad_clipped_fraction) and check(info.clipped_fraction), (count, info)
 
 
-def test_dphmc_control_variate_residual_sum_is_one_graph_with_the_eager_chain():
-    """The control-variate DP-HMC step (the default path's) clips each leapfrog step's ``[N, D]``
-    gradient differences from the reference; on the compiled path that is one graph (the
-    per-example gradients, the difference, the per-row rule, the clip and the sum): the eager
-    chain to rounding and the same ledger, also with rows whose gradients overflow (the per-row
-    rule inside the graph)."""
-    y = make_data(300, seed=3)
+def _cv_graphs_give_the_eager_chain(factory, seed, graphs):
+    """The control-variate ``factory``'s chain on data with rows whose terms overflow (the per-row
+    rule inside the graphs): compiled (replayed graph, inductor) as eager to rounding, the same
+    ledger, and each of ``graphs`` compiled."""
+    y = make_data(300, seed=seed)
     y[5], y[9] = 1e200, -1e308
-    factory = lambda **extra: pyro_dp.DPHMC(  # noqa: E731
-        gauss_model, 0.02, 3, 4.0, 4.0, 2.0, 1.0, control_variate=True, curvature_clip=1.0,
-        reference_noise_multiplier=0.5, **dict(GOLDEN_KW, **extra))
     chain, ledger = run(factory, y)
     assert len({tuple(row) for row in chain}) > 3  # the chain moved
     for extra, rtol in ((GRAPH, 1e-12), (dict(jit_compile=True), 1e-10)):
@@ -467,27 +462,29 @@ def test_dphmc_control_variate_residual_sum_is_one_graph_with_the_eager_chain():
         got, got_ledger = run(lambda: k, y)
         assert got_ledger == ledger
         _close(got, chain, rtol)
-        assert any(key[0] == "cv_residual_grad_sum" for key, fn in k._jit_cache.items() if fn is not None)
-        assert any(key[0] == "cv_residual_ratio_sum" for key, fn in k._jit_cache.items() if fn is not None)
+        compiled = {key[0] for key, fn in k._jit_cache.items() if fn is not None}
+        assert set(graphs) <= compiled, compiled
+
+
+def test_dphmc_control_variate_residual_sum_is_one_graph_with_the_eager_chain():
+    """The control-variate DP-HMC step (the default path's) clips each leapfrog step's ``[N, D]``
+    gradient differences from the reference; on the compiled path that is one graph (the
+    per-example gradients, the difference, the per-row rule, the clip and the sum), and the
+    ratio's Taylor residuals another: the eager chain to rounding and the same ledger, also with
+    rows whose gradients overflow."""
+    _cv_graphs_give_the_eager_chain(lambda **extra: pyro_dp.DPHMC(
+        gauss_model, 0.02, 3, 4.0, 4.0, 2.0, 1.0, control_variate=True, curvature_clip=1.0,
+        reference_noise_multiplier=0.5, **dict(GOLDEN_KW, **extra)),
+        3, ["cv_residual_grad_sum", "cv_residual_ratio_sum"])
 
 
 def test_dppenalty_control_variate_residual_ratio_sum_is_one_graph_with_the_eager_chain():
     """The control-variate penalty test (DPPenalty's default path) clips each row's Taylor
     residual; on the compiled path one small graph: the eager chain to rounding and the same
     ledger, also with rows whose terms overflow."""
-    y = make_data(300, seed=4)
-    y[5], y[9] = 1e200, -1e308
-    factory = lambda **extra: pyro_dp.DPPenalty(  # noqa: E731
+    _cv_graphs_give_the_eager_chain(lambda **extra: pyro_dp.DPPenalty(
         gauss_model, 0.05, llr_clip=4.0, noise_multiplier=1.0, control_variate=True, curvature_clip=1.0,
-        reference_noise_multiplier=0.5, **dict(GOLDEN_KW, **extra))
-    chain, ledger = run(factory, y)
-    assert len({tuple(row) for row in chain}) > 3  # the chain moved
-    for extra, rtol in ((GRAPH, 1e-12), (dict(jit_compile=True), 1e-10)):
-        k = factory(**extra)
-        got, got_ledger = run(lambda: k, y)
-        assert got_ledger == ledger
-        _close(got, chain, rtol)
-        assert any(key[0] == "cv_residual_ratio_sum" for key, fn in k._jit_cache.items() if fn is not None)
+        reference_noise_multiplier=0.5, **dict(GOLDEN_KW, **extra)), 4, ["cv_residual_ratio_sum"])
 
 
 def _scale_model(y):

@@ -58,7 +58,7 @@ from typing import NamedTuple, Optional
 import torch
 
 from ..checks import SamplingWarning, monte_carlo_min_ess
-from ..mechanisms import ClippedSum, clip_and_sum, gaussian_event, gaussian_release_spec
+from ..mechanisms import ClippedSum, clip_and_sum, clipped_fraction, gaussian_event, gaussian_release_spec
 from ..mechanisms.clipping import clip_rows
 from ..warn import warn_user
 from .base import check_positive
@@ -223,8 +223,7 @@ def _cv_penalty_test(lik, noise, rng, state: MHState, z_new, log_q_ratio, cv, cu
     log_prob = penalty_log_accept_threshold(lambda_hat, noise_var)
     ok = bool(valid_move(lp_new, lambda_hat, noise_var))  # data-free validity
     accepted = bool(torch.log(u) < log_prob) and ok
-    n_rows = float(rel.num_rows)
-    return (RatioRelease(log_ratio, noise_var, lp_new, (spec.event,), float(rel.num_clipped) / n_rows if n_rows else 0.0,
+    return (RatioRelease(log_ratio, noise_var, lp_new, (spec.event,), clipped_fraction(rel.num_clipped, rel.num_rows),
                          float(rel.noise_std), cache_new=ll_new, cache_old=loglik), accepted,
             float(torch.exp(log_prob)) if ok else 0.0)
 

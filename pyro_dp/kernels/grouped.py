@@ -109,7 +109,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from ..mechanisms import GaussianEvent, clip_and_sum, gaussian_event, gaussian_release_spec
+from ..mechanisms import GaussianEvent, clip_and_sum, clipped_fraction, gaussian_event, gaussian_release_spec
 from .base import check_positive
 from .mh import MHInfo, MHState, mh_step, random_walk_proposal
 from .penalty import DPPenalty
@@ -262,8 +262,7 @@ def grouped_step(lik, noise, rng: torch.Generator, state: MHState, *, coords: to
     # ŝ_g = |Δ_g| x coordinate g of the release (post-processing): Σ_i r_ig + N(0, (nm·2b|Δ_g|)²)
     noise_var = (T * rel.noise_std * unit) ** 2
     accepted = accept(log_u, T * unit * rel.value, lp_new - state.log_prior, noise_var)
-    n_rows = float(rel.num_rows)
-    info = GroupedInfo(accepted, spec.event, float(rel.num_clipped) / n_rows if n_rows else 0.0,
+    info = GroupedInfo(accepted, spec.event, clipped_fraction(rel.num_clipped, rel.num_rows),
                        float(rel.noise_std * unit.max()))
     if not bool(accepted.any()):
         return state._replace(cache=ll_old), info

@@ -117,8 +117,7 @@ def penalty_release(lik, noise, state: MHState, z_new: torch.Tensor, *, llr_clip
     ll_new, lp_new, log_ratio, noise_var, rel = penalty_ratio(
         lik, float(lik.temperature), float(llr_clip), spec, lik.clipped_ratio_sum, state.z, z_new, loglik, xi,
         getattr(noise, "shards", None))
-    n_rows = int(rel.num_rows)
-    return RatioRelease(log_ratio, noise_var, lp_new, (spec.event,), int(rel.num_clipped) / n_rows if n_rows else 0.0,
+    return RatioRelease(log_ratio, noise_var, lp_new, (spec.event,), clipped_fraction(rel.num_clipped, rel.num_rows),
                         float(rel.noise_std), cache_new=ll_new, cache_old=loglik)
 
 

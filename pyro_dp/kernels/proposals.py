@@ -12,7 +12,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from ..mechanisms import GaussianReleaseSpec, NoisyRelease, gaussian_release_spec
+from ..mechanisms import GaussianReleaseSpec, NoisyRelease, clipped_fraction, gaussian_release_spec
 from ..warn import warn_user
 
 __all__ = [
@@ -293,9 +293,8 @@ def release_gradient(noise, lik, z, *, grad_clip, noise_multiplier):
     xi = spec.draw(noise, z.shape, device=z.device)
     g, ll, lp, rel = gradient_release_fn(lik, lik.temperature, spec, lik.clipped_grad_sum, lik.log_prior_and_grad,
                                          getattr(noise, "shards", None))(z, grad_clip, xi)
-    n_rows = int(rel.num_rows)
     return g, (ll, lp, NoisyRelease(rel.value, spec.event, rel.noise_std,
-                                    int(rel.num_clipped) / n_rows if n_rows else 0.0))
+                                    clipped_fraction(rel.num_clipped, rel.num_rows)))
 
 
 __all__ += ["gradient_release_fn", "release_gradient"]

@@ -97,8 +97,8 @@ import torch
 
 from ..accounting import get_accountant
 from ..compiled import cached_zeros
-from ..mechanisms import (GaussianReleaseSpec, SubsampledGaussianEvent, clip_and_sum, gaussian_release_spec,
-                          poisson_batch, subsampled_gaussian_event)
+from ..mechanisms import (GaussianReleaseSpec, SubsampledGaussianEvent, clip_and_sum, clipped_fraction,
+                          gaussian_release_spec, poisson_batch, subsampled_gaussian_event)
 from .base import DPKernel, check_positive
 from ..checks import SamplingWarning, monte_carlo_min_ess
 from ..warn import warn_user
@@ -286,8 +286,7 @@ def private_gradient(noise, lik, z, *, sample_rate, grad_clip, noise_multiplier,
                                    shards=getattr(noise, "shards", None))
     grad, flags = step(z, clip, idx, torch.as_tensor(k, device=dev), xi)
     n_clipped, n_rows, std = flags.tolist()
-    return GradientRelease(grad, subsampled_gaussian_event(q, nm, "poisson"), n_clipped / n_rows if n_rows else 0.0,
-                           std)
+    return GradientRelease(grad, subsampled_gaussian_event(q, nm, "poisson"), clipped_fraction(n_clipped, n_rows), std)
 
 
 def sgld_init(lik, z: torch.Tensor) -> SGLDState:

@@ -10,7 +10,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from .clipping import ClippedSum, clip_and_sum
+from .clipping import ClippedSum, clip_and_sum, clipped_fraction
 from .events import RELATIONS, NonPrivateEvent, PrivacyEvent, gaussian_event  # noqa: F401 (doctests)
 from .noise import NoiseSource
 
@@ -90,8 +90,7 @@ def clipped_sum_with_noise(
     shards = getattr(noise, "shards", None)
     if shards is not None:  # sharded rows: the counts of all ranks (a non-private diagnostic)
         counts = shards.all_reduce_sum(torch.stack([torch.as_tensor(c, dtype=torch.float64) for c in counts]))
-    rows = int(counts[1])
-    frac = float(counts[0]) / rows if rows else 0.0
+    frac = clipped_fraction(*counts)
     return add_gaussian_noise(cs.total, clip, noise_multiplier, noise, relation)._replace(clipped_fraction=frac)
 
 
@@ -264,20 +263,23 @@ class GaussianReleaseSpec:
         ``noise`` (on ``device``): zeros, with nothing drawn, in the non-private test mode and on
         the ranks other than 0 of sharded rows (:mod:`pyro_dp.distributed`: rank 0's noise enters
         once, inside the sum over ranks)."""
-        shards = getattr(noise, "shards", None)
-        if self.adds_noise and (shards is None or shards.rank == 0):
-            return noise.standard_normal(shape).to(device if device is not None else noise.device)
-        return torch.zeros(tuple(shape), dtype=torch.float64, device=device if device is not None else noise.device)
+        return self._secret_draw(noise, tuple(shape), device, lambda: noise.standard_normal(shape))
 
     def draw_each(self, noise: NoiseSource, count: int, shape=(), device=None) -> torch.Tensor:
         """``[count, *shape]``: the standard normals of ``count`` releases of ``shape`` made one
         after another, exactly as ``count`` calls of :meth:`draw` (stacked) would draw them
         (:meth:`NoiseSource.standard_normals`: fewer generator calls where that is provably the same)."""
+        return self._secret_draw(noise, (int(count),) + tuple(shape), device,
+                                 lambda: noise.standard_normals(count, shape))
+
+    def _secret_draw(self, noise: NoiseSource, full_shape: tuple, device, draw) -> torch.Tensor:
+        """``draw()`` (the secret stream's normals) on ``device``; zeros of ``full_shape``, with
+        nothing drawn, in the non-private test mode and on the ranks other than 0 of sharded rows."""
         shards = getattr(noise, "shards", None)
         out = device if device is not None else noise.device
         if self.adds_noise and (shards is None or shards.rank == 0):
-            return noise.standard_normals(count, shape).to(out)
-        return torch.zeros((int(count),) + tuple(shape), dtype=torch.float64, device=out)
+            return draw().to(out)
+        return torch.zeros(full_shape, dtype=torch.float64, device=out)
 
     def draw_tentative(self, noise: NoiseSource, shape=(), device=None) -> torch.Tensor:
         r""":meth:`draw`, for a release that a data-free test made *after* the draw may still call
