@@ -124,7 +124,10 @@ def main(argv=None):
                           err=max(errs),
                           rmin=min(ratios), rmax=max(ratios), right=ds.criterion(coords), ess=ess,
                           warned=bool(warned), spent=kernel.get_epsilon(1e-5), seconds=round(seconds, 1),
-                          worst=max(coords, key=lambda k: coords[k]["mean_err"]), warnings=warned)))
+                          worst=max(coords, key=lambda k: coords[k]["mean_err"]), warnings=warned,
+                          signed={k: round((c["mean"] - c["nuts_mean"]) / c["nuts_sd"], 3) for k, c in coords.items()},
+                          centre_ratio=getattr(getattr(getattr(kernel, "init", None), "result", None), "centre_ratio",
+                                               None))))
 
 
 if __name__ == "__main__":

@@ -321,3 +321,22 @@ def test_standard_normals_go_through_a_subclass_draw():
 
     weak, ref = ScaledNoiseSource(_seeded(), 0.1), _seeded()
     assert torch.equal(weak.standard_normals(10, (2,)), 0.1 * ref.standard_normals(10, (2,)))
+
+
+def test_several_histograms_released_together_have_the_sensitivity_of_one_count_per_row_each():
+    """``noisy_histogram`` with ``[N, k]`` bin indices: substituting one row moves at most two
+    counts of each histogram by one (L2 at most √(2k)), and the noise is nm·√(2k) (√k under
+    add/remove)."""
+    from pyro_dp.mechanisms import NoiseSource, noisy_histogram
+
+    g = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, 6, (500, 3), generator=g)
+    base = noisy_histogram(idx, 6, 0.0, NoiseSource()).value
+    for row in range(0, 500, 37):
+        other = idx.clone()
+        other[row] = torch.randint(0, 6, (3,), generator=g)
+        moved = noisy_histogram(other, 6, 0.0, NoiseSource()).value - base
+        assert float(moved.norm()) <= math.sqrt(2 * 3) + 1e-12 and float(moved.sum()) == 0.0
+    assert float(noisy_histogram(idx, 6, 2.0, NoiseSource()).noise_std) == pytest.approx(2.0 * math.sqrt(6))
+    assert float(noisy_histogram(idx, 6, 2.0, NoiseSource(), "add_remove").noise_std) == pytest.approx(
+        2.0 * math.sqrt(3))

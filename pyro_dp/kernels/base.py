@@ -282,6 +282,7 @@ class DPKernel(PrivacyClient, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
     # ------------------------------------------------------------------ lifecycle
     def _reset_chain_stats(self):
         self._iteration = 0
+        self._idle_left = 0  # idle warmup iterations before the first release (DefaultPath._plan_idle_warmup)
         self._draws = []  # this chain's states after warmup (post-processing), for chain_problems
         self._preconditioner = None  # the chain's coordinates, set by its private start (pyro_dp.preconditioning)
         self._metric_sd = None  # the posterior sd its released metric predicts (kernels.whitening.metric_sd)
@@ -379,7 +380,9 @@ class DPKernel(PrivacyClient, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
             if not torch.equal(z, self.lik.to_unconstrained(self._state_z(self._state))):
                 self._state = self._init_state(self.lik._to_coordinates(z))  # params were changed from outside
         pending_init = self.init is not None and not self._init_done
-        declared = self._declare(pending_init)  # the plan check: None when the chain reads no more data
+        idle = self._idle_left > 0 and self._iteration == 0  # before the chain's first read (data-free)
+        self._idle_left -= int(idle)
+        declared = None if idle else self._declare(pending_init)  # the plan check: None when no more data is read
         if declared is None:
             self.privacy.end_iteration()  # an iteration that released nothing (the ε curve stays flat)
             return {k: v.clone() for k, v in self.lik.unravel(self._state_z(self._state)).items()}

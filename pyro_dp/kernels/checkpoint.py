@@ -240,7 +240,7 @@ class Checkpointing:
             # budget for the iterations that remain (data-free)
             "run_length": None if self.run_length_source in (None, "given") else {
                 "num_iterations": self.num_iterations, "source": self.run_length_source,
-                "num_chains": self.num_chains},
+                "num_chains": self.num_chains, "burn_in": self._burn_in},
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -270,6 +270,7 @@ class Checkpointing:
                     f"({planned['num_iterations']} iterations per chain): call load_state_dict() before setup() "
                     "(before mcmc.run), or pass that num_iterations= to the kernel")
             self.num_iterations, self.run_length_source = planned["num_iterations"], planned["source"]
+            self._burn_in = planned.get("burn_in")
             if not self._num_chains_given:
                 self.num_chains = planned["num_chains"]
         if self.lik is None:

@@ -24,7 +24,8 @@ from .tuning import DPAutoTune, mcmc_run_length, penalty_jump_length, posterior_
 from .whitening import reshapes, whitens
 
 __all__ = ["DefaultPath", "DEFAULT_ITERATIONS", "NOISE_LIMITED_RATIO", "LONGER_RUN_GAIN", "LANGEVIN_STEP_CAP",
-           "LANGEVIN_CLIP_HEADROOM", "LangevinSettings", "langevin_default", "langevin_ess"]
+           "LANGEVIN_CLIP_HEADROOM", "LANGEVIN_BURN_IN", "LangevinSettings", "langevin_default", "langevin_ess",
+           "langevin_burn_in"]
 
 #: The default path warns before a chain runs when the largest move its noise allows is below
 #: this fraction of the (guessed) posterior standard deviation (:meth:`DefaultPath._move_scales`).
@@ -54,6 +55,27 @@ LANGEVIN_STEP_CAP = 0.3
 LANGEVIN_CLIP_HEADROOM = 1.5
 
 
+#: The default path's DP-SGLD burn-in, as a share of ``num_samples``: the warmup iterations that
+#: release a gradient (:func:`langevin_burn_in`); the rest of the warmup is idle, before the chain's
+#: first read of the data, and its budget goes to the draws. The free step makes the effective
+#: sample size proportional to the share of the releases spent on the draws (``docs/tuning.md``,
+#: "Without an accept test"): a chain whose step gives an effective sample size E relaxes
+#: :math:`2E\,W/T` times in W of T releases, so 0.15 of the draws (13 % of the releases) relaxes
+#: a start 3.6 posterior sd off (the tuner's worst, measured) to under 0.1 sd wherever E ≥ 14,
+#: where a 500-iteration warmup before 1 000 draws spent a third of the chain's budget.
+LANGEVIN_BURN_IN = 0.15
+
+
+def langevin_burn_in(warmup_steps: int, num_samples: int) -> int:
+    """DP-SGLD default path's releasing warmup iterations: :data:`LANGEVIN_BURN_IN` of the draws,
+    rounded up, at most ``warmup_steps`` (data-free).
+
+    >>> langevin_burn_in(500, 1000), langevin_burn_in(100, 1000), langevin_burn_in(500, 10)
+    (150, 100, 2)
+    """
+    return min(int(warmup_steps), math.ceil(LANGEVIN_BURN_IN * int(num_samples)))
+
+
 class LangevinSettings(NamedTuple):
     """:func:`langevin_default`'s result: the first four are the kernel's settings; ``sd`` is the
     guessed posterior scale the step is capped by, ``noise_limited`` whether the free step (the
@@ -76,8 +98,10 @@ def langevin_default(result, noise_multiplier: float, unit_step_noise, num_rows:
     step 1 with clip :math:`C` (:func:`~pyro_dp.kernels.sgmcmc.langevin_noise_multiplier`).
 
     * The clip :math:`C`: :data:`LANGEVIN_CLIP_HEADROOM` times the higher of the tuner's two
-      quantiles. Without an accept test nothing corrects a clipping bias (measured: the 0.99
-      quantile put a linear model's means 2.2 sd off, ``benchmarks/langevin_study.py``).
+      quantiles, times the radius ratio of the ball's released centre where there is one
+      (``result.centre_ratio``, :mod:`~pyro_dp.kernels.centring`). Without an accept test
+      nothing corrects a clipping bias (measured: the 0.99 quantile put a linear model's means
+      2.2 sd off, ``benchmarks/langevin_study.py``).
     * The step: "privacy for free" (Wang, Fienberg & Smola 2015), the largest step whose release
       noise fits within Langevin's :math:`\mathcal N(0,\eta I)`. Since
       :math:`\mathrm{nm}_L(\eta) = \mathrm{nm}_L(1)/\sqrt\eta`, that is
@@ -96,7 +120,7 @@ def langevin_default(result, noise_multiplier: float, unit_step_noise, num_rows:
     >>> [round(x, 6) for x in s[:5]], s.noise_limited
     ([3.0, 3e-05, 60.858062, 2.9e-05, 0.01], False)
     """
-    clip = LANGEVIN_CLIP_HEADROOM * max(result.grad_clip, result.llr_clip)
+    clip = LANGEVIN_CLIP_HEADROOM * max(result.grad_clip, result.llr_clip) * getattr(result, "centre_ratio", 1.0)
     sd = posterior_scale_guess(result.grad_clip, num_rows, dim, temperature)
     nm_unit = unit_step_noise(clip)
     free = math.inf if noise_multiplier == 0 else (nm_unit / noise_multiplier) ** 2
@@ -129,6 +153,9 @@ class DefaultPath:
     #: whether the default path's tuner balances the coordinates' scales first
     #: (``DPAutoTune(scale=True)``; implied by whitening)
     scale_by_default: bool = False
+    #: whether the default path's tuner releases a centre for a gradient clip ball
+    #: (``DPAutoTune(centre=True)``, :mod:`~pyro_dp.kernels.centring`; under substitution only)
+    centre_by_default: bool = False
 
     def _grad_to_ratio_noise(self):
         r"""DP-HMC's :math:`\mathrm{nm}_g/\mathrm{nm}_l` as set (``None``: not a gradient kernel, or not set)."""
@@ -143,6 +170,9 @@ class DefaultPath:
             if self.init.noise_multipliers is None:  # whitening applies to this model or is not planned (data-free)
                 self.init.whiten = self.init.whiten and whitens(self.lik)
                 self.init.scale = self.init.scale and reshapes(self.lik)
+                if self.init.centre and not (self.centre_by_default and self.relation == "substitute"):
+                    raise ValueError(f"DPAutoTune(centre=True): {type(self).__name__} under relation={self.relation!r} "
+                                     "has no centred clip ball (DPSGLD's default path under 'substitute' has)")
             self.init.configure(epsilon=self.epsilon, delta=self.delta, num_chains=self.num_chains,
                                 non_private=self.non_private)
         self._calibrate()
@@ -152,22 +182,39 @@ class DefaultPath:
             if problem is not None and self._num_setups == 1:
                 warn_user(f"{type(self).__name__} default path: {problem}", SamplingWarning)
 
+    #: the releasing share of the warmup (``None``: every warmup iteration releases; DPSGLD's
+    #: default path: :data:`LANGEVIN_BURN_IN`, :func:`langevin_burn_in`)
+    burn_in_share: Optional[float] = None
+
     def _resolve_run_length(self) -> None:
         """Fix, once and data-free, the iterations per chain a budget funds and the number of
         chains it is shared by, when the user gave none: from the ``pyro.infer.MCMC`` run that
         calls ``setup`` (``warmup_steps + num_samples``, its ``num_chains``), else
         :data:`DEFAULT_ITERATIONS`. Says what it assumed (:class:`PrivacyNotice`). Never
-        overspends either way: the budget is enforced on the ledger."""
-        if self.epsilon is None or self.run_length_source is not None:
-            return
+        overspends either way: the budget is enforced on the ledger. Then this chain's idle
+        warmup (:meth:`_plan_idle_warmup`)."""
+        if self.epsilon is not None and self.run_length_source is None:
+            self._fix_run_length()
+        self._plan_idle_warmup()
+
+    def _fix_run_length(self) -> None:
         run = mcmc_run_length()
         if run is not None:
-            self.num_iterations = max(1, run["warmup_steps"] + run["num_samples"])
+            warmup, samples = run["warmup_steps"], run["num_samples"]
+            if self.burn_in_share is not None and self.auto_tuned:
+                self._burn_in = langevin_burn_in(warmup, samples)
+            releasing = warmup if self._burn_in is None else self._burn_in
+            self.num_iterations = max(1, releasing + samples)
             self.run_length_source = "MCMC"
             if not self._num_chains_given and "num_chains" in run:
                 self.num_chains = run["num_chains"]
             said = (f"{self.num_iterations} iterations per chain (warmup_steps + num_samples of the MCMC) "
                     f"over {self.num_chains} chain(s)")
+            if self._burn_in is not None:
+                said = (f"{self.num_iterations} releasing iterations per chain ({self._burn_in} of the MCMC's "
+                        f"{warmup} warmup steps, its burn-in, then its {samples} samples; the first "
+                        f"{warmup - self._burn_in} warmup steps are idle and read nothing: docs/tuning.md, "
+                        f"'Without an accept test') over {self.num_chains} chain(s)")
         else:
             self.num_iterations = DEFAULT_ITERATIONS
             self.run_length_source = "assumed"
@@ -180,6 +227,15 @@ class DefaultPath:
             PrivacyNotice,
         )
 
+    def _plan_idle_warmup(self) -> None:
+        """With a burn-in fixed by :meth:`_fix_run_length`, a chain's first ``warmup_steps`` minus
+        the burn-in iterations are idle (:meth:`~pyro_dp.kernels.base.DPKernel.sample` returns the
+        data-free start without reading anything) and the kernel's own warmup, which its
+        end-of-chain checks and forecasts read, is the burn-in. Data-free."""
+        if self._burn_in is not None:
+            self._idle_left = max(self._warmup_steps - self._burn_in, 0)
+            self._warmup_steps = min(self._warmup_steps, self._burn_in)
+
     def _auto_tuner(self) -> DPAutoTune:
         """The :class:`~pyro_dp.kernels.tuning.DPAutoTune` of a kernel whose settings
         :attr:`auto_tuned` are left to the default path: the user's ``init`` if it is one,
@@ -189,7 +245,8 @@ class DefaultPath:
             raise ValueError(f"the default path (private tuning of {names}) does not support distributed=True yet: "
                              f"give {names} (docs/scaling_out.md)")
         if self.init is None:
-            return DPAutoTune(whiten=self.whiten_by_default, scale=self.whiten_by_default or self.scale_by_default)
+            return DPAutoTune(whiten=self.whiten_by_default, scale=self.whiten_by_default or self.scale_by_default,
+                              centre=self.centre_by_default and self.relation == "substitute")
         if isinstance(self.init, DPAutoTune):
             return self.init
         raise ValueError(f"{names} left to the default are tuned privately by DPAutoTune, which finds its own start: "

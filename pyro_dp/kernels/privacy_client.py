@@ -81,6 +81,9 @@ class PrivacyClient:
         self._num_chains_given = num_chains is not None
         #: where :attr:`num_iterations` came from: ``"given"``, ``"MCMC"`` or ``"assumed"``
         self.run_length_source = None if num_iterations is None else "given"
+        #: the releasing warmup iterations of a default path that idles the rest (``None``: all release;
+        #: :meth:`~pyro_dp.kernels.default_path.DefaultPath._fix_run_length`)
+        self._burn_in: Optional[int] = None
 
     def _init_secret_stream(self, noise_seed, secure_mode) -> None:
         """The settings of the secret stream (privacy noise, batches: a

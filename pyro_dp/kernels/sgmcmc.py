@@ -42,8 +42,7 @@ kernel adds the missing noise **explicitly** (it never changes the step size): t
 Langevin noise variance is inflated by :math:`\kappa^2 = (\mathrm{nm}/\mathrm{nm}_L)^2`,
 and a warning says so. All of it (Langevin part included) is drawn from the kernel's
 dedicated :class:`~pyro_dp.mechanisms.NoiseSource`. So is the Poisson subsample: privacy
-amplification by subsampling needs the batch to be as secret as the noise (as Opacus draws
-its Poisson sampler from its secure generator in secure mode).
+amplification by subsampling needs the batch to be as secret as the noise.
 
 **Accounting.** Each iteration records ``SubsampledGaussianEvent(q, nm, "poisson")``. The
 ledger's neighbouring relation is a parameter: ``"substitute"`` (default, as every kernel
@@ -64,9 +63,8 @@ rate is 1 by construction.
 :math:`N/b` scaling read :math:`N`, and the ledger's :math:`q` (hence ε) with them.
 Substitution neighbours have the same :math:`N`, so under the default relation :math:`N`
 is public and ε is the same on both neighbours. Add/remove neighbours differ in
-:math:`N`: a kernel that read :math:`N` there would publish an ε that tells them apart
-(as ``sample_rate = b/len(data)`` in Opacus does; before issue #38 this kernel's default
-published ε 0.189972576 at :math:`N = 1000` and 0.189989549 at :math:`N = 1001`). So ``relation="add_remove"`` needs
+:math:`N`: a kernel that read :math:`N` there would publish an ε that tells them apart (before
+issue #38: ε 0.189972576 at :math:`N = 1000`, 0.189989549 at 1001). So ``relation="add_remove"`` needs
 ``public_num_rows=M``, a public row count the user states (a published data-set size, a
 bound), used in place of :math:`N` everywhere the kernel would read it: :math:`q = b/M`, the
 :math:`M/b` scaling, the calibration, the :math:`\delta \le 1/N` notice and a private
@@ -96,16 +94,14 @@ from typing import NamedTuple, Optional, Tuple
 import torch
 
 from ..accounting import get_accountant
-from ..compiled import cached_zeros
-from ..mechanisms import (GaussianReleaseSpec, SubsampledGaussianEvent, clip_and_sum, clipped_fraction,
-                          gaussian_release_spec, poisson_batch, subsampled_gaussian_event)
+from ..mechanisms import SubsampledGaussianEvent
 from .base import DPKernel, check_positive
 from ..checks import SamplingWarning, monte_carlo_min_ess
 from ..warn import warn_user
-from .default_path import (DEFAULT_ITERATIONS, LANGEVIN_CLIP_HEADROOM, LANGEVIN_STEP_CAP,  # noqa: F401 (re-exported)
-                           langevin_default, langevin_ess)
+from .default_path import (DEFAULT_ITERATIONS, LANGEVIN_BURN_IN, LANGEVIN_CLIP_HEADROOM,  # noqa: F401 (re-exported)
+                           LANGEVIN_STEP_CAP, langevin_default, langevin_ess)
 from .tuning import init_to_center
-from .mh import can_fuse
+from .sg_gradient import GradientRelease, private_gradient, private_gradient_fn  # noqa: F401 (re-exported)
 
 __all__ = [
     "DPSGLD",
@@ -166,21 +162,6 @@ class SGMCMCInfo(NamedTuple):
     noise_std: float
 
 
-class GradientRelease(NamedTuple):
-    """Output of :func:`private_gradient`.
-
-    :ivar grad: :math:`\\tilde g`, the noisy log-posterior gradient estimate (safe to use).
-    :ivar event: the event to record.
-    :ivar clipped_fraction: non-private diagnostic.
-    :ivar noise_std: std of the noise on the clipped sum.
-    """
-
-    grad: torch.Tensor
-    event: SubsampledGaussianEvent
-    clipped_fraction: float
-    noise_std: float
-
-
 def langevin_noise_multiplier(
     kind: str, *, step_size: float, sample_rate: float, grad_clip: float, temperature: float = 1.0,
     thermostat: float = 1.0, relation: str = "substitute",
@@ -211,84 +192,6 @@ def langevin_noise_multiplier(
     return sigma / (_SENSITIVITY[relation] * C)
 
 
-def private_gradient_fn(lik, temperature: float, q: float, spec: GaussianReleaseSpec, grad_sum, grad_prior,
-                        padded: bool = False, shards=None):
-    r"""The private gradient of one DP-SGLD/SGNHT step, written once as a pure tensor function
-    ``step(z, C, idx, k, ξ) -> (g̃, flags)``: the per-example gradients on the Poisson batch
-    ``idx`` (drawn before it from the secret stream; with ``padded`` a bucket of rows of which
-    the first ``k`` are the batch, the rest masked) clipped to L2 norm :math:`C` and summed
-    (``grad_sum``), ``spec``'s release of the sum with the standard normals ``ξ`` (secret
-    stream; :math:`\sigma = \mathrm{nm}\,\Delta`, :math:`\Delta = 2C` substitute or :math:`C`
-    add/remove), the prior's gradient (``grad_prior``, data-free) and
-    :math:`\tilde g = \nabla\log p(\theta) + \frac Tq\,(\sum_{i\in B}\mathrm{clip}_C(\nabla\ell_i) + \zeta)`
-    (Horvitz–Thompson :math:`1/q`; Welling & Teh 2011, eq. 4). The eager path runs it as it is
-    (``lik.clipped_grad_sum``, ``lik.grad_log_prior``); ``jit_compile=True`` traces the same
-    function on a batch bucket (the compiled likelihood's gradient terms). ``flags``:
-    ``(clipped rows, rows, σ)`` in float64."""
-    f64 = torch.float64
-
-    def step(z, clip, idx, k, xi):
-        valid = (torch.arange(idx.shape[0], device=z.device) < k).to(z.dtype) if padded else None
-        cs = grad_sum(z, clip, idx, valid)
-        rel = spec.release(cs, clip, xi, shards)  # clip per example, sum, add N(0, (nm Δ)^2) (Abadi et al. 2016)
-        # Horvitz–Thompson scaling 1/q = N/b and tempering T: post-processing (Welling & Teh 2011, eq. 4)
-        grad = grad_prior(z) + (temperature / q) * lik.project(rel.value)  # project: post-processing
-        return grad, torch.stack([torch.as_tensor(rel.num_clipped).to(f64), torch.as_tensor(rel.num_rows).to(f64),
-                                  rel.noise_std.to(f64)])
-
-    return step
-
-
-def _eager_grad_sum(lik):
-    """``grad_sum(z, C, idx, valid=None) -> ClippedSum`` outside a graph: the likelihood's own
-    clipped gradient sum (which may run its own graph); an empty batch sums no row."""
-    def grad_sum(z, clip, idx, valid):
-        if not idx.numel():  # an empty batch still releases (pure noise): the event is the same
-            return clip_and_sum(z.new_zeros((0, z.numel())), clip)
-        return lik.clipped_grad_sum(z, clip, idx)[1]
-
-    return grad_sum
-
-
-def private_gradient(noise, lik, z, *, sample_rate, grad_clip, noise_multiplier, relation) -> GradientRelease:
-    r""":math:`\tilde g = \nabla\log p(\theta) + \frac Tq(\sum_{i\in B}\mathrm{clip}_C
-    (\nabla\ell_i) + \zeta)` with a Poisson batch :math:`B` and
-    :math:`\zeta\sim\mathcal N(0, (\mathrm{nm}\,\Delta)^2 I)` (:func:`private_gradient_fn`), run
-    as one compiled graph on the batch's size bucket when it can be (the compiled path in one
-    process, a model the trace can represent, a non-empty batch: facts about the model's code
-    and the secret batch size only), else as it is. The batch
-    (:func:`~pyro_dp.mechanisms.poisson_batch`) and :math:`\zeta`'s standard normals are drawn
-    before it, in this order, from ``noise`` (the privacy stream). Cost :math:`O(b)`,
-    independent of :math:`N`."""
-    q, nm, T = float(sample_rate), float(noise_multiplier), float(lik.temperature)
-    spec = gaussian_release_spec(nm, relation)
-    dev = z.device
-    idx = poisson_batch(noise, lik.num_rows, q, device=dev)  # the secret batch
-    k = int(idx.numel())
-    xi = spec.draw(noise, z.shape, device=dev)  # the release's standard normals (secret stream)
-    clip, step = grad_clip, None
-    if k > 0 and can_fuse(lik, noise):
-        cl = lik.compiled
-        name = f"private_gradient[n={lik.num_rows},q={q!r},T={T!r},nm={nm!r},rel={relation}]"
-        size = cl.bucket_for(name, k)
-        clip_t = torch.as_tensor(grad_clip, dtype=z.dtype, device=dev)
-        example = (z, clip_t, cached_zeros((size,), torch.long, dev), cached_zeros((), torch.long, dev),
-                   cached_zeros(z.shape, torch.float64, dev))
-        step = cl.fused_graph(name, private_gradient_fn(lik, T, q, spec, lambda *a: cl.clipped_grad_terms(*a)[1],
-                                                        lambda zz: cl.log_prior_terms(zz)[1], padded=True),
-                              example, full_data=False, bucket=size)
-        if step is not None:
-            clip = clip_t
-            if size > k:  # padded with row 0 (masked inside)
-                idx = torch.cat([idx, torch.zeros(size - k, dtype=idx.dtype, device=dev)])
-    if step is None:  # the same function, run as it is
-        step = private_gradient_fn(lik, T, q, spec, _eager_grad_sum(lik), lik.grad_log_prior,
-                                   shards=getattr(noise, "shards", None))
-    grad, flags = step(z, clip, idx, torch.as_tensor(k, device=dev), xi)
-    n_clipped, n_rows, std = flags.tolist()
-    return GradientRelease(grad, subsampled_gaussian_event(q, nm, "poisson"), clipped_fraction(n_clipped, n_rows), std)
-
-
 def sgld_init(lik, z: torch.Tensor) -> SGLDState:
     """Initial DP-SGLD state (data-free)."""
     return SGLDState(z)
@@ -306,15 +209,16 @@ def sgld_update(z: torch.Tensor, grad: torch.Tensor, step_size) -> torch.Tensor:
 
 
 def sgld_step(noise, state: SGLDState, lik, *, step_size, sample_rate, grad_clip, noise_multiplier,
-              relation="substitute", diffusion: float = 0.0, rng=None) -> Tuple[SGLDState, SGMCMCInfo]:
+              relation="substitute", diffusion: float = 0.0, rng=None, centre=None) -> Tuple[SGLDState, SGMCMCInfo]:
     r"""One DP-SGLD step :math:`\theta' = \theta + \frac\eta2\tilde g(\theta)`. With
     ``noise_multiplier`` equal to :func:`langevin_noise_multiplier` the noise inside
     :math:`\tilde g` is exactly the :math:`\mathcal N(0,\eta I)` of Welling & Teh (2011, eq. 4).
     With a smaller one (the default path's, :class:`DPSGLD`) ``diffusion`` is the variance
     missing from it, added as :math:`\mathcal N(0, \mathrm{diffusion}\,I)` drawn from ``rng``
-    (the algorithm stream: data-free, not a release); ``0``: nothing drawn."""
+    (the algorithm stream: data-free, not a release); ``0``: nothing drawn. ``centre``: the clip
+    ball's (:func:`private_gradient`)."""
     rel = private_gradient(noise, lik, state.z, sample_rate=sample_rate, grad_clip=grad_clip,
-                           noise_multiplier=noise_multiplier, relation=relation)
+                           noise_multiplier=noise_multiplier, relation=relation, centre=centre)
     z = sgld_update(state.z, rel.grad, step_size)
     if diffusion > 0:
         z = z + math.sqrt(diffusion) * torch.randn(z.shape, generator=rng, dtype=z.dtype, device=z.device)
@@ -575,12 +479,12 @@ class DPSGLD(_SGMCMC):
     :class:`~pyro_dp.kernels.tuning.DPAutoTune` with ``whiten=True``; then the clip and the largest
     step whose release noise fits inside Langevin's diffusion ("privacy for free", Wang, Fienberg
     & Smola 2015), capped, the rest of the diffusion data-free
-    (:func:`~pyro_dp.kernels.default_path.langevin_default`). Without an accept test the noise costs
-    step length, not rejected moves: at ε = 2, N = 5·10⁴, on the default
-    suite's three GLMs, where DPPenalty and DPHMC are noise-limited, every mean was within 0.5
-    NUTS sd and every sd within 30 % in 10 of 12 runs (all 12 within 0.53 sd and 0.72–1.34;
-    ``docs/tuning.md``, "Without an accept test"). The price: an unadjusted chain, whose step and
-    clip biases nothing corrects.
+    (:func:`~pyro_dp.kernels.default_path.langevin_default`), clipping around a released centre
+    where the gradients are skewed (:mod:`~pyro_dp.kernels.centring`); of the MCMC's warmup only a
+    burn-in of 0.15 ``num_samples`` releases, the rest idles before the first read (its budget
+    goes to the draws). Without an accept test the noise costs step length, not rejected moves
+    (``docs/tuning.md``, "Without an accept test", with the measurements on the default suite's
+    GLMs). The price: an unadjusted chain, whose step and clip biases nothing corrects.
 """ + _PARAMS_HEAD + _PARAMS_TAIL + r"""
     Example
     -------
@@ -612,7 +516,9 @@ class DPSGLD(_SGMCMC):
     """
     _kind = "sgld"
     whiten_by_default = True  # the default path runs in the private metric's coordinates (docs/tuning.md)
-    _chain_attrs = _SGMCMC._chain_attrs + ("step_size", "grad_clip", "diffusion", "langevin_noise_multiplier")
+    burn_in_share, centre_by_default = LANGEVIN_BURN_IN, True  # its burn-in; a centred clip ball (DefaultPath)
+    _chain_attrs = _SGMCMC._chain_attrs + ("step_size", "grad_clip", "diffusion", "langevin_noise_multiplier", "centre")
+    centre = None  # the clip ball's centre: the default path's tuner releases it (pyro_dp.kernels.centring)
 
     def _ratio_noise_multiplier(self):
         # The default path's clip: as few rows above it as the tuner's count noise resolves
@@ -630,6 +536,7 @@ class DPSGLD(_SGMCMC):
                        temperature=T, relation=self.relation)
         out = langevin_default(result, self.noise_multiplier, lambda c: unit(grad_clip=c), n, d, T)
         self.grad_clip, self.step_size, self.langevin_noise_multiplier, self.diffusion = out[:4]
+        self.centre = getattr(result, "centre", None)
         # Before the chain runs (post-processing, public): the free step below its cap means the noise
         # sets the step, and eta ∝ 1/iterations: more iterations do not add effective samples.
         sd, self._noise_limited = out.sd, out.noise_limited
@@ -652,7 +559,8 @@ class DPSGLD(_SGMCMC):
         return sgld_init(self.lik, z)
 
     def _step(self, state):
-        return sgld_step(self._noise, state, self.lik, **self._step_kwargs(), diffusion=self.diffusion, rng=self._rng)
+        return sgld_step(self._noise, state, self.lik, **self._step_kwargs(), diffusion=self.diffusion, rng=self._rng,
+                         centre=self.centre)
 
 
 class DPSGNHT(_SGMCMC):

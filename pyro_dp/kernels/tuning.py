@@ -70,6 +70,7 @@ import torch
 from pyro.infer.autoguide.initialization import init_to_median
 
 from ..accounting.gdp import gdp_mu
+from .centring import CENTRE_SHARE, Centre, centre_noise_multipliers, private_centre
 from .whitening import (METRIC_SHARE, SCALE_SHARE, likelihood_coordinates, metric_is_resolved, metric_sd,
                         private_log_scales, private_metric, reshapes, scaling_from_release, whitening_from_metric,
                         whitens)
@@ -171,6 +172,9 @@ class TuneResult(NamedTuple):
     :ivar metric_sd: the posterior sd per flat unconstrained coordinate that the released metric
         predicts (:func:`~pyro_dp.kernels.whitening.metric_sd`, also where it was not resolved
         and so not applied), or ``None`` where no metric was released.
+    :ivar centre: the centre of the gradient clip ball in the chain's coordinates
+        (:mod:`~pyro_dp.kernels.centring`), or ``None`` (the origin).
+    :ivar centre_ratio: the radius around ``centre`` over the radius around the origin.
     """
 
     z: torch.Tensor
@@ -178,6 +182,8 @@ class TuneResult(NamedTuple):
     llr_clip: float
     start_clip: float
     metric_sd: Optional[torch.Tensor] = None
+    centre: Optional[torch.Tensor] = None
+    centre_ratio: float = 1.0
 
 
 def _fraction(name, value) -> float:
@@ -308,6 +314,10 @@ class DPAutoTune:
         size (covariates on their own scales: one clip then serves every column). Default: as
         ``whiten``. For models with at least two latent coordinates in the likelihood
         (:func:`~pyro_dp.kernels.whitening.reshapes`); only those are released and rescaled.
+    :param bool centre: last, release a centre for the gradient clip ball at the start, in the
+        chain's coordinates (:mod:`~pyro_dp.kernels.centring`, ledger label ``"tune:centre"``,
+        :data:`~pyro_dp.kernels.centring.CENTRE_SHARE` of each chain's budget on top of
+        ``share``). Default ``False``; DPSGLD's default path turns it on under substitution.
 
     The kernels build one when their clips or steps are left to the default
     (``DPPenalty(model, epsilon=2.0)``, ``DPHMC(model)``); pass your own as ``init=`` to
@@ -319,7 +329,7 @@ class DPAutoTune:
                  learning_rate: Tuple[float, float] = (0.5, 1e-3), grad_quantile: float = 0.9,
                  llr_quantile: float = 0.98, betas: Tuple[float, float] = (0.5, 0.9),
                  noise_multipliers: Optional[Tuple[float, float, float]] = None, whiten: bool = False,
-                 scale: Optional[bool] = None):
+                 scale: Optional[bool] = None, centre: bool = False):
         if isinstance(num_steps, bool) or not isinstance(num_steps, numbers.Integral) or num_steps < 1:
             raise ValueError(f"num_steps must be an integer >= 1, got {num_steps!r}")
         self.num_steps = int(num_steps)
@@ -357,6 +367,12 @@ class DPAutoTune:
         self.metric_noise_multiplier: Optional[float] = None
         #: the noise multiplier of the per-coordinate scales' release (set by :meth:`configure`)
         self.scale_noise_multiplier: Optional[float] = None
+        if not isinstance(centre, bool):
+            raise TypeError(f"centre must be True or False, got {centre!r}")
+        #: release a centre for the gradient clip ball (:mod:`~pyro_dp.kernels.centring`)
+        self.centre = centre
+        #: the two centre releases' noise multipliers (set by :meth:`configure`)
+        self.centre_noise_multipliers: Optional[Tuple[float, float]] = None
 
     def __repr__(self):
         return (f"DPAutoTune(num_steps={self.num_steps}, share={self.share}, noise_multipliers="
@@ -434,13 +450,19 @@ class DPAutoTune:
                 self.metric_noise_multiplier = self.noise_multipliers[0]  # given: as the histogram's
             if self.scale and self.scale_noise_multiplier is None:
                 self.scale_noise_multiplier = self.noise_multipliers[0]
+            if self.centre and self.centre_noise_multipliers is None:
+                self.centre_noise_multipliers = (self.noise_multipliers[0],) * 2
             return
         if non_private:
             self.noise_multipliers = (0.0, 0.0, 0.0)
             self.metric_noise_multiplier = self.scale_noise_multiplier = 0.0
+            self.centre_noise_multipliers = (0.0, 0.0)
             return
         if epsilon is None:
             raise ValueError("DPAutoTune needs the kernel's budget (epsilon, delta) or explicit noise_multipliers")
+        if self.centre:  # on top of the tuning's share (pyro_dp.kernels.centring)
+            self.centre_noise_multipliers = centre_noise_multipliers(gdp_mu(epsilon, delta) ** 2 / num_chains
+                                                                     * CENTRE_SHARE)
         mu2 = gdp_mu(epsilon, delta) ** 2 / num_chains * self.share  # this chain's tuning share of μ²
         # μ² = Σ 1/nm² (Dong, Roth & Su 2022 Cor. 3.3): one histogram, num_steps gradient sums
         # and 2 num_steps counts, each group with its share of this chain's tuning μ²
@@ -468,7 +490,9 @@ class DPAutoTune:
             raise RuntimeError("DPAutoTune.configure() first: its noise comes from the kernel's budget")
         ev = [NonPrivateEvent() if nm == 0 else GaussianEvent(nm) for nm in self.noise_multipliers]
         out = [(ev[0], _NUM_HISTOGRAMS), (ev[1], self.num_steps), (ev[2], self._num_counts())]
-        for on, nm in ((self.scale, self.scale_noise_multiplier), (self.whiten, self.metric_noise_multiplier)):
+        centre = self.centre_noise_multipliers if self.centre else (None, None)
+        for on, nm in ((self.scale, self.scale_noise_multiplier), (self.whiten, self.metric_noise_multiplier),
+                       (self.centre, centre[0]), (self.centre, centre[1])):
             if on:
                 out.append((NonPrivateEvent() if nm == 0 else GaussianEvent(nm), 1))
         return out
@@ -561,7 +585,10 @@ class DPAutoTune:
             if metric_is_resolved(metric, std):  # else the scaled coordinates of phase 0b (post-processing)
                 lik.compose_preconditioner(z, L)
                 z, clip_g, clip_l = torch.zeros_like(z), clip_g * f, clip_l * f
-        self.result = TuneResult(z, clip_g, clip_l, clip_l, expected_sd)
+        # phase 4: a centre for the gradient clip ball, in the chain's coordinates (pyro_dp.kernels.centring)
+        centre = (private_centre(lambda: _row_gradients(lik, z), max(clip_g, clip_l), self.centre_noise_multipliers,
+                                 noise, relation, rec("tune:centre")) if self.centre else Centre(None, 1.0))
+        self.result = TuneResult(z, clip_g, clip_l, clip_l, expected_sd, *centre)
         return z, events, 0.0
 
 

@@ -388,7 +388,9 @@ def noisy_histogram(
     adds 1 to exactly one count, so the count vector has :math:`\ell_2`-sensitivity
     :math:`\sqrt 2` under substitution of one row (one count loses 1, another gains 1) and 1
     under add/remove (the Gaussian histogram: Dwork & Roth 2014 §3.3 and Thm A.1); the noise
-    has standard deviation :math:`\mathrm{noise\_multiplier}\cdot\Delta`. Sharded rows
+    has standard deviation :math:`\mathrm{noise\_multiplier}\cdot\Delta`. ``bin_index`` of shape ``[N, k]``: ``k`` histograms
+    released together (histogram ``j``'s counts at ``j * num_bins`` onwards), each row adding 1 to
+    one count of each, so :math:`\Delta = \sqrt{2k}` and :math:`\sqrt k`. Sharded rows
     (:mod:`pyro_dp.distributed`) sum their counts inside the release like every clipped sum.
 
     >>> out = noisy_histogram(torch.tensor([0, 0, 2]), 3, noise_multiplier=0.0, noise=NoiseSource())
@@ -396,17 +398,25 @@ def noisy_histogram(
     ([2.0, 0.0, 1.0], NonPrivateEvent())
     >>> round(float(noisy_histogram(torch.tensor([0]), 3, 2.0, NoiseSource()).noise_std), 4)  # 2 * sqrt(2)
     2.8284
+    >>> two = noisy_histogram(torch.tensor([[0, 1], [2, 1]]), 3, noise_multiplier=0.0, noise=NoiseSource())
+    >>> two.value.tolist()  # two histograms of two rows
+    [1.0, 0.0, 1.0, 0.0, 2.0, 0.0]
+    >>> round(float(noisy_histogram(torch.tensor([[0, 1]]), 3, 2.0, NoiseSource()).noise_std), 4)  # 2 * sqrt(4)
+    4.0
     """
     if relation not in RELATIONS:
         raise ValueError(f"relation must be one of {RELATIONS}, got {relation!r}")
     num_bins = int(num_bins)
-    idx = bin_index.reshape(-1).to(torch.long)
+    k = bin_index.shape[1] if bin_index.dim() == 2 else 1  # histograms: one count per row in each
+    idx = bin_index.to(torch.long)
     if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= num_bins):
         raise ValueError(f"bin indices must lie in [0, {num_bins})")
-    counts = torch.bincount(idx, minlength=num_bins).to(torch.float64)
+    if k > 1:
+        idx = idx + num_bins * torch.arange(k, device=idx.device)  # histogram j's bins: j·num_bins onwards
+    counts = torch.bincount(idx.reshape(-1), minlength=k * num_bins).to(torch.float64)
     # add_gaussian_noise's std is nm * s * clip with s = 2 (substitute) or 1 (add/remove):
-    # clip = Δ / s gives Δ = √2 (substitute) and 1 (add/remove) as above
-    clip = math.sqrt(2.0) / 2.0 if relation == "substitute" else 1.0
+    # clip = Δ / s gives Δ = √(2k) (substitute) and √k (add/remove) as above
+    clip = math.sqrt(2.0 * k) / 2.0 if relation == "substitute" else math.sqrt(k)
     return add_gaussian_noise(counts, clip, noise_multiplier, noise, relation)
 
 

@@ -69,6 +69,33 @@ def test_the_default_path_reads_every_row_and_takes_the_free_step():
     assert k.step_size <= LANGEVIN_STEP_CAP * sd * sd * (1 + 1e-12)
 
 
+def test_the_warmup_releases_only_its_burn_in_and_the_rest_is_idle():
+    """The default path's warmup releases a burn-in of ``LANGEVIN_BURN_IN`` (0.15) of the draws,
+    30 of 100 warmup steps before 200 draws: the first 70 are idle, before the chain's first read
+    of the data (nothing released, the data-free start returned), and the budget funds the 230
+    releasing iterations. With the step and clip given, every warmup step releases."""
+    X, y = data(2000)
+    k = DPSGLD(linear, epsilon=4.0, seed=0)
+    seen, real = [], k.sample
+
+    def sample(params):
+        out = real(params)
+        seen.append((k.privacy.live.num_releases, out["w"].clone()))
+        return out
+
+    k.sample = sample
+    mcmc = _run(k, X, y, 200, 100)
+    assert (k.sample_rate, k.num_iterations, k._burn_in) == (1.0, 230, 30)
+    assert [r for r, _ in seen[:70]] == [0] * 70 and seen[70][0] > 0
+    assert all(torch.equal(w, seen[0][1]) for _, w in seen[:70])
+    assert k.ledger.by_label()[""] == 230  # the per-iteration releases: the burn-in and the draws
+    assert pyro_dp.get_epsilon(mcmc, delta=k.delta) == pytest.approx(4.0, rel=1e-6)
+    assert len(mcmc.get_samples()["w"]) == 200
+    given = DPSGLD(linear, batch_size=2000, step_size=1e-4, grad_clip=5.0, epsilon=400.0, seed=0)
+    _run(given, X, y, 20, 10)
+    assert given._burn_in is None and given.num_iterations == 30 and given.ledger.by_label()[""] == 30
+
+
 def test_a_large_budget_caps_the_step_and_tops_the_diffusion_up_data_free():
     """At ε = 200 the free step is far above the cap: the step is the cap and almost all of the
     diffusion is the data-free top-up, drawn from the algorithm stream (a fixed seed and noise
