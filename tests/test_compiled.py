@@ -86,16 +86,16 @@ def test_bucket_sizes():
 def test_poisson_batches_compile_a_few_graphs_not_one_per_size(monkeypatch):
     """#17: 'no recompilation per iteration' — Poisson batch sizes vary (here about 50 ± 7) but
     fall into a few size buckets (at most 25% apart)."""
-    import pyro_dp.kernels.sgmcmc as sgmcmc
+    import pyro_dp.kernels.sg_gradient as sg_gradient
 
-    sizes, draw = [], sgmcmc.poisson_batch
+    sizes, draw = [], sg_gradient.poisson_batch
 
     def recording(*a, **kw):  # the step's Poisson batch (drawn before it, on both paths)
         idx = draw(*a, **kw)
         sizes.append(int(idx.numel()))
         return idx
 
-    monkeypatch.setattr(sgmcmc, "poisson_batch", recording)
+    monkeypatch.setattr(sg_gradient, "poisson_batch", recording)
     y = make_data(500, seed=2)
     k = pyro_dp.DPSGLD(gauss_model, 50, 1e-3, 2.0, seed=0, **GRAPH)
     MCMC(k, num_samples=80, warmup_steps=0, disable_progbar=True).run(y)

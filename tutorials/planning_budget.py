@@ -197,9 +197,11 @@ print(f"epsilon 4.0 for {num_iterations} iterations needs noise multiplier {nm_g
 # *noise-limited* here: the noise of their ratio release grows with the move, so they can
 # only take small moves. `DPSGLD(model, epsilon=ε)` has no accept test. Its release noise is
 # part of the Langevin diffusion it needs anyway, so the noise costs step length, not rejected
-# moves, and it delivers several times the effective samples on the same budget. It
-# is an unadjusted chain, with a small bias nothing corrects (docs/tuning.md, "Without an
-# accept test").
+# moves, and it delivers several times the effective samples on the same budget (it also
+# spends most of the warmup's share on the draws: only a short burn-in of the warmup reads the
+# data, and it clips around a private centre where the gradients are skewed, which this
+# data-free forecast leaves out). It is an unadjusted chain, with a small bias nothing
+# corrects (docs/tuning.md, "Without an accept test").
 
 # %%
 for kernel in ("DPPenalty", "DPHMC", "DPSGLD"):

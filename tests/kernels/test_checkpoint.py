@@ -85,11 +85,13 @@ def test_state_dict_needs_a_chain_and_checks_what_it_loads():
         factory().load_state_dict({"chain": {}})
 
 
-def test_resume_on_the_default_path_keeps_the_planned_run_length():
+@pytest.mark.parametrize("name, planned", [("DPPenalty", 50), ("DPSGLD", 35)])
+def test_resume_on_the_default_path_keeps_the_planned_run_length(name, planned):
     """2026-11-26 new-user sweep: on the default path (``DPPenalty(model, epsilon=...)``, run
     length read from the MCMC) the documented resume re-planned the budget for the remaining
     iterations only: other noise, then no data read at all (every resumed sample was one
-    repeated state). The checkpoint now carries the run length the budget was planned for."""
+    repeated state). The checkpoint now carries the run length the budget was planned for, and
+    DPSGLD's burn-in (5 of the 20 warmup steps release, 15 idle: 35 releasing iterations)."""
     from .helpers import gauss_model, make_data
 
     y = make_data(200, seed=2)
@@ -100,7 +102,7 @@ def test_resume_on_the_default_path_keeps_the_planned_run_length():
             saved["state"] = kernel.state_dict()
 
     def kernel():
-        return pyro_dp.DPPenalty(gauss_model, epsilon=2.0, seed=0, noise_seed=1)
+        return getattr(pyro_dp, name)(gauss_model, epsilon=2.0, seed=0, noise_seed=1)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -111,11 +113,12 @@ def test_resume_on_the_default_path_keeps_the_planned_run_length():
         resumed.load_state_dict(pickle.loads(pickle.dumps(saved["state"])))
         rest = MCMC(resumed, num_samples=20, warmup_steps=0, disable_progbar=True)
         rest.run(y)
-    assert resumed.num_iterations == whole.num_iterations == 50
+    assert resumed.num_iterations == whole.num_iterations == planned
+    assert resumed._burn_in == whole._burn_in == (5 if name == "DPSGLD" else None)
     assert resumed.noise_multiplier == whole.noise_multiplier
     assert torch.equal(rest.get_samples()["mu"], full.get_samples()["mu"][10:])
     assert resumed.ledger == whole.ledger
-    assert rest.diagnostics()["private iterations"]["chain 0"] == 50
+    assert rest.diagnostics()["private iterations"]["chain 0"] == planned
 
 
 def _penalty(**kw):
