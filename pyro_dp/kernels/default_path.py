@@ -66,14 +66,14 @@ LANGEVIN_CLIP_HEADROOM = 1.5
 LANGEVIN_BURN_IN = 0.15
 
 
-def langevin_burn_in(warmup_steps: int, num_samples: int) -> int:
-    """DP-SGLD default path's releasing warmup iterations: :data:`LANGEVIN_BURN_IN` of the draws,
-    rounded up, at most ``warmup_steps`` (data-free).
+def langevin_burn_in(warmup_steps: int, num_samples: int, share: float = LANGEVIN_BURN_IN) -> int:
+    """DP-SGLD default path's releasing warmup iterations: ``share`` (:data:`LANGEVIN_BURN_IN`) of
+    the draws, rounded up, at most ``warmup_steps`` (data-free).
 
     >>> langevin_burn_in(500, 1000), langevin_burn_in(100, 1000), langevin_burn_in(500, 10)
     (150, 100, 2)
     """
-    return min(int(warmup_steps), math.ceil(LANGEVIN_BURN_IN * int(num_samples)))
+    return min(int(warmup_steps), math.ceil(share * int(num_samples)))
 
 
 class LangevinSettings(NamedTuple):
@@ -202,7 +202,7 @@ class DefaultPath:
         if run is not None:
             warmup, samples = run["warmup_steps"], run["num_samples"]
             if self.burn_in_share is not None and self.auto_tuned:
-                self._burn_in = langevin_burn_in(warmup, samples)
+                self._burn_in = langevin_burn_in(warmup, samples, self.burn_in_share)
             releasing = warmup if self._burn_in is None else self._burn_in
             self.num_iterations = max(1, releasing + samples)
             self.run_length_source = "MCMC"
