@@ -42,11 +42,10 @@ from typing import Callable, Iterable, NamedTuple, Optional
 
 import torch
 
-from ..mechanisms import (clip_and_sum, clipped_sum_with_noise, finite_row_mask, finite_rows, noisy_histogram,
-                          sum_clipped)
+from ..mechanisms import clip_and_sum, clipped_sum_with_noise, finite_rows, noisy_histogram, sum_clipped
 
-__all__ = ["Centre", "private_centre", "centre_from_counts", "centre_noise_multipliers", "CENTRE_SHARE",
-           "CENTRE_OFFSETS", "RADIUS_EDGES", "MIN_TAIL_SNR", "MIN_GAIN", "REFERENCE_EDGE"]
+__all__ = ["Centre", "private_centre", "centre_from_counts", "centre_noise_multipliers", "check_substitute",
+           "CENTRE_SHARE", "CENTRE_OFFSETS", "RADIUS_EDGES", "MIN_TAIL_SNR", "MIN_GAIN", "REFERENCE_EDGE"]
 
 #: share of each chain's Gaussian-DP :math:`\mu^2` the two centre releases spend (on top of the
 #: tuner's own share; 40 % the direction, 60 % the radii)
@@ -67,6 +66,13 @@ MIN_TAIL_SNR = 3.0
 #: a centre whose radius ratio is above this is not used (too little gained for the noise)
 MIN_GAIN = 0.97
 _DIRECTION_SHARE = 0.4
+
+
+def check_substitute(relation: str) -> None:
+    """Refuse a centred clip ball outside substitution (module docstring: under add/remove a
+    row's term can have norm :math:`\|m\| + C`)."""
+    if relation != "substitute":
+        raise ValueError("a centred clip ball keeps its sensitivity under relation='substitute' only")
 
 
 class Centre(NamedTuple):
@@ -154,13 +160,12 @@ def private_centre(rows: Callable[[], Iterable[torch.Tensor]], radius: float, no
     ``noise_multipliers`` the two releases' (:func:`centre_noise_multipliers`); ``record(event)``
     is called right after each release. Rows with a non-finite entry are zero rows (the per-row
     rule). Substitution only (module docstring)."""
-    if relation != "substitute":
-        raise ValueError("a centred clip ball keeps its sensitivity under relation='substitute' only")
+    check_substitute(relation)
     nm_dir, nm_radii = (float(x) for x in noise_multipliers)
     R = float(radius)
 
     def unit_outside(g):
-        g = finite_rows(g, finite_row_mask(g))
+        g = finite_rows(g)
         n = g.norm(dim=-1, keepdim=True)
         w = torch.where(n > R, g / n.clamp_min(1e-300), torch.zeros_like(g))  # norm <= 1: nothing clipped
         return clip_and_sum(w, 1.0)
@@ -170,25 +175,20 @@ def private_centre(rows: Callable[[], Iterable[torch.Tensor]], radius: float, no
         record(rel.event)
     v = rel.value
     size = float(v.norm())
-    if not size > 0.0 or not math.isfinite(size):
-        direction = None
-    else:
-        direction = v / size
+    found = size > 0.0 and math.isfinite(size)
+    direction = v / size if found else torch.zeros_like(v)  # no direction: every candidate is the origin
     offsets = torch.tensor(CENTRE_OFFSETS, dtype=torch.float64)
     inner = torch.tensor(RADIUS_EDGES, dtype=torch.float64)
     parts = []
     for g in rows():
-        g = finite_rows(g, finite_row_mask(g)).double()
-        if direction is None:
-            radii = (g.norm(dim=-1, keepdim=True) / R).expand(-1, len(CENTRE_OFFSETS))
-        else:
-            centres = offsets.to(g.device)[:, None] * R * direction.double().to(g.device)[None, :]  # [T, D]
-            radii = (g[:, None, :] - centres[None]).norm(dim=-1) / R  # [B, T]
+        g = finite_rows(g).double()
+        centres = offsets.to(g.device)[:, None] * R * direction.double().to(g.device)[None, :]  # [T, D]
+        radii = (g[:, None, :] - centres[None]).norm(dim=-1) / R  # [B, T]
         parts.append(torch.bucketize(radii, inner.to(g.device), right=True))
     hist = noisy_histogram(torch.cat(parts), len(RADIUS_EDGES) + 1, nm_radii, noise, relation)
     if record is not None:
         record(hist.event)
-    if direction is None:
+    if not found:
         return Centre(None, 1.0)
     counts = hist.value.reshape(len(CENTRE_OFFSETS), len(RADIUS_EDGES) + 1)
     best, ratio = centre_from_counts(counts, float(hist.noise_std))

@@ -156,6 +156,9 @@ class DefaultPath:
     #: whether the default path's tuner releases a centre for a gradient clip ball
     #: (``DPAutoTune(centre=True)``, :mod:`~pyro_dp.kernels.centring`; under substitution only)
     centre_by_default: bool = False
+    #: the releasing share of the warmup (``None``: every warmup iteration releases; DPSGLD's
+    #: default path: :data:`LANGEVIN_BURN_IN`, :func:`langevin_burn_in`)
+    burn_in_share: Optional[float] = None
 
     def _grad_to_ratio_noise(self):
         r"""DP-HMC's :math:`\mathrm{nm}_g/\mathrm{nm}_l` as set (``None``: not a gradient kernel, or not set)."""
@@ -182,10 +185,6 @@ class DefaultPath:
             if problem is not None and self._num_setups == 1:
                 warn_user(f"{type(self).__name__} default path: {problem}", SamplingWarning)
 
-    #: the releasing share of the warmup (``None``: every warmup iteration releases; DPSGLD's
-    #: default path: :data:`LANGEVIN_BURN_IN`, :func:`langevin_burn_in`)
-    burn_in_share: Optional[float] = None
-
     def _resolve_run_length(self) -> None:
         """Fix, once and data-free, the iterations per chain a budget funds and the number of
         chains it is shared by, when the user gave none: from the ``pyro.infer.MCMC`` run that
@@ -208,13 +207,12 @@ class DefaultPath:
             self.run_length_source = "MCMC"
             if not self._num_chains_given and "num_chains" in run:
                 self.num_chains = run["num_chains"]
-            said = (f"{self.num_iterations} iterations per chain (warmup_steps + num_samples of the MCMC) "
-                    f"over {self.num_chains} chain(s)")
-            if self._burn_in is not None:
-                said = (f"{self.num_iterations} releasing iterations per chain ({self._burn_in} of the MCMC's "
-                        f"{warmup} warmup steps, its burn-in, then its {samples} samples; the first "
-                        f"{warmup - self._burn_in} warmup steps are idle and read nothing: docs/tuning.md, "
-                        f"'Without an accept test') over {self.num_chains} chain(s)")
+            said = (f"{self.num_iterations} iterations per chain (warmup_steps + num_samples of the MCMC)"
+                    if self._burn_in is None else
+                    f"{self.num_iterations} releasing iterations per chain ({self._burn_in} of the MCMC's {warmup} "
+                    f"warmup steps, its burn-in, then its {samples} samples; the first {warmup - self._burn_in} "
+                    "warmup steps are idle and read nothing: docs/tuning.md, 'Without an accept test')"
+                    ) + f" over {self.num_chains} chain(s)"
         else:
             self.num_iterations = DEFAULT_ITERATIONS
             self.run_length_source = "assumed"

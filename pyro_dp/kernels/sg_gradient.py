@@ -11,6 +11,7 @@ import torch
 from ..compiled import cached_zeros
 from ..mechanisms import (GaussianReleaseSpec, SubsampledGaussianEvent, clip_and_sum, clipped_fraction,
                           gaussian_release_spec, poisson_batch, subsampled_gaussian_event)
+from .centring import check_substitute
 from .mh import can_fuse
 
 __all__ = ["GradientRelease", "private_gradient", "private_gradient_fn"]
@@ -32,7 +33,7 @@ class GradientRelease(NamedTuple):
 
 
 def private_gradient_fn(lik, temperature: float, q: float, spec: GaussianReleaseSpec, grad_sum, grad_prior,
-                        padded: bool = False, shards=None, centred: bool = False):
+                        padded: bool = False, shards=None):
     r"""The private gradient of one DP-SGLD/SGNHT step, written once as a pure tensor function
     ``step(z, C, idx, k, ξ) -> (g̃, flags)``: the per-example gradients on the Poisson batch
     ``idx`` (drawn before it from the secret stream; with ``padded`` a bucket of rows of which
@@ -44,15 +45,15 @@ def private_gradient_fn(lik, temperature: float, q: float, spec: GaussianRelease
     (Horvitz–Thompson :math:`1/q`; Welling & Teh 2011, eq. 4). The eager path runs it as it is
     (``lik.clipped_grad_sum``, ``lik.grad_log_prior``); ``jit_compile=True`` traces the same
     function on a batch bucket (the compiled likelihood's gradient terms). ``flags``:
-    ``(clipped rows, rows, σ)`` in float64. ``centred``: ``step(..., m)`` clips around the
-    centre :math:`m` instead, :math:`\sum_{i\in B}(m + \mathrm{clip}_C(\nabla\ell_i - m))`
+    ``(clipped rows, rows, σ)`` in float64. ``step(..., m)`` clips around the centre
+    :math:`m` instead, :math:`\sum_{i\in B}(m + \mathrm{clip}_C(\nabla\ell_i - m))`
     (:mod:`~pyro_dp.kernels.centring`; substitution only)."""
     f64 = torch.float64
 
     def step(z, clip, idx, k, xi, *centre):
         valid = (torch.arange(idx.shape[0], device=z.device) < k).to(z.dtype) if padded else None
         cs = grad_sum(z, clip, idx, valid, *centre)
-        if centred:  # each row's term m + clip(g_i - m) lies in B(m, C): the same sensitivity 2C
+        if centre:  # each row's term m + clip(g_i - m) lies in B(m, C): the same sensitivity 2C
             cs = cs._replace(total=cs.total + cs.num_rows.to(z.dtype) * centre[0])
         rel = spec.release(cs, clip, xi, shards)  # clip per example, sum, add N(0, (nm Δ)^2) (Abadi et al. 2016)
         # Horvitz–Thompson scaling 1/q = N/b and tempering T: post-processing (Welling & Teh 2011, eq. 4)
@@ -87,8 +88,8 @@ def private_gradient(noise, lik, z, *, sample_rate, grad_clip, noise_multiplier,
     (:func:`~pyro_dp.mechanisms.poisson_batch`) and :math:`\zeta`'s standard normals are drawn
     before it, in this order, from ``noise`` (the privacy stream). Cost :math:`O(b)`,
     independent of :math:`N`. ``centre``: the clip ball's centre (``None``: the origin)."""
-    if centre is not None and relation != "substitute":
-        raise ValueError("a centred clip ball keeps its sensitivity under relation='substitute' only")
+    if centre is not None:
+        check_substitute(relation)
     q, nm, T = float(sample_rate), float(noise_multiplier), float(lik.temperature)
     extra = () if centre is None else (centre,)
     spec = gaussian_release_spec(nm, relation)
@@ -106,15 +107,14 @@ def private_gradient(noise, lik, z, *, sample_rate, grad_clip, noise_multiplier,
                    cached_zeros(z.shape, torch.float64, dev)) + extra
         terms = (lambda zz, c, i, v, *m: cl.clipped_grad_terms(zz, c, i, v, minus=m[0] if m else None)[1])
         step = cl.fused_graph(name, private_gradient_fn(lik, T, q, spec, terms, lambda zz: cl.log_prior_terms(zz)[1],
-                                                        padded=True, centred=bool(extra)), example, full_data=False,
-                              bucket=size)
+                                                        padded=True), example, full_data=False, bucket=size)
         if step is not None:
             clip = clip_t
             if size > k:  # padded with row 0 (masked inside)
                 idx = torch.cat([idx, torch.zeros(size - k, dtype=idx.dtype, device=dev)])
     if step is None:  # the same function, run as it is
         step = private_gradient_fn(lik, T, q, spec, _eager_grad_sum(lik), lik.grad_log_prior,
-                                   shards=getattr(noise, "shards", None), centred=bool(extra))
+                                   shards=getattr(noise, "shards", None))
     grad, flags = step(z, clip, idx, torch.as_tensor(k, device=dev), xi, *extra)
     n_clipped, n_rows, std = flags.tolist()
     return GradientRelease(grad, subsampled_gaussian_event(q, nm, "poisson"), clipped_fraction(n_clipped, n_rows), std)

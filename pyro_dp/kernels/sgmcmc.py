@@ -536,7 +536,7 @@ class DPSGLD(_SGMCMC):
                        temperature=T, relation=self.relation)
         out = langevin_default(result, self.noise_multiplier, lambda c: unit(grad_clip=c), n, d, T)
         self.grad_clip, self.step_size, self.langevin_noise_multiplier, self.diffusion = out[:4]
-        self.centre = getattr(result, "centre", None)
+        self.centre = result.centre
         # Before the chain runs (post-processing, public): the free step below its cap means the noise
         # sets the step, and eta ∝ 1/iterations: more iterations do not add effective samples.
         sd, self._noise_limited = out.sd, out.noise_limited

@@ -460,10 +460,10 @@ class DPAutoTune:
             return
         if epsilon is None:
             raise ValueError("DPAutoTune needs the kernel's budget (epsilon, delta) or explicit noise_multipliers")
+        chain_mu2 = gdp_mu(epsilon, delta) ** 2 / num_chains
         if self.centre:  # on top of the tuning's share (pyro_dp.kernels.centring)
-            self.centre_noise_multipliers = centre_noise_multipliers(gdp_mu(epsilon, delta) ** 2 / num_chains
-                                                                     * CENTRE_SHARE)
-        mu2 = gdp_mu(epsilon, delta) ** 2 / num_chains * self.share  # this chain's tuning share of μ²
+            self.centre_noise_multipliers = centre_noise_multipliers(chain_mu2 * CENTRE_SHARE)
+        mu2 = chain_mu2 * self.share  # this chain's tuning share of μ²
         # μ² = Σ 1/nm² (Dong, Roth & Su 2022 Cor. 3.3): one histogram, num_steps gradient sums
         # and 2 num_steps counts, each group with its share of this chain's tuning μ²
         metric_share = METRIC_SHARE if self.whiten else 0.0
