@@ -39,7 +39,7 @@ import contextlib
 from typing import Iterable, List, Optional, Sequence, Tuple
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_unflatten
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 __all__ = ["ModelArguments", "as_tensor_argument", "model_arguments", "tensor_arguments", "with_tensors"]
 
@@ -118,8 +118,10 @@ class ModelArguments:
     """
 
     def __init__(self, args: Sequence = (), kwargs: Optional[dict] = None, public: Iterable = ()):
-        self.args = tuple(as_tensor_argument(a) for a in args)
-        self.kwargs = {k: as_tensor_argument(v) for k, v in dict(kwargs or {}).items()}
+        # every array among the arguments, at any depth of dicts, lists, tuples and namedtuples, is
+        # converted, so that a numpy array nested in a dict is data like a top-level one
+        self.args = tuple(tree_map(as_tensor_argument, a) for a in args)
+        self.kwargs = {k: tree_map(as_tensor_argument, v) for k, v in dict(kwargs or {}).items()}
         self.public = frozenset(public or ())
         for p in self.public:
             if not ((isinstance(p, int) and 0 <= p < len(self.args)) or (isinstance(p, str) and p in self.kwargs)):

@@ -37,6 +37,8 @@ from pyro.poutine.subsample_messenger import SubsampleMessenger
 from torch.distributions import biject_to, constraints
 from torch.utils._pytree import tree_map
 
+from .reach import OutsideDataError
+
 __all__ = ["kernel_chooses_rows", "placeholder", "robust_rows", "support_rule", "vmap_safe_distributions",
            "DECLARED_SUBSAMPLE"]
 
@@ -166,8 +168,9 @@ def robust_rows(call: Callable, rows: Sequence[torch.Tensor], fill: Callable[[in
     back to the eager path, where the bisection applies (``tests/test_isolation.py``)."""
     try:
         return call(rows)
-    except Exception:  # noqa: BLE001 - one row's value must not reach the user as an exception
-        if tracing():
+    except Exception as e:  # noqa: BLE001 - one row's value must not reach the user as an exception
+        # a read of outside data is refused from shapes (pyro_dp.reach), never a row's doing: raised
+        if tracing() or isinstance(e, OutsideDataError):
             raise
         b = int(rows[0].shape[0]) if rows else 0
         if b <= 1:
@@ -212,10 +215,17 @@ def first_distribution_in(tb) -> Optional[str]:
     return name
 
 
+def is_value_dependent(e: BaseException) -> bool:
+    """Whether ``e`` says the code needed a Python value of a tensor (``.item()``, ``int(y.max())``,
+    a Python ``if`` on a value) that a trace or ``vmap`` does not have."""
+    msg = str(e)
+    return "item()" in msg or "data-dependent" in msg.lower() or "Data dependent" in msg or "_local_scalar_dense" in msg
+
+
 def describe_row_failure(e: BaseException) -> str:
     """Why a model cannot be evaluated one row at a time, for a set-up refusal."""
     msg = str(e)
-    if "item()" in msg or "data-dependent" in msg.lower() or "Data dependent" in msg or "_local_scalar_dense" in msg:
+    if is_value_dependent(e):
         return ("the model needs a Python value of its data (int(y.max()), .item(), float(), or a Python `if` on a "
                 "data value). Shapes and control flow must come from shapes and public values: pass such numbers "
                 "(e.g. the number of classes) as public arguments")

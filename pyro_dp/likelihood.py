@@ -66,15 +66,17 @@ import torch
 from pyro.infer.autoguide.initialization import InitMessenger, init_to_sample
 from torch.distributions import biject_to
 from torch.func import grad_and_value, vmap
-from torch.utils._pytree import tree_unflatten
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from .arguments import ModelArguments
 from .compiled import CompiledLikelihood
-from .isolation import (DECLARED_SUBSAMPLE, kernel_chooses_rows, nan_like_rows, robust_rows, support_rule,
-                        vmap_safe_distributions)
+from .isolation import (DECLARED_SUBSAMPLE, describe_row_failure, is_value_dependent, kernel_chooses_rows,
+                        nan_like_rows, robust_rows, support_rule, vmap_safe_distributions)
 from .mechanisms import ClippedSum, clip_and_sum
 from .coordinates import LikelihoodCoordinates
 from .preconditioning import Preconditioned
+from .diagnose import explain_failure
+from .reach import OutsideDataError, OutsideReads, describe_outside, outside_data
 from .structure import find_data_plate as _find_data_plate
 from .setup_checks import SetUpChecks, on_stand_in, stand_in  # noqa: F401 - on_stand_in re-exported for tests
 
@@ -170,20 +172,32 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
         # 1. Shapes from shapes: the data plate and N from a trace on fake tensors (no value exists)
         num_rows = self._structure_num_rows(data_plate)
         self.arguments.classify(num_rows)
+        # 1b. Every other road to the data (closures, globals, defaults, objects, module buffers):
+        # refused before any evaluation, from types, shapes and code (pyro_dp.reach)
+        found = outside_data(model, self.arguments.args, self.arguments.kwargs, num_rows=num_rows)
+        if found:
+            raise ValueError(describe_outside(found, num_rows))
+        self.num_rows = num_rows  # the tensor guard of every model call (_run) reads it
         # 2. The prototype (the default start, the sites, their supports and transforms) from a
         # trace on stand-in data (zeros in the data's shapes): a prior draw that reads no data.
         # No finiteness check of the data: a row may be NaN or infinite (the adversary's
         # choice); every term goes through the per-row rule (pyro_dp.isolation).
         with _forked_rng(seed), poutine.block(), kernel_chooses_rows(), pyro.validation_enabled(False), stand_in():
             args, kwargs = self.arguments.build(self.arguments.stand_in(num_rows))
+            guard = self._guard(args, kwargs, {})
             try:
-                trace = poutine.trace(InitMessenger(init_strategy)(model)).get_trace(*args, **kwargs)
+                with guard:
+                    trace = poutine.trace(InitMessenger(init_strategy)(model)).get_trace(*args, **kwargs)
             except Exception as e:  # noqa: BLE001 - decided on zeros in the data's shapes: data-free
-                raise ValueError(
-                    "the model fails on stand-in data (its data arguments replaced by zeros of the same shapes, never "
-                    f"your data): {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}. pyro_dp draws "
-                    "the start and evaluates the prior without reading the data; the model's code must run on any "
-                    "values of the right shapes (docs/privacy.md, 'What is refused')") from e
+                if guard.reads:
+                    raise OutsideDataError(guard.refusal(model, self.arguments.args, self.arguments.kwargs)) from e
+                raise ValueError(explain_failure(
+                    e, self.arguments, num_rows,
+                    "The model fails on stand-in data (its data arguments replaced by zeros of the same shapes, never "
+                    "your data): pyro_dp draws the start and evaluates the prior without reading the data, so the "
+                    "model's code must run on any values of the right shapes (docs/privacy.md, 'What is refused')")) from e
+            if guard.reads:
+                raise OutsideDataError(guard.refusal(model, self.arguments.args, self.arguments.kwargs))
         self._parse_trace(trace, data_plate, transforms)
         # 3. The set-up checks (data-free): a model that cannot be evaluated one row at a time (a
         # Python value of its data: under vmap the data are batched, latents are not), or whose
@@ -219,7 +233,9 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
         a = self.arguments
         errors = []
         for how in ("fake", "zeros"):
-            mode = FakeTensorMode(allow_non_fake_inputs=True) if how == "fake" else contextlib.nullcontext()
+            # fakes: a tensor from outside the arguments becomes a fake too (never read); zeros: it is
+            # replaced by zeros inside every operation (pyro_dp.reach.OutsideReads without N)
+            mode = FakeTensorMode(allow_non_fake_inputs=True) if how == "fake" else OutsideReads(None, a.leaves)
             leaves = []
             for i, x in enumerate(a.leaves):
                 if torch.is_tensor(x) and x.dim() >= 1 and not a._declared_public[i]:
@@ -237,13 +253,15 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
                 continue
             _, frame, _, _ = _find_data_plate(trace, data_plate)
             return int(frame.size)
-        from .isolation import describe_row_failure
-
-        raise ValueError(
-            "pyro_dp cannot determine the model's structure from its arguments' shapes: "
-            f"{describe_row_failure(errors[0])}. (On zeros of the data's shapes: {type(errors[-1]).__name__}: "
-            f"{str(errors[-1]).splitlines()[0][:200] if str(errors[-1]) else ''}.) Name public tensor arguments "
-            "whose values the model needs in public= (docs/privacy.md, 'What is refused')")
+        e = errors[0]
+        if is_value_dependent(e):
+            raise ValueError(f"pyro_dp cannot determine the model's structure from its arguments' shapes: "
+                             f"{describe_row_failure(e)} (docs/privacy.md, 'What is refused')") from e
+        raise ValueError(explain_failure(
+            errors[-1], a, None,
+            "pyro_dp cannot determine the model's structure (its plates and sites) from its arguments' shapes: it "
+            "traces the model on fake tensors and on zeros of the data's shapes, never your data. Name public tensor "
+            "arguments whose values the model needs in public= (docs/privacy.md, 'What is refused')")) from e
 
     def _parse_trace(self, trace, data_plate, transforms):
         data_plate, frame, latents, observed = _find_data_plate(trace, data_plate)
@@ -386,8 +404,22 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
         """The model's trace on ``args``/``kwargs`` with the latents conditioned on ``values``.
         Pyro's validation is off (as inside ``MCMC.run``): a row outside the likelihood's support
         goes through the support rule, not an exception that would depend on that one row."""
+        guard = self._guard(args, kwargs, values)
         with pyro.validation_enabled(False), kernel_chooses_rows(), vmap_safe_distributions():
-            return poutine.trace(poutine.condition(self.model, data=values)).get_trace(*args, **kwargs)
+            try:
+                with guard:
+                    tr = poutine.trace(poutine.condition(self.model, data=values)).get_trace(*args, **kwargs)
+            finally:
+                if guard.reads:
+                    raise OutsideDataError(guard.refusal(self.model, self.model_args, self.model_kwargs))
+        return tr
+
+    def _guard(self, args, kwargs, values) -> OutsideReads:
+        """The tensor guard of one model call (:class:`~pyro_dp.reach.OutsideReads`): the call may
+        read its arguments (rows, stand-ins, public values) and the latents; any other tensor with
+        an ``N``-sized dimension is replaced by zeros and the call refused."""
+        allowed = [x for x in tree_flatten((args, kwargs))[0] if torch.is_tensor(x)]
+        return OutsideReads(self.num_rows, allowed + [v for v in values.values() if torch.is_tensor(v)])
 
     def _trace(self, z, idx=None):
         """The model traced **jointly** on the current arguments (all rows, or rows ``idx``

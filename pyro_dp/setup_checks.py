@@ -29,9 +29,13 @@ import pyro.poutine as poutine
 import torch
 from torch.distributions import biject_to
 from torch.func import vmap
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from .arguments import model_arguments, tensor_arguments, with_tensors
-from .isolation import describe_row_failure, is_batched, kernel_chooses_rows, list_rows
+from .reach import OutsideDataError
+from .diagnose import dtype_mismatch, explain_failure, label_dtype, plate_size_mismatch
+from .isolation import describe_row_failure, is_batched, is_value_dependent, kernel_chooses_rows, list_rows
 
 __all__ = ["SetUpChecks", "on_stand_in", "stand_in", "STAND_IN_ROWS"]
 
@@ -41,6 +45,30 @@ _ON_STAND_IN = contextvars.ContextVar("pyro_dp_on_stand_in", default=False)
 #: rows of the stand-in data the set-up checks evaluate the model on (16: a single outlier among
 #: 16 rows lies more than 3 standard deviations out, so 3-sigma clipping inside a model shows)
 STAND_IN_ROWS = 16
+
+
+#: row counts of the fake data :meth:`SetUpChecks.cross_row_operations` traces on: primes, the
+#: first that no dimension of the arguments (nor N) equals
+_TRACE_PRIMES = (7919, 7927, 7933, 104729, 1299709)
+
+
+class _CrossRows(TorchDispatchMode):
+    """Records the operations that take a tensor with a dimension of ``rows`` entries and
+    return none with a dimension that is a multiple of it (a reduction across rows)."""
+
+    def __init__(self, rows: int):
+        super().__init__()
+        self.rows = rows
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        r = self.rows
+        if any(torch.is_tensor(t) and r in t.shape for t in tree_flatten((args, kwargs))[0]):
+            outs = [t for t in tree_flatten(out)[0] if torch.is_tensor(t)]
+            if outs and not any(s > 0 and s % r == 0 for t in outs for s in t.shape):
+                self.ops.append(func.overloadpacket.__name__)
+        return out
 
 
 def on_stand_in() -> bool:
@@ -114,8 +142,12 @@ class SetUpChecks:
             args, kwargs = with_tensors(leaves, spec, pos, inputs[: len(pos)])
             units = inputs[len(pos):]
             values = {n: self.transforms[n].inv(u) for n, u in zip(names, units)}
+            guard = self._guard(args, kwargs, values)
             with poutine.block(), pyro.validation_enabled(False), kernel_chooses_rows():
-                tr = poutine.trace(poutine.condition(self.model, data=values)).get_trace(*args, **kwargs)
+                with guard:
+                    tr = poutine.trace(poutine.condition(self.model, data=values)).get_trace(*args, **kwargs)
+                if guard.reads:
+                    raise OutsideDataError(guard.refusal(self.model, self.model_args, self.model_kwargs))
                 if check_observed and not all(is_fake(tr.nodes[n]["value"]) for n in self.observed_names):
                     raise ValueError("an observed value is not a model argument")  # closure data: undetermined
                 out = []
@@ -159,6 +191,8 @@ class SetUpChecks:
                 warnings.simplefilter("ignore")
                 graph = make_fx(self._prior_terms_fn(leaves, spec, pos, check_observed=True), tracing_mode="fake",
                                 _allow_non_fake_inputs=True)(*[leaves[i] for i in pos], *units)
+        except OutsideDataError:
+            raise
         except Exception:  # noqa: BLE001 - undetermined (the caller then probes with stand-in data)
             return None
         placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"][: len(pos)]
@@ -197,6 +231,8 @@ class SetUpChecks:
                 with stand_in(), torch.no_grad(), warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     outs.append(self._prior_terms_fn(vals, spec, pos)(*[vals[i] for i in pos], *units))
+            except OutsideDataError:
+                raise
             except Exception:  # noqa: BLE001 - e.g. a shape that depends on the stand-in's values
                 return None
         reads = {}
@@ -278,6 +314,9 @@ class SetUpChecks:
     def _isolation_report(self):
         """``(error, warning, rows)`` of the isolation check (:meth:`rows_read_across`)."""
         a = self.arguments
+        if not a.data_pos and plate_size_mismatch(a, self.num_rows, self.data_plate):
+            return (f"{plate_size_mismatch(a, self.num_rows, self.data_plate)} (docs/privacy.md, 'What counts as "
+                    "data')", None, None)
         if not a.data_pos:
             return ("the model has no data argument (a tensor whose first dimension has N = "
                     f"{self.num_rows} entries): its observed data come from its closure, a global or pyro.condition, "
@@ -315,7 +354,12 @@ class SetUpChecks:
             warnings.simplefilter("ignore")
             try:
                 isolated = vmap(probe)(*[r.unsqueeze(1) for r in rows])
+            except OutsideDataError:
+                raise
             except Exception as e:  # noqa: BLE001 - decided on stand-ins: data-free
+                if not is_value_dependent(e) and (label_dtype(e, a) or dtype_mismatch(e, a)):
+                    return (explain_failure(e, a, self.num_rows, "pyro_dp evaluates each row alone (torch.func.vmap), "
+                                            "on stand-in data (docs/privacy.md, 'What is refused')"), None, None)
                 return (f"the model cannot be evaluated one row at a time: {describe_row_failure(e)} "
                         "(docs/privacy.md, 'What is refused')", None, None)
             if found:
@@ -324,8 +368,11 @@ class SetUpChecks:
                 with model_arguments(self, *a.build(rows, count=k)):
                     tr, _ = self._trace(z)
                     joint = self._observed_terms(tr)
-            except Exception:  # noqa: BLE001 - the joint model fails on the stand-in: not compared
-                return (None, "pyro_dp could not compare the model's terms evaluated on all rows with its terms "
+            except OutsideDataError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the joint model fails on the stand-in: not compared
+                hint = label_dtype(e, a) or dtype_mismatch(e, a)
+                return (None, (f"{hint[0].upper()}{hint[1:]}: " if hint else "") + "pyro_dp could not compare the model's terms evaluated on all rows with its terms "
                         "evaluated one row at a time (it fails on stand-in data). Each term is computed from its own "
                         "row, which is private whatever the model does; but if the model reads other rows (y - "
                         "y.median(), a quantile, a column norm), pyro_dp runs a different model than the one written "
@@ -334,6 +381,53 @@ class SetUpChecks:
             return None, None, None
         return None, None, tuple(list_rows(~_close(joint, isolated)))
 
+    def cross_row_operations(self) -> Optional[Tuple[str, ...]]:
+        r"""The operations of the model's own code that reduce over its data's rows (``y.max()``,
+        ``y.median()``, ``X.norm(dim=0)``, ``X.T @ y``, a sum over groups), or ``None`` when the
+        model cannot be traced this way. **Structural, not a probe of values**: the model is run
+        once on fake tensors (shapes, no values) whose rows number :data:`TRACE_ROWS`, a prime no
+        other dimension of the arguments shares, and every operation that takes a tensor with a
+        dimension of that size and returns tensors with no dimension that is a multiple of it has
+        reduced across rows. A cross-row statistic that no stand-in value would trigger
+        (``torch.where(y.max() > 100, y / 100, y)``) is found the same way as one that any value
+        triggers. Evaluated one row at a time, such a model would be another model (the statistic
+        of one row), so set-up refuses it.
+
+        >>> import torch, pyro, pyro.distributions as dist
+        >>> from pyro_dp.likelihood import PrivateLikelihood
+        >>> def model(y):
+        ...     mu = pyro.sample("mu", dist.Normal(0., 5.))
+        ...     y = torch.where(y.max() > 100, y / 100, y)   # rescaled if any row is large
+        ...     with pyro.plate("data", len(y)):
+        ...         pyro.sample("obs", dist.Normal(mu, 1.), obs=y)
+        >>> PrivateLikelihood(model, (torch.randn(10),), seed=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: the log-likelihood of a row depends on other rows' data: the model's code applies max ...
+        """
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        a = self.arguments
+        if not a.data_pos:
+            return None
+        dims = {int(d) for x in a.leaves if torch.is_tensor(x) for d in x.shape} | {self.num_rows}
+        r = next(p for p in _TRACE_PRIMES if p not in dims)
+        z = self.flatten(self.prototype_params)
+        values, _ = self._latents(z)
+        mode = FakeTensorMode(allow_non_fake_inputs=True)
+        found = _CrossRows(r)
+        try:
+            with mode:
+                rows = [torch.zeros((r,) + tuple(x.shape[1:]), dtype=x.dtype, device=x.device) for x in a.data]
+            args, kwargs = a.build(rows, count=r)
+            with stand_in(), mode, warnings.catch_warnings(), poutine.block(), pyro.validation_enabled(False), \
+                    kernel_chooses_rows(), found:
+                warnings.simplefilter("ignore")
+                poutine.trace(poutine.condition(self.model, data=values)).get_trace(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - undetermined on fakes (e.g. a value-dependent shape): not decided here
+            return None
+        return tuple(dict.fromkeys(found.ops))
+
     def _check_isolation(self, cache: Optional[dict]) -> None:
         """Refuse, at set-up and before anything is released, a model that cannot be evaluated
         one row at a time or whose terms change when it is (:meth:`rows_read_across`). Cached
@@ -341,8 +435,9 @@ class SetUpChecks:
         key = self._check_key("isolation")
         cache = cache if cache is not None else {}
         if key not in cache:
-            cache[key] = self._isolation_report()
-        error, warning, rows = cache[key]
+            report = self._isolation_report()
+            cache[key] = report + ((self.cross_row_operations() if not any(report) else None),)
+        error, warning, rows, ops = cache[key]
         if error:
             raise ValueError(error)
         if warning:
@@ -356,3 +451,11 @@ class SetUpChecks:
                 "rows (a time series) do this. pyro_dp computes each row's term from that row alone, so it would run "
                 "another model. Standardise with public constants (or privately released ones) before calling the "
                 "model, and keep each row's term a function of that row (docs/privacy.md, 'One row, one term')")
+        if ops:
+            raise ValueError(
+                f"the log-likelihood of a row depends on other rows' data: the model's code applies {', '.join(ops[:4])} "
+                "across the rows of its data (found from shapes alone: the model traced on fake data, no value read). "
+                "pyro_dp computes each row's term from that row alone, so the statistic would be of one row and "
+                "pyro_dp would run another model than the one written. Compute such statistics from public constants "
+                "(or privately released ones) before calling the model, and keep each row's term a function of that "
+                "row (docs/privacy.md, 'One row, one term')")

@@ -8,7 +8,8 @@ raising an ``AssertionError`` that names the kernel and what failed): set-up rea
 (:func:`check_budget_stops`), the releases recorded are exactly the planned ones
 (:func:`check_planned_equals_recorded`), copies continue the chain but never the secret stream
 (:func:`check_copies`), a NaN or out-of-support row maps to the per-row rule's term
-(:func:`check_per_row_rule`), the audit's hooks work (:func:`check_audit_hooks`), and the
+(:func:`check_per_row_rule`), no decision reads the data without a release
+(:func:`check_reads_only_through_releases`), the audit's hooks work (:func:`check_audit_hooks`), and the
 compiled path gives the eager chain (:func:`check_eager_equals_compiled`).
 
 An audit that passes proves nothing unless the same audit *fails* a kernel that breaks its
@@ -65,7 +66,7 @@ from .mechanisms import NoiseSource, NonPrivateEvent, ReproducibleNoiseWarning
 
 __all__ = ["ScaledNoiseSource", "noise_free_scores", "separating_seed", "weak_noise", "KERNEL_CHECKS", "check_kernel",
            "check_setup_is_data_free", "check_budget_stops", "check_planned_equals_recorded", "check_copies",
-           "check_per_row_rule", "check_audit_hooks", "check_eager_equals_compiled"]
+           "check_per_row_rule", "check_reads_only_through_releases", "check_audit_hooks", "check_eager_equals_compiled"]
 
 
 class ScaledNoiseSource(NoiseSource):
@@ -578,6 +579,76 @@ def check_eager_equals_compiled(make_kernel, data=None, *, args=(), kwargs=None,
     return f"the compiled ({options.get('backend', 'inductor')}) chain and ledger are the eager ones"
 
 
+#: how much louder than its ledger's the noise is in :func:`check_reads_only_through_releases`
+LOUD_NOISE = 1e9
+
+
+def _substituted(case: _Case, probe: DPKernel, row: int, data_arg, scale: float):
+    """The case's arguments with row ``row`` of the data argument substituted by an adversarial
+    row: the row times ``-scale`` plus ``scale`` (far from every other row, finite)."""
+    pos = data_arg
+    if pos is None:
+        pos = next((i for i, a in enumerate(case.args) if i not in set(probe.public) and torch.is_tensor(a)
+                    and a.is_floating_point()), None)
+        if pos is None:
+            raise ValueError(f"{case.name}: no floating-point data argument: pass data_arg=")
+    a, kw = list(case.args), dict(case.kwargs)
+    x = (kw if isinstance(pos, str) else a)[pos].clone()
+    x[row] = x[row] * -scale + scale
+    (kw if isinstance(pos, str) else a)[pos] = x
+    return tuple(a), kw
+
+
+def check_reads_only_through_releases(make_kernel, data=None, *, args=(), kwargs=None, name=None, steps=7,
+                                      row: int = 0, data_arg: Union[int, str, None] = None,
+                                      scale: float = 1e3) -> str:
+    r"""The kernel reads the data only through its releases: with every release's noise
+    :data:`LOUD_NOISE` times its ledger's (:func:`weak_noise` with a factor above 1, the same
+    secret stream), a release carries no usable information about any row, so the chains,
+    ledgers and warnings on :math:`D` and on :math:`D'` — row ``row`` of the data argument
+    substituted by an adversarial row (``-scale`` times it plus ``scale``) — must be
+    identical (to a relative 1e-6 where released values enter the state), run with the same
+    seeds. A kernel that decides anything from the data without
+    a release — ``if self.lik.per_example_loglik(z).sum() > t: reject`` in its step, a
+    batch size or a step size computed from the rows, a branch on a raw gradient — gives two
+    chains. A difference from the releases' signal alone would need a decision within
+    :math:`10^{-9}` noise standard deviations of its threshold: not seen at the kit's few steps.
+    (Black-box and complementary to the audits: it needs no statistics, and fails a silent read
+    however small its effect on the noise-free chain is, as long as it changes a decision.)
+
+    :param row: the row substituted; ``data_arg``: which argument holds it (as in
+        :func:`check_per_row_rule`); ``scale``: how far the substituted row goes.
+    """
+    case, check = _case(make_kernel, data, args, kwargs, name, steps), "reads only through releases"
+    with _quiet():
+        probe = _build(case)
+    runs = []
+    for a, kw in ((case.args, case.kwargs), _substituted(case, probe, row, data_arg, scale)):
+        with _quiet(), warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            k = weak_noise(_build(case), LOUD_NOISE)
+            try:
+                chain, _ = _run(k, case._replace(kwargs=kw), steps, tuple(a))
+                outcome = chain
+            except Exception as e:  # noqa: BLE001 (compared: an exception on one side only is a read)
+                outcome = f"{type(e).__name__}: {e}"
+        # library deprecations are said once per process, whichever run comes first: not compared
+        kept = [str(w.message) for w in seen if not issubclass(w.category, (
+            ReproducibleNoiseWarning, PrivacyNotice, BudgetExhaustedWarning, DeprecationWarning, FutureWarning))]
+        runs.append((outcome, k.ledger, kept))
+    (c0, l0, w0), (c1, l1, w1) = runs
+    # released values enter the state continuously (a private start, a leapfrog on released
+    # gradients): there D and D' differ by the signal, 1e-9 of the noise; a read decides by O(1)
+    close = (_same(c0, c1) or (torch.is_tensor(c0) and torch.is_tensor(c1) and c0.shape == c1.shape
+                                and bool(torch.isclose(c0, c1, rtol=1e-6, atol=1e-6, equal_nan=True).all())))
+    _require(close, case, check, "with the releases' noise 1e9 times louder than the ledger's, the chain "
+             "on D and on D' (one row substituted) differ: the kernel reads the data other than through a release "
+             "(a decision, a size or a step computed from raw per-row values)")
+    _require(l0 == l1, case, check, "the ledger depends on the substituted row")
+    _require(w0 == w1, case, check, f"the warnings depend on the substituted row: {w0} against {w1}")
+    return "with 1e9 times the noise, D and D' gave one chain, one ledger, the same warnings"
+
+
 #: The checks of :func:`check_kernel`, in the order it runs them.
 KERNEL_CHECKS = {
     "setup_is_data_free": check_setup_is_data_free,
@@ -585,6 +656,7 @@ KERNEL_CHECKS = {
     "planned_equals_recorded": check_planned_equals_recorded,
     "copies": check_copies,
     "per_row_rule": check_per_row_rule,
+    "reads_only_through_releases": check_reads_only_through_releases,
     "audit_hooks": check_audit_hooks,
     "eager_equals_compiled": check_eager_equals_compiled,
 }

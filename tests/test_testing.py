@@ -155,6 +155,16 @@ class GlobalNoise(pyro_dp.DPPenalty):
         return super()._release_accept(noise, rng, state, z_new, log_q_ratio + 0.1 * torch.randn(()))
 
 
+class SilentRead(pyro_dp.DPPenalty):
+    """Issue 58's silent-read kernel: rejects whenever the raw log-likelihood sum at the current
+    point exceeds a threshold, a data-dependent decision with no release."""
+
+    def sample(self, params):
+        if self.lik is not None and bool(self.lik.per_example_loglik(self.lik.flatten(params)).sum() > -100.0):
+            return params
+        return super().sample(params)
+
+
 class CompiledDiffers(DPMALA):
     """Moves the proposal by a relative 1e-6 on the compiled path only."""
 
@@ -178,6 +188,7 @@ MUTANTS = {
     "planned_equals_recorded": (_penalty(PlansTwoReleases), "planned"),
     "copies": (_penalty(CopiesItsSecretStream), "copy continues the secret noise stream"),
     "per_row_rule": (_penalty(RefusesBadRows), "raised ValueError"),
+    "reads_only_through_releases": (_penalty(SilentRead), "reads the data other than through a release"),
     "audit_hooks": (_penalty(GlobalNoise), "global generator"),
     "eager_equals_compiled": (lambda: CompiledDiffers(normal_mean_model, 0.01, 6.0, 6.0, 0.5,
                                                       init_strategy=init_to_mean), "compiled chain differs"),
