@@ -76,7 +76,7 @@ from .mechanisms import ClippedSum, clip_and_sum
 from .coordinates import LikelihoodCoordinates
 from .preconditioning import Preconditioned
 from .diagnose import explain_failure
-from .reach import OutsideDataError, OutsideReads, describe_outside, outside_data
+from .reach import OutsideDataError, CallGuard, describe_outside, outside_data
 from .structure import find_data_plate as _find_data_plate
 from .setup_checks import SetUpChecks, on_stand_in, stand_in  # noqa: F401 - on_stand_in re-exported for tests
 
@@ -234,8 +234,8 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
         errors = []
         for how in ("fake", "zeros"):
             # fakes: a tensor from outside the arguments becomes a fake too (never read); zeros: it is
-            # replaced by zeros inside every operation (pyro_dp.reach.OutsideReads without N)
-            mode = FakeTensorMode(allow_non_fake_inputs=True) if how == "fake" else OutsideReads(None, a.leaves)
+            # replaced by zeros inside every operation (pyro_dp.reach.CallGuard without N)
+            mode = FakeTensorMode(allow_non_fake_inputs=True) if how == "fake" else CallGuard(None, a.leaves)
             leaves = []
             for i, x in enumerate(a.leaves):
                 if torch.is_tensor(x) and x.dim() >= 1 and not a._declared_public[i]:
@@ -414,12 +414,12 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
                     raise OutsideDataError(guard.refusal(self.model, self.model_args, self.model_kwargs))
         return tr
 
-    def _guard(self, args, kwargs, values) -> OutsideReads:
-        """The tensor guard of one model call (:class:`~pyro_dp.reach.OutsideReads`): the call may
+    def _guard(self, args, kwargs, values) -> CallGuard:
+        """The tensor guard of one model call (:class:`~pyro_dp.reach.CallGuard`): the call may
         read its arguments (rows, stand-ins, public values) and the latents; any other tensor with
         an ``N``-sized dimension is replaced by zeros and the call refused."""
         allowed = [x for x in tree_flatten((args, kwargs))[0] if torch.is_tensor(x)]
-        return OutsideReads(self.num_rows, allowed + [v for v in values.values() if torch.is_tensor(v)])
+        return CallGuard(self.num_rows, allowed + [v for v in values.values() if torch.is_tensor(v)])
 
     def _trace(self, z, idx=None):
         """The model traced **jointly** on the current arguments (all rows, or rows ``idx``

@@ -17,7 +17,7 @@ sets):
    arguments — and reports every array-like (tensor, numpy array, pandas object, list of
    numbers) with a dimension of ``N`` entries, ``N`` the data plate's size. The caller refuses
    the model, naming where each was found and how to pass it instead.
-2. **At the tensor level**, :class:`OutsideReads` (a :class:`torch.overrides.TorchFunctionMode`
+2. **At the tensor level**, :class:`CallGuard` (a :class:`torch.overrides.TorchFunctionMode`
    entered around every call of the model by :class:`~pyro_dp.likelihood.PrivateLikelihood`)
    sees every tensor that enters an operation. Inside a row's evaluation the row arrives as a
    ``vmap``-batched tensor, the latents and the public arguments are known objects, and every
@@ -54,7 +54,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["OutsideDataError", "OutsideReads", "outside_data", "describe_outside", "reachable_tensors"]
+__all__ = ["OutsideDataError", "CallGuard", "outside_data", "describe_outside", "reachable_tensors"]
 
 #: top-level packages whose code is not the user's: not walked for globals (their constants are
 #: not the user's data). The user's own modules, ``__main__`` and notebooks are walked.
@@ -285,11 +285,88 @@ _FROM_DATA = frozenset({torch.tensor, torch.as_tensor, torch.asarray, torch.from
 
 
 def _is_batched(t) -> bool:
-    return bool(torch._C._functorch.is_batchedtensor(t))
+    """Whether ``t`` is ``vmap``-batched at some level (under ``grad`` a batched row is wrapped
+    in a gradient-tracking tensor: unwrapped level by level)."""
+    f = torch._C._functorch
+    for _ in range(16):
+        if f.is_batchedtensor(t):
+            return True
+        if not (f.is_gradtrackingtensor(t) or f.is_functionaltensor(t)):
+            return False
+        t = f.get_unwrapped(t)
+    return False
 
 
-class OutsideReads(TorchFunctionMode):
-    """A tensor-level guard around one call of the model (module docstring, layer 2).
+def _row_index(i) -> bool:
+    """An integer index tensor computed from a row (``vmap``-batched)."""
+    return torch.is_tensor(i) and not i.is_floating_point() and i.dtype != torch.bool and _is_batched(i)
+
+
+def _safe(idx, size):
+    """``(idx with out-of-range entries replaced by 0, in range)``, elementwise (Python's negative
+    indices stay valid, as the model wrote them)."""
+    ok = (idx >= -size) & (idx < size)
+    return torch.where(ok, idx, torch.zeros_like(idx)), ok
+
+
+def _poison(out, ok, lead: int):
+    """``out`` with NaN where ``ok`` is False; ``ok`` lies at dimensions ``lead..`` of ``out``."""
+    ok = ok.reshape((1,) * lead + tuple(ok.shape) + (1,) * (out.dim() - lead - ok.dim()))
+    return torch.where(ok, out, torch.full((), float("nan"), dtype=out.dtype, device=out.device))
+
+
+def _guard_getitem(func, args, kwargs):
+    src, index = args[0], args[1]
+    if not torch.is_tensor(src) or not src.is_floating_point():
+        return None
+    parts = index if isinstance(index, tuple) else (index,)
+    rows = [j for j, p in enumerate(parts) if _row_index(p)]
+    if len(rows) != 1 or any(p is None or p is Ellipsis or torch.is_tensor(p) for j, p in enumerate(parts)
+                             if j != rows[0]) or any(isinstance(p, int) for p in parts[:rows[0]]):
+        return None  # one row index, after slices only: the other forms keep Python's semantics
+    d = rows[0]
+    safe, ok = _safe(parts[d], src.shape[d])
+    new = parts[:d] + (safe,) + parts[d + 1:]
+    out = func(src, new if isinstance(index, tuple) else safe)
+    return _poison(out, ok, d)
+
+
+def _guard_index_select(func, args, kwargs):
+    a = list(args) + [kwargs.get(k) for k in ("dim", "index")[len(args) - 1:]]
+    src, dim, index = a[0], a[1], a[2]
+    if not torch.is_tensor(src) or not src.is_floating_point() or not _row_index(index) or index.dim() != 1:
+        return None
+    dim = dim % src.dim()
+    safe, ok = _safe(index, src.shape[dim])
+    return _poison(func(src, dim, safe), ok, dim)
+
+
+def _guard_gather(func, args, kwargs):
+    a = list(args) + [kwargs.get(k) for k in ("dim", "index")[len(args) - 1:]]
+    src, dim, index = a[0], a[1], a[2]
+    if not torch.is_tensor(src) or not src.is_floating_point() or not _row_index(index):
+        return None
+    safe, ok = _safe(index, src.shape[dim % src.dim()])
+    return _poison(func(src, dim, safe), ok, 0)
+
+
+_INDEXING = {torch.Tensor.__getitem__: _guard_getitem, torch.Tensor.index_select: _guard_index_select,
+             torch.index_select: _guard_index_select, torch.Tensor.gather: _guard_gather, torch.gather: _guard_gather}
+
+
+class CallGuard(TorchFunctionMode):
+    """A tensor-level guard around one call of the model, with two duties.
+
+    1. **Outside reads** (module docstring, layer 2): a tensor with an ``N``-sized dimension
+       that is not an argument, a latent or computed inside the call is never read (zeros go
+       to the operation instead) and the read is recorded.
+    2. **Indices from the rows, in constant time**: indexing a floating-point tensor with an
+       integer index computed from a row (``a[g]``, ``index_select``, ``gather`` with a
+       ``vmap``-batched index) clamps an out-of-range index to 0 and makes that row's entries
+       NaN, elementwise, instead of raising for the whole batch: the row's term is then NaN and
+       the per-row rule maps it (``docs/privacy.md``, "One per-row rule"). Without it a group
+       id out of range raised, and the rows were bisected to find it, an iteration several
+       times slower when one row raises (the timing channel of issue 58).
 
     :param int num_rows: ``N``, the data plate's size (``None``: every outside tensor of one or
         more dimensions is replaced, for a structure trace that does not know ``N`` yet).
@@ -301,7 +378,7 @@ class OutsideReads(TorchFunctionMode):
 
     >>> import torch
     >>> G = torch.arange(6.0)
-    >>> with OutsideReads(num_rows=6, allowed=()) as guard:
+    >>> with CallGuard(num_rows=6, allowed=()) as guard:
     ...     out = G.sum() + torch.ones(6).sum()   # G comes from outside; ones(6) is made inside
     >>> out.item(), [r[:2] for r in guard.reads]
     (6.0, [('sum', (6,))])
@@ -336,7 +413,10 @@ class OutsideReads(TorchFunctionMode):
         if func not in _METADATA:
             args = tuple(self._swap(a, func) for a in args)
             kwargs = {k: self._swap(v, func) for k, v in kwargs.items()}
-        out = func(*args, **kwargs)
+        guarded = _INDEXING.get(func)
+        out = guarded(func, args, kwargs) if guarded is not None else None
+        if out is None:
+            out = func(*args, **kwargs)
         if func in _FROM_DATA and torch.is_tensor(out) and self._outside(out):
             self.reads.append((getattr(func, "__name__", str(func)), tuple(out.shape), None))
             out = torch.zeros(out.shape, dtype=out.dtype, device=out.device)

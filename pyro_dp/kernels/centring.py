@@ -69,7 +69,7 @@ _DIRECTION_SHARE = 0.4
 
 
 def check_substitute(relation: str) -> None:
-    """Refuse a centred clip ball outside substitution (module docstring: under add/remove a
+    r"""Refuse a centred clip ball outside substitution (module docstring: under add/remove a
     row's term can have norm :math:`\|m\| + C`)."""
     if relation != "substitute":
         raise ValueError("a centred clip ball keeps its sensitivity under relation='substitute' only")
