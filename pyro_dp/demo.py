@@ -185,8 +185,8 @@ def _run_demo(n, epsilon, delta, num_samples, warmup_steps, seed, device, refere
         out(line)
     out("")
     out(
-        f"DPPenalty: noise multiplier {kernel.noise_multiplier:.2f}, acceptance "
-        f"{result['acceptance']:.2f}, {t_dp:.1f} s"
+        f"DPPenalty: noise multiplier {kernel.noise_multiplier:.2f} (the accept test's noise sd over its release's "
+        f"sensitivity), acceptance {result['acceptance']:.2f}, {t_dp:.1f} s"
     )
     out(f"privacy spent: epsilon = {eps:.4f} at delta = {delta} (tight Gaussian accountant, all chains)")
     report = result["privacy_report"] = privacy_report(mcmc, delta=delta)
