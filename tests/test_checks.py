@@ -285,3 +285,9 @@ def test_a_chain_too_short_to_judge_warns_at_its_end_instead_of_saying_nothing()
     assert problems and problems[0].startswith("only 30 draws after warmup")
     said, problems = caught(_MIN_CHECKED_DRAWS)  # enough: the checks themselves run, no such notice
     assert said == [] and not any("too few" in p for p in problems)
+
+
+def test_check_run_says_when_there_are_too_few_draws_to_check():
+    k = pyro_dp.DPPenalty(model, 0.02, llr_clip=4.0, noise_multiplier=1.0, init_strategy=init_to_mean, seed=0)
+    problems = check_run(_run(k, samples=3, warmup=10), warn=False)
+    assert any(p.startswith("only 3 draws per chain: too few to check the samples") for p in problems)
