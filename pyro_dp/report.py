@@ -212,7 +212,9 @@ class PrivacyReport:
         relation (neighbours share it); under add/remove-one the ``public_num_rows`` stated in its
         place (N itself is not public there); ``None`` when unknown.
     :ivar clips: ``(name, bound)`` of the kernel's per-row clip bounds at the end of the run
-        (``llr_clip``, ``grad_clip``, ...): public settings, or released by its private tuning.
+        (``llr_clip``, ``grad_clip``, ...): public settings, or released by the private tuning
+        of its last chain (each chain of the default path tunes its own; a chain run in a worker
+        process leaves its tuned clips there, and then only the settings given are reported).
     """
 
     kernel: str
@@ -551,8 +553,8 @@ def _rows_and_clips(r: PrivacyReport) -> str:
                        .replace(",", " "))
     if r.clips:
         bounds = ", ".join(f"{name} = {_number(v)}" for name, v in r.clips)
-        out.append(f"Each row's contribution to a release is clipped (clip bounds at the end of the run, set by the "
-                   f"user or released by the private tuning: {bounds}).")
+        out.append(f"Each row's contribution to a release is clipped (the clip bounds of the kernel's last chain, set "
+                   f"by the user or released by its private tuning: {bounds}).")
     nms = sorted({float(e.noise_multiplier) for g in r.mechanisms if g.purpose == "sampling"
                   for e, _ in g.events if hasattr(e, "noise_multiplier")})
     if nms:
