@@ -530,8 +530,8 @@ def _per_chain(r: PrivacyReport) -> str:
         return f"Its one chain alone spent all of it (ε = {_up(r.chains[0].epsilon)} at δ = {r.delta:g})."
     values = [_up(c.epsilon) for c in r.chains]
     if len(set(values)) == 1:
-        return (f"Each of its {r.num_chains} chains alone spent ε = {values[0]} at δ = {r.delta:g}; the total composes "
-                "them all.")
+        return (f"Each of its {r.num_chains} chains alone spent ε = {values[0]} at δ = {r.delta:g}; the total "
+                "composes them all.")
     shown = ", ".join(f"{v} (chain {c.chain})" for v, c in zip(values[:8], r.chains[:8]))
     more = f" and {r.num_chains - 8} more chains" if r.num_chains > 8 else ""
     return f"Each chain alone, at δ = {r.delta:g}, spent ε = {shown}{more}; the total composes them all."
@@ -560,10 +560,11 @@ def _rows_and_clips(r: PrivacyReport) -> str:
     if nms:
         shown = ", ".join(_number(v) for v in nms[:4]) + (", ..." if len(nms) > 4 else "")
         half = "twice the clip bound" if r.relation == "substitute" else "the clip bound"
+        relation = r.relation.replace("_", "/")
         out.append(f"The sampling releases carry Gaussian noise with noise multiplier{'s' if len(nms) > 1 else ''} "
                    f"{shown}: a noise multiplier is the noise's standard deviation divided by the release's "
-                   f"sensitivity, the most one row can change the released sum ({half} under the {r.relation.replace('_', '/')}"
-                   f"-one relation).")
+                   f"sensitivity, the most one row can change the released sum ({half} under the {relation}-one "
+                   "relation).")
     return " ".join(out)
 
 
