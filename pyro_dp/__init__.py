@@ -26,6 +26,7 @@ from .checks import SamplingWarning, check_run
 from .forecast import Feasibility, ModelProfile, feasibility
 from .likelihood import PrivateLikelihood
 from .mechanisms import PrivacyLedger
+from .predictive import posterior_predictive
 from .report import PrivacyReport, privacy_report
 from .run import get_epsilon, get_ledger
 
@@ -51,6 +52,7 @@ __all__ = [
     "PrivacyLedger",
     "get_epsilon",
     "get_ledger",
+    "posterior_predictive",
     "check_run",
     "SamplingWarning",
     "to_arviz",

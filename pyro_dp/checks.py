@@ -327,6 +327,10 @@ def check_run(mcmc, *, rhat_threshold: float = 1.05, min_ess: Optional[float] = 
             far = _far_start({name: x[c] for name, x in coords.items()}, start_sd)
             if far:
                 problems.append(f"chain {c} {far}")
+    if num_draws < 4:  # say so instead of saying nothing (issue 61)
+        problems.append(f"only {num_draws} draw{'s' if num_draws != 1 else ''} per chain: too few to check the "
+                        "samples (a start far off, R-hat and the effective sample size need at least 4); draw more "
+                        "samples (num_samples) before trusting their mean and spread")
     if num_draws >= 4:
         bad_rhat, bad_ess = [], []
         for name, x in coords.items():

@@ -208,6 +208,13 @@ class PrivacyReport:
         a budget at another δ).
     :ivar non_private: the documented non-private test mode (ε is infinite).
     :ivar version: the pyro_dp version that made the report.
+    :ivar num_rows: the public row count: N, the data plate's size, under the substitute-one
+        relation (neighbours share it); under add/remove-one the ``public_num_rows`` stated in its
+        place (N itself is not public there); ``None`` when unknown.
+    :ivar clips: ``(name, bound)`` of the kernel's per-row clip bounds at the end of the run
+        (``llr_clip``, ``grad_clip``, ...): public settings, or released by the private tuning
+        of its last chain (each chain of the default path tunes its own; a chain run in a worker
+        process leaves its tuned clips there, and then only the settings given are reported).
     """
 
     kernel: str
@@ -227,6 +234,8 @@ class PrivacyReport:
     within_budget: Optional[bool] = None
     non_private: bool = False
     version: str = ""
+    num_rows: Optional[int] = None
+    clips: Tuple[Tuple[str, float], ...] = ()
 
     # ------------------------------------------------------------------ reading
     def ledger(self) -> PrivacyLedger:
@@ -370,6 +379,31 @@ def _plan_summary(kernel: DPKernel, accountant: str, delta: float, last: int, po
     )
 
 
+#: the kernel attributes that hold per-row clip bounds (public settings or privately tuned releases)
+CLIP_ATTRIBUTES = ("llr_clip", "grad_clip", "curvature_clip", "group_llr_clip")
+
+
+def _clips(kernel) -> Tuple[Tuple[str, float], ...]:
+    """``(name, bound)`` of the kernel's finite positive clip bounds (:data:`CLIP_ATTRIBUTES`)."""
+    out = []
+    for name in CLIP_ATTRIBUTES:
+        v = kernel.__dict__.get(name)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0:
+            out.append((name, float(v)))
+    return tuple(out)
+
+
+def _public_rows(kernel, relation: str) -> Optional[int]:
+    """The row count the report may state: N under substitution (public: neighbours share it),
+    the stated ``public_num_rows`` under add/remove (where N itself is not public), else ``None``."""
+    if relation == "add_remove":
+        m = getattr(kernel, "public_num_rows", None)
+        return None if m is None else int(m)
+    lik = getattr(kernel, "lik", None)
+    n = getattr(lik, "num_rows", None) if lik is not None else None
+    return None if n is None else int(n)
+
+
 def privacy_report(run, *, delta: Optional[float] = None, epsilon: Optional[float] = None,
                    accountant: Optional[str] = None, curve_points: int = 50) -> PrivacyReport:
     r"""The privacy statement of a pyro_dp run: a frozen, serialisable :class:`PrivacyReport`.
@@ -454,6 +488,7 @@ def privacy_report(run, *, delta: Optional[float] = None, epsilon: Optional[floa
     from . import __version__
 
     return PrivacyReport(
+        num_rows=_public_rows(kernel, ledger.relation), clips=_clips(kernel),
         kernel=type(kernel).__name__, accountant=str(name), relation=ledger.relation, delta=delta, epsilon=total,
         num_releases=ledger.num_releases, num_chains=len(chains), mechanisms=tuple(mechanisms),
         chains=tuple(summaries), curve_iterations=grid, curve_epsilon=curve, plan=plan, at_epsilon=at_eps,
@@ -483,12 +518,62 @@ def _count(n: int, what: str) -> str:
     return f"{n:,} {what}{'' if n == 1 else 's'}".replace(",", " ")
 
 
+def _chain_iterations(c: ChainSummary) -> int:
+    """A chain's iterations: its ledger's marks, or the private iterations its diagnostics count
+    when those are more (a chain resumed from a checkpoint written without marks)."""
+    return max(int(c.iterations), int(c.private_iterations or 0))
+
+
+def _per_chain(r: PrivacyReport) -> str:
+    """The sentence on each chain's own ε (at the report's δ)."""
+    if r.num_chains == 1:
+        return f"Its one chain alone spent all of it (ε = {_up(r.chains[0].epsilon)} at δ = {r.delta:g})."
+    values = [_up(c.epsilon) for c in r.chains]
+    if len(set(values)) == 1:
+        return (f"Each of its {r.num_chains} chains alone spent ε = {values[0]} at δ = {r.delta:g}; the total "
+                "composes them all.")
+    shown = ", ".join(f"{v} (chain {c.chain})" for v, c in zip(values[:8], r.chains[:8]))
+    more = f" and {r.num_chains - 8} more chains" if r.num_chains > 8 else ""
+    return f"Each chain alone, at δ = {r.delta:g}, spent ε = {shown}{more}; the total composes them all."
+
+
+def _number(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def _rows_and_clips(r: PrivacyReport) -> str:
+    """The sentences on N, the clip bounds and what the sampling releases' noise multipliers mean."""
+    out = []
+    if r.num_rows is not None:
+        if r.relation == "add_remove":
+            out.append(f"The sampling rates use M = {r.num_rows:,} rows, the public count stated in place of the "
+                       "data's row count (which add/remove-one neighbours differ in).".replace(",", " "))
+        else:
+            out.append(f"The data have N = {r.num_rows:,} rows (public: neighbouring data sets share it)."
+                       .replace(",", " "))
+    if r.clips:
+        bounds = ", ".join(f"{name} = {_number(v)}" for name, v in r.clips)
+        out.append(f"Each row's contribution to a release is clipped (the clip bounds of the kernel's last chain, set "
+                   f"by the user or released by its private tuning: {bounds}).")
+    nms = sorted({float(e.noise_multiplier) for g in r.mechanisms if g.purpose == "sampling"
+                  for e, _ in g.events if hasattr(e, "noise_multiplier")})
+    if nms:
+        shown = ", ".join(_number(v) for v in nms[:4]) + (", ..." if len(nms) > 4 else "")
+        half = "twice the clip bound" if r.relation == "substitute" else "the clip bound"
+        relation = r.relation.replace("_", "/")
+        out.append(f"The sampling releases carry Gaussian noise with noise multiplier{'s' if len(nms) > 1 else ''} "
+                   f"{shown}: a noise multiplier is the noise's standard deviation divided by the release's "
+                   f"sensitivity, the most one row can change the released sum ({half} under the {relation}-one "
+                   "relation).")
+    return " ".join(out)
+
+
 def _paragraph(r: PrivacyReport) -> str:
     if r.non_private:
         return (f"This run of {r.kernel} (pyro_dp {r.version}) used the non-private test mode: its "
                 f"{_count(r.num_releases, 'release')} of the data carry no noise, and it is NOT differentially "
                 "private (ε = ∞).")
-    iters = sorted({c.iterations for c in r.chains})
+    iters = sorted({_chain_iterations(c) for c in r.chains})
     each = " each" if r.num_chains > 1 else ""
     per_chain = (f"of {_count(iters[0], 'iteration')}{each}" if len(iters) == 1
                  else f"of {iters[0]:,} to {iters[-1]:,} iterations".replace(",", " "))
@@ -508,6 +593,10 @@ def _paragraph(r: PrivacyReport) -> str:
     )
     if r.at_epsilon is not None and r.delta_at_epsilon is not None:
         text += f" Equivalently, it is (ε = {r.at_epsilon:g}, δ = {_up(r.delta_at_epsilon)})-differentially private."
+    text += " " + _per_chain(r)
+    rows = _rows_and_clips(r)
+    if rows:
+        text += " " + rows
     if r.plan is not None:
         p = r.plan
         budget = f"The budget was (ε = {p.epsilon:g}, δ = {p.delta:g})"
@@ -592,4 +681,6 @@ def _decode(cls, data: dict):
         "curve_epsilon": tuple(float(e) for e in data["curve_epsilon"]),
         "plan": None if data.get("plan") is None else _decode(PlanSummary, data["plan"]),
         "at_epsilon": _float(data.get("at_epsilon")), "delta_at_epsilon": _float(data.get("delta_at_epsilon")),
+        "num_rows": None if data.get("num_rows") is None else int(data["num_rows"]),
+        "clips": tuple((str(name), float(v)) for name, v in data.get("clips", ())),
     })

@@ -264,3 +264,30 @@ def test_an_ess_just_under_the_threshold_is_printed_so_that_it_reads_under():
 
     assert _below(14.31, 14.33) == "14.31"
     assert _below(6.651, 14.33) == "6.65"
+
+
+def test_a_chain_too_short_to_judge_warns_at_its_end_instead_of_saying_nothing():
+    """Issue 61: eight runs of 30 draws, three far off (two with a sign flipped), none warned. A
+    chain with fewer draws after warmup than the end-of-chain checks need says so."""
+    from pyro_dp.kernels.diagnostics import _MIN_CHECKED_DRAWS
+
+    def caught(samples):
+        k = pyro_dp.DPPenalty(model, 0.02, llr_clip=4.0, noise_multiplier=1.0, init_strategy=init_to_mean, seed=0)
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            mcmc = MCMC(k, num_samples=samples, warmup_steps=20, disable_progbar=True)
+            mcmc.run(Y)
+        said = [str(w.message) for w in got if issubclass(w.category, SamplingWarning) and "too few" in str(w.message)]
+        return said, mcmc.diagnostics().get("sampling problems", {}).get("chain 0", ())
+
+    said, problems = caught(30)
+    assert len(said) == 1 and said[0].startswith("DPPenalty chain: only 30 draws after warmup: too few")
+    assert problems and problems[0].startswith("only 30 draws after warmup")
+    said, problems = caught(_MIN_CHECKED_DRAWS)  # enough: the checks themselves run, no such notice
+    assert said == [] and not any("too few" in p for p in problems)
+
+
+def test_check_run_says_when_there_are_too_few_draws_to_check():
+    k = pyro_dp.DPPenalty(model, 0.02, llr_clip=4.0, noise_multiplier=1.0, init_strategy=init_to_mean, seed=0)
+    problems = check_run(_run(k, samples=3, warmup=10), warn=False)
+    assert any(p.startswith("only 3 draws per chain: too few to check the samples") for p in problems)

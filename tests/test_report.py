@@ -247,3 +247,93 @@ def test_chains_run_in_worker_processes_bring_their_iteration_marks_back(monkeyp
         led = PrivacyLedger()
         led.record(GaussianEvent(3.0), 4 * t)
         assert e == pytest.approx(get_accountant("gdp", led).get_epsilon(DELTA), rel=1e-12)
+
+
+# ------------------------------------------------------------------ issue 61: resumes, per-chain ε, N, clips
+
+
+def _resume(old_kernel, y, num_samples, make):
+    """A new kernel continuing ``old_kernel``'s chain through ``torch.save``/plain ``torch.load``."""
+    import io
+
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(old_kernel.state_dict(), buf)
+    buf.seek(0)
+    kernel = make()
+    kernel.load_state_dict(torch.load(buf))  # torch's default weights_only=True
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=0, disable_progbar=True)
+        mcmc.run(y)
+    return kernel, mcmc
+
+
+def test_a_resumed_run_reports_its_full_length_after_any_number_of_resumes():
+    y = make_data(60)
+
+    def make():
+        return pyro_dp.DPPenalty(gauss_model, 0.2, llr_clip=1.0, noise_multiplier=20.0, seed=0)
+
+    kernel = _ran(make(), y, num_samples=150, warmup_steps=50)
+    for more, total in ((100, 300), (40, 340)):  # two resumes in a row: 200 + 100 + 40 iterations
+        kernel, mcmc = _resume(kernel, y, more, make)
+        report = pyro_dp.privacy_report(mcmc, delta=DELTA)
+        (chain,) = report.chains
+        assert (chain.iterations, chain.private_iterations, chain.releases) == (total, total, total)
+        assert f"over 1 chain of {total} iterations (warmup included)" in str(report)
+        assert report.curve_iterations[-1] == total and report.curve_epsilon[-1] == report.epsilon
+
+
+def test_a_checkpoint_without_iteration_marks_still_reports_the_private_iterations():
+    """A checkpoint written before the marks were saved: the paragraph falls back on the chain's
+    private iterations, never the resumed part alone."""
+    from pyro_dp.report import _chain_iterations
+
+    summary = pyro_dp.report.ChainSummary(chain=0, chain_id="c", iterations=100, releases=300, epsilon=1.0,
+                                          by_label=(("", 300),), run_chain=0, private_iterations=300)
+    assert _chain_iterations(summary) == 300
+    assert _chain_iterations(summary.__class__(**{**summary.__dict__, "private_iterations": None})) == 100
+
+
+def test_paragraph_gives_each_chains_epsilon_n_clip_bounds_and_what_a_noise_multiplier_is():
+    y = make_data(80)
+    kernel = pyro_dp.DPPenalty(gauss_model, 0.2, llr_clip=0.5, noise_multiplier=30.0, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mcmc = MCMC(kernel, num_samples=20, warmup_steps=10, num_chains=2, disable_progbar=True)
+        mcmc.run(y)
+    report = pyro_dp.privacy_report(mcmc, delta=DELTA)
+    text = " ".join(str(report).split())
+    chain_eps = _up(report.chains[0].epsilon)
+    assert report.chains[0].epsilon == report.chains[1].epsilon < report.epsilon
+    assert f"Each of its 2 chains alone spent ε = {chain_eps} at δ = 1e-05" in text
+    assert report.num_rows == 80 and "N = 80 rows" in text
+    assert report.clips == (("llr_clip", 0.5),) and "llr_clip = 0.5" in text
+    assert "noise multiplier 30: a noise multiplier is the noise's standard deviation divided by" in text
+    assert "(twice the clip bound under the substitute-one relation)" in text
+    assert pyro_dp.PrivacyReport.from_json(report.to_json()) == report  # the new fields round-trip
+
+
+def test_paragraph_of_chains_with_different_epsilons_lists_them():
+    from pyro_dp.report import _per_chain
+
+    y = make_data(40)
+    kernel = _ran(pyro_dp.DPPenalty(gauss_model, 0.2, llr_clip=1.0, noise_multiplier=20.0, seed=0), y, 10)
+    kernel = _ran(kernel, y, 30)  # a second, longer run of the same kernel object: two chains
+    report = pyro_dp.privacy_report(kernel, delta=DELTA)
+    sentence = _per_chain(report)
+    assert sentence.startswith("Each chain alone, at δ = 1e-05, spent ε = ")
+    assert f"{_up(report.chains[0].epsilon)} (chain 0), {_up(report.chains[1].epsilon)} (chain 1)" in sentence
+
+
+def test_add_remove_reports_the_stated_public_row_count_not_n():
+    from pyro_dp.report import _public_rows
+
+    y = make_data(50)
+    kernel = pyro_dp.DPSGLD(gauss_model, 10, 1e-3, 1.0, relation="add_remove", public_num_rows=1000, seed=0)
+    assert _public_rows(kernel, "add_remove") == 1000
+    kernel = pyro_dp.DPPenalty(gauss_model, 0.2, llr_clip=1.0, noise_multiplier=20.0, seed=0)
+    kernel.setup(0, y)
+    assert _public_rows(kernel, "substitute") == 50

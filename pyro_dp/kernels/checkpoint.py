@@ -68,8 +68,10 @@ def to_plain(obj):
     if isinstance(obj, PrivacyLedger):
         out = {_TAG: "ledger", "type": type(obj).__name__, "relation": obj.relation,
                "entries": [[to_plain(e), int(c), str(lab)] for e, c, lab in obj.labelled_entries()]}
-        if type(obj) is not PrivacyLedger:  # ChainLedger: its tags
+        if type(obj) is not PrivacyLedger:  # ChainLedger: its tags, and where its iterations end (public counts)
             out["fields"] = {f: to_plain(getattr(obj, f)) for f in ("kernel_id", "chain_id", "worker_slot")}
+            out["iteration_marks"] = [[int(r), int(n)] for r, n in obj.__dict__.get("iteration_marks", ())]
+            out["pending"] = int(obj.__dict__.get("_pending", 0))
         return out
     if isinstance(obj, PrivacyEvent):
         return {_TAG: "event", "type": type(obj).__name__,
@@ -143,6 +145,14 @@ def from_plain(obj):
             raise ValueError(f"a kernel checkpoint names the ledger type {obj['type']!r}, which does not exist")
         for event, count, label in obj["entries"]:
             led.record(from_plain(event), count, label=label)
+        if "iteration_marks" in obj:  # a ChainLedger's marks (without them: every release unmarked, pessimistic)
+            marks = [[int(r), int(n)] for r, n in obj["iteration_marks"]]
+            pending = int(obj.get("pending", 0))
+            if any(r < 0 or n < 0 for r, n in marks) or pending < 0 \
+                    or sum(r * max(n, 1) for r, n in marks) + pending > led.num_releases:
+                raise ValueError("a kernel checkpoint's ledger marks more releases than it holds: not a checkpoint "
+                                 "that state_dict() wrote")
+            led.iteration_marks, led._pending = marks, pending
         return led
     if kind == "namedtuple":
         cls = _resolve(obj["type"])

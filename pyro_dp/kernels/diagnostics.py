@@ -12,11 +12,25 @@ from ..checks import ESS_ADVICE, SamplingWarning, chain_problems
 from ..warn import warn_user
 from .privacy_engine import PrivacyNotice
 
-__all__ = ["ChainReporting", "NONPRIVATE_PREFIX", "ALTERNATIVE_GAIN"]
+__all__ = ["ChainReporting", "NONPRIVATE_PREFIX", "ALTERNATIVE_GAIN", "too_few_draws"]
 
 #: A chain checks its own draws after warmup (:func:`~pyro_dp.checks.chain_problems`) when it has
 #: at least this many; it keeps at most ``_MAX_CHECKED_DRAWS`` of them (the first ones).
 _MIN_CHECKED_DRAWS, _MAX_CHECKED_DRAWS = 100, 20_000
+
+def too_few_draws(num_draws: int, min_draws: int = _MIN_CHECKED_DRAWS) -> str:
+    """The end-of-chain warning of a chain with fewer draws after warmup than its checks need
+    (:func:`~pyro_dp.checks.chain_problems`, calibrated on chains of 100 draws and more): a DP
+    chain that short can be far off, a sign flipped, with nothing else to say so.
+
+    >>> too_few_draws(30).split(":")[0]
+    'only 30 draws after warmup'
+    """
+    return (f"only {num_draws} draw{'s' if num_draws != 1 else ''} after warmup: too few for the end-of-chain checks "
+            f"(they need {min_draws}) to judge whether this chain represents the posterior. Its mean and spread may "
+            f"be far off, a sign flipped included, with no other warning: draw at least {min_draws} samples "
+            "(num_samples), and compare chains with pyro_dp.check_run(mcmc)")
+
 
 #: Prefix of every ``diagnostics()`` key computed from the raw data and **not covered by ε**
 #: (e.g. ``"non-private clipped fraction"``); such keys appear only with
@@ -100,6 +114,12 @@ class ChainReporting:
                 "(pyro_dp.check_run(mcmc) checks a whole run)",
                 SamplingWarning,
             )
+        elif not self._budget_exhausted and 0 < len(self._draws) < _MIN_CHECKED_DRAWS:
+            # too few to judge: say so instead of saying nothing (issue 61: eight runs of 30 draws,
+            # three far off, two with a sign flipped, none warned)
+            problem = too_few_draws(len(self._draws))
+            out["sampling problems"] = (problem,)
+            self._diagnostics_warn(f"{type(self).__name__} chain: {problem}", SamplingWarning)
         elif not self._budget_exhausted and len(self._draws) >= _MIN_CHECKED_DRAWS:
             # never silently wrong: this chain's own draws, checked at its end (post-processing)
             problems = chain_problems(self.lik.to_unconstrained(torch.stack(self._draws)).cpu(),

@@ -538,7 +538,10 @@ class PrivacyEngine:
                 f"epsilon={self.epsilon_now():.4g} at delta={self.reference_delta} ({self.relation} relation)")
 
     def logged_epsilon(self, iteration: int) -> str:
-        """ε for the progress bar, which Pyro asks for every iteration (``iteration``: the chain's).
+        """ε for the progress bar, which Pyro asks for every iteration (``iteration``: the chain's):
+        the ε at the reference δ of every chain of the kernel object so far (in this process).
+        Shown as ``eps=3.99``, or ``eps=3.99@it288`` when the value is as of iteration 288 of
+        the chain, older than the current one (README, "Reading the output").
 
         The first value of a chain is computed after it has run for 1 s (a short run, e.g. a
         benchmark, never pays for it; a numerical accountant can take a second). Then the value

@@ -73,6 +73,7 @@ def test_batch_size_none_takes_the_plates_subsample_size_with_its_accounting(nam
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # no mismatch warning: the plate's b is used
         warnings.filterwarnings("ignore", category=pyro_dp.mechanisms.ReproducibleNoiseWarning)
+        warnings.filterwarnings("ignore", category=pyro_dp.SamplingWarning)  # 8 draws: too few to judge
         m_taken = _run(taken, _svi)
     m_given = _run(given, _plain)
     assert taken.batch_size == B
