@@ -1,11 +1,11 @@
 r"""The cost of not hand-tuning (#16 acceptance 4): MMD to the exact posterior of DP penalty and
 DP-HMC on the thesis bananas at ε = 4, with the default path (``DPPenalty(model, epsilon=4,
 delta=...)``, no other setting: private start, clips and scales bought from the budget) against
-the papers' hand-tuned settings (``pyro_dp.experiments._sampling.THESIS_PARAMS``, the settings of
+the papers' hand-tuned settings (``experiments._sampling.THESIS_PARAMS``, the settings of
 the Fig. 6.4 reproduction, which start near the true parameter as the thesis does).
 
 Both use the experiments' scale (n = 1e4 rows, δ = 0.1/n, thesis §6.4), the same number of
-iterations (first half warm-up) and the same MMD as ``pyro-dp experiment fig64`` (thesis §5.4,
+iterations (first half warm-up) and the same MMD as ``python3 -m experiments fig64`` (thesis §5.4,
 against an exact reference sample of the posterior). The exact row is the MMD of an independent
 exact sample of the same size: the floor. Printed: mean MMD over repeats per cell, and the ratio
 default / hand-tuned. No assertion on the numbers.
@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import pathlib
 import statistics
+import sys
 import warnings
 
 import torch
@@ -24,8 +26,10 @@ from pyro.infer import MCMC
 
 import pyro_dp
 from pyro_dp.evaluation import mmd
-from pyro_dp.experiments._sampling import THESIS_PARAMS, exact_baseline, run_chain, to_device
 from pyro_dp.models import get_problem
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the repository's experiments/
+from experiments._sampling import THESIS_PARAMS, exact_baseline, run_chain, to_device  # noqa: E402
 
 warnings.simplefilter("ignore")
 

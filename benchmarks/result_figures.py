@@ -47,8 +47,8 @@ def _rows(name, results):
 
 def redraw(results=SHIPPED, out=SHIPPED, log=print) -> list:
     """Draw every CSV-backed figure from ``results`` into ``out``; returns the PNG names."""
-    from pyro_dp.experiments import dphmc_fig1, fastmh, fig62, fig63, heikkila, mmd_vs_epsilon
-    from pyro_dp.experiments.grid import pyplot_or_none
+    from experiments import dphmc_fig1, fastmh, fig62, fig63, heikkila, mmd_vs_epsilon
+    from experiments.grid import pyplot_or_none
 
     plt = pyplot_or_none(log)
     out = pathlib.Path(out)
@@ -81,7 +81,7 @@ def redraw(results=SHIPPED, out=SHIPPED, log=print) -> list:
     fastmh._plot_fig2(_rows("fastmh_fig2", results), _rows("fastmh_fig2_density", results),
                       str(out / "fastmh_fig2.png"), plt, n=50000, iters=10000)
     done.append("fastmh_fig2.png")
-    from pyro_dp.experiments import fastmh_mnist
+    from experiments import fastmh_mnist
 
     fig3 = _rows("fastmh_fig3", results)
     fastmh_mnist.plot_fig3(fig3, str(out / "fastmh_fig3.png"), plt, n=int(fig3[0]["num_train"]))

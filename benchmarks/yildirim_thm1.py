@@ -130,7 +130,7 @@ def plot(rows, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from pyro_dp.experiments.grid import dodge, legend_below, series_style
+    from experiments.grid import dodge, legend_below, series_style
 
     ns = sorted({int(r["n"]) for r in rows})
 

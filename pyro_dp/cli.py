@@ -1,4 +1,10 @@
-"""Command line: ``pyro-dp demo`` and ``pyro-dp experiment NAME`` (also ``python -m pyro_dp ...``).
+"""Command line: ``pyro-dp demo`` (also ``python -m pyro_dp ...``).
+
+The paper reproductions are not part of the installed package (issue #63): they live in the
+repository's ``experiments/`` folder and run from a checkout with ``python3 -m experiments NAME``.
+``pyro-dp experiment ...`` says so and exits with status 2 rather than running them through a shim:
+a shim would have to find a checkout from the installed package, and the installed package imports
+no reproduction code.
 
 >>> main(["--version"])  # doctest: +ELLIPSIS
 pyro_dp ...
@@ -11,6 +17,14 @@ import sys
 from typing import Optional, Sequence
 
 __all__ = ["main"]
+
+#: What ``pyro-dp experiment ...`` prints (to stderr, exit status 2): the subcommand's new home.
+_EXPERIMENT_MOVED = (
+    "pyro-dp experiment: the paper reproductions are no longer part of the installed package.\n"
+    "Run them from the root of a pyro_dp repository checkout:\n"
+    "    python3 -m experiments NAME [--quick] [--out DIR]\n"
+    "(python3 -m experiments --help lists the names; docs/results.md has every figure's command)"
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,13 +43,14 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--threads", type=int, default=1,
                    help="torch CPU threads (default 1: fastest for the demo's small per-iteration work, "
                         "above all on a shared machine; 0 keeps torch's default of one per core)")
-    from .experiments.cli import add_parser as add_experiment_parser
-
-    add_experiment_parser(sub)  # pyro-dp experiment NAME [--quick] [--out DIR]
     return p
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["experiment"]:  # the subcommand before issue #63
+        print(_EXPERIMENT_MOVED, file=sys.stderr)
+        return 2
     args = _parser().parse_args(argv)
     if args.version:
         from . import __version__
@@ -60,10 +75,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             threads=args.threads,
         )
         return 0
-    if args.command == "experiment":
-        from .experiments.cli import run as run_experiment
-
-        return run_experiment(args)
     _parser().print_help()
     return 2
 

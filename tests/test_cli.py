@@ -26,6 +26,14 @@ def test_cli_version_and_help(capsys):
         main(["demo", "--n", "0"])
 
 
+def test_experiment_subcommand_points_to_the_checkout_command(capsys):
+    """Issue #63: the paper reproductions left the installed package; ``pyro-dp experiment`` names
+    their command (``python3 -m experiments NAME`` from a checkout) and fails, importing nothing."""
+    assert main(["experiment", "fig62", "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert "python3 -m experiments NAME" in err and "checkout" in err
+
+
 def test_python_dash_m_runs():
     out = subprocess.run(
         [sys.executable, "-m", "pyro_dp", "demo", "--n", "500", "--num-samples", "20", "--warmup-steps", "10", "--no-reference"],

@@ -235,7 +235,7 @@ def test_isolated_ways_keep_other_rows(way, value):
 def protections_off(monkeypatch):
     """The mutant: pyro_dp.reach's walk and tensor guard and the cross-row trace switched off."""
     monkeypatch.setattr(likelihood_module, "outside_data", lambda *a, **k: [])
-    monkeypatch.setattr(reach.OutsideReads, "_outside", lambda self, t: False)
+    monkeypatch.setattr(reach.CallGuard, "_outside", lambda self, t: False)
     monkeypatch.setattr(setup_checks.SetUpChecks, "cross_row_operations", lambda self: ())
     monkeypatch.setattr(setup_checks.SetUpChecks, "_check_prior_reads_no_data", lambda self, cache: None)
 
@@ -322,7 +322,7 @@ def test_end_to_end_global_refused_and_its_mutant_fails_the_audit(monkeypatch):
         messages.add(str(err.value))
     assert len(messages) == 1
     monkeypatch.setattr(likelihood_module, "outside_data", lambda *a, **k: [])
-    monkeypatch.setattr(reach.OutsideReads, "_outside", lambda self, t: False)
+    monkeypatch.setattr(reach.CallGuard, "_outside", lambda self, t: False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         seed = separating_seed(_reads_global, d, dprime)  # aimed from the public draws alone

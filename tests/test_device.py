@@ -82,7 +82,7 @@ def _experiment_cells():
     """Every algorithm on one problem of each model family of Table 6.1 (banana, diagonal
     Gaussian, correlated Gaussian, circle): the 10-d and tempered bananas and the narrow banana
     run the same model code with other constants."""
-    from pyro_dp.experiments._sampling import THESIS_PARAMS
+    from experiments._sampling import THESIS_PARAMS
 
     return [(p, a) for p in ("flat-banana-2d", "gauss-30d", "correlated-gauss", "circle")
             for a in sorted(THESIS_PARAMS[p])]
@@ -91,9 +91,9 @@ def _experiment_cells():
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 @pytest.mark.parametrize("problem,algorithm", _experiment_cells())
 def test_experiment_cell_runs_on_the_device(problem, algorithm, jit):
-    """Each Table 6.1 problem and algorithm of the experiments (``python -m pyro_dp.experiments
+    """Each Table 6.1 problem and algorithm of the experiments (``python3 -m experiments NAME
     --device cuda``) runs a short chain with its data on the device, within its budget."""
-    from pyro_dp.experiments._sampling import MIN_ITERATIONS, THESIS_PARAMS, run_chain, to_device
+    from experiments._sampling import MIN_ITERATIONS, THESIS_PARAMS, run_chain, to_device
     from pyro_dp.models import get_problem
 
     n = 400
@@ -153,11 +153,11 @@ def test_the_card_s_line_runs_on_the_device(name, kernel):
 
 
 def test_the_sgld_runner_is_the_kernel_s_chain_on_the_device():
-    """The vectorised DP-SGLD runner (``pyro_dp.experiments.sgld_chains``, one compiled graph,
+    """The vectorised DP-SGLD runner (``experiments.sgld_chains``, one compiled graph,
     used by the paper-scale SGLD grids) with ``block=1`` gives DPSGLD's eager chain on the
     device too (the same draws from the device's streams, in the same order) and its ledger."""
-    from pyro_dp.experiments.grid import run_kernel
-    from pyro_dp.experiments.sgld_chains import run_sgld_chains
+    from experiments.grid import run_kernel
+    from experiments.sgld_chains import run_sgld_chains
     from pyro_dp.kernels.base import kernel_chain_seed
     from pyro_dp.models import gmm_model, make_gmm_data
 

@@ -368,7 +368,6 @@ def test_no_module_outside_mechanisms_draws_release_randomness():
         "kernels/sgmcmc.py": "initial SGNHT momentum",
         "evaluation/mmd.py": "evaluation metric subsampling, not a release",
         "models/": "reference samplers of benchmark posteriors",
-        "experiments/": "synthetic data and starting points",
         "demo.py": "synthetic data",
         "likelihood.py": "prior draws through Pyro's init strategy",
         "arguments.py": "stand-in data of the set-up checks, from a fixed-seed generator (never the data)",

@@ -69,7 +69,7 @@ def _problems(fig):
 
 
 def _draw(rows, tmp_path, monkeypatch):
-    from pyro_dp.experiments import grid
+    from experiments import grid
 
     captured = {}
     monkeypatch.setattr(plt, "close", lambda fig=None: captured.setdefault("fig", fig))

@@ -187,7 +187,7 @@ for name, r in results.items():
 #   with the jump. DP-HMC moves further per iteration but can afford only 200 of them, and
 #   its 100 kept draws are visibly fewer in the plot. The thesis (Fig. 6.4) found DP-HMC
 #   the best of these on the tempered banana, with longer runs at N = 100 000; our
-#   `pyro-dp experiment fig64` at the thesis's scale agrees (lowest MMD at every ε in 2-d;
+#   `python3 -m experiments fig64` at the thesis's scale agrees (lowest MMD at every ε in 2-d;
 #   docs: results).
 # * **DP Barker** could afford only 89 iterations within ε = 4 at this N (its noise is
 #   fixed, so each iteration costs a fixed amount of privacy), and 71 % of its terms hit

@@ -84,7 +84,7 @@ def kernel_chain_seed(seed: int, chain: int, stream: str) -> int:
     proposals, momenta, accept uniforms) or ``noise_seed=seed`` (``"noise"``: releases and
     batches), in the process that built it (a worker process adds OS entropy). A runner outside
     the kernel uses it to run the kernel's own chains (e.g.
-    :func:`~pyro_dp.experiments.sgld_chains.run_sgld_chains`' ``noise_seeds``).
+    :func:`~experiments.sgld_chains.run_sgld_chains`' ``noise_seeds``).
 
     >>> kernel_chain_seed(7, 0, "noise") == kernel_chain_seed(7, 0, "noise") != kernel_chain_seed(7, 1, "noise")
     True

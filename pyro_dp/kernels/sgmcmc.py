@@ -200,7 +200,7 @@ def sgld_init(lik, z: torch.Tensor) -> SGLDState:
 def sgld_update(z: torch.Tensor, grad: torch.Tensor, step_size) -> torch.Tensor:
     r""":math:`\theta' = \theta + \frac\eta2\tilde g` (Welling & Teh 2011, eq. 4; the noise is
     inside :math:`\tilde g`): the update :func:`sgld_step` applies to the private gradient, and
-    :func:`pyro_dp.experiments.sgld_chains.run_sgld_chains` to many chains' at once.
+    :func:`experiments.sgld_chains.run_sgld_chains` to many chains' at once.
 
     >>> sgld_update(torch.zeros(2), torch.ones(2), 0.1)
     tensor([0.0500, 0.0500])
@@ -237,7 +237,7 @@ def sgnht_update(state: SGNHTState, grad: torch.Tensor, step_size) -> SGNHTState
     (the :math:`\sqrt{2Ah}\,\mathcal N(0,I)` is inside :math:`h\tilde g`, module doc):
     :math:`p' = p - h\xi p + h\tilde g`, :math:`\theta' = \theta + hp'`,
     :math:`\xi' = \xi + h(p'^\top p'/D - 1)`. The update :func:`sgnht_step` applies, and
-    :func:`pyro_dp.experiments.sgld_chains.run_sgnht_chains` to each chain under ``vmap``.
+    :func:`experiments.sgld_chains.run_sgnht_chains` to each chain under ``vmap``.
 
     >>> s = sgnht_update(SGNHTState(torch.zeros(2), torch.ones(2), torch.tensor(1.0)), torch.ones(2), 0.5)
     >>> s.momentum, s.z, s.thermostat

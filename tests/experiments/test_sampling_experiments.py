@@ -6,13 +6,13 @@ import math
 import pytest
 import torch
 
-from pyro_dp.experiments import EXPERIMENTS
-from pyro_dp.experiments._metrics import mean_error, variance_error
-from pyro_dp.experiments._sampling import make_kernel, width_scale
-from pyro_dp.experiments.dphmc_fig1 import COLUMNS as C_DPHMC
-from pyro_dp.experiments.fig63 import COLUMNS as C63, KEYS as K63
-from pyro_dp.experiments.grid import KEY_COLUMNS
-from pyro_dp.experiments.mmd_vs_epsilon import COLUMNS, run_mmd_vs_epsilon
+from experiments import EXPERIMENTS
+from experiments._metrics import mean_error, variance_error
+from experiments._sampling import make_kernel, width_scale
+from experiments.dphmc_fig1 import COLUMNS as C_DPHMC
+from experiments.fig63 import COLUMNS as C63, KEYS as K63
+from experiments.grid import KEY_COLUMNS
+from experiments.mmd_vs_epsilon import COLUMNS, run_mmd_vs_epsilon
 
 QUIET = dict(quick=True, log=None)
 
@@ -70,14 +70,14 @@ def test_bad_names_are_refused(tmp_path):
 
 
 def test_algorithms_option_runs_only_those_and_appends(tmp_path):
-    """``pyro-dp experiment fig64 --algorithms NAME[,NAME]`` (issue #41: fill in the never-run
+    """``python3 -m experiments fig64 --algorithms NAME[,NAME]`` (issue #41: fill in the never-run
     minibatch OCU+GWMH cells of a shipped CSV): only the named algorithms (and the exact
     baselines) run, a second call appends its cells and leaves the rows already there
     byte-identical, and a name the figure does not have is refused before anything runs."""
-    from pyro_dp.experiments.cli import main
+    from experiments.cli import main
 
     out = str(tmp_path)
-    args = ["experiment", "fig64", "--quick", "--out", out, "--threads", "1"]
+    args = ["fig64", "--quick", "--out", out, "--threads", "1"]
     assert main(args + ["--algorithms", "minibatch_dp_penalty_ocu_gwmh"]) == 0
     path = tmp_path / "fig64.csv"
     first = path.read_bytes()
@@ -90,9 +90,9 @@ def test_algorithms_option_runs_only_those_and_appends(tmp_path):
     assert sum(r["algorithm"] == "exact" for r in rows) == 2  # the baselines ran once (one per 2-d banana)
     # thesis §6.4: Fig. 6.5 has no minibatch algorithm; fig62 has no algorithm grid at all
     with pytest.raises(ValueError, match="fig65 has no algorithm"):
-        main(["experiment", "fig65", "--quick", "--out", out, "--algorithms", "minibatch_dp_penalty_ocu_gwmh"])
+        main(["fig65", "--quick", "--out", out, "--algorithms", "minibatch_dp_penalty_ocu_gwmh"])
     with pytest.raises(ValueError, match="not supported by fig62"):
-        main(["experiment", "fig62", "--quick", "--out", out, "--algorithms", "dp_penalty"])
+        main(["fig62", "--quick", "--out", out, "--algorithms", "dp_penalty"])
     assert not (tmp_path / "fig65.csv").exists() and not (tmp_path / "fig62.csv").exists()
     assert path.read_bytes() == second
 
@@ -112,7 +112,7 @@ def test_metrics_and_width_scale():
 
 def test_dphmc_runs_on_the_circle_flat_prior():
     """Regression: DPHMC used to raise on a flat prior (constant log prior, no autograd graph)."""
-    from pyro_dp.experiments._sampling import THESIS_PARAMS, run_chain
+    from experiments._sampling import THESIS_PARAMS, run_chain
     from pyro_dp.models import get_problem
 
     p = get_problem("circle", n=200)
@@ -133,7 +133,7 @@ def _thesis_adp_delta(mu, epsilon):
 def test_thesis_iterations_match_the_thesis_code(problem, epsilon):
     """Full mode runs the thesis's scheme: fixed noise tau, the most iterations ε allows. The
     count must be the thesis code's: its delta within δ at k iterations and over δ at k + 1."""
-    from pyro_dp.experiments._sampling import THESIS_N, THESIS_PARAMS, thesis_iterations
+    from experiments._sampling import THESIS_N, THESIS_PARAMS, thesis_iterations
 
     n = THESIS_N[problem]
     delta = 0.1 / n
@@ -148,7 +148,7 @@ def test_thesis_iterations_match_the_thesis_code(problem, epsilon):
 
 
 def test_thesis_scheme_chain_runs_the_thesis_count_within_budget():
-    from pyro_dp.experiments._sampling import THESIS_PARAMS, run_chain, thesis_iterations
+    from experiments._sampling import THESIS_PARAMS, run_chain, thesis_iterations
     from pyro_dp.models import get_problem
 
     n, eps = 2000, 6.0
@@ -167,7 +167,7 @@ def test_thesis_scheme_chain_runs_the_thesis_count_within_budget():
 
 
 def test_run_grid_workers_give_the_same_rows(tmp_path):
-    from pyro_dp.experiments.grid import run_grid
+    from experiments.grid import run_grid
 
     cells = [{"problem": "p", "algorithm": "a", "epsilon": float(e), "repeat": r} for e in (1, 2, 3) for r in (0, 1)]
 

@@ -1,4 +1,4 @@
-"""The vectorised DP-SGLD and DP-SGNHT runners (pyro_dp.experiments.sgld_chains) are the kernels' chains.
+"""The vectorised DP-SGLD and DP-SGNHT runners (experiments.sgld_chains) are the kernels' chains.
 
 With ``block=1`` their draws are DPSGLD's / DPSGNHT's, in the kernel's order, so each chain must
 equal the kernel's (run through Pyro's MCMC, eager; the runner runs one compiled graph) to
@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from pyro_dp.accounting import get_accountant
-from pyro_dp.experiments import sgld_chains as sc
-from pyro_dp.experiments.grid import run_kernel
+from experiments import sgld_chains as sc
+from experiments.grid import run_kernel
 from pyro_dp.kernels.base import kernel_chain_seed
 from pyro_dp.kernels.sgmcmc import DPSGLD, DPSGNHT, SGNHTState
 from pyro_dp.mechanisms import poisson_batches, poisson_subsample, poisson_subsamples

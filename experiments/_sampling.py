@@ -37,8 +37,8 @@ from typing import Dict, Optional
 
 import torch
 
-from ..accounting import max_iterations
-from ..accounting.subsampled import dp_barker_event
+from pyro_dp.accounting import max_iterations
+from pyro_dp.accounting.subsampled import dp_barker_event
 from ._metrics import mean_error, variance_error
 
 __all__ = ["THESIS_PARAMS", "THESIS_N", "ALGORITHMS", "thesis_iterations", "width_scale", "start_point", "make_kernel",
@@ -152,7 +152,7 @@ def thesis_iterations(algorithm: str, params: dict, *, epsilon: float, delta: fl
       (``dp_accounting``'s RDP, WBK19 Thm 27). **A privacy-validity deviation**: fewer
       iterations than the thesis at the same ε.
     """
-    from ..mechanisms import GaussianEvent, SubsampledGaussianEvent
+    from pyro_dp.mechanisms import GaussianEvent, SubsampledGaussianEvent
 
     s = math.sqrt(n)
     if algorithm in ("dp_penalty", "dp_penalty_ocu_gwmh"):
@@ -240,7 +240,7 @@ def make_kernel(algorithm: str, problem, *, epsilon: Optional[float], delta: flo
     iteration count by its 4 chains).
 
     Returns ``(kernel, num_iterations)``: DP Barker's count may be lowered to what ε allows."""
-    from .. import DPBarker, DPHMC, DPMinibatchPenalty, DPPenalty, DPSGLD, DPSGNHT
+    from pyro_dp import DPBarker, DPHMC, DPMinibatchPenalty, DPPenalty, DPSGLD, DPSGNHT
 
     w = width_scale(problem.name, n, problem.temperature)
     thesis_scheme = num_iterations is None
@@ -308,7 +308,7 @@ def make_kernel(algorithm: str, problem, *, epsilon: Optional[float], delta: flo
             # the DP-HMC paper code's scheme: the Langevin noise alone (no calibration, whose PLD
             # search costs ~40 s per kernel); run_chain reads the run's ε from the ledger and
             # refuses a run over its target
-            from ..kernels.sgmcmc import langevin_noise_multiplier
+            from pyro_dp.kernels.sgmcmc import langevin_noise_multiplier
 
             nm_l = langevin_noise_multiplier(
                 "sgld" if algorithm == "dp_sgld" else "sgnht", step_size=params["eta"] * w * w,
@@ -416,7 +416,7 @@ def score_draws(x: torch.Tensor, ref: torch.Tensor, max_draws: Optional[int] = N
     >>> sorted(s), s["mean_error"]
     (['mean_error', 'mmd', 'var_error'], 0.0)
     """
-    from ..evaluation import mmd
+    from pyro_dp.evaluation import mmd
 
     x, ref = x.detach().cpu().double(), ref.cpu().double()
     if not bool(torch.isfinite(x).all()):

@@ -1,5 +1,5 @@
 r"""The thesis code's scalar sample-quality metrics, used by the sampling experiments
-(private to :mod:`pyro_dp.experiments`; the per-dimension versions are :mod:`pyro_dp.evaluation`).
+(private to :mod:`experiments`; the per-dimension versions are :mod:`pyro_dp.evaluation`).
 
 Both follow the thesis code (``oraisa/masters-thesis``, ``rwmh_clipping.py`` and ``util.py``):
 Euclidean norms of the difference of per-dimension moments between the chain and the
@@ -21,7 +21,7 @@ __all__ = ["mean_error", "variance_error"]
 def mean_error(x: torch.Tensor, ref: torch.Tensor) -> float:
     r""":math:`\|\bar x - \bar y\|_2` (thesis code ``mean_error``; DP-HMC paper §4, "distance of the means"):
     the Euclidean norm of :func:`pyro_dp.evaluation.mean_error`'s per-dimension errors."""
-    from ..evaluation import mean_error as per_dimension
+    from pyro_dp.evaluation import mean_error as per_dimension
 
     return float(torch.linalg.vector_norm(per_dimension(torch.as_tensor(x).double(), torch.as_tensor(ref).double())))
 

@@ -48,11 +48,11 @@ from typing import Callable, List, NamedTuple, Optional, Sequence
 
 import torch
 
-from ..compiled import bucket_size
-from ..kernels.sgmcmc import (SGNHTState, langevin_noise_multiplier, private_gradient_fn, sgld_update, sgnht_init,
+from pyro_dp.compiled import bucket_size
+from pyro_dp.kernels.sgmcmc import (SGNHTState, langevin_noise_multiplier, private_gradient_fn, sgld_update, sgnht_init,
                               sgnht_update)
-from ..likelihood import PrivateLikelihood
-from ..mechanisms import (NoiseSource, PrivacyLedger, gaussian_release_spec, poisson_batches,
+from pyro_dp.likelihood import PrivateLikelihood
+from pyro_dp.mechanisms import (NoiseSource, PrivacyLedger, gaussian_release_spec, poisson_batches,
                           subsampled_gaussian_event)
 
 __all__ = ["SGLDChains", "run_sgld_chains", "run_sgnht_chains", "ledger_prefix"]

@@ -1,4 +1,8 @@
-r"""Paper reproductions, run with ``pyro-dp experiment NAME [--quick] [--out DIR]``.
+r"""Paper reproductions, run from the repository root with ``python3 -m experiments NAME [--quick] [--out DIR]``.
+
+This package is part of the repository, not of the installed library (issue #63): it sits next to
+``benchmarks/``, ``setup.cfg`` does not install it, and nothing in :mod:`pyro_dp` imports it (it imports
+pyro_dp by absolute imports, as a user's script does).
 
 :data:`EXPERIMENTS` maps a name to ``run(out_dir, quick=..., log=..., device=...) -> dict``; add new
 reproductions there. Every experiment writes a tidy CSV into ``out_dir`` and is resumable
@@ -23,7 +27,7 @@ __all__ = ["EXPERIMENTS", "run_fig62", "run_fig63", "run_fig64", "run_fig65", "r
            "run_kernel", "summarise", "plot_metric_vs_epsilon"]
 
 #: Key columns every sampling experiment's CSV starts with; a cell is identified by them
-#: (re-bound from :mod:`pyro_dp.experiments.grid` so that autodoc lists it here).
+#: (re-bound from :mod:`experiments.grid` so that autodoc lists it here).
 KEY_COLUMNS = _grid.KEY_COLUMNS
 
 #: name -> runner(out_dir, quick=False, log=print, device=None) -> dict

@@ -44,9 +44,9 @@ import csv
 import math
 import os
 from typing import Callable, Dict, List, Optional, Tuple
-from ..accounting.algorithms import dphmc_max_iterations, dphmc_max_iterations_zcdp
-from ..accounting import max_iterations, minibatch_penalty_rdp, zcdp_max_iterations_penalty
-from ..accounting.planning import _secant_count
+from pyro_dp.accounting.algorithms import dphmc_max_iterations, dphmc_max_iterations_zcdp
+from pyro_dp.accounting import max_iterations, minibatch_penalty_rdp, zcdp_max_iterations_penalty
+from pyro_dp.accounting.planning import _secant_count
 
 __all__ = ["FIG62_PARAMS", "METHODS", "FULL_ONLY", "REFERENCE_ONLY", "FOURIER_NX", "FOURIER_L", "epsilon_grid",
            "fig62_iterations", "fourier_delta", "fourier_available", "run_fig62", "COLUMNS"]
@@ -76,7 +76,7 @@ def _penalty_zcdp(eps, p):
 
 
 def _penalty_tight(eps, p):
-    from ..mechanisms import GaussianEvent
+    from pyro_dp.mechanisms import GaussianEvent
 
     return max_iterations(eps, p["delta"], GaussianEvent(_penalty_nm(p)), accountant="gdp")
 
@@ -97,7 +97,7 @@ def _hmc_tight(eps, p):
 
 
 def _minibatch_rdp(eps, p):
-    from ..mechanisms import RDPCurveEvent
+    from pyro_dp.mechanisms import RDPCurveEvent
 
     orders = tuple(range(2, 200))  # thesis code: alpha in range(2, 200)
     q = p["minibatch_batch_size"] / p["n"]
@@ -107,7 +107,7 @@ def _minibatch_rdp(eps, p):
 
 
 def _minibatch_wbk(eps, p):
-    from ..mechanisms import SubsampledGaussianEvent
+    from pyro_dp.mechanisms import SubsampledGaussianEvent
 
     # the same mechanism as Thm 8, analysed by Wang, Balle & Kasiviswanathan 2019 Thm 27
     # (RDP of sampling without replacement under substitution; dp_accounting's implementation,

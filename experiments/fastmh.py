@@ -120,9 +120,9 @@ from typing import Optional
 
 import torch
 
-from ..accounting import get_accountant
-from ..accounting.gdp import gdp_mu
-from ..accounting.subsampled import dp_barker_event
+from pyro_dp.accounting import get_accountant
+from pyro_dp.accounting.gdp import gdp_mu
+from pyro_dp.accounting.subsampled import dp_barker_event
 from .grid import KEY_COLUMNS, first_chain_diagnostics, pick_device, pyplot_or_none, quick_mode, run_grid
 
 __all__ = ["FASTMH_PARAMS", "run_fastmh_fig1", "COLUMNS", "KEYS", "ALGORITHMS", "barker_batch_for_step_epsilon",
@@ -144,7 +144,7 @@ _BARKER_BATCHES = (20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000)
 
 
 def _one_step(event, delta, accountant):
-    from ..mechanisms import PrivacyLedger
+    from pyro_dp.mechanisms import PrivacyLedger
 
     led = PrivacyLedger()
     led.record(event, 1)
@@ -167,7 +167,7 @@ def barker_batch_for_step_epsilon(step_epsilon: float, n: int, delta: float) -> 
 def _step_privacy(ev, delta):
     """(ε, δ) that the ledger records for one iteration: an ``ApproxDPEvent`` as is, a Gaussian
     or RDP event as its ε at ``delta``."""
-    from ..mechanisms import ApproxDPEvent, GaussianEvent
+    from pyro_dp.mechanisms import ApproxDPEvent, GaussianEvent
 
     if isinstance(ev, ApproxDPEvent):
         return float(ev.epsilon), float(ev.delta)
@@ -181,9 +181,9 @@ def _fig1_chain(alg: str, eps: float, r: int, *, p: dict, x: torch.Tensor, c: fl
     holds only ``K``). Fig. 2 reruns these chains (:func:`run_fastmh_fig2`)."""
     from pyro.infer import MCMC
 
-    from ..kernels import DPBarker, DPFastMH, DPPenalty
-    from ..models import truncated_gmm_model
-    from ..run import get_epsilon
+    from pyro_dp.kernels import DPBarker, DPFastMH, DPPenalty
+    from pyro_dp.models import truncated_gmm_model
+    from pyro_dp.run import get_epsilon
 
     delta, dev = p["delta"], x.device
     init = {"theta": torch.zeros(2, dtype=x.dtype, device=dev)}  # dpfastmh.jl l. 128: start at the origin
@@ -240,7 +240,7 @@ def _fig1_chain(alg: str, eps: float, r: int, *, p: dict, x: torch.Tensor, c: fl
 def _truncated_gmm(p: dict, device: Optional[str]):
     """``(data on the device, temperature, exact reference, its 2·10⁵ draws, public bound c)`` of
     Fig. 1's truncated GMM at ``p["n"]`` rows (the set-up Figs 1 and 2 share)."""
-    from ..models import get_problem, truncated_gmm_lipschitz, truncated_gmm_reference
+    from pyro_dp.models import get_problem, truncated_gmm_lipschitz, truncated_gmm_reference
 
     prob = get_problem("gmm-truncated", n=p["n"], seed=0)
     x, T = prob.args[0], prob.temperature
@@ -251,7 +251,7 @@ def _truncated_gmm(p: dict, device: Optional[str]):
 
 def run_fastmh_fig1(out_dir: str, quick: Optional[bool] = None, log=print, device: Optional[str] = None) -> dict:
     """Run every missing cell into ``out_dir/fastmh_fig1.csv`` and draw ``fastmh_fig1.png``."""
-    from ..evaluation import symmetric_kl_2d
+    from pyro_dp.evaluation import symmetric_kl_2d
 
     q = quick_mode(quick)
     p = FASTMH_PARAMS["quick" if q else "full"]
@@ -402,8 +402,8 @@ def run_fastmh_fig2(out_dir: str, quick: Optional[bool] = None, log=print, devic
     total ε), ``fastmh_fig2_density.csv`` (repeat 0's 2-d histogram per line, bins over the
     exact draws' range: the figure's data) and ``fastmh_fig2.png``.
     """
-    from ..evaluation import symmetric_kl_2d
-    from ..evaluation.metrics import histogram_2d
+    from pyro_dp.evaluation import symmetric_kl_2d
+    from pyro_dp.evaluation.metrics import histogram_2d
 
     q = quick_mode(quick)
     p = FIG2_PARAMS["quick" if q else "full"]

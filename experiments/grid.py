@@ -2,7 +2,7 @@ r"""Shared machinery of the sampling experiments: a resumable (problem × algori
 repeat) grid written as a tidy CSV, one helper that runs a DP kernel through Pyro's
 :class:`~pyro.infer.MCMC`, and one plot of a metric against ε.
 
-Every experiment of :data:`pyro_dp.experiments.EXPERIMENTS` that samples is
+Every experiment of :data:`experiments.EXPERIMENTS` that samples is
 ``run_grid(name, out_dir, cells, compute, columns)``:
 
 * ``cells`` is the list of grid points, each a dict holding the key columns
@@ -34,7 +34,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
-from ..checks import linear_memory_ess
+from pyro_dp.checks import linear_memory_ess
 
 __all__ = [
     "KEY_COLUMNS", "fmt", "run_grid", "read_rows", "run_kernel", "first_chain_diagnostics", "mean_chain_diagnostics",
@@ -227,7 +227,7 @@ def run_kernel(kernel, args: tuple = (), *, num_samples: int, warmup_steps: int 
     """
     from pyro.infer import MCMC
 
-    from ..run import get_epsilon
+    from pyro_dp.run import get_epsilon
 
     multi = {}
     if initial_params is not None and int(num_chains) > 1:

@@ -74,7 +74,7 @@ def run_fig63(out_dir: str, quick: Optional[bool] = None, log=print, device: Opt
               problems: Optional[Sequence[str]] = None, progress: bool = True, workers: int = 1) -> dict:
     """Run the (problem × {rwmh, hmc} × clip bound × repeat) grid into ``out_dir/fig63.csv``
     (resumable) and draw ``fig63.png`` (MMD vs clip bound, top; vs clipped fraction, bottom)."""
-    from ..models import get_problem
+    from pyro_dp.models import get_problem
     from ._sampling import exact_baseline, run_chain, to_device
 
     quick = quick_mode(quick)

@@ -51,8 +51,8 @@ substitute relation too, ``get_delta_S``), with the kernels' PLD accountant.
   over the 4 chains (:func:`sg_iterations`; PLD, substitution: per chain from 1395 (Gaussian
   DP-SGLD, ε = 2) to 2.07·10⁶ (banana DP-SGLD, ε = 15)), but not each ε as its own run: one
   vectorised run per (problem, algorithm) of the longest length
-  (:mod:`~pyro_dp.experiments.sgld_chains`, the kernels' own step and draws), each ε scored on
-  the prefix of its length (first half discarded, as :func:`~pyro_dp.experiments._sampling.run_chain`),
+  (:mod:`~experiments.sgld_chains`, the kernels' own step and draws), each ε scored on
+  the prefix of its length (first half discarded, as :func:`~experiments._sampling.run_chain`),
   which is the chain a run of that length would give, but for its last ``t mod 1000``
   iterations, whose batches and normals a run of exactly ``t`` draws as a shorter block (the
   same laws, other values; the seeds are ``run_chain``'s and do not depend on ε). The MMD is on
@@ -190,7 +190,7 @@ def settings(quick: bool) -> dict:
 
 def paper_iterations(algorithm: str, params: dict, *, epsilon: float, delta: float, n: int, chains: int = 4) -> int:
     r"""Iterations per chain of the paper's code for DP-HMC and DP penalty: the most iterations
-    ε allows at the fixed noise :math:`\tau\sqrt n` for one chain (:func:`~pyro_dp.experiments._sampling.thesis_iterations`,
+    ε allows at the fixed noise :math:`\tau\sqrt n` for one chain (:func:`~experiments._sampling.thesis_iterations`,
     the same tight Gaussian composition as ``hmc.py``/``dp_penalty.py`` ``adp_iters``, with
     :math:`k(L+1)` gradient releases for DP-HMC), divided by the ``chains`` chains that share it
     (``int(iters / chains)``)."""
@@ -204,9 +204,9 @@ def sg_event(algorithm: str, params: dict, *, n: int, temperature: float = 1.0):
     Gaussian :math:`(q = b/n, \mathrm{nm}_L)` at the Langevin noise multiplier of ``params``
     (:func:`_kernel_params`' terms: the step already divided by ``n``) under substitution
     (:func:`~pyro_dp.kernels.sgmcmc.langevin_noise_multiplier`), the event the kernels and
-    :func:`~pyro_dp.experiments.sgld_chains.run_sgld_chains` record."""
-    from ..kernels.sgmcmc import langevin_noise_multiplier
-    from ..mechanisms import subsampled_gaussian_event
+    :func:`~experiments.sgld_chains.run_sgld_chains` record."""
+    from pyro_dp.kernels.sgmcmc import langevin_noise_multiplier
+    from pyro_dp.mechanisms import subsampled_gaussian_event
 
     q = params["batch"] / n
     nm = langevin_noise_multiplier("sgld" if algorithm == "dp_sgld" else "sgnht", step_size=params["eta"],
@@ -228,7 +228,7 @@ def sg_iterations(algorithm: str, params: dict, *, epsilon: float, delta: float,
     ``chains·k`` releases fit, i.e. the one-chain count divided by ``chains``, rounded down).
     ``params`` in :func:`_kernel_params`' terms. Memoised (the PLD search at 8·10⁶ releases
     takes minutes)."""
-    from ..accounting import max_iterations
+    from pyro_dp.accounting import max_iterations
 
     ev = sg_event(algorithm, params, n=n, temperature=temperature)
     key = (ev, float(epsilon), float(delta), int(chains))
@@ -246,7 +246,7 @@ def _start_sd(sds: torch.Tensor) -> float:
 def banana_problem(n: int, seed: int = 0):
     r"""The paper's 2-d banana (``experiments.py``: ``a = 20``, ``tau1 = 0.0005``,
     ``tau2 = 0.0004``, prior precision ``0.001``) as a :class:`~pyro_dp.models.Problem`."""
-    from ..models import Problem, banana_model, banana_posterior, banana_reference_sample, make_banana_data
+    from pyro_dp.models import Problem, banana_model, banana_posterior, banana_reference_sample, make_banana_data
 
     a, s0 = 20.0, 1000.0
     lik = torch.tensor([2000.0, 2500.0], dtype=torch.float64).sqrt()
@@ -285,7 +285,7 @@ def whitened_gaussian_model(Z, tril_inv, prior_var=1e4):
 def gauss10d_problem(n: int, seed: int = 0):
     r"""The paper's 10-d correlated Gaussian (``gauss_model.py``; prior sd 100) as a
     :class:`~pyro_dp.models.Problem` (rows whitened: :func:`whitened_gaussian_model`)."""
-    from ..models import Problem, gaussian_posterior, gaussian_reference_sample, make_gaussian_data
+    from pyro_dp.models import Problem, gaussian_posterior, gaussian_reference_sample, make_gaussian_data
 
     cov = gauss_cov()
     X = make_gaussian_data(n, cov, seed=seed)
@@ -300,7 +300,7 @@ def gauss10d_problem(n: int, seed: int = 0):
 
 
 def _kernel_params(algorithm: str, prm: dict, n: int) -> dict:
-    """The authors' settings in :func:`~pyro_dp.experiments._sampling.make_kernel`'s terms: SG steps
+    """The authors' settings in :func:`~experiments._sampling.make_kernel`'s terms: SG steps
     ``2 eta / n`` (SGLD: the code's drift, Welling & Teh's update) and ``eta / n`` (SGNHT)."""
     if algorithm == "dp_sgld":
         return dict(prm, eta=2.0 * prm["eta"] / n, noise="langevin")
@@ -317,12 +317,12 @@ def run_dphmc_fig1(out_dir: str, quick: Optional[bool] = None, log=print, device
     pooled chains); draw ``dphmc_fig1.png`` (MMD) and ``dphmc_fig1_mean_error.png``.
     ``epsilons``/``repeats``/``algorithms`` override :func:`settings` (e.g. to extend a run).
 
-    DP-HMC and DP penalty run one Pyro run per cell (:func:`~pyro_dp.experiments._sampling.run_chain`).
+    DP-HMC and DP penalty run one Pyro run per cell (:func:`~experiments._sampling.run_chain`).
     The SG cells of one (problem, algorithm) run together (:func:`_sg_runs`): every repeat's
-    chains as one vectorised run (:func:`~pyro_dp.experiments.sgld_chains.run_sgld_chains` /
+    chains as one vectorised run (:func:`~experiments.sgld_chains.run_sgld_chains` /
     ``run_sgnht_chains``) of the longest :func:`sg_iterations` among the requested ε, each ε
     scored on the prefix of its own length (as Heikkilä et al.'s Fig. 3 scores prefixes of one
-    run, :mod:`~pyro_dp.experiments.heikkila`). That run happens in the group's first missing
+    run, :mod:`~experiments.heikkila`). That run happens in the group's first missing
     cell (its ``seconds``), so a resumed grid reruns a group whose cells are partly written (the
     same chains: their seeds do not depend on ε or on the run's length)."""
     from ._sampling import exact_baseline, grid_cells, run_chain, to_device
@@ -400,16 +400,16 @@ def run_dphmc_fig1(out_dir: str, quick: Optional[bool] = None, log=print, device
 def _sg_runs(algorithm: str, problem, params: dict, *, num_iterations: int, repeats: int, chains: int, log=None,
              block: int = 1000):
     """Every repeat's ``chains`` SG chains of ``problem`` as one vectorised run of
-    ``num_iterations`` (:mod:`~pyro_dp.experiments.sgld_chains`: the kernels' own step and
+    ``num_iterations`` (:mod:`~experiments.sgld_chains`: the kernels' own step and
     draws, checked equal to their chains). Chain ``c`` of repeat ``r`` is the chain
-    :func:`~pyro_dp.experiments._sampling.run_chain` would run: start
-    :func:`~pyro_dp.experiments._sampling.start_point` ``(problem, chains·r + c)``, the privacy
+    :func:`~experiments._sampling.run_chain` would run: start
+    :func:`~experiments._sampling.start_point` ``(problem, chains·r + c)``, the privacy
     stream (and for DP-SGNHT the momentum's algorithm stream) of
     ``DPSGLD``/``DPSGNHT(seed=noise_seed=1000 r + Σ ord(algorithm))``'s chain ``c``; each draws
     its batches and normals ``block`` iterations at a time (the same laws as the kernel's one at a
     time, other values; ``block=1``: the kernel's chains, ``tests/experiments/test_dphmc_fig1.py``).
     Returns the runner's output."""
-    from ..kernels.base import kernel_chain_seed
+    from pyro_dp.kernels.base import kernel_chain_seed
     from ._sampling import start_point, width_scale
     from .sgld_chains import run_sgld_chains, run_sgnht_chains
 
@@ -431,13 +431,13 @@ def _sg_row(group: dict, problem, ref: torch.Tensor, cell: dict, *, num_iteratio
             max_draws: Optional[int]) -> dict:
     """One SG cell's row from its group's run: repeat ``r``'s ``chains`` chains cut at
     ``num_iterations`` (the prefix: the chains of a run of that length), first halves discarded
-    (:func:`~pyro_dp.experiments._sampling.run_chain`'s warm-up), pooled chain by chain and
+    (:func:`~experiments._sampling.run_chain`'s warm-up), pooled chain by chain and
     scored as ``run_chain`` scores (MMD on at most ``max_draws`` pooled draws thinned evenly);
     ``epsilon_ledger`` from the prefixes of the chains' own ledgers composed over the run's
     chains (PLD, substitution), checked equal to the planned ε of that count and within the
     target. No clipped fraction (the runner's is over the whole run, not the prefix)."""
-    from ..accounting import get_accountant, planned_epsilon
-    from ..mechanisms import PrivacyLedger
+    from pyro_dp.accounting import get_accountant, planned_epsilon
+    from pyro_dp.mechanisms import PrivacyLedger
     from ._sampling import score_draws
     from .sgld_chains import ledger_prefix
 

@@ -1,28 +1,29 @@
-"""``pyro-dp experiment NAME [--quick] [--out DIR]``: the CLI hook of :mod:`pyro_dp.experiments`.
+"""``python3 -m experiments NAME [--quick] [--out DIR]``: the command line of :mod:`experiments`.
 
-``pyro_dp/cli.py`` registers it with ``add_parser(sub)`` and dispatches
-``args.command == "experiment"`` to ``run(args)``.
+Run it from the root of a repository checkout (the folder that holds ``experiments/`` and
+``pyro_dp/``); :mod:`experiments` is not installed with pyro_dp (issue #63), and the installed
+``pyro-dp`` command has no ``experiment`` subcommand: typed anyway, it says to run this one.
 
->>> import argparse
->>> p = argparse.ArgumentParser()
->>> _ = add_parser(p.add_subparsers(dest="command"))
->>> a = p.parse_args(["experiment", "fig62", "--quick"])
+>>> a = parser().parse_args(["fig62", "--quick"])
 >>> a.name, a.quick, a.out, a.device, a.workers, a.algorithms
 ('fig62', True, 'results', None, 1, None)
->>> p.parse_args(["experiment", "fig64", "--algorithms", "dp_hmc,dp_barker"]).algorithms
+>>> parser().parse_args(["fig64", "--algorithms", "dp_hmc,dp_barker"]).algorithms
 ['dp_hmc', 'dp_barker']
 """
 from __future__ import annotations
 
+import argparse
 import inspect
 
-__all__ = ["add_parser", "run"]
+__all__ = ["parser", "run", "main"]
 
 
-def add_parser(subparsers):
+def parser() -> argparse.ArgumentParser:
+    """The parser of ``python3 -m experiments``: ``NAME`` and the options below."""
     from . import EXPERIMENTS
 
-    e = subparsers.add_parser("experiment", help="reproduce a paper figure/table (writes CSV into --out)")
+    e = argparse.ArgumentParser(prog="python3 -m experiments",
+                                description="Reproduce a paper figure/table (writes CSV into --out).")
     e.add_argument("name", choices=sorted(EXPERIMENTS) + ["all"],
                    help="which experiment ('all': every one, in turn, into --out)")
     e.add_argument("--quick", action="store_true", help="fewer grid points (smoke run)")
@@ -90,16 +91,5 @@ def run(args) -> int:
 
 
 def main(argv=None) -> int:
-    """Standalone entry point until ``pyro_dp/cli.py`` wires the subcommand in."""
-    import argparse
-
-    p = argparse.ArgumentParser(prog="python -m pyro_dp.experiments.cli")
-    sub = p.add_subparsers(dest="command", required=True)
-    add_parser(sub)
-    return run(p.parse_args(argv))
-
-
-if __name__ == "__main__":  # pragma: no cover
-    import sys
-
-    sys.exit(main(["experiment", *sys.argv[1:]]))
+    """``python3 -m experiments NAME [...]`` (``argv`` without the program name; default: ``sys.argv[1:]``)."""
+    return run(parser().parse_args(argv))
