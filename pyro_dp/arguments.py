@@ -23,9 +23,12 @@ Conversions and refusals (the same on neighbouring data sets, decided by type an
   ``N`` separate values, none of them recognisable as a row.
 * A tensor with ``N`` entries in a later dimension but not the first (``X.T``) is refused:
   rows are the first dimension.
-* Data read from the model's closure or a global, or given by ``pyro.condition``, is refused
-  by the row-isolation set-up (:mod:`pyro_dp.isolation`): each row's evaluation must receive
-  its data as arguments.
+* Arrays anywhere in dicts, lists, tuples and namedtuples among the arguments are converted and
+  classified like top-level ones (sliced per row when they are data).
+* Data reaching the model any other way — a global, a closure, a default argument, an object's
+  attribute, a module buffer, the param store — is refused before any evaluation, or never read
+  (:mod:`pyro_dp.reach`); data given by ``pyro.condition`` is refused by the row-isolation
+  set-up (:mod:`pyro_dp.isolation`).
 
 >>> import numpy as np, torch
 >>> a = ModelArguments((np.zeros((4, 2)), torch.ones(4), 3.0), {"n": 4, "prior": torch.ones(2)})
