@@ -342,3 +342,92 @@ def test_default_paths_read_only_through_releases(kernel):
     cls = getattr(pyro_dp, kernel)
     check_kernel(lambda: cls(logistic_model, epsilon=2.0), (X, y), checks=["reads_only_through_releases"], steps=4,
                  data_arg=0)
+
+
+# ------------------------------------------------------------------- every set-up check, alike on D and D'
+def _m_median(y):
+    _base(y, y.median())
+
+
+def _m_prior_reads(y):
+    mu = pyro.sample("mu", dist.Normal(y.mean(), 10.0))
+    with pyro.plate("data", len(y)) as i:
+        pyro.sample("obs", dist.Normal(mu, 1.0), obs=y[i])
+
+
+def _m_python_value(y):
+    k = int(y.abs().max()) + 1
+    _base(y, float(k))
+
+
+def _m_constant_plate(y):
+    mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=torch.float64), 10.0))
+    with pyro.plate("data", 10) as i:
+        pyro.sample("obs", dist.Normal(mu, 1.0), obs=y[i])
+
+
+def _m_logistic(X, y):
+    w = pyro.sample("w", dist.Normal(torch.zeros(X.shape[1], dtype=X.dtype), 2.0).to_event(1))
+    with pyro.plate("data", X.shape[0]) as idx:
+        pyro.sample("y", dist.Bernoulli(logits=X[idx] @ w), obs=y[idx])
+
+
+def _m_logistic32(X, y):
+    w = pyro.sample("w", dist.Normal(torch.zeros(X.shape[1]), 2.0).to_event(1))
+    with pyro.plate("data", X.shape[0]) as idx:
+        pyro.sample("y", dist.Bernoulli(logits=X[idx] @ w), obs=y[idx])
+
+
+def _design(D):
+    return torch.stack([D, torch.ones_like(D)], -1)
+
+
+def _labels(D):
+    return (D > 0).double()
+
+
+#: one model per set-up decision (accepted, warned, refused by each check, each user mistake)
+SETUP_CASES = {
+    "accepted": lambda D: (lambda y: _base(y, 0.0), (D,)),
+    "median centring": lambda D: (_m_median, (D,)),
+    "prior reads the data": lambda D: (_m_prior_reads, (D,)),
+    "Python value of the data": lambda D: (_m_python_value, (D,)),
+    "constant plate size": lambda D: (_m_constant_plate, (D,)),
+    "rows of different lengths": lambda D: (_m_logistic, (_design(D), _labels(D)[:-1])),
+    "float32 prior, float64 data": lambda D: (_m_logistic32, (_design(D), _labels(D))),
+    "labels as a list": lambda D: (_m_logistic, (_design(D), _labels(D).tolist())),
+    "integer labels": lambda D: (_m_logistic, (_design(D), _labels(D).long())),
+    "boolean labels": lambda D: (_m_logistic, (_design(D), _labels(D).bool())),
+}
+
+
+@pytest.mark.parametrize("value", ADVERSARIAL)
+@pytest.mark.parametrize("case", sorted(SETUP_CASES))
+def test_every_setup_check_decides_alike(case, value):
+    """Whether a model runs, is refused, and every message and warning of set-up: the same on D
+    and on D' (row 0 substituted by NaN, ±inf or ±1e6)."""
+    assert _setup(case, _data(), SETUP_CASES) == _setup(case, _neighbour(value), SETUP_CASES)
+
+
+@pytest.mark.parametrize("case, cause", [
+    ("constant plate size", "the data plate 'data' has 10 entries, but no argument of the model has 10 rows"),
+    ("rows of different lengths", "The model's arguments have different numbers of rows: argument 0 has 20 rows"),
+    ("float32 prior, float64 data", "A dtype mismatch (RuntimeError: "),
+    ("labels as a list", "Argument 1 is a Python list of 20 numbers: pass data as tensors"),
+    ("boolean labels", "Argument 1 holds integer or boolean values and the model's distribution needs floating"),
+])
+def test_setup_errors_name_the_real_cause_first(case, cause):
+    """Issue 61: the first sentence of the refusal names the user's mistake (then the model's
+    own exception and line, then what pyro_dp needed)."""
+    outcome, _ = _setup(case, _data(), SETUP_CASES)
+    message = outcome.split(": ", 1)[1]
+    assert message.startswith(cause), message
+    if case in ("rows of different lengths", "float32 prior, float64 data", "labels as a list"):
+        assert "test_data_paths.py, line" in message  # the model's own line that raised
+
+
+def test_integer_labels_warn_with_the_dtype_first():
+    """Integer labels run (their per-row terms are fine) and the warning leads with the dtype."""
+    outcome, warned = _setup("integer labels", _data(), SETUP_CASES)
+    assert outcome == "accepted"
+    assert any(w.startswith("Argument 1 holds integer or boolean values") for w in warned), warned
