@@ -44,6 +44,7 @@ data **before** the model is called (a mean baked into a constant), values witho
 from __future__ import annotations
 
 import dataclasses
+import dis
 import functools
 import inspect
 import sys
@@ -104,13 +105,22 @@ def _kind(value) -> str:
     return f"a {type(value).__module__.split('.')[0]} {type(value).__name__}"
 
 
-def _code_names(code: types.CodeType) -> set:
-    """Every global and attribute name a code object (and the functions nested in it) uses."""
-    names = set(code.co_names)
+def _code_names(code: types.CodeType) -> Tuple[set, set]:
+    """``(globals, attributes)``: the global names a code object (and the functions nested in it)
+    loads, and the attribute names it reads, from its bytecode (an attribute ``d.X`` does not
+    name the global ``X``)."""
+    glob, attrs = set(), set()
+    for ins in dis.get_instructions(code):
+        if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+            glob.add(ins.argval)
+        elif ins.opname in ("LOAD_ATTR", "LOAD_METHOD", "LOAD_SUPER_ATTR", "STORE_ATTR"):
+            attrs.add(ins.argval)
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            names |= _code_names(const)
-    return names
+            g, a = _code_names(const)
+            glob |= g
+            attrs |= a
+    return glob, attrs
 
 
 class _Walk:
@@ -209,7 +219,8 @@ class _Walk:
             return
         self.seen.add(key)
         code = fn.__code__
-        names = _code_names(code)
+        global_names, attr_names = _code_names(code)
+        names = global_names | attr_names  # what an object or module reached from here may be asked for
         for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
             try:
                 contents = cell.cell_contents
@@ -221,7 +232,7 @@ class _Walk:
         for k, v in (fn.__kwdefaults__ or {}).items():
             self.value(f"default argument {k!r} of {fn.__qualname__}", v, depth + 1, names)
         glob = fn.__globals__
-        for name in sorted(names):
+        for name in sorted(global_names):
             if name in glob:
                 where = glob.get("__name__", "?")
                 self.value(f"global {name!r}" + ("" if where == "__main__" else f" of module {where}"), glob[name],
