@@ -431,3 +431,57 @@ def test_integer_labels_warn_with_the_dtype_first():
     outcome, warned = _setup("integer labels", _data(), SETUP_CASES)
     assert outcome == "accepted"
     assert any(w.startswith("Argument 1 holds integer or boolean values") for w in warned), warned
+
+
+# ------------------------------------------------------------------- one bad row's index: no exception, no bisection
+def _grouped(g, y):
+    a = pyro.sample("a", dist.Normal(torch.zeros(4, dtype=torch.float64), 1.0).to_event(1))
+    with pyro.plate("data", len(y)) as i:
+        pyro.sample("obs", dist.Normal(a[g[i]], 1.0), obs=y[i])
+
+
+@pytest.mark.parametrize("bad_id", [4, 99, -5, 2**40])
+def test_out_of_range_index_is_made_safe_without_bisection(bad_id, monkeypatch):
+    """A group id out of range used as an index (``a[g[i]]``): the tensor guard clamps it
+    elementwise and the row's term is NaN (the per-row rule maps it), with no exception, so the
+    rows are never bisected (the timing channel of issue 58); the other rows' terms and gradients
+    do not move, and the bisection fallback is never called."""
+    import pyro_dp.isolation as isolation
+
+    fills = []
+    real = isolation.robust_rows
+
+    def counting(call, rows, fill):
+        return real(call, rows, lambda b: fills.append(b) or fill(b))
+
+    monkeypatch.setattr(likelihood_module, "robust_rows", counting)
+    y = _data()
+    g = torch.arange(N) % 4
+    bad = g.clone()
+    bad[3] = bad_id
+    z = torch.tensor([0.1, -0.2, 0.3, 0.4], dtype=torch.float64)
+    out = []
+    for groups in (g, bad):
+        lik = PrivateLikelihood(_grouped, (groups, y), seed=0)
+        out.append(lik.per_example_grad(z))
+    (ll0, g0), (ll1, g1) = out
+    assert not fills  # no exception, no bisection
+    assert torch.isnan(ll1[3]) and torch.isfinite(ll1).sum() == N - 1
+    keep = torch.arange(N) != 3
+    assert torch.equal(ll0[keep], ll1[keep]) and torch.equal(g0[keep], g1[keep])
+
+
+def test_index_guard_mutant_bisects(monkeypatch):
+    """The mutant without the index duty: the same bad row raises for the batch and is bisected
+    (the channel the guard closes)."""
+    import pyro_dp.isolation as isolation
+
+    monkeypatch.setattr(reach, "_INDEXING", {})
+    fills = []
+    real = isolation.robust_rows
+    monkeypatch.setattr(likelihood_module, "robust_rows",
+                        lambda call, rows, fill: real(call, rows, lambda b: fills.append(b) or fill(b)))
+    bad = torch.arange(N) % 4
+    bad[3] = 99
+    PrivateLikelihood(_grouped, (bad, _data()), seed=0).per_example_loglik(torch.zeros(4, dtype=torch.float64))
+    assert fills
