@@ -32,7 +32,7 @@ import struct
 import subprocess
 import sys
 import threading
-from typing import Callable, NamedTuple, Optional, Tuple
+from typing import Callable, NamedTuple, Optional
 
 __all__ = ["CHECK_TIMEOUT", "CheckResult", "Checker", "check_graph", "stand_in", "warm_checker"]
 
@@ -62,14 +62,19 @@ def stand_in(signatures) -> list:
     return out
 
 
-def _compile_and_run(graph, signatures, options) -> str:
-    """In the checker: compile ``graph`` as :mod:`pyro_dp.compiled` does and run it once on zeros."""
+def _compile_and_run(graph: bytes, signatures, options) -> None:
+    """In the checker: compile the pickled ``graph`` as :mod:`pyro_dp.compiled` does and run it
+    once on zeros."""
+    # what an unpickled graph module's code and inductor refer to (a fresh process has not imported them)
+    import torch._higher_order_ops.triton_kernel_wrap  # noqa: F401
+    import torch._inductor.compile_fx  # noqa: F401
+
     from .graphs import _inductor
 
+    graph = pickle.loads(graph)
     inputs = stand_in(signatures)
     compiled = _inductor(graph, inputs, options)
     compiled(*inputs)
-    return "ok"
 
 
 def _signal_name(rc: int) -> str:
@@ -93,7 +98,7 @@ class Checker:
         env = dict(os.environ)
         here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this pyro_dp's parent
         env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        return subprocess.Popen([sys.executable, "-c", "from pyro_dp.compile_check import _serve; _serve()"],
+        return subprocess.Popen([sys.executable, "-c", _SERVE],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
 
     def _kill(self) -> None:
@@ -150,30 +155,27 @@ class Checker:
                 self._kill()
 
 
-def _serve() -> None:
-    """The checker's loop: read ``(fn, args)``, answer ``("ok", "")`` or ``("error", message)``."""
-    proto_out = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)  # what the compiled code or torch prints must not mix into the answers
-    proto_in = sys.stdin.buffer
-    # what an unpickled graph module's code and inductor refer to (a fresh process has not imported them)
-    import torch._higher_order_ops.triton_kernel_wrap  # noqa: F401
-    import torch._inductor.compile_fx  # noqa: F401
-    import torch.fx  # noqa: F401
-
-    while True:
-        head = proto_in.read(8)
-        if len(head) < 8:
-            return
-        payload = proto_in.read(struct.unpack("<Q", head)[0])
-        try:
-            fn, args = pickle.loads(payload)
-            fn(*args)
-            answer = ("ok", "")
-        except BaseException as e:  # noqa: BLE001 - reported to the caller
-            answer = ("error", f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
-        data = pickle.dumps(answer)
-        proto_out.write(struct.pack("<Q", len(data)) + data)
-        proto_out.flush()
+#: The checker's program (``python -c``): read ``(fn, args)``, answer ``("ok", "")`` or ``("error",
+#: message)``. It imports nothing but the standard library; ``fn`` brings its own imports.
+_SERVE = r"""
+import os, pickle, struct, sys
+out = os.fdopen(os.dup(1), "wb")
+os.dup2(2, 1)  # what compiled code or torch prints must not mix into the answers
+while True:
+    head = sys.stdin.buffer.read(8)
+    if len(head) < 8:
+        break
+    payload = sys.stdin.buffer.read(struct.unpack("<Q", head)[0])
+    try:
+        fn, args = pickle.loads(payload)
+        fn(*args)
+        answer = ("ok", "")
+    except BaseException as e:
+        answer = ("error", f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
+    data = pickle.dumps(answer)
+    out.write(struct.pack("<Q", len(data)) + data)
+    out.flush()
+"""
 
 
 _CHECKER: Optional[Checker] = None
@@ -196,4 +198,8 @@ def check_graph(graph, example_inputs, options: dict) -> CheckResult:
     """Compile the prepared ``graph`` with inductor and run it once on zeros of
     ``example_inputs``' shapes, strides, dtypes and devices, in the checker (module doc)."""
     signatures = [(tuple(t.shape), tuple(t.stride()), t.dtype, t.device) for t in example_inputs]
-    return _checker().call(_compile_and_run, graph, signatures, dict(options))
+    try:
+        payload = pickle.dumps(graph)
+    except Exception as e:  # noqa: BLE001 - cannot be sent: unchecked, as an error
+        return CheckResult("error", f"cannot be sent to the checker ({type(e).__name__}: {e})")
+    return _checker().call(_compile_and_run, payload, signatures, dict(options))
