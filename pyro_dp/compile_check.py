@@ -16,10 +16,11 @@ crash and is left to the likelihood's own compile, which handles it as before.
 
 The decision is a set-up decision from the graph's code and the inputs' shapes and dtypes
 only: it reads no data value. What it costs: the checker is one process per Python process,
-started at the first inductor compile (about 2 s of imports) and reused for every later
-graph; each graph is compiled in it first, which fills inductor's on-disk caches, so the
-likelihood's own compile of the same graph is mostly a cache hit. ``jit_options={"check":
-False}`` skips the check (the compile then runs only in the calling process).
+started when the first likelihood that compiles with inductor is built and reused for every
+later graph; each graph is compiled in it first, which fills inductor's on-disk caches, so the
+likelihood's own compile of the same graph is mostly a cache hit, and what is added is the
+checker's own inductor start-up (``docs/performance.md``). ``jit_options={"check": False}``
+skips the check (the compile then runs only in the calling process, as before issue 59).
 """
 from __future__ import annotations
 
