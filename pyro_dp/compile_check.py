@@ -35,7 +35,8 @@ import sys
 import threading
 from typing import Callable, NamedTuple, Optional
 
-__all__ = ["CHECK_TIMEOUT", "CheckResult", "Checker", "check_graph", "stand_in", "warm_checker"]
+__all__ = ["CHECK_TIMEOUT", "CheckResult", "Checker", "check_graph", "compile_and_run", "inductor_compile", "stand_in",
+           "warm_checker"]
 
 #: Seconds the checker may take to compile and run one graph before it counts as hung (killed;
 #: the function then runs eagerly). Generous: a first inductor compile on a loaded 2-core
@@ -53,7 +54,12 @@ class CheckResult(NamedTuple):
 
 
 def stand_in(signatures) -> list:
-    """Zeros of each ``(shape, stride, dtype, device)``: a graph's inputs without their values."""
+    """Zeros of each ``(shape, stride, dtype, device)``: a graph's inputs without their values.
+
+    >>> import torch
+    >>> [(tuple(t.shape), t.stride(), t.sum().item()) for t in stand_in([((2, 3), (1, 2), torch.float64, "cpu")])]
+    [((2, 3), (1, 2), 0.0)]
+    """
     import torch
 
     out = []
@@ -63,19 +69,31 @@ def stand_in(signatures) -> list:
     return out
 
 
-def _compile_and_run(graph: bytes, signatures, options) -> None:
-    """In the checker: compile the pickled ``graph`` as :mod:`pyro_dp.compiled` does and run it
-    once on zeros."""
+def inductor_compile(graph, example_inputs, options: dict):
+    """Compile a traced aten graph with inductor. ``compile_fx`` takes the graph as it is;
+    ``torch.compile`` would re-trace it with Dynamo, which refuses the ``prims`` operations that
+    forward-mode AD leaves in a graph (and adds guard checks to every call)."""
+    import torch
+
+    try:
+        from torch._inductor.compile_fx import compile_fx
+    except ImportError:  # pragma: no cover - a torch without the internal entry point
+        return torch.compile(graph, fullgraph=True, dynamic=False, **options)
+    if options:
+        return torch.compile(graph, fullgraph=True, dynamic=False, **options)
+    return compile_fx(graph, list(example_inputs))
+
+
+def compile_and_run(graph: bytes, signatures, options) -> None:
+    """In the checker: compile the pickled ``graph`` as :mod:`pyro_dp.compiled` does
+    (:func:`inductor_compile`) and run it once on zeros (:func:`stand_in`)."""
     # what an unpickled graph module's code and inductor refer to (a fresh process has not imported them)
     import torch._higher_order_ops.triton_kernel_wrap  # noqa: F401
     import torch._inductor.compile_fx  # noqa: F401
 
-    from .graphs import _inductor
-
     graph = pickle.loads(graph)
     inputs = stand_in(signatures)
-    compiled = _inductor(graph, inputs, options)
-    compiled(*inputs)
+    inductor_compile(graph, inputs, options)(*inputs)
 
 
 def _signal_name(rc: int) -> str:
@@ -96,11 +114,8 @@ class Checker:
         self._lock = threading.Lock()
 
     def _start(self) -> subprocess.Popen:
-        env = dict(os.environ)
-        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this pyro_dp's parent
-        env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        return subprocess.Popen([sys.executable, "-c", _SERVE],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        return subprocess.Popen([sys.executable, "-c", _SERVE, os.path.abspath(__file__)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
 
     def _kill(self) -> None:
         proc, self._proc = self._proc, None
@@ -157,9 +172,13 @@ class Checker:
 
 
 #: The checker's program (``python -c``): read ``(fn, args)``, answer ``("ok", "")`` or ``("error",
-#: message)``. It imports nothing but the standard library; ``fn`` brings its own imports.
+#: message)``. It loads this file alone (standard-library imports only, not the ``pyro_dp``
+#: package); ``fn`` is a picklable callable or the name of a function of this file.
 _SERVE = r"""
-import os, pickle, struct, sys
+import importlib.util, os, pickle, struct, sys
+spec = importlib.util.spec_from_file_location("pyro_dp_compile_check", sys.argv[1])
+here = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(here)  # this file alone, without the pyro_dp package (and its imports)
 out = os.fdopen(os.dup(1), "wb")
 os.dup2(2, 1)  # what compiled code or torch prints must not mix into the answers
 while True:
@@ -169,7 +188,7 @@ while True:
     payload = sys.stdin.buffer.read(struct.unpack("<Q", head)[0])
     try:
         fn, args = pickle.loads(payload)
-        fn(*args)
+        (getattr(here, fn) if isinstance(fn, str) else fn)(*args)
         answer = ("ok", "")
     except BaseException as e:
         answer = ("error", f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
@@ -203,4 +222,4 @@ def check_graph(graph, example_inputs, options: dict) -> CheckResult:
         payload = pickle.dumps(graph)
     except Exception as e:  # noqa: BLE001 - cannot be sent: unchecked, as an error
         return CheckResult("error", f"cannot be sent to the checker ({type(e).__name__}: {e})")
-    return _checker().call(_compile_and_run, payload, signatures, dict(options))
+    return _checker().call("compile_and_run", payload, signatures, dict(options))
