@@ -84,13 +84,21 @@ def inductor_compile(graph, example_inputs, options: dict):
     return compile_fx(graph, list(example_inputs))
 
 
-def compile_and_run(graph: bytes, signatures, options) -> None:
+def compile_and_run(graph: bytes, signatures, options, settings: Optional[dict] = None) -> None:
     """In the checker: compile the pickled ``graph`` as :mod:`pyro_dp.compiled` does
-    (:func:`inductor_compile`) and run it once on zeros (:func:`stand_in`)."""
+    (:func:`inductor_compile`) and run it once on zeros (:func:`stand_in`), with the caller's
+    ``settings`` (its thread count, which inductor bakes into the generated loops, and its
+    inductor configuration)."""
     # what an unpickled graph module's code and inductor refer to (a fresh process has not imported them)
     import torch._higher_order_ops.triton_kernel_wrap  # noqa: F401
     import torch._inductor.compile_fx  # noqa: F401
+    import torch._inductor.config
 
+    settings = settings or {}
+    if settings.get("threads"):
+        torch.set_num_threads(settings["threads"])
+    if settings.get("inductor") is not None:
+        torch._inductor.config.load_config(settings["inductor"])
     graph = pickle.loads(graph)
     inputs = stand_in(signatures)
     inductor_compile(graph, inputs, options)(*inputs)
@@ -218,8 +226,14 @@ def check_graph(graph, example_inputs, options: dict) -> CheckResult:
     """Compile the prepared ``graph`` with inductor and run it once on zeros of
     ``example_inputs``' shapes, strides, dtypes and devices, in the checker (module doc)."""
     signatures = [(tuple(t.shape), tuple(t.stride()), t.dtype, t.device) for t in example_inputs]
+    import torch
+    import torch._inductor.config
+
     try:
         payload = pickle.dumps(graph)
+        inductor = torch._inductor.config.save_config_portable()
+        pickle.dumps(inductor)
     except Exception as e:  # noqa: BLE001 - cannot be sent: unchecked, as an error
         return CheckResult("error", f"cannot be sent to the checker ({type(e).__name__}: {e})")
-    return _checker().call("compile_and_run", payload, signatures, dict(options))
+    settings = {"threads": torch.get_num_threads(), "inductor": inductor}
+    return _checker().call("compile_and_run", payload, signatures, dict(options), settings)
