@@ -7,7 +7,7 @@ who asked for ``jit_compile=True`` would lose the interpreter (issue 59 reported
 the compiled per-example gradient of a categorical regression during DPPenalty's and DPHMC's
 private start). So before the likelihood compiles a graph with inductor, it hands the graph
 to a **checker**: a separate Python process that compiles the same prepared graph with the
-same options and runs it once on a *stand-in* of its inputs -- zeros of each input's shape,
+same options, thread count and inductor configuration and runs it once on a *stand-in* of its inputs -- zeros of each input's shape,
 strides, dtype and device (never the data: the graph's data inputs are replaced by zeros
 too). If the checker dies (killed by a signal, or no answer within :data:`CHECK_TIMEOUT`
 seconds), the likelihood runs that function eagerly and warns
