@@ -226,7 +226,8 @@ class CompiledLikelihood:
     (built by it when ``jit_compile=True``; kernels never call this class directly).
 
     :param lik: the likelihood whose eager functions are traced.
-    :param dict options: ``{"backend": "inductor" | "graph", **torch_compile_kwargs}``.
+    :param dict options: ``{"backend": "inductor" | "graph", "check": True | False,
+        **torch_compile_kwargs}`` (``check``: :mod:`pyro_dp.compile_check`).
     :param dict cache: graphs shared across likelihoods of one kernel object (one per chain):
         keyed by the function, the bucket and the shapes and dtypes of every input, so a new
         chain on data of the same shape reuses the compiled graph.
