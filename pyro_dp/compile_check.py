@@ -11,8 +11,8 @@ same options, thread count and inductor configuration and runs it once on a *sta
 strides, dtype and device (never the data: the graph's data inputs are replaced by zeros
 too). If the checker dies (killed by a signal, or no answer within :data:`CHECK_TIMEOUT`
 seconds), the likelihood runs that function eagerly and warns
-(:class:`~pyro_dp.compiled.CompileFallbackWarning`); a Python error in the checker is not a
-crash and is left to the likelihood's own compile, which handles it as before.
+(:class:`~pyro_dp.compiled.CompileFallbackWarning`); a Python error in the checker, or its exit
+with a status, is not a crash and is left to the likelihood's own compile, which handles it as before.
 
 The decision is a set-up decision from the graph's code and the inputs' shapes and dtypes
 only: it reads no data value. What it costs: the checker is one process per Python process,
@@ -46,8 +46,8 @@ CHECK_TIMEOUT = 600.0
 
 class CheckResult(NamedTuple):
     """What the checker said: ``status`` is ``"ok"``, ``"error"`` (a Python exception in the
-    checker: ``detail`` names it) or ``"died"`` (the checker process died or hung: ``detail``
-    says how)."""
+    checker, or the checker exited with a status: ``detail`` names it) or ``"died"`` (the
+    checker was killed by a signal, or hung: ``detail`` says how)."""
 
     status: str
     detail: str = ""
@@ -165,6 +165,8 @@ class Checker:
             except (OSError, EOFError, pickle.UnpicklingError, struct.error):
                 rc = proc.wait()
                 self._proc = None
+                if rc > 0:  # the checker itself failed (it could not start, or exited): not a crash
+                    return CheckResult("error", f"the checker exited with status {rc}")
                 return CheckResult("died", _signal_name(rc))
             return CheckResult(*answer)
 

@@ -39,6 +39,8 @@ def test_the_checker_survives_a_segfault_a_python_error_and_a_hang():
         assert c.call(len, [1]) == ("ok", "")  # a new checker took its place
         err = c.call(int, "x")
         assert err.status == "error" and err.detail.startswith("ValueError")
+        assert c.call(os._exit, 3) == ("error", "the checker exited with status 3")  # not a crash
+        assert c.call(os.abort).detail == "killed by SIGABRT"
         c.timeout = 1.0
         t0 = time.perf_counter()
         hung = c.call(time.sleep, 30)
