@@ -59,6 +59,7 @@ from typing import Callable, Dict, Optional, Tuple
 import torch
 
 from .arguments import model_arguments as _model_arguments, tensor_arguments as _tensor_arguments, with_tensors as _with_tensors
+from .compile_check import check_graph, warm_checker
 from .graphs import TraceFailed, _in_fresh_thread, _inductor, _strip_extra_outputs, hoist_broadcasts
 from .mechanisms import ClippedSum, clip_and_sum, clip_and_sum_columns
 
@@ -225,7 +226,8 @@ class CompiledLikelihood:
     (built by it when ``jit_compile=True``; kernels never call this class directly).
 
     :param lik: the likelihood whose eager functions are traced.
-    :param dict options: ``{"backend": "inductor" | "graph", **torch_compile_kwargs}``.
+    :param dict options: ``{"backend": "inductor" | "graph", "check": True | False,
+        **torch_compile_kwargs}`` (``check``: :mod:`pyro_dp.compile_check`).
     :param dict cache: graphs shared across likelihoods of one kernel object (one per chain):
         keyed by the function, the bucket and the shapes and dtypes of every input, so a new
         chain on data of the same shape reuses the compiled graph.
@@ -255,6 +257,10 @@ class CompiledLikelihood:
                 "graph's outputs are overwritten by its next replay, while a kernel keeps the previous iteration's "
                 "per-example log-likelihoods in its state. Use the default mode or 'max-autotune-no-cudagraphs'.")
         self.backend = backend
+        #: compile and run each inductor graph in a checking subprocess first (pyro_dp.compile_check)
+        self.check = bool(options.pop("check", True))
+        if self.check and backend == "inductor":
+            warm_checker()
         self.compile_kwargs = options
         self.lik = lik
         #: compiled graphs (``None``: fell back to eager), shared by the kernel object's likelihoods
@@ -410,10 +416,13 @@ class CompiledLikelihood:
             return None
         compiled = graph
         if self.backend == "inductor":
+            crashed = False
             try:  # compile_fx compiles here, from shapes and dtypes only (no value is read)
                 prepared = hoist_broadcasts(graph)
-                compiled = _strip_extra_outputs(_inductor(prepared, (*front, *inputs), self.compile_kwargs),
-                                                prepared.num_own_outputs)
+                crashed = self.check and not self._survives_check(name, prepared, (*front, *inputs))
+                if not crashed:
+                    compiled = _strip_extra_outputs(_inductor(prepared, (*front, *inputs), self.compile_kwargs),
+                                                    prepared.num_own_outputs)
             except Exception as e:  # noqa: BLE001 - e.g. no C++ toolchain: run the traced graph
                 warnings.warn(
                     f"jit_compile: inductor could not compile {name} ({type(e).__name__}: "
@@ -422,12 +431,26 @@ class CompiledLikelihood:
                     CompileFallbackWarning,
                     stacklevel=4,
                 )
+            if crashed:  # issue 59: the eager path, not the traced graph
+                self.cache[key] = None
+                return None
         # the first call compiles (inductor): count its time as compile time
         self.cache[key] = compiled
         self.num_compiled += 1
         self.compile_seconds += time.perf_counter() - t0
         self._first_call_pending = getattr(self, "_first_call_pending", set()) | {key}
         return compiled
+
+    def _survives_check(self, name: str, prepared, example_inputs: tuple) -> bool:
+        """Whether ``prepared`` compiles and runs on a stand-in of its inputs in the checking
+        subprocess (:mod:`pyro_dp.compile_check`, issue 59); if the checker died, a warning."""
+        result = check_graph(prepared, example_inputs, self.compile_kwargs)
+        if result.status == "died":
+            warnings.warn(f"jit_compile: inductor's compiled {name} crashed a checking subprocess on zeros of its "
+                          f"inputs' shapes ({result.detail}); it runs eagerly (same values, slower). "
+                          "pyro_dp.compile_check says why", CompileFallbackWarning, stacklevel=5)
+            return False
+        return True  # "error": the compile below fails the same way and handles it
 
     def _call(self, name, fn, inputs, bucket=None):
         """Run the compiled ``fn`` on ``inputs``, or ``None`` if it fell back to eager."""

@@ -13,6 +13,8 @@ from typing import Callable, Optional
 import torch
 from torch.utils._pytree import tree_flatten
 
+from .compile_check import inductor_compile as _inductor  # noqa: F401 - pyro_dp.compiled's name for it
+
 __all__ = ["hoist_broadcasts", "SMALL_NUMEL"]
 
 _aten = torch.ops.aten
@@ -271,16 +273,3 @@ def _strip_extra_outputs(compiled: Callable, num_own_outputs: Optional[int]) -> 
     if num_own_outputs is None:
         return lambda *xs: compiled(*xs)[0]
     return lambda *xs: compiled(*xs)[:num_own_outputs]
-
-
-def _inductor(graph, example_inputs, options: dict):
-    """Compile a traced aten graph with inductor. ``compile_fx`` takes the graph as it is;
-    ``torch.compile`` would re-trace it with Dynamo, which refuses the ``prims`` operations that
-    forward-mode AD leaves in a graph (and adds guard checks to every call)."""
-    try:
-        from torch._inductor.compile_fx import compile_fx
-    except ImportError:  # pragma: no cover - a torch without the internal entry point
-        return torch.compile(graph, fullgraph=True, dynamic=False, **options)
-    if options:
-        return torch.compile(graph, fullgraph=True, dynamic=False, **options)
-    return compile_fx(graph, list(example_inputs))
