@@ -1,4 +1,5 @@
-r"""A compiled graph is first compiled and run in a checking subprocess (issue 59: never a crash).
+r"""Opt-in (``jit_options={"check": True}``): a compiled graph is first compiled and run in a checking
+subprocess (issue 59: never a crash).
 
 Inductor turns a traced per-example graph into generated C++ (or Triton) code. Such code can
 kill the process that runs it -- a segmentation fault is not a Python exception, so no
@@ -19,8 +20,9 @@ only: it reads no data value. What it costs: the checker is one process per Pyth
 started when the first likelihood that compiles with inductor is built and reused for every
 later graph; each graph is compiled in it first, which fills inductor's on-disk caches, so the
 likelihood's own compile of the same graph is mostly a cache hit, and what is added is the
-checker's own inductor start-up (``docs/performance.md``). ``jit_options={"check": False}``
-skips the check (the compile then runs only in the calling process, as before issue 59).
+checker's own inductor start-up (``docs/performance.md``). It is opt-in: the crash did not
+reproduce on the project's machine, and the check compiles each graph twice; without it the
+compile runs only in the calling process, as before issue 59.
 """
 from __future__ import annotations
 

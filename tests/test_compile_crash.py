@@ -76,7 +76,7 @@ def test_a_graph_that_crashes_the_checker_runs_eagerly_with_a_warning(monkeypatc
     monkeypatch.setattr(compiled_mod, "check_graph", _crashing_check)
     torch.manual_seed(0)
     X, y = torch.randn(200, 2, dtype=torch.float64), torch.arange(200) % 3
-    lik = PrivateLikelihood(categorical, (X, y), seed=0, jit_compile=True)
+    lik = PrivateLikelihood(categorical, (X, y), seed=0, jit_compile=True, jit_options={"check": True})
     eager = PrivateLikelihood(categorical, (X, y), seed=0)
     z = torch.linspace(-1, 1, lik.dim, dtype=torch.float64)
     with pytest.warns(CompileFallbackWarning, match="crashed a checking subprocess.*SIGSEGV"):
@@ -84,6 +84,19 @@ def test_a_graph_that_crashes_the_checker_runs_eagerly_with_a_warning(monkeypatc
     ll0, g0 = eager.per_example_grad(z)
     assert torch.equal(ll, ll0) and torch.equal(g, g0)
     assert lik.compiled.num_compiled == 0 and set(lik.compiled.cache.values()) == {None}
+
+
+def test_the_check_is_opt_in(monkeypatch):
+    """Without ``jit_options={"check": True}`` no graph goes to the checker (the default)."""
+    def never(*a):
+        raise AssertionError("checked")
+
+    monkeypatch.setattr(compiled_mod, "check_graph", never)
+    X, y = torch.randn(50, 2, dtype=torch.float64), torch.arange(50) % 3
+    lik = PrivateLikelihood(categorical, (X, y), seed=0, jit_compile=True)
+    assert lik.compiled.check is False
+    lik.log_prior(torch.zeros(lik.dim, dtype=torch.float64))
+    assert lik.compiled.num_compiled == 1
 
 
 def test_check_false_skips_the_checker(monkeypatch):
@@ -110,7 +123,7 @@ def model(X, y):
     with pyro.plate("data", X.shape[0]) as idx:
         pyro.sample("obs", dist.Categorical(logits=X[idx] @ W), obs=y[idx])
 for Kernel in (pyro_dp.DPPenalty, pyro_dp.DPHMC):
-    k = Kernel(model, epsilon=10.0, jit_compile=True)
+    k = Kernel(model, epsilon=10.0, jit_compile=True, jit_options={"check": True})
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         pyro.infer.MCMC(k, num_samples=5, warmup_steps=5, disable_progbar=True).run(X, y)
