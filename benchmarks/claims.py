@@ -350,9 +350,10 @@ HEIKKILA = [
 
 # Heikkilä Fig. 3 and §6 ("DP SGLD converges quickly towards the posterior mean, but does not properly
 # capture posterior variance"): DP-SGLD's 6·10⁶-iteration chains, scored at t, against DP Barker's
-# chains at t = 20 000 (ε = 0.82, start included). DP-SGLD has spent ε 0.44 / 0.63 / 0.88 / 1.09 at
-# these t: where it has spent more than Barker's 0.82, a claim against DP-SGLD is the conservative one.
-_T_SGLD = (500_000.0, 2_000_000.0, 4_000_000.0, 6_000_000.0)
+# chains at t = 20 000 (ε = 0.82 under substitution, start included). Under substitution (one relation
+# for both kernels: heikkila_fig23_relations.csv, PLD) DP-SGLD has spent ε 0.49 / 0.71 / 1.04 / 1.51 /
+# 1.88 at these t: only t ≤ 10⁶ is at or below Barker's ε (the relations table says which).
+_T_SGLD = (500_000.0, 1_000_000.0, 2_000_000.0, 4_000_000.0, 6_000_000.0)
 _BARKER_T = (20000.0, ("dp_barker",))
 HEIKKILA_SGLD = [
     Claim(f"DP-SGLD does not capture the variance ({what})", "heikkila_fig23", None, "dp_barker", line,
@@ -649,12 +650,295 @@ def fig3_k_table(results_dir: pathlib.Path = SHIPPED, name: str = "fastmh_fig3")
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------ replication (issue #60)
+
+#: the DP-HMC paper's Fig. 1 on a second set of seeds (repeats 10–19; the shipped grid is 0–9):
+#: a verdict word needs both sets to detect the same direction (LEVEL each)
+REPLICATION = {"dphmc_fig1": "dphmc_fig1_replication"}
+
+
+def _replicated(t1: Paired, t2: Optional[Paired]) -> bool:
+    return (t2 is not None and t1.p < LEVEL and t2.p < LEVEL and math.isfinite(t1.z) and math.isfinite(t2.z)
+            and (t1.z > 0) == (t2.z > 0))
+
+
+def replicated_verdict(levels: Sequence, tests: Sequence[Paired], second: Dict[float, Paired], *,
+                       equality: bool = False, name: str = "ε") -> str:
+    """Verdict words from the detections that a second set of seeds repeats (same direction, each
+    p < LEVEL); what the first set alone detects is added after a semicolon, marked unreplicated.
+
+    >>> P = Paired
+    >>> replicated_verdict((2, 4), (P(10, 1, .3, 3.0, .01), P(10, 1, .3, 3.0, .01)), {2.0: P(10, 1, .3, 2.5, .03)})
+    'supported at ε = 2 only (replicated at ε = 2; second seeds run at ε = 2); seeds 0–9 alone: supported'
+    >>> replicated_verdict((2,), (P(10, 1, .4, 2.4, .04),), {2.0: P(10, -.1, .3, -0.4, .7)}, equality=True)
+    'no difference detected (replicated at —; second seeds run at ε = 2); seeds 0–9 alone: differ at ε = 2'
+    """
+    lv = [float(x) for x in levels]
+    rep = [_replicated(t, second.get(x)) for x, t in zip(lv, tests)]
+    keep = [t if r else Paired(t.n, t.mean, t.se, 0.0, 1.0) for t, r in zip(tests, rep)]
+    words = verdict(levels, keep, equality=equality, name=name)
+    where = ", ".join(fmt_level(x) for x, r in zip(lv, rep) if r) or "—"
+    ran = ", ".join(fmt_level(x) for x in lv if x in second) or "none"
+    out = f"{words} (replicated at {where if where == '—' else name + ' = ' + where}; second seeds run at {name} = {ran})"
+    alone = verdict(levels, tests, equality=equality, name=name)
+    if alone != words:
+        out += f"; seeds 0–9 alone: {alone}"
+    return out
+
+
+def replication_table(name: str = "dphmc_fig1", results_dir: pathlib.Path = SHIPPED) -> str:
+    """Each claim of ``name`` at the levels the second seed set ran: z in the shipped seeds, z in
+    the second set, z over both sets paired together (one test over all seeds), and whether the
+    detection replicates."""
+    rows1 = load(TABLES[name][0].csv, results_dir)
+    rows2 = load(REPLICATION[name], results_dir)
+    levels = sorted({float(r["epsilon"]) for r in rows2})
+    lines = ["| claim | compared (paired over repeats) | ε | z, seeds 0–9 (n) | z, seeds 10–19 (n) | "
+             "z, all seeds (n) | replicated? |", "|---|---|---:|---:|---:|---:|---|"]
+    for c in TABLES[name]:
+        have = {r["algorithm"] for r in rows2 if r["problem"] == c.problem}
+        if not {c.a, c.b} <= have:
+            continue
+        for lv in levels:
+            if lv not in [float(x) for x in c.levels]:
+                continue
+            t1 = paired(rows1, problem=c.problem, a=c.a, b=c.b, metric=c.metric, level=lv)
+            t2 = paired(rows2, problem=c.problem, a=c.a, b=c.b, metric=c.metric, level=lv)
+            both = rows1 + rows2
+            t3 = paired(both, problem=c.problem, a=c.a, b=c.b, metric=c.metric, level=lv)
+            if _replicated(t1, t2):
+                v = "yes: detected in both sets, same direction"
+            elif t1.p < LEVEL or t2.p < LEVEL:
+                v = "no: detected in one set only"
+            else:
+                v = "nothing to replicate (detected in neither set)"
+            if t3.p < LEVEL and not _replicated(t1, t2):
+                v += "; the test over all seeds detects it"
+            lines.append(f"| {c.claim} | {_comparison(c)} | {fmt_level(lv)} | {fmt_z(t1)} ({t1.n}) | {fmt_z(t2)} ({t2.n}) "
+                         f"| {fmt_z(t3)} ({t3.n}) | {v} |")
+    return "\n".join(lines)
+
+
+def replicated_table(name: str, results_dir: pathlib.Path = SHIPPED) -> str:
+    """:func:`table` with :func:`replicated_verdict` in its verdict column."""
+    base = table(name, results_dir).split("\n")
+    claims = TABLES[name]
+    rows1 = load(claims[0].csv, results_dir)
+    rows2 = load(REPLICATION[name], results_dir)
+    out = base[:2]
+    for c, line in zip(claims, base[2:]):
+        tests = run_claim(c, rows1)
+        second = {float(lv): paired(rows2, problem=c.problem, a=c.a, b=c.b, metric=c.metric, level=lv)
+                  for lv in c.levels if any(float(r["epsilon"]) == float(lv) and r["problem"] == c.problem
+                                            and r["algorithm"] in (c.a, c.b) for r in rows2)}
+        second = {k: v for k, v in second.items() if v.n >= 2}
+        head = line.rsplit(" | ", 1)[0]
+        out.append(f"{head} | {replicated_verdict(c.levels, tests, second, equality=c.equality)} |")
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------- number tables (issue #60)
+
+def fmt_pm(m: float, se: float) -> str:
+    """``mean ± s.e.``, the s.e. to one significant digit (two when it starts with 1), the mean to
+    the same decimals (at least two).
+
+    >>> fmt_pm(0.7504, 0.0812), fmt_pm(0.0729, 0.0101), fmt_pm(0.01234, 0.0041)
+    ('0.75 ± 0.08', '0.073 ± 0.010', '0.012 ± 0.004')
+    """
+    if not (math.isfinite(se) and se > 0):
+        return f"{m:.3g}"
+    s1 = float(f"{se:.1g}")  # the s.e. to one significant digit, rounding carried
+    d = -math.floor(math.log10(s1))
+    if f"{s1:.1e}".startswith("1"):
+        d += 1
+    d = max(2, d)
+    return f"{m:.{d}f} ± {se:.{d}f}"
+
+
+def _mse(v: Sequence[float]) -> Tuple[float, float, int]:
+    n = len(v)
+    m = sum(v) / n
+    se = math.sqrt(sum((x - m) ** 2 for x in v) / (n - 1) / n) if n > 1 else math.nan
+    return m, se, n
+
+
+def dphmc_values_table(results_dir: pathlib.Path = SHIPPED, name: str = "dphmc_fig1", metric: str = "mmd") -> str:
+    """The DP-HMC paper's Fig. 1 values: mean ± s.e. (repeats) per problem, ε and kernel."""
+    rows = load(name, results_dir)
+    algs = [a for a in ("dp_hmc", "dp_penalty", "dp_sgld", "dp_sgnht", "exact") if any(r["algorithm"] == a for r in rows)]
+    lines = ["| problem | ε | " + " | ".join(NAMES[a] for a in algs) + " |", "|---|---:|" + "---:|" * len(algs)]
+    for p in dict.fromkeys(r["problem"] for r in rows):
+        for e in sorted({float(r["epsilon"]) for r in rows if r["problem"] == p}):
+            cells = []
+            for a in algs:
+                v = [float(r[metric]) for r in rows if r["problem"] == p and r["algorithm"] == a
+                     and float(r["epsilon"]) == e and r[metric] not in ("", "nan")]
+                cells.append(f"{fmt_pm(*_mse(v)[:2])} ({len(v)})" if v else "")
+            lines.append(f"| {p} | {fmt_level(e)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _thou(x: float) -> str:
+    """A count with a space between thousands: ``2 000``, ``6 000 000``."""
+    return f"{x:,.0f}".replace(",", " ")
+
+
+def _heikkila_cells(rows, a, t):
+    sel = [r for r in rows if r["algorithm"] == a and float(r["iterations"]) == float(t)]
+    col = lambda c: _mse([float(r[c]) for r in sel])  # noqa: E731
+    return sel, col
+
+
+def heikkila_barker_table(results_dir: pathlib.Path = SHIPPED) -> str:
+    """Heikkilä Fig. 3, DP Barker: per t, ε (substitution, start included), errors (mean ± s.e.)."""
+    rows = load("heikkila_fig23", results_dir)
+    lines = ["| t | ε (substitution, start incl., δ = 2·10⁻⁶) | mean error | variance error | variances (θ1, θ2) "
+             "| sym. KL |", "|---:|---:|---:|---:|---:|---:|"]
+    for t in sorted({float(r["iterations"]) for r in rows if r["algorithm"] == "dp_barker"}):
+        sel, col = _heikkila_cells(rows, "dp_barker", t)
+        lines.append(f"| {_thou(t)} | {float(sel[0]['epsilon_exact']):.3f} | {fmt_pm(*col('mean_error')[:2])} | "
+                     f"{fmt_pm(*col('variance_error')[:2])} | {col('var1')[0]:.3f}, {col('var2')[0]:.3f} | "
+                     f"{fmt_pm(*col('sym_kl')[:2])} |")
+    return "\n".join(lines)
+
+
+def _relations(results_dir):
+    return {float(r["iterations"]): r for r in load("heikkila_fig23_relations", results_dir)}
+
+
+def heikkila_sgld_table(results_dir: pathlib.Path = SHIPPED) -> str:
+    """Heikkilä Fig. 3, the two DP-SGLD lines at the paper's settings: ε under both relations."""
+    rows = load("heikkila_fig23", results_dir)
+    rel = _relations(results_dir)
+    lines = ["| line | t | ε, add/remove (RDP, as run) | ε, substitution (PLD) | mean error | variance error vs p "
+             "| variance error vs p² | variances (θ1, θ2) | sym. KL |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for a, label in (("dp_sgld", "`dp_sgld` (eq. 4)"), ("dp_sgld_authors", "`dp_sgld_authors`")):
+        for i, t in enumerate(_T_SGLD):
+            sel, col = _heikkila_cells(rows, a, t)
+            lines.append(f"| {label if i == 0 else ''} | {_thou(t)} | {float(sel[0]['epsilon_exact']):.3f} | "
+                         f"{float(rel[t]['epsilon_substitute_pld']):.3f} | {fmt_pm(*col('mean_error')[:2])} | "
+                         f"{fmt_pm(*col('variance_error')[:2])} | {fmt_pm(*col('variance_error_p2')[:2])} | "
+                         f"{col('var1')[0]:.3f}, {col('var2')[0]:.3f} | {fmt_pm(*col('sym_kl')[:2])} |")
+    sel, col = _heikkila_cells(rows, "dp_barker", 20000)
+    e = float(sel[0]["epsilon_exact"])
+    lines.append(f"| DP Barker | 20 000 | (not analysed) | {e:.3f} (RDP) | {fmt_pm(*col('mean_error')[:2])} | "
+                 f"{fmt_pm(*col('variance_error')[:2])} | | {col('var1')[0]:.3f}, {col('var2')[0]:.3f} | "
+                 f"{fmt_pm(*col('sym_kl')[:2])} |")
+    return "\n".join(lines)
+
+
+def heikkila_relations_table(results_dir: pathlib.Path = SHIPPED) -> str:
+    """The DP-SGLD chains' ε at each scored t under both relations, against DP Barker's."""
+    rows = load("heikkila_fig23", results_dir)
+    barker = float(_heikkila_cells(rows, "dp_barker", 20000)[0][0]["epsilon_exact"])
+    lines = ["| t | add/remove, RDP (as run, the authors' accounting) | add/remove, PLD | substitution, PLD "
+             "(the kernels' accountant) | substitution, RDP at half the noise multiplier (a looser bound) "
+             f"| substitution ε (PLD) ≤ DP Barker's {barker:.3f}? |", "|---:|---:|---:|---:|---:|---|"]
+    for t, r in sorted(_relations(results_dir).items()):
+        sub = float(r["epsilon_substitute_pld"])
+        lines.append(f"| {_thou(t)} | {float(r['epsilon_add_remove_rdp']):.3f} | {float(r['epsilon_add_remove_pld']):.3f} | "
+                     f"{sub:.3f} | {float(r['epsilon_substitute_rdp_group']):.2f} | "
+                     f"{'yes' if sub <= barker else 'no (' + format(sub / barker, '.1f') + '×)'} |")
+    return "\n".join(lines)
+
+
+def fastmh_fig4_table(results_dir: pathlib.Path = SHIPPED, eps: float = 0.05, n: int = 50_000) -> str:
+    """Zhang & Zhang App. Fig. 4 from the Fig. 1 CSV: rows read per iteration, rows read by
+    t = 10⁴ and the sym. KL there (each repeat), at ε = ``eps`` (DP Barker at 0.2)."""
+    rows = load("fastmh_fig1", results_dir)
+    lines = ["| line (ε) | rows read per iteration (repeat 0 / 1) | rows read by t = 10⁴ (repeat 0) | "
+             "sym. KL at t = 10⁴ (repeat 0 / 1) |", "|---|---:|---:|---:|"]
+    for a in ("exact", "dp_fast_mh", "dp_fast_mh_pff", "dp_fast_mh_pff_k60", "dp_fast_mh_full", "dp_penalty",
+              "dp_barker"):
+        e = 0.2 if a == "dp_barker" else eps
+        sel = sorted((r for r in rows if r["algorithm"] == a and float(r["epsilon"]) == e
+                      and int(r["iterations"]) == 10000 and r["sym_kl"] not in ("", "nan")), key=lambda r: r["repeat"])
+        if not sel:
+            continue
+        if a == "exact":
+            rate = "– (exact draws)"
+            total = "–"
+        else:
+            rr = [_rows_read(r, n) for r in sel]
+            rate = " / ".join(_thou(x) for x in rr)
+            total = f"{10000 * rr[0]:.3g}"
+        kl = " / ".join(f"{float(r['sym_kl']):.2f}" for r in sel)
+        lines.append(f"| {NAMES.get(a, a) if a != 'dp_fast_mh_pff' else 'DP-Fast MH (K = εN, privacy for free, opt-in)'} "
+                     f"({fmt_level(e) if a != 'exact' else '–'}) | {rate} | {total} | {kl} |")
+    return "\n".join(lines)
+
+
+def _rows_read(row: dict, n: int) -> float:
+    """experiments.fastmh.rows_read_per_iteration, without importing torch."""
+    b = float(row["batch_size"])
+    f = row.get("full_batch_fraction", "")
+    if row["algorithm"].startswith("dp_fast_mh") and row["algorithm"] != "dp_fast_mh_full" and f not in ("", "nan"):
+        return (1 - float(f)) * b + float(f) * n
+    return b
+
+
+def heikkila_fig1_table(results_dir: pathlib.Path = SHIPPED) -> str:
+    """Heikkilä Fig. 1(a)(b) at the panels' end points: total ε at δ = 1/N."""
+    rows = load("heikkila_fig1", results_dir)
+    pick = [("a", "q", 0.002), ("a", "q", 0.01), ("b", "iterations", 20000), ("b", "iterations", 100000)]
+    lines = ["| N | " + " | ".join(f"({p}) {'q' if c == 'q' else 'T'} = {_thou(v) if v > 1 else fmt_level(v)}"
+                                  for p, c, v in pick)
+             + " |", "|---:|" + "---:|" * len(pick)]
+    for n in sorted({int(r["n"]) for r in rows}):
+        cells = []
+        for p, c, v in pick:
+            r = next(r for r in rows if r["panel"] == p and int(r["n"]) == n and float(r[c]) == float(v))
+            cells.append(f"{float(r['epsilon_mironov']):.2f} ({float(r['epsilon_improved']):.2f})")
+        lines.append(f"| 10{'⁵⁶⁷'[round(math.log10(n)) - 5]} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+#: generated number tables (``<!-- claims:NAME -->`` markers, like the claim tables)
+NUMBER_TABLES = {
+    "dphmc_fig1_mmd": lambda d: dphmc_values_table(d),
+    "dphmc_fig1_replication": lambda d: replication_table("dphmc_fig1", d),
+    "heikkila_barker": heikkila_barker_table,
+    "heikkila_sgld": heikkila_sgld_table,
+    "heikkila_relations": heikkila_relations_table,
+    "heikkila_fig1": heikkila_fig1_table,
+    "fastmh_fig4": fastmh_fig4_table,
+}
+
+_Z_PROSE = __import__("re").compile(r"z\s*=\s*\**([+−-]?)(\d+\.\d+)")
+_Z_TABLE = __import__("re").compile(r"([+−-]?)(\d+\.\d+)")
+
+
+def prose_z_problems(text: str, tables: Dict[str, str]) -> List[str]:
+    """Every ``z = …`` quoted in a section's prose (lines outside tables) must be a value of one
+    of that section's generated tables (same digits; the same sign where the prose gives one).
+    Returns ``"section: quoted z"`` for each one that is not."""
+    import re
+
+    bad = []
+    for sec in re.split(r"(?m)^## ", text)[1:]:
+        title = sec.split("\n", 1)[0].strip()
+        vals = set()
+        for name in re.findall(r"<!-- claims:(\w+) -->", sec):
+            for m in _Z_TABLE.finditer(tables.get(name, "")):
+                vals.add((m.group(1).replace("−", "-").replace("+", ""), m.group(2)))
+        prose = "\n".join(line for line in sec.split("\n") if not line.lstrip().startswith("|"))
+        for m in _Z_PROSE.finditer(prose):
+            sign, digits = m.group(1).replace("−", "-").replace("+", ""), m.group(2)
+            ok = (sign, digits) in vals if m.group(1) else any(d == digits for _, d in vals)
+            if not ok:
+                bad.append(f"{title[:60]}: z = {m.group(1)}{digits}")
+    return bad
+
+
 #: rows a claim table reads, when it reads a subset of its CSV
 ROW_FILTERS = {"fastmh_fig3": _fig3_main_rows, "fastmh_fig3_mnist": _fig3_main_rows}
 
 
 def all_tables(results_dir: pathlib.Path = SHIPPED) -> Dict[str, str]:
-    out = {name: table(name, results_dir) for name in TABLES}
+    out = {name: (replicated_table(name, results_dir) if name in REPLICATION else table(name, results_dir))
+           for name in TABLES}
+    out.update({name: fn(results_dir) for name, fn in NUMBER_TABLES.items()})
     out["clipping_fig64"] = clipping_table("fig64", results_dir)
     out["clipping_fig65"] = clipping_table("fig65", results_dir)
     out["yildirim_thm1"] = yildirim_table(results_dir)
@@ -677,6 +961,7 @@ def check(md: pathlib.Path = RESULTS_MD, results_dir: pathlib.Path = SHIPPED) ->
         body = text.split(start, 1)[1].split(end, 1)[0].strip()
         if body != tab:
             bad.append(name)
+    bad += [f"prose: {p}" for p in prose_z_problems(text, all_tables(results_dir))]
     return bad
 
 
