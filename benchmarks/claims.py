@@ -669,17 +669,22 @@ def replicated_verdict(levels: Sequence, tests: Sequence[Paired], second: Dict[f
 
     >>> P = Paired
     >>> replicated_verdict((2, 4), (P(10, 1, .3, 3.0, .01), P(10, 1, .3, 3.0, .01)), {2.0: P(10, 1, .3, 2.5, .03)})
-    'supported at ε = 2 only (replicated at ε = 2; second seeds run at ε = 2); seeds 0–9 alone: supported'
+    'supported at ε = 2 only (replicated at ε = 2; second set at ε = 2); seeds 0–9 alone: supported'
     >>> replicated_verdict((2,), (P(10, 1, .4, 2.4, .04),), {2.0: P(10, -.1, .3, -0.4, .7)}, equality=True)
-    'no difference detected (replicated at —; second seeds run at ε = 2); seeds 0–9 alone: differ at ε = 2'
+    'no difference detected (nothing replicated; second set at ε = 2); seeds 0–9 alone: differ at ε = 2'
     """
     lv = [float(x) for x in levels]
     rep = [_replicated(t, second.get(x)) for x, t in zip(lv, tests)]
     keep = [t if r else Paired(t.n, t.mean, t.se, 0.0, 1.0) for t, r in zip(tests, rep)]
     words = verdict(levels, keep, equality=equality, name=name)
-    where = ", ".join(fmt_level(x) for x, r in zip(lv, rep) if r) or "—"
-    ran = ", ".join(fmt_level(x) for x in lv if x in second) or "none"
-    out = f"{words} (replicated at {where if where == '—' else name + ' = ' + where}; second seeds run at {name} = {ran})"
+    where = ", ".join(fmt_level(x) for x, r in zip(lv, rep) if r)
+    ran = ", ".join(fmt_level(x) for x in lv if x in second)
+    if not ran:
+        out = f"{words} (no second set of seeds)"
+    elif not where:
+        out = f"{words} (nothing replicated; second set at {name} = {ran})"
+    else:
+        out = f"{words} (replicated at {name} = {where}; second set at {name} = {ran})"
     alone = verdict(levels, tests, equality=equality, name=name)
     if alone != words:
         out += f"; seeds 0–9 alone: {alone}"
