@@ -87,7 +87,9 @@ def redraw(results=SHIPPED, out=SHIPPED, log=print) -> list:
     from experiments import heikkila_privacy
 
     heikkila_privacy.plot_fig1(_rows("heikkila_fig1", results), str(out / "heikkila_fig1.png"), plt)
-    done.append("heikkila_fig1.png")
+    heikkila_privacy.plot_fig3_substitution(_rows("heikkila_fig23", results), _rows("heikkila_fig23_relations", results),
+                                            str(out / "heikkila_fig23_substitution.png"), plt)
+    done += ["heikkila_fig1.png", "heikkila_fig23_substitution.png"]
     fastmh._plot_fig2(_rows("fastmh_fig2", results), _rows("fastmh_fig2_density", results),
                       str(out / "fastmh_fig2.png"), plt, n=50000, iters=10000)
     done.append("fastmh_fig2.png")

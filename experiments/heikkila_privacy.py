@@ -29,7 +29,7 @@ from typing import Optional
 
 import numpy as np
 
-__all__ = ["fig1_rows", "relation_rows", "run_heikkila_privacy", "FIG1_N", "FIG1_COLUMNS", "RELATION_COLUMNS"]
+__all__ = ["fig1_rows", "relation_rows", "run_heikkila_privacy", "plot_fig1", "plot_fig3_substitution", "FIG1_N", "FIG1_COLUMNS", "RELATION_COLUMNS"]
 
 #: the paper's three data-set sizes (Fig. 1 legends)
 FIG1_N = (100_000, 1_000_000, 10_000_000)
@@ -118,6 +118,27 @@ def plot_fig1(rows, path, plt) -> None:
     fig.tight_layout(rect=(0, 0.14, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plot_fig3_substitution(rows, relations, path, plt) -> None:
+    """Heikkilä Fig. 3 redrawn under one relation: the DP-SGLD lines at their ε under substitution
+    (``relations``' PLD column) instead of the add/remove ε the run recorded; DP Barker unchanged
+    (substitution already). Draws nothing for DP-SGLD rows at a t the relations file lacks."""
+    if plt is None:
+        return
+    from .heikkila import _fig3
+
+    sub = {float(r["iterations"]): float(r["epsilon_substitute_pld"]) for r in relations}
+    out = []
+    for r in rows:
+        if r["algorithm"].startswith("dp_sgld"):
+            if float(r["iterations"]) not in sub:
+                continue
+            r = dict(r, epsilon=repr(sub[float(r["iterations"])]))
+        out.append(r)
+    _fig3(out, path, plt, xlabel="ε under substitution after t (δ = 2·10⁻⁶)",
+          subtitle="one relation for every line, substitution: DP-SGLD's ε by PLD (the run recorded add/remove), "
+                   "DP Barker's by RDP, its private start included")
 
 
 def run_heikkila_privacy(out_dir: str, quick: Optional[bool] = None, log=print, device: Optional[str] = None) -> dict:
