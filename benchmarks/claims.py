@@ -833,6 +833,20 @@ def heikkila_sgld_table(results_dir: pathlib.Path = SHIPPED) -> str:
     return "\n".join(lines)
 
 
+def heikkila_p2_check_table(results_dir: pathlib.Path = SHIPPED) -> str:
+    """The p² check (ε ≈ 60, not private): both SGLD lines at t = 4 000, mean ± s.e. (2 repeats)."""
+    rows = load("heikkila_fig23_sgld_check", results_dir)
+    lines = ["| line | t | variances (θ1, θ2) | variance error vs p | variance error vs p² | mean error | sym. KL |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for a, label in (("dp_sgld", "`dp_sgld` (eq. 4, η = 4η')"), ("dp_sgld_authors", "`dp_sgld_authors` (θ += η'ĝ + N(0, η'))")):
+        t = max(float(r["iterations"]) for r in rows if r["algorithm"] == a)
+        sel, col = _heikkila_cells(rows, a, t)
+        lines.append(f"| {label} | {_thou(t)} | {col('var1')[0]:.3f}, {col('var2')[0]:.3f} | "
+                     f"{fmt_pm(*col('variance_error')[:2])} | {fmt_pm(*col('variance_error_p2')[:2])} | "
+                     f"{fmt_pm(*col('mean_error')[:2])} | {fmt_pm(*col('sym_kl')[:2])} |")
+    return "\n".join(lines)
+
+
 def heikkila_relations_table(results_dir: pathlib.Path = SHIPPED) -> str:
     """The DP-SGLD chains' ε at each scored t under both relations, against DP Barker's."""
     rows = load("heikkila_fig23", results_dir)
@@ -906,9 +920,88 @@ NUMBER_TABLES = {
     "heikkila_barker": heikkila_barker_table,
     "heikkila_sgld": heikkila_sgld_table,
     "heikkila_relations": heikkila_relations_table,
+    "heikkila_p2_check": heikkila_p2_check_table,
     "heikkila_fig1": heikkila_fig1_table,
     "fastmh_fig4": fastmh_fig4_table,
 }
+
+#: hand-written value tables checked cell by cell (section title prefix -> CSV): tables whose header
+#: is ``| problem | ε | <algorithm codes> |`` with cells ``mean ± s.e. [iterations]`` (MMD, two decimals)
+VALUE_TABLE_CSVS = {"Thesis Figs 6.4": "fig64", "Thesis Figs 6.5": "fig65"}
+_CELL = __import__("re").compile(r"^(\d+\.\d+) ± (\d+\.\d+)(?: \[(\d+)\])?$")
+
+
+def value_table_problems(text: str, results_dir: pathlib.Path = SHIPPED) -> List[str]:
+    """Each cell ``m ± s [k]`` of the hand-written MMD tables of :data:`VALUE_TABLE_CSVS` (the
+    thesis-scale subsection; the superseded n = 10⁴ one is skipped) against its CSV: ``m`` and
+    ``s`` as the repeats' mean and s.e. at the printed decimals, ``k`` as the cell's iterations.
+    Returns ``"section: problem, ε, algorithm: printed ≠ computed"`` for each mismatch."""
+    import re
+
+    bad = []
+    for sec in re.split(r"(?m)^## ", text)[1:]:
+        title = sec.split("\n", 1)[0].strip()
+        name = next((v for k, v in VALUE_TABLE_CSVS.items() if title.startswith(k)), None)
+        if name is None:
+            continue
+        sec = sec.split("### Earlier run at n = 10⁴", 1)[0]
+        rows = load(name, results_dir)
+        algs = {r["algorithm"] for r in rows}
+        lines = sec.split("\n")
+        for i, line in enumerate(lines):
+            head = [c.strip() for c in line.strip().strip("|").split("|")]
+            if head[:2] != ["problem", "ε"] or not set(head[2:]) <= algs:
+                continue
+            for row in lines[i + 2:]:
+                if not row.lstrip().startswith("|"):
+                    break
+                cells = [c.strip() for c in row.strip().strip("|").split("|")]
+                prob, eps = cells[0], float(cells[1])
+                for a, cell in zip(head[2:], cells[2:]):
+                    m = _CELL.match(cell)
+                    if not m:
+                        continue
+                    sel = [r for r in rows if r["problem"] == prob and r["algorithm"] == a
+                           and math.isclose(float(r["epsilon"]), eps) and r["mmd"] not in ("", "nan")]
+                    if not sel:
+                        bad.append(f"{title[:40]}: {prob}, ε = {fmt_level(eps)}, {a}: no rows")
+                        continue
+                    mean, se, _ = _mse([float(r["mmd"]) for r in sel])
+                    d = len(m.group(1).split(".")[1])
+                    want = f"{mean:.{d}f} ± {se:.{d}f}"
+                    its = {r["iterations"] for r in sel}
+                    if f"{m.group(1)} ± {m.group(2)}" != want or (m.group(3) and its != {m.group(3)}):
+                        bad.append(f"{title[:40]}: {prob}, ε = {fmt_level(eps)}, {a}: {cell} ≠ {want} [{'/'.join(sorted(its))}]")
+    return bad
+
+
+#: sections whose prose ``mean ± s.e.`` quotes must each be in a checked table of the section
+#: (generated, or a value table of :func:`value_table_problems`); the text before a superseded
+#: subsection only
+PM_CHECKED = ("Thesis Figs 6.4", "Thesis Figs 6.5", "DP-HMC paper", "Heikkilä et al. 2019, Figs", "Zhang & Zhang 2023, App")
+_PM = __import__("re").compile(r"(\d+\.\d+) ± (\d+\.\d+)")
+
+
+def prose_pm_problems(text: str, tables: Dict[str, str]) -> List[str]:
+    """``"section: a ± b"`` for each ``a ± b`` quoted in the prose of a :data:`PM_CHECKED` section
+    that none of its checked tables holds."""
+    import re
+
+    bad = []
+    for sec in re.split(r"(?m)^## ", text)[1:]:
+        title = sec.split("\n", 1)[0].strip()
+        if not title.startswith(PM_CHECKED):
+            continue
+        sec = sec.split("### Earlier run at n = 10⁴", 1)[0]
+        checked = "\n".join(tables.get(n, "") for n in re.findall(r"<!-- claims:(\w+) -->", sec))
+        if title.startswith(("Thesis Figs 6.4", "Thesis Figs 6.5")):  # their value tables are checked cell by cell
+            checked += "\n" + "\n".join(line for line in sec.split("\n") if line.lstrip().startswith("|"))
+        prose = "\n".join(line for line in sec.split("\n") if not line.lstrip().startswith("|"))
+        for m in _PM.finditer(prose):
+            if m.group(0) not in checked:
+                bad.append(f"{title[:60]}: {m.group(0)}")
+    return bad
+
 
 _Z_PROSE = __import__("re").compile(r"z\s*=\s*\**([+−-]?)(\d+\.\d+)")
 _Z_TABLE = __import__("re").compile(r"([+−-]?)(\d+\.\d+)")
@@ -967,6 +1060,8 @@ def check(md: pathlib.Path = RESULTS_MD, results_dir: pathlib.Path = SHIPPED) ->
         if body != tab:
             bad.append(name)
     bad += [f"prose: {p}" for p in prose_z_problems(text, all_tables(results_dir))]
+    bad += [f"value table: {p}" for p in value_table_problems(text, results_dir)]
+    bad += [f"prose: {p}" for p in prose_pm_problems(text, all_tables(results_dir))]
     return bad
 
 

@@ -137,3 +137,18 @@ def test_the_replication_seeds_are_new_seeds():
     first = {r["repeat"] for r in claims.load("dphmc_fig1")}
     second = {r["repeat"] for r in claims.load("dphmc_fig1_replication")}
     assert first == {str(i) for i in range(10)} and second and not (first & second)
+
+
+def test_an_edited_value_cell_or_prose_mean_is_caught(tmp_path):
+    """Mutants (issue #60): one cell of the hand-written Fig. 6.4 MMD table, and one mean ± s.e.
+    quoted in the Heikkilä prose, changed, must each fail the check."""
+    text = claims.RESULTS_MD.read_text(encoding="utf-8")
+    md = tmp_path / "results.md"
+    cell = "| flat-banana-2d | 2 | 0.33 ± 0.04 [201]"
+    assert cell in text
+    md.write_text(text.replace(cell, cell.replace("0.33", "0.34")), encoding="utf-8")
+    assert [b for b in claims.check(md) if b.startswith("value table: Thesis Figs 6.4")] == claims.check(md)
+    quote = "variance error 0.51 ± 0.12 for the authors' update"
+    assert quote in text
+    md.write_text(text.replace(quote, quote.replace("0.51", "0.48")), encoding="utf-8")
+    assert claims.check(md) == ["prose: Heikkilä et al. 2019, Figs. 2–3: DP Barker vs DP-SGLD on the: 0.48 ± 0.12"]
