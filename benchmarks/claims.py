@@ -852,7 +852,7 @@ def heikkila_relations_table(results_dir: pathlib.Path = SHIPPED) -> str:
     rows = load("heikkila_fig23", results_dir)
     barker = float(_heikkila_cells(rows, "dp_barker", 20000)[0][0]["epsilon_exact"])
     lines = ["| t | add/remove, RDP (as run, the authors' accounting) | add/remove, PLD | substitution, PLD "
-             "(the kernels' accountant) | substitution, RDP at half the noise multiplier (a looser bound) "
+             "(the kernels' accountant) | RDP at half the noise multiplier (the issue's estimate) "
              f"| substitution ε (PLD) ≤ DP Barker's {barker:.3f}? |", "|---:|---:|---:|---:|---:|---|"]
     for t, r in sorted(_relations(results_dir).items()):
         sub = float(r["epsilon_substitute_pld"])

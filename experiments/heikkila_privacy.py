@@ -14,9 +14,10 @@ r"""Heikkilä et al. 2019's privacy curves, and the ε of the Fig. 3 chains unde
   are accounted as the authors account them, RDP under add/remove; DP Barker's ε (and the
   paper's Definition 1) is under substitution. For each scored t of the DP-SGLD lines this file
   gives the same chains' ε under add/remove (RDP, as shipped; PLD) and under substitution
-  (PLD, ``dp_accounting``'s ``REPLACE_ONE``, the kernels' default accountant; and the looser RDP
-  bound that treats a substitution as an add/remove release of twice the sensitivity, i.e. the
-  noise multiplier halved), all at the Fig. 3 run's δ = 2·10⁻⁶.
+  (PLD, ``dp_accounting``'s ``REPLACE_ONE``, the kernels' default accountant), and issue #60's
+  estimate, add/remove RDP at half the noise multiplier (a substitution moves the clipped sum by up
+  to twice the clip; not proved here to bound the substitution ε), all at the Fig. 3 run's
+  δ = 2·10⁻⁶.
 
 Run with ``python3 -m experiments heikkila_privacy --out DIR`` (about 10 s; ``--quick`` is the
 same computation).
@@ -79,7 +80,7 @@ def relation_rows() -> list:
             out[t][col] = _epsilon(plan["dp_sgld"], t, p["delta"])
             if rel == "add_remove":
                 out[t]["noise_multiplier_add_remove"] = plan["sgld_nm"]
-    for t, row in out.items():  # substitution = add/remove at twice the sensitivity (an upper bound)
+    for t, row in out.items():  # issue #60's estimate: add/remove at twice the sensitivity
         ev = SubsampledGaussianEvent(p["sgld_batch"] / p["n"], row["noise_multiplier_add_remove"] / 2, "poisson")
         row["epsilon_substitute_rdp_group"] = planned_epsilon(p["delta"], t, [ev], accountant="rdp",
                                                               relation="add_remove")
