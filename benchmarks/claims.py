@@ -4,6 +4,14 @@ Run ``python benchmarks/claims.py`` (a second, no torch) to print every claim ta
 ``python benchmarks/claims.py --check`` exits non-zero when a table in ``docs/results.md`` is not
 what the shipped CSVs in ``docs/_static/results/`` give (``tests/test_claims.py`` runs that check).
 
+**Beyond the claim tables** (issue #60), ``--check`` also compares: the generated number tables of
+:data:`NUMBER_TABLES` (the same ``<!-- claims:NAME -->`` markers); every ``z = …`` quoted in a
+section's prose against that section's generated tables (:func:`prose_z_problems`); every cell of
+the hand-written MMD tables of :data:`VALUE_TABLE_CSVS` (:func:`value_table_problems`); and every
+``mean ± s.e.`` quoted in the prose of the :data:`PM_CHECKED` sections (:func:`prose_pm_problems`).
+Other prose numbers are not checked. Where a second set of seeds exists (:data:`REPLICATION`),
+the verdict column follows :func:`replicated_verdict`.
+
 **The test behind every row.** A claim "A is lower than B" (MMD, an error, a clipped fraction) is
 judged on the *paired differences* ``d_r = metric_B(r) − metric_A(r)`` over the repeats ``r`` that
 both cells ran (the same repeat index: the same seed and, for the thesis grids, the same data). We
