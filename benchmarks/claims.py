@@ -7,7 +7,8 @@ what the shipped CSVs in ``docs/_static/results/`` give (``tests/test_claims.py`
 **Beyond the claim tables** (issue #60), ``--check`` also compares: the generated number tables of
 :data:`NUMBER_TABLES` (the same ``<!-- claims:NAME -->`` markers); every ``z = …`` quoted in a
 section's prose against that section's generated tables (:func:`prose_z_problems`); every cell of
-the hand-written MMD tables of :data:`VALUE_TABLE_CSVS` (:func:`value_table_problems`); and every
+the hand-written MMD tables of :data:`VALUE_TABLE_CSVS` (:func:`value_table_problems`) and of
+Zhang & Zhang's Figs 1 and 3 (:func:`fig1_value_table_problems`, :func:`fig3_value_table_problems`); and every
 ``mean ± s.e.`` quoted in the prose of the :data:`PM_CHECKED` sections (:func:`prose_pm_problems`).
 Other prose numbers are not checked. Where a second set of seeds exists (:data:`REPLICATION`),
 the verdict column follows :func:`replicated_verdict`.
@@ -1011,6 +1012,110 @@ def prose_pm_problems(text: str, tables: Dict[str, str]) -> List[str]:
     return bad
 
 
+#: Zhang & Zhang Fig. 3's hand-written accuracy tables (section title prefix -> CSV)
+FIG3_VALUE_TABLE_CSVS = {"Zhang & Zhang 2023, Fig. 3(a)–(c): logistic regression on MNIST": "fastmh_fig3_mnist",
+                         "Zhang & Zhang 2023, Fig. 3(a)–(c) on an MNIST subset": "fastmh_fig3"}
+_FIG3_HEAD = "| line | ε = 0.01 | ε = 0.05 | ε = 0.2 | ε = 0.5 | rows read / iteration (ε = 0.01, 0.05, 0.2, 0.5) |"
+
+
+def fig3_value_table_problems(text: str, results_dir: pathlib.Path = SHIPPED) -> List[str]:
+    """Zhang & Zhang Fig. 3's per-line tables, cell by cell: each ``m ± s`` test accuracy (per ε; "(no ε)"
+    lines over all their rows), each line's rows read per iteration (integers, per ε) and its
+    acceptance (two decimals, at the ε its header names), against the section's CSV (DP-Fast MH at
+    §6.2's K, :func:`_fig3_main_rows`). Returns ``"section: line, column: printed ≠ computed"``."""
+    import re
+
+    bad = []
+    for sec in re.split(r"(?m)^## ", text)[1:]:
+        title = sec.split("\n", 1)[0].strip()
+        name = next((v for k, v in FIG3_VALUE_TABLE_CSVS.items() if title.startswith(k)), None)
+        if name is None or _FIG3_HEAD not in sec:
+            continue
+        rows = _fig3_main_rows(load(name, results_dir))
+        lines = sec.split(_FIG3_HEAD, 1)[1].split("\n")
+        acc_eps = [float(x) for x in re.findall(r"\d+(?:\.\d+)?", lines[0].split("acceptance at", 1)[1])]
+        for row in lines[2:]:
+            if not row.lstrip().startswith("|"):
+                break
+            cells = [c.strip() for c in row.strip().strip("|").split("|")]
+            m = re.match(r"`(\w+)`", cells[0])
+            if not m:
+                continue
+            a = m.group(1)
+            mine = [r for r in rows if r["algorithm"] == a]
+
+            def at(e):
+                return [r for r in mine if e is None or math.isclose(float(r["epsilon"]), e)]
+
+            def cmp(col, printed, computed):
+                if printed != computed:
+                    bad.append(f"{title[:40]}: {a}, {col}: {printed} ≠ {computed}")
+
+            for e, cell in zip((0.01, 0.05, 0.2, 0.5), cells[1:5]):
+                mm = re.match(r"(\d+\.\d+) ± (\d+\.\d+)( \(no ε\))?", cell)
+                if not mm:
+                    continue
+                sel = at(None if mm.group(3) else e)
+                mean, se, _ = _mse([float(r["test_accuracy"]) for r in sel])
+                d = len(mm.group(1).split(".")[1])
+                cmp(f"accuracy at ε = {fmt_level(e)}", f"{mm.group(1)} ± {mm.group(2)}", f"{mean:.{d}f} ± {se:.{d}f}")
+            read = [x.strip() for x in cells[5].split(",")]
+            if all(x.isdigit() for x in read):
+                eps = (None,) if len(read) == 1 else (0.01, 0.05, 0.2, 0.5)
+                for e, x in zip(eps, read):
+                    v = [float(r["rows_read"]) for r in at(e) if r["rows_read"] not in ("", "nan")]
+                    cmp(f"rows read at ε = {fmt_level(e) if e else 'all'}", x, f"{sum(v) / len(v):.0f}")
+            accs = [x.strip() for x in cells[6].split(",")]
+            if all(re.fullmatch(r"\d\.\d+", x) for x in accs):
+                eps = (None,) if len(accs) == 1 and len(acc_eps) != 1 else acc_eps
+                if a in ("mh", "tunamh"):
+                    eps = (None,)
+                for e, x in zip(eps, accs):
+                    v = [float(r["acceptance"]) for r in at(e)]
+                    cmp(f"acceptance at ε = {fmt_level(e) if e else 'all'}", x, f"{sum(v) / len(v):.{len(x) - 2}f}")
+    return bad
+
+
+_FIG1_HEAD = "| line | ε | sym. KL | B (Alg. 1) | acc. |"
+
+
+def fig1_value_table_problems(text: str, results_dir: pathlib.Path = SHIPPED) -> List[str]:
+    """Zhang & Zhang Fig. 1's hand-written table: each ``a / b`` sym. KL (repeat 0 / 1 at t = 10⁴)
+    against ``fastmh_fig1.csv`` at the printed decimals (a range of ε, "0.01–0.5 … (all ε)": at
+    every ε of the grid; the exact draws at ε = 0.01's rows)."""
+    import re
+
+    if _FIG1_HEAD not in text:
+        return []
+    rows = [r for r in load("fastmh_fig1", results_dir) if int(r["iterations"]) == 10000]
+    grid = sorted({float(r["epsilon"]) for r in rows})
+    bad, a = [], None
+    for row in text.split(_FIG1_HEAD, 1)[1].split("\n")[2:]:
+        if not row.lstrip().startswith("|"):
+            break
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        m = re.match(r"`(\w+)`", cells[0])
+        a = m.group(1) if m else ("exact" if cells[0].startswith("exact") else (a if not cells[0] else None))
+        kl = re.match(r"(\d+\.\d+) / (\d+\.\d+)", cells[2])
+        if a is None or not kl:
+            continue
+        if cells[1] in ("–", "0.01–0.5"):
+            eps = grid[:1] if a == "exact" else grid
+        elif re.fullmatch(r"\d+(\.\d+)?", cells[1]):
+            eps = [float(cells[1])]
+        else:
+            continue
+        for e in eps:
+            got = []
+            for rep, printed in (("0", kl.group(1)), ("1", kl.group(2))):
+                v = [float(r["sym_kl"]) for r in rows if r["algorithm"] == a and r["repeat"] == rep
+                     and math.isclose(float(r["epsilon"]), e)]
+                got.append(f"{v[0]:.{len(printed.split('.')[1])}f}" if v else "none")
+            if got != [kl.group(1), kl.group(2)]:
+                bad.append(f"Zhang & Zhang Fig. 1 table: {a}, ε = {fmt_level(e)}: {kl.group(0)} ≠ {' / '.join(got)}")
+    return bad
+
+
 _Z_PROSE = __import__("re").compile(r"z\s*=\s*\**([+−-]?)(\d+\.\d+)")
 _Z_TABLE = __import__("re").compile(r"([+−-]?)(\d+\.\d+)")
 
@@ -1069,6 +1174,8 @@ def check(md: pathlib.Path = RESULTS_MD, results_dir: pathlib.Path = SHIPPED) ->
             bad.append(name)
     bad += [f"prose: {p}" for p in prose_z_problems(text, all_tables(results_dir))]
     bad += [f"value table: {p}" for p in value_table_problems(text, results_dir)]
+    bad += [f"value table: {p}" for p in fig3_value_table_problems(text, results_dir)]
+    bad += [f"value table: {p}" for p in fig1_value_table_problems(text, results_dir)]
     bad += [f"prose: {p}" for p in prose_pm_problems(text, all_tables(results_dir))]
     return bad
 

@@ -152,3 +152,18 @@ def test_an_edited_value_cell_or_prose_mean_is_caught(tmp_path):
     assert quote in text
     md.write_text(text.replace(quote, quote.replace("0.51", "0.48")), encoding="utf-8")
     assert claims.check(md) == ["prose: Heikkilä et al. 2019, Figs. 2–3: DP Barker vs DP-SGLD on the: 0.48 ± 0.12"]
+
+
+def test_edited_zhang_zhang_value_cells_are_caught():
+    """Mutants (issue #60): a Fig. 3 accuracy, a Fig. 3 rows-read count and a Fig. 1 sym. KL,
+    each changed on the page, are each reported against the CSVs."""
+    text = claims.RESULTS_MD.read_text(encoding="utf-8")
+    assert claims.fig3_value_table_problems(text) == [] and claims.fig1_value_table_problems(text) == []
+    for old, new, where in (("| 0.588 ± 0.048 | 0.614 ± 0.046 |", "| 0.588 ± 0.048 | 0.615 ± 0.046 |",
+                             "dp_penalty, accuracy at ε = 0.05"),
+                            ("12214, 12214, 12214, 7602 |", "12214, 12214, 12214, 7603 |", "rows read at ε = 0.5"),
+                            ("| | 0.05 | 0.76 / 0.99 |", "| | 0.05 | 0.77 / 0.99 |", "dp_penalty, ε = 0.05")):
+        assert old in text
+        bad = claims.fig3_value_table_problems(text.replace(old, new)) + claims.fig1_value_table_problems(
+            text.replace(old, new))
+        assert len(bad) == 1 and where in bad[0]
