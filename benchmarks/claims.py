@@ -1164,7 +1164,8 @@ def check(md: pathlib.Path = RESULTS_MD, results_dir: pathlib.Path = SHIPPED) ->
     ``<!-- claims:NAME -->`` and ``<!-- /claims:NAME -->`` markers)."""
     text = md.read_text(encoding="utf-8")
     bad = []
-    for name, tab in all_tables(results_dir).items():
+    tables = all_tables(results_dir)
+    for name, tab in tables.items():
         start, end = f"<!-- claims:{name} -->", f"<!-- /claims:{name} -->"
         if start not in text or end not in text:
             bad.append(name)
@@ -1172,11 +1173,11 @@ def check(md: pathlib.Path = RESULTS_MD, results_dir: pathlib.Path = SHIPPED) ->
         body = text.split(start, 1)[1].split(end, 1)[0].strip()
         if body != tab:
             bad.append(name)
-    bad += [f"prose: {p}" for p in prose_z_problems(text, all_tables(results_dir))]
+    bad += [f"prose: {p}" for p in prose_z_problems(text, tables)]
     bad += [f"value table: {p}" for p in value_table_problems(text, results_dir)]
     bad += [f"value table: {p}" for p in fig3_value_table_problems(text, results_dir)]
     bad += [f"value table: {p}" for p in fig1_value_table_problems(text, results_dir)]
-    bad += [f"prose: {p}" for p in prose_pm_problems(text, all_tables(results_dir))]
+    bad += [f"prose: {p}" for p in prose_pm_problems(text, tables)]
     return bad
 
 
