@@ -890,11 +890,24 @@ def fastmh_fig4_table(results_dir: pathlib.Path = SHIPPED, eps: float = 0.05, n:
         else:
             rr = [_rows_read(r, n) for r in sel]
             rate = " / ".join(_thou(x) for x in rr)
-            total = f"{10000 * rr[0]:.3g}"
+            total = _sci(10000 * rr[0])
         kl = " / ".join(f"{float(r['sym_kl']):.2f}" for r in sel)
         lines.append(f"| {NAMES.get(a, a) if a != 'dp_fast_mh_pff' else 'DP-Fast MH (K = εN, privacy for free, opt-in)'} "
                      f"({fmt_level(e) if a != 'exact' else '–'}) | {rate} | {total} | {kl} |")
     return "\n".join(lines)
+
+
+def _sci(x: float) -> str:
+    """``3.5·10⁸`` (two significant digits).
+
+    >>> _sci(348300000.0), _sci(50000000.0)
+    ('3.5·10⁸', '5.0·10⁷')
+    """
+    e = math.floor(math.log10(x))
+    m = round(x / 10 ** e, 1)
+    if m >= 10:
+        m, e = m / 10, e + 1
+    return f"{m:.1f}·10" + "".join("⁰¹²³⁴⁵⁶⁷⁸⁹"[int(c)] for c in str(e))
 
 
 def _rows_read(row: dict, n: int) -> float:
