@@ -4,6 +4,15 @@ Run ``python benchmarks/claims.py`` (a second, no torch) to print every claim ta
 ``python benchmarks/claims.py --check`` exits non-zero when a table in ``docs/results.md`` is not
 what the shipped CSVs in ``docs/_static/results/`` give (``tests/test_claims.py`` runs that check).
 
+**Beyond the claim tables** (issue #60), ``--check`` also compares: the generated number tables of
+:data:`NUMBER_TABLES` (the same ``<!-- claims:NAME -->`` markers); every ``z = …`` quoted in a
+section's prose against that section's generated tables (:func:`prose_z_problems`); every cell of
+the hand-written MMD tables of :data:`VALUE_TABLE_CSVS` (:func:`value_table_problems`) and of
+Zhang & Zhang's Figs 1 and 3 (:func:`fig1_value_table_problems`, :func:`fig3_value_table_problems`); and every
+``mean ± s.e.`` quoted in the prose of the :data:`PM_CHECKED` sections (:func:`prose_pm_problems`).
+Other prose numbers are not checked. Where a second set of seeds exists (:data:`REPLICATION`),
+the verdict column follows :func:`replicated_verdict`.
+
 **The test behind every row.** A claim "A is lower than B" (MMD, an error, a clipped fraction) is
 judged on the *paired differences* ``d_r = metric_B(r) − metric_A(r)`` over the repeats ``r`` that
 both cells ran (the same repeat index: the same seed and, for the thesis grids, the same data). We
@@ -350,9 +359,10 @@ HEIKKILA = [
 
 # Heikkilä Fig. 3 and §6 ("DP SGLD converges quickly towards the posterior mean, but does not properly
 # capture posterior variance"): DP-SGLD's 6·10⁶-iteration chains, scored at t, against DP Barker's
-# chains at t = 20 000 (ε = 0.82, start included). DP-SGLD has spent ε 0.44 / 0.63 / 0.88 / 1.09 at
-# these t: where it has spent more than Barker's 0.82, a claim against DP-SGLD is the conservative one.
-_T_SGLD = (500_000.0, 2_000_000.0, 4_000_000.0, 6_000_000.0)
+# chains at t = 20 000 (ε = 0.82 under substitution, start included). Under substitution (one relation
+# for both kernels: heikkila_fig23_relations.csv, PLD) DP-SGLD has spent ε 0.49 / 0.71 / 1.04 / 1.51 /
+# 1.88 at these t: only t ≤ 10⁶ is at or below Barker's ε (the relations table says which).
+_T_SGLD = (500_000.0, 1_000_000.0, 2_000_000.0, 4_000_000.0, 6_000_000.0)
 _BARKER_T = (20000.0, ("dp_barker",))
 HEIKKILA_SGLD = [
     Claim(f"DP-SGLD does not capture the variance ({what})", "heikkila_fig23", None, "dp_barker", line,
@@ -649,12 +659,510 @@ def fig3_k_table(results_dir: pathlib.Path = SHIPPED, name: str = "fastmh_fig3")
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------ replication (issue #60)
+
+#: the DP-HMC paper's Fig. 1 on a second set of seeds (repeats 10–19; the shipped grid is 0–9):
+#: a verdict word needs both sets to detect the same direction (LEVEL each)
+REPLICATION = {"dphmc_fig1": "dphmc_fig1_replication"}
+
+
+def _replicated(t1: Paired, t2: Optional[Paired]) -> bool:
+    return (t2 is not None and t1.p < LEVEL and t2.p < LEVEL and math.isfinite(t1.z) and math.isfinite(t2.z)
+            and (t1.z > 0) == (t2.z > 0))
+
+
+def replicated_verdict(levels: Sequence, tests: Sequence[Paired], second: Dict[float, Paired], *,
+                       equality: bool = False, name: str = "ε") -> str:
+    """Verdict words from the detections that a second set of seeds repeats (same direction, each
+    p < LEVEL); what the first set alone detects is added after a semicolon, marked unreplicated.
+
+    >>> P = Paired
+    >>> replicated_verdict((2, 4), (P(10, 1, .3, 3.0, .01), P(10, 1, .3, 3.0, .01)), {2.0: P(10, 1, .3, 2.5, .03)})
+    'supported at ε = 2 only (replicated at ε = 2; second set at ε = 2); seeds 0–9 alone: supported'
+    >>> replicated_verdict((2,), (P(10, 1, .4, 2.4, .04),), {2.0: P(10, -.1, .3, -0.4, .7)}, equality=True)
+    'no difference detected (nothing replicated; second set at ε = 2); seeds 0–9 alone: differ at ε = 2'
+    """
+    lv = [float(x) for x in levels]
+    rep = [_replicated(t, second.get(x)) for x, t in zip(lv, tests)]
+    keep = [t if r else Paired(t.n, t.mean, t.se, 0.0, 1.0) for t, r in zip(tests, rep)]
+    words = verdict(levels, keep, equality=equality, name=name)
+    where = ", ".join(fmt_level(x) for x, r in zip(lv, rep) if r)
+    ran = ", ".join(fmt_level(x) for x in lv if x in second)
+    if not ran:
+        out = f"{words} (no second set of seeds)"
+    elif not where:
+        out = f"{words} (nothing replicated; second set at {name} = {ran})"
+    else:
+        out = f"{words} (replicated at {name} = {where}; second set at {name} = {ran})"
+    alone = verdict(levels, tests, equality=equality, name=name)
+    if alone != words:
+        out += f"; seeds 0–9 alone: {alone}"
+    return out
+
+
+def replication_table(name: str = "dphmc_fig1", results_dir: pathlib.Path = SHIPPED) -> str:
+    """Each claim of ``name`` at the levels the second seed set ran: z in the shipped seeds, z in
+    the second set, z over both sets paired together (one test over all seeds), and whether the
+    detection replicates."""
+    rows1 = load(TABLES[name][0].csv, results_dir)
+    rows2 = load(REPLICATION[name], results_dir)
+    levels = sorted({float(r["epsilon"]) for r in rows2})
+    lines = ["| claim | compared (paired over repeats) | ε | z, seeds 0–9 (n) | z, seeds 10–19 (n) | "
+             "z, all seeds (n) | replicated? |", "|---|---|---:|---:|---:|---:|---|"]
+    for c in TABLES[name]:
+        have = {r["algorithm"] for r in rows2 if r["problem"] == c.problem}
+        if not {c.a, c.b} <= have:
+            continue
+        for lv in levels:
+            if lv not in [float(x) for x in c.levels]:
+                continue
+            t1 = paired(rows1, problem=c.problem, a=c.a, b=c.b, metric=c.metric, level=lv)
+            t2 = paired(rows2, problem=c.problem, a=c.a, b=c.b, metric=c.metric, level=lv)
+            both = rows1 + rows2
+            t3 = paired(both, problem=c.problem, a=c.a, b=c.b, metric=c.metric, level=lv)
+            if _replicated(t1, t2):
+                v = "yes: detected in both sets, same direction"
+            elif t1.p < LEVEL or t2.p < LEVEL:
+                v = "no: detected in one set only"
+            else:
+                v = "nothing to replicate (detected in neither set)"
+            if t3.p < LEVEL and not _replicated(t1, t2):
+                v += "; the test over all seeds detects it"
+            lines.append(f"| {c.claim} | {_comparison(c)} | {fmt_level(lv)} | {fmt_z(t1)} ({t1.n}) | {fmt_z(t2)} ({t2.n}) "
+                         f"| {fmt_z(t3)} ({t3.n}) | {v} |")
+    return "\n".join(lines)
+
+
+def replicated_table(name: str, results_dir: pathlib.Path = SHIPPED) -> str:
+    """:func:`table` with :func:`replicated_verdict` in its verdict column."""
+    base = table(name, results_dir).split("\n")
+    claims = TABLES[name]
+    rows1 = load(claims[0].csv, results_dir)
+    rows2 = load(REPLICATION[name], results_dir)
+    out = base[:2]
+    for c, line in zip(claims, base[2:]):
+        tests = run_claim(c, rows1)
+        second = {float(lv): paired(rows2, problem=c.problem, a=c.a, b=c.b, metric=c.metric, level=lv)
+                  for lv in c.levels if any(float(r["epsilon"]) == float(lv) and r["problem"] == c.problem
+                                            and r["algorithm"] in (c.a, c.b) for r in rows2)}
+        second = {k: v for k, v in second.items() if v.n >= 2}
+        head = line.rsplit(" | ", 1)[0]
+        out.append(f"{head} | {replicated_verdict(c.levels, tests, second, equality=c.equality)} |")
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------- number tables (issue #60)
+
+def fmt_pm(m: float, se: float) -> str:
+    """``mean ± s.e.``, the s.e. to one significant digit (two when it starts with 1), the mean to
+    the same decimals (at least two).
+
+    >>> fmt_pm(0.7504, 0.0812), fmt_pm(0.0729, 0.0101), fmt_pm(0.01234, 0.0041)
+    ('0.75 ± 0.08', '0.073 ± 0.010', '0.012 ± 0.004')
+    """
+    if not (math.isfinite(se) and se > 0):
+        return f"{m:.3g}"
+    s1 = float(f"{se:.1g}")  # the s.e. to one significant digit, rounding carried
+    d = -math.floor(math.log10(s1))
+    if f"{s1:.1e}".startswith("1"):
+        d += 1
+    d = max(2, d)
+    return f"{m:.{d}f} ± {se:.{d}f}"
+
+
+def _mse(v: Sequence[float]) -> Tuple[float, float, int]:
+    n = len(v)
+    m = sum(v) / n
+    se = math.sqrt(sum((x - m) ** 2 for x in v) / (n - 1) / n) if n > 1 else math.nan
+    return m, se, n
+
+
+def dphmc_values_table(results_dir: pathlib.Path = SHIPPED, name: str = "dphmc_fig1", metric: str = "mmd") -> str:
+    """The DP-HMC paper's Fig. 1 values: mean ± s.e. (repeats) per problem, ε and kernel."""
+    rows = load(name, results_dir)
+    algs = [a for a in ("dp_hmc", "dp_penalty", "dp_sgld", "dp_sgnht", "exact") if any(r["algorithm"] == a for r in rows)]
+    lines = ["| problem | ε | " + " | ".join(NAMES[a] for a in algs) + " |", "|---|---:|" + "---:|" * len(algs)]
+    for p in dict.fromkeys(r["problem"] for r in rows):
+        for e in sorted({float(r["epsilon"]) for r in rows if r["problem"] == p}):
+            cells = []
+            for a in algs:
+                v = [float(r[metric]) for r in rows if r["problem"] == p and r["algorithm"] == a
+                     and float(r["epsilon"]) == e and r[metric] not in ("", "nan")]
+                cells.append(f"{fmt_pm(*_mse(v)[:2])} ({len(v)})" if v else "")
+            lines.append(f"| {p} | {fmt_level(e)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _thou(x: float) -> str:
+    """A count with a space between thousands: ``2 000``, ``6 000 000``."""
+    return f"{x:,.0f}".replace(",", " ")
+
+
+def _heikkila_cells(rows, a, t):
+    sel = [r for r in rows if r["algorithm"] == a and float(r["iterations"]) == float(t)]
+    col = lambda c: _mse([float(r[c]) for r in sel])  # noqa: E731
+    return sel, col
+
+
+def heikkila_barker_table(results_dir: pathlib.Path = SHIPPED) -> str:
+    """Heikkilä Fig. 3, DP Barker: per t, ε (substitution, start included), errors (mean ± s.e.)."""
+    rows = load("heikkila_fig23", results_dir)
+    lines = ["| t | ε (substitution, start incl., δ = 2·10⁻⁶) | mean error | variance error | variances (θ1, θ2) "
+             "| sym. KL |", "|---:|---:|---:|---:|---:|---:|"]
+    for t in sorted({float(r["iterations"]) for r in rows if r["algorithm"] == "dp_barker"}):
+        sel, col = _heikkila_cells(rows, "dp_barker", t)
+        lines.append(f"| {_thou(t)} | {float(sel[0]['epsilon_exact']):.3f} | {fmt_pm(*col('mean_error')[:2])} | "
+                     f"{fmt_pm(*col('variance_error')[:2])} | {col('var1')[0]:.3f}, {col('var2')[0]:.3f} | "
+                     f"{fmt_pm(*col('sym_kl')[:2])} |")
+    return "\n".join(lines)
+
+
+def _relations(results_dir):
+    return {float(r["iterations"]): r for r in load("heikkila_fig23_relations", results_dir)}
+
+
+def heikkila_sgld_table(results_dir: pathlib.Path = SHIPPED) -> str:
+    """Heikkilä Fig. 3, the two DP-SGLD lines at the paper's settings: ε under both relations."""
+    rows = load("heikkila_fig23", results_dir)
+    rel = _relations(results_dir)
+    lines = ["| line | t | ε, add/remove (RDP, as run) | ε, substitution (PLD) | mean error | variance error vs p "
+             "| variance error vs p² | variances (θ1, θ2) | sym. KL |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for a, label in (("dp_sgld", "`dp_sgld` (eq. 4)"), ("dp_sgld_authors", "`dp_sgld_authors`")):
+        for i, t in enumerate(_T_SGLD):
+            sel, col = _heikkila_cells(rows, a, t)
+            lines.append(f"| {label if i == 0 else ''} | {_thou(t)} | {float(sel[0]['epsilon_exact']):.3f} | "
+                         f"{float(rel[t]['epsilon_substitute_pld']):.3f} | {fmt_pm(*col('mean_error')[:2])} | "
+                         f"{fmt_pm(*col('variance_error')[:2])} | {fmt_pm(*col('variance_error_p2')[:2])} | "
+                         f"{col('var1')[0]:.3f}, {col('var2')[0]:.3f} | {fmt_pm(*col('sym_kl')[:2])} |")
+    sel, col = _heikkila_cells(rows, "dp_barker", 20000)
+    e = float(sel[0]["epsilon_exact"])
+    lines.append(f"| DP Barker | 20 000 | (not analysed) | {e:.3f} (RDP) | {fmt_pm(*col('mean_error')[:2])} | "
+                 f"{fmt_pm(*col('variance_error')[:2])} | | {col('var1')[0]:.3f}, {col('var2')[0]:.3f} | "
+                 f"{fmt_pm(*col('sym_kl')[:2])} |")
+    return "\n".join(lines)
+
+
+def heikkila_p2_check_table(results_dir: pathlib.Path = SHIPPED) -> str:
+    """The p² check (ε ≈ 60, not private): both SGLD lines at t = 4 000, mean ± s.e. (2 repeats)."""
+    rows = load("heikkila_fig23_sgld_check", results_dir)
+    lines = ["| line | t | variances (θ1, θ2) | variance error vs p | variance error vs p² | mean error | sym. KL |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for a, label in (("dp_sgld", "`dp_sgld` (eq. 4, η = 4η')"), ("dp_sgld_authors", "`dp_sgld_authors` (θ += η'ĝ + N(0, η'))")):
+        t = max(float(r["iterations"]) for r in rows if r["algorithm"] == a)
+        sel, col = _heikkila_cells(rows, a, t)
+        lines.append(f"| {label} | {_thou(t)} | {col('var1')[0]:.3f}, {col('var2')[0]:.3f} | "
+                     f"{fmt_pm(*col('variance_error')[:2])} | {fmt_pm(*col('variance_error_p2')[:2])} | "
+                     f"{fmt_pm(*col('mean_error')[:2])} | {fmt_pm(*col('sym_kl')[:2])} |")
+    return "\n".join(lines)
+
+
+def heikkila_relations_table(results_dir: pathlib.Path = SHIPPED) -> str:
+    """The DP-SGLD chains' ε at each scored t under both relations, against DP Barker's."""
+    rows = load("heikkila_fig23", results_dir)
+    barker = float(_heikkila_cells(rows, "dp_barker", 20000)[0][0]["epsilon_exact"])
+    lines = ["| t | add/remove, RDP (as run, the authors' accounting) | add/remove, PLD | substitution, PLD "
+             "(the kernels' accountant) | RDP at half the noise multiplier (the issue's estimate) "
+             f"| substitution ε (PLD) ≤ DP Barker's {barker:.3f}? |", "|---:|---:|---:|---:|---:|---|"]
+    for t, r in sorted(_relations(results_dir).items()):
+        sub = float(r["epsilon_substitute_pld"])
+        lines.append(f"| {_thou(t)} | {float(r['epsilon_add_remove_rdp']):.3f} | {float(r['epsilon_add_remove_pld']):.3f} | "
+                     f"{sub:.3f} | {float(r['epsilon_substitute_rdp_group']):.2f} | "
+                     f"{'yes' if sub <= barker else 'no (' + format(sub / barker, '.1f') + '×)'} |")
+    return "\n".join(lines)
+
+
+def fastmh_fig4_table(results_dir: pathlib.Path = SHIPPED, eps: float = 0.05, n: int = 50_000) -> str:
+    """Zhang & Zhang App. Fig. 4 from the Fig. 1 CSV: rows read per iteration, rows read by
+    t = 10⁴ and the sym. KL there (each repeat), at ε = ``eps`` (DP Barker at 0.2)."""
+    rows = load("fastmh_fig1", results_dir)
+    lines = ["| line (ε) | rows read per iteration (repeat 0 / 1) | rows read by t = 10⁴ (repeat 0) | "
+             "sym. KL at t = 10⁴ (repeat 0 / 1) |", "|---|---:|---:|---:|"]
+    for a in ("exact", "dp_fast_mh", "dp_fast_mh_pff", "dp_fast_mh_pff_k60", "dp_fast_mh_full", "dp_penalty",
+              "dp_barker"):
+        e = 0.2 if a == "dp_barker" else eps
+        sel = sorted((r for r in rows if r["algorithm"] == a and float(r["epsilon"]) == e
+                      and int(r["iterations"]) == 10000 and r["sym_kl"] not in ("", "nan")), key=lambda r: r["repeat"])
+        if not sel:
+            continue
+        if a == "exact":
+            rate = "– (exact draws)"
+            total = "–"
+        else:
+            rr = [_rows_read(r, n) for r in sel]
+            rate = " / ".join(_thou(x) for x in rr)
+            total = _sci(10000 * rr[0])
+        kl = " / ".join(f"{float(r['sym_kl']):.2f}" for r in sel)
+        lines.append(f"| {NAMES.get(a, a) if a != 'dp_fast_mh_pff' else 'DP-Fast MH (K = εN, privacy for free, opt-in)'} "
+                     f"({fmt_level(e) if a != 'exact' else '–'}) | {rate} | {total} | {kl} |")
+    return "\n".join(lines)
+
+
+def _sci(x: float) -> str:
+    """``3.5·10⁸`` (two significant digits).
+
+    >>> _sci(348300000.0), _sci(50000000.0)
+    ('3.5·10⁸', '5.0·10⁷')
+    """
+    e = math.floor(math.log10(x))
+    m = round(x / 10 ** e, 1)
+    if m >= 10:
+        m, e = m / 10, e + 1
+    return f"{m:.1f}·10" + "".join("⁰¹²³⁴⁵⁶⁷⁸⁹"[int(c)] for c in str(e))
+
+
+def _rows_read(row: dict, n: int) -> float:
+    """experiments.fastmh.rows_read_per_iteration, without importing torch."""
+    b = float(row["batch_size"])
+    f = row.get("full_batch_fraction", "")
+    if row["algorithm"].startswith("dp_fast_mh") and row["algorithm"] != "dp_fast_mh_full" and f not in ("", "nan"):
+        return (1 - float(f)) * b + float(f) * n
+    return b
+
+
+def heikkila_fig1_table(results_dir: pathlib.Path = SHIPPED) -> str:
+    """Heikkilä Fig. 1(a)(b) at the panels' end points: total ε at δ = 1/N."""
+    rows = load("heikkila_fig1", results_dir)
+    pick = [("a", "q", 0.002), ("a", "q", 0.01), ("b", "iterations", 20000), ("b", "iterations", 100000)]
+    lines = ["| N | " + " | ".join(f"({p}) {'q' if c == 'q' else 'T'} = {_thou(v) if v > 1 else fmt_level(v)}"
+                                  for p, c, v in pick)
+             + " |", "|---:|" + "---:|" * len(pick)]
+    for n in sorted({int(r["n"]) for r in rows}):
+        cells = []
+        for p, c, v in pick:
+            r = next(r for r in rows if r["panel"] == p and int(r["n"]) == n and float(r[c]) == float(v))
+            cells.append(f"{float(r['epsilon_mironov']):.2f} ({float(r['epsilon_improved']):.2f})")
+        lines.append(f"| 10{'⁵⁶⁷'[round(math.log10(n)) - 5]} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+#: generated number tables (``<!-- claims:NAME -->`` markers, like the claim tables)
+NUMBER_TABLES = {
+    "dphmc_fig1_mmd": lambda d: dphmc_values_table(d),
+    "dphmc_fig1_replication": lambda d: replication_table("dphmc_fig1", d),
+    "heikkila_barker": heikkila_barker_table,
+    "heikkila_sgld": heikkila_sgld_table,
+    "heikkila_relations": heikkila_relations_table,
+    "heikkila_p2_check": heikkila_p2_check_table,
+    "heikkila_fig1": heikkila_fig1_table,
+    "fastmh_fig4": fastmh_fig4_table,
+}
+
+#: hand-written value tables checked cell by cell (section title prefix -> CSV): tables whose header
+#: is ``| problem | ε | <algorithm codes> |`` with cells ``mean ± s.e. [iterations]`` (MMD, two decimals)
+VALUE_TABLE_CSVS = {"Thesis Figs 6.4": "fig64", "Thesis Figs 6.5": "fig65"}
+_CELL = __import__("re").compile(r"^(\d+\.\d+) ± (\d+\.\d+)(?: \[(\d+)\])?$")
+
+
+def value_table_problems(text: str, results_dir: pathlib.Path = SHIPPED) -> List[str]:
+    """Each cell ``m ± s [k]`` of the hand-written MMD tables of :data:`VALUE_TABLE_CSVS` (the
+    thesis-scale subsection; the superseded n = 10⁴ one is skipped) against its CSV: ``m`` and
+    ``s`` as the repeats' mean and s.e. at the printed decimals, ``k`` as the cell's iterations.
+    Returns ``"section: problem, ε, algorithm: printed ≠ computed"`` for each mismatch."""
+    import re
+
+    bad = []
+    for sec in re.split(r"(?m)^## ", text)[1:]:
+        title = sec.split("\n", 1)[0].strip()
+        name = next((v for k, v in VALUE_TABLE_CSVS.items() if title.startswith(k)), None)
+        if name is None:
+            continue
+        sec = sec.split("### Earlier run at n = 10⁴", 1)[0]
+        rows = load(name, results_dir)
+        algs = {r["algorithm"] for r in rows}
+        lines = sec.split("\n")
+        for i, line in enumerate(lines):
+            head = [c.strip() for c in line.strip().strip("|").split("|")]
+            if head[:2] != ["problem", "ε"] or not set(head[2:]) <= algs:
+                continue
+            for row in lines[i + 2:]:
+                if not row.lstrip().startswith("|"):
+                    break
+                cells = [c.strip() for c in row.strip().strip("|").split("|")]
+                prob, eps = cells[0], float(cells[1])
+                for a, cell in zip(head[2:], cells[2:]):
+                    m = _CELL.match(cell)
+                    if not m:
+                        continue
+                    sel = [r for r in rows if r["problem"] == prob and r["algorithm"] == a
+                           and math.isclose(float(r["epsilon"]), eps) and r["mmd"] not in ("", "nan")]
+                    if not sel:
+                        bad.append(f"{title[:40]}: {prob}, ε = {fmt_level(eps)}, {a}: no rows")
+                        continue
+                    mean, se, _ = _mse([float(r["mmd"]) for r in sel])
+                    d = len(m.group(1).split(".")[1])
+                    want = f"{mean:.{d}f} ± {se:.{d}f}"
+                    its = {r["iterations"] for r in sel}
+                    if f"{m.group(1)} ± {m.group(2)}" != want or (m.group(3) and its != {m.group(3)}):
+                        bad.append(f"{title[:40]}: {prob}, ε = {fmt_level(eps)}, {a}: {cell} ≠ {want} [{'/'.join(sorted(its))}]")
+    return bad
+
+
+#: sections whose prose ``mean ± s.e.`` quotes must each be in a checked table of the section
+#: (generated, or a value table of :func:`value_table_problems`); the text before a superseded
+#: subsection only
+PM_CHECKED = ("Thesis Figs 6.4", "Thesis Figs 6.5", "DP-HMC paper", "Heikkilä et al. 2019, Figs", "Zhang & Zhang 2023, App")
+_PM = __import__("re").compile(r"(\d+\.\d+) ± (\d+\.\d+)")
+
+
+def prose_pm_problems(text: str, tables: Dict[str, str]) -> List[str]:
+    """``"section: a ± b"`` for each ``a ± b`` quoted in the prose of a :data:`PM_CHECKED` section
+    that none of its checked tables holds."""
+    import re
+
+    bad = []
+    for sec in re.split(r"(?m)^## ", text)[1:]:
+        title = sec.split("\n", 1)[0].strip()
+        if not title.startswith(PM_CHECKED):
+            continue
+        sec = sec.split("### Earlier run at n = 10⁴", 1)[0]
+        checked = "\n".join(tables.get(n, "") for n in re.findall(r"<!-- claims:(\w+) -->", sec))
+        if title.startswith(("Thesis Figs 6.4", "Thesis Figs 6.5")):  # their value tables are checked cell by cell
+            checked += "\n" + "\n".join(line for line in sec.split("\n") if line.lstrip().startswith("|"))
+        prose = "\n".join(line for line in sec.split("\n") if not line.lstrip().startswith("|"))
+        for m in _PM.finditer(prose):
+            if m.group(0) not in checked:
+                bad.append(f"{title[:60]}: {m.group(0)}")
+    return bad
+
+
+#: Zhang & Zhang Fig. 3's hand-written accuracy tables (section title prefix -> CSV)
+FIG3_VALUE_TABLE_CSVS = {"Zhang & Zhang 2023, Fig. 3(a)–(c): logistic regression on MNIST": "fastmh_fig3_mnist",
+                         "Zhang & Zhang 2023, Fig. 3(a)–(c) on an MNIST subset": "fastmh_fig3"}
+_FIG3_HEAD = "| line | ε = 0.01 | ε = 0.05 | ε = 0.2 | ε = 0.5 | rows read / iteration (ε = 0.01, 0.05, 0.2, 0.5) |"
+
+
+def fig3_value_table_problems(text: str, results_dir: pathlib.Path = SHIPPED) -> List[str]:
+    """Zhang & Zhang Fig. 3's per-line tables, cell by cell: each ``m ± s`` test accuracy (per ε; "(no ε)"
+    lines over all their rows), each line's rows read per iteration (integers, per ε) and its
+    acceptance (two decimals, at the ε its header names), against the section's CSV (DP-Fast MH at
+    §6.2's K, :func:`_fig3_main_rows`). Returns ``"section: line, column: printed ≠ computed"``."""
+    import re
+
+    bad = []
+    for sec in re.split(r"(?m)^## ", text)[1:]:
+        title = sec.split("\n", 1)[0].strip()
+        name = next((v for k, v in FIG3_VALUE_TABLE_CSVS.items() if title.startswith(k)), None)
+        if name is None or _FIG3_HEAD not in sec:
+            continue
+        rows = _fig3_main_rows(load(name, results_dir))
+        lines = sec.split(_FIG3_HEAD, 1)[1].split("\n")
+        acc_eps = [float(x) for x in re.findall(r"\d+(?:\.\d+)?", lines[0].split("acceptance at", 1)[1])]
+        for row in lines[2:]:
+            if not row.lstrip().startswith("|"):
+                break
+            cells = [c.strip() for c in row.strip().strip("|").split("|")]
+            m = re.match(r"`(\w+)`", cells[0])
+            if not m:
+                continue
+            a = m.group(1)
+            mine = [r for r in rows if r["algorithm"] == a]
+
+            def at(e):
+                return [r for r in mine if e is None or math.isclose(float(r["epsilon"]), e)]
+
+            def cmp(col, printed, computed):
+                if printed != computed:
+                    bad.append(f"{title[:40]}: {a}, {col}: {printed} ≠ {computed}")
+
+            for e, cell in zip((0.01, 0.05, 0.2, 0.5), cells[1:5]):
+                mm = re.match(r"(\d+\.\d+) ± (\d+\.\d+)( \(no ε\))?", cell)
+                if not mm:
+                    continue
+                sel = at(None if mm.group(3) else e)
+                mean, se, _ = _mse([float(r["test_accuracy"]) for r in sel])
+                d = len(mm.group(1).split(".")[1])
+                cmp(f"accuracy at ε = {fmt_level(e)}", f"{mm.group(1)} ± {mm.group(2)}", f"{mean:.{d}f} ± {se:.{d}f}")
+            read = [x.strip() for x in cells[5].split(",")]
+            if all(x.isdigit() for x in read):
+                eps = (None,) if len(read) == 1 else (0.01, 0.05, 0.2, 0.5)
+                for e, x in zip(eps, read):
+                    v = [float(r["rows_read"]) for r in at(e) if r["rows_read"] not in ("", "nan")]
+                    cmp(f"rows read at ε = {fmt_level(e) if e else 'all'}", x, f"{sum(v) / len(v):.0f}")
+            accs = [x.strip() for x in cells[6].split(",")]
+            if all(re.fullmatch(r"\d\.\d+", x) for x in accs):
+                eps = (None,) if len(accs) == 1 and len(acc_eps) != 1 else acc_eps
+                if a in ("mh", "tunamh"):
+                    eps = (None,)
+                for e, x in zip(eps, accs):
+                    v = [float(r["acceptance"]) for r in at(e)]
+                    cmp(f"acceptance at ε = {fmt_level(e) if e else 'all'}", x, f"{sum(v) / len(v):.{len(x) - 2}f}")
+    return bad
+
+
+_FIG1_HEAD = "| line | ε | sym. KL | B (Alg. 1) | acc. |"
+
+
+def fig1_value_table_problems(text: str, results_dir: pathlib.Path = SHIPPED) -> List[str]:
+    """Zhang & Zhang Fig. 1's hand-written table: each ``a / b`` sym. KL (repeat 0 / 1 at t = 10⁴)
+    against ``fastmh_fig1.csv`` at the printed decimals (a range of ε, "0.01–0.5 … (all ε)": at
+    every ε of the grid; the exact draws at ε = 0.01's rows)."""
+    import re
+
+    if _FIG1_HEAD not in text:
+        return []
+    rows = [r for r in load("fastmh_fig1", results_dir) if int(r["iterations"]) == 10000]
+    grid = sorted({float(r["epsilon"]) for r in rows})
+    bad, a = [], None
+    for row in text.split(_FIG1_HEAD, 1)[1].split("\n")[2:]:
+        if not row.lstrip().startswith("|"):
+            break
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        m = re.match(r"`(\w+)`", cells[0])
+        a = m.group(1) if m else ("exact" if cells[0].startswith("exact") else (a if not cells[0] else None))
+        kl = re.match(r"(\d+\.\d+) / (\d+\.\d+)", cells[2])
+        if a is None or not kl:
+            continue
+        if cells[1] in ("–", "0.01–0.5"):
+            eps = grid[:1] if a == "exact" else grid
+        elif re.fullmatch(r"\d+(\.\d+)?", cells[1]):
+            eps = [float(cells[1])]
+        else:
+            continue
+        for e in eps:
+            got = []
+            for rep, printed in (("0", kl.group(1)), ("1", kl.group(2))):
+                v = [float(r["sym_kl"]) for r in rows if r["algorithm"] == a and r["repeat"] == rep
+                     and math.isclose(float(r["epsilon"]), e)]
+                got.append(f"{v[0]:.{len(printed.split('.')[1])}f}" if v else "none")
+            if got != [kl.group(1), kl.group(2)]:
+                bad.append(f"Zhang & Zhang Fig. 1 table: {a}, ε = {fmt_level(e)}: {kl.group(0)} ≠ {' / '.join(got)}")
+    return bad
+
+
+_Z_PROSE = __import__("re").compile(r"z\s*=\s*\**([+−-]?)(\d+\.\d+)")
+_Z_TABLE = __import__("re").compile(r"([+−-]?)(\d+\.\d+)")
+
+
+def prose_z_problems(text: str, tables: Dict[str, str]) -> List[str]:
+    """Every ``z = …`` quoted in a section's prose (lines outside tables) must be a value of one
+    of that section's generated tables (same digits; the same sign where the prose gives one).
+    Returns ``"section: quoted z"`` for each one that is not."""
+    import re
+
+    bad = []
+    for sec in re.split(r"(?m)^## ", text)[1:]:
+        title = sec.split("\n", 1)[0].strip()
+        vals = set()
+        for name in re.findall(r"<!-- claims:(\w+) -->", sec):
+            for m in _Z_TABLE.finditer(tables.get(name, "")):
+                vals.add((m.group(1).replace("−", "-").replace("+", ""), m.group(2)))
+        prose = "\n".join(line for line in sec.split("\n") if not line.lstrip().startswith("|"))
+        for m in _Z_PROSE.finditer(prose):
+            sign, digits = m.group(1).replace("−", "-").replace("+", ""), m.group(2)
+            ok = (sign, digits) in vals if m.group(1) else any(d == digits for _, d in vals)
+            if not ok:
+                bad.append(f"{title[:60]}: z = {m.group(1)}{digits}")
+    return bad
+
+
 #: rows a claim table reads, when it reads a subset of its CSV
 ROW_FILTERS = {"fastmh_fig3": _fig3_main_rows, "fastmh_fig3_mnist": _fig3_main_rows}
 
 
 def all_tables(results_dir: pathlib.Path = SHIPPED) -> Dict[str, str]:
-    out = {name: table(name, results_dir) for name in TABLES}
+    out = {name: (replicated_table(name, results_dir) if name in REPLICATION else table(name, results_dir))
+           for name in TABLES}
+    out.update({name: fn(results_dir) for name, fn in NUMBER_TABLES.items()})
     out["clipping_fig64"] = clipping_table("fig64", results_dir)
     out["clipping_fig65"] = clipping_table("fig65", results_dir)
     out["yildirim_thm1"] = yildirim_table(results_dir)
@@ -669,7 +1177,8 @@ def check(md: pathlib.Path = RESULTS_MD, results_dir: pathlib.Path = SHIPPED) ->
     ``<!-- claims:NAME -->`` and ``<!-- /claims:NAME -->`` markers)."""
     text = md.read_text(encoding="utf-8")
     bad = []
-    for name, tab in all_tables(results_dir).items():
+    tables = all_tables(results_dir)
+    for name, tab in tables.items():
         start, end = f"<!-- claims:{name} -->", f"<!-- /claims:{name} -->"
         if start not in text or end not in text:
             bad.append(name)
@@ -677,6 +1186,11 @@ def check(md: pathlib.Path = RESULTS_MD, results_dir: pathlib.Path = SHIPPED) ->
         body = text.split(start, 1)[1].split(end, 1)[0].strip()
         if body != tab:
             bad.append(name)
+    bad += [f"prose: {p}" for p in prose_z_problems(text, tables)]
+    bad += [f"value table: {p}" for p in value_table_problems(text, results_dir)]
+    bad += [f"value table: {p}" for p in fig3_value_table_problems(text, results_dir)]
+    bad += [f"value table: {p}" for p in fig1_value_table_problems(text, results_dir)]
+    bad += [f"prose: {p}" for p in prose_pm_problems(text, tables)]
     return bad
 
 

@@ -19,6 +19,10 @@ the shipped ones in every compared column; the third's DP-SGLD chains, run alone
     run_heikkila_fig23(DIR, algorithms=("dp_sgld", "dp_sgld_authors"), repeats=[0])
     # -> DIR/heikkila_fig23_scatter.png, shipped as heikkila_fig23_sgld_scatter.png
 
+``--scatters`` does these three runs too (``redraw_scatters``), so
+``python benchmarks/result_figures.py --scatters`` redraws every figure of ``docs/results.md``
+(the Yıldırım figure and the p² check's curve are drawn from their CSVs either way).
+
 ``--out DIR`` writes elsewhere (the tests draw into a temporary folder).
 """
 from __future__ import annotations
@@ -78,6 +82,14 @@ def redraw(results=SHIPPED, out=SHIPPED, log=print) -> list:
     fastmh._plot(_rows("fastmh_fig1", results), str(out / "fastmh_fig1.png"), plt, final=10000, curve_eps=0.05,
                  n=50000)
     done.append("fastmh_fig1.png")
+    fastmh.plot_fig4(_rows("fastmh_fig1", results), str(out / "fastmh_fig4.png"), plt, eps=0.05, n=50000)
+    done.append("fastmh_fig4.png")
+    from experiments import heikkila_privacy
+
+    heikkila_privacy.plot_fig1(_rows("heikkila_fig1", results), str(out / "heikkila_fig1.png"), plt)
+    heikkila_privacy.plot_fig3_substitution(_rows("heikkila_fig23", results), _rows("heikkila_fig23_relations", results),
+                                            str(out / "heikkila_fig23_substitution.png"), plt)
+    done += ["heikkila_fig1.png", "heikkila_fig23_substitution.png"]
     fastmh._plot_fig2(_rows("fastmh_fig2", results), _rows("fastmh_fig2_density", results),
                       str(out / "fastmh_fig2.png"), plt, n=50000, iters=10000)
     done.append("fastmh_fig2.png")
@@ -99,13 +111,38 @@ def redraw(results=SHIPPED, out=SHIPPED, log=print) -> list:
     return done
 
 
+def redraw_scatters(out=SHIPPED, log=print) -> list:
+    """The three scatters of :data:`NOT_FROM_CSV`, by rerunning repeat 0's chains (module
+    docstring: about 100 s, 45 s and 7 min at one thread) in temporary folders; returns the PNG
+    names written into ``out``."""
+    from experiments.heikkila import run_heikkila_fig23
+
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    done = []
+    for kw, src, target in ((dict(algorithms=("dp_barker",)), "heikkila_fig23_scatter.png", NOT_FROM_CSV[0]),
+                            (dict(setting="sgld_check"), "heikkila_fig23_sgld_check_scatter.png", NOT_FROM_CSV[1]),
+                            (dict(algorithms=("dp_sgld", "dp_sgld_authors")), "heikkila_fig23_scatter.png",
+                             NOT_FROM_CSV[2])):
+        with tempfile.TemporaryDirectory() as tmp:
+            run_heikkila_fig23(tmp, repeats=[0], log=log or (lambda *a, **k: None), **kw)
+            shutil.copy(os.path.join(tmp, src), out / target)
+        done.append(target)
+    return done
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--results", default=str(SHIPPED), help="folder of the CSVs")
     ap.add_argument("--out", default=str(SHIPPED), help="folder to draw into (default: the shipped figures)")
+    ap.add_argument("--scatters", action="store_true",
+                    help="also redraw the three Heikkilä scatters by rerunning repeat 0's chains (~10 min, one thread)")
     a = ap.parse_args(argv)
     for name in redraw(a.results, a.out):
         print(name)
+    if a.scatters:
+        for name in redraw_scatters(a.out):
+            print(name)
     return 0
 
 

@@ -125,7 +125,7 @@ from pyro_dp.accounting.gdp import gdp_mu
 from pyro_dp.accounting.subsampled import dp_barker_event
 from .grid import KEY_COLUMNS, first_chain_diagnostics, pick_device, pyplot_or_none, quick_mode, run_grid
 
-__all__ = ["FASTMH_PARAMS", "run_fastmh_fig1", "COLUMNS", "KEYS", "ALGORITHMS", "barker_batch_for_step_epsilon",
+__all__ = ["FASTMH_PARAMS", "run_fastmh_fig1", "plot_fig4", "rows_read_per_iteration", "COLUMNS", "KEYS", "ALGORITHMS", "barker_batch_for_step_epsilon",
            "FIG2_PARAMS", "FIG2_ALGORITHMS", "FIG2_COLUMNS", "run_fastmh_fig2", "mode_weight"]
 
 FASTMH_PARAMS = {
@@ -556,3 +556,58 @@ def _style2(a):
 
     st = series_style(FIG2_ALGORITHMS.index(a))
     return {k: v for k, v in st.items() if k != "ls"}
+
+
+# ----------------------------------------------------------------------------------------- Fig. 4
+
+def rows_read_per_iteration(row: dict, n: int) -> float:
+    r"""Mean rows a chain read per iteration, from a Fig. 1 CSV row: :math:`N` for the full-batch
+    lines, DP Barker's fixed batch, and for the minibatch DP-Fast MH lines
+    :math:`(1 - f)\,\bar B + f N` with ``f`` = ``full_batch_fraction`` (an iteration whose draw
+    :math:`B \ge K` reads all rows, Alg. 2). ``batch_size`` and ``f`` are the chain's means over its
+    10⁴ iterations (the CSV holds no per-t values), so Fig. 4's x axis is ``t`` times this rate.
+
+    >>> rows_read_per_iteration({"algorithm": "dp_fast_mh_pff_k60", "batch_size": "80", "full_batch_fraction": "0.5"}, 100)
+    90.0
+    """
+    b = float(row["batch_size"])
+    f = row.get("full_batch_fraction", "")
+    if row["algorithm"].startswith("dp_fast_mh") and row["algorithm"] != "dp_fast_mh_full" and f not in ("", "nan"):
+        return (1 - float(f)) * b + float(f) * n
+    return b
+
+
+def plot_fig4(rows, path, plt, *, eps=0.05, n=50_000, barker_eps=0.2):
+    """Zhang & Zhang App. Fig. 4: sym. KL against the rows read so far, at ε = ``eps``, from the
+    Fig. 1 CSV (mean over the repeats at each t). DP Barker has no (0.05, 10⁻⁵)-DP batch, so its
+    line is at ``barker_eps`` (labelled); the exact draws are the non-private reference (drawn
+    against t × N, the rows a full-data chain would have read)."""
+    from .grid import LABELS
+
+    if plt is None:
+        return
+    fig, ax = plt.subplots(figsize=(8, 5.4))
+    for a in ALGORITHMS:
+        e = barker_eps if a == "dp_barker" else eps
+        sel = [r for r in rows if r["algorithm"] == a and float(r["epsilon"]) == e and r["sym_kl"] not in ("", "nan")]
+        if not sel:
+            continue
+        by_t = {}
+        for r in sel:
+            rate = n if a == "exact" else rows_read_per_iteration(r, n)
+            by_t.setdefault(int(r["iterations"]), []).append((int(r["iterations"]) * rate, float(r["sym_kl"])))
+        pts = sorted((sum(x for x, _ in v) / len(v), sum(y for _, y in v) / len(v)) for v in by_t.values())
+        xs, ys = zip(*pts)
+        style = dict(_style(a), ls=":", marker="") if a == "exact" else dict(_style(a), markevery=4)
+        label = LABELS.get(a, a) + (f" (ε = {e}: no ε = {eps} batch)" if e != eps else "") \
+            + (", x = t·N" if a == "exact" else "")
+        ax.plot(xs, ys, label=label, **style)
+    reps = len({r["repeat"] for r in rows})
+    ax.set(xscale="log", yscale="log", xlabel="rows read so far (t × mean rows per iteration)",
+           ylabel="symmetric KL to exact draws (nats)",
+           title=f"Zhang & Zhang App. Fig. 4 from the Fig. 1 CSV: ε = {eps}, mean of {reps} repeats")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -357,17 +357,19 @@ def run_heikkila_fig23(out_dir: str, quick: Optional[bool] = None, log=print, de
             "reference_variance_p2": ref_var_sq.tolist(), "epsilon_start": start_eps}
 
 
-def _fig3(rows, path, plt):
+def _fig3(rows, path, plt, xlabel=None, subtitle=None):
     """Fig. 3 of the paper: mean ± s.e. over repeats of each error against ε (one point per t).
     The errors are against the exact tempered posterior, so 0 is the non-private reference (the
-    paper measures against a 40 000-step non-private chain instead)."""
+    paper measures against a 40 000-step non-private chain instead). ``xlabel``/``subtitle``
+    replace the ε axis label and the title's second line (the one-relation redraw of
+    :mod:`experiments.heikkila_privacy`)."""
     from .grid import LABELS, METRIC_LABELS, legend_below, series_style, summarise
 
     algs = sorted({r["algorithm"] for r in rows})
     reps = max((int(r["repeat"]) for r in rows), default=-1) + 1
     check = all(a.startswith("dp_sgld") for a in algs)  # the p² check: uncharged start
-    xlabel = ("ε after t iterations (start uncharged; δ = 2·10⁻⁶)" if check
-              else "ε after t iterations (δ = 2·10⁻⁶)")
+    xlabel = xlabel or ("ε after t iterations (start uncharged; δ = 2·10⁻⁶)" if check
+                        else "ε after t iterations (δ = 2·10⁻⁶)")
     fig, axes = plt.subplots(1, 3, figsize=(14, 4.8))
     for ax, metric in zip(axes, ("mean_error", "variance_error", "sym_kl")):
         for i, s in enumerate(algs):
@@ -398,8 +400,9 @@ def _fig3(rows, path, plt):
                      f"updates' errors against the exact posterior, mean ± s.e. over {reps} repeats")
     else:
         fig.suptitle("Heikkilä et al. 2019 Fig. 3 reproduction: tempered GMM (N0 = 100), error against the exact "
-                     f"posterior vs ε, mean ± s.e. over {reps} repeats\nDP Barker's ε includes its private start; "
-                     "DP-SGLD starts from an uncharged N(0, I) draw, as the authors' code")
+                     f"posterior vs ε, mean ± s.e. over {reps} repeats\n" + (subtitle or (
+                         "DP Barker's ε includes its private start; "
+                         "DP-SGLD starts from an uncharged N(0, I) draw, as the authors' code")))
     legend_below(fig, axes, ncol=3)
     fig.subplots_adjust(top=1 - 0.6 / fig.get_figheight())
     fig.savefig(path, dpi=110)

@@ -104,3 +104,66 @@ def test_welch_against_scipy():
     ref = stats.ttest_ind(b, a, equal_var=False)
     assert math.isclose(t.z, ref.statistic, rel_tol=1e-12)
     assert abs(t.p - ref.pvalue) < 0.03  # integer degrees of freedom here, fractional in scipy
+
+
+def test_a_prose_z_that_is_not_in_its_tables_is_caught(tmp_path):
+    """Mutant (issue #60): a z quoted in a section's prose, changed, must fail the check."""
+    text = claims.RESULTS_MD.read_text(encoding="utf-8")
+    quote = "Barker's: 0.050 ± 0.009 against 0.12 ± 0.02, z = −3.6"
+    assert quote in text
+    md = tmp_path / "results.md"
+    md.write_text(text.replace(quote, quote.replace("−3.6", "−3.9")), encoding="utf-8")
+    bad = claims.check(md)
+    assert len(bad) == 1 and bad[0].startswith("prose: Heikkilä et al. 2019, Figs. 2–3") and "−3.9" in bad[0]
+
+
+def test_replicated_verdict_needs_both_seed_sets():
+    P = claims.Paired
+    hit, miss, rev = P(10, 1, .3, 3.0, .01), P(10, .1, .3, .4, .7), P(10, -1, .3, -3.0, .01)
+    # detected in both sets, same direction: the verdict word stands
+    assert claims.replicated_verdict((2,), (hit,), {2.0: hit}).startswith("supported (replicated at ε = 2")
+    # detected in the first set only, or in opposite directions: not detected
+    assert claims.replicated_verdict((2,), (hit,), {2.0: miss}).startswith("not detected")
+    assert claims.replicated_verdict((2,), (hit,), {2.0: rev}).startswith("not detected")
+    # no second set at that level: not detected, the first set's words kept after "alone"
+    v = claims.replicated_verdict((2, 4), (miss, hit), {2.0: miss})
+    assert v.startswith("not detected") and v.endswith("seeds 0–9 alone: supported at ε = 4 only")
+    assert claims.replicated_verdict((2,), (hit,), {2.0: miss}, equality=True).startswith("no difference detected")
+
+
+def test_the_replication_seeds_are_new_seeds():
+    """The second set is repeats 10–19 of the same grid (run_chain seeds by repeat): no repeat
+    index, hence no seed, of the shipped set is reused."""
+    first = {r["repeat"] for r in claims.load("dphmc_fig1")}
+    second = {r["repeat"] for r in claims.load("dphmc_fig1_replication")}
+    assert first == {str(i) for i in range(10)} and second and not (first & second)
+
+
+def test_an_edited_value_cell_or_prose_mean_is_caught(tmp_path):
+    """Mutants (issue #60): one cell of the hand-written Fig. 6.4 MMD table, and one mean ± s.e.
+    quoted in the Heikkilä prose, changed, must each fail the check."""
+    text = claims.RESULTS_MD.read_text(encoding="utf-8")
+    md = tmp_path / "results.md"
+    cell = "| flat-banana-2d | 2 | 0.33 ± 0.04 [201]"
+    assert cell in text
+    md.write_text(text.replace(cell, cell.replace("0.33", "0.34")), encoding="utf-8")
+    assert [b for b in claims.check(md) if b.startswith("value table: Thesis Figs 6.4")] == claims.check(md)
+    quote = "variance error 0.51 ± 0.12 for the authors' update"
+    assert quote in text
+    md.write_text(text.replace(quote, quote.replace("0.51", "0.48")), encoding="utf-8")
+    assert claims.check(md) == ["prose: Heikkilä et al. 2019, Figs. 2–3: DP Barker vs DP-SGLD on the: 0.48 ± 0.12"]
+
+
+def test_edited_zhang_zhang_value_cells_are_caught():
+    """Mutants (issue #60): a Fig. 3 accuracy, a Fig. 3 rows-read count and a Fig. 1 sym. KL,
+    each changed on the page, are each reported against the CSVs."""
+    text = claims.RESULTS_MD.read_text(encoding="utf-8")
+    assert claims.fig3_value_table_problems(text) == [] and claims.fig1_value_table_problems(text) == []
+    for old, new, where in (("| 0.588 ± 0.048 | 0.614 ± 0.046 |", "| 0.588 ± 0.048 | 0.615 ± 0.046 |",
+                             "dp_penalty, accuracy at ε = 0.05"),
+                            ("12214, 12214, 12214, 7602 |", "12214, 12214, 12214, 7603 |", "rows read at ε = 0.5"),
+                            ("| | 0.05 | 0.76 / 0.99 |", "| | 0.05 | 0.77 / 0.99 |", "dp_penalty, ε = 0.05")):
+        assert old in text
+        bad = claims.fig3_value_table_problems(text.replace(old, new)) + claims.fig1_value_table_problems(
+            text.replace(old, new))
+        assert len(bad) == 1 and where in bad[0]

@@ -104,3 +104,23 @@ def test_redraw_every_csv_figure(tmp_path):
     done = set(mod.redraw(out=tmp_path, log=None))
     shipped = {p.name for p in SHIPPED.glob("*.png")}
     assert shipped - done == set(mod.NOT_FROM_CSV)
+
+
+def test_scatters_option_reruns_the_three_chains_into_the_shipped_names(tmp_path, monkeypatch):
+    """``--scatters`` (issue #60): the three scatters come from repeat 0's reruns, each copied to
+    its shipped name. The chains are replaced by a stub that draws nothing but the PNG."""
+    mod = load_benchmark("result_figures")
+    calls = []
+
+    def fake_run(out, repeats, log, **kw):
+        calls.append((tuple(repeats), kw))
+        name = "heikkila_fig23_sgld_check_scatter.png" if kw.get("setting") == "sgld_check" else "heikkila_fig23_scatter.png"
+        with open(f"{out}/{name}", "wb") as fh:
+            fh.write(repr(kw).encode())
+
+    monkeypatch.setattr("experiments.heikkila.run_heikkila_fig23", fake_run)
+    done = mod.redraw_scatters(tmp_path / "out", log=None)
+    assert done == list(mod.NOT_FROM_CSV) and all((tmp_path / "out" / n).exists() for n in done)
+    assert [c[0] for c in calls] == [(0,)] * 3
+    assert calls[0][1] == {"algorithms": ("dp_barker",)} and calls[1][1] == {"setting": "sgld_check"}
+    assert calls[2][1] == {"algorithms": ("dp_sgld", "dp_sgld_authors")}
