@@ -82,6 +82,7 @@ from .audit import _as_args, _check_confidence, _check_seed, _factory_caller
 from .kernels.base import DPKernel
 from .mechanisms import (GaussianEvent, NonPrivateEvent, RDPCurveEvent, SubsampledGaussianEvent, StopTap,
                          tap_releases)
+from .testing import weak_noise
 
 __all__ = ["ReleaseAudit", "audit_releases", "gaussian_mu_of_event", "mu_confidence_interval"]
 
@@ -303,8 +304,6 @@ def audit_releases(
     >>> [a.sound for a in audit_releases(lambda: weak_noise(make(), 0.2), y, y2)]  # doctest: +SKIP
     [False]
     """
-    from .testing import weak_noise  # pyro_dp.testing imports the kernels; the audit module stays light
-
     if isinstance(num_draws, bool) or not isinstance(num_draws, (int, np.integer)) or num_draws < 2:
         raise ValueError(f"num_draws must be an integer >= 2, got {num_draws!r}")
     confidence = _check_confidence(confidence)

@@ -1,26 +1,30 @@
-"""Every release kind of every kernel family, with neighbours at the clip, for the per-release
+r"""Every release kind of every kernel family, with neighbours at the clip, for the per-release
 white-box audit (:mod:`pyro_dp.release_audit`): the cases of ``tests/test_release_audit.py`` and
 the table of ``docs/audit.md`` (``python benchmarks/release_audit_table.py``).
 
-The model is ``tests/audit_cases.py``'s Gaussian mean (:math:`y_i \\sim N(\\mu, 1)`,
-:math:`\\mu \\sim N(0, 10^2)`) on 20 rows (DP Barker: 100), started at the prior mean; the grouped
+The model is ``tests/audit_cases.py``'s Gaussian mean (:math:`y_i \sim N(\mu, 1)`,
+:math:`\mu \sim N(0, 10^2)`) on 20 rows (DP Barker: 100), started at the prior mean; the grouped
 kernel's is a three-group version. :math:`D` and :math:`D'` differ in row 0 (the multi-party
 kernel's party-1 release: row 1), chosen per release kind so that the row's clipped term is at
 opposite ends of its clip:
 
-* sums of clipped ratios or gradients (``"sum"``): the row at :math:`+50` and :math:`-50`;
+* sums of clipped ratios or gradients (``"sum"``): the row at :math:`+50` and :math:`-50`
+  (the default path's private start, whose clip comes from a noisy histogram: :math:`\pm 10^6`,
+  ``"far"``);
 * counts and histograms of rows by gradient norm (the default path's ``tune:clip``,
-  ``"count"``): the row at :math:`50` (a norm above every clip, the top bin) and :math:`0` (a
-  norm near 0, the bottom bin);
+  ``"count"``): the row at :math:`10^6` (a norm above every clip the tuning can choose, the
+  overflow bin) and :math:`0` (a norm near 0, a bottom bin);
 * the count of rows the per-row rule maps (``tune:rows``, ``"rule"``): the row at :math:`50` and
   NaN.
 
-Every Gaussian release has noise multiplier 0.5 (:math:`\\mu_{\\rm ledger} = 2`) where the kernel
-takes one: a larger :math:`\\mu` makes the power check sharp with few draws (the interval's width
-in :math:`\\mu` barely grows with :math:`\\mu`), and the audit of one release does not care what a
+Every Gaussian release has noise multiplier 0.5 (:math:`\mu_{\rm ledger} = 2`) where the kernel
+takes one: a larger :math:`\mu` makes the power check sharp with few draws (the interval's width
+in :math:`\mu` barely grows with :math:`\mu`), and the audit of one release does not care what a
 whole run would spend. Exceptions: DP Barker (its noise is fixed by its test, :math:`C = 2`;
-the ledger is an RDP curve), DP-Fast MH (noise multiplier 0.49 from ``step_epsilon=4.0``,
-``step_delta=0.2``), the default path (its own calibration at ``epsilon=1000`` on 20 rows), the
+the ledger is an RDP curve), DP-Fast MH (noise multiplier 0.82 from ``step_epsilon=0.99``,
+``step_delta=0.9``: ``step_epsilon < 1`` is required), DP-SGLD (2.0: the Langevin noise, the
+larger of it and the one asked for, is the release's), the default path (its own calibration at
+``epsilon=1000`` on 20 rows: noise multipliers from 0.2 to 1.8 in its tuning releases), the
 multi-party kernel's party 1 (1.0, so that the two parties' releases are two kinds).
 """
 import math
@@ -45,8 +49,8 @@ DEFAULT_EPSILON = 1000.0
 
 #: the settings of the tests: draws per data set, confidence of each two-sided interval,
 #: the weak-noise factor of the mutants, the power check's fraction of the ledger's mu
-DRAWS = 100
-MUTANT_DRAWS = 50
+DRAWS = 60
+MUTANT_DRAWS = 40
 CONFIDENCE = 0.999
 FACTOR = 0.2
 POWER_FRACTION = 0.8
@@ -66,7 +70,9 @@ def grouped_neighbours(row_d=Y, row_dprime=-Y, num_rows=30):
     return (g, d), (g, dp)
 
 
-PAIRS = {"sum": (Y, -Y), "count": (Y, 0.0), "rule": (Y, math.nan), "tenth": (0.1, 0.0)}
+#: ``"far"``: beyond the largest clip the default path's tuning can choose (its norm histogram's
+#: top edge is 1e5), for its private start's clipped gradient sum
+PAIRS = {"sum": (Y, -Y), "far": (1e6, -1e6), "count": (1e6, 0.0), "rule": (Y, math.nan), "tenth": (0.1, 0.0)}
 
 
 def pair(kind="sum", num_rows=20, row=0):
@@ -107,7 +113,7 @@ CASES = {
     "DPGroupedPenalty": (lambda: pyro_dp.DPGroupedPenalty(grouped_model, 0.1, llr_clip=1.0, noise_multiplier=NM,
                                                           group_site="a", group_scale=0.3, **KW),
                          grouped_neighbours(), None, 1),
-    "default:sum": (_default_penalty, pair("sum"), ("tune:start",), 1),
+    "default:sum": (_default_penalty, pair("far"), ("tune:start",), 1),
     "default:count": (_default_penalty, pair("count"), ("tune:clip",), 2),
     "default:rule": (_default_penalty, pair("rule"), ("tune:rows",), 1),
 }

@@ -21,6 +21,7 @@ import pyro_dp.evaluation  # noqa: E402
 import pyro_dp.experiments  # noqa: E402
 import pyro_dp.mechanisms  # noqa: E402
 import pyro_dp.models  # noqa: E402
+import pyro_dp.release_audit  # noqa: E402
 import pyro_dp.testing  # noqa: E402
 
 DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
@@ -58,7 +59,7 @@ def test_api_page_documents_every_public_name(built_docs):
     }
     missing = []
     for module in (pyro_dp, pyro_dp.accounting, pyro_dp.audit, pyro_dp.mechanisms, pyro_dp.evaluation,
-                   pyro_dp.models, pyro_dp.experiments, pyro_dp.compiled, pyro_dp.testing):
+                   pyro_dp.models, pyro_dp.experiments, pyro_dp.compiled, pyro_dp.testing, pyro_dp.release_audit):
         for name in module.__all__:
             if f"{module.__name__}.{name}" not in documented and name not in documented:
                 missing.append(f"{module.__name__}.{name}")

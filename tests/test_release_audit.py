@@ -4,7 +4,7 @@ against its mutants.
 
 The cases (``tests/release_audit_cases.py``): the Gaussian-mean model on 20 rows (DP Barker: 100;
 the grouped kernel: a three-group model on 30), neighbours at the clip for each release kind,
-``DRAWS = 100`` draws per data set for the honest kernels and ``MUTANT_DRAWS = 40`` for the
+``DRAWS = 60`` draws per data set for the honest kernels and ``MUTANT_DRAWS = 40`` for the
 mutants, two-sided intervals at confidence 0.999, power at 0.8 of the ledger's mu.
 
 **How often these tests are wrong.** The secret noise is fresh (OS entropy) in every draw, so
@@ -14,12 +14,14 @@ statistic), computed at the mu's of the design column of docs/audit.md's table.
 
 * An honest release fails *sound* with probability at most 5e-4 (the interval's upper tail,
   whatever its mu below the ledger's) and fails *powerful* with probability at most 5e-4 when
-  its mu is at least 0.8 of the ledger's — at mu = mu_ledger = 2 (most cases) about 2e-9; at
-  the smallest ledger mu audited for power (0.5, DP-SGLD; 0.555, the default path's counts),
-  below 5e-4. DP Barker is audited for soundness only: its ledger (an RDP curve, Heikkilä et al.
-  2019 Thm 2, equivalent to mu = 0.404) is looser than the release's own noise (mu = 0.142), so no
-  audit at the clip can be powerful against it (it reaches 0.8 of it by chance: probability
-  0.98 at 100 draws).
+  its mu is at least 0.8 of the ledger's — at mu = mu_ledger = 2 (most cases) 4e-8; at the
+  smallest ledger mu audited for power (0.5, DP-SGLD; 0.555, the default path's counts), 6e-5.
+  Where the design mu is below the ledger's (the neighbours not quite at the clip), the test
+  says so first (``mu_design >= 0.8 mu_ledger``, from the noise-free runs). DP Barker is
+  audited for soundness only: its ledger (an RDP curve, Heikkilä et al. 2019 Thm 2, equivalent
+  to mu = 0.404) is looser than the release's own noise (mu = 0.142), so no audit at the clip
+  can be powerful against it (its interval reaches 0.8 of it by width alone: probability 0.99
+  at 60 draws).
 * A weak-noise mutant (a fifth of the noise: mu five times the design's) misses (is reported
   sound) with probability below 1e-6 for every case (DP-SGLD, mu 2.5 against 0.5: 8e-7; the
   default path's counts, 2.8 against 0.555: 1e-8; the others below 1e-11). DP Barker's mutant
@@ -27,7 +29,7 @@ statistic), computed at the mu's of the design column of docs/audit.md's table.
 * The tuning-only mutant (a fifth of the noise in the default path's tuning releases only):
   the same probabilities as the default-path cases above.
 * The power mutant (DPPenalty with the row at 0.1 and 0: a twentieth of the sensitivity, mu 0.1
-  against 2) is reported powerful with probability 2e-11.
+  against 2) is reported powerful with probability 4e-6.
 """
 import numpy as np
 import pytest
@@ -71,8 +73,9 @@ def test_every_release_kind_is_sound_and_powerful(case):
                 assert a.powerful, str(a)  # ... and the audit sees it
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("case", sorted(c for c in CASES if not c.startswith("default:")))
 def test_weak_noise_mutant_is_not_sound(case):
+    """(The default path's releases: the tuning-only mutant below, which weakens them alone.)"""
     factory, factor = CASES[case][0], MUTANT_FACTOR.get(case, FACTOR)
     for a in _audit(lambda: weak_noise(factory(), factor), case, MUTANT_DRAWS):
         if AT_CLIP.get(case, lambda _: True)(a):
@@ -143,7 +146,7 @@ def test_mu_interval_covers_and_is_exact():
 def test_miss_probabilities_are_monotone():
     assert prob_not_sound(2.0, 2.0, DRAWS) == pytest.approx((1 - CONFIDENCE) / 2, rel=1e-6)
     assert prob_not_sound(10.0, 2.0, MUTANT_DRAWS) > 1 - 1e-12
-    assert prob_powerful(0.1, 2.0, DRAWS) < 1e-9 < 1 - 1e-6 < prob_powerful(2.0, 2.0, DRAWS)
+    assert prob_powerful(0.1, 2.0, DRAWS) < 1e-5 < 1 - 1e-6 < prob_powerful(2.0, 2.0, DRAWS)
 
 
 def test_gaussian_mu_of_events():

@@ -7,8 +7,8 @@ release.
 Where it sees: the three places that add release noise —
 :func:`~pyro_dp.mechanisms.add_gaussian_noise` (hence :func:`~pyro_dp.mechanisms.clipped_sum_with_noise`,
 :func:`~pyro_dp.mechanisms.noisy_histogram`, :func:`~pyro_dp.mechanisms.noisy_count`),
-:meth:`GaussianReleaseSpec.release <pyro_dp.mechanisms.GaussianReleaseSpec.release>` and
-:meth:`GaussianStdReleaseSpec.release <pyro_dp.mechanisms.GaussianStdReleaseSpec.release>` (hence
+:meth:`~pyro_dp.mechanisms.GaussianReleaseSpec.release` and
+:meth:`~pyro_dp.mechanisms.GaussianStdReleaseSpec.release` (hence
 :func:`~pyro_dp.mechanisms.gaussian_release`). Each release is seen once, after the noise was added
 (and, for sharded rows, after the sum over ranks).
 
@@ -25,8 +25,8 @@ Two white-box controls, for the audit only:
 * ``stop_after=i`` ends the run right after the ``i``-th release is recorded, by raising
   :class:`StopTap` (a ``BaseException``, so that no ``except Exception`` of a kernel swallows it).
 
-Each release is also labelled by the first ledger record (:meth:`PrivacyLedger.record
-<pyro_dp.mechanisms.PrivacyLedger.record>`) after it, with that record's label (``""``: the
+Each release is also labelled by the first ledger record
+(:meth:`~pyro_dp.mechanisms.PrivacyLedger.record`) after it, with that record's label (``""``: the
 kernel's own iterations, ``"tune:clip"``, ...) and event.
 
 >>> import torch
