@@ -87,6 +87,25 @@ def _default_penalty():
     return pyro_dp.DPPenalty(model, epsilon=DEFAULT_EPSILON, **KW)
 
 
+def model_2d(y):
+    """The Gaussian mean in two coordinates: the default path then also releases per-coordinate
+    scales (``tune:scale``)."""
+    mu = pyro.sample("mu", dist.Normal(torch.zeros(2, dtype=y.dtype), 10.0).to_event(1))
+    with pyro.plate("data", len(y)):
+        pyro.sample("y", dist.Normal(mu, 1.0).to_event(1), obs=y)
+
+
+def scale_neighbours(num_rows=20):
+    """Row 0 at ``(1e9, 1e9)`` (log-gradient magnitudes above the bound ``A = 16`` of
+    :func:`~pyro_dp.kernels.whitening.private_log_scales`) and at ``(1e-30, 1e-30)`` (below
+    ``-A``, at the tuning's start at the origin): the row's vector of clipped log-magnitudes
+    flips from ``+A`` to ``-A``, its counts stay (both gradients are non-zero)."""
+    base = torch.linspace(-1.0, 1.0, 2 * num_rows, dtype=torch.float64).reshape(num_rows, 2)
+    d, dp = base.clone(), base.clone()
+    d[0], dp[0] = 1e9, 1e-30
+    return (d,), (dp,)
+
+
 #: case -> (kernel factory, (D, D'), labels audited or None for all, expected release kinds).
 #: ``expected``: the number of release kinds the case audits (a change in a kernel's releases
 #: shows up as a failure to update, not as a silent gap).
@@ -116,6 +135,8 @@ CASES = {
     "default:sum": (_default_penalty, pair("far"), ("tune:start",), 1),
     "default:count": (_default_penalty, pair("count"), ("tune:clip",), 2),
     "default:rule": (_default_penalty, pair("rule"), ("tune:rows",), 1),
+    "default2d:scale": (lambda: pyro_dp.DPPenalty(model_2d, epsilon=DEFAULT_EPSILON, **KW), scale_neighbours(),
+                        ("tune:scale",), 1),
 }
 
 #: in the table only, not in the tests: the default path's own iterations (its control-variate
