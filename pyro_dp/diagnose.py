@@ -24,7 +24,7 @@ from typing import Optional
 
 import torch
 
-__all__ = ["explain_failure", "model_line", "mismatched_rows", "plate_size_mismatch", "dtype_mismatch",
+__all__ = ["explain_failure", "model_line", "mismatched_rows", "plate_size_mismatch", "dtype_mismatch", "label_dtype",
            "list_arguments"]
 
 _LIBRARY_DIRS = tuple(os.path.dirname(m.__file__) for m in (torch,) + tuple(

@@ -25,7 +25,8 @@ Modules
 * ``noise.py``: :class:`NoiseSource`, the secret stream;
 * ``batches.py``: batch selection (uniform subsets, Poisson samples);
 * ``clipping.py``: the per-row rule, the clip and the sum;
-* ``release.py``: the noisy releases and their events.
+* ``release.py``: the noisy releases and their events;
+* ``tap.py``: :func:`tap_releases`, the audit's white-box view of every release (eager only).
 
 Every public name is importable from ``pyro_dp.mechanisms`` itself.
 
@@ -48,13 +49,14 @@ tensor([0.9000, 1.2000], dtype=torch.float64)
 """
 from __future__ import annotations
 
-from . import batches, clipping, events, noise, release
+from . import batches, clipping, events, noise, release, tap
 from .batches import *  # noqa: F401,F403 (each module's __all__)
 from .batches import _first_occurrences  # noqa: F401 (tests import it from here)
 from .clipping import *  # noqa: F401,F403
 from .events import *  # noqa: F401,F403
 from .noise import *  # noqa: F401,F403
 from .release import *  # noqa: F401,F403
+from .tap import *  # noqa: F401,F403
 
 #: every public name of the layer, module by module
-__all__ = events.__all__ + noise.__all__ + batches.__all__ + clipping.__all__ + release.__all__
+__all__ = events.__all__ + noise.__all__ + batches.__all__ + clipping.__all__ + release.__all__ + tap.__all__

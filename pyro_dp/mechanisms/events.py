@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple, Optional, Tuple, Union
 
+from . import tap as _tap
+
 __all__ = [
     "RELATIONS",
     "PrivacyEvent",
@@ -256,6 +258,8 @@ class PrivacyLedger:
             labels.append(label)
         totals[event] = totals.get(event, 0) + count
         self.__dict__["_agg"] = (self._agg_key(), totals)
+        if _tap.ACTIVE is not None:  # pyro_dp.mechanisms.tap: label the releases seen (an audit; eager only)
+            _tap.recorded(event, count, label)
 
     def _agg_key(self) -> tuple:
         # the list object itself (held, so its id cannot be reused), its length and last entry

@@ -12,6 +12,7 @@ import torch
 
 from .clipping import ClippedSum, clip_and_sum, clipped_fraction
 from .events import RELATIONS, NonPrivateEvent, PrivacyEvent, gaussian_event  # noqa: F401 (doctests)
+from . import tap as _tap
 from .noise import NoiseSource
 
 __all__ = [
@@ -117,6 +118,18 @@ def _plus_scaled(value: torch.Tensor, std: torch.Tensor, xi: torch.Tensor) -> to
     return value + (xi * std.to(torch.float64)).to(dtype=value.dtype, device=value.device)
 
 
+class _spec_or_class_method:
+    """A method that also runs when called on the class, with ``self = None`` (what was a
+    ``staticmethod``: :meth:`GaussianStdReleaseSpec.release` is called both ways)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        functools.update_wrapper(self, fn)
+
+    def __get__(self, obj, cls=None):
+        return functools.partial(self.fn, obj)
+
+
 @dataclass(frozen=True)
 class GaussianStdReleaseSpec:
     r""":func:`gaussian_release` split like :class:`GaussianReleaseSpec`, for a mechanism whose noise
@@ -141,10 +154,14 @@ class GaussianStdReleaseSpec:
         ``noise`` (on ``device``); drawn whatever the event, as :func:`gaussian_release` draws."""
         return noise.standard_normal(shape).to(device if device is not None else noise.device)
 
-    @staticmethod
-    def release(value: torch.Tensor, std: torch.Tensor, xi: torch.Tensor) -> torch.Tensor:
-        """``value`` plus ``std`` (a tensor of ``value``'s dtype) times ``xi`` (pure)."""
-        return _plus_scaled(value, std, xi)
+    @_spec_or_class_method
+    def release(self, value: torch.Tensor, std: torch.Tensor, xi: torch.Tensor) -> torch.Tensor:
+        """``value`` plus ``std`` (a tensor of ``value``'s dtype) times ``xi`` (pure). Callable on
+        the class as well (``GaussianStdReleaseSpec.release(value, std, xi)``: no event stated)."""
+        out = _plus_scaled(value, std, xi)
+        if _tap.ACTIVE is not None:  # pyro_dp.mechanisms.tap (eager only)
+            out = _tap.seen(out, std, None if self is None else self.event)
+        return out
 
 
 def add_gaussian_noise(
@@ -179,6 +196,8 @@ def add_gaussian_noise(
             value = shards.all_reduce_sum(local)
     else:
         value = total if shards is None else shards.all_reduce_sum(total)
+    if _tap.ACTIVE is not None:  # pyro_dp.mechanisms.tap (an audit's white-box view; eager only)
+        value = _tap.seen(value, draw.noise_std, draw.event)
     return draw._replace(value=value)
 
 
@@ -314,12 +333,17 @@ class GaussianReleaseSpec:
         counts = (cs.num_clipped, cs.num_rows)
         if shards is None:
             value = _plus_scaled(cs.total, std, xi) if self.adds_noise else cs.total
+            if _tap.ACTIVE is not None:  # pyro_dp.mechanisms.tap (eager only)
+                value = _tap.seen(value, std, self.event)
             return SumRelease(value, std, *counts)
         counts = shards.all_reduce_sum(torch.stack([torch.as_tensor(c, dtype=torch.float64) for c in counts]))
         local = cs.total
         if self.adds_noise and shards.rank == 0:
             local = _plus_scaled(cs.total, std, xi)
-        return SumRelease(shards.all_reduce_sum(local), std, counts[0], counts[1])
+        value = shards.all_reduce_sum(local)
+        if _tap.ACTIVE is not None:  # pyro_dp.mechanisms.tap (eager only)
+            value = _tap.seen(value, std, self.event)
+        return SumRelease(value, std, counts[0], counts[1])
 
 
 @functools.lru_cache(maxsize=64)

@@ -1,0 +1,153 @@
+r"""A tap on the releases (:mod:`pyro_dp.mechanisms`): while :func:`tap_releases` is active, every
+noisy release that the mechanisms layer makes is also appended, with its event and noise scale,
+to a list the caller holds — the white-box view that :func:`pyro_dp.release_audit.audit_releases`
+audits (Nasr et al. 2023). Inactive (always, outside an audit) it costs one attribute read per
+release.
+
+Where it sees: the three places that add release noise —
+:func:`~pyro_dp.mechanisms.add_gaussian_noise` (hence :func:`~pyro_dp.mechanisms.clipped_sum_with_noise`,
+:func:`~pyro_dp.mechanisms.noisy_histogram`, :func:`~pyro_dp.mechanisms.noisy_count`),
+:meth:`~pyro_dp.mechanisms.GaussianReleaseSpec.release` and
+:meth:`~pyro_dp.mechanisms.GaussianStdReleaseSpec.release` (hence
+:func:`~pyro_dp.mechanisms.gaussian_release`). Each release is seen once, after the noise was added
+(and, for sharded rows, after the sum over ranks).
+
+**Eager only.** The tap is bound to the thread that opened it and sees releases made by Python
+code in that thread: a compiled kernel (``jit_compile=True``, or ``None`` when it chooses to
+compile) traces its step in another thread and runs the graph without calling back, so its
+releases are not seen. The audit therefore runs kernels eagerly.
+
+Two white-box controls, for the audit only:
+
+* ``pin={i: value}`` replaces the value of the ``i``-th release of the run by ``value`` (the
+  value the kernel then uses: what a white-box adversary who chose the earlier outputs would
+  see). Pinned releases are still recorded, with their pinned value.
+* ``stop_after=i`` ends the run right after the ``i``-th release is recorded, by raising
+  :class:`StopTap` (a ``BaseException``, so that no ``except Exception`` of a kernel swallows it).
+
+Each release is also labelled by the first ledger record
+(:meth:`~pyro_dp.mechanisms.PrivacyLedger.record`) after it, with that record's label (``""``: the
+kernel's own iterations, ``"tune:clip"``, ...) and event.
+
+>>> import torch
+>>> from pyro_dp.mechanisms import NoiseSource, clipped_sum_with_noise
+>>> with tap_releases() as seen:
+...     out = clipped_sum_with_noise(torch.ones(3, dtype=torch.float64), 1.0, 2.0, NoiseSource())
+>>> len(seen), seen[0].event, float(seen[0].noise_std), bool(seen[0].value == out.value)
+(1, GaussianEvent(noise_multiplier=2.0), 4.0, True)
+>>> with tap_releases(pin={0: torch.tensor(7.0)}):  # a white-box adversary's choice of the output
+...     float(clipped_sum_with_noise(torch.ones(3), 1.0, 2.0, NoiseSource()).value)
+7.0
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+import torch
+
+__all__ = ["TappedRelease", "tap_releases", "StopTap"]
+
+
+@dataclass
+class TappedRelease:
+    """One release seen by :func:`tap_releases`.
+
+    :ivar index: its position among the releases of the tapped code (0, 1, ...).
+    :ivar site: where it was made: ``module.function`` of the first caller outside the
+        mechanisms layer (e.g. ``"pyro_dp.kernels.penalty.step"``).
+    :ivar event: the event the release function states (``None`` where the caller did not give
+        one: :meth:`GaussianStdReleaseSpec.release` called on the class).
+    :ivar noise_std: the standard deviation of the noise added (a tensor).
+    :ivar value: the released value (a detached copy; the pinned value if pinned).
+    :ivar label: the label of the first ledger record after it (``None``: not recorded yet).
+    :ivar recorded_event: the event of that record (the ledger's, e.g. DP-Fast MH's
+        ``ApproxDPEvent`` for a Gaussian release).
+    """
+
+    index: int
+    site: str
+    event: object
+    noise_std: torch.Tensor
+    value: torch.Tensor
+    label: Optional[str] = None
+    recorded_event: object = None
+
+
+class StopTap(BaseException):
+    """Raised by the tap right after the release ``stop_after``: the run is over (for the audit,
+    which needs nothing after it)."""
+
+
+class _Tap:
+    def __init__(self, pin, stop_after):
+        self.thread = threading.get_ident()
+        self.seen: List[TappedRelease] = []
+        self.pin: Dict[int, torch.Tensor] = dict(pin or {})
+        self.stop_after = stop_after
+
+
+#: the open tap (``None``: the releases are not tapped, the normal state)
+ACTIVE: Optional[_Tap] = None
+
+_LAYER = __name__.rsplit(".", 1)[0]  # "pyro_dp.mechanisms"
+
+
+def _site() -> str:
+    f = sys._getframe(2)
+    while f is not None and f.f_globals.get("__name__", "").startswith(_LAYER):
+        f = f.f_back
+    if f is None:
+        return "?"
+    return f"{f.f_globals.get('__name__', '?')}.{f.f_code.co_name}"
+
+
+def seen(value: torch.Tensor, std, event) -> torch.Tensor:
+    """Called by the release functions when :data:`ACTIVE` is set: record the release, and
+    return its value (or the pinned one). Not for kernels."""
+    tap = ACTIVE
+    if tap is None or tap.thread != threading.get_ident():
+        return value
+    i = len(tap.seen)
+    if i in tap.pin:
+        value = torch.as_tensor(tap.pin[i]).to(dtype=value.dtype, device=value.device).reshape(value.shape)
+    std = torch.as_tensor(std).detach().clone()
+    tap.seen.append(TappedRelease(i, _site(), event, std, value.detach().clone()))
+    if tap.stop_after is not None and i >= tap.stop_after:
+        raise StopTap()
+    return value
+
+
+def recorded(event, count: int, label: str) -> None:
+    """Called by :meth:`PrivacyLedger.record` when :data:`ACTIVE` is set: the ``count`` oldest
+    releases not yet recorded take ``label`` and ``event``."""
+    tap = ACTIVE
+    if tap is None or tap.thread != threading.get_ident():
+        return
+    left = int(count)
+    for r in tap.seen:
+        if left <= 0:
+            break
+        if r.label is None:
+            r.label, r.recorded_event = str(label), event
+            left -= 1
+
+
+@contextlib.contextmanager
+def tap_releases(pin: Optional[Dict[int, torch.Tensor]] = None, stop_after: Optional[int] = None):
+    """Tap the releases made in this thread while the block runs; yields the list of
+    :class:`TappedRelease` (module doc). ``pin``: ``{release index: value}`` replaces those
+    releases' values; ``stop_after``: raise :class:`StopTap` right after that release (the
+    caller catches it). Taps do not nest."""
+    global ACTIVE
+    if ACTIVE is not None:
+        raise RuntimeError("tap_releases() is already active (taps do not nest)")
+    tap = _Tap(pin, stop_after)
+    ACTIVE = tap
+    try:
+        yield tap.seen
+    finally:
+        ACTIVE = None

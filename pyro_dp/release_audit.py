@@ -1,0 +1,352 @@
+r"""Per-release white-box audit: for every kind of release a kernel makes, the Gaussian-DP
+:math:`\mu` it really has on a pair of neighbouring data sets, measured from the released
+values, with a confidence interval, against the :math:`\mu` its ledger accounts for.
+
+The method is the white-box ("gradient canary") audit of Nasr, Hayes, Steinke, Balle, Tramèr,
+Jagielski, Carlini & Terzis 2023, *Tight auditing of differentially private machine learning*
+(USENIX Security), §4: the auditor sees each noisy release, not only the final output, and
+chooses everything but the release's own noise. For one release of a kernel:
+
+1. **Neighbours at the clip.** :math:`D` and :math:`D'` differ in one row whose clipped term
+   sits at opposite ends of its clip interval (e.g. a row at :math:`\pm 50` when every clip is
+   a few units), so the release's noise-free value moves by its whole sensitivity
+   :math:`\Delta` between them — the worst case the ledger is computed for. Which pair is worst
+   depends on the release (a histogram of norms needs the row in two different bins): the
+   caller chooses it.
+2. **The same state.** Every draw is a fresh kernel with the same public seed (proposals,
+   momenta, uniforms) and fresh secret noise (OS entropy), as :func:`pyro_dp.audit.audit`
+   runs it; the releases *before* the audited one are **pinned** (:func:`pyro_dp.mechanisms.tap_releases`)
+   to the values of one reference run on :math:`D`, so the state in which the audited release
+   is computed is the same in every draw, on :math:`D` and on :math:`D'` — a white-box adversary
+   who fixed the earlier outputs. (Without pinning, the earlier releases' noise and their own
+   dependence on the row would move the state, and the measured shift would mix several
+   releases.) The run stops right after the audited release.
+3. **One-dimensional Gaussian test.** Given the state, the release is
+   :math:`v + \sigma\xi` with :math:`v` the clipped sum (a vector for gradients and
+   histograms). The direction :math:`u` of :math:`v_D - v_{D'}` is computed from one noise-free
+   run on each data set (:func:`pyro_dp.testing.weak_noise` with factor 0; data and public
+   draws only, never the audited draws), and each draw is reduced to
+   :math:`s = u^\top(\text{release})`: :math:`s \sim N(u^\top v_D, \sigma^2)` on :math:`D` and
+   :math:`N(u^\top v_{D'}, \sigma^2)` on :math:`D'`. Two Gaussians of equal variance are
+   :math:`\mu`-GDP apart with :math:`\mu = (u^\top v_D - u^\top v_{D'})/\sigma`
+   (Dong, Roth & Su 2022, Thm 2.7 and Prop. 2.8: the test's trade-off curve), estimated by
+   :math:`\hat\mu = (\bar s_D - \bar s_{D'})/s_p` with the pooled standard deviation :math:`s_p`.
+4. **Exact confidence interval.** :math:`T = \hat\mu\sqrt{n/2}` is noncentral-:math:`t` with
+   :math:`2n-2` degrees of freedom and noncentrality :math:`\mu\sqrt{n/2}`; inverting its law
+   gives the two-sided interval :math:`[\underline\mu, \overline\mu]` at ``confidence``
+   (:func:`mu_confidence_interval`).
+
+**Two-sided verdict.** The ledger's :math:`\mu` of the release is
+:math:`\mu_{\rm ledger} = 1/\mathrm{nm}` for a Gaussian event (sensitivity over noise), the
+smallest :math:`\sqrt{2\varepsilon(\alpha)/\alpha}` over the listed orders for an RDP curve
+(a Gaussian release of :math:`\mu` is :math:`(\alpha, \alpha\mu^2/2)`-RDP, so a larger
+:math:`\mu` breaks the curve at that order), and none otherwise (the release is skipped, with
+the reason). The release is
+
+* **sound** if :math:`\underline\mu \le \mu_{\rm ledger}`: else, at the stated confidence, the
+  release leaks more than its ledger says (weaker noise, a wrong sensitivity, a clip not
+  applied);
+* **powerful** if :math:`\overline\mu \ge 0.8\,\mu_{\rm ledger}` (``power_fraction``): the audit
+  saw (nearly) the whole sensitivity — the neighbours really are at the clip. A release that
+  is not powerful was not audited at its worst case: its soundness verdict is weak evidence.
+
+The honest kernel fails either test with probability at most ``(1 - confidence) / 2`` each
+(the interval is exact when the release's noise is Gaussian and its variance the same on both
+data sets), whatever its true :math:`\mu` below the ledger's (soundness) or at or above
+``power_fraction`` of it (power).
+
+**Assumptions and what is not covered.** Gaussian release noise of a data-free variance (DP
+Barker's :math:`\sqrt{C-\sigma_b^2}` depends on the data a little; the pooled variance is then
+an approximation); a release whose batch is the whole data set (a subsampled release is a
+mixture of Gaussians, not audited here: its event is skipped unless its rate is 1); the
+kernel run eagerly (the tap does not see inside a compiled graph: ``jit_compile`` is forced
+to ``False``, and ``True`` is refused); the same sequence of releases in every draw up to the
+audited one (it is, with the public draws fixed and the earlier releases pinned: else a
+``RuntimeError``). Only the first release of each kind (label, site, event) is audited. The
+audit measures each release alone: composition is the accountant's job (tested against
+oracles in ``tests/accounting``), and the end-to-end claim is :func:`pyro_dp.audit.audit`'s.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import numpy as np
+import pyro
+import torch
+from scipy.optimize import brentq
+from scipy.stats import norm, nct
+
+from .audit import _as_args, _check_confidence, _check_seed, _factory_caller
+from .kernels.base import DPKernel
+from .mechanisms import (GaussianEvent, NonPrivateEvent, RDPCurveEvent, SubsampledGaussianEvent, StopTap,
+                         tap_releases)
+from .testing import weak_noise
+
+__all__ = ["ReleaseAudit", "audit_releases", "gaussian_mu_of_event", "mu_confidence_interval"]
+
+
+@dataclass(frozen=True)
+class ReleaseAudit:
+    r"""The audit of one kind of release (:func:`audit_releases`).
+
+    :ivar tag: ``"<ledger label or 'step'> @ <site>"``, e.g. ``"tune:clip @ pyro_dp.kernels.tuning.clip_histogram"``.
+    :ivar label: the ledger label of the release (``""``: the kernel's own iterations).
+    :ivar site: ``module.function`` that made it.
+    :ivar index: its position among the run's releases (the first of its kind).
+    :ivar event: the event the release function stated (else the ledger's).
+    :ivar dim: number of released coordinates.
+    :ivar mu_ledger: the ledger's :math:`\mu` (``nan`` when skipped).
+    :ivar mu: the measured :math:`\hat\mu`; ``mu_low``, ``mu_high``: its confidence interval.
+    :ivar mu_design: :math:`\|v_D - v_{D'}\|/\sigma` of the noise-free releases with the
+        release's stated noise :math:`\sigma`: what the neighbours give if the noise is honest
+        (a value well below ``mu_ledger`` means the neighbours are not at the clip).
+    :ivar sound: ``mu_low <= mu_ledger``; ``powerful``: ``mu_high >= power_fraction * mu_ledger``
+        (``None`` when skipped).
+    :ivar skipped: why the release was not audited (``None``: audited).
+    :ivar num_draws: draws per data set; ``confidence``: of the interval.
+    """
+
+    tag: str
+    label: str
+    site: str
+    index: int
+    event: object
+    dim: int
+    mu_ledger: float
+    mu: float
+    mu_low: float
+    mu_high: float
+    mu_design: float
+    sound: Optional[bool]
+    powerful: Optional[bool]
+    skipped: Optional[str]
+    num_draws: int
+    confidence: float
+
+    @property
+    def passed(self) -> bool:
+        """Sound and powerful (a skipped release has not passed)."""
+        return bool(self.sound) and bool(self.powerful)
+
+    def __str__(self) -> str:
+        if self.skipped is not None:
+            return f"{self.tag}: skipped ({self.skipped})"
+        verdict = ("SOUND" if self.sound else "NOT SOUND") + ", " + ("POWERFUL" if self.powerful else "NOT POWERFUL")
+        return (f"{self.tag} [{self.event}, dim {self.dim}]: mu = {self.mu:.3f} "
+                f"[{self.mu_low:.3f}, {self.mu_high:.3f}] vs ledger {self.mu_ledger:.3f} "
+                f"(design {self.mu_design:.3f}; {self.num_draws} draws per data set, {self.confidence:.1%}): {verdict}")
+
+
+def gaussian_mu_of_event(event) -> Tuple[Optional[float], str]:
+    r"""``(mu, how)``: the Gaussian-DP :math:`\mu` one release of ``event`` is accounted for, or
+    ``(None, why not)``.
+
+    >>> gaussian_mu_of_event(GaussianEvent(2.0))
+    (0.5, 'Gaussian: 1/nm')
+    >>> gaussian_mu_of_event(RDPCurveEvent((2.0, 8.0), (0.25, 4.0)))  # min over orders of sqrt(2 eps/alpha)
+    (0.5, 'RDP curve: min sqrt(2 eps(a)/a)')
+    >>> gaussian_mu_of_event(NonPrivateEvent())[0] is None
+    True
+    """
+    if isinstance(event, GaussianEvent):
+        return 1.0 / event.noise_multiplier, "Gaussian: 1/nm"
+    if isinstance(event, SubsampledGaussianEvent):
+        if event.sample_rate >= 1.0:
+            return 1.0 / event.noise_multiplier, "subsampled Gaussian of rate 1: 1/nm"
+        return None, f"subsampled (rate {event.sample_rate:g}): a mixture of Gaussians, not a Gaussian release"
+    if isinstance(event, RDPCurveEvent):
+        return min(math.sqrt(2.0 * e / a) for a, e in zip(event.orders, event.rdp)), "RDP curve: min sqrt(2 eps(a)/a)"
+    if isinstance(event, NonPrivateEvent):
+        return None, "no noise (the non-private test mode)"
+    return None, f"{type(event).__name__} has no Gaussian equivalent"
+
+
+def mu_confidence_interval(s_d, s_dprime, confidence: float = 0.999) -> Tuple[float, float, float]:
+    r"""``(mu_hat, low, high)``: the estimate :math:`\hat\mu = (\bar s_D - \bar s_{D'})/s_p` of
+    the distance between two Gaussians of equal variance, in standard deviations, from ``n``
+    draws of each, and its exact two-sided interval at ``confidence``: :math:`T =
+    \hat\mu\sqrt{n/2}` is noncentral-:math:`t` with :math:`2n-2` degrees of freedom and
+    noncentrality :math:`\mu\sqrt{n/2}`; the bounds are the noncentralities at which ``T`` is at
+    its upper and lower :math:`(1-\mathrm{confidence})/2` quantiles. The sign is kept
+    (``s_d`` should be the larger in expectation); ``low`` may be negative.
+
+    >>> rng = np.random.default_rng(0)
+    >>> mu, lo, hi = mu_confidence_interval(rng.normal(0.5, 2.0, 4000), rng.normal(0.0, 2.0, 4000), 0.99)
+    >>> bool(lo < 0.25 < hi), bool(hi - lo < 0.2)
+    (True, True)
+    """
+    a, b = np.asarray(s_d, dtype=np.float64), np.asarray(s_dprime, dtype=np.float64)
+    n = len(a)
+    if len(b) != n or n < 2:
+        raise ValueError("need the same number (>= 2) of draws on D and on D'")
+    confidence = _check_confidence(confidence)
+    sp = math.sqrt((a.var(ddof=1) + b.var(ddof=1)) / 2.0)
+    if not (sp > 0) or not math.isfinite(sp):
+        raise ValueError("the draws have no spread (noise-free releases?): mu is not estimable")
+    mu = (a.mean() - b.mean()) / sp
+    scale = math.sqrt(n / 2.0)
+    t, df, alpha = mu * scale, 2 * n - 2, (1.0 - confidence) / 2.0
+
+    def cdf(nc):  # P(T <= t); scipy's nct gives NaN far in a tail: there the normal approximation
+        c = nct.cdf(t, df, nc)  # (Abramowitz & Stegun 26.7.10) is 0 or 1 to many digits
+        return c if math.isfinite(c) else norm.cdf((t * (1 - 1 / (4 * df)) - nc) / math.sqrt(1 + t * t / (2 * df)))
+
+    def nc_at(p):  # the noncentrality at which P(T <= t) = p (the cdf decreases in nc)
+        f = lambda nc: cdf(nc) - p  # noqa: E731
+        w = 8.0 * math.sqrt(1.0 + t * t / (2 * df))
+        lo, hi = t - w, t + w
+        while f(lo) < 0:
+            lo -= w
+        while f(hi) > 0:
+            hi += w
+        return brentq(f, lo, hi, xtol=1e-10)
+
+    return float(mu), float(nc_at(1.0 - alpha) / scale), float(nc_at(alpha) / scale)
+
+
+def _draw(make, args, seed: int, cache: dict, num_iterations: int, pin=None, stop_after=None):
+    """One run of a fresh kernel under the tap: the releases seen (a list of TappedRelease)."""
+    k = make()
+    if not isinstance(k, DPKernel):
+        raise TypeError(f"kernel_factory must return a pyro_dp DPKernel, got {type(k).__name__}")
+    if k.lik is not None or k.ledger:
+        raise ValueError("kernel_factory returned a kernel that was already set up or run: return a new one per call")
+    if getattr(k, "jit_compile", None) is True:
+        raise ValueError("audit_releases runs kernels eagerly (the tap does not see inside a compiled graph): "
+                         "build the kernel with jit_compile=False or None")
+    k.jit_compile = False
+    k.seed, k.noise_seed, k._jit_cache = seed, None, cache  # one public seed; fresh secret noise (pyro_dp.audit)
+    with tap_releases(pin=pin, stop_after=stop_after) as seen:
+        try:
+            k.setup(0, *args)
+            params = k.initial_params
+            for _ in range(int(num_iterations)):
+                params = k.sample(params)
+        except StopTap:
+            pass
+    return seen
+
+
+def _kinds(reference) -> List:
+    """The first release of each (label, site, event) of the reference run."""
+    out, keys = [], set()
+    for r in reference:
+        event = r.event if r.event is not None else r.recorded_event
+        key = (r.label, r.site, repr(event))
+        if key not in keys:
+            keys.add(key)
+            out.append((r, event))
+    return out
+
+
+def audit_releases(
+    kernel_factory: Callable,
+    data,
+    neighbour,
+    *,
+    num_draws: int = 200,
+    seed: int = 0,
+    confidence: float = 0.999,
+    num_iterations: int = 1,
+    power_fraction: float = 0.8,
+    labels: Optional[Sequence[str]] = None,
+    args_fn: Optional[Callable] = None,
+    disable_validation: bool = True,
+) -> List[ReleaseAudit]:
+    r"""Audit every kind of release of a kernel on one pair of neighbouring data sets, white-box
+    (module doc: Nasr et al. 2023): the Gaussian-DP :math:`\mu` of each release measured from
+    ``num_draws`` released values on :math:`D` and on :math:`D'`, with its exact confidence
+    interval, against the ledger's.
+
+    Each draw is a fresh kernel from ``kernel_factory()`` with the public seed ``seed`` and fresh
+    secret noise (its ``noise_seed`` cleared), run eagerly — ``setup`` on the data, then up to
+    ``num_iterations`` iterations — under :func:`~pyro_dp.mechanisms.tap_releases`, with the
+    releases before the audited one pinned to those of a reference run on :math:`D`, and stopped
+    right after it. A release kind is a (ledger label, call site, event) of the reference run;
+    the first release of each kind is audited.
+
+    :param kernel_factory: ``kernel_factory()`` returns a new, not yet set-up
+        :class:`~pyro_dp.kernels.base.DPKernel` (``jit_compile`` ``False`` or ``None``).
+    :param data, neighbour: the model's positional arguments on :math:`D` and :math:`D'` (a
+        tuple, or one tensor), differing in one row whose clipped term is at opposite ends of
+        the clip for the releases audited (module doc).
+    :param int num_draws: draws per data set and release kind: the interval's half-width is
+        about :math:`3.3\sqrt{2/n}` at confidence 0.999 (0.33 for 200 draws).
+    :param int seed: the shared public seed.
+    :param float confidence: of each two-sided interval.
+    :param int num_iterations: iterations after ``setup`` in the reference run (releases made
+        later are not audited).
+    :param float power_fraction: the release is powerful if the interval's upper end reaches
+        this fraction of the ledger's :math:`\mu`.
+    :param labels: audit only releases with these ledger labels (``""``: the kernel's own
+        iterations; ``"tune:clip"``, ...); default: all.
+    :param args_fn: optional ``args_fn(x) -> tuple`` of the model's positional arguments.
+    :param bool disable_validation: Pyro's validation off, as :class:`pyro.infer.MCMC` runs.
+    :returns: one :class:`ReleaseAudit` per release kind, in the order of the reference run.
+
+    Example: DP penalty's one release per iteration, on a row at :math:`\pm 50` (the clip is a
+    few units), with its ledger's noise and with a fifth of it (:func:`pyro_dp.testing.weak_noise`).
+    Skipped as a doctest: 400 kernel runs take a few seconds (``tests/test_release_audit.py``
+    runs it).
+
+    >>> import torch
+    >>> from pyro.infer.autoguide.initialization import init_to_mean
+    >>> from pyro_dp import DPPenalty
+    >>> from pyro_dp.models.examples import normal_mean_model as model
+    >>> from pyro_dp.testing import weak_noise
+    >>> y = torch.linspace(-1.0, 1.0, 20, dtype=torch.float64); y[0] = 50.0
+    >>> y2 = y.clone(); y2[0] = -50.0
+    >>> make = lambda: DPPenalty(model, 0.3, llr_clip=1.0, noise_multiplier=2.0, init_strategy=init_to_mean)
+    >>> [a.passed for a in audit_releases(make, y, y2)]  # doctest: +SKIP
+    [True]
+    >>> [a.sound for a in audit_releases(lambda: weak_noise(make(), 0.2), y, y2)]  # doctest: +SKIP
+    [False]
+    """
+    if isinstance(num_draws, bool) or not isinstance(num_draws, (int, np.integer)) or num_draws < 2:
+        raise ValueError(f"num_draws must be an integer >= 2, got {num_draws!r}")
+    confidence = _check_confidence(confidence)
+    seed = _check_seed(seed)
+    if not (0.0 < float(power_fraction) <= 1.0):
+        raise ValueError(f"power_fraction must be in (0, 1], got {power_fraction!r}")
+    make = _factory_caller(kernel_factory)
+    args = (_as_args("data", data, args_fn), _as_args("neighbour", neighbour, args_fn))
+    n, cache, out = int(num_draws), {}, []
+    with pyro.validation_enabled(not disable_validation):
+        reference = _draw(make, args[0], seed, cache, num_iterations)
+        for r, event in _kinds(reference):
+            if labels is not None and r.label not in labels:
+                continue
+            tag = f"{r.label or 'step'} @ {r.site}"
+            dim = int(r.value.numel())
+            mu_ledger, how = gaussian_mu_of_event(event)
+            common = dict(tag=tag, label=r.label or "", site=r.site, index=r.index, event=event, dim=dim,
+                          num_draws=n, confidence=confidence)
+            if mu_ledger is None:
+                out.append(ReleaseAudit(mu_ledger=math.nan, mu=math.nan, mu_low=math.nan, mu_high=math.nan,
+                                        mu_design=math.nan, sound=None, powerful=None, skipped=how, **common))
+                continue
+            pin = {i: reference[i].value for i in range(r.index)}
+
+            def value_at(factory, a):
+                seen = _draw(factory, a, seed, cache, num_iterations, pin=pin, stop_after=r.index)
+                if len(seen) <= r.index or seen[r.index].site != r.site:
+                    got = seen[r.index].site if len(seen) > r.index else "no release"
+                    raise RuntimeError(f"release {r.index} of a draw ({got}) is not the reference run's ({r.site}): "
+                                       "the releases before it must not depend on the data or the noise")
+                return seen[r.index]
+
+            free = [value_at(lambda: weak_noise(make(), 0.0), a) for a in args]  # aim: data and public draws only
+            diff = (free[0].value - free[1].value).reshape(-1).to(torch.float64)
+            norm = float(diff.norm())
+            u = diff / norm if norm > 0 else torch.nn.functional.one_hot(torch.tensor(0), dim).to(torch.float64)
+            sigma = float(free[0].noise_std.reshape(-1)[0]) if free[0].noise_std.numel() else math.nan
+            mu_design = norm / sigma if sigma > 0 else math.inf
+            s = [np.array([float(value_at(make, a).value.reshape(-1).to(torch.float64) @ u) for _ in range(n)])
+                 for a in args]
+            mu, lo, hi = mu_confidence_interval(s[0], s[1], confidence)
+            out.append(ReleaseAudit(mu_ledger=mu_ledger, mu=mu, mu_low=lo, mu_high=hi, mu_design=mu_design,
+                                    sound=bool(lo <= mu_ledger), powerful=bool(hi >= power_fraction * mu_ledger),
+                                    skipped=None, **common))
+    return out
