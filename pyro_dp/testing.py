@@ -460,12 +460,7 @@ def check_per_row_rule(make_kernel, data=None, *, args=(), kwargs=None, name=Non
     case, check = _case(make_kernel, data, args, kwargs, name, steps), "per-row rule"
     with _quiet():
         probe = _build(case)
-    pos = data_arg
-    if pos is None:
-        pos = next((i for i, a in enumerate(case.args) if i not in set(probe.public) and torch.is_tensor(a)
-                    and a.is_floating_point()), None)
-        if pos is None:
-            raise ValueError(f"{case.name}: no floating-point data argument: pass data_arg=")
+    pos = _data_position(case, probe, data_arg)
     runs = []
     for value in bad_rows[:2]:
         a, kw = list(case.args), dict(case.kwargs)
@@ -583,15 +578,21 @@ def check_eager_equals_compiled(make_kernel, data=None, *, args=(), kwargs=None,
 LOUD_NOISE = 1e9
 
 
+def _data_position(case: _Case, probe: DPKernel, data_arg):
+    """``data_arg``, or the first floating-point positional argument not declared ``public``."""
+    if data_arg is not None:
+        return data_arg
+    pos = next((i for i, a in enumerate(case.args) if i not in set(probe.public) and torch.is_tensor(a)
+                and a.is_floating_point()), None)
+    if pos is None:
+        raise ValueError(f"{case.name}: no floating-point data argument: pass data_arg=")
+    return pos
+
+
 def _substituted(case: _Case, probe: DPKernel, row: int, data_arg, scale: float):
     """The case's arguments with row ``row`` of the data argument substituted by an adversarial
     row: the row times ``-scale`` plus ``scale`` (far from every other row, finite)."""
-    pos = data_arg
-    if pos is None:
-        pos = next((i for i, a in enumerate(case.args) if i not in set(probe.public) and torch.is_tensor(a)
-                    and a.is_floating_point()), None)
-        if pos is None:
-            raise ValueError(f"{case.name}: no floating-point data argument: pass data_arg=")
+    pos = _data_position(case, probe, data_arg)
     a, kw = list(case.args), dict(case.kwargs)
     x = (kw if isinstance(pos, str) else a)[pos].clone()
     x[row] = x[row] * -scale + scale
