@@ -219,3 +219,21 @@ def test_kit_refuses_bad_input():
         check_kernel(lambda: k, Y, checks=["copies"])
     with pytest.raises(TypeError, match="callable"):
         check_kernel(k, Y)
+
+
+class DeclaresNothing(pyro_dp.DPPenalty):
+    """A contributor's mistake: its step releases one ratio but declares none."""
+
+    def _step_events(self, state):
+        return []
+
+
+def test_a_release_beyond_the_declared_ones_names_the_contributors_mistake():
+    """Issue 63: the error says what the kernel did wrong (and that the release was recorded),
+    not 'internal error ... please report'."""
+    k = _penalty(DeclaresNothing)()
+    k.setup(0, Y)
+    with pytest.raises(RuntimeError, match=r"DeclaresNothing's step released \[GaussianEvent.*declared \{\} before it "
+                                           r"ran: a kernel must declare every release"):
+        k.sample(k.initial_params)
+    assert k.ledger  # recorded: the epsilon reported includes it

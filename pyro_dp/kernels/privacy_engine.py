@@ -462,8 +462,12 @@ class PrivacyEngine:
                     on_release()
         if not _within(_counts(events), declared):
             raise RuntimeError(
-                f"internal error: {owner} released {list(events)} but declared "
-                f"{dict(declared)} (recorded in the ledger; please report)"
+                f"{owner}'s step released {list(events)} but declared {dict(declared)} before it ran: a kernel "
+                "must declare every release of a step before making it (its _step_events / _per_iteration_events, "
+                "pyro_dp.kernels.privacy_client), so that the budget check sees it first. The releases were "
+                "recorded in the ledger (the epsilon reported includes them). If you wrote this kernel, add the "
+                "missing events to what its step declares (docs/new_kernel.md); if it is one of pyro_dp's, please "
+                "report it"
             )
 
     def record(self, event: PrivacyEvent, label: str = "", on_release=None) -> None:
