@@ -528,6 +528,11 @@ class DPSGLD(_SGMCMC):
         # corrects the bias (measured: 168 rows above put a linear model's sigma 1.4 sd off).
         return 0.0 if self.auto_tuned else None
 
+    def _default_path_noises(self):
+        # DefaultPath.default_path_noise: its default path's gradient release, every row (q = 1, as
+        # _calibrate without the data), and no ratio noise for the tuner (_ratio_noise_multiplier)
+        return float(self._budget_noise(1.0)), 0.0
+
     _noise_limited_alternative = ""  # (diagnostics' advice) it is the kernel the others point to
 
     def _apply_tuning(self, result):
