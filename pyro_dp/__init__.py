@@ -30,7 +30,7 @@ from .predictive import posterior_predictive
 from .report import PrivacyReport, privacy_report
 from .run import get_epsilon, get_ledger
 
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = [
     "DPKernel",
