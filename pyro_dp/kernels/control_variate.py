@@ -362,7 +362,7 @@ class ControlVariateClient:
 
     #: whether this class's step runs control_variate (a subclass with its own step sets False)
     _control_variate_step = True
-    _cv_chain_attrs = ("curvature_clip", "_cv_reference", "_scale_guess")
+    cv_chain_attrs = ("curvature_clip", "_cv_reference", "_scale_guess")
     #: the kernel the end-of-chain advice may point to instead (DPHMC: DPPenalty), with this
     #: chain's forecast of it (:meth:`_alternative_forecast`); ``None``: none
     alternative_kernel: Optional[str] = None

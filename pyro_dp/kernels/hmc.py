@@ -527,7 +527,7 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
     # ------------------------------------------------------------------ lifecycle
     _chain_attrs = DPKernel._chain_attrs + ("_grad_clip_sum", "_llr_clip_sum", "_llr_count", "_adapted_step_size",
                                             "_adapter", "_inv_mass", "_mass_sqrt", "step_size", "grad_clip",
-                                            "llr_clip", "_step_floor") + cv_mod.ControlVariateClient._cv_chain_attrs + \
+                                            "llr_clip", "_step_floor") + cv_mod.ControlVariateClient.cv_chain_attrs + \
         PriorOnlySweeps._chain_attrs
 
     def _ratio_noise_multiplier(self):
