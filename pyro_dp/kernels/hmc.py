@@ -42,7 +42,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-from typing import NamedTuple, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 from pyro.ops.dual_averaging import DualAveraging
