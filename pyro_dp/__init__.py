@@ -30,7 +30,7 @@ from .predictive import posterior_predictive
 from .report import PrivacyReport, privacy_report
 from .run import get_epsilon, get_ledger
 
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = [
     "DPKernel",
@@ -66,6 +66,6 @@ __all__ = [
 
 # az.from_pyro on a pyro_dp run warns that it copies the raw data (pyro_dp/arviz.py); installed
 # lazily: arviz is imported only if and when the user imports it
-from .arviz import _install_from_pyro_guard  # noqa: E402
+from .arviz import install_from_pyro_guard  # noqa: E402
 
-_install_from_pyro_guard()
+install_from_pyro_guard()

@@ -77,7 +77,9 @@ def to_arviz(mcmc, *, delta: Optional[float] = None):
     report = privacy_report(mcmc, delta=delta)
     samples = {k: v.detach().cpu().numpy() for k, v in mcmc.get_samples(group_by_chain=True).items()}
     num_chains, num_draws = next(iter(samples.values())).shape[:2]
-    per_chain = mcmc._diagnostics  # kernel.diagnostics() of each chain of the last run (pyro-ppl 1.9)
+    # kernel.diagnostics() of each chain of the last run (pyro-ppl 1.9): MCMC.diagnostics() merges them
+    # with its own statistics and has no public per-chain list
+    per_chain = mcmc._diagnostics  # architecture: private-read (pyro's MCMC, third-party)
     stats = {}
     for key in _STATS:
         if all(key in d for d in per_chain):
@@ -201,7 +203,7 @@ def _remove_finder() -> None:
         sys.meta_path.remove(_FINDER)
 
 
-def _install_from_pyro_guard() -> None:
+def install_from_pyro_guard() -> None:
     """Guard ArviZ's Pyro converter now if it is imported, else when it is (module docstring)."""
     module = sys.modules.get(_ARVIZ_PYRO)
     if module is not None:

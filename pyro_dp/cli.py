@@ -16,6 +16,9 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
+from .demo import run_demo
+from .version import __version__
+
 __all__ = ["main"]
 
 #: What ``pyro-dp experiment ...`` prints (to stderr, exit status 2): the subcommand's new home.
@@ -53,13 +56,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     args = _parser().parse_args(argv)
     if args.version:
-        from . import __version__
-
         print(f"pyro_dp {__version__}")
         return 0
     if args.command == "demo":
-        from .demo import run_demo
-
         for name in ("n", "num_samples", "warmup_steps", "threads"):
             if getattr(args, name) < (1 if name == "n" else 0):
                 _parser().error(f"--{name.replace('_', '-')} must be positive")

@@ -35,7 +35,7 @@ where the default path has code:
    is the Langevin diffusion of Roberts, Gelman & Gilks (1997) with speed
    :math:`h = (s/\mathrm{sd})^2 m` per iteration, :math:`m` the accepted share of the squared
    move — the test's noise grows with the move's length :math:`s^2X`, :math:`X\sim\chi^2_D`,
-   so the acceptance and :math:`m` are averages over it (``_chi2_accept``; 0.86–0.94 of the
+   so the acceptance and :math:`m` are averages over it (:func:`~pyro_dp.kernels.prediction.chi2_accept`; 0.86–0.94 of the
    acceptance rate for :math:`D` = 4–10 at the target, which the step of 3 is then adapted to
    over the same average); its integrated autocorrelation time in the
    slowest direction is :math:`4/h`, so the ESS of ``num_samples`` draws is about
@@ -90,115 +90,22 @@ import math
 import warnings
 from dataclasses import dataclass
 from statistics import NormalDist
+from types import SimpleNamespace
 from typing import Optional, Tuple, Union
 
 import torch
 
+from . import kernels as K
+from .kernels.default_path import LANGEVIN_CLIP_HEADROOM, langevin_burn_in, langevin_default, langevin_ess
+from .kernels.prediction import (CV_REACH, HMC_GRADIENT_GAIN, PROFILES, ModelProfile, check_int, check_positive_number,
+                                 gradient_gain, mh_predicted_move, model_profile)
+from .kernels.sgmcmc import langevin_noise_multiplier
+
 __all__ = ["feasibility", "Feasibility", "ModelProfile", "model_profile", "PROFILES", "predicted_move", "CV_REACH",
            "smallest_estimate_factor", "ESS_ESTIMATE_CV", "hmc_gradient_gain", "HMC_GRADIENT_GAIN"]
 
-#: The built-in model profiles (:func:`model_profile`): the default suite's GLMs
-#: (:mod:`pyro_dp.models.default_suite`), features uniform in the unit ball.
-PROFILES = ("logistic", "linear", "poisson")
 
 _PHI = NormalDist()
-# rows of the synthetic sample a built-in profile's gradient norms and Fisher information come from
-_PROFILE_ROWS = 50_000
-
-
-@dataclass(frozen=True)
-class ModelProfile:
-    r"""What :func:`feasibility` needs to know of a model, all public (no data).
-
-    :ivar name: a label.
-    :ivar num_latents: :math:`D`, the unconstrained latent dimension.
-    :ivar norms: per-row gradient norms :math:`\|\nabla\ell_i\|` at a typical parameter, sorted
-        (a sample: the clip is their quantile, :math:`b` of the ratio clip).
-    :ivar fisher: the :math:`D\times D` Fisher information per row (unconstrained coordinates).
-    :ivar whitened_norms: per-row norms :math:`\|F^{-1/2}\nabla\ell_i\|` of the same rows in
-        Fisher-whitened coordinates, sorted; ``None``: not known (:func:`feasibility` then cannot
-        predict a whitened chain, DPPenalty's default, and says so). :meth:`from_scores` fills it.
-    """
-
-    name: str
-    num_latents: int
-    norms: Tuple[float, ...]
-    fisher: Tuple[Tuple[float, ...], ...]
-    whitened_norms: Optional[Tuple[float, ...]] = None
-
-    @classmethod
-    def from_scores(cls, name: str, scores) -> "ModelProfile":
-        r"""A profile from ``[rows, D]`` per-row scores :math:`\nabla\ell_i` of *synthetic* rows
-        (a guess at a typical parameter: never your data, which this function would read
-        without any privacy): the norms, :math:`F = E[\nabla\ell\,\nabla\ell^\top]` and the norms
-        in Fisher-whitened coordinates :math:`\|F^{-1/2}\nabla\ell_i\|`.
-
-        >>> p = ModelProfile.from_scores("toy", torch.tensor([[1.0, 0.0], [0.0, 2.0], [-1.0, 0.0], [0.0, -2.0]]))
-        >>> p.num_latents, p.fisher, [round(v, 3) for v in p.whitened_norms]
-        (2, ((0.5, 0.0), (0.0, 2.0)), [1.414, 1.414, 1.414, 1.414])
-        """
-        scores = torch.as_tensor(scores, dtype=torch.float64)
-        if scores.dim() != 2 or scores.shape[0] < 2 or not bool(torch.isfinite(scores).all()):
-            raise ValueError("scores must be a finite [rows >= 2, D] tensor of per-row scores")
-        norms = torch.sort(torch.linalg.vector_norm(scores, dim=1)).values
-        fisher = scores.T @ scores / scores.shape[0]
-        evals, evecs = torch.linalg.eigh(fisher)
-        if float(evals.min()) <= 1e-12 * max(float(evals.max()), 1e-300):
-            raise ValueError("the scores' Fisher information is singular: some direction moves no row's "
-                             "likelihood, so no posterior scale can be predicted for it")
-        inv_sqrt = evecs @ torch.diag(evals.rsqrt()) @ evecs.T
-        white = torch.sort(torch.linalg.vector_norm(scores @ inv_sqrt, dim=1)).values
-        return cls(name, scores.shape[1], tuple(norms.tolist()), tuple(map(tuple, fisher.tolist())),
-                   tuple(white.tolist()))
-
-    def quantile(self, q: float) -> float:
-        """The ``q`` quantile of :attr:`norms` (the largest one above ``1 - 1/len``)."""
-        return _quantile(self.norms, q)
-
-    def whitened(self) -> "ModelProfile":
-        """The same rows in Fisher-whitened coordinates :math:`u = F^{1/2}\theta`: norms
-        :attr:`whitened_norms`, Fisher information the identity (what a chain whitened by the
-        posterior's exact metric sees; DPPenalty's default path whitens with a private estimate
-        of it, ``docs/tuning.md``)."""
-        if self.whitened_norms is None:
-            raise ValueError(f"profile {self.name!r} has no whitened_norms (build it with ModelProfile.from_scores)")
-        eye = torch.eye(self.num_latents, dtype=torch.float64)
-        return ModelProfile(f"{self.name} (whitened)", self.num_latents, self.whitened_norms,
-                            tuple(map(tuple, eye.tolist())), self.whitened_norms)
-
-
-def _quantile(sorted_values, q: float) -> float:
-    k = min(len(sorted_values) - 1, max(0, math.ceil(q * len(sorted_values)) - 1))
-    return float(sorted_values[k])
-
-
-@functools.lru_cache(maxsize=32)
-def model_profile(name: str, dim: int, noise_sd: float = 1.0, rate: float = 3.0) -> ModelProfile:
-    r"""A built-in :class:`ModelProfile` from a synthetic sample (fixed seed; never your data,
-    :func:`pyro_dp.models.profiles.synthetic_scores`): ``dim`` features uniform in the unit
-    ball, coefficients of order one — the per-row scores give the gradient norms and the Fisher
-    information :math:`F = E[\nabla\ell\,\nabla\ell^\top]`.
-
-    * ``"logistic"``: :math:`D = d+1`; :math:`\nabla\ell = (y-p)(1,x)`, norms at most
-      :math:`\sqrt2` (its Lipschitz bound).
-    * ``"linear"`` (unknown :math:`\sigma`, unconstrained :math:`\log\sigma`, residual sd
-      ``noise_sd``): :math:`D = d+2`; :math:`\nabla\ell = (e/\sigma\,(1,x),\ e^2-1)`,
-      :math:`e` the standardised residual.
-    * ``"poisson"`` with a log-exposure offset (exposures uniform on [0.5, 3], mean count
-      about ``rate``): :math:`D = d+1`; :math:`\nabla\ell = (y-\mu)(1,x)`.
-
-    >>> p = model_profile("logistic", 5)
-    >>> p.num_latents, p.quantile(1.0) <= 2 ** 0.5
-    (6, True)
-    """
-    if name not in PROFILES:
-        raise ValueError(f"unknown model profile {name!r}: use one of {PROFILES} or pass a ModelProfile")
-    d = _check_int("dim", dim, 1)
-    # imported here: `import pyro_dp` does not load the benchmark models until a profile is asked for
-    from .models.profiles import synthetic_scores
-
-    return ModelProfile.from_scores(name, synthetic_scores(name, d, noise_sd=noise_sd, rate=rate,
-                                                           num_rows=_PROFILE_ROWS))
 
 
 @dataclass(frozen=True)
@@ -258,18 +165,6 @@ class Feasibility:
     gradients: Optional[bool] = None
 
 
-def _check_int(name, value, low) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return int(value)
-
-
-def _check_pos(name, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a positive number, got {value!r}")
-    return float(value)
-
-
 KERNELS = ("DPPenalty", "DPHMC", "DPSGLD")
 
 
@@ -277,33 +172,17 @@ KERNELS = ("DPPenalty", "DPHMC", "DPSGLD")
 def _noise(kernel: str, epsilon: float, delta: float, iterations: int, chains: int, temperature: float,
            num_steps: int, control_variate: bool = True, gradients: bool = True):
     """``(ratio noise multiplier, the tuner)`` exactly as the kernel's default path sets them
-    (DPHMC: with ``gradients`` releases or without, :func:`hmc_gradient_gain`). Cached: the
-    tuner is only read."""
-    from . import kernels as K  # here: kernels.default_path imports this module (a cycle at import time)
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        kw = dict(epsilon=epsilon, delta=delta, num_iterations=iterations, num_chains=chains,
-                  temperature=temperature, seed=0)
-        if kernel == "DPSGLD":  # its default path: every row, q = 1 (DPSGLD._calibrate's, without the data)
-            k = K.DPSGLD(_no_model, **kw)
-            k.init.configure(epsilon=k.epsilon, delta=k.delta, num_chains=k.num_chains, non_private=False)
-            nm = float(k._budget_noise(1.0))
-            k.init.set_ratio_noise(0.0)  # DPSGLD._ratio_noise_multiplier on the default path
-            return nm, k.init
-        k = (K.DPHMC(_no_model, num_steps=num_steps, control_variate=bool(control_variate), gradients=gradients,
-                     **kw) if kernel == "DPHMC" else K.DPPenalty(_no_model, control_variate=bool(control_variate), **kw))
-        k.init.configure(epsilon=k.epsilon, delta=k.delta, num_chains=k.num_chains, non_private=False)
-        k._calibrate()
-        nm = float(k._ratio_noise_multiplier())
-        k.init.set_ratio_noise(nm)
-    return nm, k.init
+    (:meth:`~pyro_dp.kernels.default_path.DefaultPath.default_path_noise`, the kernel's own
+    calibration; DPHMC: with ``gradients`` releases or without, :func:`hmc_gradient_gain`).
+    Cached: the tuner is only read."""
+    settings = {"DPHMC": dict(num_steps=num_steps, control_variate=bool(control_variate), gradients=gradients),
+                "DPPenalty": dict(control_variate=bool(control_variate)), "DPSGLD": {}}[kernel]
+    return getattr(K, kernel).default_path_noise(epsilon=epsilon, delta=delta, num_iterations=iterations,
+                                                 num_chains=chains, temperature=temperature, **settings)
 
 
 def _chain_coordinates(profile: ModelProfile, kernel: str, whiten: Optional[bool]) -> Tuple[ModelProfile, bool]:
     """``(profile in the chain's coordinates, whitened)`` (:func:`feasibility`'s ``whiten``)."""
-    from . import kernels as K  # here: the import cycle of _noise
-
     if whiten is not None and not isinstance(whiten, bool):
         raise TypeError(f"whiten must be True, False or None, got {whiten!r}")
     if whiten is None:
@@ -316,17 +195,6 @@ def _chain_coordinates(profile: ModelProfile, kernel: str, whiten: Optional[bool
             default = False
         whiten = default
     return (profile.whitened() if whiten else profile), whiten
-
-
-def _no_model(*args, **kwargs):  # the kernels need a callable; feasibility never runs it
-    return None
-
-
-#: :math:`R/(\sqrt D\,\mathrm{sd})` of the control-variate forecast: a chain's distance from its
-#: reference point in posterior sds per root dimension (:func:`predicted_move`). Chosen over 1,
-#: 1.2, 1.7 and 2 on 42 runs of DPPenalty and DPHMC (N = 5·10⁴, ε = 2 and 8): the most forecasts
-#: within a factor 2 of the measured smallest ESS (32 of 42; 31 at 2, the value before 2026-11-28)
-CV_REACH = math.sqrt(2.0)
 
 
 #: the coefficient of variation of Pyro's effective-sample-size estimate of one coordinate
@@ -347,7 +215,7 @@ def smallest_estimate_factor(num_coords: int) -> float:
     >>> [round(smallest_estimate_factor(d), 2) for d in (1, 4, 5, 20)]
     [1.0, 0.81, 0.79, 0.69]
     """
-    d = _check_int("num_coords", num_coords, 1)
+    d = check_int("num_coords", num_coords, 1)
     if d == 1:
         return 1.0
     return math.exp(-ESS_ESTIMATE_CV * _PHI.inv_cdf((d - 0.375) / (d + 0.25)))
@@ -384,92 +252,17 @@ def predicted_move(*, kernel: str, num_rows: int, noise_multiplier: float, clip:
     >>> [round(x, 3) for x in r]
     [0.354, 0.413, 0.3, 5.189]
     """
-    from .kernels.tuning import penalty_jump_length, posterior_scale_guess  # here: the import cycle above
-
+    if kernel != "DPSGLD":
+        return mh_predicted_move(kernel=kernel, num_rows=num_rows, noise_multiplier=noise_multiplier, clip=clip,
+                                 grad_norm=grad_norm, fisher=fisher, num_samples=num_samples,
+                                 warmup_steps=warmup_steps, num_chains=num_chains, temperature=temperature,
+                                 num_steps=num_steps, noise_ratio=noise_ratio, control_variate=control_variate)
     F = torch.as_tensor(fisher, dtype=torch.float64)
     D = F.shape[0]
     T, n, nm, b = float(temperature), float(num_rows), float(noise_multiplier), float(clip)
-    precision = T * n * F
-    sd_max = math.sqrt(float(torch.linalg.eigvalsh(torch.linalg.inv(precision)).max()))
-    guess = posterior_scale_guess(grad_norm, int(n), D, T)
-    if kernel == "DPSGLD":  # clip: the tuner's ratio quantile (the kernel's clip is derived from it)
-        return _langevin_move(nm, b, float(grad_norm), T, n, D, sd_max, num_samples, num_chains)
-    if control_variate:  # the residuals' (and DP-HMC's gradient differences') clip per unit jump, min{hR, 2b'}
-        from .kernels.control_variate import REFERENCE_CLIP_HEADROOM, default_curvature_clip
-        reach = CV_REACH * math.sqrt(D) * sd_max
-        b = min(default_curvature_clip(D, int(n), guess, T) * reach, 2.0 * REFERENCE_CLIP_HEADROOM * b)
-    jump = penalty_jump_length(nm, b, T)
-    noise_per_step = 4.0 * nm * nm * b * b * T * T * D  # sigma^2 per unit s^2 (sigma = 2 nm b T s sqrt(D))
-    if kernel == "DPHMC":
-        if noise_ratio is None:
-            from .accounting.algorithms import default_noise_ratio
-            noise_ratio = default_noise_ratio(num_steps)
-        noise_per_step *= 1.0 + float(noise_ratio) ** 2 / num_steps  # + the kinetic term's noise (above)
-        s0 = min(jump / math.sqrt(D), num_steps * guess)  # L * eta, eta = min(jump / (L sqrt D), guess)
-        if control_variate:  # the default path's noise-free start, eta = guess / D^(1/4)
-            s0 = num_steps * guess / D ** 0.25
-        target, v = 0.5, 0.0  # hmc.DEFAULT_TARGET_ACCEPT_PROB; an exact trajectory keeps the energy
-    elif control_variate:
-        s0 = 2.38 / math.sqrt(D) * guess  # the default path's start: the noise-free scale
-        target, v = 0.3, float(torch.trace(precision))
-    else:
-        s0 = min(jump / math.sqrt(D), 2.38 / math.sqrt(D) * guess)  # Roberts, Gelman & Gilks 1997
-        target, v = 0.3, float(torch.trace(precision))  # proposals.DEFAULT_TARGET_ACCEPT_PROB
-    s = s0
-    w = (noise_per_step + v) / D  # the test's variance per unit squared move: sigma^2 + v = s^2 X w, X = |delta|^2/s^2
-    if warmup_steps >= 100:  # warmup adaptation towards the acceptance target
-        s_star = math.sqrt(_chi2_level(target, D) / w) if w > 0 else math.inf
-        if math.isfinite(s_star):  # (no noise and an exact trajectory: DP-HMC keeps its start)
-            s = max(s_star, s0 / 10.0) if kernel == "DPHMC" else s_star
-    acceptance, moved = _chi2_accept(s * s * w, D)
-    ell = s / sd_max
-    h = ell * ell * moved  # the accepted squared move per coordinate over sd^2 (Roberts et al.'s speed)
-    ess = num_chains * num_samples * min(1.0, h / 4.0)
-    return jump / guess, ell, acceptance, ess
-
-
-@functools.lru_cache(maxsize=64)
-def _chi2_nodes(D: int):
-    r"""Gauss–Laguerre nodes and weights for :math:`E[f(X)]`, :math:`X\sim\chi^2_D` (64 nodes)."""
-    import numpy as np
-    from scipy.special import gammaln, roots_genlaguerre
-
-    t, wt = roots_genlaguerre(64, D / 2.0 - 1.0)
-    return 2.0 * t, wt * np.exp(-gammaln(D / 2.0))
-
-
-def _chi2_accept(k2: float, D: int) -> Tuple[float, float]:
-    r"""``(E[α], E[Xα]/D)`` for :math:`X\sim\chi^2_D` and :math:`\alpha = 2\Phi(-\sqrt{k^2X}/2)`: the
-    penalty test's acceptance rate and its accepted squared move per coordinate (in units of the
-    proposal's :math:`s^2`) when its noise and the exact ratio's spread both grow with the move's
-    squared length :math:`s^2X` — a random-walk proposal :math:`\mathcal N(0, s^2I)`, or an HMC
-    trajectory :math:`L\eta p`, :math:`p\sim\mathcal N(0, I)`. Long proposals are rejected more
-    often, so the accepted moves are shorter than the proposals: at the acceptance target 0.3 the
-    chain moves 0.86 (D = 4), 0.89 (D = 5), 0.94 (D = 10) times as far as
-    :math:`s^2 D\,E[\alpha]` says, the formula of this module before 2026-11-28 (Yıldırım & Ermiş
-    2019 §3.1's acceptance of the penalty test, averaged over the move's length).
-
-    >>> a, m = _chi2_accept(1.190 ** 2, 4)
-    >>> round(a, 2), round(m / a, 2)  # accepted moves are shorter than the mean proposal (1 per coordinate)
-    (0.3, 0.65)
-    """
-    import numpy as np
-    from scipy.special import ndtr
-
-    x, wt = _chi2_nodes(int(D))
-    alpha = 2.0 * ndtr(-np.sqrt(max(float(k2), 0.0) * x) / 2.0)
-    return float(np.dot(wt, alpha)), float(np.dot(wt, x * alpha)) / D
-
-
-@functools.lru_cache(maxsize=64)
-def _chi2_level(target: float, D: int) -> float:
-    r"""The :math:`k^2` at which :func:`_chi2_accept`'s acceptance is ``target`` (bisection in
-    :math:`\log k^2`; the acceptance falls as :math:`k^2` grows)."""
-    lo, hi = 1e-8, 1e4
-    for _ in range(80):
-        mid = math.sqrt(lo * hi)
-        lo, hi = (mid, hi) if _chi2_accept(mid, D)[0] > target else (lo, mid)
-    return math.sqrt(lo * hi)
+    sd_max = math.sqrt(float(torch.linalg.eigvalsh(torch.linalg.inv(T * n * F)).max()))
+    # clip: the tuner's ratio quantile (the kernel's clip is derived from it)
+    return _langevin_move(nm, b, float(grad_norm), T, n, D, sd_max, num_samples, num_chains)
 
 
 def _langevin_move(nm, quantile, grad_norm, T, n, D, sd_max, num_samples, num_chains):
@@ -480,33 +273,12 @@ def _langevin_move(nm, quantile, grad_norm, T, n, D, sd_max, num_samples, num_ch
     ESS over :math:`n` draws is :math:`n(1-\rho)/(1+\rho)` (the slowest direction's
     :math:`\sigma`). ``move_ratio``: the diffusion per step :math:`\sqrt\eta` over that
     :math:`\sigma`; no test, acceptance 1."""
-    from types import SimpleNamespace
-
-    from .kernels.default_path import langevin_default, langevin_ess  # here: the import cycle of _noise
-    from .kernels.sgmcmc import langevin_noise_multiplier
-
     def unit(c):
         return langevin_noise_multiplier("sgld", step_size=1.0, sample_rate=1.0, grad_clip=c, temperature=T)
 
     s = langevin_default(SimpleNamespace(grad_clip=grad_norm, llr_clip=quantile), nm, unit, int(n), D, T)
     eta, guess = s.step_size, s.sd
     return math.sqrt(eta) / guess, math.sqrt(eta) / sd_max, 1.0, num_chains * langevin_ess(eta, sd_max, num_samples)
-
-
-#: DP-HMC's default path releases gradients where :func:`hmc_gradient_gain` is at least this. Not
-#: 1: an iteration with gradients costs ``L`` per-example gradient passes (each about ``D + 1``
-#: likelihood passes, forward-mode columns) against the walk's one likelihood pass. Measured on a
-#: probit regression of a new user's (N = 2·10⁴, six latents, covariates on their own scales,
-#: ε = 16, gain 1.14): 0.34 sd off both ways, 89 s with the gradients against 6 s without; at
-#: N = 5·10⁴, ε = 8 (gain 2.1–7.0) the gradients were right in 12 of 12 peer runs (docs/results.md)
-HMC_GRADIENT_GAIN = 2.0
-
-
-@functools.lru_cache(maxsize=64)
-def _profile_at(name: str, num_latents: int) -> ModelProfile:
-    """The built-in profile ``name`` with ``num_latents`` latents as near as it has them
-    (logistic and Poisson: :math:`d+1`, linear: :math:`d+2`; at least one feature), whitened."""
-    return model_profile(name, max(num_latents - (2 if name == "linear" else 1), 1)).whitened()
 
 
 @functools.lru_cache(maxsize=256)
@@ -532,22 +304,9 @@ def hmc_gradient_gain(*, num_rows: int, epsilon: float, delta: float, dim: int, 
     ...                          warmup_steps=500), 2) for e in (2.0, 8.0)]
     [0.81, 6.96]
     """
-    n, D, L = _check_int("num_rows", num_rows, 2), _check_int("dim", dim, 1), _check_int("num_steps", num_steps, 1)
-    samples, warmup = _check_int("num_samples", num_samples, 1), _check_int("warmup_steps", warmup_steps, 0)
-    chains, eps, T = _check_int("num_chains", num_chains, 1), _check_pos("epsilon", epsilon), float(temperature)
-    noises = {grads: _noise("DPHMC", eps, float(delta), samples + warmup, chains, T, L, True, grads)
-              for grads in (True, False)}  # the kernel's calibration with and without gradients: profile-free
-    log_gain = 0.0
-    for name in PROFILES:
-        profile, ess = _profile_at(name, D), []
-        for grads, (nm, tuner) in noises.items():
-            ess.append(predicted_move(
-                kernel="DPHMC" if grads else "DPPenalty", num_rows=n, noise_multiplier=nm,
-                clip=profile.quantile(tuner.ratio_quantile(n)), grad_norm=profile.quantile(tuner.grad_quantile),
-                fisher=profile.fisher, num_samples=samples, warmup_steps=warmup, num_chains=chains, temperature=T,
-                num_steps=L, control_variate=True)[3])
-        log_gain += math.log(max(ess[0], 1e-300) / max(ess[1], 1e-300)) / len(PROFILES)
-    return math.exp(log_gain)
+    return gradient_gain(functools.partial(_noise, "DPHMC"), num_rows=num_rows, epsilon=epsilon, delta=delta, dim=dim,
+                         num_samples=num_samples, warmup_steps=warmup_steps, num_chains=num_chains,
+                         temperature=temperature, num_steps=num_steps)
 
 
 def feasibility(model: Union[str, ModelProfile], *, num_rows: int, epsilon: float, delta: float = 1e-5,
@@ -590,17 +349,16 @@ def feasibility(model: Union[str, ModelProfile], *, num_rows: int, epsilon: floa
         raise ValueError(f"control_variate is DPPenalty's and DPHMC's (True, False or None), got {control_variate!r} "
                          f"for {kernel}")
     cv = kernel != "DPSGLD" and control_variate is not False
-    from .kernels.default_path import LANGEVIN_CLIP_HEADROOM, langevin_burn_in  # here: the import cycle of _noise
-    n = _check_int("num_rows", num_rows, 2)
-    eps = _check_pos("epsilon", epsilon)
+    n = check_int("num_rows", num_rows, 2)
+    eps = check_positive_number("epsilon", epsilon)
     if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0.0 < delta < 1.0:
         raise ValueError(f"delta must be in (0, 1), got {delta!r}")
-    samples = _check_int("num_samples", num_samples, 1)
-    warmup = _check_int("warmup_steps", warmup_steps, 0)
-    chains = _check_int("num_chains", num_chains, 1)
-    L = _check_int("num_steps", num_steps, 1)
-    T = _check_pos("temperature", temperature)
-    target = _check_pos("target_ess", target_ess)
+    samples = check_int("num_samples", num_samples, 1)
+    warmup = check_int("warmup_steps", warmup_steps, 0)
+    chains = check_int("num_chains", num_chains, 1)
+    L = check_int("num_steps", num_steps, 1)
+    T = check_positive_number("temperature", temperature)
+    target = check_positive_number("target_ess", target_ess)
     if isinstance(model, ModelProfile):
         profile = model
         if dim is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import threading
 from typing import Callable, Optional
 
 import torch
@@ -228,8 +229,6 @@ def _in_fresh_thread(fn: Callable):
     interpreter stack, dispatch-key guards) half unwound, and every later trace or eager call in
     that thread then fails (torch 2.13: ``no_dispatch`` assertions, NaN results). That state is
     thread-local: a failed trace in a thread of its own leaves the caller's thread as it was."""
-    import threading
-
     out = {}
     grad = torch.is_grad_enabled()  # thread-local state the trace should see as the caller has it
     cuda = torch.cuda.current_device() if torch.cuda.is_available() and torch.cuda.is_initialized() else None

@@ -112,6 +112,11 @@ class Preconditioned:
         shift, L, _ = self._precond
         return shift + (L @ u if u.dim() == 1 else u @ L.T)
 
+    def from_unconstrained(self, z: torch.Tensor) -> torch.Tensor:
+        """The kernels' coordinates ``u`` of the flat unconstrained latents ``z`` (``[D]``); ``z``
+        itself without a preconditioner: the inverse of :meth:`to_unconstrained`."""
+        return self._to_coordinates(z)
+
     def to_unconstrained(self, u: torch.Tensor) -> torch.Tensor:
         """The flat unconstrained latents of the kernels' coordinates ``u`` (``[..., D]``);
         ``u`` itself without a preconditioner. For diagnostics in the model's own coordinates,

@@ -485,7 +485,7 @@ def privacy_report(run, *, delta: Optional[float] = None, epsilon: Optional[floa
     within = None
     if plan is not None and plan.delta == delta:
         within = bool(total <= plan.epsilon * (1 + 1e-9))
-    from . import __version__
+    from .version import __version__
 
     return PrivacyReport(
         num_rows=_public_rows(kernel, ledger.relation), clips=_clips(kernel),

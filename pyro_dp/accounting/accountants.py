@@ -162,8 +162,8 @@ class RDPAccountant(Accountant):
 
     def _configure(self, *, orders=None, conversion="improved", **rest):
         orders = rdp.DEFAULT_ORDERS if orders is None else tuple(float(a) for a in orders)
-        rdp._orders(orders)  # validates
-        rdp._check_conversion(conversion)
+        rdp.check_orders(orders)  # validates
+        rdp.check_conversion(conversion)
         super()._configure(orders=orders, conversion=conversion, **rest)
 
     def _unsupported(self, event):

@@ -168,17 +168,21 @@ class Accountant:
         (recording nothing) if this accountant cannot analyse it."""
         if not isinstance(event, PrivacyEvent):
             raise TypeError(f"expected a PrivacyEvent, got {type(event).__name__}")
-        self._require(event)
+        self.require(event)
         self._ledger.record(event, count)
 
     def supports(self, event: PrivacyEvent) -> bool:
         """Whether this accountant can analyse ``event`` under the ledger's relation."""
         return isinstance(event, NonPrivateEvent) or self._unsupported(canonical_event(event)) is None
 
-    def _require(self, event: PrivacyEvent) -> None:
-        if isinstance(event, NonPrivateEvent):
-            return
-        reason = self._unsupported(canonical_event(event))
+    def unsupported_reason(self, event: PrivacyEvent) -> Optional[str]:
+        """Why this accountant cannot analyse ``event`` under the ledger's relation, or ``None``
+        when it can (:meth:`supports`)."""
+        return None if isinstance(event, NonPrivateEvent) else self._unsupported(canonical_event(event))
+
+    def require(self, event: PrivacyEvent) -> None:
+        """Raise :class:`UnsupportedEventError` unless this accountant can analyse ``event``."""
+        reason = self.unsupported_reason(event)
         if reason is not None:
             raise UnsupportedEventError(
                 f"{type(self).__name__} ({self.name!r}, relation={self.relation!r}) "
@@ -195,7 +199,7 @@ class Accountant:
         if any(isinstance(e, NonPrivateEvent) for e in agg):
             return None
         for e in agg:
-            self._require(e)
+            self.require(e)
         return agg
 
     # ------------------------------------------------------------------ queries

@@ -47,6 +47,7 @@ from scipy import optimize, special, stats
 
 from pyro_dp.mechanisms import ApproxDPEvent, PrivacyEvent, PureDPEvent
 
+from .adapters import composed_pld
 from .base import Accountant, check_delta
 
 __all__ = [
@@ -345,6 +346,4 @@ class OptimalCompositionAccountant(_ApproxDPComposition):
 def _heterogeneous_pld(events: dict):
     """``dp_accounting``'s PLD of (ε, δ) events (relation-free: the dominating pair of an
     (ε, δ)-DP mechanism is the same under either relation), as in the ``"pld"`` adapter."""
-    from .adapters import _composed_pld
-
-    return _composed_pld("substitute", frozenset(events.items()), 1e-4)
+    return composed_pld("substitute", frozenset(events.items()), 1e-4)

@@ -65,7 +65,8 @@ _ULP = 2.0**-52
 _ROUND = 16 * _ULP
 
 
-def _orders(orders) -> np.ndarray:
+def check_orders(orders) -> np.ndarray:
+    """``orders`` as a float array, refused unless a non-empty 1-d sequence of values above 1."""
     a = np.atleast_1d(np.asarray(orders, dtype=np.float64))
     if a.ndim != 1 or a.size == 0 or not np.all(a > 1):
         raise ValueError("RDP orders must be a non-empty 1-d sequence of values > 1")
@@ -82,7 +83,7 @@ def rdp_gaussian(noise_multiplier: float, orders: Sequence[float]) -> np.ndarray
     nm = float(noise_multiplier)
     if not nm > 0:
         raise ValueError(f"noise_multiplier must be > 0, got {noise_multiplier!r}")
-    return _orders(orders) / (2.0 * nm * nm)
+    return check_orders(orders) / (2.0 * nm * nm)
 
 
 def rdp_pure(epsilon: float, orders: Sequence[float]) -> np.ndarray:
@@ -97,7 +98,7 @@ def rdp_pure(epsilon: float, orders: Sequence[float]) -> np.ndarray:
     eps = float(epsilon)
     if not eps >= 0:
         raise ValueError(f"epsilon must be >= 0, got {epsilon!r}")
-    a = _orders(orders)
+    a = check_orders(orders)
     return np.minimum(eps, a * eps * eps / 2.0)
 
 
@@ -125,17 +126,18 @@ def rdp_poisson_subsampled_gaussian(
         raise ValueError(f"sample_rate must be in (0, 1], got {sample_rate!r}")
     if not nm > 0:
         raise ValueError(f"noise_multiplier must be > 0, got {noise_multiplier!r}")
-    return np.array(_subsampled_cached(q, nm, tuple(_orders(orders).tolist())))
+    return np.array(_subsampled_cached(q, nm, tuple(check_orders(orders).tolist())))
 
 
-def _check_conversion(conversion: str) -> str:
+def check_conversion(conversion: str) -> str:
+    """``conversion``, refused unless one of :data:`CONVERSIONS`."""
     if conversion not in CONVERSIONS:
         raise ValueError(f"conversion must be one of {CONVERSIONS}, got {conversion!r}")
     return conversion
 
 
 def _curve(orders, rdp) -> Tuple[np.ndarray, np.ndarray]:
-    a = _orders(orders)
+    a = check_orders(orders)
     r = np.atleast_1d(np.asarray(rdp, dtype=np.float64))
     if r.shape != a.shape:
         raise ValueError("orders and rdp must have the same length")
@@ -160,7 +162,7 @@ def rdp_epsilon(
     if not 0.0 < delta < 1.0:
         raise ValueError(f"delta must be in (0, 1), got {delta!r}")
     with np.errstate(divide="ignore", invalid="ignore"):
-        if _check_conversion(conversion) == "mironov":
+        if check_conversion(conversion) == "mironov":
             # Mironov 2017, Prop. 3; thesis Thm 1
             terms = (r, np.full_like(a, math.log(1.0 / delta)) / (a - 1.0))
         else:
@@ -200,7 +202,7 @@ def rdp_delta(
     if not eps >= 0:
         raise ValueError(f"epsilon must be >= 0, got {epsilon!r}")
     with np.errstate(divide="ignore", invalid="ignore"):
-        if _check_conversion(conversion) == "mironov":
+        if check_conversion(conversion) == "mironov":
             terms = ((a - 1.0) * r, -(a - 1.0) * eps)
         else:
             terms = ((a - 1.0) * r, -(a - 1.0) * eps, (a - 1.0) * np.log1p(-1.0 / a), -np.log(a))

@@ -42,6 +42,8 @@ from typing import Callable, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..mechanisms import RDPCurveEvent
+
 __all__ = [
     "MAX_ORDER",
     "barker_orders",
@@ -170,8 +172,6 @@ def dp_barker_event(batch_size: int, num_rows: int, max_order: int = MAX_ORDER):
     >>> ev.orders[:2], len(ev.orders) == len(ev.rdp)
     ((2.0, 3.0), True)
     """
-    from ..mechanisms import RDPCurveEvent
-
     orders, eps = dp_barker_rdp(batch_size, num_rows, max_order)
     return RDPCurveEvent(tuple(float(a) for a in orders), tuple(eps.tolist()))
 

@@ -1,4 +1,7 @@
 """DP MCMC kernels: one file per algorithm, each a thin Pyro ``MCMCKernel`` over a step function."""
+import warnings
+
+from ..accounting import DEFAULT_ACCOUNTANT
 from .base import BudgetExhaustedWarning, DPKernel, PrivacyNotice
 from .fastmh import DPFastMH
 from .barker import DPBarker
@@ -43,10 +46,6 @@ def default_accountants() -> dict:
     >>> default_accountants()["gaussian"], default_accountants()["rdp_curve"]
     ('gdp', 'rdp')
     """
-    import warnings
-
-    from ..accounting import DEFAULT_ACCOUNTANT
-
     def model(*args):  # the accountant is chosen in __init__, before any model is traced
         return None
 

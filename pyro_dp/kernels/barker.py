@@ -53,7 +53,7 @@ from ..compiled import cached_zeros
 from ..mechanisms import GaussianStdReleaseSpec, RDPCurveEvent, batch_without_replacement, clip_scalars
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse, check_batch_size, valid_move
-from .proposals import GaussianMixtureCorrection, _correction_tensors, correction_draws, correction_from_draws
+from .proposals import GaussianMixtureCorrection, correction_tensors, correction_draws, correction_from_draws
 
 __all__ = [
     "DPBarker",
@@ -135,7 +135,7 @@ def barker_noise_std(var_b: torch.Tensor, C: float) -> torch.Tensor:
     return torch.sqrt(C - var_b)
 
 
-def _traced_log_ratios(lik):
+def traced_log_ratios(lik):
     """``log_ratios(z, z_new, idx) -> (r, log p(z_new))`` inside a fused graph: the model's terms
     traced as they are (``lik.log_ratios``' eager branch; outside a graph the step calls
     :func:`batch_log_ratios`, which may run the likelihood's own graph)."""
@@ -190,14 +190,14 @@ def barker_release_accept(lik, noise, rng, state: MHState, z_new: torch.Tensor, 
     spec = GaussianStdReleaseSpec(event)
     z, dev = state.z, state.z.device
     like = cached_zeros((), torch.promote_types(lik.dtype, state.log_prior.dtype), dev)  # λ̂'s dtype
-    means, sds, weights = _correction_tensors(correction, like.dtype, dev)
+    means, sds, weights = correction_tensors(correction, like.dtype, dev)
     step = None
     if can_fuse(lik, noise):
         f64, ints = cached_zeros((), torch.float64, dev), cached_zeros((b,), torch.long, dev)
         example = (z, z_new, ints, f64, weights, f64, like, state.log_prior, cached_zeros((), z.dtype, dev), means,
                    sds, weights)
         step = lik.compiled.fused_graph(f"barker_step[n={n},b={b},T={T!r},C={C!r}]",
-                                        barker_step_fn(lik, n, b, T, C, spec, _traced_log_ratios(lik)), example,
+                                        barker_step_fn(lik, n, b, T, C, spec, traced_log_ratios(lik)), example,
                                         full_data=False)
     if step is None:  # the same function, run as it is
         step = barker_step_fn(lik, n, b, T, C, spec, lambda z0, z1, idx: batch_log_ratios(lik, z0, z1, idx))
@@ -267,9 +267,9 @@ class DPBarker(RandomWalkKernel):
         if kwargs.get("non_private"):
             raise ValueError("DPBarker has no non-private mode: its noise is fixed by the Barker test (C = 2)")
         super().__init__(model, accountant=accountant, **kwargs)
-        self._batch_size_given = batch_size is not None  # None: the data plate's subsample_size
+        self.batch_size_given = batch_size is not None  # None: the data plate's subsample_size
         self.max_order = check_positive("max_order", max_order, integer=True)
-        self.batch_size = None if batch_size is None else self._check_plate_batch_size(batch_size)
+        self.batch_size = None if batch_size is None else self.check_plate_batch_size(batch_size)
         self._setup_walk(proposal_scale, one_component=one_component, guided_walk=guided_walk)
         self.correction = load_correction()
         if self.correction.C != BARKER_C:
@@ -281,7 +281,7 @@ class DPBarker(RandomWalkKernel):
     def _rows_per_iteration(self):
         return "penalty", float(self.batch_size), 0.0  # auto_compile: one batch of ratios
 
-    def _check_plate_batch_size(self, batch_size) -> int:
+    def check_plate_batch_size(self, batch_size) -> int:
         b = check_batch_size(batch_size)
         barker_orders(b, self.max_order)  # raises if b/5 leaves no RDP order
         return b

@@ -56,7 +56,7 @@ from ..mechanisms import NoiseSource
 from .auto_compile import AutoCompile
 from .checkpoint import Checkpointing
 from .declared_batch import take_declared_subsample
-from .diagnostics import _MAX_CHECKED_DRAWS, NONPRIVATE_PREFIX, ChainReporting
+from .diagnostics import MAX_CHECKED_DRAWS, NONPRIVATE_PREFIX, ChainReporting
 from .default_path import DEFAULT_ITERATIONS, DefaultPath
 from .plan import counts as _counts  # noqa: F401  (re-exported: tests import it from here)
 from .privacy_client import PrivacyClient
@@ -378,7 +378,7 @@ class DPKernel(PrivacyClient, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
             # (a preconditioned chain's u -> z -> u is not: pyro_dp.preconditioning)
             z = self.lik.flatten(params, coordinates=False).detach()
             if not torch.equal(z, self.lik.to_unconstrained(self._state_z(self._state))):
-                self._state = self._init_state(self.lik._to_coordinates(z))  # params were changed from outside
+                self._state = self._init_state(self.lik.from_unconstrained(z))  # params were changed from outside
         pending_init = self.init is not None and not self._init_done
         idle = self._idle_left > 0 and self._iteration == 0  # before the chain's first read (data-free)
         self._idle_left -= int(idle)
@@ -394,7 +394,7 @@ class DPKernel(PrivacyClient, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
         self._iteration += 1
         if self._iteration % HEAP_TRIM_EVERY == 0:  # bounded memory over long runs (pyro_dp.heap): a fixed,
             release_free_heap()  # data-free schedule
-        if self._iteration > self._warmup_steps and len(self._draws) < _MAX_CHECKED_DRAWS:
+        if self._iteration > self._warmup_steps and len(self._draws) < MAX_CHECKED_DRAWS:
             self._draws.append(self._state_z(self._state))
         self._num_accepted += int(bool(info.accepted))
         self._clipped_sum += float(info.clipped_fraction)

@@ -32,6 +32,7 @@ import importlib
 import numpy as np
 import torch
 
+from .. import mechanisms
 from ..mechanisms import PrivacyEvent, PrivacyLedger
 from .privacy_engine import ChainLedger
 from .tuning import mcmc_run_length
@@ -107,8 +108,6 @@ def _resolve(name: str):
 
 
 def _event_class(name: str):
-    from .. import mechanisms
-
     cls = getattr(mechanisms, str(name), None)
     if not (isinstance(cls, type) and issubclass(cls, PrivacyEvent) and dataclasses.is_dataclass(cls)):
         raise ValueError(f"a kernel checkpoint names the privacy event {name!r}, which does not exist")

@@ -63,28 +63,15 @@ from ..mechanisms.clipping import clip_rows
 from ..warn import warn_user
 from .base import check_positive
 from .mh import MHState, RatioRelease, valid_move
+from .prediction import DEFAULT_CURVATURE_FACTOR, REFERENCE_CLIP_HEADROOM, default_curvature_clip  # noqa: F401 (re-exported)
 from .proposals import accept_uniform, penalty_log_accept_threshold, sample_momentum
+from .trajectory import HMCInfo, HMCState, trajectory_proposal
 from .tuning import posterior_scale_guess
 
 __all__ = ["ControlVariate", "release_reference", "reference_rows", "release_residual", "cv_penalty_release_accept",
            "default_curvature_clip", "reference_noise_multiplier", "cv_gradient_release_fn", "cv_dphmc_step_fn",
            "cv_walk_step", "hmc_release_fns", "hmc_reference_noise_multiplier", "ControlVariateClient",
            "DEFAULT_CURVATURE_FACTOR", "DEFAULT_REFERENCE_SHARE", "REFERENCE_CLIP_HEADROOM", "TILT_WARNING_SD"]
-
-#: :math:`\kappa` of :func:`default_curvature_clip`: a row's curvature bound in units of the mean
-#: row's (measured on logistic regression in whitened coordinates: the rows' 0.99 quantile was
-#: 1.8 times the mean row's; ``docs/tuning.md``, "Control variates")
-DEFAULT_CURVATURE_FACTOR = 2.0
-
-#: the reference gradients' clip :math:`b` as a multiple of the tuned ratio clip (the tuner's
-#: quantile of the gradient norms at the start): a row whose gradient is clipped at the reference
-#: keeps a residual of the size of its excess, which the residual clip then cuts, so each such row
-#: pulls the chain with a shrunk, fixed gradient. The tuner's counts cannot resolve the few rows a
-#: bias-variance balance would leave above (about 2 nm_G), and at the tuned clip (about the 0.98
-#: quantile at epsilon = 2) about 2 % of a logistic regression's rows were clipped, moving its means
-#: by 0.3-0.9 sd in the same direction in every run; the largest norm was 1.5 times the clip.
-#: The price: the reference release's noise, and so the tilt, grows in proportion.
-REFERENCE_CLIP_HEADROOM = 2.0
 
 #: the reference release's expected shift of the means (posterior sds) above which the kernel
 #: warns before the chain runs (issue 40's bar for a right run is 0.5 sd)
@@ -108,19 +95,6 @@ class ControlVariate(NamedTuple):
     z0: torch.Tensor
     rows: torch.Tensor
     released: torch.Tensor
-
-
-def default_curvature_clip(dim: int, num_rows: int, scale: float, temperature: float = 1.0,
-                           factor: float = DEFAULT_CURVATURE_FACTOR) -> float:
-    r"""The curvature bound :math:`h` per row: :math:`\kappa D / (T N s^2)`, ``factor`` times the
-    curvature of a mean row when the posterior has standard deviation :math:`s` per coordinate
-    (its precision :math:`1/s^2` is :math:`TN` rows' curvature, and a row's rank-one curvature has
-    the trace of :math:`D` coordinates). Post-processing of the public scale guess.
-
-    >>> default_curvature_clip(4, 50_000, 1.0)  # whitened coordinates: s = 1
-    0.00016
-    """
-    return float(factor) * dim / (float(temperature) * num_rows * float(scale) ** 2)
 
 
 def _clipped_gradients(lik, z0: torch.Tensor, clip: float):
@@ -307,8 +281,6 @@ def cv_dphmc_step_fn(lik, temperature, num_steps: int, grad_spec, ratio_spec, cv
     with the trajectory's kinetic energies in :math:`\hat\lambda`; Räisä et al. 2021 Thm 3.1).
     Eager: a trajectory that leaves the support releases no ratio (its flags are zero). The
     clip arguments of the plain step are ignored (the bounds are the reference's)."""
-    from .hmc import HMCState, trajectory_proposal  # here: hmc imports this module
-
     gradient = cv_gradient_release_fn(lik, temperature, grad_spec, cv, curvature_clip, reference_clip, shards)
 
     def step(z, p0, g0, ll0, lp0, eta, inv_mass, _grad_clip, _llr_clip, xis, xi_l, u):
@@ -355,8 +327,6 @@ def cv_walk_step(rng, noise, state, lik, *, step_size: float, num_steps: int, in
     (:func:`cv_penalty_release_accept`, module docstring step 2). ``control_variate``: ``(cv, h,
     b')``. Draws: the momentum (algorithm stream), the release's standard normal (secret
     stream), the accept uniform (algorithm stream). One release per iteration, the ratio's."""
-    from .hmc import HMCInfo, HMCState  # here: hmc imports this module
-
     cv, h, b = control_variate
     z = state.z
     p0 = sample_momentum(rng, mass_sqrt, z)  # the algorithm's stream, as hmc_step draws it
@@ -392,7 +362,15 @@ class ControlVariateClient:
 
     #: whether this class's step runs control_variate (a subclass with its own step sets False)
     _control_variate_step = True
-    _cv_chain_attrs = ("curvature_clip", "_cv_reference", "_scale_guess")
+    cv_chain_attrs = ("curvature_clip", "_cv_reference", "_scale_guess")
+    #: the kernel the end-of-chain advice may point to instead (DPHMC: DPPenalty), with this
+    #: chain's forecast of it (:meth:`_alternative_forecast`); ``None``: none
+    alternative_kernel: Optional[str] = None
+
+    def _alternative_forecast(self, result) -> Optional[float]:
+        """The effective samples :attr:`alternative_kernel`'s default path is forecast to give on
+        this budget and run (``None``: no forecast). Data-free."""
+        return None
 
     def _init_control_variate(self, control_variate, curvature_clip, reference_share, reference_noise_multiplier,
                               explicit_noise: bool) -> None:
@@ -475,9 +453,9 @@ class ControlVariateClient:
         nm = self._ratio_noise_multiplier()  # what a longer run would buy (the end-of-chain advice)
         ess = self._forecast_ess(result, nm, control_variate=True) if nm else None
         self._longer_helps = self._longer_run_helps(result, nm, True, ess) if nm else True
-        if ess is not None and type(self).__name__ == "DPHMC":  # the end-of-chain advice may name DPPenalty
-            alt = self._penalty_forecast(result)
-            self._alternative_ess = None if alt is None else ("DPPenalty", alt, ess)
+        if ess is not None and self.alternative_kernel is not None:  # the end-of-chain advice may name it
+            alt = self._alternative_forecast(result)
+            self._alternative_ess = None if alt is None else (self.alternative_kernel, alt, ess)
         if nm and self._chain_index == 0:  # feasibility before the chain runs (post-processing of the tuning)
             need = monte_carlo_min_ess(self.lik.dim)  # the ESS itself, not Pyro's estimate of it
             # the privacy noise is the cause: without it a run of this length would be forecast enough

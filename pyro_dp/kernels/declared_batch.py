@@ -48,7 +48,7 @@ def take_declared_subsample(kernel, *, first_setup: bool) -> None:
     likelihood is built, before any noise is calibrated; data-free).
 
     Kernels that take it have ``takes_plate_batch = True`` and a ``batch_size`` attribute that
-    is ``None`` when the user left it to the plate (``_batch_size_given`` records which);
+    is ``None`` when the user left it to the plate (``batch_size_given`` records which);
     others may set ``plate_batch_refusal`` to their own sentence.
     """
     b = _declared(kernel.lik)
@@ -63,7 +63,7 @@ def take_declared_subsample(kernel, *, first_setup: bool) -> None:
             f"Remove subsample_size from the plate to use {name}, or use a kernel that reads a batch per "
             f"iteration ({MINIBATCH_KERNELS}, e.g. DPMinibatchPenalty(model, batch_size=None, ...)): it takes "
             f"b = {b} as its batch size, with the privacy accounting of that batch size (docs/privacy.md)")
-    if not kernel._batch_size_given:
+    if not kernel.batch_size_given:
         if b is None and getattr(kernel, "full_batch_default", False):
             kernel.batch_size = kernel.lik.num_rows  # the default path: every row, q = 1 (N public)
             return
@@ -72,7 +72,7 @@ def take_declared_subsample(kernel, *, first_setup: bool) -> None:
                 f"{name}: batch_size=None takes the batch size from the data plate's subsample_size, but the plate "
                 f"{plate!r} declares none (or one of at least N = {kernel.lik.num_rows}): give batch_size=, or "
                 f"declare pyro.plate({plate!r}, N, subsample_size=b)")
-        kernel.batch_size = kernel._check_plate_batch_size(b)
+        kernel.batch_size = kernel.check_plate_batch_size(b)
         return
     if b is not None and b != kernel.batch_size and first_setup:
         warn_user(

@@ -12,13 +12,14 @@ is data-free or post-processing of the tuning's releases (recorded in the ledger
 from __future__ import annotations
 
 import math
+import warnings
 from typing import NamedTuple, Optional, Tuple
 
 import torch
 
-from ..forecast import predicted_move
 from ..warn import warn_user
 from ..checks import SamplingWarning
+from .prediction import mh_predicted_move
 from .privacy_engine import PrivacyNotice
 from .tuning import DPAutoTune, mcmc_run_length, penalty_jump_length, posterior_scale_guess
 from .whitening import reshapes, whitens
@@ -64,6 +65,10 @@ LANGEVIN_CLIP_HEADROOM = 1.5
 #: a start 3.6 posterior sd off (the tuner's worst, measured) to under 0.1 sd wherever E ≥ 14,
 #: where a 500-iteration warmup before 1 000 draws spent a third of the chain's budget.
 LANGEVIN_BURN_IN = 0.15
+
+
+def _no_model(*args, **kwargs):  # DefaultPath.default_path_noise's kernel needs a callable; it never runs it
+    return None
 
 
 def langevin_burn_in(warmup_steps: int, num_samples: int, share: float = LANGEVIN_BURN_IN) -> int:
@@ -159,6 +164,38 @@ class DefaultPath:
     #: the releasing share of the warmup (``None``: every warmup iteration releases; DPSGLD's
     #: default path: :data:`LANGEVIN_BURN_IN`, :func:`langevin_burn_in`)
     burn_in_share: Optional[float] = None
+
+    @property
+    def forecast_kernel(self) -> str:
+        """The default-path kernel whose forecast (:func:`~pyro_dp.kernels.prediction.mh_predicted_move`)
+        describes this chain: the random walk's, ``"DPPenalty"`` (DPHMC: ``"DPHMC"`` where it
+        releases gradients)."""
+        return "DPPenalty"
+
+    @classmethod
+    def default_path_noise(cls, *, epsilon: float, delta: float, num_iterations: int, num_chains: int = 1,
+                           temperature: float = 1.0, **settings) -> Tuple[float, DPAutoTune]:
+        """``(noise multiplier, tuner)``: the noise of the release the default path calibrates for
+        this budget and run (the ratio's; DPSGLD: its gradient's, every row) and its tuner, set
+        as the kernel sets them before it reads any data — the kernel's own calibration, on an
+        instance whose model is never called (``settings``: the kernel's other arguments).
+        Data-free; what :func:`pyro_dp.feasibility` and DP-HMC's gradient choice
+        (:func:`~pyro_dp.kernels.prediction.gradient_gain`) calibrate with."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            k = cls(_no_model, epsilon=epsilon, delta=delta, num_iterations=num_iterations, num_chains=num_chains,
+                    temperature=temperature, seed=0, **settings)
+            k.init.configure(epsilon=k.epsilon, delta=k.delta, num_chains=k.num_chains, non_private=False)
+            nm, ratio_nm = k._default_path_noises()
+            k.init.set_ratio_noise(ratio_nm)
+        return nm, k.init
+
+    def _default_path_noises(self) -> Tuple[float, float]:
+        """For :meth:`default_path_noise`, after the tuner is configured: ``(the release's noise
+        multiplier, the ratio noise the tuner's clip quantile balances)``, both the ratio's."""
+        self._calibrate()
+        nm = float(self._ratio_noise_multiplier())
+        return nm, nm
 
     def _grad_to_ratio_noise(self):
         r"""DP-HMC's :math:`\mathrm{nm}_g/\mathrm{nm}_l` as set (``None``: not a gradient kernel, or not set)."""
@@ -298,27 +335,14 @@ class DefaultPath:
         d, iterations = self.lik.dim, int(self.num_iterations or DEFAULT_ITERATIONS)
         warmup = min(int(self._warmup_steps), iterations)
         if kernel is None:  # DP-HMC without gradient releases is the random walk (control_variate.cv_walk_step)
-            kernel = "DPHMC" if type(self).__name__ == "DPHMC" and self.uses_gradients else "DPPenalty"
-        return predicted_move(
+            kernel = self.forecast_kernel
+        return mh_predicted_move(
             kernel=kernel, num_rows=n,
             noise_multiplier=noise_multiplier * math.sqrt(longer), clip=self.llr_clip, grad_norm=result.grad_clip,
             fisher=torch.eye(d, dtype=torch.float64) * float(result.grad_clip) ** 2 / d,
             num_samples=max(iterations - warmup, 1) * longer, warmup_steps=warmup * longer, temperature=T,
             num_steps=int(getattr(self, "num_steps", 1) or 1), noise_ratio=self._grad_to_ratio_noise(),
             control_variate=control_variate)[3]
-
-    def _penalty_forecast(self, result) -> Optional[float]:
-        """For DPHMC's end-of-chain advice: the effective samples DPPenalty's default path (its
-        calibration for this budget and run, :func:`pyro_dp.forecast.feasibility`'s; the chain's
-        tuned clips) is forecast to give; ``None`` without an ε budget. Data-free."""
-        if self.epsilon is None:
-            return None
-        from ..forecast import _noise  # here: the import cycle of pyro_dp.forecast
-
-        iterations = int(self.num_iterations or DEFAULT_ITERATIONS)
-        nm, _ = _noise("DPPenalty", float(self.epsilon), float(self.delta), iterations, int(self.num_chains or 1),
-                       float(self.lik.temperature), 1, True)
-        return self._forecast_ess(result, nm, control_variate=True, kernel="DPPenalty")
 
     def _longer_run_helps(self, result, noise_multiplier: float, control_variate: bool, ess: float) -> bool:
         """Whether a run twice as long at the same ε is forecast to give at least

@@ -15,8 +15,8 @@ from .privacy_engine import PrivacyNotice
 __all__ = ["ChainReporting", "NONPRIVATE_PREFIX", "ALTERNATIVE_GAIN", "too_few_draws"]
 
 #: A chain checks its own draws after warmup (:func:`~pyro_dp.checks.chain_problems`) when it has
-#: at least this many; it keeps at most ``_MAX_CHECKED_DRAWS`` of them (the first ones).
-_MIN_CHECKED_DRAWS, _MAX_CHECKED_DRAWS = 100, 20_000
+#: at least this many; it keeps at most ``MAX_CHECKED_DRAWS`` of them (the first ones).
+_MIN_CHECKED_DRAWS, MAX_CHECKED_DRAWS = 100, 20_000
 
 def too_few_draws(num_draws: int, min_draws: int = _MIN_CHECKED_DRAWS) -> str:
     """The end-of-chain warning of a chain with fewer draws after warmup than its checks need

@@ -42,7 +42,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-from typing import NamedTuple, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 from pyro.ops.dual_averaging import DualAveraging
@@ -56,11 +56,13 @@ from .base import DPKernel, check_positive
 from .default_path import DEFAULT_ITERATIONS
 from .hmc_graphs import flat_gradient as _flat_gradient, one_graph_or_eager as _one_graph_or_eager, xi_like as _xi_like
 from .mh import RatioRelease, can_fuse, propose_release_accept, valid_move
+from .penalty import DPPenalty
+from .prediction import HMC_GRADIENT_GAIN, gradient_gain
 from .prior_sweeps import PriorOnlySweeps
 from .proposals import DEFAULT_TARGET_ACCEPT_PROB as WALK_TARGET_ACCEPT
 from .proposals import (accept_uniform, gradient_release_fn, jitter_factor,
                         penalty_log_accept_threshold, release_gradient, sample_momentum)
-from .trajectory import KineticRatio, TrajectoryEnd, trajectory_proposal
+from .trajectory import HMCInfo, HMCState, KineticRatio, TrajectoryEnd, trajectory_proposal
 from .tuning import init_to_center
 
 #: Leapfrog steps per iteration when ``num_steps`` is not given (each costs one gradient release).
@@ -78,58 +80,6 @@ __all__ = ["default_noise_ratio", "DPHMC", "HMCState", "HMCInfo", "hmc_init", "h
            "gradient_release_fn", "dphmc_step_fn", "trajectory_proposal", "trajectory_release_accept", "KineticRatio",
            "TrajectoryEnd", "jitter_factor", "dphmc_mu", "dphmc_events", "dphmc_max_iterations",
            "dphmc_max_iterations_zcdp", "DEFAULT_NUM_STEPS", "DEFAULT_TARGET_ACCEPT_PROB"]
-
-
-class HMCState(NamedTuple):
-    """State of the DP-HMC chain.
-
-    :ivar z: current point, flat, in unconstrained space.
-    :ivar log_prior: data-free log prior (+ log-Jacobian) at ``z``.
-    :ivar loglik: cached per-example log-likelihoods at ``z`` (private: never released,
-        only used inside the next ratio release); ``None`` until the first gradient release.
-    :ivar grad: the **released** noisy gradient :math:`G(z)` of the log target at ``z``
-        (public, reused by the next iteration, thesis Alg. 3); ``None`` until released.
-    """
-
-    z: torch.Tensor
-    log_prior: torch.Tensor
-    loglik: Optional[torch.Tensor]
-    grad: Optional[torch.Tensor]
-
-
-class HMCInfo(NamedTuple):
-    """What one iteration did.
-
-    :ivar accepted: the accept decision (post-processing of the releases).
-    :ivar events: privacy events released, in order: the initial gradient (first
-        iteration of a chain only), ``L`` gradients, then the ratio (absent when the
-        trajectory left the prior's support, a data-free rejection).
-    :ivar clipped_fraction: mean clipped fraction over this iteration's releases
-        (**non-private** diagnostic).
-    :ivar grad_clipped_fraction: mean fraction of clipped per-example gradients
-        (**non-private**).
-    :ivar llr_clipped_fraction: fraction of clipped per-example ratios (**non-private**). The
-        three fractions are NaN unless the kernel counts them (``nonprivate_diagnostics=True``,
-        :func:`hmc_step`'s ``count_clipped``).
-    :ivar accept_prob: penalty acceptance probability from the released
-        :math:`\\hat\\lambda` (post-processing; used by step-size adaptation).
-    :ivar step_size: the step size this iteration used.
-    :ivar proposal: the proposed point (post-processing of released gradients).
-    :ivar noise_std: standard deviation of the noise on the summed ratio.
-    :ivar ratio_released: whether the ratio was released (``False`` only after a
-        data-free rejection of a trajectory that left the support).
-    """
-
-    accepted: bool
-    events: Tuple
-    clipped_fraction: float
-    grad_clipped_fraction: float
-    llr_clipped_fraction: float
-    accept_prob: float
-    step_size: float
-    proposal: torch.Tensor
-    noise_std: float
-    ratio_released: bool
 
 
 def trajectory_release_accept(lik, temperature, ratio_spec: GaussianReleaseSpec, ratio_terms, llr_clip, xi_l, u,
@@ -507,14 +457,33 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
         if (self.llr_noise_multiplier_given or not self.control_variate or "step_size" not in self.auto_tuned
                 or self.epsilon is None or getattr(self, "lik", None) is None):
             return True
-        from ..forecast import HMC_GRADIENT_GAIN, hmc_gradient_gain  # here: forecast imports the kernels
         iterations = int(self.num_iterations or DEFAULT_ITERATIONS)
         warmup = min(int(self._warmup_steps), iterations - 1)
-        return hmc_gradient_gain(
+        return _hmc_gradient_gain(
             num_rows=int(getattr(self.lik, "global_num_rows", self.lik.num_rows)), epsilon=float(self.epsilon),
             delta=float(self.delta), dim=max(int(self.lik.likelihood_dim), 1), num_samples=iterations - warmup,
             warmup_steps=warmup, num_chains=int(self.num_chains or 1), temperature=float(self.lik.temperature),
             num_steps=self.num_steps) >= HMC_GRADIENT_GAIN
+
+    @property
+    def forecast_kernel(self) -> str:
+        """DefaultPath.forecast_kernel: without gradient releases DP-HMC is the random walk
+        (:func:`~.control_variate.cv_walk_step`) and is forecast as one."""
+        return "DPHMC" if self.uses_gradients else "DPPenalty"
+
+    #: the kernel the end-of-chain advice may point to (ControlVariateClient._tune_control_variate)
+    alternative_kernel = "DPPenalty"
+
+    def _alternative_forecast(self, result) -> Optional[float]:
+        """For the end-of-chain advice: the effective samples DPPenalty's default path (its
+        calibration for this budget and run, :func:`pyro_dp.feasibility`'s; the chain's tuned
+        clips) is forecast to give; ``None`` without an ε budget. Data-free."""
+        if self.epsilon is None:
+            return None
+        iterations = int(self.num_iterations or DEFAULT_ITERATIONS)
+        nm, _ = _default_noise(DPPenalty, float(self.epsilon), float(self.delta), iterations,
+                               int(self.num_chains or 1), float(self.lik.temperature), 1, True)
+        return self._forecast_ess(result, nm, control_variate=True, kernel="DPPenalty")
 
     # ------------------------------------------------------------------ privacy plan
     def _events_for(self, nm_l: float, nm_g: float):
@@ -558,7 +527,7 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
     # ------------------------------------------------------------------ lifecycle
     _chain_attrs = DPKernel._chain_attrs + ("_grad_clip_sum", "_llr_clip_sum", "_llr_count", "_adapted_step_size",
                                             "_adapter", "_inv_mass", "_mass_sqrt", "step_size", "grad_clip",
-                                            "llr_clip", "_step_floor") + cv_mod.ControlVariateClient._cv_chain_attrs + \
+                                            "llr_clip", "_step_floor") + cv_mod.ControlVariateClient.cv_chain_attrs + \
         PriorOnlySweeps._chain_attrs
 
     def _ratio_noise_multiplier(self):
@@ -669,3 +638,22 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
     def logging(self):
         return {**super().logging(), "step size": f"{self._adapted_step_size:.3g}",
                 **({} if self.uses_gradients else {"gradients": "none (walk)"})}
+
+
+@functools.lru_cache(maxsize=256)
+def _default_noise(kernel_cls, epsilon: float, delta: float, iterations: int, chains: int, temperature: float,
+                   num_steps: int, control_variate: bool = True, gradients: bool = True):
+    """``kernel_cls``'s :meth:`~pyro_dp.kernels.default_path.DefaultPath.default_path_noise` (DPHMC
+    with ``gradients`` or without; DPPenalty), in :func:`~.prediction.gradient_gain`'s order of
+    arguments. Cached: the tuner is only read."""
+    settings = dict(control_variate=bool(control_variate))
+    if kernel_cls is DPHMC:
+        settings.update(num_steps=num_steps, gradients=gradients)
+    return kernel_cls.default_path_noise(epsilon=epsilon, delta=delta, num_iterations=iterations, num_chains=chains,
+                                         temperature=temperature, **settings)
+
+
+@functools.lru_cache(maxsize=256)
+def _hmc_gradient_gain(**kwargs) -> float:
+    """:func:`pyro_dp.forecast.hmc_gradient_gain` (the same numbers) for DPHMC's default path."""
+    return gradient_gain(functools.partial(_default_noise, DPHMC), **kwargs)

@@ -55,7 +55,6 @@ from typing import Optional
 import torch
 
 from ..accounting import UnsupportedEventError, get_accountant
-from ..accounting.base import canonical_event
 from ..compiled import cached_zeros
 from ..mechanisms import (
     ClippedSum,
@@ -69,7 +68,7 @@ from ..mechanisms import (
     poisson_batch,
     subsampled_gaussian_event,
 )
-from .barker import _traced_log_ratios, batch_log_ratios
+from .barker import traced_log_ratios, batch_log_ratios
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse, check_batch_size, valid_move
 from .proposals import accept_uniform, penalty_log_accept_threshold
@@ -221,7 +220,7 @@ def minibatch_penalty_release_accept(lik, noise, rng, state: MHState, z_new: tor
         example = (z, z_new, ints, cached_zeros((), torch.long, dev), f64, like_u, state.log_prior,
                    cached_zeros((), z.dtype, dev))
         step = lik.compiled.fused_graph(name, minibatch_penalty_step_fn(lik, n, b, T, subsampling, L, nm,
-                                                                        _traced_log_ratios(lik), padded=True),
+                                                                        traced_log_ratios(lik), padded=True),
                                         example, full_data=False, bucket=size)
         if step is not None and size > k:  # padded with row 0 (masked inside)
             idx = torch.cat([idx, torch.zeros(size - k, dtype=idx.dtype, device=dev)])
@@ -287,14 +286,14 @@ class DPMinibatchPenalty(RandomWalkKernel):
             accountant = "pld" if subsampling == "poisson" else "dp_rdp"
         super().__init__(model, accountant=accountant, **kwargs)
         self.subsampling = subsampling
-        self._batch_size_given = batch_size is not None  # None: the data plate's subsample_size
+        self.batch_size_given = batch_size is not None  # None: the data plate's subsample_size
         self.batch_size = None if batch_size is None else check_batch_size(batch_size)
         self._setup_walk(proposal_scale, one_component=one_component, guided_walk=guided_walk)
         self.llr_clip = check_positive("llr_clip", llr_clip)
         self.noise_multiplier = self._check_noise_multiplier("noise_multiplier", noise_multiplier)
 
     takes_plate_batch = True
-    _check_plate_batch_size = staticmethod(check_batch_size)
+    check_plate_batch_size = staticmethod(check_batch_size)
 
     def _rows_per_iteration(self):
         return "penalty", float(self.batch_size), 0.0  # auto_compile: one batch of ratios
@@ -311,7 +310,7 @@ class DPMinibatchPenalty(RandomWalkKernel):
         if not isinstance(event, NonPrivateEvent) and not acc.supports(event):
             raise UnsupportedEventError(
                 f"accountant {self.accountant!r} cannot analyse {event!r} (relation {acc.relation!r}): "
-                f"{acc._unsupported(canonical_event(event))}; use 'pld' for subsampling='poisson' "
+                f"{acc.unsupported_reason(event)}; use 'pld' for subsampling='poisson' "
                 "and 'dp_rdp' for 'without_replacement'"
             )
 

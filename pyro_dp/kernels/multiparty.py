@@ -41,7 +41,7 @@ from ..mechanisms import NonPrivateEvent, PrivacyLedger, clipped_sum_with_noise
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease
 from .proposals import penalty_accept, pop_target_accept_prob
-from .workers import _owned_kernel
+from .workers import owned_kernel
 
 __all__ = ["PartyReleases", "PartyLedgers", "multiparty_release", "DPMultiPartyPenalty", "party_ledger",
            "party_epsilon"]
@@ -72,7 +72,7 @@ class PartyLedgers(tuple):
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        kernel = _owned_kernel(self.kernel_id)
+        kernel = owned_kernel(self.kernel_id)
         if isinstance(kernel, DPMultiPartyPenalty):
             kernel._file_party_chain(self.chain_id, self)
 
@@ -293,7 +293,7 @@ class DPMultiPartyPenalty(RandomWalkKernel):
         the whole run, i.e. the worst party (parallel composition, module docstring)."""
         if party is None:
             return super().get_epsilon(delta, accountant)
-        self._require_complete()
+        self.require_complete()
         ledger = self.party_ledger(party)
         if not ledger and self._num_setups > 0:
             raise RuntimeError(
@@ -327,7 +327,7 @@ def party_ledger(mcmc, party: int) -> PrivacyLedger:
         main = None if d is None else d.get("privacy ledger")
         if ledgers is not None and main is not None:
             kernel._file_party_chain(getattr(ledgers, "chain_id", "") or main.chain_id, ledgers)
-    kernel._require_complete()
+    kernel.require_complete()
     ledger = kernel.party_ledger(party)
     if not ledger:
         raise ValueError("this MCMC object's kernel has released nothing yet")

@@ -302,7 +302,7 @@ class DPPenalty(cv_mod.ControlVariateClient, PriorOnlySweeps, RandomWalkKernel):
         return self.llr_clip
 
     _chain_attrs = RandomWalkKernel._chain_attrs + ("llr_clip", "proposal_scale") + \
-        cv_mod.ControlVariateClient._cv_chain_attrs + PriorOnlySweeps._chain_attrs
+        cv_mod.ControlVariateClient.cv_chain_attrs + PriorOnlySweeps._chain_attrs
 
     @property
     def _sweep_mask(self) -> Optional[torch.Tensor]:

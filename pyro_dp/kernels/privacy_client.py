@@ -235,7 +235,7 @@ class PrivacyClient:
         also chains run in ``MCMC`` worker processes (their ledgers come back with their
         diagnostics). It is stated under the kernel's neighbouring relation :attr:`relation`
         (``self.ledger.relation``; ``diagnostics()["relation"]``)."""
-        self._require_complete()
+        self.require_complete()
         if not self.privacy.ledger and self._num_setups > 0 and self._iteration > 0:
             raise RuntimeError("this kernel object ran iterations but recorded no release: please report")
         return self.privacy.get_epsilon(delta, accountant)

@@ -45,7 +45,7 @@ from ..warn import warn_user
 from ..accounting import DEFAULT_ACCOUNTANT, UnsupportedEventError, calibrate, get_accountant
 from ..mechanisms import PrivacyEvent, PrivacyLedger
 from .plan import PrivacyPlan, counts as _counts, plan_cap, within as _within
-from .workers import _owned_kernel
+from .workers import owned_kernel
 
 __all__ = ["PrivacyEngine", "ChainLedger", "BudgetExhaustedWarning", "PrivacyNotice", "check_positive",
            "DEFAULT_EPSILON", "DEFAULT_DELTA"]
@@ -249,7 +249,7 @@ class ChainLedger(PrivacyLedger):
         self.__dict__.update(state)
         self.__dict__.setdefault("iteration_marks", [])  # a ledger pickled before marks existed: none
         self.__dict__.setdefault("_pending", 0)
-        kernel = _owned_kernel(self.kernel_id)
+        kernel = owned_kernel(self.kernel_id)
         if kernel is not None:
             kernel.privacy.file_chain(self)
 
@@ -370,7 +370,7 @@ class PrivacyEngine:
         acc = get_accountant(self.accountant, relation=self.relation)
         for item in events:
             try:
-                acc._require(item[0] if isinstance(item, tuple) else item)
+                acc.require(item[0] if isinstance(item, tuple) else item)
             except UnsupportedEventError as e:
                 raise UnsupportedEventError(
                     f"{owner}: accountant {self.accountant!r} cannot compose a planned release "

@@ -329,7 +329,7 @@ def sample_correction(rng: torch.Generator, corr: GaussianMixtureCorrection, lik
 
 def _correction_draw(rng: torch.Generator, corr: GaussianMixtureCorrection, like: torch.Tensor) -> torch.Tensor:
     """:func:`sample_correction`'s draw: :func:`correction_draws` then :func:`correction_from_draws`."""
-    means, sds, weights = _correction_tensors(corr, like.dtype, like.device)
+    means, sds, weights = correction_tensors(corr, like.dtype, like.device)
     expo, u, xi = correction_draws(rng, corr, like)
     return correction_from_draws(expo.to(like.device), u.to(like.device), xi, means, sds, weights)
 
@@ -341,7 +341,7 @@ def correction_from_draws(expo: torch.Tensor, u: torch.Tensor, xi: torch.Tensor,
     :math:`\arg\max_k w_k/E_k` with :math:`E_k \sim \mathrm{Exp}(1)` — Gumbel-max, what
     ``torch.multinomial(weights, 1)`` computes (ATen's one-sample fast path) — then the sign
     :math:`\pm` by ``u < 1/2`` and :math:`\pm\mu_k + s_k\,\xi`. ``means``, ``sds``, ``weights``
-    from :func:`_correction_tensors`.
+    from :func:`correction_tensors`.
 
     >>> w, m, s = torch.tensor([0.2, 0.8], dtype=torch.float64), torch.tensor([0.0, 1.0]), torch.tensor([1.0, 0.5])
     >>> float(correction_from_draws(torch.tensor([1.0, 1.0], dtype=torch.float64), torch.tensor(0.7), torch.tensor(2.0), m, s, w))
@@ -359,7 +359,7 @@ def correction_draws(rng: torch.Generator, corr: GaussianMixtureCorrection, like
     uniform ``u`` (float64, likewise) and the standard normal ``xi`` (dtype and device of ``like``). The
     compiled DP Barker step draws them before its graph and evaluates the draw inside it
     (:func:`~pyro_dp.kernels.barker.barker_step_fn`)."""
-    weights = _correction_tensors(corr, like.dtype, like.device)[2]
+    weights = correction_tensors(corr, like.dtype, like.device)[2]
     # on the generator's device (the algorithm stream follows the data's device, #17)
     expo = torch.empty(weights.shape, dtype=torch.float64, device=rng.device).exponential_(1.0, generator=rng)
     u = torch.rand((), generator=rng, dtype=torch.float64, device=rng.device)
@@ -370,7 +370,7 @@ def correction_draws(rng: torch.Generator, corr: GaussianMixtureCorrection, like
 _CORRECTIONS: dict = {}
 
 
-def _correction_tensors(corr: GaussianMixtureCorrection, dtype, device):
+def correction_tensors(corr: GaussianMixtureCorrection, dtype, device):
     """``(means, standard deviations, float64 weights)`` of ``corr`` in ``dtype`` on ``device``,
     converted once (the standard deviations are ``sqrt`` of the variances in ``dtype``, as a
     per-draw conversion would compute them)."""

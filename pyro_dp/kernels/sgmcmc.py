@@ -325,8 +325,8 @@ class _SGMCMC(DPKernel):
                 f"accountant {accountant!r} cannot analyse the Poisson-subsampled Gaussian under "
                 f"relation={relation!r}; use {ok}"
             )
-        self._batch_size_given = batch_size is not None  # None: the data plate's subsample_size
-        self.batch_size = None if batch_size is None else self._check_plate_batch_size(batch_size)
+        self.batch_size_given = batch_size is not None  # None: the data plate's subsample_size
+        self.batch_size = None if batch_size is None else self.check_plate_batch_size(batch_size)
         self.step_size = None if step_size is None else check_positive("step_size", step_size)
         self.grad_clip = None if grad_clip is None else check_positive("grad_clip", grad_clip)
         if noise_multiplier is not None:
@@ -346,7 +346,7 @@ class _SGMCMC(DPKernel):
         return "penalty", 0.0, float(self.batch_size)  # auto_compile: one (expected) batch of gradients
 
     @staticmethod
-    def _check_plate_batch_size(batch_size) -> int:
+    def check_plate_batch_size(batch_size) -> int:
         return check_positive("batch_size", batch_size, integer=True)
 
     # ---------------------------------------------------------------- privacy plan (data-free)
@@ -527,6 +527,11 @@ class DPSGLD(_SGMCMC):
         # Langevin's diffusion, and a larger clip costs only a smaller step, while no accept test
         # corrects the bias (measured: 168 rows above put a linear model's sigma 1.4 sd off).
         return 0.0 if self.auto_tuned else None
+
+    def _default_path_noises(self):
+        # DefaultPath.default_path_noise: its default path's gradient release, every row (q = 1, as
+        # _calibrate without the data), and no ratio noise for the tuner (_ratio_noise_multiplier)
+        return float(self._budget_noise(1.0)), 0.0
 
     _noise_limited_alternative = ""  # (diagnostics' advice) it is the kernel the others point to
 

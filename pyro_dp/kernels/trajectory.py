@@ -1,17 +1,70 @@
 r"""DP-HMC's trajectory as a proposal of the MH core (Räisä, Koskela & Honkela 2021; Räisä 2021
 thesis Alg. 3): ``L`` leapfrog steps on released gradients, its log q-ratio (the kinetic
 energies) and what it hands to the ratio release. Pure tensor functions, their randomness
-drawn before them (:func:`~.hmc.hmc_step`)."""
+drawn before them (:func:`~.hmc.hmc_step`); DP-HMC's state and step info (:class:`HMCState`,
+:class:`HMCInfo`), which :mod:`~.control_variate`'s DP-HMC steps build too."""
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 
 from .mh import Proposal
 from .proposals import kinetic_energy, leapfrog
 
-__all__ = ["KineticRatio", "TrajectoryEnd", "trajectory_proposal"]
+__all__ = ["HMCState", "HMCInfo", "KineticRatio", "TrajectoryEnd", "trajectory_proposal"]
+
+
+class HMCState(NamedTuple):
+    """State of the DP-HMC chain.
+
+    :ivar z: current point, flat, in unconstrained space.
+    :ivar log_prior: data-free log prior (+ log-Jacobian) at ``z``.
+    :ivar loglik: cached per-example log-likelihoods at ``z`` (private: never released,
+        only used inside the next ratio release); ``None`` until the first gradient release.
+    :ivar grad: the **released** noisy gradient :math:`G(z)` of the log target at ``z``
+        (public, reused by the next iteration, thesis Alg. 3); ``None`` until released.
+    """
+
+    z: torch.Tensor
+    log_prior: torch.Tensor
+    loglik: Optional[torch.Tensor]
+    grad: Optional[torch.Tensor]
+
+
+class HMCInfo(NamedTuple):
+    """What one iteration did.
+
+    :ivar accepted: the accept decision (post-processing of the releases).
+    :ivar events: privacy events released, in order: the initial gradient (first
+        iteration of a chain only), ``L`` gradients, then the ratio (absent when the
+        trajectory left the prior's support, a data-free rejection).
+    :ivar clipped_fraction: mean clipped fraction over this iteration's releases
+        (**non-private** diagnostic).
+    :ivar grad_clipped_fraction: mean fraction of clipped per-example gradients
+        (**non-private**).
+    :ivar llr_clipped_fraction: fraction of clipped per-example ratios (**non-private**). The
+        three fractions are NaN unless the kernel counts them (``nonprivate_diagnostics=True``,
+        :func:`hmc_step`'s ``count_clipped``).
+    :ivar accept_prob: penalty acceptance probability from the released
+        :math:`\\hat\\lambda` (post-processing; used by step-size adaptation).
+    :ivar step_size: the step size this iteration used.
+    :ivar proposal: the proposed point (post-processing of released gradients).
+    :ivar noise_std: standard deviation of the noise on the summed ratio.
+    :ivar ratio_released: whether the ratio was released (``False`` only after a
+        data-free rejection of a trajectory that left the support).
+    """
+
+    accepted: bool
+    events: Tuple
+    clipped_fraction: float
+    grad_clipped_fraction: float
+    llr_clipped_fraction: float
+    accept_prob: float
+    step_size: float
+    proposal: torch.Tensor
+    noise_std: float
+    ratio_released: bool
 
 
 class KineticRatio(NamedTuple):

@@ -64,10 +64,12 @@ from __future__ import annotations
 import math
 import numbers
 import sys
+import warnings
 from typing import List, NamedTuple, Optional, Tuple
 
 import torch
 from pyro.infer.autoguide.initialization import init_to_median
+from pyro.infer.mcmc.api import AbstractMCMC, _gen_samples  # Pyro's run loop, read to find the run length
 
 from ..accounting.gdp import gdp_mu
 from .centring import CENTRE_SHARE, Centre, centre_noise_multipliers, private_centre
@@ -155,7 +157,8 @@ def init_to_center(site=None):
         value = fn.mean.detach()
         if bool(torch.isfinite(value).all()):
             if hasattr(fn, "_validate_sample"):
-                fn._validate_sample(value)
+                # Pyro's own support-and-shape check of a sample (no public equivalent that also checks the shape)
+                fn._validate_sample(value)  # architecture: private-read (pyro's Distribution, third-party)
             return value
     except (NotImplementedError, ValueError):  # no mean (e.g. Cauchy), or one outside the support
         pass
@@ -623,8 +626,6 @@ def rule_rows(lik, z: torch.Tensor, noise_multiplier: float, noise, relation: st
         record(cnt.event)
     value = float(cnt.value)
     if value > 3.0 * float(noise_multiplier) and value >= 1.0:
-        import warnings
-
         n = getattr(lik, "global_num_rows", lik.num_rows)
         warnings.warn(
             f"a noisy count (standard deviation {noise_multiplier:.3g}, covered by epsilon) says that about "
@@ -683,8 +684,6 @@ def mcmc_run_length(frame=None) -> Optional[dict]:
     ``_gen_samples`` frame is on the stack), or ``None`` outside such a run. Public settings,
     no data.
     """
-    from pyro.infer.mcmc.api import AbstractMCMC, _gen_samples
-
     f = frame if frame is not None else sys._getframe(1)
     out = None
     while f is not None:

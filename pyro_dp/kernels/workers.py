@@ -42,7 +42,7 @@ NONPRIVATE_PREFIX = "non-private "
 _KERNELS: "weakref.WeakValueDictionary[str, WorkerBookkeeping]" = weakref.WeakValueDictionary()
 
 
-def _owned_kernel(kernel_id: str) -> Optional["WorkerBookkeeping"]:
+def owned_kernel(kernel_id: str) -> Optional["WorkerBookkeeping"]:
     """The kernel object ``kernel_id`` if this process owns it (a ledger coming back from a
     worker process files itself there), else ``None`` (e.g. inside the worker)."""
     kernel = _KERNELS.get(kernel_id)
@@ -140,7 +140,7 @@ class ChainFailedError(RuntimeError):
 
 
 def _unpickle_chain_failure(message, ledger):
-    kernel = _owned_kernel(getattr(ledger, "kernel_id", ""))
+    kernel = owned_kernel(getattr(ledger, "kernel_id", ""))
     if kernel is not None:
         kernel._incomplete = (
             "a chain failed in an MCMC worker process and Pyro terminated its siblings: releases they made "
@@ -254,7 +254,7 @@ class WorkerBookkeeping:
             shared.stale[slot] = max(shared.made[slot] - self._returned_releases()[slot], 0)
             shared.run[slot] = self._worker_run() or 0
 
-    def _require_complete(self) -> None:
+    def require_complete(self) -> None:
         """Raise ``RuntimeError`` when this object's ledger may miss releases (an ε from it would
         be a lower bound of what was spent)."""
         if self._incomplete:
@@ -262,6 +262,9 @@ class WorkerBookkeeping:
         lost = self._lost_worker_releases()
         if lost:
             raise RuntimeError(_lost_releases_message(lost))
+
+    # TODO(issue 63): its former name, still read by pyro_dp/report.py (another engineer's file); remove then
+    _require_complete = require_complete
 
     def _worker_chain_id(self) -> Optional[int]:
         """Pyro's chain id when this runs in an ``MCMC`` worker process (Pyro names each worker

@@ -32,6 +32,7 @@ from functools import partial
 from typing import Callable, Optional
 
 import torch
+from pyro.infer.autoguide.initialization import init_to_value
 
 from .banana import (
     Banana,
@@ -151,8 +152,6 @@ class Problem:
     def init_strategy(self):
         """Data-free Pyro init strategy at ``start`` (needed for the circle, whose flat prior
         cannot be sampled): ``PrivateLikelihood(p.model, p.args, init_strategy=p.init_strategy())``."""
-        from pyro.infer.autoguide.initialization import init_to_value
-
         return init_to_value(values={self.site: self.start})
 
     def reference_sample(self, num_samples: int, seed: int = 0) -> torch.Tensor:

@@ -36,6 +36,8 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 import pyro
 import pyro.distributions as dist
 import torch
+from pyro.infer import MCMC, NUTS
+from pyro.infer.autoguide.initialization import init_to_median
 
 from .examples import logistic_model, make_logistic_data
 
@@ -113,9 +115,6 @@ def nuts_reference_sample(model: Callable, args: tuple, num_samples: int = 2000,
     ``temperature`` tempers the likelihood (``poutine.scale`` on the data plate's sites) so the
     reference matches a tempered DP run. Not exact: NUTS error is Monte Carlo error
     (check ``r_hat``/ESS via ``MCMC.summary`` when in doubt)."""
-    from pyro.infer import MCMC, NUTS
-    from pyro.infer.autoguide.initialization import init_to_median
-
     run_model = model if temperature == 1.0 else _TemperedPrior(model, temperature)
     pyro.set_rng_seed(int(seed))
     with warnings.catch_warnings():

@@ -1,0 +1,373 @@
+r"""The package's import architecture, measured from the source with ``ast`` (issue 63).
+
+* The import graph of ``pyro_dp`` has no cycle, counting imports inside functions (an import in a
+  function still runs, and a cycle through it is a cycle in the design). Relative imports are
+  resolved; ``from pkg import name`` is an edge to the submodule ``pkg.name`` when that is a module,
+  else to ``pkg`` itself. Imports under ``if TYPE_CHECKING:`` never run and are not edges.
+* Imports inside functions are few (fewer than ``MAX_FUNCTION_IMPORTS``) and only of optional or
+  heavy dependencies (``FUNCTION_IMPORT_ALLOWED``): a function-local import of the package itself or
+  of a cheap, always-installed library hides a dependency and is refused.
+* No module imports a private name of another ``pyro_dp`` module (``from .x import _y``), reads a
+  private attribute of another ``pyro_dp`` module (``x._y``), or reads a private attribute of an
+  object that its own module never defines (``kernel._iteration`` in a module that defines no
+  ``_iteration``). At most three exceptions, each marked at its line with ``# architecture:
+  private-read`` and a comment saying why.
+* No ``type(...).__name__ == "..."`` (or ``__class__.__name__``) switch: what differs between kernels
+  is a class attribute the kernel declares, or an argument.
+
+Run as a script (``python3 tests/test_architecture.py``) it prints every finding, file:line.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pyro_dp")
+PACKAGE = "pyro_dp"
+
+MAX_FUNCTION_IMPORTS = 30
+MAX_PRIVATE_EXCEPTIONS = 3
+PRIVATE_MARK = "architecture: private-read"
+
+# optional or heavy dependencies a function may import when (and only when) it needs them
+FUNCTION_IMPORT_ALLOWED = (
+    "matplotlib", "arviz", "statsmodels", "scipy", "mpmath", "prv_accountant", "dp_accounting",
+    "opacus", "fourier_accountant", "pandas", "psutil", "resource", "torch._subclasses", "torch.fx",
+    "torch._dynamo", "torch._inductor", "torch.distributed", "torch.multiprocessing", "torch.utils.benchmark",
+    "torch._functorch", "importlib", "subprocess", "tracemalloc", "cProfile", "pstats",
+)
+
+# TODO(issue 63): modules another engineer is changing right now (likelihood.py, arguments.py,
+# isolation.py, setup_checks.py, reach.py, diagnose.py, audit.py, testing.py, mechanisms/*,
+# compiled.py, demo.py, report.py). Their function-local imports and private reads are counted
+# separately and not yet asserted; remove a module from this set once it is fixed.
+NOT_YET_FIXED = frozenset({
+    "pyro_dp.likelihood", "pyro_dp.arguments", "pyro_dp.isolation", "pyro_dp.setup_checks",
+    "pyro_dp.reach", "pyro_dp.diagnose", "pyro_dp.audit", "pyro_dp.testing", "pyro_dp.compiled",
+    "pyro_dp.demo", "pyro_dp.report", "pyro_dp.mechanisms", "pyro_dp.mechanisms.batches",
+    "pyro_dp.mechanisms.clipping", "pyro_dp.mechanisms.events", "pyro_dp.mechanisms.noise",
+    "pyro_dp.mechanisms.release",
+})
+
+# private attribute names that are a Python or library protocol, not a module's private state
+PROTOCOL_PRIVATE = frozenset({"_replace", "_asdict", "_fields", "_field_defaults", "_make", "_value_"})
+
+
+@dataclass
+class Module:
+    name: str
+    path: str
+    tree: ast.Module
+    lines: list
+    is_package: bool
+    edges: dict = field(default_factory=dict)  # target module -> first line
+    function_imports: list = field(default_factory=list)  # (line, imported module)
+    private_reads: list = field(default_factory=list)  # (line, text, marked)
+    blocked: list = field(default_factory=list)  # (line, text, owning module) private reads of a NOT_YET_FIXED module's name
+    defined_private: set = field(default_factory=set)
+    name_switches: list = field(default_factory=list)  # (line, text)
+
+
+def _module_name(path):
+    rel = os.path.relpath(path, os.path.dirname(ROOT))[:-3].split(os.sep)
+    if rel[-1] == "__init__":
+        return ".".join(rel[:-1]), True
+    return ".".join(rel), False
+
+
+def load_modules(root=ROOT):
+    mods = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for f in sorted(filenames):
+            if f.endswith(".py"):
+                path = os.path.join(dirpath, f)
+                with open(path, encoding="utf-8") as fh:
+                    src = fh.read()
+                name, is_pkg = _module_name(path)
+                mods[name] = Module(name, path, ast.parse(src, path), src.splitlines(), is_pkg)
+    return mods
+
+
+def _parents(tree):
+    parent = {}
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            parent[child] = node
+    return parent
+
+
+def _in_function(node, parent):
+    while node in parent:
+        node = parent[node]
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return True
+    return False
+
+
+def _under_type_checking(node, parent):
+    while node in parent:
+        node = parent[node]
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            return True
+    return False
+
+
+def _resolve_from(mod, node):
+    """The absolute module a ``from ... import`` names."""
+    if node.level == 0:
+        return node.module or ""
+    base = mod.name.split(".") if mod.is_package else mod.name.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _marked(mod, line):
+    return PRIVATE_MARK in mod.lines[line - 1]
+
+
+def analyse(mods):
+    for mod in mods.values():
+        parent = _parents(mod.tree)
+        module_aliases = {}  # local name -> pyro_dp module it is bound to
+        external_aliases = set()  # local names bound to modules outside pyro_dp
+        defined_private = set()  # private names this module defines (functions, classes, attributes)
+        for node in ast.walk(mod.tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name.startswith("_"):
+                defined_private.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and node.attr.startswith("_"):
+                defined_private.add(node.attr)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id.startswith("_"):
+                defined_private.add(node.id)
+            elif isinstance(node, ast.arg) and node.arg.startswith("_"):
+                defined_private.add(node.arg)
+            elif isinstance(node, ast.Call) and ast.unparse(node.func) in ("setattr", "getattr", "object.__setattr__"):
+                if len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and str(node.args[1].value).startswith("_"):
+                    defined_private.add(node.args[1].value)
+        for node in ast.walk(mod.tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            if _under_type_checking(node, parent):
+                continue
+            in_fn = _in_function(node, parent)
+            targets = []
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    targets.append(a.name)
+                    if a.name.split(".")[0] == PACKAGE:
+                        module_aliases[a.asname or a.name] = a.name
+                    else:
+                        external_aliases.add(a.asname or a.name.split(".")[0])
+            else:
+                src = _resolve_from(mod, node)
+                for a in node.names:
+                    sub = f"{src}.{a.name}"
+                    if sub in mods:
+                        targets.append(sub)
+                        module_aliases[a.asname or a.name] = sub
+                    else:
+                        targets.append(src)
+                        if src.split(".")[0] != PACKAGE:
+                            external_aliases.add(a.asname or a.name)
+                        if a.name.startswith("_") and not a.name.startswith("__") and src.split(".")[0] == PACKAGE \
+                                and src != mod.name:
+                            mod.private_reads.append((node.lineno, f"from {src} import {a.name}",
+                                                      _marked(mod, node.lineno)))
+            for t in dict.fromkeys(targets):
+                if t.split(".")[0] == PACKAGE:
+                    internal = t
+                    while internal not in mods and "." in internal:
+                        internal = internal.rsplit(".", 1)[0]
+                    if internal != mod.name:
+                        mod.edges.setdefault(internal, node.lineno)
+                if in_fn:
+                    mod.function_imports.append((node.lineno, t))
+        for node in mod.tree.body:  # module-level names bound to a third-party module's attribute (_aten = torch.ops.aten)
+            if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
+                root = node.value
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                if isinstance(root, ast.Name) and root.id in external_aliases:
+                    external_aliases.update(t.id for t in node.targets)
+        mod.defined_private = defined_private
+        for node in ast.walk(mod.tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+                attr = node.attr
+                if not attr.startswith("_") or attr.startswith("__") or attr in PROTOCOL_PRIVATE:
+                    continue
+                base = node.value
+                if isinstance(base, ast.Name) and base.id in ("self", "cls"):
+                    continue
+                if isinstance(base, ast.Call) and ast.unparse(base.func) == "super":
+                    continue
+                root_name = base
+                while isinstance(root_name, ast.Attribute):
+                    root_name = root_name.value
+                if isinstance(base, ast.Name) and base.id in module_aliases:
+                    if module_aliases[base.id] != mod.name:
+                        mod.private_reads.append((node.lineno, ast.unparse(node), _marked(mod, node.lineno)))
+                    continue
+                if isinstance(root_name, ast.Name) and root_name.id in external_aliases:
+                    continue  # a third-party library's private API (torch._C, ...), not another module's state
+                if attr in defined_private:
+                    continue
+                mod.private_reads.append((node.lineno, ast.unparse(node), _marked(mod, node.lineno)))
+            elif isinstance(node, ast.Compare):
+                # a switch: a class's name compared with a literal (``type(self).__name__ == "DPHMC"``).
+                # Comparing it with a stored name (a checkpoint's kernel, kernels/checkpoint.py) checks
+                # identity and is not a switch.
+                text = ast.unparse(node)
+                sides = [node.left, *node.comparators]
+                literal = any(isinstance(x, ast.Constant) and isinstance(x.value, str) or
+                              isinstance(x, (ast.Tuple, ast.List, ast.Set)) and
+                              any(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in x.elts)
+                              for x in sides)
+                if "__name__" in text and literal and "__main__" not in text and \
+                        any(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops):
+                    mod.name_switches.append((node.lineno, text))
+    return mods
+
+
+def find_cycles(mods):
+    """Strongly connected components of more than one module (Tarjan), each as a sorted list."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+    counter = [0]
+    sys.setrecursionlimit(max(10000, sys.getrecursionlimit()))
+
+    def strong(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in mods[v].edges:
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(mods):
+        if v not in index:
+            strong(v)
+    return out
+
+
+def _allowed(target):
+    return any(target == a or target.startswith(a + ".") for a in FUNCTION_IMPORT_ALLOWED)
+
+
+def measure():
+    mods = analyse(load_modules())
+    fixable = [m for m in mods.values() if m.name not in NOT_YET_FIXED]
+    pending = [m for m in mods.values() if m.name in NOT_YET_FIXED]
+
+    def rel(m):
+        return os.path.relpath(m.path, os.path.dirname(ROOT))
+
+    # private names that only a module in NOT_YET_FIXED defines (PrivateLikelihood's _eager_log_prior,
+    # setup_checks._ancestors, ...): a fixable module cannot read them publicly until their owner
+    # gives them a public name. TODO(issue 63): the owners are in NOT_YET_FIXED.
+    owners = defaultdict(set)
+    for m in pending:
+        for n in m.defined_private:
+            owners[n].add(rel(m))
+    for m in fixable:  # a name a fixable module defines too can be read from there
+        for n in m.defined_private:
+            owners.pop(n, None)
+    for m in fixable:
+        m.blocked = []
+        for ln, text, marked in list(m.private_reads):
+            name = text.rsplit(" ", 1)[-1].rsplit(".", 1)[-1]
+            if name in owners and not marked:
+                m.private_reads.remove((ln, text, marked))
+                m.blocked.append((ln, text, ", ".join(sorted(owners[name]))))
+
+    return {
+        "modules": mods,
+        "cycles": find_cycles(mods),
+        "function_imports": [(rel(m), ln, t) for m in fixable for ln, t in m.function_imports],
+        "function_imports_pending": [(rel(m), ln, t) for m in pending for ln, t in m.function_imports],
+        "private_reads": [(rel(m), ln, s, k) for m in fixable for ln, s, k in m.private_reads],
+        "private_reads_blocked": [(rel(m), ln, s, k) for m in fixable for ln, s, k in m.blocked],
+        "private_reads_pending": [(rel(m), ln, s, k) for m in pending for ln, s, k in m.private_reads],
+        "name_switches": [(rel(m), ln, s) for m in mods.values() for ln, s in m.name_switches],
+    }
+
+
+_MEASURED = None
+
+
+def _measured():
+    global _MEASURED
+    if _MEASURED is None:
+        _MEASURED = measure()
+    return _MEASURED
+
+
+def test_no_import_cycle():
+    cycles = _measured()["cycles"]
+    assert not cycles, f"import cycles (imports inside functions included): {cycles}"
+
+
+def test_few_function_imports_of_heavy_optional_dependencies_only():
+    found = _measured()["function_imports"]
+    bad = [f for f in found if not _allowed(f[2])]
+    assert not bad, f"imports inside functions of the package or of a cheap dependency: {bad}"
+    # the bound is on the whole package, the not-yet-fixed modules' included (listed apart)
+    total = len(found) + len(_measured()["function_imports_pending"])
+    assert total < MAX_FUNCTION_IMPORTS, found + _measured()["function_imports_pending"]
+
+
+def test_no_private_reads_across_modules():
+    found = _measured()["private_reads"]
+    unmarked = [f for f in found if not f[3]]
+    assert not unmarked, f"private names read across modules: {unmarked}"
+    assert len(found) <= MAX_PRIVATE_EXCEPTIONS, found
+
+
+def test_no_class_name_switch():
+    found = _measured()["name_switches"]
+    assert not found, f"type(...).__name__ comparisons: {found}"
+
+
+def test_the_measurement_sees_what_it_should():
+    # the analysis itself finds a cycle, a function-local import, a private read and a name switch
+    src = {
+        "pyro_dp/a.py": "from . import b\ndef f(k):\n    from .b import _x\n    return k._hidden\n",
+        "pyro_dp/b.py": "def g(self, state):\n    from .a import f\n    return type(self).__name__ == 'DPHMC' or state != type(self).__name__\n",
+    }
+    mods = {}
+    for path, text in src.items():
+        name = path[:-3].replace("/", ".")
+        mods[name] = Module(name, path, ast.parse(text), text.splitlines(), False)
+    analyse(mods)
+    assert find_cycles(mods) == [["pyro_dp.a", "pyro_dp.b"]]
+    assert [t for _, t in mods["pyro_dp.a"].function_imports] == ["pyro_dp.b"]
+    assert {s for _, s, _ in mods["pyro_dp.a"].private_reads} == {"from pyro_dp.b import _x", "k._hidden"}
+    assert len(mods["pyro_dp.b"].name_switches) == 1
+
+
+if __name__ == "__main__":
+    m = measure()
+    print(f"import cycles: {len(m['cycles'])}, sizes {[len(c) for c in m['cycles']]}")
+    for c in m["cycles"]:
+        print("  cycle:", " ".join(c))
+    for key in ("function_imports", "function_imports_pending", "private_reads", "private_reads_blocked",
+                "private_reads_pending",
+                "name_switches"):
+        print(f"{key}: {len(m[key])}")
+        for f in m[key]:
+            print("   ", *f)
