@@ -37,6 +37,8 @@ import sys
 import threading
 from typing import Callable, NamedTuple, Optional
 
+import torch
+
 __all__ = ["CHECK_TIMEOUT", "CheckResult", "Checker", "check_graph", "compile_and_run", "inductor_compile", "stand_in",
            "warm_checker"]
 
@@ -62,8 +64,6 @@ def stand_in(signatures) -> list:
     >>> [(tuple(t.shape), t.stride(), t.sum().item()) for t in stand_in([((2, 3), (1, 2), torch.float64, "cpu")])]
     [((2, 3), (1, 2), 0.0)]
     """
-    import torch
-
     out = []
     for shape, stride, dtype, device in signatures:
         size = 0 if 0 in shape else 1 + sum((n - 1) * st for n, st in zip(shape, stride))
@@ -75,8 +75,6 @@ def inductor_compile(graph, example_inputs, options: dict):
     """Compile a traced aten graph with inductor. ``compile_fx`` takes the graph as it is;
     ``torch.compile`` would re-trace it with Dynamo, which refuses the ``prims`` operations that
     forward-mode AD leaves in a graph (and adds guard checks to every call)."""
-    import torch
-
     try:
         from torch._inductor.compile_fx import compile_fx
     except ImportError:  # pragma: no cover - a torch without the internal entry point
@@ -230,7 +228,6 @@ def check_graph(graph, example_inputs, options: dict) -> CheckResult:
     """Compile the prepared ``graph`` with inductor and run it once on zeros of
     ``example_inputs``' shapes, strides, dtypes and devices, in the checker (module doc)."""
     signatures = [(tuple(t.shape), tuple(t.stride()), t.dtype, t.device) for t in example_inputs]
-    import torch
     import torch._inductor.config
 
     try:

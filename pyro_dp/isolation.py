@@ -33,6 +33,8 @@ from typing import Callable, List, Optional, Sequence
 
 import pyro.distributions as dist
 import torch
+from torch._guards import detect_fake_mode
+from torch.fx.experimental.proxy_tensor import get_proxy_mode
 from pyro.poutine.subsample_messenger import SubsampleMessenger
 from torch.distributions import biject_to, constraints
 from torch.utils._pytree import tree_map
@@ -184,9 +186,6 @@ def robust_rows(call: Callable, rows: Sequence[torch.Tensor], fill: Callable[[in
 def tracing() -> bool:
     """Whether the code runs under a trace that sees shapes, not values: an active fake-tensor
     mode (``make_fx(tracing_mode="fake")``, AOT), a ``make_fx`` proxy mode, or Dynamo."""
-    from torch._guards import detect_fake_mode
-    from torch.fx.experimental.proxy_tensor import get_proxy_mode
-
     return detect_fake_mode() is not None or get_proxy_mode() is not None or torch.compiler.is_compiling()
 
 

@@ -65,6 +65,7 @@ import pyro.poutine as poutine
 import torch
 from pyro.infer.autoguide.initialization import InitMessenger, init_to_sample
 from torch.distributions import biject_to
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.func import grad_and_value, vmap
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
@@ -204,6 +205,7 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
         # terms or prior would change under isolation, is refused before anything is released
         self._check_isolation(jit_cache)
         self._check_prior_reads_no_data(jit_cache)
+        self._check_cross_rows(jit_cache)
         #: how a row subset is evaluated: every row is evaluated alone (:mod:`pyro_dp.isolation`)
         self.row_access = "isolated"
         #: rows over all ranks of a sharded kernel (:mod:`pyro_dp.distributed`); ``num_rows`` otherwise
@@ -228,7 +230,6 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
         trace with every tensor argument of one or more dimensions a fake tensor (shapes, no
         values); if the model cannot run on fakes, on zeros of the same shapes. Either way no
         value of the data is read, so no data value can decide a shape."""
-        from torch._subclasses.fake_tensor import FakeTensorMode
 
         a = self.arguments
         errors = []

@@ -321,9 +321,12 @@ def _safe(idx, size):
 
 
 def _poison(out, ok, lead: int):
-    """``out`` with NaN where ``ok`` is False; ``ok`` lies at dimensions ``lead..`` of ``out``."""
+    """``out`` with NaN where ``ok`` is False (``ok`` lies at dimensions ``lead..`` of ``out``):
+    multiplied by 1 or NaN, so that the row's gradient is NaN too, as the per-row rule expects
+    of a row whose term is NaN (the same terms and gradients as the bisection gave)."""
     ok = ok.reshape((1,) * lead + tuple(ok.shape) + (1,) * (out.dim() - lead - ok.dim()))
-    return torch.where(ok, out, torch.full((), float("nan"), dtype=out.dtype, device=out.device))
+    one = torch.ones((), dtype=out.dtype, device=out.device)
+    return out * torch.where(ok, one, torch.full_like(one, float("nan")))
 
 
 def _guard_getitem(func, args, kwargs):

@@ -27,6 +27,8 @@ from typing import Dict, Optional, Tuple
 import pyro
 import pyro.poutine as poutine
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode, is_fake
+from torch.fx.experimental.proxy_tensor import make_fx
 from torch.distributions import biject_to
 from torch.func import vmap
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -137,8 +139,6 @@ class SetUpChecks:
         names = self.latent_names
 
         def terms(*inputs):
-            from torch._subclasses.fake_tensor import is_fake
-
             args, kwargs = with_tensors(leaves, spec, pos, inputs[: len(pos)])
             units = inputs[len(pos):]
             values = {n: self.transforms[n].inv(u) for n, u in zip(names, units)}
@@ -182,8 +182,6 @@ class SetUpChecks:
         ...
         ValueError: the prior of latent site 'mu' reads the data (model argument 0: ...
         """
-        from torch.fx.experimental.proxy_tensor import make_fx
-
         leaves, spec, pos, names = self._data_arguments()
         units = [self.prototype_params[n] for n in self.latent_names]
         try:
@@ -405,8 +403,6 @@ class SetUpChecks:
         ...
         ValueError: the log-likelihood of a row depends on other rows' data: the model's code applies max ...
         """
-        from torch._subclasses.fake_tensor import FakeTensorMode
-
         a = self.arguments
         if not a.data_pos:
             return None
@@ -435,9 +431,8 @@ class SetUpChecks:
         key = self._check_key("isolation")
         cache = cache if cache is not None else {}
         if key not in cache:
-            report = self._isolation_report()
-            cache[key] = report + ((self.cross_row_operations() if not any(report) else None),)
-        error, warning, rows, ops = cache[key]
+            cache[key] = self._isolation_report()
+        error, warning, rows = cache[key]
         if error:
             raise ValueError(error)
         if warning:
@@ -451,6 +446,16 @@ class SetUpChecks:
                 "rows (a time series) do this. pyro_dp computes each row's term from that row alone, so it would run "
                 "another model. Standardise with public constants (or privately released ones) before calling the "
                 "model, and keep each row's term a function of that row (docs/privacy.md, 'One row, one term')")
+
+    def _check_cross_rows(self, cache: Optional[dict]) -> None:
+        """Refuse, at set-up, a model whose code reduces across its data's rows
+        (:meth:`cross_row_operations`); run after the prior's check, whose refusal names the
+        site when the reduction feeds a prior. Cached per kernel object and argument signature."""
+        key = self._check_key("cross_rows")
+        cache = cache if cache is not None else {}
+        if key not in cache:
+            cache[key] = self.cross_row_operations()
+        ops = cache[key]
         if ops:
             raise ValueError(
                 f"the log-likelihood of a row depends on other rows' data: the model's code applies {', '.join(ops[:4])} "

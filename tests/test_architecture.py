@@ -37,7 +37,7 @@ FUNCTION_IMPORT_ALLOWED = (
     "matplotlib", "arviz", "statsmodels", "scipy", "mpmath", "prv_accountant", "dp_accounting",
     "opacus", "fourier_accountant", "pandas", "psutil", "resource", "torch._subclasses", "torch.fx",
     "torch._dynamo", "torch._inductor", "torch.distributed", "torch.multiprocessing", "torch.utils.benchmark",
-    "torch._functorch", "importlib", "subprocess", "tracemalloc", "cProfile", "pstats",
+    "torch._functorch", "torch._higher_order_ops", "importlib", "subprocess", "tracemalloc", "cProfile", "pstats",
 )
 
 # TODO(issue 63): modules another engineer is changing right now (likelihood.py, arguments.py,

@@ -278,6 +278,7 @@ def test_mutant_isolation_off_moves_other_rows(monkeypatch):
     with pytest.raises(ValueError, match="depends on other rows"):
         PrivateLikelihood(centred, (_data(),), seed=0)
     monkeypatch.setattr(setup_checks.SetUpChecks, "_check_isolation", lambda self, cache: None)
+    monkeypatch.setattr(setup_checks.SetUpChecks, "_check_cross_rows", lambda self, cache: None)
 
     def joint(self, z, idx=None, robust=True):
         tr, _ = self._trace(z, idx)

@@ -114,6 +114,7 @@ def _unchecked(model, X, y, **kw):
     """The likelihood with the refusing set-up check switched off: the construction alone."""
     with pytest.MonkeyPatch.context() as m:
         m.setattr(PrivateLikelihood, "_check_isolation", lambda self, cache: None)
+        m.setattr(PrivateLikelihood, "_check_cross_rows", lambda self, cache: None)
         return PrivateLikelihood(model, (X, y), seed=0, **kw)
 
 
@@ -267,7 +268,7 @@ def test_nan_labels_and_float_labels_outside_the_support_get_the_rule():
     assert torch.isnan(ll[[1, 5]]).all() and torch.isfinite(ll[torch.arange(N) > 5]).all()
 
 
-def test_a_row_on_which_the_models_code_raises_is_bisected_to_the_rule():
+def test_a_row_with_an_index_out_of_range_maps_to_the_rule():
     X, y = data()
     g, g2 = _labels(), _labels()
     g2[7] = 99  # a group id out of range: a[g] raises for the whole batch
@@ -276,7 +277,9 @@ def test_a_row_on_which_the_models_code_raises_is_bisected_to_the_rule():
     (la, ga), (lb, gb) = a.per_example_grad(z), b.per_example_grad(z)
     others = torch.arange(N) != 7
     assert same(la[others], lb[others]) and same(ga[others], gb[others])
-    assert torch.isnan(lb[7]) and torch.isnan(gb[7]).all()
+    # since #58 the tensor guard makes the index safe (no exception, no bisection): the row's term
+    # is NaN and its gradient row non-finite, which the per-row rule maps to the zero row
+    assert torch.isnan(lb[7]) and not torch.isfinite(gb[7]).all()
 
 
 @pytest.mark.parametrize("kernel", ["penalty", "hmc", "sgld"])
@@ -344,17 +347,23 @@ def test_the_prior_and_the_start_are_computed_on_a_stand_in_never_the_data():
     assert len(values) == 1 and len(starts) == 1
 
 
-def test_a_row_that_raises_runs_the_compiled_path_eagerly_with_the_same_values():
-    """A compiled graph would raise for the whole batch on a row whose code raises: such data
-    run eagerly (timing only), with the eager path's values."""
+def test_a_row_whose_index_is_out_of_range_runs_compiled_with_the_eager_terms():
+    """Before #58 a compiled graph raised for the whole batch on a row whose group id is out of
+    range, and such data ran eagerly; the tensor guard now makes the index safe in the traced
+    graph too, so the same data compile, with the eager terms, and the out-of-range row's gradient
+    is non-finite on both paths (forward mode spreads the NaN over the row, reverse mode keeps it
+    in one entry: the per-row rule maps both to the zero row)."""
     X, y = data()
     g = _labels()
     g[7] = 99
     z = torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64)
     eager = PrivateLikelihood(group_index, (X, g, y), seed=0)
     jit = PrivateLikelihood(group_index, (X, g, y), seed=0, jit_compile=True, jit_options={"backend": "graph"})
-    assert same(jit.per_example_grad(z)[1], eager.per_example_grad(z)[1])
-    assert jit.compiled.num_compiled == 0
+    (le, ge), (lj, gj) = eager.per_example_grad(z), jit.per_example_grad(z)
+    others = torch.arange(N) != 7
+    assert same(le, lj) and torch.allclose(ge[others], gj[others], rtol=1e-12, atol=0)
+    assert not torch.isfinite(ge[7]).all() and not torch.isfinite(gj[7]).all()
+    assert jit.compiled.num_compiled == 1
     ok = PrivateLikelihood(group_index, (X, _labels(), y), seed=0, jit_compile=True, jit_options={"backend": "graph"})
     ok.per_example_grad(z)
     assert ok.compiled.num_compiled == 1
@@ -441,6 +450,7 @@ def test_the_median_attack_is_defeated_by_the_construction_and_caught_without_it
     from pyro_dp.testing import separating_seed
 
     monkeypatch.setattr(PrivateLikelihood, "_check_isolation", lambda self, cache: None)
+    monkeypatch.setattr(PrivateLikelihood, "_check_cross_rows", lambda self, cache: None)
     d, dp = _median_neighbours()
     factory = lambda: pyro_dp.DPPenalty(_median_model, 0.3, llr_clip=1.0, noise_multiplier=2.0,  # noqa: E731
                                         init_strategy=init_to_mean)
