@@ -77,7 +77,7 @@ from .mechanisms import ClippedSum, clip_and_sum
 from .coordinates import LikelihoodCoordinates
 from .preconditioning import Preconditioned
 from .diagnose import explain_failure
-from .reach import OutsideDataError, CallGuard, describe_outside, outside_data
+from .reach import CallGuard, describe_outside, outside_data
 from .structure import find_data_plate as _find_data_plate
 from .setup_checks import SetUpChecks, on_stand_in, stand_in  # noqa: F401 - on_stand_in re-exported for tests
 
@@ -190,15 +190,13 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
                 with guard:
                     trace = poutine.trace(InitMessenger(init_strategy)(model)).get_trace(*args, **kwargs)
             except Exception as e:  # noqa: BLE001 - decided on zeros in the data's shapes: data-free
-                if guard.reads:
-                    raise OutsideDataError(guard.refusal(model, self.arguments.args, self.arguments.kwargs)) from e
+                guard.refuse_reads(model, self.arguments.args, self.arguments.kwargs)  # the real cause, if any
                 raise ValueError(explain_failure(
                     e, self.arguments, num_rows,
                     "The model fails on stand-in data (its data arguments replaced by zeros of the same shapes, never "
                     "your data): pyro_dp draws the start and evaluates the prior without reading the data, so the "
                     "model's code must run on any values of the right shapes (docs/privacy.md, 'What is refused')")) from e
-            if guard.reads:
-                raise OutsideDataError(guard.refusal(model, self.arguments.args, self.arguments.kwargs))
+            guard.refuse_reads(model, self.arguments.args, self.arguments.kwargs)
         self._parse_trace(trace, data_plate, transforms)
         # 3. The set-up checks (data-free): a model that cannot be evaluated one row at a time (a
         # Python value of its data: under vmap the data are batched, latents are not), or whose
@@ -230,7 +228,6 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
         trace with every tensor argument of one or more dimensions a fake tensor (shapes, no
         values); if the model cannot run on fakes, on zeros of the same shapes. Either way no
         value of the data is read, so no data value can decide a shape."""
-
         a = self.arguments
         errors = []
         for how in ("fake", "zeros"):
@@ -411,8 +408,7 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
                 with guard:
                     tr = poutine.trace(poutine.condition(self.model, data=values)).get_trace(*args, **kwargs)
             finally:
-                if guard.reads:
-                    raise OutsideDataError(guard.refusal(self.model, self.model_args, self.model_kwargs))
+                guard.refuse_reads(self.model, self.model_args, self.model_kwargs)
         return tr
 
     def _guard(self, args, kwargs, values) -> CallGuard:

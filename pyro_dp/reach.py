@@ -178,9 +178,9 @@ class _Walk:
     def obj(self, label: str, value, depth: int, names: Optional[set]) -> None:
         """An object's state: a module's buffers and parameters, attributes, its class's attributes."""
         if isinstance(value, torch.nn.Module):
-            for n, t in list(value.named_buffers()) + list(value.named_parameters()):
-                self.value(f"{label} (module {'buffer' if n in dict(value.named_buffers()) else 'parameter'} {n!r})",
-                           t, depth + 1)
+            for kind, named in (("buffer", value.named_buffers()), ("parameter", value.named_parameters())):
+                for n, t in named:
+                    self.value(f"{label} (module {kind} {n!r})", t, depth + 1)
         attrs = {}
         if dataclasses.is_dataclass(value) and not inspect.isclass(value):
             attrs.update({f.name: getattr(value, f.name, None) for f in dataclasses.fields(value)})
@@ -246,7 +246,7 @@ def reachable_tensors(model, args=(), kwargs=None) -> List[Tuple[str, object]]:
     walk = _Walk()
     walk.value("the model", model, 0)
     leaves, _ = tree_flatten((tuple(args), dict(kwargs or {})))
-    for j, leaf in enumerate(leaves):
+    for leaf in leaves:
         if not torch.is_tensor(leaf) and _shape_of(leaf) is None:
             walk.value(f"an object among the model's arguments ({type(leaf).__name__})", leaf, 1)
     return walk.found
@@ -438,6 +438,12 @@ class CallGuard(TorchFunctionMode):
             if torch.is_tensor(o) and not _is_batched(o):
                 self.inside.add(id(o))
         return out
+
+    def refuse_reads(self, model, args=(), kwargs=None) -> None:
+        """Raise :class:`OutsideDataError` (worded by :meth:`refusal`) if the call read a tensor
+        from outside its arguments; nothing otherwise."""
+        if self.reads:
+            raise OutsideDataError(self.refusal(model, args, kwargs))
 
     def refusal(self, model, args=(), kwargs=None) -> str:
         """The message for :attr:`reads`: what was read, where it was found (by identity among

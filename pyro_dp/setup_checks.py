@@ -146,8 +146,7 @@ class SetUpChecks:
             with poutine.block(), pyro.validation_enabled(False), kernel_chooses_rows():
                 with guard:
                     tr = poutine.trace(poutine.condition(self.model, data=values)).get_trace(*args, **kwargs)
-                if guard.reads:
-                    raise OutsideDataError(guard.refusal(self.model, self.model_args, self.model_kwargs))
+                guard.refuse_reads(self.model, self.model_args, self.model_kwargs)
                 if check_observed and not all(is_fake(tr.nodes[n]["value"]) for n in self.observed_names):
                     raise ValueError("an observed value is not a model argument")  # closure data: undetermined
                 out = []
@@ -312,9 +311,9 @@ class SetUpChecks:
     def _isolation_report(self):
         """``(error, warning, rows)`` of the isolation check (:meth:`rows_read_across`)."""
         a = self.arguments
-        if not a.data_pos and plate_size_mismatch(a, self.num_rows, self.data_plate):
-            return (f"{plate_size_mismatch(a, self.num_rows, self.data_plate)} (docs/privacy.md, 'What counts as "
-                    "data')", None, None)
+        mismatch = None if a.data_pos else plate_size_mismatch(a, self.num_rows, self.data_plate)
+        if mismatch:
+            return f"{mismatch} (docs/privacy.md, 'What counts as data')", None, None
         if not a.data_pos:
             return ("the model has no data argument (a tensor whose first dimension has N = "
                     f"{self.num_rows} entries): its observed data come from its closure, a global or pyro.condition, "
@@ -383,7 +382,7 @@ class SetUpChecks:
         r"""The operations of the model's own code that reduce over its data's rows (``y.max()``,
         ``y.median()``, ``X.norm(dim=0)``, ``X.T @ y``, a sum over groups), or ``None`` when the
         model cannot be traced this way. **Structural, not a probe of values**: the model is run
-        once on fake tensors (shapes, no values) whose rows number :data:`TRACE_ROWS`, a prime no
+        once on fake tensors (shapes, no values) whose rows number one of :data:`_TRACE_PRIMES`, a prime no
         other dimension of the arguments shares, and every operation that takes a tensor with a
         dimension of that size and returns tensors with no dimension that is a multiple of it has
         reduced across rows. A cross-row statistic that no stand-in value would trigger
