@@ -78,7 +78,7 @@ import torch
 from scipy.optimize import brentq
 from scipy.stats import norm, nct
 
-from .audit import _as_args, _check_confidence, _check_seed, _factory_caller
+from .audit import as_args, check_confidence, check_seed, factory_caller
 from .kernels.base import DPKernel
 from .mechanisms import (GaussianEvent, NonPrivateEvent, RDPCurveEvent, SubsampledGaussianEvent, StopTap,
                          tap_releases)
@@ -181,7 +181,7 @@ def mu_confidence_interval(s_d, s_dprime, confidence: float = 0.999) -> Tuple[fl
     n = len(a)
     if len(b) != n or n < 2:
         raise ValueError("need the same number (>= 2) of draws on D and on D'")
-    confidence = _check_confidence(confidence)
+    confidence = check_confidence(confidence)
     sp = math.sqrt((a.var(ddof=1) + b.var(ddof=1)) / 2.0)
     if not (sp > 0) or not math.isfinite(sp):
         raise ValueError("the draws have no spread (noise-free releases?): mu is not estimable")
@@ -306,12 +306,12 @@ def audit_releases(
     """
     if isinstance(num_draws, bool) or not isinstance(num_draws, (int, np.integer)) or num_draws < 2:
         raise ValueError(f"num_draws must be an integer >= 2, got {num_draws!r}")
-    confidence = _check_confidence(confidence)
-    seed = _check_seed(seed)
+    confidence = check_confidence(confidence)
+    seed = check_seed(seed)
     if not (0.0 < float(power_fraction) <= 1.0):
         raise ValueError(f"power_fraction must be in (0, 1], got {power_fraction!r}")
-    make = _factory_caller(kernel_factory)
-    args = (_as_args("data", data, args_fn), _as_args("neighbour", neighbour, args_fn))
+    make = factory_caller(kernel_factory)
+    args = (as_args("data", data, args_fn), as_args("neighbour", neighbour, args_fn))
     n, cache, out = int(num_draws), {}, []
     with pyro.validation_enabled(not disable_validation):
         reference = _draw(make, args[0], seed, cache, num_iterations)

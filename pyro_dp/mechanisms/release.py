@@ -313,7 +313,7 @@ class GaussianReleaseSpec:
         >>> bool(spec.draw(a) == spec.draw(b))
         True
         """
-        noise._mark()
+        noise.mark_tentative()
         return self.draw(noise, shape, device)
 
     @staticmethod
@@ -322,7 +322,7 @@ class GaussianReleaseSpec:
         as if its normals had never been drawn, so the next release takes them. Only for a draw
         that was added to nothing released (the caller's contract): unseen noise may be used
         once, later (the same law, independent of everything released so far)."""
-        noise._rewind()
+        noise.rewind_tentative()
 
     def release(self, cs: ClippedSum, clip, xi: torch.Tensor, shards=None) -> SumRelease:
         r"""The clipped sum ``cs`` plus :math:`\sigma\xi` (``xi`` from :meth:`draw`): pure tensor
