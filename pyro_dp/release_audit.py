@@ -226,7 +226,7 @@ def mu_confidence_interval(s_d, s_dprime, confidence: float = 0.999) -> Tuple[fl
 
 
 def _draw(make, args, seed: int, cache: dict, num_iterations: int, pin=None, stop_after=None, replay=0,
-          batches=None, include=None):
+          replay_at=None, batches=None, include=None):
     """One run of a fresh kernel under the tap: ``(releases seen, batches, rows)`` (a list of
     TappedRelease with ``.batches`` and ``.batch_at``; ``rows``: the likelihood's number of rows)."""
     k = make()
@@ -239,7 +239,8 @@ def _draw(make, args, seed: int, cache: dict, num_iterations: int, pin=None, sto
                          "build the kernel with jit_compile=False or None")
     k.jit_compile = False
     k.seed, k.noise_seed, k._jit_cache = seed, None, cache  # one public seed; fresh secret noise (pyro_dp.audit)
-    with tap_releases(pin=pin, stop_after=stop_after, replay=replay, batches=batches, include=include) as seen:
+    with tap_releases(pin=pin, stop_after=stop_after, replay=replay, replay_at=replay_at, batches=batches,
+                      include=include) as seen:
         try:
             k.setup(0, *args)
             params = k.initial_params
@@ -276,6 +277,8 @@ def _subsampling(r, event, reference) -> Optional[str]:
         if isinstance(e, SubsampledGaussianEvent) and e.sample_rate < 1.0:
             return f"subsampled (rate {e.sample_rate:g})"
     before = [j for j, at in enumerate(reference.batch_at) if at <= r.index]
+    if any(j in reference.unpinned for j in before):
+        return "subsampled (a batch the tap records but does not pin: DP-Fast MH's, Zhang & Zhang 2023 Alg. 1)"
     n = reference.num_rows
     if before and n is not None and len(reference.batches[before[-1]]) < n:
         return f"subsampled (batch of {len(reference.batches[before[-1]])} of {n} rows)"
@@ -290,6 +293,8 @@ def _ledger_mu(r, event, reference, row) -> Tuple[Optional[float], str, bool]:
     if sub is None:
         mu, how = gaussian_mu_of_event(event)
         return mu, how, False
+    if "does not pin" in sub:
+        return None, f"{sub}: its batch size and thinning are secret draws the audit cannot fix", False
     if row is None:
         return None, (f"{sub}: a mixture of Gaussians over the secret batch; pass row= to audit it given a "
                       "batch that contains the differing row"), False
@@ -405,49 +410,67 @@ def audit_releases(
     with pyro.validation_enabled(not disable_validation):
         reference = _draw(make, args[0], seed, cache, num_iterations, include=row)
         pinned_batches = dict(enumerate(reference.batches))
+        todo = []  # (release, event, common, mu_ledger) of the releases to measure
         for r, event, k, m in _kinds(reference, occurrence):
             if labels is not None and r.label not in labels:
                 continue
             tag = f"{r.label or 'step'} @ {r.site}" + (f" #{k}" if k else "")
-            dim = int(r.value.numel())
             mu_ledger, how, conditional = _ledger_mu(r, event, reference, row)
             common = dict(tag=tag, label=r.label or "", site=r.site, index=r.index, event=event,
-                          recorded_event=r.recorded_event, occurrence=k, occurrences=m, dim=dim, num_draws=n,
-                          confidence=confidence, conditional=conditional, draws=draws)
+                          recorded_event=r.recorded_event, occurrence=k, occurrences=m, dim=int(r.value.numel()),
+                          num_draws=n, confidence=confidence, conditional=conditional, draws=draws)
             if mu_ledger is None:
                 out.append(ReleaseAudit(mu_ledger=math.nan, mu=math.nan, mu_low=math.nan, mu_high=math.nan,
                                         mu_design=math.nan, sound=None, powerful=None, skipped=how, **common))
-                continue
-            pin = {i: reference[i].value for i in range(r.index)}
+            else:
+                todo.append((r, common, mu_ledger))
+        if not todo:
+            return out
 
-            def run_to(factory, a, replay=0):
-                seen = _draw(factory, a, seed, cache, num_iterations, pin=pin, stop_after=r.index, replay=replay,
-                             batches=pinned_batches, include=row)
-                if len(seen) <= r.index or seen[r.index].site != r.site:
+        def run_to(factory, a, last, replay_at=()):
+            """A run with every release before ``last`` pinned to the reference run's (and every
+            batch), stopped after it; the releases ``replay_at`` replayed ``n`` times."""
+            pin = {i: reference[i].value for i in range(last)}
+            seen = _draw(factory, a, seed, cache, num_iterations, pin=pin, stop_after=last,
+                         replay=n if replay_at else 0, replay_at=replay_at, batches=pinned_batches, include=row)
+            for r, common, _ in todo:
+                if r.index <= last and (len(seen) <= r.index or seen[r.index].site != r.site):
                     got = seen[r.index].site if len(seen) > r.index else "no release"
                     raise RuntimeError(f"release {r.index} of a draw ({got}) is not the reference run's ({r.site}): "
                                        "the releases before it must not depend on the data or the noise")
-                return seen[r.index]
+            return seen
 
-            free = [run_to(lambda: weak_noise(make(), 0.0), a) for a in args]  # aim: data and public draws only
-            diff = (free[0].value - free[1].value).reshape(-1).to(torch.float64)
+        noise_free = lambda: weak_noise(make(), 0.0)  # noqa: E731 (aim: data and public draws only)
+        if draws == "replay":  # one run per data set for all: each release computed in the pinned state
+            last = max(r.index for r, _, _ in todo)
+            free_runs = [run_to(noise_free, a, last) for a in args]
+            runs = [run_to(make, a, last, replay_at=[r.index for r, _, _ in todo]) for a in args]
+        for r, common, mu_ledger in todo:
+            if draws == "replay":
+                free = [seen[r.index].computed for seen in free_runs]
+                sigma_t = free_runs[0][r.index].noise_std
+            else:
+                got = [run_to(noise_free, a, r.index)[r.index] for a in args]
+                free, sigma_t = [g.value for g in got], got[0].noise_std
+            diff = (free[0] - free[1]).reshape(-1).to(torch.float64)
             norm = float(diff.norm())
-            u = diff / norm if norm > 0 else torch.nn.functional.one_hot(torch.tensor(0), dim).to(torch.float64)
-            sigma = float(free[0].noise_std.reshape(-1)[0]) if free[0].noise_std.numel() else math.nan
+            u = diff / norm if norm > 0 else torch.nn.functional.one_hot(torch.tensor(0), common["dim"]).to(
+                torch.float64)
+            sigma = float(sigma_t.reshape(-1)[0]) if sigma_t.numel() else math.nan
             mu_design = norm / sigma if sigma > 0 else math.inf
             if draws == "replay":
                 s = []
-                for a in args:
-                    got = run_to(make, a, replay=n)
-                    if got.replays is None:
-                        raise RuntimeError(f"release {r.index} ({tag}) cannot be replayed: its normals are not a "
-                                           "draw of the secret stream its spec drew (use draws='kernel')")
-                    s.append(np.array([float(v.reshape(-1).to(torch.float64) @ u) for v in got.replays]))
+                for seen in runs:
+                    if seen[r.index].replays is None:
+                        raise RuntimeError(f"release {r.index} ({common['tag']}) cannot be replayed: its normals are "
+                                           "not a draw of the secret stream its spec drew (use draws='kernel')")
+                    s.append(np.array([float(v.reshape(-1).to(torch.float64) @ u) for v in seen[r.index].replays]))
             else:
-                s = [np.array([float(run_to(make, a).value.reshape(-1).to(torch.float64) @ u) for _ in range(n)])
-                     for a in args]
+                s = [np.array([float(run_to(make, a, r.index)[r.index].value.reshape(-1).to(torch.float64) @ u)
+                               for _ in range(n)]) for a in args]
             mu, lo, hi = mu_confidence_interval(s[0], s[1], confidence)
             out.append(ReleaseAudit(mu_ledger=mu_ledger, mu=mu, mu_low=lo, mu_high=hi, mu_design=mu_design,
                                     sound=bool(lo <= mu_ledger), powerful=bool(hi >= power_fraction * mu_ledger),
                                     skipped=None, **common))
+    out.sort(key=lambda a: (a.index, a.tag))
     return out

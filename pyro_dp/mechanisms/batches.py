@@ -249,7 +249,8 @@ def batch_with_replacement(noise, n: int, b: int, device=None) -> torch.Tensor:
     >>> batch_with_replacement(NoiseSource(), 1, 3).tolist()
     [0, 0, 0]
     """
-    return noise.sample_with_replacement(n, b, device=device)
+    idx = noise.sample_with_replacement(n, b, device=device)
+    return idx if _tap.ACTIVE is None else _tap.batch(idx, fixed_size=True, pinnable=False)  # recorded only (tap.py)
 
 
 def poisson_count(noise, rate: float) -> int:

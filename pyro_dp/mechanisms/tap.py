@@ -24,8 +24,8 @@ White-box controls, for the audit only:
   see). Pinned releases are still recorded, with their pinned value.
 * ``stop_after=i`` ends the run right after the ``i``-th release is recorded, by raising
   :class:`StopTap` (a ``BaseException``, so that no ``except Exception`` of a kernel swallows it).
-* ``replay=n`` (with ``stop_after=i``): before stopping, the ``i``-th release is made ``n``
-  more times from the same noise-free value and standard deviation, each with fresh normals
+* ``replay=n`` (with ``replay_at`` a set of release indices, default ``{stop_after}``): each
+  of those releases is made ``n`` more times (before a pin replaces its value) from the same noise-free value and standard deviation, each with fresh normals
   from the secret stream that drew its noise (the kernel's
   :class:`~pyro_dp.mechanisms.NoiseSource`, a mutant's included), appended to the list
   :attr:`TappedRelease.replays` of the release: ``n`` draws of the release given the state,
@@ -34,7 +34,9 @@ White-box controls, for the audit only:
   :meth:`GaussianStdReleaseSpec.draw`, bit for bit) cannot be replayed: ``replays`` is then
   ``None``.
 * **Batches.** Every batch selection of :func:`~pyro_dp.mechanisms.poisson_batch` and
-  :func:`~pyro_dp.mechanisms.batch_without_replacement` is recorded (the list
+  :func:`~pyro_dp.mechanisms.batch_without_replacement` is recorded (and
+  :func:`~pyro_dp.mechanisms.batch_with_replacement`'s, recorded only: DP-Fast MH draws its
+  size and thinning apart from it, Zhang & Zhang 2023 Alg. 1, so it is not pinned) (the list
   ``tap.batches``, :func:`tap_releases` yields it as ``seen.batches``); ``batches={j: idx}``
   replaces the ``j``-th by ``idx``, and ``include=r`` puts row ``r`` into every batch not
   pinned (a Poisson batch gains it, a batch of fixed size has its last row replaced by it): a
@@ -81,8 +83,9 @@ class TappedRelease:
     :ivar label: the label of the first ledger record after it (``None``: not recorded yet).
     :ivar recorded_event: the event of that record (the ledger's, e.g. DP-Fast MH's
         ``ApproxDPEvent`` for a Gaussian release).
-    :ivar replays: with ``replay=n``, for the release ``stop_after`` only: ``n`` more draws of
+    :ivar replays: with ``replay=n``, for the releases ``replay_at`` only: ``n`` more draws of
         it from the same noise-free value (``None`` where it cannot be replayed).
+    :ivar computed: the value the release function computed (``value`` unless pinned).
     """
 
     index: int
@@ -93,6 +96,7 @@ class TappedRelease:
     label: Optional[str] = None
     recorded_event: object = None
     replays: Optional[List[torch.Tensor]] = None
+    computed: Optional[torch.Tensor] = None
 
 
 class StopTap(BaseException):
@@ -107,16 +111,20 @@ class _Seen(list):
     batches: List[torch.Tensor]
     #: for each batch, the number of releases made before it was selected
     batch_at: List[int]
+    #: the batches recorded but not pinned (``batches``, ``include``: DP-Fast MH's)
+    unpinned: List[int]
 
 
 class _Tap:
-    def __init__(self, pin, stop_after, replay=0, batches=None, include=None):
+    def __init__(self, pin, stop_after, replay=0, batches=None, include=None, replay_at=None):
         self.thread = threading.get_ident()
         self.seen = _Seen()
-        self.seen.batches, self.seen.batch_at = [], []
+        self.seen.batches, self.seen.batch_at, self.seen.unpinned = [], [], []
         self.pin: Dict[int, torch.Tensor] = dict(pin or {})
         self.stop_after = stop_after
         self.replay = int(replay or 0)
+        self.replay_at = frozenset(replay_at if replay_at is not None else
+                                   ([] if stop_after is None else [stop_after]))
         self.batch_pin: Dict[int, torch.Tensor] = dict(batches or {})
         self.include = include
         self.drawn: List = []  # the last (noise source, standard normals) drawn by a release spec
@@ -151,14 +159,15 @@ def seen(value: torch.Tensor, std, event, redraw: Optional[Callable[[], torch.Te
     if tap is None:
         return value
     i = len(tap.seen)
+    computed = value.detach().clone()
     if i in tap.pin:
         value = torch.as_tensor(tap.pin[i]).to(dtype=value.dtype, device=value.device).reshape(value.shape)
     std = torch.as_tensor(std).detach().clone()
-    r = TappedRelease(i, _site(), event, std, value.detach().clone())
+    r = TappedRelease(i, _site(), event, std, value.detach().clone(), computed=computed)
     tap.seen.append(r)
+    if tap.replay > 0 and i in tap.replay_at and redraw is not None:
+        r.replays = [redraw().detach().clone() for _ in range(tap.replay)]
     if tap.stop_after is not None and i >= tap.stop_after:
-        if tap.replay > 0 and i == tap.stop_after and redraw is not None:
-            r.replays = [redraw().detach().clone() for _ in range(tap.replay)]
         raise StopTap()
     return value
 
@@ -186,14 +195,18 @@ def source_of(xi: torch.Tensor):
     return None
 
 
-def batch(idx: torch.Tensor, fixed_size: bool) -> torch.Tensor:
+def batch(idx: torch.Tensor, fixed_size: bool, pinnable: bool = True) -> torch.Tensor:
     """Called by the batch selections when :data:`ACTIVE` is set: record the batch ``idx`` and
-    return it, or the pinned one, or it with the row ``include`` put in (module doc)."""
+    return it, or the pinned one, or it with the row ``include`` put in (module doc). A batch
+    that is not ``pinnable`` (DP-Fast MH's: its size and thinning are drawn apart from it) is
+    recorded, its index in ``seen.unpinned``, and returned as it is."""
     tap = _active()
     if tap is None:
         return idx
     j = len(tap.seen.batches)
-    if j in tap.batch_pin:
+    if not pinnable:
+        tap.seen.unpinned.append(j)
+    elif j in tap.batch_pin:
         idx = torch.as_tensor(tap.batch_pin[j]).to(dtype=idx.dtype, device=idx.device)
     elif tap.include is not None and not bool((idx == int(tap.include)).any()):
         row = torch.tensor([int(tap.include)], dtype=idx.dtype, device=idx.device)
@@ -220,19 +233,20 @@ def recorded(event, count: int, label: str) -> None:
 
 @contextlib.contextmanager
 def tap_releases(pin: Optional[Dict[int, torch.Tensor]] = None, stop_after: Optional[int] = None, *,
-                 replay: int = 0, batches: Optional[Dict[int, torch.Tensor]] = None, include: Optional[int] = None):
+                 replay: int = 0, replay_at=None, batches: Optional[Dict[int, torch.Tensor]] = None,
+                 include: Optional[int] = None):
     """Tap the releases made in this thread while the block runs; yields the list of
     :class:`TappedRelease` (module doc), with the batch selections as its ``.batches``.
     ``pin``: ``{release index: value}`` replaces those releases' values; ``stop_after``: raise
-    :class:`StopTap` right after that release (the caller catches it), first making it
-    ``replay`` more times; ``batches``: ``{selection index: idx}`` replaces those batches;
+    :class:`StopTap` right after that release (the caller catches it); ``replay``: make the
+    releases ``replay_at`` (default: ``stop_after``) that many more times; ``batches``: ``{selection index: idx}`` replaces those batches;
     ``include``: a row put into every other batch. Taps do not nest."""
     global ACTIVE
     if ACTIVE is not None:
         raise RuntimeError("tap_releases() is already active (taps do not nest)")
-    if replay and stop_after is None:
-        raise ValueError("replay needs stop_after (the release to replay)")
-    tap = _Tap(pin, stop_after, replay, batches, include)
+    if replay and stop_after is None and replay_at is None:
+        raise ValueError("replay needs replay_at or stop_after (the releases to replay)")
+    tap = _Tap(pin, stop_after, replay, batches, include, replay_at)
     ACTIVE = tap
     try:
         yield tap.seen
