@@ -20,7 +20,8 @@ chooses everything but the release's own noise. For one release of a kernel:
    is computed is the same in every draw, on :math:`D` and on :math:`D'` — a white-box adversary
    who fixed the earlier outputs. (Without pinning, the earlier releases' noise and their own
    dependence on the row would move the state, and the measured shift would mix several
-   releases.) The run stops right after the audited release.
+   releases.) The run stops right after the audited release. Batch selections are pinned the
+   same way (the ``batches`` of :func:`~pyro_dp.mechanisms.tap_releases`).
 3. **One-dimensional Gaussian test.** Given the state, the release is
    :math:`v + \sigma\xi` with :math:`v` the clipped sum (a vector for gradients and
    histograms). The direction :math:`u` of :math:`v_D - v_{D'}` is computed from one noise-free
@@ -55,16 +56,49 @@ The honest kernel fails either test with probability at most ``(1 - confidence) 
 data sets), whatever its true :math:`\mu` below the ledger's (soundness) or at or above
 ``power_fraction`` of it (power).
 
+**Which releases.** A release kind is a (ledger label, call site, event) of a reference run;
+``occurrence`` chooses which of each kind's releases are audited (the first, the last, given
+indices, or all: DP-HMC's later leapfrog gradients, a second iteration's release, the last
+private-start step), each in the state its pinned predecessors set.
+
+**Two ways to draw.** ``draws="kernel"``: every draw a fresh kernel run up to the release, as
+above. ``draws="replay"``: one pinned run per data set in which the tap makes each audited
+release ``num_draws`` more times from the noise-free value the kernel computed, with fresh
+normals from the secret stream that drew the release's own (the kernel's
+:class:`~pyro_dp.mechanisms.NoiseSource`, a mutant's included); the tap replays a release only
+if the normals it added are that stream's draw bit for bit (a kernel that rescaled them after
+the draw is refused, not replayed). Given the pinned state both give the same law; replay costs
+one run instead of ``num_draws`` (the default path's own releases come after its 182 tuning
+releases) and so affords 1000–2000 draws, hence intervals a third as wide. What replay does not
+exercise is the kernel's code between the draw and the release a second time — that is what
+``"kernel"`` checks, on every family's own releases in the tests.
+
+**Subsampled releases** (a ``SubsampledGaussianEvent`` of rate below 1 stated or recorded, or
+a batch smaller than the data) are a mixture of Gaussians over the secret batch. With
+``row=r`` every batch selection contains the differing row (the tap puts it in, then pins every
+batch to the reference run's), and the release is audited **given its batch**: a Gaussian of
+:math:`\mu \le \Delta/\sigma = 1/\mathrm{nm}`, the ledger's *un-amplified* :math:`\mu`
+(``conditional`` in the result). Amplification by subsampling (Balle, Barthe & Gaboardi 2018;
+Zhu & Wang 2019 for Poisson sampling) is the accountant's job and is tested against oracles
+in ``tests/accounting``: this audit checks the Gaussian mechanism inside it — the clip, the
+sensitivity, the noise. Without ``row`` such a release is skipped, with the reason. Also
+skipped, with the reason: DP Barker's subsampled release (its RDP curve is the amplified one,
+Heikkilä et al. 2019 Cor. 2, and the un-amplified bound a given batch must meet is not in the
+event) and DP-Fast MH's minibatch release (its batch size and thinning are secret draws apart
+from the batch, Zhang & Zhang 2023 Alg. 1, which the tap records but does not pin).
+
 **Assumptions and what is not covered.** Gaussian release noise of a data-free variance (DP
 Barker's :math:`\sqrt{C-\sigma_b^2}` depends on the data a little; the pooled variance is then
-an approximation); a release whose batch is the whole data set (a subsampled release is a
-mixture of Gaussians, not audited here: its event is skipped unless its rate is 1); the
-kernel run eagerly (the tap does not see inside a compiled graph: ``jit_compile`` is forced
-to ``False``, and ``True`` is refused); the same sequence of releases in every draw up to the
-audited one (it is, with the public draws fixed and the earlier releases pinned: else a
-``RuntimeError``). Only the first release of each kind (label, site, event) is audited. The
-audit measures each release alone: composition is the accountant's job (tested against
-oracles in ``tests/accounting``), and the end-to-end claim is :func:`pyro_dp.audit.audit`'s.
+an approximation); the kernel run eagerly (the tap does not see inside a compiled graph:
+``jit_compile`` is forced to ``False``, and ``True`` is refused); the same sequence of
+releases and batches in every draw up to the audited one (it is, with the public draws fixed
+and the earlier releases and batches pinned: else a ``RuntimeError``). A release whose ledger
+is looser than its noise at its true sensitivity (DP Barker's RDP curve; the default path's
+``tune:scale`` and ``tune:metric``, by :math:`\sqrt 2`) cannot be powerful against its ledger:
+:meth:`ReleaseAudit.powerful_at` states the power check against ``mu_design``, the
+:math:`\mu` the noise drawn allows. The audit measures each release alone: composition is the
+accountant's job (tested against oracles in ``tests/accounting``), and the end-to-end claim is
+:func:`pyro_dp.audit.audit`'s.
 """
 from __future__ import annotations
 

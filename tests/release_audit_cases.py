@@ -198,8 +198,12 @@ class ReplayCase(NamedTuple):
     num_draws: int = 1000
 
 
-#: draws per data set of the replayed audits: the interval's half-width about 0.15 (0.999)
+#: draws per data set of the replayed audits: the interval's half-width about 0.2 at
+#: ``REPLAY_CONFIDENCE``
 REPLAY_DRAWS = 1000
+#: confidence of each replayed interval: some 50 checks per run of the tests, so a false alarm
+#: of the honest kernels' every check together at most 2.5e-4 (5e-6 each)
+REPLAY_CONFIDENCE = 0.99999
 #: DP Barker's: its release's mu (0.142) is a third of its ledger's, and the power check is
 #: against the former
 BARKER_REPLAY_DRAWS = 2000
@@ -347,27 +351,44 @@ def prob_powerful(mu_true, mu_ledger, n, confidence=CONFIDENCE, fraction=POWER_F
 # --------------------------------------------------------------------------- the table
 
 def table(cases=None, num_draws=200):
-    """One audit per case with ``num_draws`` draws per data set: the rows of docs/audit.md's table."""
+    """One audit per case with ``num_draws`` draws per data set (the replayed cases: their own
+    ``num_draws``, 1000 or 2000): the rows of docs/audit.md's tables."""
     import time
     import warnings
 
     from pyro_dp.release_audit import audit_releases
 
     warnings.simplefilter("ignore")
-    print("| case | release (label @ site) | event | dim | mu ledger | mu design | mu measured [99.9% CI] "
+    print("| case | release (label @ site) | event | dim | mu ledger | mu design | mu measured [CI] "
           "| sound | powerful |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    every = {**CASES, **TABLE_ONLY}
+    every = {**CASES, **TABLE_ONLY, **{f"replay:{k}": v for k, v in REPLAY_CASES.items()}}
     for name in cases or every:
-        factory, (d, dp), labels, _ = every[name]
         t = time.time()
-        for a in audit_releases(factory, d, dp, num_draws=num_draws, confidence=CONFIDENCE, labels=labels):
+        if name.startswith("replay:"):
+            c = every[name]
+            out = audit_releases(c.factory, *c.data, num_draws=c.num_draws, confidence=REPLAY_CONFIDENCE,
+                                 labels=c.labels,
+                                 occurrence=c.occurrence, num_iterations=c.num_iterations, row=c.row, draws="replay")
+            at_clip = c.at_clip or (lambda _: True)
+        else:
+            factory, (d, dp), labels, _ = every[name]
+            out = audit_releases(factory, d, dp, num_draws=num_draws, confidence=CONFIDENCE, labels=labels)
+            at_clip = AT_CLIP.get(name, lambda _: True)
+        for a in out:
+            if a.skipped is not None:
+                print(f"| {name} | `{a.tag.replace('pyro_dp.', '')}` | skipped: {a.skipped} | | | | | | |")
+                continue
             ev = type(a.event).__name__ + (f"({a.event.noise_multiplier:.3g})"
                                            if hasattr(a.event, "noise_multiplier") else "")
-            at = AT_CLIP.get(name, lambda _: True)(a)
-            print(f"| {name} | `{a.label or 'step'} @ {a.site.replace('pyro_dp.', '')}` | {ev} | {a.dim} | "
+            if a.conditional:
+                ev += f", given its batch (ledger: {type(a.recorded_event).__name__} rate " \
+                      f"{a.recorded_event.sample_rate:g})"
+            power = "yes" if a.powerful else "NO"
+            if not a.powerful and a.mu_design < 0.8 * a.mu_ledger and at_clip(a):
+                power += f" (vs design: {'yes' if a.powerful_at(a.mu_design) else 'NO'})"
+            print(f"| {name} | `{a.tag.replace('pyro_dp.', '')}` | {ev} | {a.dim} | "
                   f"{a.mu_ledger:.3f} | {a.mu_design:.3f} | {a.mu:.3f} [{a.mu_low:.3f}, {a.mu_high:.3f}] | "
-                  f"{'yes' if a.sound else 'NO'} | {'yes' if a.powerful else 'NO'}{'' if at else ' (not at clip)'} |",
+                  f"{'yes' if a.sound else 'NO'} | {power}{'' if at_clip(a) else ' (not at clip)'} |",
                   flush=True)
         print(f"<!-- {name}: {time.time() - t:.1f} s -->", flush=True)
-
