@@ -10,7 +10,13 @@ section's prose against that section's generated tables (:func:`prose_z_problems
 the hand-written MMD tables of :data:`VALUE_TABLE_CSVS` (:func:`value_table_problems`) and of
 Zhang & Zhang's Figs 1 and 3 (:func:`fig1_value_table_problems`, :func:`fig3_value_table_problems`); and every
 ``mean ± s.e.`` quoted in the prose of the :data:`PM_CHECKED` sections (:func:`prose_pm_problems`).
-Other prose numbers are not checked. Where a second set of seeds exists (:data:`REPLICATION`),
+Every other number of the page outside the generated tables (prose, headings, hand-written tables)
+is sorted by :func:`prose_numbers` into *checked* (a value of a recomputed table of its section, a
+value printed in a CSV its section names, or a number of a :data:`PROSE_QUOTES` sentence computed
+from the CSVs), *exempt* (not a measurement: the rules of :data:`PROSE_EXEMPT`, one table with
+the reason for each) or *untraced* (listed per section in :data:`UNTRACED_FILE`); an unlisted
+untraced number, or a listed one that is gone, fails ``--check`` (:func:`prose_number_problems`),
+and ``--prose`` prints the sorting. Where a second set of seeds exists (:data:`REPLICATION`),
 the verdict column follows :func:`replicated_verdict`.
 
 **The test behind every row.** A claim "A is lower than B" (MMD, an error, a clipped fraction) is
@@ -40,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import math
 import pathlib
 import sys
@@ -935,6 +942,40 @@ def heikkila_fig1_table(results_dir: pathlib.Path = SHIPPED) -> str:
     return "\n".join(lines)
 
 
+def fig63_values_table(problem: str, results_dir: pathlib.Path = SHIPPED) -> str:
+    """Thesis Fig. 6.3, one problem: per clip bound b and kernel, MMD mean ± s.e. (repeats), the
+    mean fraction of ratios clipped and the mean acceptance rate."""
+    rows = [r for r in load("fig63", results_dir) if r["problem"] == problem]
+    lines = ["| b | RWMH MMD | RWMH clipped | RWMH acc. | HMC MMD | HMC clipped | HMC acc. |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+    for b in sorted({float(r["clip_bound"]) for r in rows if r["algorithm"] != "exact"}):
+        cells = []
+        for a in ("rwmh", "hmc"):
+            sel = [r for r in rows if r["algorithm"] == a and float(r["clip_bound"]) == b]
+            m, se, n = _mse([float(r["mmd"]) for r in sel])
+            clipped = sum(float(r["clipped_fraction"]) for r in sel) / n
+            acc = sum(float(r["acceptance"]) for r in sel) / n
+            cells += [f"{m:.3f} ± {se:.3f} ({n})", f"{100 * clipped:.2g} %", f"{acc:.2f}"]
+        lines.append(f"| {fmt_level(b)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def fig63_paired_table(results_dir: pathlib.Path = SHIPPED) -> str:
+    """Thesis Fig. 6.3: paired differences MMD(b) − MMD(b = 1000) over the same repeats."""
+    rows = load("fig63", results_dir)
+    lines = ["| problem | kernel | b = 0.5 | b = 1 | b = 2 |", "|---|---|---:|---:|---:|"]
+    for p in ("flat-banana-2d", "flat-banana-10d"):
+        for a in ("rwmh", "hmc"):
+            ref = values(rows, problem=p, algorithm=a, metric="mmd", level_col="clip_bound", level=1000.0)
+            cells = []
+            for b in (0.5, 1.0, 2.0):
+                t = paired_from_values(ref, values(rows, problem=p, algorithm=a, metric="mmd",
+                                                   level_col="clip_bound", level=b))
+                cells.append(f"{t.mean:+.3f} ± {t.se:.3f}".replace("-", "−"))
+            lines.append(f"| {p.split('-')[-1].replace('d', '-d')} | {NAMES[a]} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 #: generated number tables (``<!-- claims:NAME -->`` markers, like the claim tables)
 NUMBER_TABLES = {
     "dphmc_fig1_mmd": lambda d: dphmc_values_table(d),
@@ -945,6 +986,9 @@ NUMBER_TABLES = {
     "heikkila_p2_check": heikkila_p2_check_table,
     "heikkila_fig1": heikkila_fig1_table,
     "fastmh_fig4": fastmh_fig4_table,
+    "fig63_flat_banana_10d": lambda d: fig63_values_table("flat-banana-10d", d),
+    "fig63_flat_banana_2d": lambda d: fig63_values_table("flat-banana-2d", d),
+    "fig63_paired": fig63_paired_table,
 }
 
 #: hand-written value tables checked cell by cell (section title prefix -> CSV): tables whose header
@@ -1155,11 +1199,421 @@ def prose_z_problems(text: str, tables: Dict[str, str]) -> List[str]:
     return bad
 
 
+# ------------------------------------------------------------- every prose number (issue #60)
+#
+# ``--check`` reads every number of the page outside the generated tables (prose, headings aside,
+# and the hand-written tables) and sorts it, first rule first, into one of three kinds:
+#
+# * **checked**: a ``z = …`` or ``mean ± s.e.`` quote of a checked section (the checks above); a
+#   value of a table of its section that ``--check`` recomputes (the generated tables and the
+#   value tables checked cell by cell), at the printed digits; or a value of a CSV its section
+#   names, as the CSV prints it (a count of three digits or more, or a number with three
+#   significant digits or more);
+# * **exempt**: a number that is not a measurement, by the rules of :data:`PROSE_EXEMPT` (each with
+#   its reason);
+# * **untraced**: everything else. These are listed, per section, in :data:`UNTRACED_FILE` (the
+#   page's "Not yet reproduced" says why they are not yet checked); a number that is none of the
+#   three, or a listed one that is gone, fails the check, so that every edit of a number on the
+#   page is seen: a changed checked number no longer matches its table, a changed untraced one is
+#   not on the list.
+
+import collections as _collections
+import json as _json
+import re as _re
+
+_SUP = "⁻⁰¹²³⁴⁵⁶⁷⁸⁹"
+#: a number as the page prints it: a sign, thousands separated by spaces or not, decimals, a power of ten
+_NUMBER = _re.compile(r"(?<![\w.·" + _SUP + r"])([+−-]?)((?:\d{1,3}(?: \d{3})+(?![\d.])|\d+(?:\.\d+)?)"
+                      r"(?:·10[" + _SUP + r"]+|[" + _SUP + r"]+)?)")
+UNTRACED_FILE = pathlib.Path(__file__).resolve().with_name("claims_untraced.json")
+
+#: (name, what the rule matches, reason): numbers that are not measurements. A rule is a regex on the
+#: 40 characters before the number (``before``), the number itself (``number``) or the 25 after it
+#: (``after``); a number in a list (``2, 6, 15``, ``27 / 94``, ``1–6``) takes the kind of the first.
+PROSE_EXEMPT = (
+    ("code", "inside `…`, a fenced or an indented code block, a link target",
+     "a command, a file, an identifier or a flag: code, not a result"),
+    ("heading or figure", "a heading line or an image line (``![…](…)``)", "a title or a figure's file name"),
+    ("reference", r"before: Fig./Figs/Table/eq./Thm/Theorem/Lemma/§/Alg./ch./Section/App./issue/#/PR/"
+     r"Definition/panel/row/version …", "a reference to a figure, an equation, a theorem, a section or an issue"),
+    ("date", "a date YYYY-MM-DD, a clock time, or a year 1990–2029",
+     "when something ran or was published"),
+    ("setting", "before: ε/δ/n/N/K/k/t/T/q/η/τ/L/b/c/B/σ/λ/a/d/m/A/p with =, ≤, ≥, <, >",
+     "a setting of a run (privacy level, data size, batch, step, bound, budget), an input"),
+    ("design", "after: -d, repeats, chains, seeds, threads, workers, cores, × (in 4 × 10), -core",
+     "the design of a run (dimension, repeats, chains, seeds, threads), an input"),
+    ("seed range", "before: seeds/repeats/repeat …", "which seeds ran: an input"),
+    ("paper value", "inside a phrase of :data:`PAPER_QUOTES`", "a value quoted from a paper or its code"),
+)
+
+def _cell_hours(results_dir) -> Dict[str, float]:
+    """CSV name -> the chains' own times (column ``seconds``) summed, in hours."""
+    out = {}
+    for path in sorted(pathlib.Path(results_dir).glob("*.csv")):
+        rows = load(path.stem, results_dir)
+        if rows and "seconds" in rows[0]:
+            out[path.stem] = sum(float(r["seconds"]) for r in rows if r["seconds"] not in ("", "nan")) / 3600
+    return out
+
+
+def _top_hours(d) -> str:
+    h = _cell_hours(d)
+    total = sum(h.values())
+    return (f"add up to **about {total:.0f} cell-hours** — Fig. 6.4 {h['fig64']:.1f}, Fig. 6.5 {h['fig65']:.1f}, "
+            f"Fig. 6.3 {h['fig63']:.1f}, the DP-HMC paper's Fig. 1 {h['dphmc_fig1']:.1f}, Heikkilä et al.'s Figs 2–3 "
+            f"{h['heikkila_fig23']:.1f}, Zhang & Zhang's Fig. 3 on full MNIST {h['fastmh_fig3_mnist']:.1f} (compiled), "
+            f"Fig. 1 {h['fastmh_fig1']:.1f} (Figs 2 and 3 on the subset: {h['fastmh_fig2']:.1f} and "
+            f"{h['fastmh_fig3']:.1f}), the rest under an hour each — so **about {total / 2:.0f} hours of wall time with "
+            "`--workers 2` on this")
+
+
+def _second_set_hours(d) -> str:
+    h = _cell_hours(d)
+    rest = sum(v for k, v in h.items() if not k.startswith("dphmc_fig1") and not k.endswith("_n1e4"))
+    return f"a second set costs what the first did, about {rest:.0f} cell-hours in all, about {rest / 2:.0f} h of wall time"
+
+
+def _dphmc_lengths(problem: str, a: str, b: str, d) -> str:
+    rows = load("dphmc_fig1", d)
+
+    def its(k):
+        out = []
+        for e in E_DPHMC:
+            v = {r["iterations"] for r in rows if r["problem"] == problem and r["algorithm"] == k
+                 and float(r["epsilon"]) == e}
+            out.append("/".join(sorted(v)))
+        return " / ".join(out)
+    where = "banana" if "banana" in problem else "Gaussian"
+    return f"{where} {NAMES[a]} {its(a)} and {NAMES[b]} {its(b)}"
+
+
+def _heikkila_barker_clipping(d) -> str:
+    rows = [r for r in load("heikkila_fig23", d) if r["algorithm"] == "dp_barker" and float(r["iterations"]) == 20000]
+    acc = sum(float(r["acceptance"]) for r in rows) / len(rows)
+    cf = [100 * float(r["clipped_fraction"]) for r in rows]
+    return f"DP Barker's acceptance rate is {acc:.2f}, and {min(cf):.2f}–{max(cf):.2f} % of the"
+
+
+#: (section title prefix, phrase computed from the CSVs, what it quotes): prose sentences whose numbers
+#: are generated; the phrase must be in the section (line breaks free), and its numbers count as checked
+PROSE_QUOTES = (
+    ("(top of the page)", _top_hours, "the chains' times, column `seconds` of every shipped CSV, summed"),
+    ("Not yet reproduced", _second_set_hours, "the same, less the DP-HMC paper's Fig. 1 (its own item) and the "
+     "superseded n = 10⁴ runs"),
+    ("DP-HMC paper", lambda d: _dphmc_lengths(_B, "dp_hmc", "dp_penalty", d), "iterations per chain"),
+    ("DP-HMC paper", lambda d: _dphmc_lengths(_G, "dp_hmc", "dp_penalty", d), "iterations per chain"),
+    ("DP-HMC paper", lambda d: _dphmc_lengths(_G, "dp_sgld", "dp_sgnht", d), "iterations per chain"),
+    ("DP-HMC paper", lambda d: _dphmc_lengths(_B, "dp_sgld", "dp_sgnht", d), "iterations per chain"),
+    ("Heikkilä et al. 2019, Figs", _heikkila_barker_clipping, "acceptance (mean) and clipped fraction (range "
+     "over the 20 chains) at t = 20 000"),
+)
+
+
+def _phrase_spans(phrase: str, sec: str) -> List[Tuple[int, int]]:
+    rx = r"\s+".join(_re.escape(w) for w in phrase.split())
+    return [(m.start(), m.end()) for m in _re.finditer(rx, sec)]
+
+
+def prose_quote_problems(text: str, results_dir: pathlib.Path = SHIPPED) -> List[str]:
+    """``"section: phrase"`` for each :data:`PROSE_QUOTES` phrase, as the CSVs give it, that its
+    section does not print."""
+    secs = dict(_sections(text))
+    secs["(top of the page)"] = text.split("\n## ", 1)[0]
+    bad = []
+    for prefix, fn, _ in PROSE_QUOTES:
+        sec = next((v for k, v in secs.items() if k.startswith(prefix)), "")
+        phrase = fn(results_dir)
+        if not _phrase_spans(phrase, sec):
+            bad.append(f"{prefix[:40]}: not printed as the CSVs give it: {phrase}")
+    return bad
+
+
+#: (section title prefix, phrase, source): values quoted from the papers (or their code), exempt:
+#: they are what is compared against, not measured here
+PAPER_QUOTES = (
+    ("Heikkilä et al. 2019, Figs", '"(1.22, 2e-06)-DP"', "Heikkilä et al. 2019, Fig. 2's privacy"),
+    ("Heikkilä et al. 2019, Figs", "gives the paper's (1.22, 2·10⁻⁶)", "Heikkilä et al. 2019, Fig. 2's privacy"),
+    ("Heikkilä et al. 2019, Figs", "the authors use 0.99·√b/N0", "the authors' code"),
+    ("Heikkilä et al. 2019, Figs", "l. 68–70", "the authors' code, a line number"),
+    ("Heikkilä et al. 2019, Figs", "The paper starts from a DPVI fit costing (0.22, 10⁻⁶)",
+     "Heikkilä et al. 2019, §5"),
+    ("Heikkilä et al. 2019, Figs", "the issue's \"about 2.5 / 3.3 / 5.1\"", "issue #60's estimate"),
+)
+
+_EXEMPT_BEFORE = (
+    ("reference", _re.compile(r"(?:\bFigs?\.?|\bFigures?|\bTables?|\beqs?\.|\bEqs?\.|\bThms?\.?|\bTheorems?|\bLemmas?"
+                              r"|\bProps?\.|\bCorollary|§|\bAlgs?\.|\bAlgorithms?|\bch\.|\bchapters?|\bSecs?\.|"
+                              r"\bSections?|\bApp\.|\bAppendix|\bissues?|#|\bPRs?|\bDefinitions?|\bpanels?|"
+                              r"\bsteps? \(|\bPython|\bJAX|\btorch|\bversion|\bPEP)\s*\(?$")),
+    ("setting", _re.compile(r"(?:^|[\s(,;:])(?:ε|δ|n|N|K|k|t|T|q|η'?|τ(?:_\w)?|L|b|c|B|σ\S*|λ\S*|a|d|m|A|p|s|r|M)"
+                            r"\s*(?:=|≤|≥|<|>|≠)\s*\(?$")),
+    ("seed range", _re.compile(r"\b(?:seeds?|repeats?)\s*$")),
+)
+_EXEMPT_AFTER = (
+    ("design", _re.compile(r"^(?:-d\b|-dimensional|-core|\s*(?:repeats?|chains?|seeds?|threads?|workers?|cores?)\b"
+                           r"|\s*×\s*\d)")),
+)
+_LIST_SEP = _re.compile(r"^\s*(?:,|/|–|-|and|or|to|;|…|\.\.\.)\s*$")
+
+
+def _num_key(sign: str, digits: str) -> str:
+    """A number's comparable form: no thousands spaces, ASCII minus, no plus."""
+    return (sign.replace("−", "-").replace("+", "") + digits.replace(" ", "")).lstrip("+")
+
+
+def _informative(digits: str) -> bool:
+    """Digits that are unlikely to match a table value by chance: three significant digits or more,
+    or a decimal fraction."""
+    d = digits.replace(" ", "").split("·")[0].rstrip(_SUP)
+    return "." in d or len(d.lstrip("0")) >= 3
+
+
+def _significant(digits: str) -> int:
+    """Significant digits printed: ``0.0123`` 3, ``46 069`` 5, ``1.5·10⁻⁴`` 2."""
+    return len(digits.replace(" ", "").split("·")[0].rstrip(_SUP).replace(".", "").lstrip("0"))
+
+
+def _strip_code(line: str) -> str:
+    """``line`` with inline code and link targets blanked (kept the same length)."""
+    line = _re.sub(r"`[^`]*`", lambda m: " " * len(m.group(0)), line)
+    return _re.sub(r"\]\([^)]*\)", lambda m: " " * len(m.group(0)), line)
+
+
+def _sections(text: str):
+    for sec in _re.split(r"(?m)^## ", text)[1:]:
+        yield sec.split("\n", 1)[0].strip(), sec
+
+
+def _checked_table_lines(title: str, sec: str) -> List[str]:
+    """The section's hand-written table lines that a value check reads cell by cell."""
+    out = []
+    lines = sec.split("\n")
+    if any(title.startswith(k) for k in VALUE_TABLE_CSVS):
+        body = sec.split("### Earlier run at n = 10⁴", 1)[0].split("\n")
+        for i, line in enumerate(body):
+            head = [c.strip() for c in line.strip().strip("|").split("|")]
+            if head[:2] == ["problem", "ε"]:
+                j = i
+                while j < len(body) and body[j].lstrip().startswith("|"):
+                    out.append(body[j])
+                    j += 1
+    for head in (_FIG3_HEAD, _FIG1_HEAD):
+        if head in sec and (head != _FIG3_HEAD or any(title.startswith(k) for k in FIG3_VALUE_TABLE_CSVS)):
+            for line in sec.split(head, 1)[1].split("\n")[1:]:
+                if not line.lstrip().startswith("|"):
+                    break
+                out.append(line)
+    return out
+
+
+def _csv_cells(names, results_dir) -> set:
+    """Every numeric cell of the named CSVs, as printed there (and integers without ``.0``)."""
+    out = set()
+    for name in names:
+        out |= _csv_cells_one(name, str(results_dir))
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _csv_cells_one(name: str, results_dir: str) -> frozenset:
+    out = set()
+    for name in (name,):
+        path = pathlib.Path(results_dir) / f"{name}.csv"
+        if not path.exists():
+            continue
+        with open(path, newline="") as fh:
+            for row in csv.reader(fh):
+                for c in row:
+                    if c and (c[0].isdigit() or c[0] == "-"):
+                        out.add(c)
+                        if c.endswith(".0"):
+                            out.add(c[:-2])
+    return frozenset(out)
+
+
+class ProseNumber(NamedTuple):
+    """One number of the page outside the generated tables, and its kind."""
+    section: str
+    line: int  # 1-based line of the page
+    number: str  # as printed
+    kind: str  # "checked: …", "exempt: <rule>" or "untraced"
+
+
+def prose_numbers(text: str, tables: Dict[str, str], results_dir: pathlib.Path = SHIPPED) -> List[ProseNumber]:
+    """Every number of the page outside the generated tables, sorted into checked / exempt /
+    untraced (the rules above this function)."""
+    out = []
+    all_lines = text.split("\n")
+    starts = [0] + [i for i, line in enumerate(all_lines) if line.startswith("## ")] + [len(all_lines)]
+    for s0, s1 in zip(starts, starts[1:]):
+        if s0 == s1:
+            continue
+        lines = all_lines[s0:s1]
+        title = lines[0][3:].strip() if lines[0].startswith("## ") else "(top of the page)"
+        sec = "\n".join(lines)
+        base = s0 + 1
+        gen = "\n".join(tables.get(n, "") for n in _re.findall(r"<!-- claims:(\w+) -->", sec))
+        checked_lines = set(_checked_table_lines(title, sec))
+        table_vals = _with_roundings(_num_key(m.group(1), m.group(2))
+                                     for m in _NUMBER.finditer(gen + "\n" + "\n".join(checked_lines)))
+        quoted = [q for sec_prefix, q, _ in PAPER_QUOTES if title.startswith(sec_prefix)]
+        spans = [sp for prefix, fn, _ in PROSE_QUOTES if title.startswith(prefix)
+                 for sp in _phrase_spans(fn(results_dir), sec)]
+        line_at = [0]
+        for line in lines:
+            line_at.append(line_at[-1] + len(line) + 1)
+        cells = _csv_cells(dict.fromkeys(_re.findall(r"(\w+)\.csv\b", sec)), results_dir)
+        pm_sec = title.startswith(PM_CHECKED)
+        in_marker = in_fence = False
+        for i, raw in enumerate(lines):
+            where = base + i
+            if raw.startswith("### Earlier run at n = 10⁴"):
+                # the superseded subsection: its quotes are of its own CSVs, not of the tables above
+                pm_sec = False
+                table_vals = set()
+                cells = _csv_cells(dict.fromkeys(_re.findall(r"(\w+)\.csv\b", "\n".join(lines[i:]))), results_dir)
+            if raw.startswith("<!-- claims:"):
+                in_marker = True
+            if raw.startswith("<!-- /claims:"):
+                in_marker = False
+                continue
+            if in_marker or raw in checked_lines:
+                continue  # a recomputed table: checked cell by cell elsewhere
+            if raw.lstrip().startswith("```"):
+                in_fence = not in_fence
+                continue
+            whole = None
+            if in_fence or raw.startswith("    ") and not raw.lstrip().startswith(("-", "|")):
+                whole = "exempt: code"
+            elif raw.startswith("#") or raw.lstrip().startswith("![") or raw.startswith("<!--"):
+                whole = "exempt: heading or figure"
+            line = _strip_code(raw)
+            prose_z = {m.start(2) for m in _Z_PROSE.finditer(line)}
+            pms = [(m.start(), m.end()) for m in _PM.finditer(line)] if pm_sec and not raw.lstrip().startswith("|") else []
+            prev = None  # (end, kind) of the previous number on the line
+            for m in _NUMBER.finditer(raw):
+                sign, digits = m.group(1), m.group(2)
+                if whole:
+                    kind = whole
+                elif line[m.start():m.end()].strip() == "":
+                    kind = "exempt: code"
+                else:
+                    kind = _kind(line, m, sign, digits, prose_z, pms, table_vals, cells, prev)
+                    if any(a <= line_at[i] + m.start() < b for a, b in spans):
+                        kind = "checked: a sentence computed from the CSVs"
+                    if kind == "untraced" and any(q in raw and raw.index(q) <= m.start() < raw.index(q) + len(q)
+                                                  for q in quoted):
+                        kind = "exempt: paper value"
+                out.append(ProseNumber(title, where, sign + digits, kind))
+                prev = (m.end(), kind)
+    return out
+
+
+def _kind(line, m, sign, digits, prose_z, pms, table_vals, cells, prev) -> str:
+    before, after = line[max(0, m.start() - 40):m.start()], line[m.end():m.end() + 25]
+    key = _num_key(sign, digits)
+    if m.start(2) in prose_z:
+        return "checked: z quote"
+    if any(a <= m.start() < b for a, b in pms):
+        return "checked: mean ± s.e. quote"
+    if _re.search(r"\d{4}-\d\d-\d\d", line[max(0, m.start() - 8):m.end() + 8]) or \
+            _re.fullmatch(r"(?:199\d|20[0-2]\d)", digits) or _re.match(r"^:\d\d", after):
+        return "exempt: date"
+    for name, rx in _EXEMPT_BEFORE[:1]:
+        if rx.search(before):
+            return f"exempt: {name}"
+    if _informative(digits) and (key in table_vals or key.lstrip("-") in table_vals):
+        return "checked: a value of a recomputed table of its section"
+    if _significant(digits) >= 3 and (key in cells or digits.replace(" ", "") in cells):
+        return "checked: a value of its section's CSV"
+    for name, rx in _EXEMPT_BEFORE[1:]:
+        if rx.search(before):
+            return f"exempt: {name}"
+    for name, rx in _EXEMPT_AFTER:
+        if rx.search(after):
+            return f"exempt: {name}"
+    if prev is not None and prev[1].startswith("exempt") and _LIST_SEP.match(line[prev[0]:m.start()]):
+        return prev[1]
+    if _TIME_AFTER.match(after) or _TIME_AFTER.match(line[m.end():].lstrip("–- 0123456789.")):
+        return "untraced: a time"
+    return "untraced"
+
+
+_TIME_AFTER = _re.compile(r"^\s*(?:s|ms|µs|min|h|CPU|cell-hours?|hours?|minutes?|seconds?|wall)\b")
+
+
+def _with_roundings(keys) -> set:
+    """The table values, and each rounded to fewer decimals (two significant digits at least): a
+    prose number may quote a table's ``0.823`` as ``0.82``."""
+    out = set()
+    for k in keys:
+        out.add(k)
+        out.add(k.lstrip("-"))
+        if _re.fullmatch(r"-?\d+\.\d+", k):
+            v = float(k)
+            for d in range(1, len(k.split(".")[1])):
+                r = f"{abs(v):.{d}f}"
+                if _significant(r) >= 2:
+                    out.add(r)
+    return out
+
+
+def untraced_counts(numbers: Sequence[ProseNumber]) -> Dict[str, Dict[str, int]]:
+    """section -> number -> how many times it is printed untraced there."""
+    out: Dict[str, Dict[str, int]] = {}
+    for p in numbers:
+        if p.kind.startswith("untraced"):
+            d = out.setdefault(p.section, {})
+            d[p.number] = d.get(p.number, 0) + 1
+    return {s: dict(sorted(d.items())) for s, d in out.items()}
+
+
+def prose_number_problems(text: str, tables: Dict[str, str], results_dir: pathlib.Path = SHIPPED,
+                          listed: Optional[Dict[str, Dict[str, int]]] = None) -> List[str]:
+    """``"section: number (untraced, not listed)"`` for each untraced number beyond the list of
+    :data:`UNTRACED_FILE`, and ``"section: number (listed, gone)"`` for each listed one the page no
+    longer prints untraced (a listed number now checked or exempt: rewrite the list)."""
+    if listed is None:
+        listed = _json.loads(UNTRACED_FILE.read_text(encoding="utf-8"))
+    have = untraced_counts(prose_numbers(text, tables, results_dir))
+    bad = []
+    for sec in sorted(set(have) | set(listed)):
+        a, b = _collections.Counter(have.get(sec, {})), _collections.Counter(listed.get(sec, {}))
+        bad += [f"{sec[:60]}: {n} (untraced, not listed)" for n in sorted((a - b).elements())]
+        bad += [f"{sec[:60]}: {n} (listed, gone)" for n in sorted((b - a).elements())]
+    return bad
+
+
+def prose_summary(numbers: Sequence[ProseNumber]) -> str:
+    """A markdown table: per section, how many numbers are checked, exempt (by rule) and untraced."""
+    secs = list(dict.fromkeys(p.section for p in numbers))
+    kinds = sorted({p.kind for p in numbers})
+    c = _collections.Counter((p.section, p.kind) for p in numbers)
+    lines = ["| section | checked | exempt | untraced |", "|---|---:|---:|---:|"]
+    for s in secs:
+        ch = sum(c[s, k] for k in kinds if k.startswith("checked"))
+        ex = sum(c[s, k] for k in kinds if k.startswith("exempt"))
+        un = sum(c[s, k] for k in kinds if k.startswith("untraced"))
+        lines.append(f"| {s[:70]} | {ch} | {ex} | {un} |")
+    tot = _collections.Counter(p.kind for p in numbers)
+    lines.append("")
+    lines += [f"- {k}: {tot[k]}" for k in kinds]
+    return "\n".join(lines)
+
+
 #: rows a claim table reads, when it reads a subset of its CSV
 ROW_FILTERS = {"fastmh_fig3": _fig3_main_rows, "fastmh_fig3_mnist": _fig3_main_rows}
 
 
 def all_tables(results_dir: pathlib.Path = SHIPPED) -> Dict[str, str]:
+    """Every generated table by marker name (computed once per folder and process: the CSVs are
+    read-only inputs)."""
+    return dict(_all_tables(str(results_dir)))
+
+
+@functools.lru_cache(maxsize=4)
+def _all_tables(results_dir: str) -> Dict[str, str]:
+    results_dir = pathlib.Path(results_dir)
     out = {name: (replicated_table(name, results_dir) if name in REPLICATION else table(name, results_dir))
            for name in TABLES}
     out.update({name: fn(results_dir) for name, fn in NUMBER_TABLES.items()})
@@ -1172,9 +1626,12 @@ def all_tables(results_dir: pathlib.Path = SHIPPED) -> Dict[str, str]:
     return out
 
 
-def check(md: pathlib.Path = RESULTS_MD, results_dir: pathlib.Path = SHIPPED) -> List[str]:
+def check(md: pathlib.Path = RESULTS_MD, results_dir: pathlib.Path = SHIPPED,
+          listed: Optional[Dict[str, Dict[str, int]]] = None) -> List[str]:
     """Names of the tables whose recomputed text is not in ``md`` verbatim (between its
-    ``<!-- claims:NAME -->`` and ``<!-- /claims:NAME -->`` markers)."""
+    ``<!-- claims:NAME -->`` and ``<!-- /claims:NAME -->`` markers), then the prose and value-table
+    problems of the functions above, then every number of the page that is neither checked nor
+    exempt nor on the untraced list (``listed``, default :data:`UNTRACED_FILE`)."""
     text = md.read_text(encoding="utf-8")
     bad = []
     tables = all_tables(results_dir)
@@ -1191,6 +1648,8 @@ def check(md: pathlib.Path = RESULTS_MD, results_dir: pathlib.Path = SHIPPED) ->
     bad += [f"value table: {p}" for p in fig3_value_table_problems(text, results_dir)]
     bad += [f"value table: {p}" for p in fig1_value_table_problems(text, results_dir)]
     bad += [f"prose: {p}" for p in prose_pm_problems(text, tables)]
+    bad += [f"prose quote: {p}" for p in prose_quote_problems(text, results_dir)]
+    bad += [f"prose number: {p}" for p in prose_number_problems(text, tables, results_dir, listed)]
     return bad
 
 
@@ -1211,8 +1670,24 @@ def main(argv=None) -> int:
     ap.add_argument("--results", default=str(SHIPPED), help="folder of the CSVs (default: the shipped ones)")
     ap.add_argument("--check", action="store_true", help="exit 1 if docs/results.md's tables differ")
     ap.add_argument("--write", action="store_true", help="rewrite the marked tables in docs/results.md")
+    ap.add_argument("--prose", action="store_true",
+                    help="print how every number of docs/results.md outside the generated tables is sorted "
+                         "(checked / exempt / untraced), per section, and each untraced one with its line")
+    ap.add_argument("--write-untraced", action="store_true",
+                    help=f"rewrite {UNTRACED_FILE.name}, the list of the page's untraced numbers (review its diff)")
     a = ap.parse_args(argv)
     rd = pathlib.Path(a.results)
+    if a.prose or a.write_untraced:
+        nums = prose_numbers(RESULTS_MD.read_text(encoding="utf-8"), all_tables(rd), rd)
+        if a.write_untraced:
+            UNTRACED_FILE.write_text(_json.dumps(untraced_counts(nums), ensure_ascii=False, indent=1) + "\n",
+                                     encoding="utf-8")
+            return 0
+        print(prose_summary(nums))
+        print()
+        print("\n".join(f"{p.line}: {p.number} ({p.kind}; {p.section[:40]})" for p in nums
+                        if p.kind.startswith("untraced")))
+        return 0
     if a.check:
         bad = check(results_dir=rd)
         print("claim tables differ from the CSVs: " + ", ".join(bad) if bad else "claim tables match the CSVs")

@@ -167,3 +167,45 @@ def test_edited_zhang_zhang_value_cells_are_caught():
         bad = claims.fig3_value_table_problems(text.replace(old, new)) + claims.fig1_value_table_problems(
             text.replace(old, new))
         assert len(bad) == 1 and where in bad[0]
+
+
+def _mutated_check(tmp_path, old, new):
+    text = claims.RESULTS_MD.read_text(encoding="utf-8")
+    assert text.count(old) == 1, old
+    md = tmp_path / "results.md"
+    md.write_text(text.replace(old, new), encoding="utf-8")
+    return claims.check(md)
+
+
+def test_every_number_on_the_page_is_sorted_and_the_exempt_rules_are_the_table():
+    """Issue #60: every number outside the generated tables is checked, exempt by a rule of
+    PROSE_EXEMPT (the one table of exemptions) or on the untraced list, and the page's numbers are
+    all seen (none silently skipped: the count is the page's)."""
+    text = claims.RESULTS_MD.read_text(encoding="utf-8")
+    nums = claims.prose_numbers(text, claims.all_tables())
+    rules = {name for name, _, _ in claims.PROSE_EXEMPT}
+    kinds = {p.kind for p in nums}
+    assert {k.split(": ", 1)[1] for k in kinds if k.startswith("exempt")} <= rules
+    assert {k.split(":")[0] for k in kinds} == {"checked", "exempt", "untraced"}
+    assert claims.prose_quote_problems(text) == []
+    by_line = {(p.line, p.number) for p in nums}
+    at = text[:text.index("64 cell-hours**")].count("\n") + 1
+    assert (at, "64") in by_line and any(p.line == at and p.kind.startswith("checked: a sentence") for p in nums)
+
+
+def test_an_edited_prose_number_is_caught(tmp_path):
+    """Mutants (issue #60): a single prose number quoting a recomputed table (Heikkilä's DP-SGLD ε
+    under substitution), one in a sentence computed from a CSV (DP-HMC's iterations per chain;
+    the cell-hours at the top), and an untraced one (a timing of the Performance section), each
+    changed, must each fail the check."""
+    quote = "Then DP-SGLD has spent ε 0.49 (t = 5·10⁵)"
+    bad = _mutated_check(tmp_path, quote, quote.replace("0.49", "0.59"))
+    assert len(bad) == 1 and bad[0].startswith("prose number: Heikkilä") and "0.59 (untraced, not listed)" in bad[0]
+    bad = _mutated_check(tmp_path, "banana DP-HMC 27 / 94 /", "banana DP-HMC 27 / 95 /")
+    assert bad[0].startswith("prose quote: DP-HMC paper") and "27 / 94" in bad[0]
+    bad = _mutated_check(tmp_path, "the DP-HMC paper's Fig. 1 5.5,", "the DP-HMC paper's Fig. 1 5.6,")
+    assert bad[0].startswith("prose quote: (top of the page)")
+    quote = "- **Met.** DPPenalty 0.54 ms per iteration"
+    assert claims.RESULTS_MD.read_text(encoding="utf-8").count(quote) == 1
+    bad = _mutated_check(tmp_path, quote, quote.replace("0.54", "0.45"))
+    assert sorted(b.rsplit(": ", 1)[1] for b in bad) == ["0.45 (untraced, not listed)", "0.54 (listed, gone)"]
