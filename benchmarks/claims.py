@@ -976,6 +976,41 @@ def fig63_paired_table(results_dir: pathlib.Path = SHIPPED) -> str:
     return "\n".join(lines)
 
 
+def fastmh_fig2_values_table(results_dir: pathlib.Path = SHIPPED) -> str:
+    """Zhang & Zhang Fig. 2, per line over the seeds: the range of the sym. KL and of the mode
+    weight, the mean mode-weight error and the mean acceptance rate (a range where it is below 1 %)."""
+    rows = load("fastmh_fig2", results_dir)
+    exact_w = {float(r["exact_mode_weight"]) for r in rows}
+    lines = [f"| line (ε) | sym. KL at 10⁴ | weight of (0, 1) (exact: {exact_w.pop():.3f}) | mean weight error | "
+             "acc. (mean) |", "|---|---|---|---:|---:|"]
+    labels = {"exact": "exact draws, 10⁴ (floor)", "dp_fast_mh": "`dp_fast_mh`, K = εN (0.05)",
+              "dp_fast_mh_pff_k60": "`dp_fast_mh_pff_k60`, opt-in (0.05; ledger ({e}, {d}) per iteration)",
+              "dp_fast_mh_full": "`dp_fast_mh_full` (0.05)", "dp_penalty": "`dp_penalty` (0.05)",
+              "dp_barker": "`dp_barker` (0.2)"}
+    for a, label in labels.items():
+        sel = [r for r in rows if r["algorithm"] == a]
+        kl = [float(r["sym_kl"]) for r in sel]
+        w = [float(r["mode_weight"]) for r in sel]
+        err = sum(float(r["mode_weight_error"]) for r in sel) / len(sel)
+        acc = [float(r["acceptance"]) for r in sel if r["acceptance"] not in ("", "nan")]
+        dk = 1 if max(kl) - min(kl) > 1 else 2  # a wide range to one decimal
+
+        def rng(v, d, what=""):
+            lo, hi = f"{min(v):.{d}f}", f"{max(v):.{d}f}"
+            return f"{lo} in every seed{what}" if lo == hi else f"{lo}–{hi}"
+        if a == "exact":
+            ks, ws, accs = rng(kl, 2), rng(w, 3), "–"
+        else:
+            ks = rng(kl, dk)
+            ws = rng(w, 2, " (never leaves the origin)" if min(w) == 1.0 else "")
+            accs = f"{min(acc):.4f}–{max(acc):.4f}" if max(acc) < 0.01 else f"{sum(acc) / len(acc):.2f}"
+        if "{e}" in label:
+            label = label.format(e=f"{float(sel[0]['step_epsilon_ledger']):.2f}",
+                                 d=f"{float(sel[0]['step_delta_ledger']):.3f}")
+        lines.append(f"| {label} | {ks} | {ws} | {err:.3f} | {accs} |")
+    return "\n".join(lines)
+
+
 #: generated number tables (``<!-- claims:NAME -->`` markers, like the claim tables)
 NUMBER_TABLES = {
     "dphmc_fig1_mmd": lambda d: dphmc_values_table(d),
@@ -989,6 +1024,7 @@ NUMBER_TABLES = {
     "fig63_flat_banana_10d": lambda d: fig63_values_table("flat-banana-10d", d),
     "fig63_flat_banana_2d": lambda d: fig63_values_table("flat-banana-2d", d),
     "fig63_paired": fig63_paired_table,
+    "fastmh_fig2_values": fastmh_fig2_values_table,
 }
 
 #: hand-written value tables checked cell by cell (section title prefix -> CSV): tables whose header
@@ -1294,6 +1330,32 @@ def _heikkila_barker_clipping(d) -> str:
     return f"DP Barker's acceptance rate is {acc:.2f}, and {min(cf):.2f}–{max(cf):.2f} % of the"
 
 
+def _dphmc_ledgers(d) -> str:
+    rows = [r for r in load("dphmc_fig1", d) if r["epsilon_ledger"] not in ("", "nan")]
+    dev = max(abs(float(r["epsilon_ledger"]) - float(r["epsilon"])) for r in rows)
+    sgld = {float(r["epsilon"]): float(r["epsilon_ledger"]) for r in rows
+            if r["problem"] == _G and r["algorithm"] == "dp_sgld" and r["repeat"] == "0"}
+    return (f"are within {math.ceil(dev * 1e4)}·10⁻⁴ of the target (e.g. the Gaussian's DP-SGLD {sgld[2.0]:.5f} "
+            f"at ε = 2, {sgld[15.0]:.5f} at ε = 15)")
+
+
+def _fastmh_fig1_curves(d) -> str:
+    rows = [r for r in load("fastmh_fig1", d) if r["repeat"] == "0" and float(r["epsilon"]) == 0.05]
+
+    def kl(a):
+        return [float(r["sym_kl"]) for t in (1000, 2000, 4000, 6000, 10000) for r in rows
+                if r["algorithm"] == a and int(r["iterations"]) == t]
+
+    def wall(a):
+        return next(float(r["wall_seconds"]) for r in rows if r["algorithm"] == a and int(r["iterations"]) == 10000)
+    out = "exact " + " / ".join(f"{x:.2f}" for x in kl("exact"))
+    for a in ("dp_penalty", "dp_fast_mh_pff_k60", "dp_fast_mh_full"):
+        out += f"; `{a}` " + " / ".join(f"{x:.2f}" for x in kl(a)) + f" ({wall(a):.0f} s)"
+    stuck = {f"{x:.1f}" for a in ("dp_fast_mh", "dp_fast_mh_pff") for x in kl(a)}
+    walls = " and ".join(dict.fromkeys(f"{wall(a):.0f}" for a in ("dp_fast_mh", "dp_fast_mh_pff")))
+    return out + f"; `dp_fast_mh` and `dp_fast_mh_pff` {'/'.join(sorted(stuck))} throughout ({walls} s)"
+
+
 #: (section title prefix, phrase computed from the CSVs, what it quotes): prose sentences whose numbers
 #: are generated; the phrase must be in the section (line breaks free), and its numbers count as checked
 PROSE_QUOTES = (
@@ -1304,6 +1366,11 @@ PROSE_QUOTES = (
     ("DP-HMC paper", lambda d: _dphmc_lengths(_G, "dp_hmc", "dp_penalty", d), "iterations per chain"),
     ("DP-HMC paper", lambda d: _dphmc_lengths(_G, "dp_sgld", "dp_sgnht", d), "iterations per chain"),
     ("DP-HMC paper", lambda d: _dphmc_lengths(_B, "dp_sgld", "dp_sgnht", d), "iterations per chain"),
+    ("DP-HMC paper", _dphmc_ledgers, "the largest |ledger ε − target| (rounded up) and two ledgers"),
+    ("DP-HMC paper", lambda d: f"moved to their own file, {len(load('dphmc_fig1_replication', d))} rows",
+     "the replication CSV's rows"),
+    ("Zhang & Zhang 2023, Fig. 1", _fastmh_fig1_curves, "sym. KL of repeat 0 at ε = 0.05 at five t, and the "
+     "sampler's wall time (column `wall_seconds`) at t = 10⁴"),
     ("Heikkilä et al. 2019, Figs", _heikkila_barker_clipping, "acceptance (mean) and clipped fraction (range "
      "over the 20 chains) at t = 20 000"),
 )
