@@ -209,3 +209,10 @@ def test_an_edited_prose_number_is_caught(tmp_path):
     assert claims.RESULTS_MD.read_text(encoding="utf-8").count(quote) == 1
     bad = _mutated_check(tmp_path, quote, quote.replace("0.54", "0.45"))
     assert sorted(b.rsplit(": ", 1)[1] for b in bad) == ["0.45 (untraced, not listed)", "0.54 (listed, gone)"]
+
+
+def test_an_edited_na_cell_is_caught(tmp_path):
+    """Mutant (issue #60): the iteration count of an "n/a" cell of the Fig. 6.4 MMD table."""
+    row = "| flat-banana-2d | 2 | 0.33 ± 0.04 [201] | 0.25 ± 0.03 [201] | 0.42 ± 0.06 [119] | 0.69 ± 0.04 [573] | n/a (4 it.)"
+    bad = _mutated_check(tmp_path, row, row.replace("n/a (4 it.)", "n/a (5 it.)"))
+    assert len(bad) == 1 and bad[0].startswith("value table: Thesis Figs 6.4") and "n/a (5 it.) ≠ 4" in bad[0]
