@@ -1394,6 +1394,57 @@ def _fastmh_fig1_curves(d) -> str:
     return out + f"; `dp_fast_mh` and `dp_fast_mh_pff` {'/'.join(sorted(stuck))} throughout ({walls} s)"
 
 
+def _clip(d, problem: str, a: str, eps, col: str = "clipped_fraction", name: str = "fig64") -> Tuple[str, str]:
+    """The range over ``eps`` of a kernel's mean clipped share per cell, and the largest chain's,
+    in % (one decimal below 20 %, none above): ``("0.6–2.0 %", "6.5 %")``."""
+    rows = load(name, d)
+    means, top = [], 0.0
+    for e in eps:
+        v = [100 * float(r[col]) for r in rows if r["problem"] == problem and r["algorithm"] == a
+             and float(r["epsilon"]) == float(e) and r[col] not in ("", "nan")]
+        if v:
+            means.append(sum(v) / len(v))
+            top = max(top, max(v))
+    f = lambda x: f"{x:.1f}" if x < 20 else f"{x:.0f}"  # noqa: E731
+    lo, hi = f(min(means)), f(max(means))
+    return (lo if lo == hi else f"{lo}–{hi}") + " %", f"{f(top)} %"
+
+
+def _clip_t10_low(d) -> str:
+    c = lambda a, col="clipped_fraction": _clip(d, "tempered-banana-10d", a, (1, 2, 3), col)  # noqa: E731
+    (p, pm), (o, om), (h, hm), (g, gm), (b, bm), (k, km) = (c("dp_penalty"), c("dp_penalty_ocu_gwmh"), c("dp_hmc"),
+                                                            c("dp_hmc", "grad_clipped_fraction"),
+                                                            c("minibatch_dp_penalty"), c("dp_barker"))
+    return (f"Clipping: DP penalty {p} of the ratios (max {pm}), OCU+GWMH {o} (max {om}), DP-HMC {h} of its ratios "
+            f"(max {hm}) and {g} of its gradients (max {gm}), the minibatch penalty {b} (max {bm}), DP Barker {k} "
+            f"(max {km}).")
+
+
+def _clip_t10_4(d) -> str:
+    c = lambda a, col="clipped_fraction": _clip(d, "tempered-banana-10d", a, (4,), col)  # noqa: E731
+    (p, pm), (o, om), (h, hm), (g, gm), (k, km) = (c("dp_penalty"), c("dp_penalty_ocu_gwmh"), c("dp_hmc"),
+                                                   c("dp_hmc", "grad_clipped_fraction"), c("dp_barker"))
+    return (f"Clipping: DP penalty {p} of the ratios (max {pm}), OCU+GWMH {o} (max {om}), DP-HMC {h} (max {hm}) and "
+            f"{g} of its gradients (max {gm}), DP Barker {k} (max {km}).")
+
+
+def _clip_t10_high(d) -> str:
+    c = lambda a, eps=(5, 6): _clip(d, "tempered-banana-10d", a, eps)  # noqa: E731
+    (p, pm), (o, om), (b, bm), (k, km) = (c("dp_penalty", (3, 4, 5, 6)), c("dp_penalty_ocu_gwmh"),
+                                          c("minibatch_dp_penalty"), c("dp_barker"))
+    return (f"{p} of its ratios clipped, max {pm}), while the other three"), \
+        (f"Clipping at ε = 5–6: OCU+GWMH {o} of the ratios (max {om}), the minibatch penalty {b} (max {bm}), "
+         f"DP Barker {k} (max {km}).")
+
+
+def _clip_f10(d) -> str:
+    c = lambda a, col="clipped_fraction": _clip(d, "flat-banana-10d", a, (1, 2, 3, 4, 5), col)  # noqa: E731
+    (p, pm), (o, _), (b, _), (h, _), (g, _) = (c("dp_penalty"), c("dp_penalty_ocu_gwmh"), c("minibatch_dp_penalty"),
+                                               c("dp_hmc"), c("dp_hmc", "grad_clipped_fraction"))
+    return (f"Clipping, the same at every ε: {p} of the ratios for DP penalty (max {pm}), {o} for OCU+GWMH and the "
+            f"minibatch penalty{'' if b == o else ' (' + b + ')'}, {h} for DP-HMC's ratios and {g} of its gradients.")
+
+
 #: (section title prefix, phrase computed from the CSVs, what it quotes): prose sentences whose numbers
 #: are generated; the phrase must be in the section (line breaks free), and its numbers count as checked
 PROSE_QUOTES = (
@@ -1404,6 +1455,11 @@ PROSE_QUOTES = (
     ("DP-HMC paper", lambda d: _dphmc_lengths(_G, "dp_hmc", "dp_penalty", d), "iterations per chain"),
     ("DP-HMC paper", lambda d: _dphmc_lengths(_G, "dp_sgld", "dp_sgnht", d), "iterations per chain"),
     ("DP-HMC paper", lambda d: _dphmc_lengths(_B, "dp_sgld", "dp_sgnht", d), "iterations per chain"),
+    ("Thesis Figs 6.4", _clip_t10_low, "clipped shares, tempered 10-d banana, ε = 1–3"),
+    ("Thesis Figs 6.4", _clip_t10_4, "clipped shares, tempered 10-d banana, ε = 4"),
+    ("Thesis Figs 6.4", lambda d: _clip_t10_high(d)[0], "DP penalty's clipped share, tempered 10-d banana, ε = 3–6"),
+    ("Thesis Figs 6.4", lambda d: _clip_t10_high(d)[1], "clipped shares, tempered 10-d banana, ε = 5–6"),
+    ("Thesis Figs 6.4", _clip_f10, "clipped shares, flat 10-d banana, ε = 1–5"),
     ("Thesis Fig. 6.2", _fig62_minibatch_ratios, "WBK19 Thm 27's iterations over Thm 8's"),
     ("DP-HMC paper", _dphmc_ledgers, "the largest |ledger ε − target| (rounded up) and two ledgers"),
     ("DP-HMC paper", lambda d: f"moved to their own file, {len(load('dphmc_fig1_replication', d))} rows",
