@@ -68,9 +68,17 @@ NAMES = {
 
 
 def load(name: str, results_dir: pathlib.Path = SHIPPED) -> List[dict]:
-    """The rows of ``<results_dir>/<name>.csv`` as dicts of strings."""
-    with open(pathlib.Path(results_dir) / f"{name}.csv", newline="") as fh:
-        return list(csv.DictReader(fh))
+    """The rows of ``<results_dir>/<name>.csv`` as dicts of strings (fresh copies of a read cached
+    by the file's path, size and modification time)."""
+    path = pathlib.Path(results_dir) / f"{name}.csv"
+    st = path.stat()
+    return [dict(r) for r in _read_csv(str(path), st.st_size, st.st_mtime_ns)]
+
+
+@functools.lru_cache(maxsize=64)
+def _read_csv(path: str, size: int, mtime_ns: int) -> Tuple[dict, ...]:
+    with open(path, newline="") as fh:
+        return tuple(csv.DictReader(fh))
 
 
 class Paired(NamedTuple):
