@@ -1098,6 +1098,9 @@ def value_table_problems(text: str, results_dir: pathlib.Path = SHIPPED) -> List
                     break
                 cells = [c.strip() for c in row.strip().strip("|").split("|")]
                 prob, eps = cells[0], float(cells[1])
+                metric = "mmd"
+                if prob.endswith(", mean error (Fig. 6.9)"):  # the same table's mean-error rows
+                    prob, metric = prob.split(",")[0], "mean_error"
                 for a, cell in zip(head[2:], cells[2:]):
                     m = _CELL.match(cell)
                     na = _re.fullmatch(r"n/a \((\d+) it\.\)", cell)
@@ -1110,11 +1113,11 @@ def value_table_problems(text: str, results_dir: pathlib.Path = SHIPPED) -> List
                     if not m:
                         continue
                     sel = [r for r in rows if r["problem"] == prob and r["algorithm"] == a
-                           and math.isclose(float(r["epsilon"]), eps) and r["mmd"] not in ("", "nan")]
+                           and math.isclose(float(r["epsilon"]), eps) and r[metric] not in ("", "nan")]
                     if not sel:
                         bad.append(f"{title[:40]}: {prob}, ε = {fmt_level(eps)}, {a}: no rows")
                         continue
-                    mean, se, _ = _mse([float(r["mmd"]) for r in sel])
+                    mean, se, _ = _mse([float(r[metric]) for r in sel])
                     d = len(m.group(1).split(".")[1])
                     want = f"{mean:.{d}f} ± {se:.{d}f}"
                     its = {r["iterations"] for r in sel}
