@@ -1049,6 +1049,36 @@ def _fig62_minibatch_ratios(d) -> str:
     return f"the tighter RDP analysis allows {r[0]:.2g}× (ε = 4) and {r[1]:.3g}× (ε = 6) more"
 
 
+def fig65_clipping_values_table(results_dir: pathlib.Path = SHIPPED) -> str:
+    """Thesis Fig. 6.7/6.8: per problem and kernel, the range over ε of the mean share of ratios
+    clipped and the largest chain's (:func:`_clip`); DP-HMC's gradients: the range of the mean and
+    of the s.d. over repeats."""
+    rows = load("fig65", results_dir)
+    lines = ["| problem | dp_penalty | dp_penalty_ocu_gwmh | dp_hmc (ratio) | dp_hmc (gradient, Fig. 6.8) |",
+             "|---|---|---|---|---|"]
+
+    def rng(v, f):
+        lo, hi = f(min(v)), f(max(v))
+        return lo if lo == hi else f"{lo}–{hi}"
+    for p in dict.fromkeys(r["problem"] for r in rows):
+        cells = []
+        for a in ("dp_penalty", "dp_penalty_ocu_gwmh", "dp_hmc"):
+            eps = sorted({float(r["epsilon"]) for r in rows if r["problem"] == p and r["algorithm"] == a})
+            r_, m_ = _clip(results_dir, p, a, eps, name="fig65")
+            cells.append(f"{r_} (max {m_})")
+        means, sds = [], []
+        for e in sorted({float(r["epsilon"]) for r in rows if r["problem"] == p and r["algorithm"] == "dp_hmc"}):
+            v = [100 * float(r["grad_clipped_fraction"]) for r in rows if r["problem"] == p
+                 and r["algorithm"] == "dp_hmc" and float(r["epsilon"]) == e]
+            m = sum(v) / len(v)
+            means.append(m)
+            sds.append(math.sqrt(sum((x - m) ** 2 for x in v) / (len(v) - 1)))
+        cells.append(f"{rng(means, lambda x: f'{x:.1f}' if x < 20 else f'{x:.0f}')} % (s.d. over repeats "
+                     f"{rng(sds, lambda x: f'{x:.2g}')} %)")
+        lines.append(f"| {p} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 #: generated number tables (``<!-- claims:NAME -->`` markers, like the claim tables)
 NUMBER_TABLES = {
     "dphmc_fig1_mmd": lambda d: dphmc_values_table(d),
@@ -1064,6 +1094,7 @@ NUMBER_TABLES = {
     "fig63_paired": fig63_paired_table,
     "fastmh_fig2_values": fastmh_fig2_values_table,
     "fig62": fig62_table,
+    "fig65_clipping_values": fig65_clipping_values_table,
 }
 
 #: hand-written value tables checked cell by cell (section title prefix -> CSV): tables whose header
