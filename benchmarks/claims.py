@@ -1487,9 +1487,25 @@ def _clip_f10(d) -> str:
             f"minibatch penalty{'' if b == o else ' (' + b + ')'}, {h} for DP-HMC's ratios and {g} of its gradients.")
 
 
+def _heikkila_quotes(d) -> Tuple[str, ...]:
+    rows = load("heikkila_fig23", d)
+    b = [r for r in rows if r["algorithm"] == "dp_barker"]
+    cs = [float(r["chain_seconds"]) for r in b if float(r["iterations"]) == 20000]
+    nm = {f"{float(r['noise_multiplier']):.3f}" for r in rows if r["algorithm"].startswith("dp_sgld")}
+    start = {f"{float(r['epsilon_start']):.3f}" for r in b}
+    return (f"plus its start took {min(cs):.0f}–{max(cs):.0f} s ({sum(cs) / 60:.0f} min summed)",
+            f"The CSV's first {len(b)} rows are DP Barker", f"the {len(rows) - len(b)} after them are the two DP-SGLD lines",
+            f"the same noise multiplier ({'/'.join(sorted(nm))}, add/remove",
+            f"On their own they cost ε = {'/'.join(sorted(start))} at δ = 10⁻⁶")
+
+
+def _yildirim_seconds(d) -> str:
+    return f"{sum(float(r['seconds']) for r in load('yildirim_thm1', d)):.0f} s of chain time with one thread"
+
+
 #: (section title prefix, phrase computed from the CSVs, what it quotes): prose sentences whose numbers
 #: are generated; the phrase must be in the section (line breaks free), and its numbers count as checked
-PROSE_QUOTES = (
+PROSE_QUOTES = [
     ("(top of the page)", _top_hours, "the chains' times, column `seconds` of every shipped CSV, summed"),
     ("Not yet reproduced", _second_set_hours, "the same, less the DP-HMC paper's Fig. 1 (its own item) and the "
      "superseded n = 10⁴ runs"),
@@ -1508,9 +1524,13 @@ PROSE_QUOTES = (
      "the replication CSV's rows"),
     ("Zhang & Zhang 2023, Fig. 1", _fastmh_fig1_curves, "sym. KL of repeat 0 at ε = 0.05 at five t, and the "
      "sampler's wall time (column `wall_seconds`) at t = 10⁴"),
+] + [("Heikkilä et al. 2019, Figs", lambda d, i=i: _heikkila_quotes(d)[i], what) for i, what in enumerate((
+    "DP Barker's chain times (column `chain_seconds`, t = 20 000): range and sum", "the CSV's DP Barker rows",
+    "the CSV's DP-SGLD rows", "the DP-SGLD lines' noise multiplier", "the start's ε (column `epsilon_start`)"))] + [
+    ("Yıldırım", _yildirim_seconds, "the chains' times, column `seconds`, summed"),
     ("Heikkilä et al. 2019, Figs", _heikkila_barker_clipping, "acceptance (mean) and clipped fraction (range "
      "over the 20 chains) at t = 20 000"),
-)
+]
 
 
 def _phrase_spans(phrase: str, sec: str) -> List[Tuple[int, int]]:
