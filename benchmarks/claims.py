@@ -1286,6 +1286,63 @@ def fig1_value_table_problems(text: str, results_dir: pathlib.Path = SHIPPED) ->
                 got.append(f"{v[0]:.{len(printed.split('.')[1])}f}" if v else "none")
             if got != [kl.group(1), kl.group(2)]:
                 bad.append(f"Zhang & Zhang Fig. 1 table: {a}, ε = {fmt_level(e)}: {kl.group(0)} ≠ {' / '.join(got)}")
+            if a == "exact":
+                continue
+            r0 = next((r for r in rows if r["algorithm"] == a and r["repeat"] == "0"
+                       and math.isclose(float(r["epsilon"]), e)), None)
+            bad += [f"Zhang & Zhang Fig. 1 table: {a}, ε = {fmt_level(e)}: {p}" for p in _fig1_row_problems(cells, r0, grid, rows, a)]
+    return bad
+
+
+def _rounds_to(printed: str, value: float) -> bool:
+    """Whether ``value`` rounds to ``printed`` at the printed precision (decimals, or the trailing zeros
+    of an integer: ``2 370`` is 2 365–2 375); ``∞`` is infinity and ``10⁻⁵`` is 1e-5.
+
+    >>> _rounds_to("2 370", 2365.7), _rounds_to("0.049", 0.04877), _rounds_to("0.75", 0.7509), _rounds_to("83.6", 83.52)
+    (True, True, True, False)
+    """
+    p = printed.replace(" ", "").replace("*", "")
+    if p == "∞":
+        return math.isinf(value)
+    if p.startswith("10") and p[2:] and all(ch in _SUP for ch in p[2:]):
+        return math.isclose(value, 10 ** int(p[2:].translate(str.maketrans(_SUP, "-0123456789"))), rel_tol=1e-9)
+    if "." in p:
+        unit = 10 ** -len(p.split(".")[1])
+    else:
+        unit = 10 ** (len(p) - len(p.rstrip("0"))) if p.rstrip("0") else 1
+    return abs(value - float(p)) <= unit / 2 + 1e-12
+
+
+def _fig1_row_problems(cells, r0, grid, rows, a) -> List[str]:
+    """Zhang & Zhang Fig. 1's other columns, repeat 0 at t = 10⁴: B (``batch_size``), acc.
+    (``acceptance``), full-batch / un-noised share, the ledger's per-iteration (ε, δ) and the total ε."""
+    if r0 is None or len(cells) < 8:
+        return []
+    num = r"\d[\d ]*(?:\.\d+)?(?![\d.])|∞|10[" + _SUP + "]+"
+    bad = []
+
+    def cmp(what, printed, col, row=r0):
+        v = row.get(col, "")
+        if v in ("", "nan"):
+            bad.append(f"{what}: {printed} printed, the CSV has none")
+        elif not _rounds_to(printed, float(v)):
+            bad.append(f"{what}: {printed} ≠ {v}")
+    for what, cell, cols in (("B", cells[3], ("batch_size",)), ("acc.", cells[4], ("acceptance",)),
+                             ("shares", cells[5], ("full_batch_fraction", "free_fraction")),
+                             ("total ε", cells[7], ("epsilon_total",))):
+        for x, col in zip(_re.findall(num, cell.replace("*", "")), cols):
+            cmp(what, x.strip(), col)
+    ledger = cells[6].replace("*", "")
+    if ":" in ledger:  # "(ε, 1 − e^{−ε}): δ at each ε of the grid"
+        for e, x in zip(grid, _re.findall(num, ledger.split(":", 1)[1])):
+            re0 = next(r for r in rows if r["algorithm"] == a and r["repeat"] == "0" and math.isclose(float(r["epsilon"]), e))
+            cmp(f"δ at ε = {fmt_level(e)}", x.strip(), "step_delta_ledger", re0)
+    else:
+        m = _re.fullmatch(r"\((" + num + r"|ε), (" + num + r")\)", ledger)
+        if m:
+            if m.group(1) != "ε":
+                cmp("ledger ε", m.group(1), "step_epsilon_ledger")
+            cmp("ledger δ", m.group(2), "step_delta_ledger")
     return bad
 
 
@@ -1621,7 +1678,7 @@ def _checked_table_lines(title: str, sec: str) -> Dict[str, Tuple[int, ...]]:
                 while j < len(body) and body[j].lstrip().startswith("|"):
                     out[body[j]] = tuple(range(2, 2 + len(head)))  # problem and ε are labels
                     j += 1
-    for head, cols in ((_FIG3_HEAD, (1, 2, 3, 4, 5, 6)), (_FIG1_HEAD, (2,))):
+    for head, cols in ((_FIG3_HEAD, (1, 2, 3, 4, 5, 6)), (_FIG1_HEAD, (2, 3, 4, 5, 6, 7))):
         if head in sec and (head != _FIG3_HEAD or any(title.startswith(k) for k in FIG3_VALUE_TABLE_CSVS)):
             for line in sec.split(head, 1)[1].split("\n")[2:]:
                 if not line.lstrip().startswith("|"):

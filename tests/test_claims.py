@@ -162,7 +162,10 @@ def test_edited_zhang_zhang_value_cells_are_caught():
     for old, new, where in (("| 0.588 ± 0.048 | 0.614 ± 0.046 |", "| 0.588 ± 0.048 | 0.615 ± 0.046 |",
                              "dp_penalty, accuracy at ε = 0.05"),
                             ("12214, 12214, 12214, 7602 |", "12214, 12214, 12214, 7603 |", "rows read at ε = 0.5"),
-                            ("| | 0.05 | 0.76 / 0.99 |", "| | 0.05 | 0.77 / 0.99 |", "dp_penalty, ε = 0.05")):
+                            ("| | 0.05 | 0.76 / 0.99 |", "| | 0.05 | 0.77 / 0.99 |", "dp_penalty, ε = 0.05"),
+                            ("| 0.75 | – | (0.05, 10⁻⁵) | 8.4 |", "| 0.75 | – | (0.05, 10⁻⁵) | 8.5 |",
+                             "dp_penalty, ε = 0.05: total ε: 8.5"),
+                            ("| 83.6 | 0.82 | 0.70 /", "| 83.6 | 0.83 | 0.70 /", "dp_fast_mh_pff_k60, ε = 0.05: acc.")):
         assert old in text
         bad = claims.fig3_value_table_problems(text.replace(old, new)) + claims.fig1_value_table_problems(
             text.replace(old, new))
