@@ -1556,6 +1556,13 @@ def _heikkila_quotes(d) -> Tuple[str, ...]:
             f"On their own they cost ε = {'/'.join(sorted(start))} at δ = 10⁻⁶")
 
 
+def _fig3_mnist_time(d) -> str:
+    cs = [float(r["chain_seconds"]) for r in load("fastmh_fig3_mnist", d) if r["chain_seconds"] not in ("", "nan")]
+    mid = sum(20 <= x <= 60 for x in cs)
+    return (f"took\n{_thou(sum(cs))} s of chain time", f"A compiled chain of\n4·10⁴ iterations took {min(cs):.0f}–"
+            f"{max(cs):.0f} s ({mid} of the {len(cs)} timed chains 20–60 s).")
+
+
 def _yildirim_seconds(d) -> str:
     return f"{sum(float(r['seconds']) for r in load('yildirim_thm1', d)):.0f} s of chain time with one thread"
 
@@ -1585,6 +1592,10 @@ PROSE_QUOTES = [
     "DP Barker's chain times (column `chain_seconds`, t = 20 000): range and sum", "the CSV's DP Barker rows",
     "the CSV's DP-SGLD rows", "the DP-SGLD lines' noise multiplier", "the start's ε (column `epsilon_start`)"))] + [
     ("Yıldırım", _yildirim_seconds, "the chains' times, column `seconds`, summed"),
+    ("Zhang & Zhang 2023, Fig. 3(a)–(c): logistic", lambda d: _fig3_mnist_time(d)[0],
+     "the chains' times, column `chain_seconds`, summed"),
+    ("Zhang & Zhang 2023, Fig. 3(a)–(c): logistic", lambda d: _fig3_mnist_time(d)[1],
+     "the range of column `chain_seconds`"),
     ("Heikkilä et al. 2019, Figs", _heikkila_barker_clipping, "acceptance (mean) and clipped fraction (range "
      "over the 20 chains) at t = 20 000"),
 ]
