@@ -1249,6 +1249,53 @@ def fig3_value_table_problems(text: str, results_dir: pathlib.Path = SHIPPED) ->
     return bad
 
 
+_K_HEAD = __import__("re").compile(r"^\| ε \| K = .*\|$")
+
+
+def fig3_k_value_table_problems(text: str, results_dir: pathlib.Path = SHIPPED) -> List[str]:
+    """Zhang & Zhang Fig. 3(c)'s hand-written K tables (full MNIST and the subset), cell by cell:
+    ``accuracy mean ± s.e.; mean rows read; ledger ε per iteration`` of DP-Fast MH at that ε and K
+    (the header's K, or the cell's ``(K = …)``), against the section's CSV at the printed precision."""
+    import re
+
+    bad = []
+    for sec in re.split(r"(?m)^## ", text)[1:]:
+        title = sec.split("\n", 1)[0].strip()
+        name = next((v for k, v in FIG3_VALUE_TABLE_CSVS.items() if title.startswith(k)), None)
+        lines = sec.split("\n")
+        heads = [i for i, line in enumerate(lines) if _K_HEAD.match(line)]
+        if name is None or not heads:
+            continue
+        rows = [r for r in load(name, results_dir) if r["algorithm"] == "dp_fast_mh"]
+        for i in heads:
+            ks = [re.match(r"K = (\d+)", c.strip()) for c in lines[i].strip().strip("|").split("|")[1:]]
+            for row in lines[i + 2:]:
+                if not row.lstrip().startswith("|"):
+                    break
+                cells = [c.strip() for c in row.strip().strip("|").split("|")]
+                e = float(cells[0])
+                for k, cell in zip(ks, cells[1:]):
+                    own = re.match(r"\(K = (\d+)\) ", cell)
+                    kk = own.group(1) if own else (k.group(1) if k else None)
+                    m = re.search(r"(\d+\.\d+) ± (\d+\.\d+); (\d+); (\d+(?:\.\d+)?)$", cell)
+                    if kk is None or m is None:
+                        continue
+                    sel = [r for r in rows if r["K"] == kk and math.isclose(float(r["epsilon"]), e)]
+                    if not sel:
+                        bad.append(f"{title[:40]}: K = {kk}, ε = {fmt_level(e)}: no rows")
+                        continue
+                    mean, se, _ = _mse([float(r["test_accuracy"]) for r in sel])
+                    d = len(m.group(1).split(".")[1])
+                    want = f"{mean:.{d}f} ± {se:.{d}f}"
+                    read = sum(float(r["rows_read"]) for r in sel) / len(sel)
+                    led = {float(r["step_epsilon_ledger"]) for r in sel if r["step_epsilon_ledger"] not in ("", "nan")}
+                    if (f"{m.group(1)} ± {m.group(2)}" != want or m.group(3) != f"{read:.0f}"
+                            or not led or not all(_rounds_to(m.group(4), x) for x in led)):
+                        bad.append(f"{title[:40]}: K = {kk}, ε = {fmt_level(e)}: {m.group(0)} ≠ {want}; {read:.0f}; "
+                                   f"{'/'.join(f'{x:.3g}' for x in sorted(led))}")
+    return bad
+
+
 _FIG1_HEAD = "| line | ε | sym. KL | B (Alg. 1) | acc. |"
 
 
@@ -1689,6 +1736,14 @@ def _checked_table_lines(title: str, sec: str) -> Dict[str, Tuple[int, ...]]:
                 while j < len(body) and body[j].lstrip().startswith("|"):
                     out[body[j]] = tuple(range(2, 2 + len(head)))  # problem and ε are labels
                     j += 1
+    if any(title.startswith(k) for k in FIG3_VALUE_TABLE_CSVS):
+        lines = sec.split("\n")
+        for i, line in enumerate(lines):
+            if _K_HEAD.match(line):
+                for row in lines[i + 2:]:
+                    if not row.lstrip().startswith("|"):
+                        break
+                    out[row] = (1, 2, 3, 4)  # ε is the label
     for head, cols in ((_FIG3_HEAD, (1, 2, 3, 4, 5, 6)), (_FIG1_HEAD, (2, 3, 4, 5, 6, 7))):
         if head in sec and (head != _FIG3_HEAD or any(title.startswith(k) for k in FIG3_VALUE_TABLE_CSVS)):
             for line in sec.split(head, 1)[1].split("\n")[2:]:
@@ -1950,6 +2005,7 @@ def check(md: pathlib.Path = RESULTS_MD, results_dir: pathlib.Path = SHIPPED,
     bad += [f"value table: {p}" for p in value_table_problems(text, results_dir)]
     bad += [f"value table: {p}" for p in fig3_value_table_problems(text, results_dir)]
     bad += [f"value table: {p}" for p in fig1_value_table_problems(text, results_dir)]
+    bad += [f"value table: {p}" for p in fig3_k_value_table_problems(text, results_dir)]
     bad += [f"prose: {p}" for p in prose_pm_problems(text, tables)]
     bad += [f"prose quote: {p}" for p in prose_quote_problems(text, results_dir)]
     bad += [f"prose number: {p}" for p in prose_number_problems(text, tables, results_dir, listed)]

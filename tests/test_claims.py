@@ -219,3 +219,13 @@ def test_an_edited_na_cell_is_caught(tmp_path):
     row = "| flat-banana-2d | 2 | 0.33 ± 0.04 [201] | 0.25 ± 0.03 [201] | 0.42 ± 0.06 [119] | 0.69 ± 0.04 [573] | n/a (4 it.)"
     bad = _mutated_check(tmp_path, row, row.replace("n/a (4 it.)", "n/a (5 it.)"))
     assert len(bad) == 1 and bad[0].startswith("value table: Thesis Figs 6.4") and "n/a (5 it.) ≠ 4" in bad[0]
+
+
+def test_an_edited_panel_c_cell_is_caught():
+    """Mutant (issue #60): a rows-read count of Zhang & Zhang Fig. 3(c)'s K table (subset)."""
+    text = claims.RESULTS_MD.read_text(encoding="utf-8")
+    assert claims.fig3_k_value_table_problems(text) == []
+    old = "(K = 67) 0.588 ± 0.040; 687; 0.5"
+    assert text.count(old) == 1
+    bad = claims.fig3_k_value_table_problems(text.replace(old, old.replace("687", "688")))
+    assert len(bad) == 1 and "K = 67, ε = 0.5" in bad[0]
