@@ -1426,9 +1426,10 @@ def prose_z_problems(text: str, tables: Dict[str, str]) -> List[str]:
 #
 # * **checked**: a ``z = …`` or ``mean ± s.e.`` quote of a checked section (the checks above); a
 #   value of a table of its section that ``--check`` recomputes (the generated tables and the
-#   value tables checked cell by cell), at the printed digits; or a value of a CSV its section
-#   names, as the CSV prints it (a count of three digits or more, or a number with three
-#   significant digits or more);
+#   value tables checked cell by cell), at the printed digits or rounded from them (two significant
+#   digits at least; one for a ``p = …``); a value of a CSV its section names, as the CSV prints it
+#   (three significant digits or more); a cell that a value check compares; or a number of a
+#   :data:`PROSE_QUOTES` sentence, computed from the CSVs;
 # * **exempt**: a number that is not a measurement, by the rules of :data:`PROSE_EXEMPT` (each with
 #   its reason);
 # * **untraced**: everything else. These are listed, per section, in :data:`UNTRACED_FILE` (the
@@ -1458,8 +1459,9 @@ PROSE_EXEMPT = (
      r"Definition/panel/row/version …", "a reference to a figure, an equation, a theorem, a section or an issue"),
     ("date", "a date YYYY-MM-DD, a clock time, or a year 1990–2029",
      "when something ran or was published"),
-    ("setting", "before: ε/δ/n/N/K/k/t/T/q/η/τ/L/b/c/B/σ/λ/a/d/m/A/p with =, ≤, ≥, <, >",
-     "a setting of a run (privacy level, data size, batch, step, bound, budget), an input"),
+    ("setting", "before: ε/δ/n/N/K/k/t/T/q/η/τ/L/b/c/B/σ/λ/a/d/m/A/r/M with =, ≤, ≥, <, >; p with <, ≥, > "
+     "(a test's level, not a p-value); the label cells of a value table",
+     "a setting of a run (privacy level, data size, batch, step, bound, budget, test level), an input"),
     ("design", "after: -d, repeats, chains, seeds, threads, workers, cores, × (in 4 × 10), -core",
      "the design of a run (dimension, repeats, chains, seeds, threads), an input"),
     ("seed range", "before: seeds/repeats/repeat …", "which seeds ran: an input"),
@@ -1684,9 +1686,10 @@ _EXEMPT_BEFORE = (
                               r"|\bProps?\.|\bCorollary|§|\bAlgs?\.|\bAlgorithms?|\bch\.|\bchapters?|\bSecs?\.|"
                               r"\bSections?|\bApp\.|\bAppendix|\bissues?|#|\bPRs?|\bDefinitions?|\bpanels?|"
                               r"\bsteps? \(|\bPython|\bJAX|\btorch|\bversion|\bPEP)\s*\(?$")),
-    ("setting", _re.compile(r"(?:^|[\s(,;:])(?:ε|δ|n|N|K|k|t|T|q|η'?|τ(?:_\w)?|L|b|c|B|σ\S*|λ\S*|a|d|m|A|p|s|r|M)"
+    ("setting", _re.compile(r"(?:^|[\s(,;:])(?:ε|δ|n|N|K|k|t|T|q|η'?|τ(?:_\w)?|L|b|c|B|σ\S*|λ\S*|a|d|m|A|r|M)"
                             r"\s*(?:=|≤|≥|<|>|≠)\s*\(?$")),
     ("seed range", _re.compile(r"\b(?:seeds?|repeats?)\s*$")),
+    ("setting", _re.compile(r"(?:^|\W)p\s*[<≥>]\s*$")),  # a test's level, not a p-value
 )
 _EXEMPT_AFTER = (
     ("design", _re.compile(r"^(?:-?d\b|-dimensional|-core|\s*(?:repeats?|chains?|seeds?|threads?|workers?|cores?)\b"
@@ -1808,8 +1811,9 @@ def prose_numbers(text: str, tables: Dict[str, str], results_dir: pathlib.Path =
         checked_lines = _checked_table_lines(title, sec)
         checked_cells = [c for line, cols in checked_lines.items()
                          for k, c in enumerate(line.strip().strip("|").split("|")) if k in cols]
-        table_vals = _with_roundings(_num_key(m.group(1), m.group(2))
-                                     for m in _NUMBER.finditer(gen + "\n" + "\n".join(checked_cells)))
+        keys = [_num_key(m.group(1), m.group(2)) for m in _NUMBER.finditer(gen + "\n" + "\n".join(checked_cells))]
+        table_vals = _with_roundings(keys)
+        p_vals = _with_roundings(keys, min_sig=1)  # a quoted p may keep one significant digit
         quoted = [q for sec_prefix, q, _ in PAPER_QUOTES if title.startswith(sec_prefix)]
         spans = [sp for prefix, fn, _ in PROSE_QUOTES if title.startswith(prefix)
                  for sp in _phrase_spans(fn(results_dir), sec)]
@@ -1824,7 +1828,7 @@ def prose_numbers(text: str, tables: Dict[str, str], results_dir: pathlib.Path =
             if raw.startswith("### Earlier run at n = 10⁴"):
                 # the superseded subsection: its quotes are of its own CSVs, not of the tables above
                 pm_sec = False
-                table_vals = set()
+                table_vals = p_vals = set()
                 cells = _csv_cells(dict.fromkeys(_re.findall(r"(\w+)\.csv\b", "\n".join(lines[i:]))), results_dir)
             if raw.startswith("<!-- claims:"):
                 in_marker = True
@@ -1857,6 +1861,9 @@ def prose_numbers(text: str, tables: Dict[str, str], results_dir: pathlib.Path =
                     kind = "exempt: code"
                 else:
                     kind = _kind(line, m, sign, digits, prose_z, pms, table_vals, cells, prev)
+                    if kind == "untraced" and _re.search(r"(?:^|\W)p\s*=\s*$", line[:m.start()]) \
+                            and _num_key(sign, digits) in p_vals:
+                        kind = "checked: a p quote, a value of a recomputed table of its section"
                     if any(a <= line_at[i] + m.start() < b for a, b in spans):
                         kind = "checked: a sentence computed from the CSVs"
                     if kind == "untraced" and any(q in raw and raw.index(q) <= m.start() < raw.index(q) + len(q)
@@ -1900,7 +1907,7 @@ def _kind(line, m, sign, digits, prose_z, pms, table_vals, cells, prev) -> str:
 _TIME_AFTER = _re.compile(r"^\s*(?:s|ms|µs|min|h|CPU|cell-hours?|hours?|minutes?|seconds?|wall)\b")
 
 
-def _with_roundings(keys) -> set:
+def _with_roundings(keys, min_sig: int = 2) -> set:
     """The table values, and each rounded to fewer decimals (two significant digits at least): a
     prose number may quote a table's ``0.823`` as ``0.82``."""
     out = set()
@@ -1911,7 +1918,7 @@ def _with_roundings(keys) -> set:
             v = float(k)
             for d in range(1, len(k.split(".")[1])):
                 r = f"{abs(v):.{d}f}"
-                if _significant(r) >= 2:
+                if _significant(r) >= min_sig:
                     out.add(r)
     return out
 
