@@ -1820,7 +1820,9 @@ def prose_numbers(text: str, tables: Dict[str, str], results_dir: pathlib.Path =
         line_at = [0]
         for line in lines:
             line_at.append(line_at[-1] + len(line) + 1)
-        cells = _csv_cells(dict.fromkeys(_re.findall(r"(\w+)\.csv\b", sec)), results_dir)
+        named = _re.findall(r"(\w+)\.csv\b", sec) + [TABLES[n][0].csv for n in _re.findall(r"<!-- claims:(\w+) -->", sec)
+                                                       if n in TABLES]
+        cells = _csv_cells(dict.fromkeys(named), results_dir)
         pm_sec = title.startswith(PM_CHECKED)
         in_marker = in_fence = False
         for i, raw in enumerate(lines):
