@@ -1612,6 +1612,29 @@ def _fig3_mnist_time(d) -> str:
             f"{max(cs):.0f} s ({mid} of the {len(cs)} timed chains 20–60 s).")
 
 
+def _t_quantile(dof: int) -> float:
+    """|z| at which the two-sided t p is :data:`LEVEL` (bisection on :func:`t_two_sided_p`)."""
+    lo, hi = 0.0, 1000.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if t_two_sided_p(mid, dof) > LEVEL else (lo, mid)
+    return hi
+
+
+def _verdict_constants(d) -> Tuple[str, ...]:
+    rows = load("fig65", d)
+    eps = (4.0, 5.0, 6.0)
+    v = lambda a, e: list(values(rows, problem="correlated-gauss", algorithm=a, metric=MMD, level=e).values())  # noqa: E731
+    unpaired = [welch(v("dp_hmc", e), v("dp_penalty_ocu_gwmh", e)).z for e in eps]
+    pair = [paired(rows, problem="correlated-gauss", a="dp_hmc", b="dp_penalty_ocu_gwmh", metric=MMD, level=e).z
+            for e in eps]
+    j = lambda zs: f"{zs[0]:.1f}, {zs[1]:.1f} and {zs[2]:.1f}"  # noqa: E731
+    return (f"(at 20 repeats, |z| ≥ {_t_quantile(19):.2f})", f"detects only |z| ≥ {_t_quantile(1):.1f}",
+            f"6 of 6 pairs one way give p = {sign_test([1.0] * 6)[2]:.2g}",
+            f"the unpaired two-sample z is close, e.g. {j(unpaired)} against the paired {j(pair)} for DP-HMC against "
+            "OCU+GWMH on the correlated Gaussian")
+
+
 def _yildirim_seconds(d) -> str:
     return f"{sum(float(r['seconds']) for r in load('yildirim_thm1', d)):.0f} s of chain time with one thread"
 
@@ -1641,6 +1664,9 @@ PROSE_QUOTES = [
     "DP Barker's chain times (column `chain_seconds`, t = 20 000): range and sum", "the CSV's DP Barker rows",
     "the CSV's DP-SGLD rows", "the DP-SGLD lines' noise multiplier", "the start's ε (column `epsilon_start`)"))] + [
     ("Yıldırım", _yildirim_seconds, "the chains' times, column `seconds`, summed"),
+] + [("How the verdicts are tested", lambda d, i=i: _verdict_constants(d)[i], what) for i, what in enumerate((
+    "the t quantile at 19 degrees of freedom", "the t quantile at 1 degree of freedom", "the sign test's p at 6 of 6",
+    "Welch and paired z of fig65.csv, DP-HMC against OCU+GWMH, correlated Gaussian, ε = 4, 5, 6"))] + [
     ("Zhang & Zhang 2023, Fig. 3(a)–(c): logistic", lambda d: _fig3_mnist_time(d)[0],
      "the chains' times, column `chain_seconds`, summed"),
     ("Zhang & Zhang 2023, Fig. 3(a)–(c): logistic", lambda d: _fig3_mnist_time(d)[1],
