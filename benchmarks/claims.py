@@ -1456,7 +1456,7 @@ PROSE_EXEMPT = (
      "a command, a file, an identifier or a flag: code, not a result"),
     ("heading or figure", "a heading line or an image line (``![…](…)``)", "a title or a figure's file name"),
     ("reference", r"before: Fig./Figs/Table/eq./Thm/Theorem/Lemma/§/Alg./ch./Section/App./issue/#/PR/"
-     r"Definition/panel/row/version …", "a reference to a figure, an equation, a theorem, a section or an issue"),
+     r"Definition/panel/version/SHA-/l./line …", "a reference to a figure, an equation, a theorem, a section or an issue"),
     ("date", "a date YYYY-MM-DD, a clock time, or a year 1990–2029",
      "when something ran or was published"),
     ("setting", "before: ε/δ/n/N/K/k/t/T/q/η/τ/L/b/c/B/σ/λ/a/d/m/A/r/M with =, ≤, ≥, <, >; p with <, ≥, > "
@@ -1705,13 +1705,16 @@ PAPER_QUOTES = (
     ("Heikkilä et al. 2019, Figs", "The paper starts from a DPVI fit costing (0.22, 10⁻⁶)",
      "Heikkilä et al. 2019, §5"),
     ("Heikkilä et al. 2019, Figs", "the issue's \"about 2.5 / 3.3 / 5.1\"", "issue #60's estimate"),
+    ("DP-HMC paper", "0.1, 0.25, 12, 1.5·10⁻⁴ (Gaussian)", "the authors' code: DP-HMC's Gaussian settings"),
+    ("DP-HMC paper", "0.05, 7·10⁻⁴, 10 (Gaussian)", "the authors' code: DP penalty's Gaussian settings"),
+    ("DP-HMC paper", "drawn with JAX at key 43235667", "the authors' code: the Gaussian's key"),
 )
 
 _EXEMPT_BEFORE = (
     ("reference", _re.compile(r"(?:\bFigs?\.?|\bFigures?|\bTables?|\beqs?\.|\bEqs?\.|\bThms?\.?|\bTheorems?|\bLemmas?"
                               r"|\bProps?\.|\bCorollary|§|\bAlgs?\.|\bAlgorithms?|\bch\.|\bchapters?|\bSecs?\.|"
                               r"\bSections?|\bApp\.|\bAppendix|\bissues?|#|\bPRs?|\bDefinitions?|\bpanels?|"
-                              r"\bsteps? \(|\bPython|\bJAX|\btorch|\bversion|\bPEP)\s*\(?$")),
+                              r"\bsteps? \(|\bPython|\bJAX|\btorch|\bversion|\bPEP|\bSHA-|\bl\.|\blines?)\s*\(?$")),
     ("setting", _re.compile(r"(?:^|[\s(,;:])(?:ε|δ|n|N|K|k|t|T|q|η'?|τ(?:_\w)?|L|b|c|B|σ\S*|λ\S*|a|d|m|A|r|M)"
                             r"\s*(?:=|≤|≥|<|>|≠)\s*\(?$")),
     ("seed range", _re.compile(r"\b(?:seeds?|repeats?)\s*$")),
