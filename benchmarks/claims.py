@@ -1635,6 +1635,22 @@ def _verdict_constants(d) -> Tuple[str, ...]:
             "OCU+GWMH on the correlated Gaussian")
 
 
+def _dphmc_sg_times(d) -> str:
+    rows = load("dphmc_fig1", d)
+
+    def at(p, a, e, col):
+        return next(float(r[col]) for r in rows if r["problem"] == p and r["algorithm"] == a and r["repeat"] == "0"
+                    and float(r["epsilon"]) == e)
+    it = lambda p, a, e: _thou(at(p, a, e, "iterations"))  # noqa: E731
+    sec = lambda p, a, e: at(p, a, e, "seconds")  # noqa: E731
+    return (f"Gaussian DP-SGLD ({it(_G, 'dp_sgld', 15.0)} iterations a chain) {sec(_G, 'dp_sgld', 2.0):.0f} s and "
+            f"DP-SGNHT ({it(_G, 'dp_sgnht', 15.0)}) {sec(_G, 'dp_sgnht', 2.0):.0f} s; banana to ε = 6, DP-SGLD "
+            f"({it(_B, 'dp_sgld', 6.0)}) {sec(_B, 'dp_sgld', 2.0):.0f} s and DP-SGNHT ({it(_B, 'dp_sgnht', 6.0)}) "
+            f"{sec(_B, 'dp_sgnht', 2.0):.0f} s; then the banana's DP-SGNHT to ε = 15 ({it(_B, 'dp_sgnht', 15.0)}) "
+            f"appended, {sec(_B, 'dp_sgnht', 8.0) / 60:.0f} min beside a CI run, and later the banana's DP-SGLD to "
+            f"ε = 15 ({it(_B, 'dp_sgld', 15.0)}) appended, {sec(_B, 'dp_sgld', 8.0) / 60:.0f} min")
+
+
 def _yildirim_seconds(d) -> str:
     return f"{sum(float(r['seconds']) for r in load('yildirim_thm1', d)):.0f} s of chain time with one thread"
 
@@ -1664,6 +1680,10 @@ PROSE_QUOTES = [
     "DP Barker's chain times (column `chain_seconds`, t = 20 000): range and sum", "the CSV's DP Barker rows",
     "the CSV's DP-SGLD rows", "the DP-SGLD lines' noise multiplier", "the start's ε (column `epsilon_start`)"))] + [
     ("Yıldırım", _yildirim_seconds, "the chains' times, column `seconds`, summed"),
+    ("DP-HMC paper", _dphmc_sg_times, "the SG groups' run times (column `seconds` of their first cell, ε = 2, and of "
+     "the appended runs' first cell, ε = 8) and lengths"),
+    ("DP-HMC paper", lambda d: f"9 degrees of freedom, bold = p < 0.05, |z| ≥ {_t_quantile(9):.2f}",
+     "the t quantile at 9 degrees of freedom"),
 ] + [("How the verdicts are tested", lambda d, i=i: _verdict_constants(d)[i], what) for i, what in enumerate((
     "the t quantile at 19 degrees of freedom", "the t quantile at 1 degree of freedom", "the sign test's p at 6 of 6",
     "Welch and paired z of fig65.csv, DP-HMC against OCU+GWMH, correlated Gaussian, ε = 4, 5, 6"))] + [
