@@ -1651,6 +1651,15 @@ def _dphmc_sg_times(d) -> str:
             f"ε = 15 ({it(_B, 'dp_sgld', 15.0)}) appended, {sec(_B, 'dp_sgld', 8.0) / 60:.0f} min")
 
 
+def _fig3_subset_quotes(d) -> Tuple[str, str]:
+    rows = load("fastmh_fig3", d)
+    acc = [100 * float(r["acceptance"]) for r in rows if r["algorithm"] in ("mh", "tunamh")]
+    cs = [float(r["chain_seconds"]) for r in rows if r["chain_seconds"] not in ("", "nan") and float(r["chain_seconds"]) > 0]
+    mid = sum(20 <= x <= 45 for x in cs)
+    return (f"the non-private chains accept\n{min(acc):.0f}–{max(acc):.0f} % of proposals",
+            f"a chain takes {min(cs):.0f}–{max(cs):.0f} s ({mid} of the {len(cs)} timed chains 20–45 s).")
+
+
 def _yildirim_seconds(d) -> str:
     return f"{sum(float(r['seconds']) for r in load('yildirim_thm1', d)):.0f} s of chain time with one thread"
 
@@ -1680,6 +1689,10 @@ PROSE_QUOTES = [
     "DP Barker's chain times (column `chain_seconds`, t = 20 000): range and sum", "the CSV's DP Barker rows",
     "the CSV's DP-SGLD rows", "the DP-SGLD lines' noise multiplier", "the start's ε (column `epsilon_start`)"))] + [
     ("Yıldırım", _yildirim_seconds, "the chains' times, column `seconds`, summed"),
+    ("Zhang & Zhang 2023, Fig. 3(a)–(c) on an MNIST subset", lambda d: _fig3_subset_quotes(d)[0],
+     "the non-private chains' acceptance, range over chains"),
+    ("Zhang & Zhang 2023, Fig. 3(a)–(c) on an MNIST subset", lambda d: _fig3_subset_quotes(d)[1],
+     "the range of column `chain_seconds`"),
     ("DP-HMC paper", _dphmc_sg_times, "the SG groups' run times (column `seconds` of their first cell, ε = 2, and of "
      "the appended runs' first cell, ε = 8) and lengths"),
     ("DP-HMC paper", lambda d: f"9 degrees of freedom, bold = p < 0.05, |z| ≥ {_t_quantile(9):.2f}",
