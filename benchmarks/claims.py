@@ -1967,7 +1967,7 @@ def _kind(line, m, sign, digits, prose_z, pms, table_vals, cells, prev) -> str:
     for name, rx in _EXEMPT_BEFORE[:1]:
         if rx.search(before):
             return f"exempt: {name}"
-    if _informative(digits) and (key in table_vals or key.lstrip("-") in table_vals):
+    if _informative(digits) and key in table_vals:  # a negative must be negative there; a magnitude may quote one
         return "checked: a value of a recomputed table of its section"
     if _significant(digits) >= 3 and (key in cells or digits.replace(" ", "") in cells):
         return "checked: a value of its section's CSV"
