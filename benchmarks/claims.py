@@ -1296,6 +1296,98 @@ def fig3_k_value_table_problems(text: str, results_dir: pathlib.Path = SHIPPED) 
     return bad
 
 
+#: the superseded n = 10⁴ tables of Figs 6.4 and 6.5: column name -> algorithm
+_N1E4_COLS = {"penalty": "dp_penalty", "OCU+GWMH": "dp_penalty_ocu_gwmh", "DP-HMC": "dp_hmc", "Barker": "dp_barker",
+              "minibatch": "minibatch_dp_penalty", "exact": "exact"}
+_N1E4_CELL = __import__("re").compile(r"^(\d+\.\d+) ± (\d+\.\d+)(?: \((\d+) %\))?$")
+
+
+def _n1e4_table_lines(sec: str) -> List[str]:
+    body = sec.split("### Earlier run at n = 10⁴", 1)[1] if "### Earlier run at n = 10⁴" in sec else ""
+    lines = body.split("\n")
+    out = []
+    for i, line in enumerate(lines):
+        head = [c.strip() for c in line.strip().strip("|").split("|")]
+        if head[:2] == ["problem", "ε"] and set(head[2:]) <= set(_N1E4_COLS):
+            for row in lines[i + 2:]:
+                if not row.lstrip().startswith("|"):
+                    break
+                out.append((head, row))
+    return out
+
+
+def n1e4_table_problems(text: str, results_dir: pathlib.Path = SHIPPED) -> List[str]:
+    """The superseded n = 10⁴ tables of Figs 6.4 and 6.5, cell by cell against ``fig64_n1e4.csv`` and
+    ``fig65_n1e4.csv``: ``m ± s (c %)`` (MMD mean and s.e., the mean share of ratios clipped), a
+    lone ``m`` (the exact column, or ``a / b / c`` at the row's ε list), at the printed precision;
+    rows ``circle (MMD)`` and ``circle (mean error)`` read those metrics of the circle."""
+    import re
+
+    bad = []
+    for sec in re.split(r"(?m)^## ", text)[1:]:
+        title = sec.split("\n", 1)[0].strip()
+        name = next((v for k, v in VALUE_TABLE_CSVS.items() if title.startswith(k)), None)
+        if name is None:
+            continue
+        rows = load(f"{name}_n1e4", results_dir)
+        for head, row in _n1e4_table_lines(sec):
+            cells = [c.strip().replace("**", "") for c in row.strip().strip("|").split("|")]
+            prob, metric = cells[0], "mmd"
+            if prob.startswith("circle ("):
+                prob, metric = "circle", "mean_error" if "mean error" in cells[0] else "mmd"
+            eps = [float(x) for x in cells[1].split(" / ")]
+            for col, cell in zip(head[2:], cells[2:]):
+                a = _N1E4_COLS[col]
+
+                def sel(e):
+                    return [r for r in rows if r["problem"] == prob and r["algorithm"] == a
+                            and math.isclose(float(r["epsilon"]), e) and r[metric] not in ("", "nan")]
+                m = _N1E4_CELL.match(cell)
+                if m:
+                    v = sel(eps[0])
+                    mean, se, _ = _mse([float(r[metric]) for r in v]) if v else (math.nan, math.nan, 0)
+                    ok = _rounds_to(m.group(1), mean) and _rounds_to(m.group(2), se)
+                    if m.group(3) is not None:
+                        cf = [100 * float(r["clipped_fraction"]) for r in v if r["clipped_fraction"] not in ("", "nan")]
+                        ok = ok and bool(cf) and _rounds_to(m.group(3), sum(cf) / len(cf))
+                    if not ok:
+                        bad.append(f"{title[:40]}, n = 10⁴: {cells[0]}, ε = {cells[1]}, {a}: {cell} ≠ {mean:.3f} ± {se:.3f}")
+                    continue
+                parts = cell.split(" / ")
+                if all(re.fullmatch(r"\d+\.\d+", x) for x in parts):
+                    at = eps if len(parts) == len(eps) else [eps[0]] * len(parts)
+                    for e, x in zip(at, parts):
+                        v = [float(r[metric]) for r in sel(e)]
+                        if not v or not _rounds_to(x, sum(v) / len(v)):
+                            bad.append(f"{title[:40]}, n = 10⁴: {cells[0]}, ε = {fmt_level(e)}, {a}: {x} ≠ "
+                                       f"{(sum(v) / len(v)) if v else 'none'}")
+    return bad
+
+
+_FIG63_N1E4_HEAD = "| b | RWMH MMD | RWMH clipped | HMC MMD | HMC clipped |"
+
+
+def fig63_n1e4_problems(text: str, results_dir: pathlib.Path = SHIPPED) -> List[str]:
+    """Fig. 6.3's superseded n = 10⁴ table (one chain per bound) against ``fig63_n1e4.csv``: each MMD
+    and clipped share at the printed precision."""
+    if _FIG63_N1E4_HEAD not in text:
+        return []
+    rows = load("fig63_n1e4", results_dir)
+    bad = []
+    for row in text.split(_FIG63_N1E4_HEAD, 1)[1].split("\n")[2:]:
+        if not row.lstrip().startswith("|"):
+            break
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        b = float(cells[0])
+        for a, mmd, clipped in (("rwmh", cells[1], cells[2]), ("hmc", cells[3], cells[4])):
+            r = next((r for r in rows if r["algorithm"] == a and float(r["clip_bound"]) == b), None)
+            if r is None or not _rounds_to(mmd, float(r["mmd"])) or not _rounds_to(
+                    clipped.rstrip(" %"), 100 * float(r["clipped_fraction"])):
+                bad.append(f"Fig. 6.3 n = 10⁴ table: b = {cells[0]}, {a}: {mmd}, {clipped} ≠ "
+                           f"{'none' if r is None else r['mmd'][:6] + ', ' + format(100 * float(r['clipped_fraction']), '.3g')}")
+    return bad
+
+
 _FIG1_HEAD = "| line | ε | sym. KL | B (Alg. 1) | acc. |"
 
 
@@ -1817,6 +1909,14 @@ def _checked_table_lines(title: str, sec: str) -> Dict[str, Tuple[int, ...]]:
                 while j < len(body) and body[j].lstrip().startswith("|"):
                     out[body[j]] = tuple(range(2, 2 + len(head)))  # problem and ε are labels
                     j += 1
+    if title.startswith("Thesis Fig. 6.3") and _FIG63_N1E4_HEAD in sec:
+        for row in sec.split(_FIG63_N1E4_HEAD, 1)[1].split("\n")[2:]:
+            if not row.lstrip().startswith("|"):
+                break
+            out[row] = (1, 2, 3, 4)  # b is the label
+    if any(title.startswith(k) for k in VALUE_TABLE_CSVS):
+        for head, row in _n1e4_table_lines(sec):
+            out[row] = tuple(range(2, len(head)))  # problem and ε are labels
     if any(title.startswith(k) for k in FIG3_VALUE_TABLE_CSVS):
         lines = sec.split("\n")
         for i, line in enumerate(lines):
@@ -2093,6 +2193,8 @@ def check(md: pathlib.Path = RESULTS_MD, results_dir: pathlib.Path = SHIPPED,
     bad += [f"value table: {p}" for p in fig3_value_table_problems(text, results_dir)]
     bad += [f"value table: {p}" for p in fig1_value_table_problems(text, results_dir)]
     bad += [f"value table: {p}" for p in fig3_k_value_table_problems(text, results_dir)]
+    bad += [f"value table: {p}" for p in n1e4_table_problems(text, results_dir)]
+    bad += [f"value table: {p}" for p in fig63_n1e4_problems(text, results_dir)]
     bad += [f"prose: {p}" for p in prose_pm_problems(text, tables)]
     bad += [f"prose quote: {p}" for p in prose_quote_problems(text, results_dir)]
     bad += [f"prose number: {p}" for p in prose_number_problems(text, tables, results_dir, listed)]

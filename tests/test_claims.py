@@ -229,3 +229,16 @@ def test_an_edited_panel_c_cell_is_caught():
     assert text.count(old) == 1
     bad = claims.fig3_k_value_table_problems(text.replace(old, old.replace("687", "688")))
     assert len(bad) == 1 and "K = 67, ε = 0.5" in bad[0]
+
+
+def test_an_edited_superseded_cell_is_caught():
+    """Mutant (issue #60): a clipped share in the superseded n = 10⁴ table of Fig. 6.4."""
+    text = claims.RESULTS_MD.read_text(encoding="utf-8")
+    assert claims.n1e4_table_problems(text) == []
+    old = "| tempered-banana-2d | 3 | **0.47 ± 0.05** (1 %)"
+    assert text.count(old) == 1
+    bad = claims.n1e4_table_problems(text.replace(old, old.replace("(1 %)", "(3 %)")))
+    assert len(bad) == 1 and "tempered-banana-2d, ε = 3, dp_penalty" in bad[0]
+    row = "| 2 | 0.206 | 3.0 % | 0.097 | 6.4 % |"
+    assert claims.fig63_n1e4_problems(text) == [] and text.count(row) == 1
+    assert len(claims.fig63_n1e4_problems(text.replace(row, row.replace("6.4 %", "6.5 %")))) == 1
