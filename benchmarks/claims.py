@@ -7,8 +7,10 @@ what the shipped CSVs in ``docs/_static/results/`` give (``tests/test_claims.py`
 **Beyond the claim tables** (issue #60), ``--check`` also compares: the generated number tables of
 :data:`NUMBER_TABLES` (the same ``<!-- claims:NAME -->`` markers); every ``z = …`` quoted in a
 section's prose against that section's generated tables (:func:`prose_z_problems`); every cell of
-the hand-written MMD tables of :data:`VALUE_TABLE_CSVS` (:func:`value_table_problems`) and of
-Zhang & Zhang's Figs 1 and 3 (:func:`fig1_value_table_problems`, :func:`fig3_value_table_problems`); and every
+the hand-written MMD tables of :data:`VALUE_TABLE_CSVS` (:func:`value_table_problems`), of their
+superseded n = 10⁴ runs (:func:`n1e4_table_problems`, :func:`fig63_n1e4_problems`) and of Zhang &
+Zhang's Figs 1 and 3 (:func:`fig1_value_table_problems`, :func:`fig3_value_table_problems`,
+:func:`fig3_k_value_table_problems`); and every
 ``mean ± s.e.`` quoted in the prose of the :data:`PM_CHECKED` sections (:func:`prose_pm_problems`).
 Every other number of the page outside the generated tables (prose, headings, hand-written tables)
 is sorted by :func:`prose_numbers` into *checked* (a value of a recomputed table of its section, a
