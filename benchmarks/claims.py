@@ -1769,6 +1769,19 @@ def _fig63_counts(d) -> str:
         "rwmh", 1.0)[0] == 0 else "(the counts changed: rewrite the sentence)"
 
 
+def _fig2_fast_mh(d) -> str:
+    rows = load("fastmh_fig2", d)
+    m = lambda a, col: sum(float(r[col]) for r in rows if r["algorithm"] == a) / sum(  # noqa: E731
+        r["algorithm"] == a for r in rows)
+    z = [paired_from_values(values(rows, algorithm="dp_fast_mh", metric=c), values(rows, algorithm="dp_penalty",
+                                                                                  metric=c)).z
+         for c in ("sym_kl", "mode_weight_error")]
+    zs = [fmt_z(Paired(0, 0, 0, x, 0.0)).strip("*") for x in z]
+    return (f"sym. KL is {m('dp_fast_mh', 'sym_kl'):.1f} against the penalty's {m('dp_penalty', 'sym_kl'):.2f} and its "
+            f"weight error {m('dp_fast_mh', 'mode_weight_error'):.2f} against {m('dp_penalty', 'mode_weight_error'):.2f} "
+            f"(z {zs[0].replace('< ', '< ')} and {zs[1]})")
+
+
 def _yildirim_seconds(d) -> str:
     return f"{sum(float(r['seconds']) for r in load('yildirim_thm1', d)):.0f} s of chain time with one thread"
 
@@ -1798,6 +1811,8 @@ PROSE_QUOTES = [
     "DP Barker's chain times (column `chain_seconds`, t = 20 000): range and sum", "the CSV's DP Barker rows",
     "the CSV's DP-SGLD rows", "the DP-SGLD lines' noise multiplier", "the start's ε (column `epsilon_start`)"))] + [
     ("Yıldırım", _yildirim_seconds, "the chains' times, column `seconds`, summed"),
+    ("Zhang & Zhang 2023, Fig. 2", _fig2_fast_mh, "DP-Fast MH's and the penalty's mean sym. KL and weight error, "
+     "and the paired z (penalty − DP-Fast MH)"),
     ("Thesis Fig. 6.3", _fig63_counts, "10-d chains with MMD above 0.2 per kernel and bound, and the 10-d exact floor"),
     ("Zhang & Zhang 2023, Fig. 3(a)–(c) on an MNIST subset", lambda d: _fig3_subset_quotes(d)[0],
      "the non-private chains' acceptance, range over chains"),
