@@ -431,7 +431,7 @@ def privacy_report(run, *, delta: Optional[float] = None, epsilon: Optional[floa
     """
     if isinstance(run, DPKernel):
         kernel, per_run = run, ()
-        kernel._require_complete()
+        kernel.require_complete()
         ledger = kernel.ledger
         if not ledger:
             raise ValueError("this kernel has released nothing yet: no privacy report")
@@ -468,7 +468,7 @@ def privacy_report(run, *, delta: Optional[float] = None, epsilon: Optional[floa
         cid = getattr(led, "chain_id", "")
         i, d = in_run.get(cid, (None, None))
         if d is None and led is kernel.privacy.live:  # the chain in progress of this kernel
-            d = {"private iterations": kernel._iteration, "budget exhausted": kernel._budget_exhausted}
+            d = {"private iterations": kernel.chain.iteration, "budget exhausted": kernel.privacy.stopped}
         summaries.append(ChainSummary(
             chain=c, chain_id=cid, iterations=int(getattr(led, "num_iterations", 0)), releases=led.num_releases,
             epsilon=_epsilon(name, led, delta), by_label=tuple(led.by_label().items()), run_chain=i,

@@ -57,6 +57,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
+from . import default_path
 from ..checks import SamplingWarning, monte_carlo_min_ess
 from ..mechanisms import ClippedSum, clip_and_sum, clipped_fraction, gaussian_event, gaussian_release_spec
 from ..mechanisms.clipping import clip_rows
@@ -449,17 +450,17 @@ class ControlVariateClient:
         reference's noise would shift the means by more than :data:`TILT_WARNING_SD` posterior sds."""
         n, T = getattr(self.lik, "global_num_rows", self.lik.num_rows), self.lik.temperature
         self._scale_guess = sd = posterior_scale_guess(result.grad_clip, n, self.lik.dim, T)
-        self._noise_limited = False  # the residuals' noise does not grow with the move's length alone
+        self.chain.noise_limited = False  # the residuals' noise does not grow with the move's length alone
         nm = self._ratio_noise_multiplier()  # what a longer run would buy (the end-of-chain advice)
-        ess = self._forecast_ess(result, nm, control_variate=True) if nm else None
-        self._longer_helps = self._longer_run_helps(result, nm, True, ess) if nm else True
+        ess = default_path.forecast_ess(self, result, nm, control_variate=True) if nm else None
+        self.chain.longer_helps = default_path.longer_run_helps(self, result, nm, True, ess) if nm else True
         if ess is not None and self.alternative_kernel is not None:  # the end-of-chain advice may name it
             alt = self._alternative_forecast(result)
-            self._alternative_ess = None if alt is None else (self.alternative_kernel, alt, ess)
+            self.chain.alternative_ess = None if alt is None else (self.alternative_kernel, alt, ess)
         if nm and self._chain_index == 0:  # feasibility before the chain runs (post-processing of the tuning)
             need = monte_carlo_min_ess(self.lik.dim)  # the ESS itself, not Pyro's estimate of it
             # the privacy noise is the cause: without it a run of this length would be forecast enough
-            if ess < need / 2.0 and self._forecast_ess(result, 0.0, control_variate=True) >= need:
+            if ess < need / 2.0 and default_path.forecast_ess(self, result, 0.0, control_variate=True) >= need:
                 warn_user(f"{type(self).__name__}: the forecast for this chain with its private clips (pyro_dp.feasibility) "
                           f"is about {ess:.2g} effective samples, under half the {need:.3g} that a mean within one "
                           "posterior sd needs: expect slow mixing and a warning at the end. Spend more epsilon or use "

@@ -47,6 +47,7 @@ from typing import Optional, Tuple
 import torch
 from pyro.ops.dual_averaging import DualAveraging
 
+from . import default_path
 from ..accounting.algorithms import (default_noise_ratio, dphmc_events, dphmc_max_iterations,
                                     dphmc_max_iterations_zcdp, dphmc_mu)
 from ..compiled import cached_zeros
@@ -58,7 +59,7 @@ from .hmc_graphs import flat_gradient as _flat_gradient, one_graph_or_eager as _
 from .mh import RatioRelease, can_fuse, propose_release_accept, valid_move
 from .penalty import DPPenalty
 from .prediction import HMC_GRADIENT_GAIN, gradient_gain
-from .prior_sweeps import PriorOnlySweeps
+from .prior_sweeps import PriorSweeps
 from .proposals import DEFAULT_TARGET_ACCEPT_PROB as WALK_TARGET_ACCEPT
 from .proposals import (accept_uniform, gradient_release_fn, jitter_factor,
                         penalty_log_accept_threshold, release_gradient, sample_momentum)
@@ -253,7 +254,7 @@ def hmc_step(
     return new, info
 
 
-class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
+class DPHMC(cv_mod.ControlVariateClient, DPKernel):
     r"""Differentially private HMC (Räisä, Koskela & Honkela 2021) as a Pyro ``MCMCKernel``.
 
     :param model: Pyro model with its observed sites in a data plate.
@@ -379,6 +380,7 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
         if auto and kwargs.get("init_strategy") is None:
             kwargs["init_strategy"] = init_to_center  # the tuner's data-free start: the prior centre
         super().__init__(model, **kwargs)
+        self.prior_sweeps = PriorSweeps()  # data-free sweeps of the prior-only coordinates (default path)
         #: settings the kernel tunes privately at every chain's start (left out by the user)
         self.auto_tuned = auto
         if adapt_step_size is None:
@@ -434,7 +436,7 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
         self._adapted_step_size = self.step_size
         self._step_floor = 0.0
         if self.auto_tuned:
-            self.init = self._auto_tuner()
+            self.init = default_path.auto_tuner(self)
 
     def _rows_per_iteration(self):
         # auto_compile: num_steps gradient sums and one ratio over every row (the released gradient is reused)
@@ -458,7 +460,7 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
                 or self.epsilon is None or getattr(self, "lik", None) is None):
             return True
         iterations = int(self.num_iterations or DEFAULT_ITERATIONS)
-        warmup = min(int(self._warmup_steps), iterations - 1)
+        warmup = min(int(self.chain.warmup_steps), iterations - 1)
         return _hmc_gradient_gain(
             num_rows=int(getattr(self.lik, "global_num_rows", self.lik.num_rows)), epsilon=float(self.epsilon),
             delta=float(self.delta), dim=max(int(self.lik.likelihood_dim), 1), num_samples=iterations - warmup,
@@ -467,7 +469,7 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
 
     @property
     def forecast_kernel(self) -> str:
-        """DefaultPath.forecast_kernel: without gradient releases DP-HMC is the random walk
+        """The default path's forecast kernel (``DPKernel.forecast_kernel``): without gradient releases DP-HMC is the random walk
         (:func:`~.control_variate.cv_walk_step`) and is forecast as one."""
         return "DPHMC" if self.uses_gradients else "DPPenalty"
 
@@ -483,7 +485,7 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
         iterations = int(self.num_iterations or DEFAULT_ITERATIONS)
         nm, _ = _default_noise(DPPenalty, float(self.epsilon), float(self.delta), iterations,
                                int(self.num_chains or 1), float(self.lik.temperature), 1, True)
-        return self._forecast_ess(result, nm, control_variate=True, kernel="DPPenalty")
+        return default_path.forecast_ess(self, result, nm, control_variate=True, forecast_kernel="DPPenalty")
 
     # ------------------------------------------------------------------ privacy plan
     def _events_for(self, nm_l: float, nm_g: float):
@@ -528,7 +530,7 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
     _chain_attrs = DPKernel._chain_attrs + ("_grad_clip_sum", "_llr_clip_sum", "_llr_count", "_adapted_step_size",
                                             "_adapter", "_inv_mass", "_mass_sqrt", "step_size", "grad_clip",
                                             "llr_clip", "_step_floor") + cv_mod.ControlVariateClient.cv_chain_attrs + \
-        PriorOnlySweeps._chain_attrs
+        ("prior_sweeps",)
 
     def _ratio_noise_multiplier(self):
         return self.llr_noise_multiplier
@@ -550,7 +552,7 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
                 self.step_size = self._adapted_step_size = eta
                 self._step_floor = eta / 10.0
         elif "step_size" in self.auto_tuned:
-            jump, sd = self._move_scales(result, self.llr_noise_multiplier)
+            jump, sd = default_path.move_scales(self, result, self.llr_noise_multiplier)
             d_lik = max(self.lik.likelihood_dim, 1)
             # a trajectory of L steps moves the likelihood's d_lik coordinates about L*eta*sqrt(d_lik)
             # (unit mass; the ratio clip measures only those, PrivateLikelihood.jump_norm): penalty noise sd ~ 1
@@ -560,11 +562,11 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
         # latents outside the likelihood: data-free sweeps (before 2026-11-28 a lighter mass on the
         # plain path, unit mass on the control variate's; docs/tuning.md)
         if sweep is not None:  # their sweeps' adaptation starts at the likelihood's noise-free scale
-            self._prior_log_scale = math.log(2.38 / math.sqrt(max(self.lik.likelihood_dim, 1)) * sd)
+            self.prior_sweeps.log_scale = math.log(2.38 / math.sqrt(max(self.lik.likelihood_dim, 1)) * sd)
 
     @property
     def _sweep_mask(self):  # the default path's prior-only coordinates (module prior_sweeps)
-        return self._prior_only_mask("step_size" in self.auto_tuned and self.mass is None)
+        return PriorSweeps.mask(self.lik, "step_size" in self.auto_tuned and self.mass is None)
 
     def _reset_chain_stats(self):
         super()._reset_chain_stats()
@@ -587,12 +589,13 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
 
     def _step_size_now(self) -> float:
         eta = self._adapted_step_size
-        return eta * jitter_factor(self._iteration) if self.jitter else eta
+        return eta * jitter_factor(self.chain.iteration) if self.jitter else eta
 
     def _step(self, state):
         if (sweep := self._sweep_mask) is not None:  # data-free steps on the prior-only coordinates (prior_sweeps)
-            state, _ = self._prior_sweeps(state, sweep, self.adapt_step_size and
-                                          self._iteration < self._warmup_steps)
+            state, _ = self.prior_sweeps.run(self.lik, self._rng, state, sweep, iteration=self.chain.iteration,
+                                             target_accept_prob=self.target_accept_prob,
+                                             warmup=self.adapt_step_size and self.chain.iteration < self.chain.warmup_steps)
         kw = dict(step_size=self._step_size_now(), num_steps=self.num_steps, inv_mass=self._inv_mass,
                   mass_sqrt=self._mass_sqrt, grad_noise_multiplier=self.grad_noise_multiplier,
                   llr_noise_multiplier=self.llr_noise_multiplier)
@@ -619,7 +622,7 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
     def _adapt(self, info):
         # Hoffman & Gelman 2014, Alg. 5 (as Pyro's HMC): dual averaging of log η on the
         # acceptance probability computed from the *released* λ̂ (post-processing: no privacy cost).
-        i, warmup = self._iteration, self._warmup_steps
+        i, warmup = self.chain.iteration, self.chain.warmup_steps
         if not self.adapt_step_size or i >= warmup:
             return
         if self._adapter is None:
@@ -629,7 +632,7 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
         self._adapted_step_size = max(math.exp(x_avg if i == warmup - 1 else x), self._step_floor)
 
     def _nonprivate(self) -> dict:
-        return {**super()._nonprivate(), "gradient clipped fraction": self._grad_clip_sum / max(self._iteration, 1),
+        return {**super()._nonprivate(), "gradient clipped fraction": self._grad_clip_sum / max(self.chain.iteration, 1),
                 "ratio clipped fraction": self._llr_clip_sum / max(self._llr_count, 1)}
 
     def diagnostics(self) -> dict:
@@ -643,13 +646,13 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
 @functools.lru_cache(maxsize=256)
 def _default_noise(kernel_cls, epsilon: float, delta: float, iterations: int, chains: int, temperature: float,
                    num_steps: int, control_variate: bool = True, gradients: bool = True):
-    """``kernel_cls``'s :meth:`~pyro_dp.kernels.default_path.DefaultPath.default_path_noise` (DPHMC
+    """``kernel_cls``'s :func:`~pyro_dp.kernels.default_path.default_path_noise` (DPHMC
     with ``gradients`` or without; DPPenalty), in :func:`~.prediction.gradient_gain`'s order of
     arguments. Cached: the tuner is only read."""
     settings = dict(control_variate=bool(control_variate))
     if kernel_cls is DPHMC:
         settings.update(num_steps=num_steps, gradients=gradients)
-    return kernel_cls.default_path_noise(epsilon=epsilon, delta=delta, num_iterations=iterations, num_chains=chains,
+    return default_path.default_path_noise(kernel_cls, epsilon=epsilon, delta=delta, num_iterations=iterations, num_chains=chains,
                                          temperature=temperature, **settings)
 
 

@@ -44,7 +44,7 @@ import torch
 from ..accounting import calibrate_noise_multiplier
 from ..mechanisms import GaussianEvent, gaussian_event
 from .base import DPKernel, check_positive
-from .proposals import (DEFAULT_TARGET_ACCEPT_PROB, AdaptiveProposalScale, flip_direction, initial_directions,
+from .proposals import (DEFAULT_TARGET_ACCEPT_PROB, ProposalScaleAdaptation, flip_direction, initial_directions,
                         random_walk, release_gradient, sample_momentum)
 
 __all__ = ["MHState", "MHInfo", "RatioRelease", "Proposal", "mh_init", "mh_step", "propose_release_accept",
@@ -267,7 +267,7 @@ def check_batch_size(batch_size) -> int:
     return int(batch_size)
 
 
-class RandomWalkKernel(AdaptiveProposalScale, DPKernel):
+class RandomWalkKernel(DPKernel):
     r"""Base of the random-walk DP kernels: :meth:`_setup_walk` in ``__init__`` sets the
     proposal (``proposal_scale``; ``one_component``/``guided_walk`` modes; warmup adaptation
     of the scale towards ``target_accept_prob``, which reads only accept decisions and costs no
@@ -282,7 +282,7 @@ class RandomWalkKernel(AdaptiveProposalScale, DPKernel):
     """
 
     batch_size: Optional[int] = None
-    _chain_attrs = DPKernel._chain_attrs + AdaptiveProposalScale._chain_attrs
+    _chain_attrs = DPKernel._chain_attrs + ("walk_scale",)
     draws_directions = True  # penalty-type kernels draw guided-walk directions at every chain start
 
     def _setup_walk(self, proposal_scale, *, one_component=False, guided_walk=False, adapt_proposal=False,
@@ -292,7 +292,12 @@ class RandomWalkKernel(AdaptiveProposalScale, DPKernel):
         self.guided_walk = bool(guided_walk)
         self.one_component = bool(one_component) or self.guided_walk
         self.mode = "gwmh" if self.guided_walk else ("ocu" if self.one_component else "full")
-        self._setup_adaptation(adapt_proposal, target_accept_prob)
+        #: warmup adaptation of the scale towards ``target_accept_prob`` (reads only accept decisions)
+        self.adapt_proposal = bool(adapt_proposal)
+        self.target_accept_prob = float(target_accept_prob)
+        if not (0.0 < self.target_accept_prob < 1.0):
+            raise ValueError(f"target_accept_prob must be in (0, 1), got {target_accept_prob!r}")
+        self.walk_scale = ProposalScaleAdaptation()
 
     # ------------------------------------------------------------------ Gaussian-per-iteration plans
     @staticmethod
@@ -328,10 +333,22 @@ class RandomWalkKernel(AdaptiveProposalScale, DPKernel):
         if self.batch_size is not None and self.batch_size > self.lik.num_rows:
             raise ValueError(f"batch_size={self.batch_size} exceeds the number of rows N={self.lik.num_rows}")
 
+    @property
+    def adapted_proposal_scale(self) -> torch.Tensor:
+        """The proposal scale in use: the given one until warmup adaptation changes it."""
+        return self.walk_scale.current
+
+    def _adapt(self, info) -> None:
+        """Warmup only: the step's accept decision adapts the scale (post-processing)."""
+        if self.adapt_proposal and self.chain.iteration < self.chain.warmup_steps:
+            self.walk_scale.adapt(info, iteration=self.chain.iteration, target_accept_prob=self.target_accept_prob,
+                                  full=self.mode == "full")
+
     # ------------------------------------------------------------------ DPKernel hooks
     def _init_state(self, z):
         self._check_data()
-        self._start_scale(z)
+        if self.chain.iteration == 0 or self.walk_scale.log_scale is None:  # a new chain: the user's scale
+            self.walk_scale.start(self.proposal_scale, z)
         return mh_init(self.lik, z, self._rng if self.draws_directions else None, self._initial_cache(z))
 
     def _step(self, state):

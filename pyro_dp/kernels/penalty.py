@@ -25,13 +25,14 @@ from typing import Optional
 
 import torch
 
+from . import default_path
 from ..compiled import cached_zeros
 from ..mechanisms import (NOT_COUNTED, GaussianReleaseSpec, clip_and_sum, clipped_fraction, gaussian_event,
                           gaussian_release_spec)
 from . import control_variate as cv_mod
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse, valid_move
-from .prior_sweeps import PriorOnlySweeps
+from .prior_sweeps import PriorSweeps
 from .proposals import accept_uniform, penalty_log_accept_threshold, pop_target_accept_prob
 from .tuning import init_to_center
 
@@ -157,7 +158,7 @@ def penalty_release_accept(lik, noise, rng, state: MHState, z_new: torch.Tensor,
     return rel, accepted == 1.0
 
 
-class DPPenalty(cv_mod.ControlVariateClient, PriorOnlySweeps, RandomWalkKernel):
+class DPPenalty(cv_mod.ControlVariateClient, RandomWalkKernel):
     r"""Differentially private penalty MH (Yıldırım & Ermiş 2019) as a Pyro ``MCMCKernel``.
 
     :param model: Pyro model with its observed sites in a data plate.
@@ -264,6 +265,7 @@ class DPPenalty(cv_mod.ControlVariateClient, PriorOnlySweeps, RandomWalkKernel):
         if kwargs.get("init_strategy") is None and (proposal_scale is None or llr_clip is None):
             kwargs["init_strategy"] = init_to_center  # the tuner's data-free start: the prior centre
         super().__init__(model, **kwargs)
+        self.prior_sweeps = PriorSweeps()  # data-free sweeps of the prior-only coordinates (default path)
         #: settings the kernel tunes privately at every chain's start (left out by the user)
         self.auto_tuned = tuple(n for n, v in (("proposal_scale", proposal_scale), ("llr_clip", llr_clip))
                                 if v is None)
@@ -277,7 +279,7 @@ class DPPenalty(cv_mod.ControlVariateClient, PriorOnlySweeps, RandomWalkKernel):
         self._init_control_variate(control_variate, curvature_clip, reference_share, reference_noise_multiplier,
                                    explicit_noise=self.noise_multiplier is not None)
         if self.auto_tuned:
-            self.init = self._auto_tuner()
+            self.init = default_path.auto_tuner(self)
 
     def _calibrate(self):
         if not self.control_variate:
@@ -302,13 +304,13 @@ class DPPenalty(cv_mod.ControlVariateClient, PriorOnlySweeps, RandomWalkKernel):
         return self.llr_clip
 
     _chain_attrs = RandomWalkKernel._chain_attrs + ("llr_clip", "proposal_scale") + \
-        cv_mod.ControlVariateClient.cv_chain_attrs + PriorOnlySweeps._chain_attrs
+        cv_mod.ControlVariateClient.cv_chain_attrs + ("prior_sweeps",)
 
     @property
     def _sweep_mask(self) -> Optional[torch.Tensor]:
         # the default path's prior-only coordinates (module prior_sweeps); not with a given
         # proposal_scale or one-component walks
-        return self._prior_only_mask("proposal_scale" in self.auto_tuned and self.mode == "full")
+        return PriorSweeps.mask(self.lik, "proposal_scale" in self.auto_tuned and self.mode == "full")
 
     def _ratio_noise_multiplier(self):
         return self.noise_multiplier
@@ -325,7 +327,7 @@ class DPPenalty(cv_mod.ControlVariateClient, PriorOnlySweeps, RandomWalkKernel):
             free = 2.38 / math.sqrt(d) * sd  # Roberts, Gelman & Gilks 1997
             self.proposal_scale = free if sweep is None else free * (1.0 - sweep)
         else:
-            jump, sd = self._move_scales(result, self.noise_multiplier)
+            jump, sd = default_path.move_scales(self, result, self.noise_multiplier)
             # Roberts, Gelman & Gilks 1997: random-walk scale 2.38/sqrt(d) x the posterior sd
             free = 2.38 / math.sqrt(d) * sd
             mask = self.lik.likelihood_mask
@@ -338,7 +340,7 @@ class DPPenalty(cv_mod.ControlVariateClient, PriorOnlySweeps, RandomWalkKernel):
                 lik_scale = min(jump / math.sqrt(max(d_lik, 1)), free)
                 self.proposal_scale = mask * lik_scale + (0.0 if sweep is not None else (1.0 - mask) * free)
         if sweep is not None:  # the sweeps' adaptation starts at the likelihood's noise-free scale
-            self._prior_log_scale = math.log(free)
+            self.prior_sweeps.log_scale = math.log(free)
 
     # mh_step's release_accept (moves 2-3) as one function, eager or compiled: never None, so
     # RandomWalkKernel's _release/_accept hooks are not used
@@ -360,6 +362,8 @@ class DPPenalty(cv_mod.ControlVariateClient, PriorOnlySweeps, RandomWalkKernel):
         events = self._ensure_reference(state.z) if self.control_variate else ()
         sweep = self._sweep_mask
         if sweep is not None:  # data-free steps on the prior-only coordinates (module prior_sweeps)
-            state, _ = self._prior_sweeps(state, sweep, self.adapt_proposal and self._iteration < self._warmup_steps)
+            state, _ = self.prior_sweeps.run(self.lik, self._rng, state, sweep, iteration=self.chain.iteration,
+                                             target_accept_prob=self.target_accept_prob,
+                                             warmup=self.adapt_proposal and self.chain.iteration < self.chain.warmup_steps)
         new, info = super()._step(state)
         return (new, info._replace(events=events + tuple(info.events))) if events else (new, info)

@@ -47,7 +47,7 @@ from ..mechanisms import PrivacyEvent, PrivacyLedger
 from .plan import PrivacyPlan, counts as _counts, plan_cap, within as _within
 from .workers import owned_kernel
 
-__all__ = ["PrivacyEngine", "ChainLedger", "BudgetExhaustedWarning", "PrivacyNotice", "check_positive",
+__all__ = ["PrivacyEngine", "EngineSetting", "ChainLedger", "BudgetExhaustedWarning", "PrivacyNotice", "check_positive",
            "DEFAULT_EPSILON", "DEFAULT_DELTA"]
 
 _logger = logging.getLogger("pyro_dp")
@@ -252,6 +252,20 @@ class ChainLedger(PrivacyLedger):
         kernel = owned_kernel(self.kernel_id)
         if kernel is not None:
             kernel.privacy.file_chain(self)
+
+
+class EngineSetting:
+    """A kernel attribute that is its privacy engine's (``kernel.privacy``), read and written
+    through the kernel under the same name (``kernel.epsilon`` is ``kernel.privacy.epsilon``)."""
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, kernel, owner=None):
+        return self if kernel is None else getattr(kernel.privacy, self.name)
+
+    def __set__(self, kernel, value):
+        setattr(kernel.privacy, self.name, value)
 
 
 class PrivacyEngine:
