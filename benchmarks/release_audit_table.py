@@ -4,7 +4,9 @@ family audited by :func:`pyro_dp.release_audit.audit_releases` with neighbours a
 
     python benchmarks/release_audit_table.py [CASE,CASE,...] [DRAWS]
 
-(DRAWS per data set, default 200; a case per line group, with its time as an HTML comment.)
+(DRAWS per data set, default 200, for the fresh-kernel cases; ``replay:<case>`` for a case of
+``REPLAY_CASES``, audited with ``draws="replay"`` and its own 1000 or 2000 draws; a case per
+line group, with its time as an HTML comment.)
 The audits draw fresh secret noise: the numbers change from run to run within their intervals.
 """
 import pathlib

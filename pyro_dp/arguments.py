@@ -41,6 +41,7 @@ from __future__ import annotations
 import contextlib
 from typing import Iterable, List, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
@@ -61,8 +62,6 @@ def as_tensor_argument(x):
     if hasattr(x, "to_numpy") and callable(x.to_numpy):  # pandas Series / DataFrame
         x = x.to_numpy()
     if hasattr(x, "__array__") and not isinstance(x, (list, tuple, dict)):
-        import numpy as np
-
         arr = np.asarray(x)
         if arr.dtype == object or arr.dtype.kind not in "biuf":
             raise TypeError(
@@ -134,7 +133,8 @@ class ModelArguments:
         self.labels = _labels(self.args, self.kwargs)
         owners = [("pos", i) for i, a in enumerate(self.args) for _ in tree_flatten(a)[0]]
         owners += [("kw", k) for k, a in self.kwargs.items() for _ in tree_flatten(a)[0]]
-        self._declared_public = [o[1] in self.public for o in owners]
+        #: per leaf: whether its argument was declared public (``public=``), never data
+        self.declared_public = [o[1] in self.public for o in owners]
         self.tensor_pos = [i for i, x in enumerate(self.leaves) if torch.is_tensor(x)]
         #: leaf positions of the data tensors, the row-count ints (set by :meth:`classify`)
         self.data_pos: List[int] = []
@@ -158,7 +158,7 @@ class ModelArguments:
         self.data_pos, self.count_pos = [], []
         self._refuse_row_lists(n)
         for i, x in enumerate(self.leaves):
-            if self._declared_public[i]:
+            if self.declared_public[i]:
                 continue
             if torch.is_tensor(x):
                 if x.dim() >= 1 and x.shape[0] == n:

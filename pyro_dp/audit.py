@@ -78,7 +78,9 @@ def _check_unit(name: str, value, *, closed_low: bool) -> float:
     return v
 
 
-def _check_confidence(confidence) -> float:
+def check_confidence(confidence) -> float:
+    """``confidence`` as a float in (0, 1), else TypeError/ValueError (also
+    :mod:`pyro_dp.release_audit`'s)."""
     return _check_unit("confidence", confidence, closed_low=False)
 
 
@@ -112,7 +114,7 @@ def clopper_pearson(k, n, confidence: float = 0.95) -> Tuple[float, float]:
         raise ValueError(f"n must be >= 1, got {n}")
     if not 0 <= k <= n:
         raise ValueError(f"k must be in [0, n] = [0, {n}], got {k}")
-    alpha = 1.0 - _check_confidence(confidence)
+    alpha = 1.0 - check_confidence(confidence)
     lo, hi = _cp_bounds(np.array([k]), n, alpha)
     return float(lo[0]), float(hi[0])
 
@@ -281,7 +283,7 @@ def epsilon_lower_bound(
     """
     s0, s1 = _as_scores("scores_d", scores_d), _as_scores("scores_dprime", scores_dprime)
     delta = _check_delta(delta)
-    confidence = _check_confidence(confidence)
+    confidence = check_confidence(confidence)
     b = _lower_bound(s0, s1, delta, confidence, _check_thresholds(thresholds))
     return b.epsilon, b.threshold, b.direction
 
@@ -352,7 +354,9 @@ class AuditResult(NamedTuple):
         return "\n".join(lines)
 
 
-def _statistic_fn(statistic) -> Callable:
+def statistic_fn(statistic) -> Callable:
+    """``statistic(kernel, before, after)``: ``"accept"``, ``"sample"`` or the caller's callable
+    (the audit runners', here and in :mod:`pyro_dp.testing`)."""
     if isinstance(statistic, str):
         if statistic == "accept":
             return lambda k, before, after: float(not torch.equal(k.lik.flatten(before), k.lik.flatten(after)))
@@ -366,7 +370,7 @@ def _statistic_fn(statistic) -> Callable:
     return statistic
 
 
-def _factory_caller(factory) -> Callable[[], object]:
+def factory_caller(factory) -> Callable[[], object]:
     """``factory()``; refuses a factory that needs arguments (the run index of the old design)."""
     if not callable(factory):
         raise TypeError(f"kernel_factory must be callable, got {type(factory).__name__}")
@@ -382,13 +386,17 @@ def _factory_caller(factory) -> Callable[[], object]:
     return factory
 
 
-def _check_seed(seed) -> int:
+def check_seed(seed) -> int:
+    """The shared public seed as an int, else TypeError (also :mod:`pyro_dp.release_audit`'s)."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed must be an integer (the shared public seed), got {seed!r}")
     return int(seed)
 
 
-def _as_args(name: str, x, args_fn) -> tuple:
+def as_args(name: str, x, args_fn) -> tuple:
+    """A data set (a tensor, or a tuple of the model's positional arguments, after ``args_fn``)
+    as the model's positional arguments (the audit runners', here, in
+    :mod:`pyro_dp.release_audit` and :mod:`pyro_dp.testing`)."""
     if args_fn is not None:
         x = args_fn(x)
     if torch.is_tensor(x):
@@ -416,7 +424,7 @@ def _score(statistic, k, before, after, where: str) -> float:
         raise ValueError(f"the statistic must return one real number, got {v!r} ({where})") from None
 
 
-def _one_run(k, args: tuple, statistic, num_iterations: int, seed: int, where: str, cache: Optional[dict] = None):
+def one_run(k, args: tuple, statistic, num_iterations: int, seed: int, where: str, cache: Optional[dict] = None):
     """Set up a fresh kernel with the shared public ``seed`` and fresh secret noise, run it,
     and score the run: ``(kernel, score)``. ``cache``: the data-free set-up caches (set-up
     checks, compiled graphs) shared by the runs of one audit, as one kernel object shares them
@@ -569,13 +577,13 @@ def audit(
     delta = _check_delta(delta)
     if delta == 0.0:
         raise ValueError("delta must be in (0, 1) for the reported epsilon")
-    confidence = _check_confidence(confidence)
-    seed = _check_seed(seed)
+    confidence = check_confidence(confidence)
+    seed = check_seed(seed)
     if claim is not None and not callable(claim):
         raise TypeError(f"claim must be a callable (kernel, delta) -> epsilon, got {type(claim).__name__}")
-    stat = _statistic_fn(statistic)
-    make = _factory_caller(kernel_factory)
-    args = (_as_args("data", data, args_fn), _as_args("neighbour", neighbour, args_fn))
+    stat = statistic_fn(statistic)
+    make = factory_caller(kernel_factory)
+    args = (as_args("data", data, args_fn), as_args("neighbour", neighbour, args_fn))
     if len(args[0]) != len(args[1]):
         raise ValueError("data and neighbour must give the model the same number of positional arguments")
     thresholds = _check_thresholds((0.5,) if thresholds is None and statistic == "accept" else thresholds)
@@ -586,7 +594,7 @@ def audit(
     with pyro.validation_enabled(not disable_validation):
         for which, i in ((w, j) for w in (0, 1) for j in range(n)):
             where = f"run {i} on {'D' if which == 0 else 'the neighbour'}"
-            k, scores[which][i] = _one_run(make(), args[which], stat, num_iterations, seed, where, cache)
+            k, scores[which][i] = one_run(make(), args[which], stat, num_iterations, seed, where, cache)
             if first is None:
                 first = k
             elif k.ledger != first.ledger:

@@ -57,10 +57,11 @@ import warnings
 from typing import Callable, Dict, Optional, Tuple
 
 import torch
+from torch.fx.experimental.proxy_tensor import make_fx
 
 from .arguments import model_arguments as _model_arguments, tensor_arguments as _tensor_arguments, with_tensors as _with_tensors
-from .compile_check import check_graph, warm_checker
-from .graphs import TraceFailed, _in_fresh_thread, _inductor, _strip_extra_outputs, hoist_broadcasts
+from .compile_check import check_graph, inductor_compile, warm_checker
+from .graphs import TraceFailed, hoist_broadcasts, in_fresh_thread, strip_extra_outputs
 from .mechanisms import ClippedSum, clip_and_sum, clip_and_sum_columns
 
 __all__ = ["CompileFallbackWarning", "CompiledLikelihood", "bucket_size", "hoist_broadcasts", "CHUNK_ELEMENTS", "FORWARD_MAX_DIM",
@@ -270,7 +271,7 @@ class CompiledLikelihood:
         static = tuple(None if torch.is_tensor(x) else x for x in self._leaves)
         self._key_base = (
             repr(self._spec), repr(static), tuple(_signature(t) for t in self._data), lik.data_plate,
-            lik.latent_names, tuple(tuple(lik._shapes[n]) for n in lik.latent_names), backend,
+            lik.latent_names, tuple(tuple(lik.site_shapes[n]) for n in lik.latent_names), backend,
             repr(sorted(options.items())),
         )
         #: number of graphs this likelihood traced and compiled (shared cache hits excluded)
@@ -316,7 +317,7 @@ class CompiledLikelihood:
             z = lik.flatten(lik.prototype_params)
             try:
                 with torch.no_grad():
-                    lik._isolated_loglik(z, robust=False)
+                    lik.eager_isolated_loglik(z, robust=False)
                 self._raises = False
             except Exception:  # noqa: BLE001 - some row raises: eager for this data (timing only)
                 self._raises = True
@@ -380,8 +381,6 @@ class CompiledLikelihood:
     def _compile(self, name: str, fn: Callable, inputs: tuple, key: tuple) -> Optional[Callable]:
         """Trace ``fn`` (data inputs first) and compile it into :attr:`cache` (``None``: it
         cannot be traced, eager then)."""
-        from torch.fx.experimental.proxy_tensor import make_fx
-
         t0 = time.perf_counter()
         front = self._data + self._public()  # the data, then the public inputs (_with_data)
         inputs = _distinct(front, inputs)
@@ -397,12 +396,12 @@ class CompiledLikelihood:
         try:
             self._traced_row_columns = False
             try:
-                graph = _in_fresh_thread(trace)
+                graph = in_fresh_thread(trace)
             except Exception:  # noqa: BLE001 - the per-row forward columns may not trace: the older form
                 if not self._traced_row_columns:
                     raise
                 self._row_columns = False  # this likelihood's graphs take jvp outside the rows' vmap
-                graph = _in_fresh_thread(trace)
+                graph = in_fresh_thread(trace)
         except Exception as e:  # noqa: BLE001 - any failure to trace means: use eager
             warnings.warn(
                 f"jit_compile: {name} of this model cannot be traced into a graph ("
@@ -422,7 +421,7 @@ class CompiledLikelihood:
                 prepared = hoist_broadcasts(graph)
                 crashed = self.check and not self._survives_check(name, prepared, (*front, *inputs))
                 if not crashed:
-                    compiled = _strip_extra_outputs(_inductor(prepared, (*front, *inputs), self.compile_kwargs),
+                    compiled = strip_extra_outputs(inductor_compile(prepared, (*front, *inputs), self.compile_kwargs),
                                                     prepared.num_own_outputs)
             except Exception as e:  # noqa: BLE001 - e.g. no C++ toolchain: run the traced graph
                 warnings.warn(
@@ -506,19 +505,19 @@ class CompiledLikelihood:
     def loglik_and_prior(self, z, idx=None):
         lik = self.lik
         if idx is None:
-            out = self._call("loglik_and_prior", lambda zz: lik._eager_loglik_and_prior(zz, None), (z,))
+            out = self._call("loglik_and_prior", lambda zz: lik.eager_loglik_and_prior(zz, None), (z,))
             return out if out is None else tuple(out)
         b = int(idx.numel())
         padded, _, size = self._padded(idx, z.dtype, with_valid=False, name="loglik_and_prior[idx]")
-        out = self._call("loglik_and_prior[idx]", lambda zz, i: lik._eager_loglik_and_prior(zz, i), (z, padded), size)
+        out = self._call("loglik_and_prior[idx]", lambda zz, i: lik.eager_loglik_and_prior(zz, i), (z, padded), size)
         return out if out is None else (out[0][:b], out[1])
 
     def log_ratios(self, z, z_new, idx=None):
         lik = self.lik
 
         def ratios(zz, zn, i=None):
-            ll_old, _ = lik._eager_loglik_and_prior(zz, i)
-            ll_new, lp_new = lik._eager_loglik_and_prior(zn, i)
+            ll_old, _ = lik.eager_loglik_and_prior(zz, i)
+            ll_new, lp_new = lik.eager_loglik_and_prior(zn, i)
             return ll_new - ll_old, lp_new
 
         if idx is None:
@@ -538,17 +537,17 @@ class CompiledLikelihood:
         vectorises over rows; for large ``D`` the batched forms share one matrix product."""
         lik = self.lik
         if lik.dim > FORWARD_MAX_DIM:
-            return lik._eager_per_example_grad(zz, i)  # vmap(grad) over rows, or jacfwd
+            return lik.eager_per_example_grad(zz, i)  # vmap(grad) over rows, or jacfwd
         if not getattr(self, "_row_columns", True):
             return self._outer_columns(zz, i)
         self._traced_row_columns = True
 
         def row_columns(*row):
-            ll, cols = _jvp_columns(lambda v: lik._row_term(v, *row), zz)
+            ll, cols = _jvp_columns(lambda v: lik.eager_row_term(v, *row), zz)
             return ll, tuple(cols)
 
         fn = torch.func.vmap(row_columns, in_dims=(0,) * len(lik.arguments.data_pos), chunk_size=lik.vmap_chunk_size)
-        ll, cols = fn(*lik._rows(i))
+        ll, cols = fn(*lik.eager_rows(i))
         return ll, list(cols)
 
     def _outer_columns(self, zz, i):
@@ -559,7 +558,7 @@ class CompiledLikelihood:
         # A model the trace cannot represent fails the trace here (and the caller falls back):
         # the rows' bisection (isolation.robust_rows) re-raises under a trace instead of turning
         # the failure into NaN terms (tests/test_row_isolation.py, tests/test_compiled.py)
-        return _jvp_columns(lambda v: self.lik._terms(v, i)[0], zz)
+        return _jvp_columns(lambda v: self.lik.eager_terms(v, i)[0], zz)
 
     def per_example_grad(self, z, idx=None):
         def grads(zz, i=None):
@@ -592,7 +591,7 @@ class CompiledLikelihood:
 
     def log_prior_terms(self, zz) -> Tuple[torch.Tensor, torch.Tensor]:
         """Inside a graph: ``(log prior, its gradient)`` at ``zz`` (data-free)."""
-        g, v = torch.func.grad_and_value(self.lik._eager_log_prior)(zz)
+        g, v = torch.func.grad_and_value(self.lik.eager_log_prior)(zz)
         return v, g
 
     def _chunk_rows(self) -> int:
@@ -659,7 +658,7 @@ class CompiledLikelihood:
         clip_t = torch.as_tensor(clip, dtype=z_new.dtype, device=z_new.device)
 
         def fused(zz, old, c, i=None, valid=None):
-            ll, lp = lik._eager_loglik_and_prior(zz, i)
+            ll, lp = lik.eager_loglik_and_prior(zz, i)
             cs = clip_and_sum(ll - old, c, valid)
             return ll, lp, cs.total, cs.num_clipped, cs.num_rows
 
@@ -691,7 +690,7 @@ class CompiledLikelihood:
         return out if out is None else (out[0][:b], ClippedSum(*out[1:]))
 
     def log_prior(self, z):
-        out = self._call("log_prior", self.lik._eager_log_prior, (z,))
+        out = self._call("log_prior", self.lik.eager_log_prior, (z,))
         return out
 
     def log_prior_and_grad(self, z):

@@ -11,7 +11,7 @@ import pyro.poutine as poutine
 import torch
 
 from .arguments import tensor_arguments, with_tensors
-from .setup_checks import _ancestors
+from .graphs import ancestors
 
 __all__ = ["LikelihoodCoordinates"]
 
@@ -108,7 +108,7 @@ class LikelihoodCoordinates:
             return None
         placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
         site_of = {node: name for node, name in zip(placeholders[len(data):], names)}
-        seen = _ancestors(n for n in graph.graph.nodes if n.op == "output")
+        seen = ancestors(n for n in graph.graph.nodes if n.op == "output")
         return tuple(n for node, n in site_of.items() if node in seen)
 
     def jump_norm(self, z_new: torch.Tensor, z: torch.Tensor) -> torch.Tensor:

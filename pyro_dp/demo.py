@@ -34,7 +34,10 @@ from typing import Callable, Optional
 import torch
 from pyro.infer import MCMC, NUTS
 
+from .kernels import DPPenalty
 from .models.examples import logistic_model, make_logistic_data, normal_mean_model  # noqa: F401 (re-exported)
+from .report import privacy_report
+from .run import get_epsilon
 
 __all__ = ["normal_mean_model", "logistic_model", "make_logistic_data", "run_demo", "progress"]
 
@@ -136,8 +139,6 @@ def run_demo(
 
 
 def _run_demo(n, epsilon, delta, num_samples, warmup_steps, seed, device, reference, out, progress_every) -> dict:
-    from . import DPPenalty, get_epsilon, privacy_report
-
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     X, y, w_true = make_logistic_data(n, seed=seed, device=device)
     iters = num_samples + warmup_steps

@@ -51,7 +51,7 @@ def _first_line(e: BaseException) -> str:
 
 def _tensor_args(arguments):
     return [(arguments.labels[i], x) for i, x in enumerate(arguments.leaves)
-            if torch.is_tensor(x) and x.dim() >= 1 and not arguments._declared_public[i]]
+            if torch.is_tensor(x) and x.dim() >= 1 and not arguments.declared_public[i]]
 
 
 def mismatched_rows(arguments, num_rows: int) -> Optional[str]:

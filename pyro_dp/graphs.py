@@ -1,6 +1,8 @@
 r"""Graph helpers of the compiled path (:mod:`pyro_dp.compiled`): the rewrites of a traced
-per-example graph before inductor compiles it (:func:`hoist_broadcasts`), inductor's call, and
-the trace's own thread (:func:`_in_fresh_thread`).
+per-example graph before inductor compiles it (:func:`hoist_broadcasts`, whose extra outputs
+:func:`strip_extra_outputs` drops), the trace's own thread (:func:`in_fresh_thread`), and an fx
+graph's walk back from its outputs (:func:`ancestors`, also the set-up checks' and
+:mod:`pyro_dp.coordinates`').
 
 Split out of :mod:`pyro_dp.compiled` (issue 39: no file over 700 lines).
 """
@@ -14,9 +16,7 @@ from typing import Callable, Optional
 import torch
 from torch.utils._pytree import tree_flatten
 
-from .compile_check import inductor_compile as _inductor  # noqa: F401 - pyro_dp.compiled's name for it
-
-__all__ = ["hoist_broadcasts", "SMALL_NUMEL"]
+__all__ = ["hoist_broadcasts", "SMALL_NUMEL", "TraceFailed", "in_fresh_thread", "strip_extra_outputs", "ancestors"]
 
 _aten = torch.ops.aten
 #: element-wise operations of one tensor (optionally with Python scalars) that commute with
@@ -164,7 +164,7 @@ def hoist_broadcasts(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
        on the same numbers);
     3. every small computed tensor that per-row work reads is also returned by the graph (a
        graph output is stored once, where inductor would otherwise inline its computation
-       into the loop); the caller drops these extra outputs (:func:`_strip_extra_outputs`);
+       into the loop); the caller drops these extra outputs (:func:`strip_extra_outputs`);
     4. a matrix product over a contraction of length one (``bmm`` of ``[B, M, 1]`` and
        ``[B, 1, P]``, ``mm`` of ``[M, 1]`` and ``[1, P]``), which reverse mode under ``vmap``
        makes of a per-example gradient such as :math:`r_i x_i`, becomes the broadcast product
@@ -213,17 +213,17 @@ def hoist_broadcasts(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     own = output.args[0]
     leaves, _ = tree_flatten(own)
     output.args = (tuple(leaves) + tuple(extras),)  # flat, as inductor returns its outputs
-    # None: the graph returned one tensor (returned alone again by _strip_extra_outputs)
+    # None: the graph returned one tensor (returned alone again by strip_extra_outputs)
     gm.num_own_outputs = None if isinstance(own, torch.fx.Node) else len(leaves)
     gm.recompile()
     return gm
 
 
 class TraceFailed(RuntimeError):
-    """A trace failed (:func:`_in_fresh_thread`); the message names the original exception."""
+    """A trace failed (:func:`in_fresh_thread`); the message names the original exception."""
 
 
-def _in_fresh_thread(fn: Callable):
+def in_fresh_thread(fn: Callable):
     """``fn()`` run in a new thread, its exception re-raised here. A trace that fails inside
     nested ``torch.func`` transforms can leave the thread's dispatcher state (functorch's
     interpreter stack, dispatch-key guards) half unwound, and every later trace or eager call in
@@ -266,9 +266,20 @@ def _in_fresh_thread(fn: Callable):
     return out["value"]
 
 
-def _strip_extra_outputs(compiled: Callable, num_own_outputs: Optional[int]) -> Callable:
+def strip_extra_outputs(compiled: Callable, num_own_outputs: Optional[int]) -> Callable:
     """The graph's own (flat) outputs, without the extra ones :func:`hoist_broadcasts` added
     (``None``: the graph's one tensor)."""
     if num_own_outputs is None:
         return lambda *xs: compiled(*xs)[0]
     return lambda *xs: compiled(*xs)[:num_own_outputs]
+
+
+def ancestors(nodes) -> set:
+    """Every node of an fx graph that ``nodes`` depend on, themselves included."""
+    seen, stack = set(), [x for x in nodes if isinstance(x, torch.fx.Node)]
+    while stack:
+        node = stack.pop()
+        if node not in seen:
+            seen.add(node)
+            stack.extend(node.all_input_nodes)
+    return seen

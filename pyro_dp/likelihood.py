@@ -58,7 +58,8 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
-from typing import Callable, Dict, Iterable, Optional, Sequence, Tuple
+from types import MappingProxyType
+from typing import Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 import pyro
 import pyro.poutine as poutine
@@ -86,7 +87,7 @@ __all__ = ["PrivateLikelihood"]
 
 
 @contextlib.contextmanager
-def _forked_rng(seed: Optional[int]):
+def forked_rng(seed: Optional[int]):
     """Run a block with torch's global RNG seeded and restored afterwards (no hidden
     global state leaks out, and the block is reproducible from ``seed``)."""
     devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
@@ -128,6 +129,16 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
     :param dict jit_options: ``{"backend": "inductor" | "graph", **torch.compile kwargs}``;
         the CUDA-graph modes (``mode="reduce-overhead"``, ``"max-autotune"``) are refused.
     :param dict jit_cache: graphs shared with other likelihoods of the same kernel object.
+
+    **Internals with public names.** The ``eager_*`` methods (:meth:`eager_loglik_and_prior`,
+    :meth:`eager_per_example_grad`, :meth:`eager_log_prior`, :meth:`eager_terms`,
+    :meth:`eager_isolated_loglik`, :meth:`eager_row_term`, :meth:`eager_rows`) and
+    :meth:`joint_trace` are this class's own evaluation, named publicly only so that the
+    compiled layer (:mod:`pyro_dp.compiled`) and the kernels' fused graphs can trace it: no
+    compiled path, no check of ``idx``, and raw per-row terms (``eager_rows``: the data's rows)
+    that no mechanism has seen. Kernel code calls the public methods below (or traces an
+    ``eager_*`` method inside a graph whose output goes through a mechanism); issue 58 means to
+    make the raw per-row terms unreachable from kernels.
     
     Example
     -------
@@ -183,7 +194,7 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
         # trace on stand-in data (zeros in the data's shapes): a prior draw that reads no data.
         # No finiteness check of the data: a row may be NaN or infinite (the adversary's
         # choice); every term goes through the per-row rule (pyro_dp.isolation).
-        with _forked_rng(seed), poutine.block(), kernel_chooses_rows(), pyro.validation_enabled(False), stand_in():
+        with forked_rng(seed), poutine.block(), kernel_chooses_rows(), pyro.validation_enabled(False), stand_in():
             args, kwargs = self.arguments.build(self.arguments.stand_in(num_rows))
             guard = self._guard(args, kwargs, {})
             try:
@@ -222,6 +233,23 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
     def model_kwargs(self) -> dict:
         return self.arguments.kwargs
 
+    # the model's structure (data-free: from the prototype trace on stand-ins), read-only
+    @property
+    def site_shapes(self) -> Mapping[str, torch.Size]:
+        """``{latent site: shape of its unconstrained value}`` (data-free, read-only)."""
+        return MappingProxyType(self._shapes)
+
+    @property
+    def site_sizes(self) -> Mapping[str, int]:
+        """``{latent site: number of its unconstrained coordinates}`` (data-free, read-only); they
+        sum to :attr:`dim`."""
+        return MappingProxyType(self._sizes)
+
+    @property
+    def plate_dim(self) -> int:
+        """The data plate's (negative) batch dimension in the model's trace (data-free)."""
+        return self._plate_dim
+
     # ------------------------------------------------------------------ set-up (data-free)
     def _structure_num_rows(self, data_plate: Optional[str]) -> int:
         """``N``, the data plate's size, from the model's code and its arguments' shapes only: a
@@ -236,13 +264,13 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
             mode = FakeTensorMode(allow_non_fake_inputs=True) if how == "fake" else CallGuard(None, a.leaves)
             leaves = []
             for i, x in enumerate(a.leaves):
-                if torch.is_tensor(x) and x.dim() >= 1 and not a._declared_public[i]:
+                if torch.is_tensor(x) and x.dim() >= 1 and not a.declared_public[i]:
                     x = mode.from_tensor(x) if how == "fake" else torch.zeros((), dtype=x.dtype,
                                                                                  device=x.device).expand(x.shape)
                 leaves.append(x)
             args, kwargs = tree_unflatten(leaves, a.spec)
             try:
-                with _forked_rng(0), mode, poutine.block(), kernel_chooses_rows(), pyro.validation_enabled(False), \
+                with forked_rng(0), mode, poutine.block(), kernel_chooses_rows(), pyro.validation_enabled(False), \
                         stand_in(), warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     trace = poutine.trace(InitMessenger(self._init_strategy)(self.model)).get_trace(*args, **kwargs)
@@ -418,10 +446,10 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
         allowed = [x for x in tree_flatten((args, kwargs))[0] if torch.is_tensor(x)]
         return CallGuard(self.num_rows, allowed + [v for v in values.values() if torch.is_tensor(v)])
 
-    def _trace(self, z, idx=None):
+    def joint_trace(self, z, idx=None):
         """The model traced **jointly** on the current arguments (all rows, or rows ``idx``
         gathered, with a row-count argument of their number): for the set-up checks, which run
-        it on stand-ins only. Terms are never computed from it (:meth:`_terms` is per row)."""
+        it on stand-ins only. Terms are never computed from it (:meth:`eager_terms` is per row)."""
         values, logdet = self._latents(z)
         args, kwargs = self.model_args, self.model_kwargs
         if idx is not None:
@@ -471,7 +499,7 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
                 lp = lp + site["fn"].log_prob(site["value"]).sum()
         return lp
 
-    def _row_term(self, z, *row):
+    def eager_row_term(self, z, *row):
         """Row ``i``'s log-likelihood: the model evaluated on the data set of row ``i`` alone
         (each data argument ``[1, ...]``, a row-count argument ``1``): called under ``vmap``."""
         values, _ = self._latents(z)
@@ -481,30 +509,31 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
             tr = self._run(values, args, kwargs)
         return self._observed_terms(tr).sum()
 
-    def _rows(self, idx):
-        """The rows to evaluate, each data argument as ``[B, 1, ...]``."""
+    def eager_rows(self, idx):
+        """The rows to evaluate, each data argument as ``[B, 1, ...]``: **the data** (internal:
+        the compiled layer's graphs take them as inputs)."""
         rows = self.arguments.rows(idx)
         if not rows:  # refused at set-up (_check_isolation); kept for a clear error
             raise ValueError("the model has no data argument to evaluate rows on")
         return rows
 
-    def _isolated_loglik(self, z, idx=None, robust: bool = True) -> torch.Tensor:
+    def eager_isolated_loglik(self, z, idx=None, robust: bool = True) -> torch.Tensor:
         """``[B]``: every row's (or rows ``idx``') term, each from that row alone (rows whose
         code raises bisected to NaN terms, or, with ``robust=False``, the exception raised)."""
-        fn = vmap(self._row_term, in_dims=(None,) + (0,) * len(self.arguments.data_pos),
+        fn = vmap(self.eager_row_term, in_dims=(None,) + (0,) * len(self.arguments.data_pos),
                   chunk_size=self.vmap_chunk_size)
         if not robust:
-            return fn(z, *self._rows(idx))
-        return robust_rows(lambda r: fn(z, *r), self._rows(idx),
+            return fn(z, *self.eager_rows(idx))
+        return robust_rows(lambda r: fn(z, *r), self.eager_rows(idx),
                            lambda b: nan_like_rows(b, None, z.dtype, z.device))
 
-    def _terms(self, z, idx=None, loglik: bool = True) -> Tuple[Optional[torch.Tensor], torch.Tensor]:
+    def eager_terms(self, z, idx=None, loglik: bool = True) -> Tuple[Optional[torch.Tensor], torch.Tensor]:
         """``(per-row log-likelihoods [B] or None, log prior)``: the terms from isolated rows,
-        the prior from a stand-in row (:meth:`_eager_log_prior`)."""
-        lp = self._eager_log_prior(z)
+        the prior from a stand-in row (:meth:`eager_log_prior`)."""
+        lp = self.eager_log_prior(z)
         if not loglik:
             return None, lp
-        return self._isolated_loglik(z, idx), lp
+        return self.eager_isolated_loglik(z, idx), lp
 
     def __getstate__(self):
         state = self.__dict__.copy()
@@ -548,7 +577,7 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
             return out.reshape(1, -1)[0]
 
         with torch.no_grad():
-            out = vmap(one, chunk_size=self.vmap_chunk_size)(*self._rows(idx))
+            out = vmap(one, chunk_size=self.vmap_chunk_size)(*self.eager_rows(idx))
         return out
 
     def _stand_in_row(self):
@@ -563,9 +592,10 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
             out = self.compiled.log_prior(z)
             if out is not None:
                 return out
-        return self._eager_log_prior(z)
+        return self.eager_log_prior(z)
 
-    def _eager_log_prior(self, z):
+    def eager_log_prior(self, z):
+        """:meth:`log_prior` without the compiled path (internal: what the compiled layer traces)."""
         values, logdet = self._latents(z)
         args, kwargs = self._stand_in_row()
         with warnings.catch_warnings():
@@ -579,7 +609,7 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
             out = self.compiled.log_prior_and_grad(z)
             if out is not None:
                 return out[1]
-        return torch.func.grad(self._eager_log_prior)(z)
+        return torch.func.grad(self.eager_log_prior)(z)
 
     def log_prior_and_grad(self, z: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """``(log_prior(z), its gradient)``, data-free (reverse-mode autograd; a flat prior
@@ -590,7 +620,7 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
                 return out
         with torch.enable_grad():
             zz = z.detach().requires_grad_(True)
-            lp = torch.as_tensor(self._eager_log_prior(zz), dtype=zz.dtype, device=zz.device)
+            lp = torch.as_tensor(self.eager_log_prior(zz), dtype=zz.dtype, device=zz.device)
             if not lp.requires_grad:  # a flat (improper) prior: constant, no autograd graph
                 return lp.detach(), torch.zeros_like(zz)
             (g,) = torch.autograd.grad(lp, zz, allow_unused=True)
@@ -607,7 +637,7 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
             out = self.compiled.loglik_and_prior(z, idx)
             if out is not None:
                 return out
-        return self._eager_loglik_and_prior(z, idx)
+        return self.eager_loglik_and_prior(z, idx)
 
     def log_ratios(self, z: torch.Tensor, z_new: torch.Tensor, idx=None) -> Tuple[torch.Tensor, torch.Tensor]:
         r"""``(r, log prior at z_new)`` with :math:`r_i = \ell_i(z') - \ell_i(z)` (untempered) for
@@ -627,13 +657,15 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
             out = self.compiled.log_ratios(z, z_new, idx)
             if out is not None:
                 return out
-        ll_old, _ = self._eager_loglik_and_prior(z, idx)
-        ll_new, lp_new = self._eager_loglik_and_prior(z_new, idx)
+        ll_old, _ = self.eager_loglik_and_prior(z, idx)
+        ll_new, lp_new = self.eager_loglik_and_prior(z_new, idx)
         return ll_new - ll_old, lp_new
 
-    def _eager_loglik_and_prior(self, z, idx):
+    def eager_loglik_and_prior(self, z, idx):
+        """:meth:`loglik_and_prior` without the compiled path or the check of ``idx`` (internal:
+        what the compiled layer and the kernels' fused graphs trace). **Reads the data**."""
         with torch.no_grad():
-            return self._terms(z, idx)
+            return self.eager_terms(z, idx)
 
     def per_example_grad(self, z: torch.Tensor, idx=None) -> Tuple[torch.Tensor, torch.Tensor]:
         r"""``(ℓ_i(θ) [B], ∇_θ ℓ_i(θ) [B, D])`` for every row or rows ``idx``.
@@ -647,7 +679,7 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
             out = self.compiled.per_example_grad(z, idx)
             if out is not None:
                 return out
-        return self._eager_per_example_grad(z, idx)
+        return self.eager_per_example_grad(z, idx)
 
     def clipped_grad_sum(self, z: torch.Tensor, clip, idx=None):
         r"""``(ℓ_i(θ) [B], ClippedSum)``: the per-example gradients passed through
@@ -669,7 +701,7 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
             out = self.compiled.clipped_grad_sum(z, clip, idx)
             if out is not None:
                 return out
-        ll, g = self._eager_per_example_grad(z, idx)
+        ll, g = self.eager_per_example_grad(z, idx)
         return ll, clip_and_sum(g, clip)
 
     def clipped_ratio_sum(self, z_new: torch.Tensor, ll_old: torch.Tensor, clip, idx=None):
@@ -692,7 +724,7 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
             out = self.compiled.clipped_ratio_sum(z_new, ll_old, clip, idx)
             if out is not None:
                 return out
-        ll_new, lp_new = self._eager_loglik_and_prior(z_new, idx)
+        ll_new, lp_new = self.eager_loglik_and_prior(z_new, idx)
         return ll_new, lp_new, clip_and_sum(ll_new - ll_old, clip)
 
     def clipped_difference_sum(self, ll_new: torch.Tensor, ll_old: torch.Tensor, clip) -> ClippedSum:
@@ -716,10 +748,11 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
                 return out
         return clip_and_sum(ll_new - ll_old, clip)
 
-    def _eager_per_example_grad(self, z, idx):
-        """``(ℓ_i [B], ∇ℓ_i [B, D])``: ``vmap(grad)`` of each row's term (:meth:`_row_term`)."""
-        fn = vmap(grad_and_value(self._row_term), in_dims=(None,) + (0,) * len(self.arguments.data_pos),
+    def eager_per_example_grad(self, z, idx):
+        """``(ℓ_i [B], ∇ℓ_i [B, D])``: ``vmap(grad)`` of each row's term (:meth:`eager_row_term`);
+        :meth:`per_example_grad` without the compiled path (internal). **Reads the data**."""
+        fn = vmap(grad_and_value(self.eager_row_term), in_dims=(None,) + (0,) * len(self.arguments.data_pos),
                   chunk_size=self.vmap_chunk_size)
-        g, v = robust_rows(lambda r: fn(z, *r), self._rows(idx),
+        g, v = robust_rows(lambda r: fn(z, *r), self.eager_rows(idx),
                            lambda b: nan_like_rows(b, self.dim, z.dtype, z.device))
         return v.detach(), g.detach()

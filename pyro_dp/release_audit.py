@@ -20,7 +20,8 @@ chooses everything but the release's own noise. For one release of a kernel:
    is computed is the same in every draw, on :math:`D` and on :math:`D'` — a white-box adversary
    who fixed the earlier outputs. (Without pinning, the earlier releases' noise and their own
    dependence on the row would move the state, and the measured shift would mix several
-   releases.) The run stops right after the audited release.
+   releases.) The run stops right after the audited release. Batch selections are pinned the
+   same way (the ``batches`` of :func:`~pyro_dp.mechanisms.tap_releases`).
 3. **One-dimensional Gaussian test.** Given the state, the release is
    :math:`v + \sigma\xi` with :math:`v` the clipped sum (a vector for gradients and
    histograms). The direction :math:`u` of :math:`v_D - v_{D'}` is computed from one noise-free
@@ -55,22 +56,55 @@ The honest kernel fails either test with probability at most ``(1 - confidence) 
 data sets), whatever its true :math:`\mu` below the ledger's (soundness) or at or above
 ``power_fraction`` of it (power).
 
+**Which releases.** A release kind is a (ledger label, call site, event) of a reference run;
+``occurrence`` chooses which of each kind's releases are audited (the first, the last, given
+indices, or all: DP-HMC's later leapfrog gradients, a second iteration's release, the last
+private-start step), each in the state its pinned predecessors set.
+
+**Two ways to draw.** ``draws="kernel"``: every draw a fresh kernel run up to the release, as
+above. ``draws="replay"``: one pinned run per data set in which the tap makes each audited
+release ``num_draws`` more times from the noise-free value the kernel computed, with fresh
+normals from the secret stream that drew the release's own (the kernel's
+:class:`~pyro_dp.mechanisms.NoiseSource`, a mutant's included); the tap replays a release only
+if the normals it added are that stream's draw bit for bit (a kernel that rescaled them after
+the draw is refused, not replayed). Given the pinned state both give the same law; replay costs
+one run instead of ``num_draws`` (the default path's own releases come after its 182 tuning
+releases) and so affords 1000–2000 draws, hence intervals a third as wide. What replay does not
+exercise is the kernel's code between the draw and the release a second time — that is what
+``"kernel"`` checks, on every family's own releases in the tests.
+
+**Subsampled releases** (a ``SubsampledGaussianEvent`` of rate below 1 stated or recorded, or
+a batch smaller than the data) are a mixture of Gaussians over the secret batch. With
+``row=r`` every batch selection contains the differing row (the tap puts it in, then pins every
+batch to the reference run's), and the release is audited **given its batch**: a Gaussian of
+:math:`\mu \le \Delta/\sigma = 1/\mathrm{nm}`, the ledger's *un-amplified* :math:`\mu`
+(``conditional`` in the result). Amplification by subsampling (Balle, Barthe & Gaboardi 2018;
+Zhu & Wang 2019 for Poisson sampling) is the accountant's job and is tested against oracles
+in ``tests/accounting``: this audit checks the Gaussian mechanism inside it — the clip, the
+sensitivity, the noise. Without ``row`` such a release is skipped, with the reason. Also
+skipped, with the reason: DP Barker's subsampled release (its RDP curve is the amplified one,
+Heikkilä et al. 2019 Cor. 2, and the un-amplified bound a given batch must meet is not in the
+event) and DP-Fast MH's minibatch release (its batch size and thinning are secret draws apart
+from the batch, Zhang & Zhang 2023 Alg. 1, which the tap records but does not pin).
+
 **Assumptions and what is not covered.** Gaussian release noise of a data-free variance (DP
 Barker's :math:`\sqrt{C-\sigma_b^2}` depends on the data a little; the pooled variance is then
-an approximation); a release whose batch is the whole data set (a subsampled release is a
-mixture of Gaussians, not audited here: its event is skipped unless its rate is 1); the
-kernel run eagerly (the tap does not see inside a compiled graph: ``jit_compile`` is forced
-to ``False``, and ``True`` is refused); the same sequence of releases in every draw up to the
-audited one (it is, with the public draws fixed and the earlier releases pinned: else a
-``RuntimeError``). Only the first release of each kind (label, site, event) is audited. The
-audit measures each release alone: composition is the accountant's job (tested against
-oracles in ``tests/accounting``), and the end-to-end claim is :func:`pyro_dp.audit.audit`'s.
+an approximation); the kernel run eagerly (the tap does not see inside a compiled graph:
+``jit_compile`` is forced to ``False``, and ``True`` is refused); the same sequence of
+releases and batches in every draw up to the audited one (it is, with the public draws fixed
+and the earlier releases and batches pinned: else a ``RuntimeError``). A release whose ledger
+is looser than its noise at its true sensitivity (DP Barker's RDP curve; the default path's
+``tune:scale`` and ``tune:metric``, by :math:`\sqrt 2`) cannot be powerful against its ledger:
+:meth:`ReleaseAudit.powerful_at` states the power check against ``mu_design``, the
+:math:`\mu` the noise drawn allows. The audit measures each release alone: composition is the
+accountant's job (tested against oracles in ``tests/accounting``), and the end-to-end claim is
+:func:`pyro_dp.audit.audit`'s.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pyro
@@ -78,7 +112,7 @@ import torch
 from scipy.optimize import brentq
 from scipy.stats import norm, nct
 
-from .audit import _as_args, _check_confidence, _check_seed, _factory_caller
+from .audit import as_args, check_confidence, check_seed, factory_caller
 from .kernels.base import DPKernel
 from .mechanisms import (GaussianEvent, NonPrivateEvent, RDPCurveEvent, SubsampledGaussianEvent, StopTap,
                          tap_releases)
@@ -94,8 +128,12 @@ class ReleaseAudit:
     :ivar tag: ``"<ledger label or 'step'> @ <site>"``, e.g. ``"tune:clip @ pyro_dp.kernels.tuning.clip_histogram"``.
     :ivar label: the ledger label of the release (``""``: the kernel's own iterations).
     :ivar site: ``module.function`` that made it.
-    :ivar index: its position among the run's releases (the first of its kind).
-    :ivar event: the event the release function stated (else the ledger's).
+    :ivar index: its position among the reference run's releases.
+    :ivar occurrence: its position among the releases of its kind (0: the first), of
+        ``occurrences`` in the reference run.
+    :ivar event: the event the release function stated (else the ledger's);
+        ``recorded_event``: the ledger's (e.g. a ``SubsampledGaussianEvent``, DP-Fast MH's
+        ``ApproxDPEvent``).
     :ivar dim: number of released coordinates.
     :ivar mu_ledger: the ledger's :math:`\mu` (``nan`` when skipped).
     :ivar mu: the measured :math:`\hat\mu`; ``mu_low``, ``mu_high``: its confidence interval.
@@ -105,7 +143,10 @@ class ReleaseAudit:
     :ivar sound: ``mu_low <= mu_ledger``; ``powerful``: ``mu_high >= power_fraction * mu_ledger``
         (``None`` when skipped).
     :ivar skipped: why the release was not audited (``None``: audited).
-    :ivar num_draws: draws per data set; ``confidence``: of the interval.
+    :ivar conditional: a subsampled release audited given its batch, which contains the
+        differing row, against the un-amplified ``mu_ledger`` (``row=``).
+    :ivar num_draws: draws per data set; ``confidence``: of the interval; ``draws``:
+        ``"kernel"`` or ``"replay"``.
     """
 
     tag: str
@@ -124,11 +165,23 @@ class ReleaseAudit:
     skipped: Optional[str]
     num_draws: int
     confidence: float
+    recorded_event: object = None
+    occurrence: int = 0
+    occurrences: int = 1
+    conditional: bool = False
+    draws: str = "kernel"
 
     @property
     def passed(self) -> bool:
         """Sound and powerful (a skipped release has not passed)."""
         return bool(self.sound) and bool(self.powerful)
+
+    def powerful_at(self, mu_reachable: float, power_fraction: float = 0.8) -> bool:
+        r"""Whether the interval's upper end reaches ``power_fraction`` of ``mu_reachable``: the
+        power check against the :math:`\mu` the release's noise allows at its true sensitivity,
+        where the ledger's is looser (``mu_design`` at neighbours shown to be at the clip; DP
+        Barker, ``tune:scale``: module doc)."""
+        return bool(self.sound is not None and self.mu_high >= power_fraction * mu_reachable)
 
     def __str__(self) -> str:
         if self.skipped is not None:
@@ -181,7 +234,7 @@ def mu_confidence_interval(s_d, s_dprime, confidence: float = 0.999) -> Tuple[fl
     n = len(a)
     if len(b) != n or n < 2:
         raise ValueError("need the same number (>= 2) of draws on D and on D'")
-    confidence = _check_confidence(confidence)
+    confidence = check_confidence(confidence)
     sp = math.sqrt((a.var(ddof=1) + b.var(ddof=1)) / 2.0)
     if not (sp > 0) or not math.isfinite(sp):
         raise ValueError("the draws have no spread (noise-free releases?): mu is not estimable")
@@ -206,8 +259,10 @@ def mu_confidence_interval(s_d, s_dprime, confidence: float = 0.999) -> Tuple[fl
     return float(mu), float(nc_at(1.0 - alpha) / scale), float(nc_at(alpha) / scale)
 
 
-def _draw(make, args, seed: int, cache: dict, num_iterations: int, pin=None, stop_after=None):
-    """One run of a fresh kernel under the tap: the releases seen (a list of TappedRelease)."""
+def _draw(make, args, seed: int, cache: dict, num_iterations: int, pin=None, stop_after=None, replay=0,
+          replay_at=None, batches=None, include=None):
+    """One run of a fresh kernel under the tap: ``(releases seen, batches, rows)`` (a list of
+    TappedRelease with ``.batches`` and ``.batch_at``; ``rows``: the likelihood's number of rows)."""
     k = make()
     if not isinstance(k, DPKernel):
         raise TypeError(f"kernel_factory must return a pyro_dp DPKernel, got {type(k).__name__}")
@@ -218,7 +273,8 @@ def _draw(make, args, seed: int, cache: dict, num_iterations: int, pin=None, sto
                          "build the kernel with jit_compile=False or None")
     k.jit_compile = False
     k.seed, k.noise_seed, k._jit_cache = seed, None, cache  # one public seed; fresh secret noise (pyro_dp.audit)
-    with tap_releases(pin=pin, stop_after=stop_after) as seen:
+    with tap_releases(pin=pin, stop_after=stop_after, replay=replay, replay_at=replay_at, batches=batches,
+                      include=include) as seen:
         try:
             k.setup(0, *args)
             params = k.initial_params
@@ -226,19 +282,63 @@ def _draw(make, args, seed: int, cache: dict, num_iterations: int, pin=None, sto
                 params = k.sample(params)
         except StopTap:
             pass
+    seen.num_rows = getattr(k.lik, "num_rows", None)
     return seen
 
 
-def _kinds(reference) -> List:
-    """The first release of each (label, site, event) of the reference run."""
-    out, keys = [], set()
+def _kinds(reference, occurrence) -> List:
+    """``(release, event, position among its kind, releases of its kind)`` of the reference run:
+    for each (label, site, event), the occurrences ``occurrence`` asks for (an index, a sequence
+    of indices, negative from the last, or ``"all"``), those that exist, each once."""
+    groups = {}
     for r in reference:
         event = r.event if r.event is not None else r.recorded_event
-        key = (r.label, r.site, repr(event))
-        if key not in keys:
-            keys.add(key)
-            out.append((r, event))
-    return out
+        groups.setdefault((r.label, r.site, repr(event)), []).append((r, event))
+    out = []
+    for group in groups.values():
+        m = len(group)
+        wanted = range(m) if occurrence == "all" else (
+            [occurrence] if isinstance(occurrence, (int, np.integer)) else list(occurrence))
+        picked = sorted({int(o) % m for o in wanted if -m <= int(o) < m})
+        out.extend((group[k][0], group[k][1], k, m) for k in picked)
+    return sorted(out, key=lambda t: t[0].index)
+
+
+def _subsampling(r, event, reference) -> Optional[str]:
+    """Why release ``r`` is subsampled (its stated or recorded event a subsampled Gaussian of rate
+    below 1, or its batch, the last selected before it, smaller than the data), else ``None``."""
+    for e in (event, r.recorded_event):
+        if isinstance(e, SubsampledGaussianEvent) and e.sample_rate < 1.0:
+            return f"subsampled (rate {e.sample_rate:g})"
+    before = [j for j, at in enumerate(reference.batch_at) if at <= r.index]
+    if any(j in reference.unpinned for j in before):
+        return "subsampled (a batch the tap records but does not pin: DP-Fast MH's, Zhang & Zhang 2023 Alg. 1)"
+    n = reference.num_rows
+    if before and n is not None and len(reference.batches[before[-1]]) < n:
+        return f"subsampled (batch of {len(reference.batches[before[-1]])} of {n} rows)"
+    return None
+
+
+def _ledger_mu(r, event, reference, row) -> Tuple[Optional[float], str, bool]:
+    """``(mu_ledger, how, conditional)`` of release ``r`` (:func:`gaussian_mu_of_event`), given its
+    batch contains the row ``row`` when it is subsampled (``conditional``), else ``(None, why not,
+    False)``."""
+    sub = _subsampling(r, event, reference)
+    if sub is None:
+        mu, how = gaussian_mu_of_event(event)
+        return mu, how, False
+    if "does not pin" in sub:
+        return None, f"{sub}: its batch size and thinning are secret draws the audit cannot fix", False
+    if row is None:
+        return None, (f"{sub}: a mixture of Gaussians over the secret batch; pass row= to audit it given a "
+                      "batch that contains the differing row"), False
+    e = next((x for x in (event, r.recorded_event) if isinstance(x, SubsampledGaussianEvent)), event)
+    if isinstance(e, SubsampledGaussianEvent):
+        return 1.0 / e.noise_multiplier, f"{sub}, given its batch contains row {row}: un-amplified 1/nm", True
+    if isinstance(e, GaussianEvent):
+        return 1.0 / e.noise_multiplier, f"{sub}, given its batch contains row {row}: 1/nm", True
+    return None, (f"{sub}: its {type(e).__name__} is the amplified one (e.g. DP Barker's curve, Heikkilä et al. "
+                  "2019 Cor. 2); the un-amplified bound a given batch must meet is not in the event"), False
 
 
 def audit_releases(
@@ -252,6 +352,9 @@ def audit_releases(
     num_iterations: int = 1,
     power_fraction: float = 0.8,
     labels: Optional[Sequence[str]] = None,
+    occurrence: Union[int, Sequence[int], str] = 0,
+    draws: str = "kernel",
+    row: Optional[int] = None,
     args_fn: Optional[Callable] = None,
     disable_validation: bool = True,
 ) -> List[ReleaseAudit]:
@@ -260,20 +363,28 @@ def audit_releases(
     ``num_draws`` released values on :math:`D` and on :math:`D'`, with its exact confidence
     interval, against the ledger's.
 
-    Each draw is a fresh kernel from ``kernel_factory()`` with the public seed ``seed`` and fresh
-    secret noise (its ``noise_seed`` cleared), run eagerly — ``setup`` on the data, then up to
-    ``num_iterations`` iterations — under :func:`~pyro_dp.mechanisms.tap_releases`, with the
-    releases before the audited one pinned to those of a reference run on :math:`D`, and stopped
-    right after it. A release kind is a (ledger label, call site, event) of the reference run;
-    the first release of each kind is audited.
+    A reference run on :math:`D` (public seed ``seed``, fresh secret noise, ``setup`` and
+    ``num_iterations`` iterations, eager, under :func:`~pyro_dp.mechanisms.tap_releases`) lists
+    the releases. A release kind is a (ledger label, call site, event); ``occurrence`` chooses
+    which of each kind's releases are audited. For each, the releases before it are pinned to
+    the reference run's values and every batch selection to the reference run's batch, and:
+
+    * ``draws="kernel"``: each draw is a fresh kernel from ``kernel_factory()`` (its
+      ``noise_seed`` cleared), run until the audited release and stopped;
+    * ``draws="replay"``: one such run per data set, in which the audited release is made
+      ``num_draws`` more times from its noise-free value with fresh normals from the secret
+      stream that drew its noise (the kernel's, a mutant's included; the tap checks that the
+      normals the release used are that stream's draw, bit for bit, and refuses it otherwise):
+      the same law given the state, at the cost of one run — for releases deep in a run (the
+      default path's, after its 182 tuning releases) and for many draws.
 
     :param kernel_factory: ``kernel_factory()`` returns a new, not yet set-up
         :class:`~pyro_dp.kernels.base.DPKernel` (``jit_compile`` ``False`` or ``None``).
     :param data, neighbour: the model's positional arguments on :math:`D` and :math:`D'` (a
         tuple, or one tensor), differing in one row whose clipped term is at opposite ends of
         the clip for the releases audited (module doc).
-    :param int num_draws: draws per data set and release kind: the interval's half-width is
-        about :math:`3.3\sqrt{2/n}` at confidence 0.999 (0.33 for 200 draws).
+    :param int num_draws: draws per data set and release: the interval's half-width is about
+        :math:`3.3\sqrt{2/n}` at confidence 0.999 (0.33 for 200 draws, 0.10 for 2000).
     :param int seed: the shared public seed.
     :param float confidence: of each two-sided interval.
     :param int num_iterations: iterations after ``setup`` in the reference run (releases made
@@ -282,9 +393,17 @@ def audit_releases(
         this fraction of the ledger's :math:`\mu`.
     :param labels: audit only releases with these ledger labels (``""``: the kernel's own
         iterations; ``"tune:clip"``, ...); default: all.
+    :param occurrence: which releases of each kind: ``0`` (the first, default), ``-1`` (the
+        last of the reference run), a sequence of such indices, or ``"all"``.
+    :param str draws: ``"kernel"`` (default) or ``"replay"`` (above).
+    :param int row: the index of the differing row among the rows a batch selects. Given, every
+        batch selection contains it (:func:`~pyro_dp.mechanisms.tap_releases` ``include``), and a
+        subsampled release (rate below 1) is audited **given its batch** against the ledger's
+        un-amplified :math:`\mu = 1/\mathrm{nm}` (module doc); without it such a release is skipped.
     :param args_fn: optional ``args_fn(x) -> tuple`` of the model's positional arguments.
     :param bool disable_validation: Pyro's validation off, as :class:`pyro.infer.MCMC` runs.
-    :returns: one :class:`ReleaseAudit` per release kind, in the order of the reference run.
+    :returns: one :class:`ReleaseAudit` per release audited or skipped, in the order of the
+        reference run.
 
     Example: DP penalty's one release per iteration, on a row at :math:`\pm 50` (the clip is a
     few units), with its ledger's noise and with a fifth of it (:func:`pyro_dp.testing.weak_noise`).
@@ -303,50 +422,89 @@ def audit_releases(
     [True]
     >>> [a.sound for a in audit_releases(lambda: weak_noise(make(), 0.2), y, y2)]  # doctest: +SKIP
     [False]
+    >>> [a.sound for a in audit_releases(lambda: weak_noise(make(), 0.2), y, y2, draws="replay")]  # doctest: +SKIP
+    [False]
     """
     if isinstance(num_draws, bool) or not isinstance(num_draws, (int, np.integer)) or num_draws < 2:
         raise ValueError(f"num_draws must be an integer >= 2, got {num_draws!r}")
-    confidence = _check_confidence(confidence)
-    seed = _check_seed(seed)
+    confidence = check_confidence(confidence)
+    seed = check_seed(seed)
     if not (0.0 < float(power_fraction) <= 1.0):
         raise ValueError(f"power_fraction must be in (0, 1], got {power_fraction!r}")
-    make = _factory_caller(kernel_factory)
-    args = (_as_args("data", data, args_fn), _as_args("neighbour", neighbour, args_fn))
+    if draws not in ("kernel", "replay"):
+        raise ValueError(f"draws must be 'kernel' or 'replay', got {draws!r}")
+    if not (occurrence == "all" or isinstance(occurrence, (int, np.integer))
+            or (isinstance(occurrence, (list, tuple)) and all(isinstance(o, (int, np.integer)) for o in occurrence))):
+        raise ValueError(f"occurrence must be an int, a sequence of ints or 'all', got {occurrence!r}")
+    if row is not None and (isinstance(row, bool) or not isinstance(row, (int, np.integer)) or row < 0):
+        raise ValueError(f"row must be a row index >= 0, got {row!r}")
+    make = factory_caller(kernel_factory)
+    args = (as_args("data", data, args_fn), as_args("neighbour", neighbour, args_fn))
     n, cache, out = int(num_draws), {}, []
     with pyro.validation_enabled(not disable_validation):
-        reference = _draw(make, args[0], seed, cache, num_iterations)
-        for r, event in _kinds(reference):
+        reference = _draw(make, args[0], seed, cache, num_iterations, include=row)
+        pinned_batches = dict(enumerate(reference.batches))
+        todo = []  # (release, event, common, mu_ledger) of the releases to measure
+        for r, event, k, m in _kinds(reference, occurrence):
             if labels is not None and r.label not in labels:
                 continue
-            tag = f"{r.label or 'step'} @ {r.site}"
-            dim = int(r.value.numel())
-            mu_ledger, how = gaussian_mu_of_event(event)
-            common = dict(tag=tag, label=r.label or "", site=r.site, index=r.index, event=event, dim=dim,
-                          num_draws=n, confidence=confidence)
+            tag = f"{r.label or 'step'} @ {r.site}" + (f" #{k}" if k else "")
+            mu_ledger, how, conditional = _ledger_mu(r, event, reference, row)
+            common = dict(tag=tag, label=r.label or "", site=r.site, index=r.index, event=event,
+                          recorded_event=r.recorded_event, occurrence=k, occurrences=m, dim=int(r.value.numel()),
+                          num_draws=n, confidence=confidence, conditional=conditional, draws=draws)
             if mu_ledger is None:
                 out.append(ReleaseAudit(mu_ledger=math.nan, mu=math.nan, mu_low=math.nan, mu_high=math.nan,
                                         mu_design=math.nan, sound=None, powerful=None, skipped=how, **common))
-                continue
-            pin = {i: reference[i].value for i in range(r.index)}
+            else:
+                todo.append((r, common, mu_ledger))
+        if not todo:
+            return out
 
-            def value_at(factory, a):
-                seen = _draw(factory, a, seed, cache, num_iterations, pin=pin, stop_after=r.index)
-                if len(seen) <= r.index or seen[r.index].site != r.site:
+        def run_to(factory, a, last, replay_at=()):
+            """A run with every release before ``last`` pinned to the reference run's (and every
+            batch), stopped after it; the releases ``replay_at`` replayed ``n`` times."""
+            pin = {i: reference[i].value for i in range(last)}
+            seen = _draw(factory, a, seed, cache, num_iterations, pin=pin, stop_after=last,
+                         replay=n if replay_at else 0, replay_at=replay_at, batches=pinned_batches, include=row)
+            for r, common, _ in todo:
+                if r.index <= last and (len(seen) <= r.index or seen[r.index].site != r.site):
                     got = seen[r.index].site if len(seen) > r.index else "no release"
                     raise RuntimeError(f"release {r.index} of a draw ({got}) is not the reference run's ({r.site}): "
                                        "the releases before it must not depend on the data or the noise")
-                return seen[r.index]
+            return seen
 
-            free = [value_at(lambda: weak_noise(make(), 0.0), a) for a in args]  # aim: data and public draws only
-            diff = (free[0].value - free[1].value).reshape(-1).to(torch.float64)
+        noise_free = lambda: weak_noise(make(), 0.0)  # noqa: E731 (aim: data and public draws only)
+        if draws == "replay":  # one run per data set for all: each release computed in the pinned state
+            last = max(r.index for r, _, _ in todo)
+            free_runs = [run_to(noise_free, a, last) for a in args]
+            runs = [run_to(make, a, last, replay_at=[r.index for r, _, _ in todo]) for a in args]
+        for r, common, mu_ledger in todo:
+            if draws == "replay":
+                free = [seen[r.index].computed for seen in free_runs]
+                sigma_t = free_runs[0][r.index].noise_std
+            else:
+                got = [run_to(noise_free, a, r.index)[r.index] for a in args]
+                free, sigma_t = [g.value for g in got], got[0].noise_std
+            diff = (free[0] - free[1]).reshape(-1).to(torch.float64)
             norm = float(diff.norm())
-            u = diff / norm if norm > 0 else torch.nn.functional.one_hot(torch.tensor(0), dim).to(torch.float64)
-            sigma = float(free[0].noise_std.reshape(-1)[0]) if free[0].noise_std.numel() else math.nan
+            u = diff / norm if norm > 0 else torch.nn.functional.one_hot(torch.tensor(0), common["dim"]).to(
+                torch.float64)
+            sigma = float(sigma_t.reshape(-1)[0]) if sigma_t.numel() else math.nan
             mu_design = norm / sigma if sigma > 0 else math.inf
-            s = [np.array([float(value_at(make, a).value.reshape(-1).to(torch.float64) @ u) for _ in range(n)])
-                 for a in args]
+            if draws == "replay":
+                s = []
+                for seen in runs:
+                    if seen[r.index].replays is None:
+                        raise RuntimeError(f"release {r.index} ({common['tag']}) cannot be replayed: its normals are "
+                                           "not a draw of the secret stream its spec drew (use draws='kernel')")
+                    s.append(np.array([float(v.reshape(-1).to(torch.float64) @ u) for v in seen[r.index].replays]))
+            else:
+                s = [np.array([float(run_to(make, a, r.index)[r.index].value.reshape(-1).to(torch.float64) @ u)
+                               for _ in range(n)]) for a in args]
             mu, lo, hi = mu_confidence_interval(s[0], s[1], confidence)
             out.append(ReleaseAudit(mu_ledger=mu_ledger, mu=mu, mu_low=lo, mu_high=hi, mu_design=mu_design,
                                     sound=bool(lo <= mu_ledger), powerful=bool(hi >= power_fraction * mu_ledger),
                                     skipped=None, **common))
+    out.sort(key=lambda a: (a.index, a.tag))
     return out

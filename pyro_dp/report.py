@@ -57,6 +57,7 @@ from .accounting import DEFAULT_ACCOUNTANT, get_accountant, planned_epsilon
 from .kernels.base import DPKernel
 from .mechanisms import PrivacyEvent, PrivacyLedger
 from .run import get_ledger
+from .version import __version__
 
 __all__ = ["privacy_report", "PrivacyReport", "MechanismGroup", "ChainSummary", "PlanSummary"]
 
@@ -485,8 +486,6 @@ def privacy_report(run, *, delta: Optional[float] = None, epsilon: Optional[floa
     within = None
     if plan is not None and plan.delta == delta:
         within = bool(total <= plan.epsilon * (1 + 1e-9))
-    from .version import __version__
-
     return PrivacyReport(
         num_rows=_public_rows(kernel, ledger.relation), clips=_clips(kernel),
         kernel=type(kernel).__name__, accountant=str(name), relation=ledger.relation, delta=delta, epsilon=total,

@@ -36,6 +36,7 @@ from torch.utils._pytree import tree_flatten
 
 from .arguments import model_arguments, tensor_arguments, with_tensors
 from .reach import OutsideDataError
+from .graphs import ancestors
 from .diagnose import dtype_mismatch, explain_failure, label_dtype, plate_size_mismatch
 from .isolation import describe_row_failure, is_batched, is_value_dependent, kernel_chooses_rows, list_rows
 
@@ -86,17 +87,6 @@ def stand_in():
         yield
     finally:
         _ON_STAND_IN.reset(token)
-
-
-def _ancestors(nodes) -> set:
-    """Every node of an fx graph that ``nodes`` depend on, themselves included."""
-    seen, stack = set(), [x for x in nodes if isinstance(x, torch.fx.Node)]
-    while stack:
-        node = stack.pop()
-        if node not in seen:
-            seen.add(node)
-            stack.extend(node.all_input_nodes)
-    return seen
 
 
 def _same_values(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -198,7 +188,7 @@ class SetUpChecks:
         outs = list(output.args[0])
         reads = {}
         for j, site in enumerate(self.latent_names):
-            seen = _ancestors(outs[2 * j: 2 * j + 2])
+            seen = ancestors(outs[2 * j: 2 * j + 2])
             found = tuple(dict.fromkeys(data_of[node] for node in data_of if node in seen))
             if found:
                 reads[site] = found
@@ -363,7 +353,7 @@ class SetUpChecks:
                 return found[0] + " (docs/privacy.md, 'What counts as data')", None, None
             try:
                 with model_arguments(self, *a.build(rows, count=k)):
-                    tr, _ = self._trace(z)
+                    tr, _ = self.joint_trace(z)
                     joint = self._observed_terms(tr)
             except OutsideDataError:
                 raise

@@ -58,6 +58,7 @@ from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
 import pyro_dp  # noqa: F401  (the doctest's pyro_dp.mechanisms)
 
+from .audit import as_args, factory_caller, one_run, statistic_fn
 from .compiled import CompileFallbackWarning
 from .kernels.base import DPKernel
 from .kernels.plan import counts as _counts
@@ -190,13 +191,11 @@ def noise_free_scores(kernel_factory: Callable[[], DPKernel], data, neighbour, *
 
 
 def _noise_free(kernel_factory, data, neighbour, seed, statistic, num_iterations, args_fn, cache):
-    from .audit import _as_args, _factory_caller, _one_run, _statistic_fn
-
-    make, stat = _factory_caller(kernel_factory), _statistic_fn(statistic)
+    make, stat = factory_caller(kernel_factory), statistic_fn(statistic)
     out = []
     for x in (data, neighbour):
-        _, s = _one_run(weak_noise(make(), 0.0), _as_args("data", x, args_fn), stat, num_iterations, int(seed),
-                        "the noise-free run", cache)
+        _, s = one_run(weak_noise(make(), 0.0), as_args("data", x, args_fn), stat, num_iterations, int(seed),
+                       "the noise-free run", cache)
         out.append(s)
     return out[0], out[1]
 

@@ -28,6 +28,7 @@ larger of it and the one asked for, is the release's), the default path (its own
 multi-party kernel's party 1 (1.0, so that the two parties' releases are two kinds).
 """
 import math
+from typing import Callable, NamedTuple, Optional
 
 import pyro
 import pyro.distributions as dist
@@ -139,10 +140,135 @@ CASES = {
                         ("tune:scale",), 1),
 }
 
+#: the cases the tests also audit with ``draws="kernel"`` (a fresh kernel per draw): every
+#: family's own releases (the default path's, deeper in its run, are replayed only)
+KERNEL_CASES = tuple(c for c in CASES if not c.startswith("default"))
+
 #: in the table only, not in the tests: the default path's own iterations (its control-variate
 #: reference and residual releases) come after its 182 tuning releases, about a second per draw
 TABLE_ONLY = {
     "default:own": (_default_penalty, pair("far"), ("",), 2),
+}
+
+
+def axis_neighbours(num_rows=20):
+    r"""Row 0 at ``(1e6, 0)`` and at ``(0, 1e6)``: its clipped gradient at :math:`c e_1` and
+    :math:`c e_2`, the pair that moves the sum of outer products :math:`g g^\top` the most
+    (``tune:metric``, :func:`~pyro_dp.kernels.whitening.private_metric`): by :math:`\sqrt 2\,c^2`
+    (the diagonal entries :math:`c^2` and :math:`0` swap), where its ledger assumes :math:`2c^2`."""
+    (d,), (dp,) = scale_neighbours(num_rows)
+    d[0], dp[0] = torch.tensor([1e6, 0.0]), torch.tensor([0.0, 1e6])
+    return (d,), (dp,)
+
+
+def far_2d(num_rows=20):
+    r"""Row 0 at :math:`\pm 10^6` in both coordinates (the two-coordinate model's own releases)."""
+    (d,), (dp,) = scale_neighbours(num_rows)
+    d[0], dp[0] = 1e6, -1e6
+    return (d,), (dp,)
+
+
+class ReplayCase(NamedTuple):
+    """A case of the replayed audits (``audit_releases(..., draws="replay")``).
+
+    :ivar factory: the honest kernel's factory; ``data``: ``(D, D')``.
+    :ivar labels: the ledger labels audited (``None``: all); ``occurrence``, ``num_iterations``,
+        ``row``: as :func:`~pyro_dp.release_audit.audit_releases` takes them.
+    :ivar expected: how many releases the case audits (a change in a kernel's releases shows up).
+    :ivar mutant: ``"weak"`` (:func:`~pyro_dp.testing.weak_noise`, every release) or
+        ``"tuning"`` (:func:`tuning_weak_noise`, the private start and tuning only).
+    :ivar ratio: where the ledger is looser than the release's noise at its true sensitivity,
+        the exact ``mu_design / mu_ledger`` at the clip (the power check is then against
+        ``mu_design``: :meth:`~pyro_dp.release_audit.ReleaseAudit.powerful_at`); ``"loose"``: a
+        ratio below 0.8 that is not a closed form (DP Barker's); ``None``: the ledger is tight.
+    :ivar at_clip: which releases the neighbours are at the clip for (default: all).
+    :ivar num_draws: replayed draws per data set.
+    """
+
+    factory: Callable
+    data: tuple
+    labels: Optional[tuple]
+    occurrence: object
+    num_iterations: int
+    row: Optional[int]
+    expected: int
+    mutant: str = "weak"
+    ratio: object = None
+    at_clip: Optional[Callable] = None
+    num_draws: int = 1000
+
+
+#: draws per data set of the replayed audits: the interval's half-width about 0.2 at
+#: ``REPLAY_CONFIDENCE``
+REPLAY_DRAWS = 1000
+#: confidence of each replayed interval: some 50 checks per run of the tests, so a false alarm
+#: of the honest kernels' every check together at most 2.5e-4 (5e-6 each)
+REPLAY_CONFIDENCE = 0.99999
+#: DP Barker's: its release's mu (0.142) is a third of its ledger's, and the power check is
+#: against the former
+BARKER_REPLAY_DRAWS = 2000
+SQRT_HALF = 2 ** -0.5
+
+
+def _sgld_default():
+    return pyro_dp.DPSGLD(model, epsilon=DEFAULT_EPSILON, relation="substitute", **KW)
+
+
+def _penalty_2d():
+    return pyro_dp.DPPenalty(model_2d, epsilon=DEFAULT_EPSILON, **KW)
+
+
+def _families():
+    """Every release of every kernel family's first two iterations (``occurrence="all"``): later
+    occurrences — DP-HMC's second to seventh leapfrog gradients and second accept ratio, every
+    kernel's second iteration."""
+    counts = {"DPPenalty": 2, "DPHMC": 9, "DPBarker": 2, "DPMinibatchPenalty": 2, "DPFastMH": 2, "DPSGLD": 2,
+              "DPExpFamPenalty": 2, "DPMultiPartyPenalty[0]": 4, "DPMultiPartyPenalty[1]": 4, "DPGroupedPenalty": 2}
+    out = {}
+    for name, count in counts.items():
+        factory, data, _, _ = CASES[name]
+        barker = name == "DPBarker"
+        out[f"{name}:all"] = ReplayCase(factory, data, None, "all", 2, 0 if name[-2:] != "1]" else 1, count,
+                                        ratio="loose" if barker else None, at_clip=AT_CLIP.get(name),
+                                        num_draws=BARKER_REPLAY_DRAWS if barker else REPLAY_DRAWS)
+    return out
+
+
+#: the replayed cases (``tests/test_release_audit.py``): later occurrences of every family, the
+#: subsampled releases given their batch, and the default path's releases deep in its run
+REPLAY_CASES = {
+    # subsampled (rate 1/4), audited given a batch that contains row 0, against 1/nm un-amplified
+    "DPSGLD:poisson": ReplayCase(lambda: pyro_dp.DPSGLD(model, 5, 1e-2, grad_clip=5.0, noise_multiplier=NM,
+                                                        relation="substitute", **KW), pair(), None, "all", 2, 0, 2),
+    # (the first iteration only: the minibatch penalty's statistic is not linear in the row's
+    # clipped ratio — the Poisson bound's clip_h, the without-replacement lambda* - sigma_b^2/2 —
+    # so whether +-50 is its worst case depends on the batch's other rows; at the first
+    # iteration it is within 0.8, at the second not: a neighbour choice, not a leak)
+    "DPMinibatchPenalty:poisson": ReplayCase(lambda: pyro_dp.DPMinibatchPenalty(
+        model, 5, 0.3, llr_clip=1.0, noise_multiplier=NM, **KW), pair(), None, 0, 1, 0, 1),
+    "DPMinibatchPenalty:without_replacement": ReplayCase(lambda: pyro_dp.DPMinibatchPenalty(
+        model, 5, 0.3, llr_clip=1.0, noise_multiplier=NM, subsampling="without_replacement", **KW), pair(), None,
+        0, 1, 0, 1),
+    # the default path: the last private-start step, the tuning's metric and centre, its own
+    # iterations (the control-variate reference and residual releases; DP-SGLD's gradient)
+    "default:rows": ReplayCase(_default_penalty, pair("rule"), ("tune:rows",), 0, 1, 0, 1, "tuning"),
+    "default:clip": ReplayCase(_default_penalty, pair("count"), ("tune:clip",), 0, 1, 0, 2, "tuning"),
+    "default:start": ReplayCase(_default_penalty, pair("far"), ("tune:start",), 0, 1, 0, 1, "tuning"),
+    "default:start-last": ReplayCase(_default_penalty, pair("far"), ("tune:start",), -1, 1, 0, 1, "tuning"),
+    "default:clip-last": ReplayCase(_default_penalty, pair("count"), ("tune:clip",), -1, 1, 0, 2, "tuning"),
+    "default:own": ReplayCase(_default_penalty, pair("far"), ("",), "all", 2, 0, 3),
+    "defaultHMC:own": ReplayCase(lambda: pyro_dp.DPHMC(model, epsilon=DEFAULT_EPSILON, **KW), pair("far"), ("",),
+                                 "all", 2, 0, 3),
+    "default2d:scale": ReplayCase(_penalty_2d, scale_neighbours(), ("tune:scale",), 0, 1, 0, 1, "tuning",
+                                  ratio=SQRT_HALF),
+    "default2d:metric": ReplayCase(_penalty_2d, axis_neighbours(), ("tune:metric",), 0, 1, 0, 1, "tuning",
+                                   ratio=SQRT_HALF),
+    "default2d:own": ReplayCase(_penalty_2d, far_2d(), ("",), 0, 1, 0, 2),
+    "defaultSGLD:centre-direction": ReplayCase(_sgld_default, pair("far"), ("tune:centre",), 0, 1, 0, 2, "tuning",
+                                               at_clip=lambda a: a.dim == 1),
+    "defaultSGLD:centre-radii": ReplayCase(_sgld_default, pair("count"), ("tune:centre",), 0, 1, 0, 2, "tuning",
+                                           at_clip=lambda a: a.dim > 1),
+    "defaultSGLD:own": ReplayCase(_sgld_default, pair("far"), ("",), "all", 2, 0, 2),
 }
 
 #: which of a case's release kinds its neighbours are at the clip for (the others are audited
@@ -152,6 +278,9 @@ AT_CLIP = {
     "DPMultiPartyPenalty[0]": lambda a: a.event == pyro_dp.mechanisms.GaussianEvent(NM),
     "DPMultiPartyPenalty[1]": lambda a: a.event == pyro_dp.mechanisms.GaussianEvent(1.0),
 }
+REPLAY_CASES.update(_families())
+#: the replayed cases whose releases are subsampled (rate below 1): audited given their batch
+SUBSAMPLED = {"DPSGLD:poisson", "DPMinibatchPenalty:poisson", "DPMinibatchPenalty:without_replacement"}
 
 
 # --------------------------------------------------------------------------- mutants
@@ -222,27 +351,44 @@ def prob_powerful(mu_true, mu_ledger, n, confidence=CONFIDENCE, fraction=POWER_F
 # --------------------------------------------------------------------------- the table
 
 def table(cases=None, num_draws=200):
-    """One audit per case with ``num_draws`` draws per data set: the rows of docs/audit.md's table."""
+    """One audit per case with ``num_draws`` draws per data set (the replayed cases: their own
+    ``num_draws``, 1000 or 2000): the rows of docs/audit.md's tables."""
     import time
     import warnings
 
     from pyro_dp.release_audit import audit_releases
 
     warnings.simplefilter("ignore")
-    print("| case | release (label @ site) | event | dim | mu ledger | mu design | mu measured [99.9% CI] "
+    print("| case | release (label @ site) | event | dim | mu ledger | mu design | mu measured [CI] "
           "| sound | powerful |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    every = {**CASES, **TABLE_ONLY}
+    every = {**CASES, **TABLE_ONLY, **{f"replay:{k}": v for k, v in REPLAY_CASES.items()}}
     for name in cases or every:
-        factory, (d, dp), labels, _ = every[name]
         t = time.time()
-        for a in audit_releases(factory, d, dp, num_draws=num_draws, confidence=CONFIDENCE, labels=labels):
+        if name.startswith("replay:"):
+            c = every[name]
+            out = audit_releases(c.factory, *c.data, num_draws=c.num_draws, confidence=REPLAY_CONFIDENCE,
+                                 labels=c.labels,
+                                 occurrence=c.occurrence, num_iterations=c.num_iterations, row=c.row, draws="replay")
+            at_clip = c.at_clip or (lambda _: True)
+        else:
+            factory, (d, dp), labels, _ = every[name]
+            out = audit_releases(factory, d, dp, num_draws=num_draws, confidence=CONFIDENCE, labels=labels)
+            at_clip = AT_CLIP.get(name, lambda _: True)
+        for a in out:
+            if a.skipped is not None:
+                print(f"| {name} | `{a.tag.replace('pyro_dp.', '')}` | skipped: {a.skipped} | | | | | | |")
+                continue
             ev = type(a.event).__name__ + (f"({a.event.noise_multiplier:.3g})"
                                            if hasattr(a.event, "noise_multiplier") else "")
-            at = AT_CLIP.get(name, lambda _: True)(a)
-            print(f"| {name} | `{a.label or 'step'} @ {a.site.replace('pyro_dp.', '')}` | {ev} | {a.dim} | "
+            if a.conditional:
+                ev += f", given its batch (ledger: {type(a.recorded_event).__name__} rate " \
+                      f"{a.recorded_event.sample_rate:g})"
+            power = "yes" if a.powerful else "NO"
+            if not a.powerful and a.mu_design < 0.8 * a.mu_ledger and at_clip(a):
+                power += f" (vs design: {'yes' if a.powerful_at(a.mu_design) else 'NO'})"
+            print(f"| {name} | `{a.tag.replace('pyro_dp.', '')}` | {ev} | {a.dim} | "
                   f"{a.mu_ledger:.3f} | {a.mu_design:.3f} | {a.mu:.3f} [{a.mu_low:.3f}, {a.mu_high:.3f}] | "
-                  f"{'yes' if a.sound else 'NO'} | {'yes' if a.powerful else 'NO'}{'' if at else ' (not at clip)'} |",
+                  f"{'yes' if a.sound else 'NO'} | {power}{'' if at_clip(a) else ' (not at clip)'} |",
                   flush=True)
         print(f"<!-- {name}: {time.time() - t:.1f} s -->", flush=True)
-

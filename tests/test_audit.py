@@ -359,7 +359,7 @@ def test_one_public_seed_catches_a_near_noise_free_kernel_that_a_seed_per_run_mi
     the largest bound 150 runs can show (3.52) against the claimed 1.27. The mutant is
     noise-free up to 1e-6, so these counts are certain; the honest kernel's pass is the
     subject of tests/test_audit_mutants.py."""
-    from pyro_dp.audit import _one_run, _statistic_fn
+    from pyro_dp.audit import one_run, statistic_fn
     from pyro_dp.testing import separating_seed, weak_noise
 
     from .audit_cases import model, neighbours
@@ -375,8 +375,8 @@ def test_one_public_seed_catches_a_near_noise_free_kernel_that_a_seed_per_run_mi
     assert sorted(result.counts) == [0, 150] and result.reported_epsilon == pytest.approx(1.271, abs=1e-3)
     assert result.epsilon_lower_bound == pytest.approx(3.52, abs=0.01) and not result.passed
     # the old design, one seed per run (seeds 0..299): the same mutant gives no evidence
-    accept, cache = _statistic_fn("accept"), {}
-    scores = [[_one_run(mutant(), (x,), accept, 1, i + 150 * j, "old design", cache)[1] for i in range(150)]
+    accept, cache = statistic_fn("accept"), {}
+    scores = [[one_run(mutant(), (x,), accept, 1, i + 150 * j, "old design", cache)[1] for i in range(150)]
               for j, x in enumerate((d, dprime))]
     old = epsilon_lower_bound(scores[0], scores[1], delta=1e-5, thresholds=[0.5])[0]
     assert old <= result.reported_epsilon, (old, sum(scores[0]), sum(scores[1]))

@@ -289,7 +289,7 @@ def test_hoist_broadcasts_keeps_values_and_moves_parameter_work_out_of_the_rows(
         assert int(cs.num_clipped) == int(cs_e.num_clipped)
     # the rewrite itself, on the traced log-likelihood graph
     lik = jit.compiled
-    fn = lik._with_data(lambda zz: lik.lik._eager_loglik_and_prior(zz, None))
+    fn = lik._with_data(lambda zz: lik.lik.eager_loglik_and_prior(zz, None))
     z = torch.tensor([0.3, -1.0], dtype=torch.float64)
     gm = make_fx(fn, tracing_mode="fake", _allow_non_fake_inputs=True)(*lik._data, z)
     before = gm(*lik._data, z)

@@ -281,10 +281,10 @@ def test_mutant_isolation_off_moves_other_rows(monkeypatch):
     monkeypatch.setattr(setup_checks.SetUpChecks, "_check_cross_rows", lambda self, cache: None)
 
     def joint(self, z, idx=None, robust=True):
-        tr, _ = self._trace(z, idx)
+        tr, _ = self.joint_trace(z, idx)
         return self._observed_terms(tr)
 
-    monkeypatch.setattr(PrivateLikelihood, "_isolated_loglik", joint)
+    monkeypatch.setattr(PrivateLikelihood, "eager_isolated_loglik", joint)
     terms = [PrivateLikelihood(centred, (D,), seed=0).per_example_loglik(torch.tensor([0.3], dtype=torch.float64))
              for D in (_data(), _neighbour(5.0))]
     assert not torch.equal(terms[0][1:], terms[1][1:])

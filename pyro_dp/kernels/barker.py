@@ -140,8 +140,8 @@ def traced_log_ratios(lik):
     traced as they are (``lik.log_ratios``' eager branch; outside a graph the step calls
     :func:`batch_log_ratios`, which may run the likelihood's own graph)."""
     def log_ratios(z, z_new, idx):
-        ll_old, _ = lik._eager_loglik_and_prior(z, idx)
-        ll_new, lp_new = lik._eager_loglik_and_prior(z_new, idx)
+        ll_old, _ = lik.eager_loglik_and_prior(z, idx)
+        ll_new, lp_new = lik.eager_loglik_and_prior(z_new, idx)
         return ll_new - ll_old, lp_new
 
     return log_ratios

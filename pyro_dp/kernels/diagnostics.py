@@ -57,7 +57,7 @@ def group_advice(lik) -> str:
     that enters the likelihood (data-free: the trace's plates and
     :meth:`~pyro_dp.likelihood.PrivateLikelihood.likelihood_sites`); ``...`` otherwise."""
     sites = lik.likelihood_sites() or ()
-    named = [n for n in getattr(lik, "plated_latents", ()) if n in sites and lik._sizes.get(n, 0) >= 2]
+    named = [n for n in getattr(lik, "plated_latents", ()) if n in sites and lik.site_sizes.get(n, 0) >= 2]
     return GROUP_ADVICE.format(site=repr(named[0]) if len(named) == 1 else "...")
 
 

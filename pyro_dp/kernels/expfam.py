@@ -40,7 +40,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 from ..arguments import model_arguments as _model_arguments
-from ..likelihood import _forked_rng
+from ..likelihood import forked_rng
 from ..mechanisms import NoisyRelease, add_gaussian_noise, clip_rows
 from ..warn import warn_user
 from .base import check_positive
@@ -414,12 +414,12 @@ class DPExpFamPenalty(RandomWalkKernel):
         # entering the likelihood, against the family's contract, could otherwise decide it).
         m = min(lik.num_rows, 16)
         idx = torch.arange(m, device=lik.device)
-        with _forked_rng(self._chain_seed(7)), torch.no_grad():
+        with forked_rng(self._chain_seed(7)), torch.no_grad():
             z1 = z + 0.1 * torch.randn(z.shape, dtype=z.dtype, device=z.device)
             try:
                 with _zeroed_arguments(lik):
-                    fn0 = lik._trace(z, idx)[0].nodes[name]["fn"]
-                    fn1 = lik._trace(z1, idx)[0].nodes[name]["fn"]
+                    fn0 = lik.joint_trace(z, idx)[0].nodes[name]["fn"]
+                    fn1 = lik.joint_trace(z1, idx)[0].nodes[name]["fn"]
             except Exception as e:  # noqa: BLE001 - decided on zeros: data-free
                 warn_user(
                     f"DPExpFamPenalty could not simulate rows from the model with its data arguments replaced "
@@ -428,7 +428,7 @@ class DPExpFamPenalty(RandomWalkKernel):
                 return
             fake = fn0.sample()
             site = {"value": fake, "fn": fn0}
-            rows = _rows_of(site, lik._plate_dim)
+            rows = _rows_of(site, lik.plate_dim)
             s = fam.statistic(rows)
         s = s.reshape(rows.shape[0], -1) if s.dim() == 1 else s
         if s.dim() != 2 or s.shape[1] != d:
@@ -444,7 +444,7 @@ class DPExpFamPenalty(RandomWalkKernel):
             def per_row(fn):
                 lp = fn.log_prob(fake)
                 lp = lp.expand(fake.shape[: fake.dim() - fn.event_dim])
-                return torch.movedim(lp, lik._plate_dim, 0).reshape(rows.shape[0], -1).sum(-1)
+                return torch.movedim(lp, lik.plate_dim, 0).reshape(rows.shape[0], -1).sum(-1)
 
             lhs = per_row(fn1) - per_row(fn0)
             rhs = (log_g1 - log_g) + s.to(phi.dtype) @ (phi1 - phi)  # eq. (7) per row

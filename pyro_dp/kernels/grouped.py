@@ -157,7 +157,7 @@ def group_coordinates(lik, site: str) -> torch.Tensor:
     names = tuple(lik.latent_names)
     if site not in names:
         raise ValueError(f"group_site={site!r} is not a latent site of the model (latent sites: {list(names)})")
-    sizes = {n: int(lik._sizes[n]) for n in names}
+    sizes = {n: int(lik.site_sizes[n]) for n in names}
     if sizes[site] < 2:
         raise ValueError(f"group_site={site!r} has {sizes[site]} coordinate(s): a grouped update needs at least 2 "
                          "(use DPPenalty)")

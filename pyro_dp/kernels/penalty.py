@@ -45,7 +45,7 @@ def _traced_ratio_sum(lik, count=True):
     outside a graph the step calls ``lik.clipped_ratio_sum`` itself, which may run its own graph).
     ``count=False``: the clipped rows are not counted (:data:`~pyro_dp.mechanisms.NOT_COUNTED`)."""
     def ratio_sum(z_new, ll_old, clip):
-        ll_new, lp_new = lik._eager_loglik_and_prior(z_new, None)
+        ll_new, lp_new = lik.eager_loglik_and_prior(z_new, None)
         return ll_new, lp_new, clip_and_sum(ll_new - ll_old, clip, count=count)
 
     return ratio_sum

@@ -316,7 +316,7 @@ def whitening_from_metric(lik, z: torch.Tensor, metric: torch.Tensor, noise_std:
     scale = float(torch.linalg.matrix_norm(metric, ord=2)) if d else 0.0
     floor = max(2.0 * math.sqrt(d) * float(noise_std), 1e-12 * scale, 1e-300)
     m_plus = _psd(metric, floor)
-    h = -torch.func.hessian(lik._eager_log_prior)(z.detach())
+    h = -torch.func.hessian(lik.eager_log_prior)(z.detach())
     if coords is not None:
         h = h[coords.unsqueeze(-1), coords]
     h_plus = _psd(torch.nan_to_num(h, nan=0.0, posinf=0.0, neginf=0.0), 0.0)

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 from . import batches, clipping, events, noise, release, tap
 from .batches import *  # noqa: F401,F403 (each module's __all__)
-from .batches import _first_occurrences  # noqa: F401 (tests import it from here)
 from .clipping import *  # noqa: F401,F403
 from .events import *  # noqa: F401,F403
 from .noise import *  # noqa: F401,F403

@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from . import tap as _tap
+
 __all__ = [
     "sample_without_replacement",
     "poisson_subsample",
@@ -206,7 +208,8 @@ def poisson_batch(noise, n: int, q: float, device=None) -> torch.Tensor:
     >>> len(poisson_batch(NoiseSource(), 10, 1.0))
     10
     """
-    return noise.poisson_subsample(n, q, device=device)
+    idx = noise.poisson_subsample(n, q, device=device)
+    return idx if _tap.ACTIVE is None else _tap.batch(idx, fixed_size=False)  # the audit's view (tap.py)
 
 
 def poisson_batches(noise, n: int, q: float, num: int, device=None):
@@ -234,7 +237,8 @@ def batch_without_replacement(noise, n: int, b: int, device=None) -> torch.Tenso
     >>> len(set(idx.tolist()))
     5
     """
-    return noise.sample_without_replacement(n, b, device=device)
+    idx = noise.sample_without_replacement(n, b, device=device)
+    return idx if _tap.ACTIVE is None else _tap.batch(idx, fixed_size=True)  # the audit's view (tap.py)
 
 
 def batch_with_replacement(noise, n: int, b: int, device=None) -> torch.Tensor:
@@ -245,7 +249,8 @@ def batch_with_replacement(noise, n: int, b: int, device=None) -> torch.Tensor:
     >>> batch_with_replacement(NoiseSource(), 1, 3).tolist()
     [0, 0, 0]
     """
-    return noise.sample_with_replacement(n, b, device=device)
+    idx = noise.sample_with_replacement(n, b, device=device)
+    return idx if _tap.ACTIVE is None else _tap.batch(idx, fixed_size=True, pinnable=False)  # recorded only (tap.py)
 
 
 def poisson_count(noise, rate: float) -> int:

@@ -226,14 +226,16 @@ class NoiseSource:
         return u.to(dtype=like.dtype, device=like.device)
 
     # ------------------------------------------------------------ a draw called off
-    def _mark(self) -> None:
+    def mark_tentative(self) -> None:
         """Remember the stream's position (inside this object: the secret never leaves it) for
-        :meth:`_rewind` (:meth:`~pyro_dp.mechanisms.GaussianReleaseSpec.draw_tentative`)."""
+        :meth:`rewind_tentative`. Only for
+        :meth:`~pyro_dp.mechanisms.GaussianReleaseSpec.draw_tentative`, whose contract (the
+        draw is added to nothing released) makes the rewind safe."""
         self._marked = self.generator.get_state()
 
-    def _rewind(self) -> None:
-        """Back to the position of the last :meth:`_mark`, once
-        (:meth:`~pyro_dp.mechanisms.GaussianReleaseSpec.withdraw`)."""
+    def rewind_tentative(self) -> None:
+        """Back to the position of the last :meth:`mark_tentative`, once. Only for
+        :meth:`~pyro_dp.mechanisms.GaussianReleaseSpec.withdraw`."""
         marked, self._marked = self.__dict__.pop("_marked", None), None
         if marked is None:
             raise RuntimeError("internal error: a withdrawn release without its tentative draw (please report)")

@@ -152,7 +152,10 @@ class GaussianStdReleaseSpec:
     def draw(self, noise: NoiseSource, shape=(), device=None) -> torch.Tensor:
         """The float64 standard normal(s) of one release of ``shape`` from the secret stream
         ``noise`` (on ``device``); drawn whatever the event, as :func:`gaussian_release` draws."""
-        return noise.standard_normal(shape).to(device if device is not None else noise.device)
+        xi = noise.standard_normal(shape).to(device if device is not None else noise.device)
+        if _tap.ACTIVE is not None:  # pyro_dp.mechanisms.tap: where the normals came from (replay)
+            _tap.drew(noise, xi)
+        return xi
 
     @_spec_or_class_method
     def release(self, value: torch.Tensor, std: torch.Tensor, xi: torch.Tensor) -> torch.Tensor:
@@ -160,7 +163,7 @@ class GaussianStdReleaseSpec:
         the class as well (``GaussianStdReleaseSpec.release(value, std, xi)``: no event stated)."""
         out = _plus_scaled(value, std, xi)
         if _tap.ACTIVE is not None:  # pyro_dp.mechanisms.tap (eager only)
-            out = _tap.seen(out, std, None if self is None else self.event)
+            out = _tap.seen(out, std, None if self is None else self.event, _redraw(value, std, xi))
         return out
 
 
@@ -197,8 +200,20 @@ def add_gaussian_noise(
     else:
         value = total if shards is None else shards.all_reduce_sum(total)
     if _tap.ACTIVE is not None:  # pyro_dp.mechanisms.tap (an audit's white-box view; eager only)
-        value = _tap.seen(value, draw.noise_std, draw.event)
+        redraw = None
+        if shards is None and noise_multiplier > 0:  # the same release again: fresh normals, same stream
+            redraw = lambda: total + draw_gaussian_noise(total, clip, noise_multiplier, noise, relation).value  # noqa: E731
+        value = _tap.seen(value, draw.noise_std, draw.event, redraw)
     return draw._replace(value=value)
+
+
+def _redraw(value: torch.Tensor, std: torch.Tensor, xi: torch.Tensor):
+    """For the tap (:mod:`pyro_dp.mechanisms.tap`, ``replay``): ``value + std * xi'`` with fresh
+    normals ``xi'`` from the secret stream that drew ``xi`` (``None`` if no stream drew it)."""
+    source = _tap.source_of(xi)
+    if source is None:
+        return None
+    return lambda: _plus_scaled(value, std, source.standard_normal(tuple(xi.shape)).to(xi.device))
 
 
 def _gaussian_event(like: torch.Tensor, clip, noise_multiplier: float, relation: str) -> NoisyRelease:
@@ -297,7 +312,10 @@ class GaussianReleaseSpec:
         shards = getattr(noise, "shards", None)
         out = device if device is not None else noise.device
         if self.adds_noise and (shards is None or shards.rank == 0):
-            return draw().to(out)
+            xi = draw().to(out)
+            if _tap.ACTIVE is not None:  # pyro_dp.mechanisms.tap: where the normals came from (replay)
+                _tap.drew(noise, xi)
+            return xi
         return torch.zeros(full_shape, dtype=torch.float64, device=out)
 
     def draw_tentative(self, noise: NoiseSource, shape=(), device=None) -> torch.Tensor:
@@ -313,7 +331,7 @@ class GaussianReleaseSpec:
         >>> bool(spec.draw(a) == spec.draw(b))
         True
         """
-        noise._mark()
+        noise.mark_tentative()
         return self.draw(noise, shape, device)
 
     @staticmethod
@@ -322,7 +340,7 @@ class GaussianReleaseSpec:
         as if its normals had never been drawn, so the next release takes them. Only for a draw
         that was added to nothing released (the caller's contract): unseen noise may be used
         once, later (the same law, independent of everything released so far)."""
-        noise._rewind()
+        noise.rewind_tentative()
 
     def release(self, cs: ClippedSum, clip, xi: torch.Tensor, shards=None) -> SumRelease:
         r"""The clipped sum ``cs`` plus :math:`\sigma\xi` (``xi`` from :meth:`draw`): pure tensor
@@ -334,7 +352,7 @@ class GaussianReleaseSpec:
         if shards is None:
             value = _plus_scaled(cs.total, std, xi) if self.adds_noise else cs.total
             if _tap.ACTIVE is not None:  # pyro_dp.mechanisms.tap (eager only)
-                value = _tap.seen(value, std, self.event)
+                value = _tap.seen(value, std, self.event, _redraw(cs.total, std, xi) if self.adds_noise else None)
             return SumRelease(value, std, *counts)
         counts = shards.all_reduce_sum(torch.stack([torch.as_tensor(c, dtype=torch.float64) for c in counts]))
         local = cs.total

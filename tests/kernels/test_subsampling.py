@@ -73,7 +73,7 @@ def test_first_occurrences_is_numpy_unique_return_index():
     draw order, also where the key would overflow int64 (the fallback) and for tiny draws."""
     import numpy as np
 
-    from pyro_dp.mechanisms import _first_occurrences
+    from pyro_dp.mechanisms.batches import _first_occurrences
 
     rng = np.random.default_rng(1)
     for n in (1, 2, 7, 1000, 10**5, 10**7, 2**40, 2**61):
