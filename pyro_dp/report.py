@@ -438,7 +438,9 @@ def privacy_report(run, *, delta: Optional[float] = None, epsilon: Optional[floa
             raise ValueError("this kernel has released nothing yet: no privacy report")
     else:
         ledger = get_ledger(run)  # refuses a non-pyro_dp or incomplete run; files worker chains
-        kernel, per_run = run.kernel, tuple(d for d in (run._diagnostics or ()) if d is not None)
+        # pyro's MCMC keeps each chain's kernel.diagnostics() privately (pyro-ppl 1.9), as pyro_dp.arviz reads it
+        per_chain = run._diagnostics  # architecture: private-read (pyro's MCMC, third-party)
+        kernel, per_run = run.kernel, tuple(d for d in (per_chain or ()) if d is not None)
     delta = kernel.reference_delta if delta is None else float(delta)
     name = accountant or getattr(kernel, "accountant", None) or DEFAULT_ACCOUNTANT
     total = _epsilon(name, ledger, delta)  # pyro_dp.get_epsilon's computation
