@@ -196,7 +196,7 @@ def test_the_default_penalty_walk_holds_prior_only_sites_and_sweeps_them_data_fr
     k = pyro_dp.DPPenalty(two_level, epsilon=2.0, num_iterations=500, seed=0)  # the default: control variate
     k.setup(0, *data(n=5000))
     k.sample(k.initial_params)
-    free = 2.38 / math.sqrt(3) * k._scale_guess
+    free = 2.38 / math.sqrt(3) * k.reference.scale_guess
     assert k.control_variate
     torch.testing.assert_close(k.proposal_scale, torch.tensor([0.0, 0.0, free, free, free], dtype=torch.float64))
     k = pyro_dp.DPPenalty(two_level, 0.05, epsilon=2.0, num_iterations=500, seed=0)  # a given scale
@@ -230,8 +230,8 @@ def test_the_default_dphmc_trajectory_holds_prior_only_sites_and_sweeps_them_dat
         k = pyro_dp.DPHMC(two_level, epsilon=2.0, num_iterations=500, seed=0, gradients=gradients)
         k.setup(0, *data(n=5000))
         k.sample(k.initial_params)
-        step = (k._scale_guess / 3 ** 0.25 if k.uses_gradients
-                else 2.38 * k._scale_guess / (k.num_steps * math.sqrt(3)))  # the walk's L eta: 2.38 sd / sqrt(d_lik)
+        step = (k.reference.scale_guess / 3 ** 0.25 if k.uses_gradients
+                else 2.38 * k.reference.scale_guess / (k.num_steps * math.sqrt(3)))  # the walk's L eta: 2.38 sd / sqrt(d_lik)
         assert k.control_variate and k.uses_gradients == bool(gradients) and k.step_size == pytest.approx(step, rel=1e-12)
         torch.testing.assert_close(k._inv_mass, torch.tensor([0.0, 0.0, 1.0, 1.0, 1.0], dtype=torch.float64))
 

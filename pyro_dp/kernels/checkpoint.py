@@ -93,7 +93,8 @@ def to_plain(obj):
     cls = type(obj)
     if _allowed_object(cls.__module__, cls.__qualname__) and hasattr(obj, "__dict__") \
             and not hasattr(cls, "__slots__"):
-        return {_TAG: "object", "type": _name(cls), "state": to_plain(dict(vars(obj)))}
+        state = obj.checkpoint_state() if hasattr(obj, "checkpoint_state") else dict(vars(obj))  # a part may keep less
+        return {_TAG: "object", "type": _name(cls), "state": to_plain(state)}
     raise TypeError(f"a kernel checkpoint cannot hold a {cls.__module__}.{cls.__qualname__}: only tensors, plain "
                     "Python values and pyro_dp's own states and ledgers (please report)")
 

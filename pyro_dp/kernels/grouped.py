@@ -381,7 +381,7 @@ class DPGroupedPenalty(DPPenalty):
     ([], [GaussianEvent(noise_multiplier=2.0)])
     """
 
-    _control_variate_step = False  # per-group releases of its own (the plain test on each group's move)
+    runs_control_variate = False  # per-group releases of its own (the plain test on each group's move)
     advises_grouped = False  # (diagnostics' ESS advice) it is the kernel the advice names
 
     whiten_by_default = False  # whitening would mix the group coordinates with the others

@@ -254,7 +254,7 @@ def hmc_step(
     return new, info
 
 
-class DPHMC(cv_mod.ControlVariateClient, DPKernel):
+class DPHMC(DPKernel):
     r"""Differentially private HMC (Räisä, Koskela & Honkela 2021) as a Pyro ``MCMCKernel``.
 
     :param model: Pyro model with its observed sites in a data plate.
@@ -426,8 +426,12 @@ class DPHMC(cv_mod.ControlVariateClient, DPKernel):
         self.grad_noise_multiplier = grad_noise_multiplier
         self.llr_noise_multiplier = llr_noise_multiplier
         self.llr_noise_multiplier_given = given == (True, True)
-        self._init_control_variate(control_variate, curvature_clip, reference_share, reference_noise_multiplier,
-                                   explicit_noise=given == (True, True))
+        (self.control_variate, self.curvature_clip, self.curvature_clip_given, self.reference_share,
+         self.reference_noise_multiplier) = cv_mod.check_settings(
+            control_variate, curvature_clip, reference_share, reference_noise_multiplier, owner=type(self).__name__,
+            auto_tuned=bool(self.auto_tuned), runs_control_variate=True, explicit_noise=given == (True, True),
+            check_noise_multiplier=self._check_noise_multiplier)
+        self.reference = cv_mod.ChainReference()  # this chain's reference release (control_variate)
         if gradients is False and not self.control_variate:
             raise ValueError("gradients=False (a random walk of num_steps steps under the penalty test) runs on the "
                              "control variate: leave control_variate out (or True), or use DPPenalty")
@@ -473,9 +477,6 @@ class DPHMC(cv_mod.ControlVariateClient, DPKernel):
         (:func:`~.control_variate.cv_walk_step`) and is forecast as one."""
         return "DPHMC" if self.uses_gradients else "DPPenalty"
 
-    #: the kernel the end-of-chain advice may point to (ControlVariateClient._tune_control_variate)
-    alternative_kernel = "DPPenalty"
-
     def _alternative_forecast(self, result) -> Optional[float]:
         """For the end-of-chain advice: the effective samples DPPenalty's default path (its
         calibration for this budget and run, :func:`pyro_dp.feasibility`'s; the chain's tuned
@@ -498,16 +499,14 @@ class DPHMC(cv_mod.ControlVariateClient, DPKernel):
 
     def _fixed_events(self):
         g10 = self._events_for(self.llr_noise_multiplier, self.grad_noise_multiplier)[0]
-        return self._fixed_reference_events() + list(g10)
+        return cv_mod.reference_events(self.control_variate, self.reference_noise_multiplier) + list(g10)
 
     def _step_events(self, state):
         # a state without a released gradient (a new chain, or params changed from outside)
         # releases G(z) first: thesis Alg. 3's G_{1,0}, on top of the iteration's releases
         extra = self._events_for(self.llr_noise_multiplier, self.grad_noise_multiplier)[0] if state.grad is None else []
-        return self._reference_events() + list(extra) + list(self._per_iteration_events())
-
-    def _reference_base_clip(self):
-        return self.grad_clip
+        return self.reference.events(self.control_variate, self.reference_noise_multiplier) + list(extra) + \
+            list(self._per_iteration_events())
 
     def _calibrate(self):
         if self.llr_noise_multiplier is None:
@@ -529,8 +528,7 @@ class DPHMC(cv_mod.ControlVariateClient, DPKernel):
     # ------------------------------------------------------------------ lifecycle
     _chain_attrs = DPKernel._chain_attrs + ("_grad_clip_sum", "_llr_clip_sum", "_llr_count", "_adapted_step_size",
                                             "_adapter", "_inv_mass", "_mass_sqrt", "step_size", "grad_clip",
-                                            "llr_clip", "_step_floor") + cv_mod.ControlVariateClient.cv_chain_attrs + \
-        ("prior_sweeps",)
+                                            "llr_clip", "_step_floor", "curvature_clip", "reference", "prior_sweeps")
 
     def _ratio_noise_multiplier(self):
         return self.llr_noise_multiplier
@@ -544,7 +542,8 @@ class DPHMC(cv_mod.ControlVariateClient, DPKernel):
             self.llr_clip = result.llr_clip
         sweep = self._sweep_mask
         if self.control_variate:  # near the start no move is noise-limited: a noise-free start, adapted in warmup
-            sd = self._tune_control_variate(result)
+            sd = cv_mod.tune(self, result, base_clip=self.grad_clip, ratio_noise_multiplier=self._ratio_noise_multiplier(),
+                             first_chain=self._chain_index == 0, alternative=("DPPenalty", self._alternative_forecast))
             if "step_size" in self.auto_tuned:
                 d_lik = max(self.lik.likelihood_dim, 1)  # leapfrog on a Gaussian of scale sd (Neal 2011 §5.4.4); the
                 # walk's L eta: DPPenalty's start, 2.38 sd / sqrt(D) (Roberts, Gelman & Gilks 1997)
@@ -584,7 +583,7 @@ class DPHMC(cv_mod.ControlVariateClient, DPKernel):
         self._inv_mass, self._mass_sqrt = 1.0 / mass.reshape(-1), mass.reshape(-1).sqrt()
         if self._sweep_mask is not None:  # held fixed by the trajectory: inverse mass 0 (module prior_sweeps)
             self._inv_mass = self._inv_mass * (1.0 - self._sweep_mask.to(z.dtype))
-        self._reset_reference()
+        self.reference.reset()
         return hmc_init(self.lik, z)
 
     def _step_size_now(self) -> float:
@@ -601,8 +600,9 @@ class DPHMC(cv_mod.ControlVariateClient, DPKernel):
                   llr_noise_multiplier=self.llr_noise_multiplier)
         events, cv = (), None
         if self.control_variate:  # module control_variate: the reference once per chain, then its residuals
-            events = self._ensure_reference(state.z)
-            cv = (self._cv, self.curvature_clip, self.reference_clip)
+            clip = cv_mod.reference_clip(self.grad_clip)
+            events = self.reference.ensure(self.lik, self._noise, state.z, clip, self.reference_noise_multiplier)
+            cv = (self.reference.rows, self.curvature_clip, clip)
         if self.uses_gradients:
             state, info = hmc_step(self._rng, self._noise, state, self.lik, grad_clip=self.grad_clip,
                                    llr_clip=self.llr_clip, control_variate=cv,

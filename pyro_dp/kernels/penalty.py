@@ -158,7 +158,7 @@ def penalty_release_accept(lik, noise, rng, state: MHState, z_new: torch.Tensor,
     return rel, accepted == 1.0
 
 
-class DPPenalty(cv_mod.ControlVariateClient, RandomWalkKernel):
+class DPPenalty(RandomWalkKernel):
     r"""Differentially private penalty MH (Yıldırım & Ermiş 2019) as a Pyro ``MCMCKernel``.
 
     :param model: Pyro model with its observed sites in a data plate.
@@ -187,7 +187,7 @@ class DPPenalty(cv_mod.ControlVariateClient, RandomWalkKernel):
     :param bool control_variate: release the clipped *Taylor residuals* of the ratios around the
         chain's start instead of the ratios, after one release of the clipped gradient sum there
         (:mod:`pyro_dp.kernels.control_variate`): far less noise per move near the start, at the
-        price of a fixed tilt of the target by that release's noise (:attr:`reference_tilt_sd`).
+        price of a fixed tilt of the target by that release's noise (:func:`~pyro_dp.kernels.control_variate.tilt_sd`).
         Eager step (the likelihood's passes are compiled when ``jit_compile`` says so). Default
         (``None``): on the default path (``proposal_scale`` or ``llr_clip`` left out), off otherwise
         (explicit settings run the chain they always ran).
@@ -276,10 +276,17 @@ class DPPenalty(cv_mod.ControlVariateClient, RandomWalkKernel):
                          target_accept_prob=target_accept_prob)
         self.llr_clip = None if llr_clip is None else check_positive("llr_clip", llr_clip)
         self.noise_multiplier = self._check_noise_multiplier("noise_multiplier", noise_multiplier)
-        self._init_control_variate(control_variate, curvature_clip, reference_share, reference_noise_multiplier,
-                                   explicit_noise=self.noise_multiplier is not None)
+        (self.control_variate, self.curvature_clip, self.curvature_clip_given, self.reference_share,
+         self.reference_noise_multiplier) = cv_mod.check_settings(
+            control_variate, curvature_clip, reference_share, reference_noise_multiplier, owner=type(self).__name__,
+            auto_tuned=bool(self.auto_tuned), runs_control_variate=self.runs_control_variate,
+            explicit_noise=self.noise_multiplier is not None, check_noise_multiplier=self._check_noise_multiplier)
+        self.reference = cv_mod.ChainReference()  # this chain's reference release (control_variate)
         if self.auto_tuned:
             self.init = default_path.auto_tuner(self)
+
+    #: whether this class's step runs control_variate (a subclass with its own step sets False)
+    runs_control_variate = True
 
     def _calibrate(self):
         if not self.control_variate:
@@ -295,16 +302,14 @@ class DPPenalty(cv_mod.ControlVariateClient, RandomWalkKernel):
         return self._gaussian_events(self.noise_multiplier)  # thesis Thm 6: one Gaussian mechanism
 
     def _fixed_events(self):
-        return self._fixed_reference_events()  # control_variate: once per chain (module control_variate)
+        return cv_mod.reference_events(self.control_variate, self.reference_noise_multiplier)  # once per chain
 
     def _step_events(self, state):
-        return self._reference_events() + list(self._per_iteration_events())
-
-    def _reference_base_clip(self):
-        return self.llr_clip
+        return self.reference.events(self.control_variate, self.reference_noise_multiplier) + \
+            list(self._per_iteration_events())
 
     _chain_attrs = RandomWalkKernel._chain_attrs + ("llr_clip", "proposal_scale") + \
-        cv_mod.ControlVariateClient.cv_chain_attrs + ("prior_sweeps",)
+        ("curvature_clip", "reference", "prior_sweeps")
 
     @property
     def _sweep_mask(self) -> Optional[torch.Tensor]:
@@ -318,7 +323,8 @@ class DPPenalty(cv_mod.ControlVariateClient, RandomWalkKernel):
     def _apply_tuning(self, result):
         if "llr_clip" in self.auto_tuned:
             self.llr_clip = result.llr_clip
-        sd = self._tune_control_variate(result) if self.control_variate else None
+        sd = cv_mod.tune(self, result, base_clip=self.llr_clip, ratio_noise_multiplier=self.noise_multiplier,
+                         first_chain=self._chain_index == 0) if self.control_variate else None
         if "proposal_scale" not in self.auto_tuned:
             return
         sweep = self._sweep_mask  # prior-only coordinates: data-free sweeps, held fixed by the walk
@@ -347,19 +353,21 @@ class DPPenalty(cv_mod.ControlVariateClient, RandomWalkKernel):
     def _release_accept(self, noise, rng, state, z_new, log_q_ratio):
         if self.control_variate:
             return cv_mod.cv_penalty_release_accept(
-                self.lik, noise, rng, state, z_new, log_q_ratio, cv=self._cv, curvature_clip=self.curvature_clip,
-                reference_clip=self.reference_clip, noise_multiplier=self.noise_multiplier)
+                self.lik, noise, rng, state, z_new, log_q_ratio, cv=self.reference.rows,
+                curvature_clip=self.curvature_clip, reference_clip=cv_mod.reference_clip(self.llr_clip),
+                noise_multiplier=self.noise_multiplier)
         return penalty_release_accept(self.lik, noise, rng, state, z_new, log_q_ratio, llr_clip=self.llr_clip,
                                       noise_multiplier=self.noise_multiplier, count_clipped=self.nonprivate_diagnostics)
 
     def _init_state(self, z):
-        self._reset_reference()
+        self.reference.reset()
         return super()._init_state(z)
 
     def _step(self, state):
         # control_variate: the reference once per chain (declared by _step_events), then the walk,
         # whose release_accept is the residual test (_release_accept)
-        events = self._ensure_reference(state.z) if self.control_variate else ()
+        events = self.reference.ensure(self.lik, self._noise, state.z, cv_mod.reference_clip(self.llr_clip),
+                                       self.reference_noise_multiplier) if self.control_variate else ()
         sweep = self._sweep_mask
         if sweep is not None:  # data-free steps on the prior-only coordinates (module prior_sweeps)
             state, _ = self.prior_sweeps.run(self.lik, self._rng, state, sweep, iteration=self.chain.iteration,
