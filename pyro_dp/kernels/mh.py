@@ -47,7 +47,7 @@ from .base import DPKernel, check_positive
 from .proposals import (DEFAULT_TARGET_ACCEPT_PROB, ProposalScaleAdaptation, flip_direction, initial_directions,
                         random_walk, release_gradient, sample_momentum)
 
-__all__ = ["MHState", "MHInfo", "RatioRelease", "Proposal", "mh_init", "mh_step", "propose_release_accept",
+__all__ = ["gradient_proposal", "MHState", "MHInfo", "RatioRelease", "Proposal", "mh_init", "mh_step", "propose_release_accept",
            "valid_move", "release_then_accept",
            "random_walk_proposal", "langevin_proposal", "RandomWalkKernel", "check_batch_size", "can_fuse"]
 
@@ -198,15 +198,16 @@ def random_walk_proposal(proposal_scale, mode: str = "full") -> Callable[..., Pr
     return propose
 
 
-def langevin_proposal(lik, step_size: float, grad_clip: float, noise_multiplier: float) -> Callable[..., Proposal]:
-    r"""The Langevin (MALA) proposal :math:`\theta' = \theta + \tfrac h2 G(\theta) + \sqrt h\,\xi`
-    (Roberts & Tweedie 1996) on the released gradient :math:`G` of
-    :func:`~.proposals.release_gradient` (DP-HMC's, Räisä 2021 thesis Alg. 3: reused from the
-    state; the chain's first one released here): releases :math:`G(\theta')`, which the reverse
-    density needs, :math:`\log q(\theta|\theta') - \log q(\theta'|\theta)` with
-    :math:`q(a|b) = \mathcal N(b + \tfrac h2 G(b), hI)`. MH on :math:`(\theta, G(\theta))`; the
-    accept rule's ratio release needs ``state.cache`` = the per-example log-likelihoods."""
-    h = float(step_size)
+def gradient_proposal(lik, grad_clip: float, noise_multiplier: float, move: Callable,
+                      log_q_ratio: Callable) -> Callable[..., Proposal]:
+    r"""A proposal ``propose(rng, noise, state) -> Proposal`` from the released gradient (:mod:`~.gradient_proposals`): ``move(rng, z, G(z)) -> z'`` draws from the public stream ``rng`` only (data-free
+    given the released :math:`G`), and ``log_q_ratio(z, G(z), z', G(z'))`` is
+    :math:`\log q(z\mid z') - \log q(z'\mid z)` for that move. Each gradient is
+    :func:`~.proposals.release_gradient`'s :math:`G = T(\sum_i \mathrm{clip}_{b_g}\nabla\ell_i +
+    \mathcal N(0, (\mathrm{nm}\cdot 2b_g)^2 I)) + \nabla\log p` from the secret stream ``noise``,
+    reported as one Gaussian event: two on the chain's first iteration, one after. The accept
+    rule's ratio release needs ``state.cache`` = the per-example log-likelihoods at :math:`z`
+    (set with the first gradient, then by the rule)."""
 
     def propose(rng, noise, state):
         events, s = [], state
@@ -219,13 +220,34 @@ def langevin_proposal(lik, step_size: float, grad_clip: float, noise_multiplier:
         if s.grad is None:  # the chain's first gradient, released lazily (set-up stays data-free)
             g0, ll0 = gradient(s.z)
             s = s._replace(grad=g0, cache=ll0)
-        xi = sample_momentum(rng, 1.0, s.z)  # N(0, I) from the public stream (MALA is one-step HMC)
-        z_new = s.z + h / 2 * s.grad + math.sqrt(h) * xi
+        z_new = move(rng, s.z, s.grad)
         g_new, _ = gradient(z_new)
-        log_q = (((z_new - s.z - h / 2 * s.grad) ** 2).sum() - ((s.z - z_new - h / 2 * g_new) ** 2).sum()) / (2 * h)
-        return Proposal(z_new, log_q, events=tuple(events), grad=g_new, state=s if s is not state else None)
+        return Proposal(z_new, log_q_ratio(s.z, s.grad, z_new, g_new), events=tuple(events), grad=g_new,
+                        state=s if s is not state else None)
 
     return propose
+
+
+
+def langevin_proposal(lik, step_size: float, grad_clip: float, noise_multiplier: float) -> Callable[..., Proposal]:
+    r"""The Langevin (MALA) proposal :math:`\theta' = \theta + \tfrac h2 G(\theta) + \sqrt h\,\xi`
+    (Roberts & Tweedie 1996) on the released gradient :math:`G` of
+    :func:`~.proposals.release_gradient` (DP-HMC's, Räisä 2021 thesis Alg. 3: reused from the
+    state; the chain's first one released here), written on :func:`gradient_proposal`: releases
+    :math:`G(\theta')`, which the reverse density needs, :math:`\log q(\theta|\theta') -
+    \log q(\theta'|\theta)` with :math:`q(a|b) = \mathcal N(b + \tfrac h2 G(b), hI)`. MH on
+    :math:`(\theta, G(\theta))`; the accept rule's ratio release needs ``state.cache`` = the
+    per-example log-likelihoods."""
+    h = float(step_size)
+
+    def move(rng, z, g):
+        xi = sample_momentum(rng, 1.0, z)  # N(0, I) from the public stream (MALA is one-step HMC)
+        return z + h / 2 * g + math.sqrt(h) * xi
+
+    def log_q_ratio(z, g, z_new, g_new):
+        return (((z_new - z - h / 2 * g) ** 2).sum() - ((z - z_new - h / 2 * g_new) ** 2).sum()) / (2 * h)
+
+    return gradient_proposal(lik, grad_clip, noise_multiplier, move, log_q_ratio)
 
 
 def propose_release_accept(rng, noise, state, *, propose: Callable[..., Proposal], release_accept: Callable):
