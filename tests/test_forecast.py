@@ -157,7 +157,7 @@ def test_the_default_paths_pre_run_warning_quotes_the_prediction():
 def test_the_ess_advice_says_run_longer_only_where_the_forecast_says_it_helps(monkeypatch):
     """Issue 40 ("run longer" only when longer would help): the end-of-chain advice reads the
     forecast with the chain's private clips for a run twice as long at the same epsilon
-    (DefaultPath._longer_run_helps). At eps = 1 on 5000 rows both default paths are flat in the
+    (default_path.longer_run_helps). At eps = 1 on 5000 rows both default paths are flat in the
     run's length and the advice does not say "run longer"; at eps = 100 it does. Mutant: a rule
     that always finds a longer run helpful (LONGER_RUN_GAIN = 0) advises "run longer" at eps = 1."""
     from pyro.infer import MCMC

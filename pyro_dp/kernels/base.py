@@ -53,7 +53,6 @@ import multiprocessing
 from collections import Counter
 from typing import Dict, Optional, Sequence, Tuple
 
-import numpy as np
 import torch
 from pyro.infer.autoguide.initialization import init_to_sample
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
@@ -70,6 +69,7 @@ from .chain_record import ChainRecord
 from .declared_batch import take_declared_subsample
 from .diagnostics import MAX_CHECKED_DRAWS, NONPRIVATE_PREFIX
 from .default_path import DEFAULT_ITERATIONS
+from .seeds import PURPOSE_ALGO, PURPOSE_INIT, PURPOSE_NOISE, derive_seed, kernel_chain_seed  # noqa: F401 (re-exported)
 from .plan import counts as _counts  # noqa: F401  (re-exported: tests import it from here)
 from .privacy_engine import (DEFAULT_DELTA, DEFAULT_EPSILON, BudgetExhaustedWarning, ChainLedger, EngineSetting,
                              PrivacyEngine, PrivacyNotice, check_positive)
@@ -77,34 +77,7 @@ from .tuning import DPAutoTune
 from .workers import WORKER_SLOTS, ChainFailedError, ChainProcesses, Ranks, WorkerReleases  # noqa: F401 (re-exported)
 
 __all__ = ["DPKernel", "BudgetExhaustedWarning", "SamplingWarning", "PrivacyNotice", "ChainLedger", "ChainFailedError",
-           "WorkerReleases", "check_positive", "NONPRIVATE_PREFIX", "DEFAULT_EPSILON", "DEFAULT_DELTA", "DEFAULT_ITERATIONS",
-           "kernel_chain_seed"]
-
-
-
-def _derive_seed(*words: int) -> int:
-    """Independent 63-bit seeds for (base seed, chain, purpose) via numpy's SeedSequence."""
-    return int(np.random.SeedSequence([int(w) & (2**64 - 1) for w in words]).generate_state(1, np.uint64)[0] >> 1)
-
-
-_PURPOSE_INIT, _PURPOSE_ALGO, _PURPOSE_NOISE = 1, 2, 3
-_STREAMS = {"init": _PURPOSE_INIT, "algorithm": _PURPOSE_ALGO, "noise": _PURPOSE_NOISE}
-
-
-def kernel_chain_seed(seed: int, chain: int, stream: str) -> int:
-    """The seed of stream ``stream`` of chain ``chain`` (0, 1, ... in the order Pyro's runner
-    runs them) of a kernel built with ``seed=seed`` (``"init"``: the start; ``"algorithm"``:
-    proposals, momenta, accept uniforms) or ``noise_seed=seed`` (``"noise"``: releases and
-    batches), in the process that built it (a worker process adds OS entropy). A runner outside
-    the kernel uses it to run the kernel's own chains (e.g.
-    :func:`~experiments.sgld_chains.run_sgld_chains`' ``noise_seeds``).
-
-    >>> kernel_chain_seed(7, 0, "noise") == kernel_chain_seed(7, 0, "noise") != kernel_chain_seed(7, 1, "noise")
-    True
-    """
-    if stream not in _STREAMS:
-        raise ValueError(f"stream must be one of {sorted(_STREAMS)}, got {stream!r}")
-    return _derive_seed(int(seed), int(chain), _STREAMS[stream])
+           "WorkerReleases", "check_positive", "NONPRIVATE_PREFIX", "DEFAULT_EPSILON", "DEFAULT_DELTA", "DEFAULT_ITERATIONS"]
 
 
 
@@ -483,7 +456,7 @@ class DPKernel(MCMCKernel):
         words = [self.seed if base is None else base, self._chain_index, purpose]  # = kernel_chain_seed's
         if os.getpid() != self.processes.owner_pid:  # a worker process: make streams independent
             words.append(secrets.randbits(63))
-        return _derive_seed(*words)
+        return derive_seed(*words)
 
     def _reset_chain_stats(self) -> None:
         """A fresh chain: its record, no state, the engine's chain flags reset (kernels with
@@ -511,7 +484,7 @@ class DPKernel(MCMCKernel):
             temperature=self.temperature,
             transforms=self._user_transforms,
             init_strategy=self.init_strategy,
-            seed=self._chain_seed(_PURPOSE_INIT),
+            seed=self._chain_seed(PURPOSE_INIT),
             jit_compile=bool(self.jit_compile),  # None (auto): attached by auto_compile below if it pays
             jit_options=self.jit_options,
             jit_cache=self._jit_cache,
@@ -534,8 +507,8 @@ class DPKernel(MCMCKernel):
         self.processes.register_chain(self.privacy)
         refusal = self.processes.refusal(self.privacy)  # stops the chain below, before any data is read
         self._rng = torch.Generator(device=self.lik.device)
-        self._rng.manual_seed(self._chain_seed(_PURPOSE_ALGO))
-        noise_seed = None if self.noise_seed is None else self._chain_seed(_PURPOSE_NOISE, base=self.noise_seed)
+        self._rng.manual_seed(self._chain_seed(PURPOSE_ALGO))
+        noise_seed = None if self.noise_seed is None else self._chain_seed(PURPOSE_NOISE, base=self.noise_seed)
         self._noise = NoiseSource(seed=noise_seed, secure_mode=self.secure_mode, device=self.lik.device, warn=False)
         if self.ranks.shards is not None:  # the global N (public) and rank 0's noise inside every release
             self.ranks.share(self._noise, self.lik)

@@ -3,7 +3,8 @@ r"""The privacy engine of a kernel: its ledgers, budget, plan, stop and ε, in o
 A kernel owns one :class:`PrivacyEngine` (``kernel.privacy``, built in ``__init__``) and only
 *reports* to it what it is about to release and what it released, as Opacus's optimiser reports
 its steps to its accountant (``opacus/privacy_engine.py``); the kernel's side of that contract,
-what it declares and the engine's surface on the kernel, is :mod:`pyro_dp.kernels.privacy_client`.
+what it declares (``_per_iteration_events``, ``_step_events``, ``_fixed_events``) and the
+budget's names forwarded to the engine, is :class:`pyro_dp.kernels.base.DPKernel`.
 The engine receives events and public counts only — never the kernel, its state or data — so it
 knows nothing of MCMC:
 
@@ -478,7 +479,7 @@ class PrivacyEngine:
             raise RuntimeError(
                 f"{owner}'s step released {list(events)} but declared {dict(declared)} before it ran: a kernel "
                 "must declare every release of a step before making it (its _step_events / _per_iteration_events, "
-                "pyro_dp.kernels.privacy_client), so that the budget check sees it first. The releases were "
+                "pyro_dp.kernels.base.DPKernel), so that the budget check sees it first. The releases were "
                 "recorded in the ledger (the epsilon reported includes them). If you wrote this kernel, add the "
                 "missing events to what its step declares (docs/new_kernel.md); if it is one of pyro_dp's, please "
                 "report it"
