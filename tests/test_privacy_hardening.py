@@ -216,14 +216,14 @@ def test_a_worker_tells_an_earlier_runs_lost_slot_from_a_sibling():
     assert workers._process_alive(os.getpid())
     k.processes.starts = 2  # a worker forked as chain 0 of run 2 (one start before it)
     with mock.patch("pyro_dp.kernels.workers.ChainProcesses.chain_id", return_value=0):
-        assert k._worker_run() == 2
+        assert k.processes.run() == 2
         assert k.processes.lost(k.privacy, finished_only=True) == 16
         shared.run[1], shared.stale[1] = 2, 16  # slot 1 registered by its sibling, which found 16 unreturned
         assert k.processes.lost(k.privacy, finished_only=True) == 16  # (CI, session 20: they went uncounted)
         shared.stale[1] = 0  # ... or none: the sibling's own releases come back with it
         assert k.processes.lost(k.privacy, finished_only=True) == 0
     shared.run[1] = 1
-    assert k._worker_run() is None
+    assert k.processes.run() is None
     assert k.processes.lost(k.privacy, finished_only=True) == 0  # the owner before a fork: it may be this run's
     assert k.processes.lost(k.privacy) == 16
     k.processes.register_chain(k.privacy)  # a chain set up in the owner: no run of workers is in progress
@@ -366,6 +366,7 @@ def test_no_module_outside_mechanisms_draws_release_randomness():
     allowed = {  # file -> reason (data-free randomness, from the seeded algorithm stream)
         "kernels/proposals.py": "proposals, momenta, accept uniforms, V_corr, directions",
         "kernels/sgmcmc.py": "initial SGNHT momentum",
+        "kernels/gradient_proposals.py": "the Barker move's normals and sign flips (public stream)",
         "evaluation/mmd.py": "evaluation metric subsampling, not a release",
         "models/": "reference samplers of benchmark posteriors",
         "demo.py": "synthetic data",

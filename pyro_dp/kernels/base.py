@@ -65,7 +65,7 @@ from ..mechanisms import NoiseSource
 from ..mechanisms import PrivacyEvent, PrivacyLedger, ReproducibleNoiseWarning
 from ..warn import warn_user
 from . import auto_compile, checkpoint, default_path, diagnostics
-from .chain_record import ChainRecord
+from .chain_record import ChainRecord, RunForecast
 from .declared_batch import take_declared_subsample
 from .diagnostics import MAX_CHECKED_DRAWS, NONPRIVATE_PREFIX
 from .default_path import DEFAULT_ITERATIONS
@@ -196,10 +196,10 @@ class DPKernel(MCMCKernel):
     noise_limited_alternative: str = diagnostics.NOISE_LIMITED_ALTERNATIVE
     advises_grouped: bool = True
 
-    #: Attributes of a subclass that make up a chain in progress, saved by :meth:`state_dict`
-    #: besides the chain's state, its :class:`~pyro_dp.kernels.chain_record.ChainRecord` and its
-    #: ledger (subclasses add their adaptation and statistics).
-    _chain_attrs: Tuple[str, ...] = ()
+    #: Attributes that make up a chain in progress, saved by :meth:`state_dict` besides the
+    #: chain's state, its :class:`~pyro_dp.kernels.chain_record.ChainRecord` and its ledger: the
+    #: default path's forecast, and what subclasses add (their adaptation and statistics).
+    _chain_attrs: Tuple[str, ...] = ("forecast",)
 
     #: The budget's settings: the privacy engine's (``kernel.privacy``, a
     #: :class:`~pyro_dp.kernels.privacy_engine.PrivacyEngine`), read and written through the kernel:
@@ -305,6 +305,8 @@ class DPKernel(MCMCKernel):
         self.pending_checkpoint: Optional[dict] = None  # a load_state_dict() waiting for setup()
         self.last_checkpoint: Optional[dict] = None  # state_dict() of the last chain cleanup() ended
         self.chain = ChainRecord()
+        #: what the default path forecast for the chains (kept across chains: the last chain's)
+        self.forecast = RunForecast()
         self._state = None
         self._returned = None
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Optional
 
-__all__ = ["ChainRecord"]
+__all__ = ["ChainRecord", "RunForecast"]
 
 
 @dataclass
@@ -45,11 +45,6 @@ class ChainRecord:
     preconditioner: Optional[tuple] = None
     #: the posterior sd its released metric predicts (:func:`~pyro_dp.kernels.whitening.metric_sd`)
     metric_sd: Optional[object] = None
-    #: the default path's forecasts before the chain ran (post-processing): whether the noise limits
-    #: each move, whether a longer run would help, and ``(kernel, its ESS, this chain's)`` for another kernel
-    noise_limited: Optional[bool] = None
-    longer_helps: Optional[bool] = None
-    alternative_ess: Optional[tuple] = None
     #: ``(iteration, message)`` pairs ``diagnostics()`` has warned (not checkpointed)
     warned: set = field(default_factory=set)
 
@@ -60,3 +55,20 @@ class ChainRecord:
     def saved(self) -> dict:
         """The fields a checkpoint keeps (all but ``warned``)."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "warned"}
+
+
+@dataclass
+class RunForecast:
+    """What the default path forecast for the kernel's chains when it took the private tuning's
+    result (post-processing, public): whether the privacy noise limits each move, whether a run
+    twice as long would help, and ``(kernel, its effective samples, this chain's)`` where another
+    kernel is forecast to do better. Kept by the kernel (``kernel.forecast``) across chains and
+    runs (the last chain's), read by the end-of-chain advice (:func:`~pyro_dp.kernels.diagnostics.ess_advice`).
+
+    >>> RunForecast().noise_limited is None
+    True
+    """
+
+    noise_limited: Optional[bool] = None
+    longer_helps: Optional[bool] = None
+    alternative_ess: Optional[tuple] = None

@@ -460,13 +460,13 @@ def tune(kernel, result, *, base_clip: float, ratio_noise_multiplier: Optional[f
     lik, name = kernel.lik, type(kernel).__name__
     n, T = getattr(lik, "global_num_rows", lik.num_rows), lik.temperature
     kernel.reference.scale_guess = sd = posterior_scale_guess(result.grad_clip, n, lik.dim, T)
-    kernel.chain.noise_limited = False  # the residuals' noise does not grow with the move's length alone
+    kernel.forecast.noise_limited = False  # the residuals' noise does not grow with the move's length alone
     nm = ratio_noise_multiplier  # what a longer run would buy (the end-of-chain advice)
     ess = default_path.forecast_ess(kernel, result, nm, control_variate=True) if nm else None
-    kernel.chain.longer_helps = default_path.longer_run_helps(kernel, result, nm, True, ess) if nm else True
+    kernel.forecast.longer_helps = default_path.longer_run_helps(kernel, result, nm, True, ess) if nm else True
     if ess is not None and alternative is not None:  # the end-of-chain advice may name it
         alt = alternative[1](result)
-        kernel.chain.alternative_ess = None if alt is None else (alternative[0], alt, ess)
+        kernel.forecast.alternative_ess = None if alt is None else (alternative[0], alt, ess)
     if nm and first_chain:  # feasibility before the chain runs (post-processing of the tuning)
         need = monte_carlo_min_ess(lik.dim)  # the ESS itself, not Pyro's estimate of it
         # the privacy noise is the cause: without it a run of this length would be forecast enough

@@ -281,9 +281,9 @@ def move_scales(kernel, result, noise_multiplier: float) -> Tuple[float, float]:
     jump = penalty_jump_length(noise_multiplier, kernel.llr_clip, T)
     sd = posterior_scale_guess(result.grad_clip, n, lik.dim, T)
     ratio = jump / sd
-    kernel.chain.noise_limited = ratio < NOISE_LIMITED_RATIO  # public: what the end-of-chain check advises
+    kernel.forecast.noise_limited = ratio < NOISE_LIMITED_RATIO  # public: what the end-of-chain check advises
     ess = forecast_ess(kernel, result, noise_multiplier, control_variate=False)
-    kernel.chain.longer_helps = longer_run_helps(kernel, result, noise_multiplier, False, ess)
+    kernel.forecast.longer_helps = longer_run_helps(kernel, result, noise_multiplier, False, ess)
     if ratio < NOISE_LIMITED_RATIO:
         warn_user(
             f"{type(kernel).__name__}: at this budget the privacy noise limits each move to about {ratio:.2g} "

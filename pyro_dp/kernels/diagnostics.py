@@ -142,17 +142,17 @@ def ess_advice(kernel) -> str:
     privacy noise to limit each move (before the chain ran, public), running longer does
     not help at the same ε: the noise per iteration grows with the number of iterations."""
     chain = kernel.chain
-    if chain.noise_limited:
+    if kernel.forecast.noise_limited:
         advice = ("at this epsilon more iterations will not help (the privacy noise per iteration grows with their "
                   "number, see the warning before the chain ran): spend more epsilon, use more rows"
                   + kernel.noise_limited_alternative)
-    elif chain.longer_helps is False:
+    elif kernel.forecast.longer_helps is False:
         advice = ("the forecast for this chain (pyro_dp.feasibility, with its private clips) gives a run twice as "
                   "long at this epsilon few more effective samples (the privacy noise per iteration grows with the "
                   "run's length): spend more epsilon or use more rows")
     else:
         advice = ESS_ADVICE
-    alt = chain.alternative_ess  # (kernel, its forecast, this chain's): post-processing
+    alt = kernel.forecast.alternative_ess  # (kernel, its forecast, this chain's): post-processing
     if alt is not None and alt[1] >= ALTERNATIVE_GAIN * alt[2]:
         advice += (f"; {alt[0]}(model, epsilon=...) is forecast to give about {alt[1]:.2g} effective samples here, "
                    f"against {alt[2]:.2g} for this kernel (docs/choosing.md)")

@@ -534,7 +534,7 @@ class DPSGLD(_SGMCMC):
         # _calibrate without the data), and no ratio noise for the tuner (_ratio_noise_multiplier)
         return float(self._budget_noise(1.0)), 0.0
 
-    _noise_limited_alternative = ""  # (diagnostics' advice) it is the kernel the others point to
+    noise_limited_alternative = ""  # (diagnostics' advice) it is the kernel the others point to
 
     def _apply_tuning(self, result):
         n, T, d = getattr(self.lik, "global_num_rows", self.lik.num_rows), self.lik.temperature, self.lik.dim
@@ -545,11 +545,11 @@ class DPSGLD(_SGMCMC):
         self.centre = result.centre
         # Before the chain runs (post-processing, public): the free step below its cap means the noise
         # sets the step, and eta ∝ 1/iterations: more iterations do not add effective samples.
-        sd, self.chain.noise_limited = out.sd, out.noise_limited
+        sd, self.forecast.noise_limited = out.sd, out.noise_limited
         iterations = int(self.num_iterations or DEFAULT_ITERATIONS)
         ess = langevin_ess(self.step_size, sd, max(iterations - min(int(self.chain.warmup_steps), iterations), 1))
         # the forecast is of the ESS itself, not of Pyro's estimate of it (which the end-of-chain check reads)
-        if self.chain.noise_limited and ess < monte_carlo_min_ess(int(d)) and self._chain_index == 0:
+        if self.forecast.noise_limited and ess < monte_carlo_min_ess(int(d)) and self._chain_index == 0:
             warn_user(f"DPSGLD: at this budget the privacy noise limits the Langevin step to about "
                       f"{math.sqrt(self.step_size) / sd:.2g} of the posterior's scale per iteration (guessed from the "
                       f"private clip): expect about {ess:.2g} effective samples in this chain (pyro_dp.feasibility). "

@@ -161,7 +161,8 @@ class ChainProcesses:
     ledgers receives the kernel's :class:`~pyro_dp.kernels.privacy_engine.PrivacyEngine`.
     Counts and process ids only: no data.
 
-    >>> p = ChainProcesses(object()); p.chain_id() is None and p.slot() == -1
+    >>> class Kernel: ...
+    >>> p = ChainProcesses(Kernel()); p.chain_id() is None and p.slot() == -1
     True
     """
 

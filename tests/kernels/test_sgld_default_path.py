@@ -195,8 +195,8 @@ def test_a_noise_limited_step_is_said_before_the_chain_runs():
             warnings.simplefilter("always")
             MCMC(k, num_samples=200, warmup_steps=100, disable_progbar=True).run(X, y)
         said[eps] = [str(w.message) for w in caught if "limits the Langevin step" in str(w.message)]
-        assert k.chain.noise_limited == (eps == 0.3)
+        assert k.forecast.noise_limited == (eps == 0.3)
     assert len(said[0.3]) == 1 and "effective samples" in said[0.3][0] and not said[50.0]
     advice = DPSGLD(linear, epsilon=0.3)
-    advice.chain.noise_limited = True
+    advice.forecast.noise_limited = True
     assert "will not help" in ess_advice(advice) and "DPSGLD" not in ess_advice(advice)
