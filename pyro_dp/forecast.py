@@ -6,7 +6,7 @@ budget. It follows the default path step by step (``docs/tuning.md``), with the 
 where the default path has code:
 
 1. **noise multiplier** :math:`\mathrm{nm}` of the ratio release: the kernel's own calibration
-   (:meth:`~pyro_dp.kernels.privacy_client.PrivacyClient._calibrate_scale`, the same accountant
+   (:meth:`~pyro_dp.kernels.base.DPKernel._calibrate_scale`, the same accountant
    and the same :class:`~pyro_dp.kernels.tuning.DPAutoTune` share of the budget) for the run
    length, chains, :math:`(\varepsilon,\delta)`;
 2. **ratio clip** :math:`b`: the quantile of the per-row gradient norms that the default path
@@ -96,7 +96,8 @@ from typing import Optional, Tuple, Union
 import torch
 
 from . import kernels as K
-from .kernels.default_path import LANGEVIN_CLIP_HEADROOM, langevin_burn_in, langevin_default, langevin_ess
+from .kernels.default_path import (LANGEVIN_CLIP_HEADROOM, default_path_noise, langevin_burn_in, langevin_default,
+                                   langevin_ess)
 from .kernels.prediction import (CV_REACH, HMC_GRADIENT_GAIN, PROFILES, ModelProfile, check_int, check_positive_number,
                                  gradient_gain, mh_predicted_move, model_profile)
 from .kernels.sgmcmc import langevin_noise_multiplier
@@ -172,13 +173,13 @@ KERNELS = ("DPPenalty", "DPHMC", "DPSGLD")
 def _noise(kernel: str, epsilon: float, delta: float, iterations: int, chains: int, temperature: float,
            num_steps: int, control_variate: bool = True, gradients: bool = True):
     """``(ratio noise multiplier, the tuner)`` exactly as the kernel's default path sets them
-    (:meth:`~pyro_dp.kernels.default_path.DefaultPath.default_path_noise`, the kernel's own
+    (:func:`~pyro_dp.kernels.default_path.default_path_noise`, the kernel's own
     calibration; DPHMC: with ``gradients`` releases or without, :func:`hmc_gradient_gain`).
     Cached: the tuner is only read."""
     settings = {"DPHMC": dict(num_steps=num_steps, control_variate=bool(control_variate), gradients=gradients),
                 "DPPenalty": dict(control_variate=bool(control_variate)), "DPSGLD": {}}[kernel]
-    return getattr(K, kernel).default_path_noise(epsilon=epsilon, delta=delta, num_iterations=iterations,
-                                                 num_chains=chains, temperature=temperature, **settings)
+    return default_path_noise(getattr(K, kernel), epsilon=epsilon, delta=delta, num_iterations=iterations,
+                              num_chains=chains, temperature=temperature, **settings)
 
 
 def _chain_coordinates(profile: ModelProfile, kernel: str, whiten: Optional[bool]) -> Tuple[ModelProfile, bool]:

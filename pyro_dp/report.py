@@ -432,13 +432,15 @@ def privacy_report(run, *, delta: Optional[float] = None, epsilon: Optional[floa
     """
     if isinstance(run, DPKernel):
         kernel, per_run = run, ()
-        kernel._require_complete()
+        kernel.require_complete()
         ledger = kernel.ledger
         if not ledger:
             raise ValueError("this kernel has released nothing yet: no privacy report")
     else:
         ledger = get_ledger(run)  # refuses a non-pyro_dp or incomplete run; files worker chains
-        kernel, per_run = run.kernel, tuple(d for d in (run._diagnostics or ()) if d is not None)
+        # pyro's MCMC keeps each chain's kernel.diagnostics() privately (pyro-ppl 1.9), as pyro_dp.arviz reads it
+        per_chain = run._diagnostics  # architecture: private-read (pyro's MCMC, third-party)
+        kernel, per_run = run.kernel, tuple(d for d in (per_chain or ()) if d is not None)
     delta = kernel.reference_delta if delta is None else float(delta)
     name = accountant or getattr(kernel, "accountant", None) or DEFAULT_ACCOUNTANT
     total = _epsilon(name, ledger, delta)  # pyro_dp.get_epsilon's computation
@@ -469,7 +471,7 @@ def privacy_report(run, *, delta: Optional[float] = None, epsilon: Optional[floa
         cid = getattr(led, "chain_id", "")
         i, d = in_run.get(cid, (None, None))
         if d is None and led is kernel.privacy.live:  # the chain in progress of this kernel
-            d = {"private iterations": kernel._iteration, "budget exhausted": kernel._budget_exhausted}
+            d = {"private iterations": kernel.chain.iteration, "budget exhausted": kernel.privacy.stopped}
         summaries.append(ChainSummary(
             chain=c, chain_id=cid, iterations=int(getattr(led, "num_iterations", 0)), releases=led.num_releases,
             epsilon=_epsilon(name, led, delta), by_label=tuple(led.by_label().items()), run_chain=i,

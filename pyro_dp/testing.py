@@ -338,9 +338,10 @@ def check_setup_is_data_free(make_kernel, data=None, *, args=(), kwargs=None, na
                                  f"{type(e).__name__}: {e} (it reads the values)") from e
     _require(_same(tuple(ref.initial_params.values()), tuple(other.initial_params.values())), case, check,
              "the start depends on the data's values")
-    _require(_same(tuple(ref._state), tuple(other._state)), case, check,
-             "the chain state after setup() depends on the data's values (a data cache outside the ledger?)")
-    _require(torch.equal(ref._rng.get_state(), other._rng.get_state()), case, check,
+    saved, other_saved = ref.state_dict(), other.state_dict()  # the chain as a checkpoint holds it: all of it
+    _require(_same(saved["chain"], other_saved["chain"]) and _same(saved["record"], other_saved["record"]), case,
+             check, "the chain state after setup() depends on the data's values (a data cache outside the ledger?)")
+    _require(torch.equal(saved["rng"], other_saved["rng"]), case, check,
              "setup() drew from the public stream a number of times that depends on the data")
     return "setup() released nothing, twice, and gave the same start and state on NaN data"
 
@@ -385,7 +386,7 @@ def check_budget_stops(make_kernel, data=None, *, args=(), kwargs=None, name=Non
 def check_planned_equals_recorded(make_kernel, data=None, *, args=(), kwargs=None, name=None, steps=7,
                                   fewer_releases_ok: bool = False) -> str:
     r"""The releases recorded in ``steps`` iterations are exactly the planned ones
-    (:meth:`~pyro_dp.kernels.privacy_client.PrivacyClient.planned_events`: once per chain plus
+    (:meth:`~pyro_dp.kernels.base.DPKernel.planned_events`: once per chain plus
     ``steps`` times per iteration) — the plan is what the budget and the noise calibration
     trust. ``fewer_releases_ok``: a kernel that may skip a planned release (DP-HMC's data-free
     rejection of a trajectory that left the support) may record fewer, never others or more."""

@@ -162,7 +162,7 @@ def test_the_ess_warning_says_running_longer_will_not_help_when_the_noise_limits
         _w.simplefilter("always")
         MCMC(k, num_samples=150, warmup_steps=100, disable_progbar=True).run(X, y)
     ess = [str(w.message) for w in ws if "effective sample size below" in str(w.message)]
-    assert k._noise_limited and ess and "more iterations will not help" in ess[0]
+    assert k.forecast.noise_limited and ess and "more iterations will not help" in ess[0]
     walk = torch.cumsum(torch.randn(400, 2, generator=g, dtype=torch.float64), 0)
     assert "run longer" in pyro_dp.checks.chain_problems(walk)[0]
 

@@ -576,7 +576,7 @@ def test_dppenalty_fused_step_is_one_graph_with_the_recorded_chain(name):
         names = {key[0] for key, fn in k._jit_cache.items() if fn is not None}
         steps = [nm for nm in names if nm.startswith("penalty_step[T=1.0,")]
         assert steps and all(nm.endswith("[uncounted]") != npd for nm in steps) and "clipped_ratio_sum" not in names
-        frac = k._clipped_sum / max(k._clipped_count, 1)
+        frac = k.chain.clipped_sum / max(k.chain.clipped_count, 1)
         assert (0.0 <= frac <= 1.0) if npd else math.isnan(frac)
 
 

@@ -222,7 +222,7 @@ def test_a_chain_in_a_pyro_worker_process_refuses_before_reading_data(monkeypatc
     # MCMC(num_chains=k) worker processes are outside the ranks' process group: their decisions
     # would disagree with the ranks', so such a chain must stop before any release
     k = pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=1.0, noise_multiplier=1.0, distributed=True)
-    monkeypatch.setattr(type(k), "_worker_chain_id", lambda self: 1)
+    monkeypatch.setattr(type(k.processes), "chain_id", lambda self: 1)
     with pytest.raises(RuntimeError, match="outside the process group"):
         k.setup(0, make_data(10))
     assert not k.ledger

@@ -9,6 +9,7 @@ import torch
 
 import pyro_dp
 from pyro_dp.forecast import ModelProfile, feasibility, model_profile, predicted_move
+from pyro_dp.kernels.diagnostics import ess_advice
 
 
 def test_noise_multiplier_is_the_kernels_own_calibration():
@@ -156,7 +157,7 @@ def test_the_default_paths_pre_run_warning_quotes_the_prediction():
 def test_the_ess_advice_says_run_longer_only_where_the_forecast_says_it_helps(monkeypatch):
     """Issue 40 ("run longer" only when longer would help): the end-of-chain advice reads the
     forecast with the chain's private clips for a run twice as long at the same epsilon
-    (DefaultPath._longer_run_helps). At eps = 1 on 5000 rows both default paths are flat in the
+    (default_path.longer_run_helps). At eps = 1 on 5000 rows both default paths are flat in the
     run's length and the advice does not say "run longer"; at eps = 100 it does. Mutant: a rule
     that always finds a longer run helpful (LONGER_RUN_GAIN = 0) advises "run longer" at eps = 1."""
     from pyro.infer import MCMC
@@ -171,7 +172,7 @@ def test_the_ess_advice_says_run_longer_only_where_the_forecast_says_it_helps(mo
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             MCMC(k, num_samples=20, warmup_steps=10, disable_progbar=True).run(X, y)
-        return k._ess_advice()
+        return ess_advice(k)
 
     for kernel in (pyro_dp.DPPenalty, pyro_dp.DPHMC):
         assert "run longer" not in advice(kernel, 1.0) and "twice as long" in advice(kernel, 1.0)
@@ -221,7 +222,7 @@ def test_dphmc_s_advice_names_dppenalty_where_its_forecast_is_twice_as_large():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             MCMC(k, num_samples=200, warmup_steps=100, disable_progbar=True).run(X, y)
-        return k._ess_advice()
+        return ess_advice(k)
 
     assert "DPPenalty(model, epsilon=...) is forecast" in advice(2.0)
     assert "DPPenalty" not in advice(100.0)

@@ -10,6 +10,8 @@ import torch
 from pyro.infer import MCMC
 
 import pyro_dp
+from pyro_dp.kernels.default_path import move_scales
+from pyro_dp.kernels.diagnostics import ess_advice
 from pyro_dp.kernels.hmc import release_gradient
 from pyro_dp.kernels.penalty import penalty_release
 from pyro_dp.likelihood import PrivateLikelihood
@@ -176,13 +178,13 @@ def test_the_default_penalty_walk_holds_prior_only_sites_and_sweeps_them_data_fr
     k.setup(0, *data(n=5000))
     z0 = k.initial_params
     k.sample(z0)
-    jump, sd = k._move_scales(k.init.result, k.noise_multiplier)
+    jump, sd = move_scales(k, k.init.result, k.noise_multiplier)
     free = 2.38 / math.sqrt(3) * sd
     lik_scale = min(jump / math.sqrt(3), free)
     assert jump < sd  # noise-limited here, so the two scales differ
     torch.testing.assert_close(k.proposal_scale, torch.tensor([0.0, 0.0, lik_scale, lik_scale, lik_scale],
                                                               dtype=torch.float64))
-    assert k._prior_log_scale == pytest.approx(math.log(free), abs=0.5)  # its warmup adaptation has begun
+    assert k.prior_sweeps.log_scale == pytest.approx(math.log(free), abs=0.5)  # its warmup adaptation has begun
     z = k.initial_params
     for _ in range(5):
         z = k.sample(z)
@@ -194,7 +196,7 @@ def test_the_default_penalty_walk_holds_prior_only_sites_and_sweeps_them_data_fr
     k = pyro_dp.DPPenalty(two_level, epsilon=2.0, num_iterations=500, seed=0)  # the default: control variate
     k.setup(0, *data(n=5000))
     k.sample(k.initial_params)
-    free = 2.38 / math.sqrt(3) * k._scale_guess
+    free = 2.38 / math.sqrt(3) * k.reference.scale_guess
     assert k.control_variate
     torch.testing.assert_close(k.proposal_scale, torch.tensor([0.0, 0.0, free, free, free], dtype=torch.float64))
     k = pyro_dp.DPPenalty(two_level, 0.05, epsilon=2.0, num_iterations=500, seed=0)  # a given scale
@@ -216,7 +218,7 @@ def test_the_default_dphmc_trajectory_holds_prior_only_sites_and_sweeps_them_dat
     k = pyro_dp.DPHMC(two_level, epsilon=2.0, num_iterations=500, seed=0, control_variate=False)
     k.setup(0, *data(n=5000))
     k.sample(k.initial_params)
-    jump, sd = k._move_scales(k.init.result, k.llr_noise_multiplier)
+    jump, sd = move_scales(k, k.init.result, k.llr_noise_multiplier)
     eta = min(jump / (k.num_steps * math.sqrt(3)), sd)
     assert k.step_size == pytest.approx(eta, rel=1e-12) and eta * k.num_steps < sd
     torch.testing.assert_close(k._inv_mass, torch.tensor([0.0, 0.0, 1.0, 1.0, 1.0], dtype=torch.float64))
@@ -228,14 +230,14 @@ def test_the_default_dphmc_trajectory_holds_prior_only_sites_and_sweeps_them_dat
         k = pyro_dp.DPHMC(two_level, epsilon=2.0, num_iterations=500, seed=0, gradients=gradients)
         k.setup(0, *data(n=5000))
         k.sample(k.initial_params)
-        step = (k._scale_guess / 3 ** 0.25 if k.uses_gradients
-                else 2.38 * k._scale_guess / (k.num_steps * math.sqrt(3)))  # the walk's L eta: 2.38 sd / sqrt(d_lik)
+        step = (k.reference.scale_guess / 3 ** 0.25 if k.uses_gradients
+                else 2.38 * k.reference.scale_guess / (k.num_steps * math.sqrt(3)))  # the walk's L eta: 2.38 sd / sqrt(d_lik)
         assert k.control_variate and k.uses_gradients == bool(gradients) and k.step_size == pytest.approx(step, rel=1e-12)
         torch.testing.assert_close(k._inv_mass, torch.tensor([0.0, 0.0, 1.0, 1.0, 1.0], dtype=torch.float64))
 
 
 def test_the_prior_sweeps_carry_a_released_gradient_to_the_new_point():
-    """PriorOnlySweeps: after the sweeps moved the prior-only coordinates, the state's released
+    """PriorSweeps.run: after the sweeps moved the prior-only coordinates, the state's released
     gradient is the same release's at the new point: its prior part taken there (data-free)."""
     from pyro_dp.kernels.hmc import hmc_init
 
@@ -245,10 +247,10 @@ def test_the_prior_sweeps_carry_a_released_gradient_to_the_new_point():
     state = hmc_init(k.lik, torch.zeros(5, dtype=torch.float64))
     released_lik = torch.tensor([0.0, 0.0, 1.0, -2.0, 0.5], dtype=torch.float64)  # a stand-in release
     state = state._replace(grad=released_lik + k.lik.grad_log_prior(state.z))
-    k._prior_log_scale = 0.0
+    k.prior_sweeps.log_scale = 0.0
     moved = False
     for _ in range(20):
-        new, ok = k._prior_sweeps(state, k._sweep_mask, warmup=False)
+        new, ok = k.prior_sweeps.run(k.lik, k._rng, state, k._sweep_mask, iteration=0, target_accept_prob=0.5, warmup=False)
         moved = moved or ok
         if ok:
             assert not torch.equal(new.z[:2], state.z[:2]) and torch.equal(new.z[2:], state.z[2:])
@@ -296,16 +298,16 @@ def test_the_ess_advice_names_the_grouped_kernel_for_a_model_with_latents_outsid
 
     k = pyro_dp.DPPenalty(two_level, 0.05, llr_clip=1.0, noise_multiplier=1.0, seed=1)
     k.setup(0, *data())
-    assert k._ess_advice().endswith(GROUP_ADVICE.format(site="'u'"))
-    assert "DPGroupedPenalty(model, group_site='u', epsilon=...)" in k._ess_advice()
+    assert ess_advice(k).endswith(GROUP_ADVICE.format(site="'u'"))
+    assert "DPGroupedPenalty(model, group_site='u', epsilon=...)" in ess_advice(k)
     k.lik.plated_latents = ()  # mutant: no structure read
-    assert k._ess_advice().endswith(GROUP_ADVICE.format(site="..."))
+    assert ess_advice(k).endswith(GROUP_ADVICE.format(site="..."))
     k = pyro_dp.DPPenalty(flat, 0.05, llr_clip=1.0, noise_multiplier=1.0, seed=1)
     k.setup(0, data()[1])
-    assert "DPGroupedPenalty" not in k._ess_advice()
+    assert "DPGroupedPenalty" not in ess_advice(k)
     k = pyro_dp.DPGroupedPenalty(two_level, group_site="u", epsilon=2.0, num_iterations=50, seed=0)
     k.setup(0, *data())
-    assert "DPGroupedPenalty" not in k._ess_advice()
+    assert "DPGroupedPenalty" not in ess_advice(k)
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
@@ -336,4 +338,4 @@ def test_a_resumed_default_path_chain_keeps_its_sweeps_scale(kernel_cls):
     rest.run(group, y)
     for site in ("mu", "tau", "u"):
         assert torch.equal(rest.get_samples()[site], full.get_samples()[site][5:]), site
-    assert resumed.ledger == whole.ledger and "_prior_log_scale" in saved["state"]["chain"]
+    assert resumed.ledger == whole.ledger and "prior_sweeps" in saved["state"]["chain"]

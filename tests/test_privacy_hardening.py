@@ -150,7 +150,7 @@ def test_a_failing_worker_marks_the_ledger_incomplete():
     k = pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=2.0, noise_multiplier=3.0)
     k.setup(0, make_data(20))
     k.sample(k.initial_params)
-    with mock.patch("pyro_dp.kernels.base.DPKernel._worker_chain_id", return_value=0):
+    with mock.patch("pyro_dp.kernels.workers.ChainProcesses.chain_id", return_value=0):
         ledger = k.privacy.live.copy()
         ledger.chain_id = "a-worker-chain"
         err = pickle.loads(pickle.dumps(ChainFailedError("boom", ledger)))
@@ -181,7 +181,7 @@ def test_a_worker_failing_outside_the_step_loses_no_release(monkeypatch):
     assert type(mcmc.sampler).__name__ == "_MultiSampler"
     with pytest.raises(OSError, match="user hook failed"):
         mcmc.run(y)
-    assert k._lost_worker_releases() >= 16  # chain 1 alone had made 16 releases (chain 0's may have come back)
+    assert k.processes.lost(k.privacy) >= 16  # chain 1 alone had made 16 releases (chain 0's may have come back)
     with pytest.raises(RuntimeError, match="LOWER bound"):
         k.get_epsilon(1e-5)
     with pytest.raises(RuntimeError, match="LOWER bound"):  # a copy knows the loss too (s10 audit F4)
@@ -211,23 +211,23 @@ def test_a_worker_tells_an_earlier_runs_lost_slot_from_a_sibling():
     from pyro_dp.kernels import workers
 
     k = pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=2.0, noise_multiplier=3.0)
-    shared = k._worker_releases
+    shared = k.processes.releases
     shared.made[1], shared.pid[1], shared.run[1] = 16, os.getpid(), 1  # run 1's chain 1: alive, never came back
     assert workers._process_alive(os.getpid())
-    k._worker_starts = 2  # a worker forked as chain 0 of run 2 (one start before it)
-    with mock.patch("pyro_dp.kernels.base.DPKernel._worker_chain_id", return_value=0):
-        assert k._worker_run() == 2
-        assert k._lost_worker_releases(finished_only=True) == 16
+    k.processes.starts = 2  # a worker forked as chain 0 of run 2 (one start before it)
+    with mock.patch("pyro_dp.kernels.workers.ChainProcesses.chain_id", return_value=0):
+        assert k.processes.run() == 2
+        assert k.processes.lost(k.privacy, finished_only=True) == 16
         shared.run[1], shared.stale[1] = 2, 16  # slot 1 registered by its sibling, which found 16 unreturned
-        assert k._lost_worker_releases(finished_only=True) == 16  # (CI, session 20: they went uncounted)
+        assert k.processes.lost(k.privacy, finished_only=True) == 16  # (CI, session 20: they went uncounted)
         shared.stale[1] = 0  # ... or none: the sibling's own releases come back with it
-        assert k._lost_worker_releases(finished_only=True) == 0
+        assert k.processes.lost(k.privacy, finished_only=True) == 0
     shared.run[1] = 1
-    assert k._worker_run() is None
-    assert k._lost_worker_releases(finished_only=True) == 0  # the owner before a fork: it may be this run's
-    assert k._lost_worker_releases() == 16
-    k._check_worker_releases()  # a chain set up in the owner: no run of workers is in progress
-    assert k._incomplete and "16 release(s)" in k._incomplete
+    assert k.processes.run() is None
+    assert k.processes.lost(k.privacy, finished_only=True) == 0  # the owner before a fork: it may be this run's
+    assert k.processes.lost(k.privacy) == 16
+    k.processes.register_chain(k.privacy)  # a chain set up in the owner: no run of workers is in progress
+    assert k.privacy.incomplete and "16 release(s)" in k.privacy.incomplete
 
 
 @pytest.mark.parametrize("budget", [dict(epsilon=2.0, delta=1e-5, num_iterations=30, num_chains=256),
@@ -240,13 +240,13 @@ def test_a_worker_chain_beyond_the_release_slots_reads_nothing(budget):
 
     k = pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=2.0, **budget)
     y = make_data(20)
-    with mock.patch("pyro_dp.kernels.base.DPKernel._worker_chain_id", return_value=WORKER_SLOTS):
+    with mock.patch("pyro_dp.kernels.workers.ChainProcesses.chain_id", return_value=WORKER_SLOTS):
         with pytest.warns(pyro_dp.BudgetExhaustedWarning, match=f"worker chains 0..{WORKER_SLOTS - 1} only"):
             k.setup(0, y)
         for _ in range(3):
             k.sample(k.initial_params)
         assert k.privacy.live.num_releases == 0 and k.diagnostics()["private iterations"] == 0
-    with mock.patch("pyro_dp.kernels.base.DPKernel._worker_chain_id", return_value=WORKER_SLOTS - 1):
+    with mock.patch("pyro_dp.kernels.workers.ChainProcesses.chain_id", return_value=WORKER_SLOTS - 1):
         k2 = pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=2.0, **budget)
         with warnings.catch_warnings():
             warnings.simplefilter("error", pyro_dp.BudgetExhaustedWarning)
@@ -263,7 +263,7 @@ def test_workers_inherit_a_loss_in_another_workers_slot(monkeypatch):
 
     monkeypatch.setattr(api.mp, "cpu_count", lambda: 8)
     k = pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=2.0, epsilon=2.0, delta=1e-5, num_iterations=15, num_chains=2)
-    k._worker_releases.made[1] = 7  # made by an exited worker (pid 0) whose ledger never came back
+    k.processes.releases.made[1] = 7  # made by an exited worker (pid 0) whose ledger never came back
     with pytest.warns(pyro_dp.BudgetExhaustedWarning, match="may miss releases"):
         mcmc = MCMC(k, num_samples=10, warmup_steps=5, num_chains=2, disable_progbar=True)
         mcmc.run(make_data(50))
@@ -279,7 +279,7 @@ def test_a_copied_kernel_files_its_workers_ledgers_with_itself(monkeypatch):
     template = pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=2.0, epsilon=2.0, delta=1e-5, num_iterations=15,
                                  num_chains=2)
     k = copy.deepcopy(template)
-    assert k._id != template._id
+    assert k.processes.id != template.processes.id
     MCMC(k, num_samples=10, warmup_steps=5, num_chains=2, disable_progbar=True).run(make_data(50))
     assert k.ledger.num_releases == 30 and template.ledger.num_releases == 0
     assert k.get_epsilon(1e-5) > 0.0 and template.get_epsilon(1e-5) == 0.0
@@ -309,9 +309,9 @@ def test_worker_release_counters_stay_in_their_process():
     import pickle
 
     k = pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=2.0, noise_multiplier=3.0)
-    k._worker_releases.made[0] += 5
+    k.processes.releases.made[0] += 5
     copy = pickle.loads(pickle.dumps(k))
-    assert sum(copy._worker_releases.made) == 0 and copy._worker_releases is not k._worker_releases
+    assert sum(copy.processes.releases.made) == 0 and copy.processes.releases is not k.processes.releases
     with pytest.raises(RuntimeError, match="5 release"):
         k.get_epsilon(1e-5)
     led = k.privacy.live.copy()
@@ -366,6 +366,7 @@ def test_no_module_outside_mechanisms_draws_release_randomness():
     allowed = {  # file -> reason (data-free randomness, from the seeded algorithm stream)
         "kernels/proposals.py": "proposals, momenta, accept uniforms, V_corr, directions",
         "kernels/sgmcmc.py": "initial SGNHT momentum",
+        "kernels/gradient_proposals.py": "the Barker move's normals and sign flips (public stream)",
         "evaluation/mmd.py": "evaluation metric subsampling, not a release",
         "models/": "reference samplers of benchmark posteriors",
         "demo.py": "synthetic data",
@@ -445,7 +446,7 @@ def test_params_changed_from_outside_cannot_overspend():
         warnings.simplefilter("ignore", pyro_dp.BudgetExhaustedWarning)
         for i in range(60):
             params = k.sample({"mu": params["mu"] + 1e-3})  # moved from outside: a new state each time
-    assert k._budget_exhausted
+    assert k.privacy.stopped
     assert k.get_epsilon(1e-5) <= 1.0 + 1e-9
 
 

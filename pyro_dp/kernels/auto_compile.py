@@ -35,7 +35,7 @@ from ..compiled import BACKENDS, CUDA_GRAPH_MODES, CompiledLikelihood
 from .default_path import DEFAULT_ITERATIONS
 from .tuning import mcmc_run_length
 
-__all__ = ["AutoCompile", "check_jit_options", "CompileCosts", "CompileDecision", "COSTS", "decide_compile",
+__all__ = ["auto_compile", "check_settings", "check_jit_options", "CompileCosts", "CompileDecision", "COSTS", "decide_compile",
            "predicted_seconds", "per_row_seconds", "RowCost", "CALIBRATION_DIM", "FIRST_COMPILE_SECONDS", "PER_ROW"]
 
 
@@ -194,44 +194,40 @@ def decide_compile(kind: Optional[str], *, iterations: int, num_rows: int, logli
     return CompileDecision(comp < eager, eager, comp, int(iterations), int(num_rows), kind, int(dim))
 
 
-class AutoCompile:
-    """Mixin of :class:`~pyro_dp.kernels.base.DPKernel`: ``jit_compile=None`` at set-up (module doc)."""
+def check_settings(jit_compile: Optional[bool], jit_options: Optional[dict]) -> Tuple[Optional[bool], dict]:
+    """A kernel's ``jit_compile``/``jit_options`` arguments, checked when it is built (not only
+    if it compiles): ``(jit_compile, jit_options)`` as the kernel keeps them.
 
-    def _init_compile(self, jit_compile: Optional[bool], jit_options: Optional[dict]) -> None:
-        """The kernel's ``jit_compile``/``jit_options`` arguments, checked when it is built."""
-        #: ``True``/``False`` as given; ``None``: decided from the run's predicted cost (module doc)
-        self.jit_compile = None if jit_compile is None else bool(jit_compile)
-        #: what ``jit_compile=None`` predicted and chose (:class:`CompileDecision`), at the first set-up
-        self.compile_decision: Optional[CompileDecision] = None
-        self.jit_options = dict(jit_options or {})
-        if self.jit_options and self.jit_compile is False:
-            raise ValueError("jit_options needs jit_compile=True (or the default None, which uses them when it compiles)")
-        check_jit_options(self.jit_options)  # now, not only if the kernel compiles
-        self._jit_cache: dict = {}  # compiled graphs, shared by this kernel's chains in this process
+    >>> check_settings(None, None)
+    (None, {})
+    """
+    jit_compile = None if jit_compile is None else bool(jit_compile)
+    options = dict(jit_options or {})
+    if options and jit_compile is False:
+        raise ValueError("jit_options needs jit_compile=True (or the default None, which uses them when it compiles)")
+    check_jit_options(options)
+    return jit_compile, options
 
-    def _rows_per_iteration(self) -> Tuple[Optional[str], float, float]:
-        """``(cost kind, rows whose log-likelihood, rows whose gradient one iteration evaluates)``
-        for :mod:`~pyro_dp.kernels.auto_compile` (public: from :math:`N` and settings). Default: a
-        penalty-type test over every row; kernels that read otherwise override it."""
-        return "penalty", float(self.lik.num_rows), 0.0
 
-    def _auto_compile(self) -> None:
-        """``jit_compile=None``: decide once per kernel object, at its first set-up, whether the
-        run is faster compiled (:func:`~pyro_dp.kernels.auto_compile.decide_compile`), and if so
-        give the likelihood its compiled path. Data-free: :math:`N` is a shape; the run length
-        and settings are public."""
-        if self.jit_compile is not None:
-            return
-        if self.compile_decision is None:
-            iterations = self.num_iterations
-            if iterations is None:
-                run = mcmc_run_length()
-                iterations = DEFAULT_ITERATIONS if run is None else max(1, run["warmup_steps"] + run["num_samples"])
-            kind, loglik_rows, grad_rows = self._rows_per_iteration()
-            start_steps = getattr(self.init, "num_steps", 0) if self.init is not None else 0
-            self.compile_decision = decide_compile(kind, iterations=int(iterations), num_rows=self.lik.num_rows,
-                                                   loglik_rows=loglik_rows, grad_rows=grad_rows,
-                                                   start_rows=float(start_steps) * self.lik.num_rows,
-                                                   dim=int(self.lik.likelihood_dim))
-        if self.compile_decision.compiled and self.lik.compiled is None:
-            self.lik.compiled = CompiledLikelihood(self.lik, self.jit_options, self.__dict__.setdefault("_jit_cache", {}))
+def auto_compile(kernel, rows_per_iteration, jit_cache: dict) -> None:
+    """``jit_compile=None``: decide once per kernel object, at its first set-up, whether the
+    run is faster compiled (:func:`decide_compile`; ``kernel.compile_decision``), and if so give
+    the likelihood its compiled path (graphs kept in ``jit_cache``). ``rows_per_iteration()``:
+    ``(cost kind, log-likelihood rows, gradient rows)`` of one iteration. Data-free: :math:`N`
+    is a shape; the run length and settings are public."""
+    if kernel.jit_compile is not None:
+        return
+    lik = kernel.lik
+    if kernel.compile_decision is None:
+        iterations = kernel.num_iterations
+        if iterations is None:
+            run = mcmc_run_length()
+            iterations = DEFAULT_ITERATIONS if run is None else max(1, run["warmup_steps"] + run["num_samples"])
+        kind, loglik_rows, grad_rows = rows_per_iteration()
+        start_steps = getattr(kernel.init, "num_steps", 0) if kernel.init is not None else 0
+        kernel.compile_decision = decide_compile(kind, iterations=int(iterations), num_rows=lik.num_rows,
+                                                 loglik_rows=loglik_rows, grad_rows=grad_rows,
+                                                 start_rows=float(start_steps) * lik.num_rows,
+                                                 dim=int(lik.likelihood_dim))
+    if kernel.compile_decision.compiled and lik.compiled is None:
+        lik.compiled = CompiledLikelihood(lik, kernel.jit_options, jit_cache)

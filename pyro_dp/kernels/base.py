@@ -2,19 +2,27 @@ r"""The kernel base: Pyro's ``MCMCKernel`` lifecycle shared by every DP kernel �
 touching data, ``sample``, ``diagnostics``, ``logging``, ``cleanup``, ``initial_params`` — and
 the seeds of a chain. It reads top to bottom; every other concern is a module of its own:
 
-========================================  ==================================================
-:mod:`pyro_dp.kernels.privacy_engine`     ledgers, budget, plan, stop, ε: one object,
-                                          ``kernel.privacy``; the kernel only *declares* an
-                                          iteration's releases before it and *reports* them
-                                          after it (:mod:`~pyro_dp.kernels.privacy_client`)
-:mod:`pyro_dp.kernels.workers`            chains in ``MCMC`` worker processes (shared release
-                                          counters, pickling, failed chains) and
-                                          ``torch.distributed`` ranks
-:mod:`pyro_dp.kernels.checkpoint`         ``state_dict`` / ``load_state_dict``
-:mod:`pyro_dp.kernels.default_path`       the default budget's run length, private tuning hooks
-:mod:`pyro_dp.kernels.auto_compile`       ``jit_compile=None``: eager or compiled from the
-                                          run's predicted cost
-========================================  ==================================================
+===========================================  ===============================================
+``kernel.privacy``                           ledgers, budget, plan, stop, ε: one
+(:mod:`~pyro_dp.kernels.privacy_engine`)     object; the kernel only *declares* an
+                                             iteration's releases before it and *reports*
+                                             them after it
+``kernel.chain``                             what the chain in progress has done
+(:mod:`~pyro_dp.kernels.chain_record`)       (iteration, counts, draws)
+``kernel.processes``, ``kernel.ranks``       chains in ``MCMC`` worker processes (shared
+(:mod:`~pyro_dp.kernels.workers`)            release counters, pickling, failed chains) and
+                                             ``torch.distributed`` ranks
+:mod:`~pyro_dp.kernels.checkpoint`           ``state_dict`` / ``load_state_dict``
+:mod:`~pyro_dp.kernels.diagnostics`          ``diagnostics()`` / ``logging()``
+:mod:`~pyro_dp.kernels.default_path`         run length, noise calibration and private
+                                             tuning for settings left out
+:mod:`~pyro_dp.kernels.auto_compile`         ``jit_compile=None``: eager or compiled from
+                                             the run's predicted cost
+===========================================  ===============================================
+
+The kernel holds these parts and calls them; none of them is a base class, and each keeps its
+own state (the ``kernel.X`` column). The class below is the lifecycle, the subclass API, and the
+few names a user reads on a kernel (the budget's, forwarded to ``kernel.privacy``).
 
 Algorithms live in pure-ish ``init``/``step`` functions (one file each); a subclass of
 :class:`DPKernel` says which events one iteration releases (``_per_iteration_events``,
@@ -41,9 +49,10 @@ from __future__ import annotations
 
 import os
 import secrets
-from typing import Dict, Optional, Tuple
+import multiprocessing
+from collections import Counter
+from typing import Dict, Optional, Sequence, Tuple
 
-import numpy as np
 import torch
 from pyro.infer.autoguide.initialization import init_to_sample
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
@@ -53,45 +62,22 @@ from ..checks import SamplingWarning  # noqa: F401 (re-exported)
 from ..heap import HEAP_TRIM_EVERY, release_free_heap
 from ..likelihood import PrivateLikelihood
 from ..mechanisms import NoiseSource
-from .auto_compile import AutoCompile
-from .checkpoint import Checkpointing
+from ..mechanisms import PrivacyEvent, PrivacyLedger, ReproducibleNoiseWarning
+from ..warn import warn_user
+from . import auto_compile, checkpoint, default_path, diagnostics
+from .chain_record import ChainRecord, RunForecast
 from .declared_batch import take_declared_subsample
-from .diagnostics import MAX_CHECKED_DRAWS, NONPRIVATE_PREFIX, ChainReporting
-from .default_path import DEFAULT_ITERATIONS, DefaultPath
+from .diagnostics import MAX_CHECKED_DRAWS, NONPRIVATE_PREFIX
+from .default_path import DEFAULT_ITERATIONS
+from .seeds import PURPOSE_ALGO, PURPOSE_INIT, PURPOSE_NOISE, derive_seed, kernel_chain_seed  # noqa: F401 (re-exported)
 from .plan import counts as _counts  # noqa: F401  (re-exported: tests import it from here)
-from .privacy_client import PrivacyClient
-from .privacy_engine import DEFAULT_DELTA, DEFAULT_EPSILON, BudgetExhaustedWarning, ChainLedger, PrivacyNotice, check_positive
-from .workers import WORKER_SLOTS, ChainFailedError, WorkerBookkeeping, WorkerReleases  # noqa: F401 (re-exported)
+from .privacy_engine import (DEFAULT_DELTA, DEFAULT_EPSILON, BudgetExhaustedWarning, ChainLedger, EngineSetting,
+                             PrivacyEngine, PrivacyNotice, check_positive)
+from .tuning import DPAutoTune
+from .workers import WORKER_SLOTS, ChainFailedError, ChainProcesses, Ranks, WorkerReleases  # noqa: F401 (re-exported)
 
 __all__ = ["DPKernel", "BudgetExhaustedWarning", "SamplingWarning", "PrivacyNotice", "ChainLedger", "ChainFailedError",
-           "WorkerReleases", "check_positive", "NONPRIVATE_PREFIX", "DEFAULT_EPSILON", "DEFAULT_DELTA", "DEFAULT_ITERATIONS",
-           "kernel_chain_seed"]
-
-
-
-def _derive_seed(*words: int) -> int:
-    """Independent 63-bit seeds for (base seed, chain, purpose) via numpy's SeedSequence."""
-    return int(np.random.SeedSequence([int(w) & (2**64 - 1) for w in words]).generate_state(1, np.uint64)[0] >> 1)
-
-
-_PURPOSE_INIT, _PURPOSE_ALGO, _PURPOSE_NOISE = 1, 2, 3
-_STREAMS = {"init": _PURPOSE_INIT, "algorithm": _PURPOSE_ALGO, "noise": _PURPOSE_NOISE}
-
-
-def kernel_chain_seed(seed: int, chain: int, stream: str) -> int:
-    """The seed of stream ``stream`` of chain ``chain`` (0, 1, ... in the order Pyro's runner
-    runs them) of a kernel built with ``seed=seed`` (``"init"``: the start; ``"algorithm"``:
-    proposals, momenta, accept uniforms) or ``noise_seed=seed`` (``"noise"``: releases and
-    batches), in the process that built it (a worker process adds OS entropy). A runner outside
-    the kernel uses it to run the kernel's own chains (e.g.
-    :func:`~experiments.sgld_chains.run_sgld_chains`' ``noise_seeds``).
-
-    >>> kernel_chain_seed(7, 0, "noise") == kernel_chain_seed(7, 0, "noise") != kernel_chain_seed(7, 1, "noise")
-    True
-    """
-    if stream not in _STREAMS:
-        raise ValueError(f"stream must be one of {sorted(_STREAMS)}, got {stream!r}")
-    return _derive_seed(int(seed), int(chain), _STREAMS[stream])
+           "WorkerReleases", "check_positive", "NONPRIVATE_PREFIX", "DEFAULT_EPSILON", "DEFAULT_DELTA", "DEFAULT_ITERATIONS"]
 
 
 
@@ -121,7 +107,7 @@ def _returned_unchanged(last, params, z) -> bool:
             and len(params) == len(last[1]) and all(a is b for a, b in zip(params.values(), last[1])))
 
 
-class DPKernel(PrivacyClient, WorkerBookkeeping, Checkpointing, DefaultPath, AutoCompile, ChainReporting, MCMCKernel):
+class DPKernel(MCMCKernel):
     r"""Base class of pyro_dp's kernels (not used directly).
 
     :param model: Pyro model (see :class:`~pyro_dp.likelihood.PrivateLikelihood`).
@@ -197,13 +183,37 @@ class DPKernel(PrivacyClient, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
     #: (:mod:`pyro_dp.kernels.declared_batch`); other kernels refuse a plate that declares one.
     takes_plate_batch: bool = False
 
-    #: Attributes that make up a chain in progress, saved by :meth:`state_dict` (subclasses
-    #: extend it with their adaptation and statistics).
-    _chain_attrs: Tuple[str, ...] = (
-        "_state", "_iteration", "_num_accepted", "_clipped_sum", "_clipped_count", "_budget_exhausted",
-        "_stop_cause_text", "_init_done", "_chain_index", "_warmup_steps", "_incomplete", "_draws",
-        "_preconditioner", "_metric_sd", "_noise_limited", "_longer_helps", "_alternative_ess",
-    )
+    #: The default path's choices for this kernel (:mod:`~pyro_dp.kernels.default_path`): whether its
+    #: tuner whitens, balances the coordinates' scales, releases a centre for a gradient clip ball
+    #: (under substitution only); the releasing share of the warmup (``None``: all of it); the kernel
+    #: whose forecast describes its chains; what the noise-limited advice adds; and whether the
+    #: effective-sample-size advice names DPGroupedPenalty for hierarchical models (``advises_grouped``).
+    whiten_by_default: bool = False
+    scale_by_default: bool = False
+    centre_by_default: bool = False
+    burn_in_share: Optional[float] = None
+    forecast_kernel: str = "DPPenalty"
+    noise_limited_alternative: str = diagnostics.NOISE_LIMITED_ALTERNATIVE
+    advises_grouped: bool = True
+
+    #: Attributes that make up a chain in progress, saved by :meth:`state_dict` besides the
+    #: chain's state, its :class:`~pyro_dp.kernels.chain_record.ChainRecord` and its ledger: the
+    #: default path's forecast, and what subclasses add (their adaptation and statistics).
+    _chain_attrs: Tuple[str, ...] = ("forecast",)
+
+    #: The budget's settings: the privacy engine's (``kernel.privacy``, a
+    #: :class:`~pyro_dp.kernels.privacy_engine.PrivacyEngine`), read and written through the kernel:
+    #: the total ε and δ over all chains (``None``: no budget), the chains sharing it, the accountant,
+    #: the δ at which diagnostics report ε, the neighbouring relation, the noise-free test mode,
+    #: and whether the kernel adopted the default budget.
+    epsilon = EngineSetting()
+    delta = EngineSetting()
+    num_chains = EngineSetting()
+    accountant = EngineSetting()
+    reference_delta = EngineSetting()
+    relation = EngineSetting()
+    non_private = EngineSetting()
+    default_budget = EngineSetting()
 
     def __init__(
         self,
@@ -244,28 +254,61 @@ class DPKernel(PrivacyClient, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
         self.data_plate = data_plate
         self._user_transforms = transforms
         self.init_strategy = init_to_sample if init_strategy is None else init_strategy
-        self._init_workers()  # this object's identity and shared release counters, before any worker is forked
-        self._init_privacy(epsilon=epsilon, delta=delta, num_iterations=num_iterations, num_chains=num_chains,
-                           accountant=accountant, reference_delta=reference_delta, non_private=non_private,
-                           relation=relation)
-        self._init_compile(jit_compile, jit_options)  # checked now, not only if the kernel compiles
+        #: the process identity and shared release counters, before any worker is forked
+        self.processes = ChainProcesses(self)
+        #: the privacy engine: budget, ledgers, plan, stop, ε
+        self.privacy = PrivacyEngine(epsilon=epsilon, delta=delta, num_chains=num_chains, accountant=accountant,
+                                     reference_delta=reference_delta, non_private=non_private, relation=relation,
+                                     kernel_id=self.processes.id)
+        #: planned iterations per chain (``None``: the default path fixes it at the first set-up)
+        self.num_iterations = None if num_iterations is None else check_positive("num_iterations", num_iterations,
+                                                                                 integer=True)
+        #: whether num_chains was given (else it is read from ``MCMC`` at the first set-up)
+        self.num_chains_given = num_chains is not None
+        #: where :attr:`num_iterations` came from: ``"given"``, ``"MCMC"`` or ``"assumed"``
+        self.run_length_source = None if num_iterations is None else "given"
+        #: the releasing warmup iterations of a default path that idles the rest (``None``: all release)
+        self.burn_in: Optional[int] = None
+        #: ``True``/``False`` as given; ``None``: decided from the run's predicted cost (:mod:`~pyro_dp.kernels.auto_compile`)
+        self.jit_compile, self.jit_options = auto_compile.check_settings(jit_compile, jit_options)
+        #: what ``jit_compile=None`` predicted and chose (a ``CompileDecision``), at the first set-up
+        self.compile_decision = None
+        self._jit_cache: dict = {}  # compiled graphs, shared by this kernel's chains in this process
         #: arguments named public (:mod:`pyro_dp.arguments`)
         self.public = tuple(public or ())
-        self._init_ranks(distributed, process_group)  # torch.distributed: refused by kernels that cannot shard
+        #: torch.distributed ranks: refused by kernels that cannot shard
+        self.ranks = Ranks(distributed, process_group, type(self).__name__, type(self).supports_distributed)
+        self.distributed = self.ranks.distributed
         self.seed = int(seed) if seed is not None else secrets.randbits(63)  # the data-free streams only
-        self._init_secret_stream(noise_seed, secure_mode)
+        self.secure_mode = bool(secure_mode)
+        if noise_seed is not None:  # the secret stream's test option: anyone who knows it can remove the noise
+            if self.secure_mode:
+                raise ValueError("secure_mode=True draws the noise seed from the OS: do not pass noise_seed")
+            warn_user("noise_seed makes the privacy noise and batch selection reproducible: anyone who knows it "
+                      "can replay the noise and remove it from the released values. Use it for tests only.",
+                      ReproducibleNoiseWarning)
+        self.noise_seed = None if noise_seed is None else int(noise_seed)
+        if init is not None and not (callable(getattr(init, "run", None)) and callable(getattr(init, "events", None))):
+            raise TypeError(f"init must be a private initialiser such as DPGradientInit, got {init!r}")
+        if init is not None and getattr(init, "noise_multiplier", None) == 0 and not self.non_private:
+            raise ValueError("init with noise_multiplier=0 is only allowed with non_private=True")
+        #: the optional private initialisation: its releases are in the chain's ledger, the plan and calibration
+        self.init = init
         self.nonprivate_diagnostics = bool(nonprivate_diagnostics)
         self.transforms = None  # set by setup(); MCMC reads it after the run
         self.lik: Optional[PrivateLikelihood] = None  # set by setup()
-        self._warmup_steps = 0  # set by setup()
         self._user_initial_params: Optional[Dict[str, torch.Tensor]] = None
         self._initial_params: Optional[Dict[str, torch.Tensor]] = None
-        self._init_private_start(init)
         self._chain_index = 0
-        self._num_setups = 0
-        self._pending_state: Optional[dict] = None  # a load_state_dict() waiting for setup()
-        self._last_checkpoint: Optional[dict] = None  # state_dict() of the last chain cleanup() ended
-        DPKernel._reset_chain_stats(self)  # the base's fields only: subclasses reset theirs in setup()
+        #: set-ups so far (what is said once, is said at the first)
+        self.num_setups = 0
+        self.pending_checkpoint: Optional[dict] = None  # a load_state_dict() waiting for setup()
+        self.last_checkpoint: Optional[dict] = None  # state_dict() of the last chain cleanup() ended
+        self.chain = ChainRecord()
+        #: what the default path forecast for the chains (kept across chains: the last chain's)
+        self.forecast = RunForecast()
+        self._state = None
+        self._returned = None
 
     # ------------------------------------------------------------------ the algorithm (subclass API)
     def _init_state(self, z: torch.Tensor):
@@ -279,22 +322,129 @@ class DPKernel(PrivacyClient, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
     def _state_z(self, state) -> torch.Tensor:
         return state.z
 
-    # ------------------------------------------------------------------ lifecycle
-    def _reset_chain_stats(self):
-        self._iteration = 0
-        self._idle_left = 0  # idle warmup iterations before the first release (DefaultPath._plan_idle_warmup)
-        self._draws = []  # this chain's states after warmup (post-processing), for chain_problems
-        self._preconditioner = None  # the chain's coordinates, set by its private start (pyro_dp.preconditioning)
-        self._metric_sd = None  # the posterior sd its released metric predicts (kernels.whitening.metric_sd)
-        self._num_accepted = 0
-        self._clipped_sum = 0.0
-        self._clipped_count = 0
-        self.privacy.reset_chain()  # reads data until stopped; the progress bar's ε starts afresh
-        self._state = None
-        self._returned = None  # the last sample()'s output (_returned_unchanged)
-        self._init_done = False
-        self._diagnostics_warned = set()  # (iteration, message) pairs diagnostics() has warned
+    # ------------------------------------------------------------------ what a kernel declares (subclass API)
+    def _per_iteration_events(self) -> Sequence[PrivacyEvent]:
+        """Events one iteration releases (data-free; used for the budget)."""
+        raise NotImplementedError
 
+    def _fixed_events(self) -> Sequence[PrivacyEvent]:
+        """Events released once per chain in addition to the iterations (default none)."""
+        return ()
+
+    def _calibrate(self) -> None:
+        """Set noise from (epsilon, delta, num_iterations) when the user gave none."""
+
+    def _step_events(self, state) -> list:
+        """The most one ``_step(state)`` can release, as events or ``(event, count)`` pairs
+        (data-free). The engine enforces the budget against it *before* the step and checks
+        afterwards that the step released no more. Default: :meth:`_per_iteration_events`."""
+        return list(self._per_iteration_events())
+
+    def _rows_per_iteration(self) -> Tuple[Optional[str], float, float]:
+        """``(cost kind, rows whose log-likelihood, rows whose gradient one iteration evaluates)``
+        for :mod:`~pyro_dp.kernels.auto_compile` (public: from :math:`N` and settings). Default: a
+        penalty-type test over every row; kernels that read otherwise override it."""
+        return "penalty", float(self.lik.num_rows), 0.0
+
+    def _apply_tuning(self, result) -> None:
+        """Take the settings a :class:`~pyro_dp.kernels.tuning.DPAutoTune` run found (kernels
+        with a default path override it). Called at the first iteration of every chain."""
+
+    def _ratio_noise_multiplier(self) -> Optional[float]:
+        """The noise multiplier of the kernel's ratio release, for the default path's ratio
+        clip (:meth:`~pyro_dp.kernels.tuning.DPAutoTune.ratio_quantile`); ``None``: no ratio
+        release whose clip is tuned (kernels with a default path override it)."""
+        return None
+
+    def default_path_noises(self) -> Tuple[float, float]:
+        """For :func:`~pyro_dp.kernels.default_path.default_path_noise`, after the tuner is
+        configured: ``(the release's noise multiplier, the ratio noise the tuner's clip quantile
+        balances)``, both the ratio's (DPSGLD: its gradient's)."""
+        self._calibrate()
+        nm = float(self._ratio_noise_multiplier())
+        return nm, nm
+
+    def _nonprivate(self) -> dict:
+        """Statistics of the raw data for ``diagnostics()`` (keys get :data:`NONPRIVATE_PREFIX`)."""
+        out = {"clipped fraction": self.chain.clipped_sum / max(self.chain.clipped_count, 1)}
+        if self.init is not None:
+            out["init clipped fraction"] = self.chain.init_clipped_fraction
+        return out
+
+    # ------------------------------------------------------------------ helpers for subclasses
+    def _check_noise_multiplier(self, name: str, value) -> Optional[float]:
+        """Validate a noise multiplier; ``None`` means: calibrate it to the budget (the
+        default budget when there is none), and 0 is allowed only in the ``non_private``
+        test mode."""
+        if value is None:
+            if self.non_private:
+                raise ValueError(f"non_private=True is the noise-free test mode: set {name}=0")
+            self.privacy.adopt_default_budget()
+            return None
+        value = check_positive(name, value, allow_zero=self.non_private)
+        if self.non_private and value != 0:
+            raise ValueError(f"non_private=True is the noise-free test mode: set {name}=0")
+        return value
+
+    def _calibrate_scale(self, events_for_scale, **kwargs) -> float:
+        """:func:`~pyro_dp.accounting.calibrate` for this kernel's budget and run length, with the
+        private initialisation's releases added to the fixed (once per chain) events."""
+        return self.privacy.calibrate(events_for_scale, num_iterations=self.num_iterations,
+                                      fixed=self._init_events(), **kwargs)
+
+    def _init_events(self) -> list:
+        """Releases of the private initialisation (once per chain; ``[]`` without one)."""
+        return [] if self.init is None else list(self.init.events())
+
+    # ------------------------------------------------------------------ the privacy surface
+    def planned_events(self) -> Tuple[list, list]:
+        """``(once per chain, per iteration)``: the releases this kernel plans, as events or
+        ``(event, count)`` pairs, for :func:`~pyro_dp.accounting.planned_epsilon` and
+        :func:`~pyro_dp.accounting.max_iterations`. Call after ``setup()`` (noise calibration
+        may need the number of rows). Data-free.
+
+        >>> import torch, pyro, pyro.distributions as dist, pyro_dp
+        >>> def model(y):
+        ...     mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=y.dtype, device=y.device), 1.0))
+        ...     with pyro.plate("data", len(y)) as i:
+        ...         pyro.sample("y", dist.Normal(mu, 1.0), obs=y[i])
+        >>> k = pyro_dp.DPPenalty(model, 0.1, llr_clip=1.0, noise_multiplier=10.0, seed=0)
+        >>> k.setup(0, torch.zeros(5, dtype=torch.float64))
+        >>> k.planned_events()
+        ([], [GaussianEvent(noise_multiplier=10.0)])
+        """
+        if self.lik is None:
+            raise RuntimeError("call setup() first: the plan may depend on the number of rows")
+        return self._init_events() + list(self._fixed_events()), list(self._per_iteration_events())
+
+    @property
+    def ledger(self) -> PrivacyLedger:
+        """Every release of this kernel object: every chain of every ``mcmc.run``, in this
+        process and in worker processes (merged back with their ``diagnostics()``)."""
+        return self.privacy.ledger
+
+    def chain_ledgers(self) -> list:
+        """The :class:`~pyro_dp.kernels.privacy_engine.ChainLedger` of every chain of this kernel
+        object, in the order :attr:`ledger` merges them: the finished chains as they were filed
+        (this process and worker processes), then the chain in progress (empty between runs)."""
+        return self.privacy.chain_ledgers()
+
+    def require_complete(self) -> None:
+        """Raise ``RuntimeError`` when this object's ledger may miss releases (an ε from it would
+        be a lower bound of what was spent: a worker's ledger never came back)."""
+        self.processes.require_complete(self.privacy)
+
+    def get_epsilon(self, delta: Optional[float] = None, accountant: Optional[str] = None) -> float:
+        r"""Total ε spent so far by this kernel object, at ``delta``: every chain of every run,
+        also chains run in ``MCMC`` worker processes (their ledgers come back with their
+        diagnostics). It is stated under the kernel's neighbouring relation :attr:`relation`
+        (``self.ledger.relation``; ``diagnostics()["relation"]``)."""
+        self.require_complete()
+        if not self.privacy.ledger and self.num_setups > 0 and self.chain.iteration > 0:
+            raise RuntimeError("this kernel object ran iterations but recorded no release: please report")
+        return self.privacy.get_epsilon(delta, accountant)
+
+    # ------------------------------------------------------------------ lifecycle
     @property
     def initial_params(self):
         return self._initial_params
@@ -306,20 +456,28 @@ class DPKernel(PrivacyClient, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
 
     def _chain_seed(self, purpose: int, base: Optional[int] = None) -> int:
         words = [self.seed if base is None else base, self._chain_index, purpose]  # = kernel_chain_seed's
-        if os.getpid() != self._owner_pid:  # a worker process: make streams independent
+        if os.getpid() != self.processes.owner_pid:  # a worker process: make streams independent
             words.append(secrets.randbits(63))
-        return _derive_seed(*words)
+        return derive_seed(*words)
+
+    def _reset_chain_stats(self) -> None:
+        """A fresh chain: its record, no state, the engine's chain flags reset (kernels with
+        statistics of their own reset them too, and call this)."""
+        self.chain = ChainRecord()
+        self.privacy.reset_chain()  # reads data until stopped; the progress bar's ε starts afresh
+        self._state = None
+        self._returned = None  # the last sample()'s output (_returned_unchanged)
 
     def setup(self, warmup_steps, *args, **kwargs):
         """Build the likelihood and the initial state. Data-free: costs no privacy."""
-        if self.distributed:
-            self._join_ranks()  # every rank: the same data-free seed (rank 0's), before any draw
-        self._warmup_steps = int(warmup_steps)
-        self._num_setups += 1
-        if self._iteration > 0:  # a new run without cleanup(): file the old chain
+        if self.distributed:  # every rank: the same data-free seed (rank 0's), before any draw
+            self.seed = self.ranks.join(self.seed, self.processes.chain_id())
+        self.num_setups += 1
+        if self.chain.iteration > 0:  # a new run without cleanup(): file the old chain
             self.cleanup()
-        self.privacy.begin_chain(self._worker_slot())  # a fresh chain id, also in each worker process
+        self.privacy.begin_chain(self.processes.slot())  # a fresh chain id, also in each worker process
         self._reset_chain_stats()  # a chain starts here (the object is fully built by now)
+        self.chain.warmup_steps = int(warmup_steps)
         self.lik = PrivateLikelihood(
             self.model,
             args,
@@ -328,42 +486,50 @@ class DPKernel(PrivacyClient, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
             temperature=self.temperature,
             transforms=self._user_transforms,
             init_strategy=self.init_strategy,
-            seed=self._chain_seed(_PURPOSE_INIT),
-            jit_compile=bool(self.jit_compile),  # None (auto): attached by _auto_compile below if it pays
+            seed=self._chain_seed(PURPOSE_INIT),
+            jit_compile=bool(self.jit_compile),  # None (auto): attached by auto_compile below if it pays
             jit_options=self.jit_options,
-            jit_cache=self.__dict__.setdefault("_jit_cache", {}),
+            jit_cache=self._jit_cache,
             public=self.public,
         )
         self.transforms = self.lik.transforms
-        take_declared_subsample(self, first_setup=self._num_setups == 1)  # the plate's subsample_size: used or refused
+        take_declared_subsample(self, first_setup=self.num_setups == 1)  # the plate's subsample_size: used or refused
         self.lik.likelihood_mask  # the likelihood's coordinates, determined now (data-free; cached per kernel object)
-        self._resolve_run_length()  # the default path: the run length a budget funds
-        self._auto_compile()  # jit_compile=None: eager or compiled from the run's predicted cost (data-free)
-        self._calibrate_noise()  # noise from the budget when none was given (data-free)
-        self._setup_budget()  # the plan (data-free)
+        default_path.resolve_run_length(self)  # the run length a budget funds
+        auto_compile.auto_compile(self, self._rows_per_iteration, self._jit_cache)  # jit_compile=None: eager or compiled from the run's predicted cost
+        default_path.configure_tuner(self)  # the default path's tuner learns the budget first ...
+        self._calibrate()  # noise from the budget when none was given (data-free)
+        default_path.tell_tuner(self, self._ratio_noise_multiplier())  # ... and the ratio noise after
+        if self.epsilon is None:  # the plan (data-free)
+            self.privacy.plan = None
+        else:
+            fixed, per_iteration = self.planned_events()
+            self.privacy.make_plan(fixed, per_iteration, num_iterations=self.num_iterations)
         self.privacy.check_supports(sum(self.planned_events(), []), type(self).__name__)  # before any data access
-        self._check_worker_releases()
-        refusal = self._chain_slot_refusal()  # stops the chain below, before any data is read
+        self.processes.register_chain(self.privacy)
+        refusal = self.processes.refusal(self.privacy)  # stops the chain below, before any data is read
         self._rng = torch.Generator(device=self.lik.device)
-        self._rng.manual_seed(self._chain_seed(_PURPOSE_ALGO))
-        noise_seed = None if self.noise_seed is None else self._chain_seed(_PURPOSE_NOISE, base=self.noise_seed)
+        self._rng.manual_seed(self._chain_seed(PURPOSE_ALGO))
+        noise_seed = None if self.noise_seed is None else self._chain_seed(PURPOSE_NOISE, base=self.noise_seed)
         self._noise = NoiseSource(seed=noise_seed, secure_mode=self.secure_mode, device=self.lik.device, warn=False)
-        if self._shards is not None:
-            self._share_ranks()  # the global N (public) and rank 0's noise inside every release
-        if self._num_setups == 1:  # with the run-length notice: delta above 1/N, N over all ranks
+        if self.ranks.shards is not None:  # the global N (public) and rank 0's noise inside every release
+            self.ranks.share(self._noise, self.lik)
+        if self.num_setups == 1:  # with the run-length notice: delta above 1/N, N over all ranks
             self.privacy.check_delta(self.lik.global_num_rows)
         z0 = _initial_point(self.lik, self._user_initial_params)
-        if self._shards is not None:
-            self._check_ranks_agree(z0)
+        if self.ranks.shards is not None:
+            self.ranks.check_agree(z0, self.lik)
         self._initial_params = self.lik.unravel(z0)
         self._state = self._init_state(z0)
-        self._init_done = False
+        self.chain.init_done = False
         if refusal is not None:
-            self.privacy.stop(refusal, iteration=self._iteration)
-        self._resume_pending()  # a load_state_dict() before setup(): continue its chain
+            self.privacy.stop(refusal, iteration=self.chain.iteration)
+        pending = checkpoint.resume_pending(self)  # a load_state_dict() before setup(): continue its chain
+        if pending is not None:
+            self._restore(pending)
 
     def sample(self, params):
-        if self._worker_chain_id() is None:
+        if self.processes.chain_id() is None:
             return self._sample(params)
         try:
             return self._sample(params)
@@ -373,15 +539,16 @@ class DPKernel(PrivacyClient, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
     def _sample(self, params):
         if self._state is None:
             raise RuntimeError("call setup() before sample()")
-        if not _returned_unchanged(self.__dict__.get("_returned"), params, self._state_z(self._state)):
+        chain = self.chain
+        if not _returned_unchanged(self._returned, params, self._state_z(self._state)):
             # compared in the model's own coordinates, where what sample() returned is exact
             # (a preconditioned chain's u -> z -> u is not: pyro_dp.preconditioning)
             z = self.lik.flatten(params, coordinates=False).detach()
             if not torch.equal(z, self.lik.to_unconstrained(self._state_z(self._state))):
                 self._state = self._init_state(self.lik.from_unconstrained(z))  # params were changed from outside
-        pending_init = self.init is not None and not self._init_done
-        idle = self._idle_left > 0 and self._iteration == 0  # before the chain's first read (data-free)
-        self._idle_left -= int(idle)
+        pending_init = self.init is not None and not chain.init_done
+        idle = chain.idle_left > 0 and chain.iteration == 0  # before the chain's first read (data-free)
+        chain.idle_left -= int(idle)
         declared = None if idle else self._declare(pending_init)  # the plan check: None when no more data is read
         if declared is None:
             self.privacy.end_iteration()  # an iteration that released nothing (the ε curve stays flat)
@@ -389,27 +556,134 @@ class DPKernel(PrivacyClient, WorkerBookkeeping, Checkpointing, DefaultPath, Aut
         if pending_init:
             self._run_private_start()  # the private init's releases, recorded as they are made
         self._state, info = self._step(self._state)
-        self._report(info.events, declared)
+        # what the step released (the shared worker counters count each), checked against what it declared
+        self.privacy.report(info.events, declared, on_release=self._count_release, owner=type(self).__name__)
         self.privacy.end_iteration()  # where this iteration's releases end (pyro_dp.privacy_report's curve)
-        self._iteration += 1
-        if self._iteration % HEAP_TRIM_EVERY == 0:  # bounded memory over long runs (pyro_dp.heap): a fixed,
+        chain.iteration += 1
+        if chain.iteration % HEAP_TRIM_EVERY == 0:  # bounded memory over long runs (pyro_dp.heap): a fixed,
             release_free_heap()  # data-free schedule
-        if self._iteration > self._warmup_steps and len(self._draws) < MAX_CHECKED_DRAWS:
-            self._draws.append(self._state_z(self._state))
-        self._num_accepted += int(bool(info.accepted))
-        self._clipped_sum += float(info.clipped_fraction)
-        self._clipped_count += 1
+        if chain.iteration > chain.warmup_steps and len(chain.draws) < MAX_CHECKED_DRAWS:
+            chain.draws.append(self._state_z(self._state))
+        chain.accepted += int(bool(info.accepted))
+        chain.clipped_sum += float(info.clipped_fraction)
+        chain.clipped_count += 1
         z = self._state_z(self._state)
         out = self.lik.unravel(z)
         self._returned = (out, tuple(out.values()), z)
         return out
+
+    def _declare(self, pending_init: bool) -> Optional[Counter]:
+        """Before an iteration: the releases it may make (the private init's when it is
+        pending, and :meth:`_step_events`), checked against the plan by the engine; ``None``
+        when the chain has stopped reading data (now, with the budget warning, or earlier)."""
+        if self.privacy.stopped:
+            return None
+        events = (self._init_events() if pending_init else []) + self._step_events(self._state)
+        return self.privacy.declare(events, iteration=self.chain.iteration)
+
+    def _count_release(self) -> None:
+        self.processes.count_release(self.privacy)
+
+    def _run_private_start(self) -> None:
+        """At a chain's first iteration (declared with it): the private initialisation reads the
+        data through its own mechanism, each release recorded as it is made (an exception
+        part-way loses none) under the initialiser's label; a
+        :class:`~pyro_dp.kernels.tuning.DPAutoTune` result is then taken by the kernel
+        (post-processing of the tuning releases), and the chain starts there."""
+        def record(event, label: Optional[str] = None) -> None:
+            self.privacy.record(event, label=label or getattr(self.init, "label", f"init:{type(self.init).__name__}"),
+                                on_release=self._count_release)
+
+        z_init, _, frac = self.init.run(self.lik, self._state_z(self._state), self._noise, self.relation, record=record)
+        self.chain.init_done = True
+        self.chain.init_clipped_fraction = frac
+        self.chain.preconditioner = self.lik.preconditioner  # a DPAutoTune(whiten=True) sets it (post-processing)
+        if isinstance(self.init, DPAutoTune):
+            self.chain.metric_sd = self.init.result.metric_sd  # the end-of-chain spread check (kernels.diagnostics)
+            self._apply_tuning(self.init.result)
+        self._state = self._init_state(z_init)
 
     def cleanup(self):
         """End of a chain: file its ledger with the finished chains (idempotent). The chain's
         last checkpoint stays available from :meth:`state_dict` (to resume it after
         ``mcmc.run``)."""
         if self._state is not None and self.lik is not None and self.privacy.live:
-            self._last_checkpoint = self.state_dict()
-        if self.privacy.end_chain(self._worker_slot()):
+            self.last_checkpoint = self.state_dict()
+        if self.privacy.end_chain(self.processes.slot()):
             self._chain_index += 1
         self._reset_chain_stats()
+
+    def diagnostics(self) -> dict:
+        """Per-chain diagnostics of the chain **in progress**: :func:`~pyro_dp.kernels.diagnostics.chain_diagnostics`
+        says what each key means (this chain's ε, its ledger, the checks of its own draws)."""
+        return diagnostics.chain_diagnostics(self, self._nonprivate() if self.nonprivate_diagnostics else None)
+
+    def logging(self):
+        """Pyro's progress-bar postfix: acceptance rate and ε so far."""
+        return {"acc. rate": f"{self.chain.acceptance_rate:.3f}", "eps": self.privacy.logged_epsilon(self.chain.iteration)}
+
+    def state_dict(self) -> dict:
+        """A checkpoint of this kernel object's chain in progress and its ledger:
+        :func:`~pyro_dp.kernels.checkpoint.save` says what it holds. **A checkpoint is private
+        data** (the chain state caches per-example log-likelihoods): store it like the raw data.
+
+        >>> import torch, pyro_dp
+        >>> from pyro_dp.models.examples import normal_mean_model
+        >>> y = torch.zeros(20, dtype=torch.float64)
+        >>> k = pyro_dp.DPPenalty(normal_mean_model, 0.1, llr_clip=1.0, noise_multiplier=3.0)
+        >>> k.setup(0, y); p = k.sample(k.initial_params)
+        >>> resumed = pyro_dp.DPPenalty(normal_mean_model, 0.1, llr_clip=1.0, noise_multiplier=3.0)
+        >>> resumed.load_state_dict(k.state_dict()); resumed.setup(0, y)  # continues k's chain, fresh noise
+        >>> torch.equal(resumed.initial_params["mu"], p["mu"]), resumed.ledger == k.ledger
+        (True, True)
+        """
+        if self._state is None and self.last_checkpoint is not None:
+            return self.last_checkpoint  # the chain MCMC just finished (cleanup() ended it)
+        if self.lik is None or self._state is None:
+            raise RuntimeError("call setup() before state_dict(): there is no chain to save")
+        values = {a: getattr(self, a, None) for a in ("_state", "_chain_index") + tuple(self._chain_attrs)}
+        return checkpoint.save(self, values, self._rng, self._noise)
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue the chain and the ledger of :meth:`state_dict` on a new kernel object built
+        with the same arguments (:func:`~pyro_dp.kernels.checkpoint.load` says what is refused).
+        Call it before ``setup()`` (e.g. before ``mcmc.run``: the next ``setup`` restores the chain
+        instead of starting a new one, and ``MCMC`` continues it from where it stopped, warmup
+        length included) or after ``setup()`` (restored at once)."""
+        checkpoint.load(self, state)
+        if self.lik is None:
+            self.pending_checkpoint = state
+        else:
+            self._restore(state)
+
+    def _restore(self, state: dict) -> None:
+        for name, value in checkpoint.restore(self, state, self._rng, self._noise).items():
+            setattr(self, name, value)
+        self._initial_params = self.lik.unravel(self._state_z(self._state))
+
+    # ------------------------------------------------------------------ pickling (into workers, copies)
+    # torch.Generator cannot be pickled; MCMC(num_chains>1, mp_context="spawn") pickles kernels.
+    def __getstate__(self):
+        spawning = multiprocessing.context.get_spawning_popen() is not None  # pickled into a new worker
+        state = self.__dict__.copy()
+        state["processes"], state["privacy"] = self.processes.pickled(self.privacy, spawning)
+        if spawning:
+            # pickled into a new worker process (MCMC with mp_context="spawn"): the worker's setup()
+            # rebuilds the likelihood and the chain state, so the data and this process's private
+            # caches (per-example log-likelihoods) are not shipped
+            for key in ("lik", "_state", "_initial_params", "_noise", "_rng", "last_checkpoint"):
+                state[key] = None
+        rng = state.pop("_rng", None)
+        if rng is not None:
+            state["_rng_state"] = (str(rng.device), rng.get_state())
+        state["_returned"] = None  # identities do not survive pickling
+        state["_jit_cache"] = {}  # compiled graphs stay in their process (rebuilt lazily)
+        return state
+
+    def __setstate__(self, state):
+        rng_state = state.pop("_rng_state", None)
+        self.__dict__.update(state)
+        if rng_state is not None:
+            self._rng = torch.Generator(device=rng_state[0])
+            self._rng.set_state(rng_state[1])
+        self.processes.adopt(self, self.privacy)

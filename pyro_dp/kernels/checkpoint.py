@@ -1,5 +1,5 @@
-r"""Checkpoints: :class:`Checkpointing` (``state_dict``/``load_state_dict`` of every kernel) and
-how a checkpoint is written as plain values.
+r"""Checkpoints: what ``state_dict``/``load_state_dict`` of every kernel write and read
+(:func:`save`, :func:`load`, :func:`restore`), and how a checkpoint is written as plain values.
 
 ``torch.load`` refuses by default (``weights_only=True``, torch >= 2.6) to unpickle anything
 but tensors and plain Python values, because unpickling an arbitrary object can run arbitrary
@@ -28,6 +28,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import importlib
+from typing import Optional
 
 import numpy as np
 import torch
@@ -37,7 +38,11 @@ from ..mechanisms import PrivacyEvent, PrivacyLedger
 from .privacy_engine import ChainLedger
 from .tuning import mcmc_run_length
 
-__all__ = ["Checkpointing", "to_plain", "from_plain", "is_plain"]
+__all__ = ["save", "load", "restore", "resume_pending", "FORMAT", "to_plain", "from_plain", "is_plain"]
+
+#: the checkpoint format (3: the chain's record, the privacy engine's stop flags and the chain
+#: state by name; 1 and 2, the attributes of the kernel before issue 63, are refused)
+FORMAT = 3
 
 _TAG = "__pyro_dp__"
 #: objects outside pyro_dp that a kernel's chain may hold (rebuilt from their attributes)
@@ -88,7 +93,8 @@ def to_plain(obj):
     cls = type(obj)
     if _allowed_object(cls.__module__, cls.__qualname__) and hasattr(obj, "__dict__") \
             and not hasattr(cls, "__slots__"):
-        return {_TAG: "object", "type": _name(cls), "state": to_plain(dict(vars(obj)))}
+        state = obj.checkpoint_state() if hasattr(obj, "checkpoint_state") else dict(vars(obj))  # a part may keep less
+        return {_TAG: "object", "type": _name(cls), "state": to_plain(state)}
     raise TypeError(f"a kernel checkpoint cannot hold a {cls.__module__}.{cls.__qualname__}: only tensors, plain "
                     "Python values and pyro_dp's own states and ledgers (please report)")
 
@@ -191,141 +197,126 @@ def _refuse_resumed(state: dict) -> None:
                          "once (a second continuation would spend its budget again)")
 
 
-class Checkpointing:
-    """Mixin of :class:`~pyro_dp.kernels.base.DPKernel`: save a chain in progress with its
-    ledger, and continue it in a new kernel object. A kernel lists the attributes of its chain
-    in ``_chain_attrs``."""
+def save(kernel, values: dict, rng: torch.Generator, noise) -> dict:
+    r"""The checkpoint of ``kernel``'s chain in progress (``kernel.state_dict()``): its state and
+    the kernel's chain attributes (``values``, by name), the chain's
+    :class:`~pyro_dp.kernels.chain_record.ChainRecord`, the algorithm generator's state (``rng``),
+    the stop flags and the ledgers of its privacy engine.
 
-    def state_dict(self) -> dict:
-        r"""A checkpoint of this kernel object: the chain in progress (state, counters, warmup
-        adaptation, the algorithm and noise generators' states) and the cumulative ledger.
+    **A checkpoint is private data**: the chain state caches per-example log-likelihoods.
+    Store it like the raw data; never publish it. It holds no rows of data (the data are
+    given to ``setup`` again), but the number of rows and the data plate's name, which are
+    checked on load. It does not hold the secret noise stream (only under the test option
+    ``noise_seed``): a resumed chain draws fresh noise, so it continues the chain's state,
+    data-free randomness and ledger, not its noise. Resume it once, into a new kernel object
+    and one chain (a second resume in the same process is refused; across processes it
+    cannot be detected, and each continuation would spend up to the budget).
 
-        **A checkpoint is private data**: the chain state caches per-example log-likelihoods.
-        Store it like the raw data; never publish it. It holds no rows of data (the data are
-        given to ``setup`` again), but the number of rows and the data plate's name, which are
-        checked on load. It does not hold the secret noise stream (only under the test option
-        ``noise_seed``): a resumed chain draws fresh noise, so it continues the chain's state,
-        data-free randomness and ledger, not its noise. Resume it once, into a new kernel object
-        and one chain (a second resume in the same process is refused; across processes it
-        cannot be detected, and each continuation would spend up to the budget).
+    It holds only tensors and plain Python values (``dict``, ``list``, ``tuple``, ``str``,
+    ``int``, ``float``, ``bool``, ``None``; states and ledgers as tagged dicts): ``torch.save(
+    kernel.state_dict(), path)`` and ``kernel.load_state_dict(torch.load(path))`` with torch's
+    default ``weights_only=True``, which unpickles no arbitrary object."""
+    engine, lik = kernel.privacy, kernel.lik
+    return {  # tensors and plain values only: torch.load's default weights_only=True reads it (#42)
+        "format": FORMAT,
+        "kernel": type(kernel).__name__,
+        "relation": engine.relation,
+        "num_rows": lik.num_rows,
+        "data_plate": lik.data_plate,
+        "chain": {a: to_plain(v) for a, v in values.items()},
+        "record": to_plain(kernel.chain.saved()),
+        "stop": to_plain({"stopped": engine.stopped, "cause": engine.stop_cause, "incomplete": engine.incomplete}),
+        "rng": rng.get_state(),
+        # the secret stream's state only under the test option noise_seed: anyone holding it could
+        # replay the noise of every later release of this chain (and a resumed chain draws fresh noise)
+        "noise": noise.get_state() if kernel.noise_seed is not None else None,
+        "ledger": to_plain(engine.live),
+        "chains": {cid: to_plain(led) for cid, led in engine.chains.items()},
+        # which point of which chain this is (the chain id is random): resumed once per process
+        "token": f"{engine.live.chain_id}:{kernel.chain.iteration}:{engine.live.num_releases}",
+        # the run length a budget was planned for when the kernel chose it itself (from the
+        # MCMC that ran it, or assumed): a resumed run must keep that plan, not re-plan the
+        # budget for the iterations that remain (data-free)
+        "run_length": None if kernel.run_length_source in (None, "given") else {
+            "num_iterations": kernel.num_iterations, "source": kernel.run_length_source,
+            "num_chains": engine.num_chains, "burn_in": kernel.burn_in},
+    }
 
-        It holds only tensors and plain Python values (``dict``, ``list``, ``tuple``, ``str``,
-        ``int``, ``float``, ``bool``, ``None``; states and ledgers as tagged dicts,
-        :mod:`pyro_dp.kernels.checkpoint`): ``torch.save(kernel.state_dict(), path)`` and
-        ``kernel.load_state_dict(torch.load(path))`` with torch's default ``weights_only=True``,
-        which unpickles no arbitrary object.
 
-        >>> import torch, pyro_dp
-        >>> from pyro_dp.models.examples import normal_mean_model
-        >>> y = torch.zeros(20, dtype=torch.float64)
-        >>> k = pyro_dp.DPPenalty(normal_mean_model, 0.1, llr_clip=1.0, noise_multiplier=3.0)
-        >>> k.setup(0, y); p = k.sample(k.initial_params)
-        >>> resumed = pyro_dp.DPPenalty(normal_mean_model, 0.1, llr_clip=1.0, noise_multiplier=3.0)
-        >>> resumed.load_state_dict(k.state_dict()); resumed.setup(0, y)  # continues k's chain, fresh noise
-        >>> torch.equal(resumed.initial_params["mu"], p["mu"]), resumed.ledger == k.ledger
-        (True, True)
-        """
-        if self._state is None and self._last_checkpoint is not None:
-            return self._last_checkpoint  # the chain MCMC just finished (cleanup() ended it)
-        if self.lik is None or self._state is None:
-            raise RuntimeError("call setup() before state_dict(): there is no chain to save")
-        return {  # tensors and plain values only: torch.load's default weights_only=True reads it (#42)
-            "format": 2,
-            "kernel": type(self).__name__,
-            "relation": self.relation,
-            "num_rows": self.lik.num_rows,
-            "data_plate": self.lik.data_plate,
-            "chain": {a: to_plain(self._chain_value(a)) for a in self._chain_attrs},
-            "rng": self._rng.get_state(),
-            # the secret stream's state only under the test option noise_seed: anyone holding it could
-            # replay the noise of every later release of this chain (and a resumed chain draws fresh noise)
-            "noise": self._noise.get_state() if self.noise_seed is not None else None,
-            "ledger": to_plain(self.privacy.live),
-            "chains": {cid: to_plain(led) for cid, led in self.privacy.chains.items()},
-            # which point of which chain this is (the chain id is random): resumed once per process
-            "token": f"{self.privacy.live.chain_id}:{self._iteration}:{self.privacy.live.num_releases}",
-            # the run length a budget was planned for when the kernel chose it itself (from the
-            # MCMC that ran it, or assumed): a resumed run must keep that plan, not re-plan the
-            # budget for the iterations that remain (data-free)
-            "run_length": None if self.run_length_source in (None, "given") else {
-                "num_iterations": self.num_iterations, "source": self.run_length_source,
-                "num_chains": self.num_chains, "burn_in": self._burn_in},
-        }
-
-    def load_state_dict(self, state: dict) -> None:
-        """Continue the chain and the ledger of :meth:`state_dict`, on a new kernel object built
-        with the same arguments (refused on a kernel that has released anything, and for a
-        checkpoint already resumed in this process). Call it before ``setup()`` (e.g. before ``mcmc.run``: the next
-        ``setup`` restores the chain instead of starting a new one, and ``MCMC`` continues it
-        from where it stopped, warmup length included) or after ``setup()`` (restored at once).
-        The ledger, and with it the budget, counts every release made before the checkpoint."""
-        if not isinstance(state, dict) or state.get("format") not in (1, 2):  # 1: objects (weights_only=False)
-            raise ValueError("not a pyro_dp kernel checkpoint (state_dict() of a DPKernel)")
-        if self.ledger:
+def load(kernel, state: dict) -> None:
+    """Check that ``kernel`` (a new kernel object built with the same arguments) may continue the
+    chain of checkpoint ``state`` — refused on a kernel that has released anything, for a
+    checkpoint already resumed in this process, of another kernel or relation — and take the
+    run length its budget was planned for. The caller then restores the chain (:func:`restore`)
+    now, after ``setup()``, or at the next ``setup()``.
+    The ledger, and with it the budget, counts every release made before the checkpoint."""
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        old = isinstance(state, dict) and state.get("format") in (1, 2)
+        raise ValueError("not a pyro_dp kernel checkpoint (state_dict() of a DPKernel)" + (
+            f": format {state['format']} was written by an earlier pyro_dp, whose kernels kept their chain in "
+            f"other attributes; this version reads format {FORMAT}" if old else ""))
+    if kernel.ledger:
+        raise ValueError(
+            f"this kernel object has already released {kernel.ledger.num_releases} values: load a checkpoint into a "
+            "new kernel object (built with the same arguments), so that no release is forgotten")
+    _refuse_resumed(state)
+    if state["kernel"] != type(kernel).__name__ or state["relation"] != kernel.relation:
+        raise ValueError(
+            f"checkpoint of a {state['kernel']} under relation {state['relation']!r}; this is a "
+            f"{type(kernel).__name__} under {kernel.relation!r}"
+        )
+    planned = state.get("run_length")
+    if planned is not None and kernel.run_length_source is None and kernel.epsilon is not None:
+        if kernel.lik is not None:
             raise ValueError(
-                f"this kernel object has already released {self.ledger.num_releases} values: load a checkpoint into a "
-                "new kernel object (built with the same arguments), so that no release is forgotten")
-        _refuse_resumed(state)
-        if state["kernel"] != type(self).__name__ or state["relation"] != self.relation:
-            raise ValueError(
-                f"checkpoint of a {state['kernel']} under relation {state['relation']!r}; this is a "
-                f"{type(self).__name__} under {self.relation!r}"
-            )
-        planned = state.get("run_length")
-        if planned is not None and self.run_length_source is None and self.epsilon is not None:
-            if self.lik is not None:
-                raise ValueError(
-                    "this checkpoint's budget was planned for the run length of the MCMC that ran it "
-                    f"({planned['num_iterations']} iterations per chain): call load_state_dict() before setup() "
-                    "(before mcmc.run), or pass that num_iterations= to the kernel")
-            self.num_iterations, self.run_length_source = planned["num_iterations"], planned["source"]
-            self._burn_in = planned.get("burn_in")
-            if not self._num_chains_given:
-                self.num_chains = planned["num_chains"]
-        if self.lik is None:
-            self._pending_state = state
-        else:
-            self._restore(state)
+                "this checkpoint's budget was planned for the run length of the MCMC that ran it "
+                f"({planned['num_iterations']} iterations per chain): call load_state_dict() before setup() "
+                "(before mcmc.run), or pass that num_iterations= to the kernel")
+        kernel.num_iterations, kernel.run_length_source = planned["num_iterations"], planned["source"]
+        kernel.burn_in = planned.get("burn_in")
+        if not kernel.num_chains_given:
+            kernel.num_chains = planned["num_chains"]
 
-    def _restore(self, state: dict) -> None:
-        if (state["num_rows"], state["data_plate"]) != (self.lik.num_rows, self.lik.data_plate):
-            raise ValueError(
-                f"checkpoint of a run on {state['num_rows']} rows of plate {state['data_plate']!r}; "
-                f"this set-up has {self.lik.num_rows} rows of plate {self.lik.data_plate!r}"
-            )
-        _refuse_resumed(state)
-        if state.get("token") is not None:
-            _RESUMED_CHECKPOINTS.add(state["token"])
-        for a, v in state["chain"].items():
-            setattr(self, a, copy.deepcopy(from_plain(v)))
-        precond = self._preconditioner  # the chain's coordinates (pyro_dp.preconditioning), or None
-        if precond is None:
-            self.lik.set_preconditioner(None)
-        else:
-            self.lik.set_preconditioner(*precond)
-        self._rng.set_state(state["rng"])  # the data-free stream continues
-        if self.noise_seed is not None:  # the test option: the same noise as an uninterrupted run
-            noise = state["noise"]
-            self._noise.set_state(noise["state"] if isinstance(noise, dict) else noise)  # a dict: format 1
-            self._noise.shards = self._shards
-        # else the secret stream stays the fresh one setup() drew from the OS: restoring its state
-        # would replay the checkpoint's noise on whatever data this run reads (the difference of
-        # two resumed runs on neighbouring data would be one row's noise-free term)
-        self.privacy.restore([from_plain(led) for led in state["chains"].values()], from_plain(state["ledger"]))
-        self._initial_params = self.lik.unravel(self._state_z(self._state))
 
-    def _chain_value(self, name: str):
-        """The chain attribute ``name`` (``None`` when unset); those the privacy engine holds
-        (the stop flags, ``_incomplete``) through the kernel's properties."""
-        return getattr(self, name) if isinstance(getattr(type(self), name, None), property) else self.__dict__.get(name)
+def restore(kernel, state: dict, rng: torch.Generator, noise) -> dict:
+    """Continue checkpoint ``state`` on ``kernel`` after its ``setup()``: the rows are checked,
+    the chain's record, its coordinates, the data-free stream (``rng``), the engine's stop flags
+    and ledgers restored; returns the kernel's chain attributes by name (the kernel sets them).
+    The secret stream (``noise``) stays the fresh one ``setup()`` drew from the OS, except under
+    the test option ``noise_seed``: restoring its state would replay the checkpoint's noise on
+    whatever data this run reads (the difference of two resumed runs on neighbouring data would
+    be one row's noise-free term)."""
+    lik, engine = kernel.lik, kernel.privacy
+    if (state["num_rows"], state["data_plate"]) != (lik.num_rows, lik.data_plate):
+        raise ValueError(
+            f"checkpoint of a run on {state['num_rows']} rows of plate {state['data_plate']!r}; "
+            f"this set-up has {lik.num_rows} rows of plate {lik.data_plate!r}"
+        )
+    _refuse_resumed(state)
+    if state.get("token") is not None:
+        _RESUMED_CHECKPOINTS.add(state["token"])
+    for name, value in from_plain(state["record"]).items():
+        setattr(kernel.chain, name, copy.deepcopy(value))
+    precond = kernel.chain.preconditioner  # the chain's coordinates (pyro_dp.preconditioning), or None
+    lik.set_preconditioner(*(precond if precond is not None else (None,)))
+    rng.set_state(state["rng"])  # the data-free stream continues
+    if kernel.noise_seed is not None:  # the test option: the same noise as an uninterrupted run
+        noise.set_state(state["noise"])
+        noise.shards = kernel.ranks.shards
+    stop = from_plain(state["stop"])
+    engine.restore([from_plain(led) for led in state["chains"].values()], from_plain(state["ledger"]))
+    engine.stopped, engine.stop_cause, engine.incomplete = stop["stopped"], stop["cause"], stop["incomplete"]
+    return {a: copy.deepcopy(from_plain(v)) for a, v in state["chain"].items()}
 
-    def _resume_pending(self) -> None:
-        """At the end of ``setup()``: continue the chain of a :meth:`load_state_dict` called
-        before it (one chain only: more would each continue it and spend its budget again)."""
-        if self._pending_state is not None:
-            state, self._pending_state = self._pending_state, None
-            chains = (mcmc_run_length() or {}).get("num_chains", 1)
-            if self._worker_chain_id() is not None or chains > 1:
-                raise ValueError(f"a checkpoint continues one chain: resume it with num_chains=1 (this run has "
-                                 f"{chains}); more chains would each continue it and spend its budget again")
-            self._restore(state)
+
+def resume_pending(kernel) -> Optional[dict]:
+    """At the end of ``setup()``: the checkpoint a :func:`load` before it left pending
+    (``kernel.pending_checkpoint``), to be restored now (one chain only: more would each continue
+    it and spend its budget again), or ``None``."""
+    state, kernel.pending_checkpoint = kernel.pending_checkpoint, None
+    if state is not None:
+        chains = (mcmc_run_length() or {}).get("num_chains", 1)
+        if kernel.processes.chain_id() is not None or chains > 1:
+            raise ValueError(f"a checkpoint continues one chain: resume it with num_chains=1 (this run has "
+                             f"{chains}); more chains would each continue it and spend its budget again")
+    return state

@@ -38,7 +38,7 @@ Ermiş 2019 §3.1) for the log-likelihood estimate's mean. With no row clipped t
 :math:`\ell(\theta')-\ell(\theta) + \xi_G\cdot\Delta`, where :math:`\xi_G` is the reference
 release's noise: the chain targets the tempered posterior tilted by :math:`\exp(T\xi_G\cdot\theta)`,
 exactly. The tilt is one fixed draw per chain; in posterior standard deviations each mean moves
-by about :math:`T\,\mathrm{nm}_G\cdot 2b\cdot\mathrm{sd}` (data-free: :attr:`DPPenalty.reference_tilt_sd`),
+by about :math:`T\,\mathrm{nm}_G\cdot 2b\cdot\mathrm{sd}` (data-free: :func:`tilt_sd`),
 which is why the reference release takes most of the budget (``reference_share``). Rows whose
 residual exceeds :math:`c` (curvature above :math:`h`, or a gradient above :math:`b` at the
 reference) are clipped, which biases the target as the ratio clip does.
@@ -53,10 +53,11 @@ are public (the private start's and tuner's releases, or the user's settings).
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional, Tuple
 
 import torch
 
+from . import default_path
 from ..checks import SamplingWarning, monte_carlo_min_ess
 from ..mechanisms import ClippedSum, clip_and_sum, clipped_fraction, gaussian_event, gaussian_release_spec
 from ..mechanisms.clipping import clip_rows
@@ -68,9 +69,9 @@ from .proposals import accept_uniform, penalty_log_accept_threshold, sample_mome
 from .trajectory import HMCInfo, HMCState, trajectory_proposal
 from .tuning import posterior_scale_guess
 
-__all__ = ["ControlVariate", "release_reference", "reference_rows", "release_residual", "cv_penalty_release_accept",
+__all__ = ["ChainReference", "check_settings", "reference_clip", "reference_events", "tilt_sd", "tune", "ControlVariate", "release_reference", "reference_rows", "release_residual", "cv_penalty_release_accept",
            "default_curvature_clip", "reference_noise_multiplier", "cv_gradient_release_fn", "cv_dphmc_step_fn",
-           "cv_walk_step", "hmc_release_fns", "hmc_reference_noise_multiplier", "ControlVariateClient",
+           "cv_walk_step", "hmc_release_fns", "hmc_reference_noise_multiplier", "ChainReference", "check_settings", "reference_clip", "reference_events", "tilt_sd", "tune",
            "DEFAULT_CURVATURE_FACTOR", "DEFAULT_REFERENCE_SHARE", "REFERENCE_CLIP_HEADROOM", "TILT_WARNING_SD"]
 
 #: the reference release's expected shift of the means (posterior sds) above which the kernel
@@ -353,124 +354,134 @@ def hmc_reference_noise_multiplier(num_iterations: int, num_steps: int, noise_ra
 
 
 # --------------------------------------------------------------------------- the kernels' side
-class ControlVariateClient:
-    r"""Mixin of :class:`~pyro_dp.kernels.penalty.DPPenalty` and :class:`~pyro_dp.kernels.hmc.DPHMC`:
-    the ``control_variate`` settings, the once-per-chain reference (released, or its rows computed
-    again for a resumed chain), the default path's curvature clip and tilt warning. A kernel
-    names the gradient clip its reference scales (:meth:`_reference_base_clip`) and whether its
-    step runs it (``_control_variate_step``)."""
+def check_settings(control_variate, curvature_clip, reference_share, reference_noise_multiplier, *, owner: str,
+                   auto_tuned: bool, runs_control_variate: bool, explicit_noise: bool, check_noise_multiplier):
+    """A kernel's control-variate arguments, checked when it is built: ``(control_variate,
+    curvature_clip, curvature_clip_given, reference_share, reference_noise_multiplier)`` as the
+    kernel keeps them. ``control_variate=None`` is the default path's choice: on where settings
+    are left to it (``auto_tuned``) and the kernel's step runs it (``runs_control_variate``);
+    ``explicit_noise``: the kernel's noise multipliers were given (then the reference's must be
+    too); ``check_noise_multiplier``: the kernel's check of a noise multiplier."""
+    if control_variate is None:  # the default path (measured: docs/tuning.md, "Control variates")
+        control_variate = auto_tuned and runs_control_variate
+    if not isinstance(control_variate, bool):
+        raise TypeError(f"control_variate must be a bool or None, got {control_variate!r}")
+    if control_variate and not runs_control_variate:
+        raise ValueError(f"{owner} has its own step: it cannot run control_variate=True")
+    clip = None if curvature_clip is None else check_positive("curvature_clip", curvature_clip)
+    share = check_share(reference_share)
+    if control_variate and curvature_clip is None and not auto_tuned:
+        raise ValueError(f"control_variate=True with every clip and step of {owner} given needs "
+                         "curvature_clip (the per-row curvature bound h): nothing tunes it privately on this path")
+    nm = None if reference_noise_multiplier is None else \
+        check_noise_multiplier("reference_noise_multiplier", reference_noise_multiplier)
+    if control_variate and explicit_noise != (nm is not None):
+        raise ValueError("control_variate=True: give the noise multipliers and reference_noise_multiplier "
+                         "together (or none, to calibrate them to the budget with reference_share)")
+    return control_variate, clip, curvature_clip is not None, share, nm
 
-    #: whether this class's step runs control_variate (a subclass with its own step sets False)
-    _control_variate_step = True
-    cv_chain_attrs = ("curvature_clip", "_cv_reference", "_scale_guess")
-    #: the kernel the end-of-chain advice may point to instead (DPHMC: DPPenalty), with this
-    #: chain's forecast of it (:meth:`_alternative_forecast`); ``None``: none
-    alternative_kernel: Optional[str] = None
 
-    def _alternative_forecast(self, result) -> Optional[float]:
-        """The effective samples :attr:`alternative_kernel`'s default path is forecast to give on
-        this budget and run (``None``: no forecast). Data-free."""
+def reference_clip(base_clip: Optional[float]) -> Optional[float]:
+    """The clip :math:`b'` of the reference gradients: :data:`REFERENCE_CLIP_HEADROOM` times the
+    kernel's gradient clip (DPPenalty's ``llr_clip``, DPHMC's ``grad_clip``)."""
+    return None if base_clip is None else REFERENCE_CLIP_HEADROOM * base_clip
+
+
+def reference_events(control_variate: bool, noise_multiplier: Optional[float]) -> list:
+    """The reference release of every chain, for the plan (``[]`` without control_variate)."""
+    return [gaussian_event(noise_multiplier)] if control_variate else []
+
+
+def tilt_sd(temperature: float, noise_multiplier: Optional[float], clip: Optional[float],
+            scale_guess: Optional[float]) -> Optional[float]:
+    r"""The standard deviation, in posterior sds (the default path's scale guess), of each mean's
+    shift by the reference release's noise, :math:`T\,\mathrm{nm}_G\cdot 2b'\cdot\mathrm{sd}`
+    (module docstring); data-free. ``None`` without a reference noise or clip.
+
+    >>> tilt_sd(1.0, 0.5, 2.0, 0.1)
+    0.2
+    """
+    if noise_multiplier is None or clip is None:
         return None
+    return float(temperature) * noise_multiplier * 2.0 * clip * (scale_guess or 1.0)
 
-    def _init_control_variate(self, control_variate, curvature_clip, reference_share, reference_noise_multiplier,
-                              explicit_noise: bool) -> None:
-        """Check and keep the settings (``explicit_noise``: the kernel's noise multipliers were given)."""
-        if control_variate is None:  # the default path (measured: docs/tuning.md, "Control variates")
-            control_variate = bool(self.auto_tuned) and self._control_variate_step
-        if not isinstance(control_variate, bool):
-            raise TypeError(f"control_variate must be a bool or None, got {control_variate!r}")
-        if control_variate and not self._control_variate_step:
-            raise ValueError(f"{type(self).__name__} has its own step: it cannot run control_variate=True")
-        #: whether the test (and DP-HMC's gradients) run on Taylor residuals around the chain's start
-        self.control_variate = control_variate
-        self.curvature_clip = None if curvature_clip is None else check_positive("curvature_clip", curvature_clip)
-        self._cv_given = curvature_clip is not None
-        self.reference_share = check_share(reference_share)
-        if control_variate and curvature_clip is None and not self.auto_tuned:
-            raise ValueError(f"control_variate=True with every clip and step of {type(self).__name__} given needs "
-                             "curvature_clip (the per-row curvature bound h): nothing tunes it privately on this path")
-        #: the reference release's noise multiplier (given, or calibrated with the kernel's noise)
-        self.reference_noise_multiplier = None if reference_noise_multiplier is None else \
-            self._check_noise_multiplier("reference_noise_multiplier", reference_noise_multiplier)
-        if control_variate and explicit_noise != (self.reference_noise_multiplier is not None):
-            raise ValueError("control_variate=True: give the noise multipliers and reference_noise_multiplier "
-                             "together (or none, to calibrate them to the budget with reference_share)")
-        self._cv_reference = None  # this chain's (z0, released reference gradient): public, checkpointed
-        self._cv = None  # its ControlVariate with the per-row gradients (private: recomputed, never saved)
 
-    def _reference_base_clip(self) -> Optional[float]:
-        raise NotImplementedError
+class ChainReference:
+    """This chain's reference release (a part of :class:`~pyro_dp.kernels.penalty.DPPenalty` and
+    :class:`~pyro_dp.kernels.hmc.DPHMC`, ``kernel.reference``): the released ``(z0, G)`` (public,
+    checkpointed), its per-row gradients (``rows``: private, recomputed for a resumed chain, never
+    saved) and the default path's posterior-scale guess.
 
-    @property
-    def reference_clip(self) -> Optional[float]:
-        """``control_variate``: the clip :math:`b'` of the reference gradients,
-        :data:`REFERENCE_CLIP_HEADROOM` times the kernel's gradient clip (DPPenalty's ``llr_clip``,
-        DPHMC's ``grad_clip``)."""
-        base = self._reference_base_clip()
-        return None if base is None else REFERENCE_CLIP_HEADROOM * base
+    >>> r = ChainReference(); r.released is None and r.events(True, 3.0) == [gaussian_event(3.0)]
+    True
+    """
 
-    @property
-    def reference_tilt_sd(self) -> Optional[float]:
-        r"""``control_variate``: the standard deviation, in posterior sds (the default path's
-        scale guess), of each mean's shift by the reference release's noise,
-        :math:`T\,\mathrm{nm}_G\cdot 2b'\cdot\mathrm{sd}` (module docstring); data-free. ``None``
-        otherwise or before set-up."""
-        if not self.control_variate or self.reference_noise_multiplier is None or self.reference_clip is None:
-            return None
-        sd = self.__dict__.get("_scale_guess") or 1.0
-        return float(self.lik.temperature) * self.reference_noise_multiplier * 2.0 * self.reference_clip * sd
+    rows = None  # a ControlVariate: per-row gradients at z0 (private data; not checkpointed)
 
-    def _fixed_reference_events(self) -> list:
-        """The reference release of every chain, for the plan (``[]`` without control_variate)."""
-        return [gaussian_event(self.reference_noise_multiplier)] if self.control_variate else []
+    def __init__(self):
+        self.released = None
+        self.scale_guess: Optional[float] = None
 
-    def _reference_events(self) -> list:
+    def events(self, control_variate: bool, noise_multiplier: Optional[float]) -> list:
         """The reference release, once per chain (declared until it is made)."""
-        return self._fixed_reference_events() if self._cv_reference is None else []
+        return reference_events(control_variate, noise_multiplier) if self.released is None else []
 
-    def _ensure_reference(self, z: torch.Tensor) -> tuple:
+    def ensure(self, lik, noise, z: torch.Tensor, clip: float, noise_multiplier: float) -> tuple:
         """Before a step: the reference release at ``z`` (the chain's first step; its events), or
         a resumed chain's rows computed again (no release); ``()`` when nothing was released."""
-        if self._cv_reference is None:
-            self._cv, event = release_reference(self.lik, self._noise, z, self.reference_clip,
-                                                self.reference_noise_multiplier)
-            self._cv_reference = (self._cv.z0, self._cv.released)
+        if self.released is None:
+            self.rows, event = release_reference(lik, noise, z, clip, noise_multiplier)
+            self.released = (self.rows.z0, self.rows.released)
             return (event,)
-        if self._cv is None:
-            self._cv = reference_rows(self.lik, *self._cv_reference, self.reference_clip)
+        if self.rows is None:
+            self.rows = reference_rows(lik, *self.released, clip)
         return ()
 
-    def _reset_reference(self) -> None:
-        self._cv_reference = self._cv = None  # a new state: a new reference (released at the next step, declared)
+    def reset(self) -> None:
+        """A new state: a new reference (released at the next step, declared)."""
+        self.released = self.rows = None
 
-    def _tune_control_variate(self, result) -> float:
-        """The default path (post-processing of the tuning): the posterior-scale guess (returned),
-        the curvature clip from it unless given, and a warning before the chain runs when the
-        reference's noise would shift the means by more than :data:`TILT_WARNING_SD` posterior sds."""
-        n, T = getattr(self.lik, "global_num_rows", self.lik.num_rows), self.lik.temperature
-        self._scale_guess = sd = posterior_scale_guess(result.grad_clip, n, self.lik.dim, T)
-        self._noise_limited = False  # the residuals' noise does not grow with the move's length alone
-        nm = self._ratio_noise_multiplier()  # what a longer run would buy (the end-of-chain advice)
-        ess = self._forecast_ess(result, nm, control_variate=True) if nm else None
-        self._longer_helps = self._longer_run_helps(result, nm, True, ess) if nm else True
-        if ess is not None and self.alternative_kernel is not None:  # the end-of-chain advice may name it
-            alt = self._alternative_forecast(result)
-            self._alternative_ess = None if alt is None else (self.alternative_kernel, alt, ess)
-        if nm and self._chain_index == 0:  # feasibility before the chain runs (post-processing of the tuning)
-            need = monte_carlo_min_ess(self.lik.dim)  # the ESS itself, not Pyro's estimate of it
-            # the privacy noise is the cause: without it a run of this length would be forecast enough
-            if ess < need / 2.0 and self._forecast_ess(result, 0.0, control_variate=True) >= need:
-                warn_user(f"{type(self).__name__}: the forecast for this chain with its private clips (pyro_dp.feasibility) "
-                          f"is about {ess:.2g} effective samples, under half the {need:.3g} that a mean within one "
-                          "posterior sd needs: expect slow mixing and a warning at the end. Spend more epsilon or use "
-                          "more rows",
-                          SamplingWarning)
-        if not self._cv_given:
-            self.curvature_clip = default_curvature_clip(max(self.lik.likelihood_dim, 1), n, sd, T)
-        tilt = self.reference_tilt_sd
-        if tilt is not None and tilt > TILT_WARNING_SD and self._chain_index == 0:
-            warn_user(f"{type(self).__name__}(control_variate=True): at this budget the reference gradient's noise "
-                      f"shifts each posterior mean by about {tilt:.2g} posterior standard deviations (one draw for "
-                      "the whole chain; guessed from the private clip): spend more epsilon or use more rows "
-                      "(docs/tuning.md, 'Control variates')", SamplingWarning)
-        return sd
+    def checkpoint_state(self) -> dict:
+        """What a checkpoint keeps: all but the per-row gradients."""
+        return {"released": self.released, "scale_guess": self.scale_guess}
+
+    def __getstate__(self):
+        return self.checkpoint_state()  # copies and workers recompute the rows (the same values)
+
+
+def tune(kernel, result, *, base_clip: float, ratio_noise_multiplier: Optional[float], first_chain: bool,
+         alternative: Optional[Tuple[str, Callable]] = None) -> float:
+    """The default path with a control variate (post-processing of the tuning ``result``): the
+    posterior-scale guess (returned, and kept in ``kernel.reference``), the curvature clip from it
+    unless given, the chain's forecasts (``kernel.chain``; ``alternative``: another kernel's name and
+    the function of ``result`` that forecasts its effective samples, for the end-of-chain advice), and warnings before the first chain runs when the
+    forecast is short of a mean within one sd, or when the reference's noise would shift the means
+    by more than :data:`TILT_WARNING_SD` posterior sds."""
+    lik, name = kernel.lik, type(kernel).__name__
+    n, T = getattr(lik, "global_num_rows", lik.num_rows), lik.temperature
+    kernel.reference.scale_guess = sd = posterior_scale_guess(result.grad_clip, n, lik.dim, T)
+    kernel.forecast.noise_limited = False  # the residuals' noise does not grow with the move's length alone
+    nm = ratio_noise_multiplier  # what a longer run would buy (the end-of-chain advice)
+    ess = default_path.forecast_ess(kernel, result, nm, control_variate=True) if nm else None
+    kernel.forecast.longer_helps = default_path.longer_run_helps(kernel, result, nm, True, ess) if nm else True
+    if ess is not None and alternative is not None:  # the end-of-chain advice may name it
+        alt = alternative[1](result)
+        kernel.forecast.alternative_ess = None if alt is None else (alternative[0], alt, ess)
+    if nm and first_chain:  # feasibility before the chain runs (post-processing of the tuning)
+        need = monte_carlo_min_ess(lik.dim)  # the ESS itself, not Pyro's estimate of it
+        # the privacy noise is the cause: without it a run of this length would be forecast enough
+        if ess < need / 2.0 and default_path.forecast_ess(kernel, result, 0.0, control_variate=True) >= need:
+            warn_user(f"{name}: the forecast for this chain with its private clips (pyro_dp.feasibility) "
+                      f"is about {ess:.2g} effective samples, under half the {need:.3g} that a mean within one "
+                      "posterior sd needs: expect slow mixing and a warning at the end. Spend more epsilon or use "
+                      "more rows",
+                      SamplingWarning)
+    if not kernel.curvature_clip_given:
+        kernel.curvature_clip = default_curvature_clip(max(lik.likelihood_dim, 1), n, sd, T)
+    tilt = tilt_sd(T, kernel.reference_noise_multiplier, reference_clip(base_clip), sd)
+    if tilt is not None and tilt > TILT_WARNING_SD and first_chain:
+        warn_user(f"{name}(control_variate=True): at this budget the reference gradient's noise "
+                  f"shifts each posterior mean by about {tilt:.2g} posterior standard deviations (one draw for "
+                  "the whole chain; guessed from the private clip): spend more epsilon or use more rows "
+                  "(docs/tuning.md, 'Control variates')", SamplingWarning)
+    return sd

@@ -1,4 +1,4 @@
-r"""What a chain reports (mixin of :class:`~pyro_dp.kernels.base.DPKernel`): ``diagnostics()``
+r"""What a chain reports (a kernel's ``diagnostics()`` is :func:`chain_diagnostics`): ``diagnostics()``
 — acceptance, this chain's ε, its ledger, and the checks of its own draws that warn when it is
 likely wrong (:func:`~pyro_dp.checks.chain_problems`) — and ``logging()``, Pyro's progress-bar
 postfix. All post-processing of released values, except the keys starting with
@@ -6,13 +6,15 @@ postfix. All post-processing of released values, except the keys starting with
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from ..checks import ESS_ADVICE, SamplingWarning, chain_problems
 from ..warn import warn_user
 from .privacy_engine import PrivacyNotice
 
-__all__ = ["ChainReporting", "NONPRIVATE_PREFIX", "ALTERNATIVE_GAIN", "too_few_draws"]
+__all__ = ["chain_diagnostics", "NONPRIVATE_PREFIX", "ALTERNATIVE_GAIN", "NOISE_LIMITED_ALTERNATIVE", "too_few_draws"]
 
 #: A chain checks its own draws after warmup (:func:`~pyro_dp.checks.chain_problems`) when it has
 #: at least this many; it keeps at most ``MAX_CHECKED_DRAWS`` of them (the first ones).
@@ -59,121 +61,102 @@ def group_advice(lik) -> str:
     return GROUP_ADVICE.format(site=repr(named[0]) if len(named) == 1 else "...")
 
 
-class ChainReporting:
-    """``diagnostics()`` and ``logging()`` of a kernel's chain in progress (module docstring)."""
+#: what the noise-limited advice adds by default (the accept-test kernels: the kernel without a test);
+#: a kernel's ``noise_limited_alternative``
+NOISE_LIMITED_ALTERNATIVE = (", or use DPPenalty(model, epsilon=...) with its default control variate, whose "
+                             "test noise does not grow with the move (docs/tuning.md, 'Control variates'), or "
+                             "DPSGLD(model, epsilon=...), which has no accept test: its noise costs step length, "
+                             "not rejected moves (docs/tuning.md, 'Without an accept test')")
 
-    def _nonprivate(self) -> dict:
-        """Statistics of the raw data for ``diagnostics()`` (keys get :data:`NONPRIVATE_PREFIX`)."""
-        out = {"clipped fraction": self._clipped_sum / max(self._clipped_count, 1)}
-        if self.init is not None:
-            out["init clipped fraction"] = self.__dict__.get("_init_clipped_fraction", 0.0)
-        return out
 
-    def diagnostics(self) -> dict:
-        """Per-chain diagnostics (merged by ``MCMC.diagnostics()`` as ``{key: {"chain i": v}}``).
+def chain_diagnostics(kernel, nonprivate: Optional[dict] = None) -> dict:
+    """A kernel's per-chain diagnostics (merged by ``MCMC.diagnostics()`` as ``{key: {"chain i": v}}``).
+    It describes the chain **in progress** (``kernel.chain``): Pyro calls it at the end of each
+    chain, before ``cleanup()``. After ``mcmc.run`` the kernel holds no chain (a fresh, empty one:
+    ``"epsilon"`` 0.0, ``"private iterations"`` 0, with a :class:`PrivacyNotice` that gives the
+    total so far); read a run's chains from ``mcmc.diagnostics()`` and the total from
+    ``kernel.get_epsilon``.
 
-        It describes the chain **in progress**: Pyro calls it at the end of each chain, before
-        ``cleanup()``. After ``mcmc.run`` the kernel holds no chain (a fresh, empty one: ``"epsilon"``
-        0.0, ``"private iterations"`` 0, with a :class:`PrivacyNotice` that gives the total so far);
-        read a run's chains from ``mcmc.diagnostics()`` and the total from :meth:`get_epsilon`.
-        ``"epsilon"`` is this chain's own ε at ``"delta"`` under ``"relation"`` (the
-        neighbouring relation, :attr:`relation`: ``"substitute"`` unless the kernel was built
-        with ``relation="add_remove"``); the total over all chains and runs
-        is :meth:`get_epsilon` / :func:`pyro_dp.get_epsilon`. ``"privacy ledger"`` is this
-        chain's :class:`ChainLedger`. ``"divergences"`` is empty (these kernels do not detect
-        divergences; ArviZ and Pyro's summary expect the key). Everything here is
-        post-processing of released values, except the keys starting with
-        :data:`NONPRIVATE_PREFIX`, present only with ``nonprivate_diagnostics=True``: they are
-        computed from the raw data and are **not covered by ε**.
-        """
-        out = {
-            "acceptance rate": self._num_accepted / max(self._iteration, 1),
-            "epsilon": self.privacy.epsilon_now(chain_only=True),
-            "delta": self.reference_delta,
-            "relation": self.relation,  # the neighbouring relation epsilon is stated under
-            "private iterations": self._iteration,
-            "budget exhausted": self._budget_exhausted,
-            "budget exhausted cause": self._stop_cause_text,
-            "privacy ledger": self.privacy.live.copy(),
-            "divergences": [],
-        }
-        if self.nonprivate_diagnostics:
-            out.update({NONPRIVATE_PREFIX + k: v for k, v in self._nonprivate().items()})
-        if self._iteration == 0 and self.privacy.chains:  # asked between runs: "epsilon" 0.0 is no run's
-            self._diagnostics_warn(
-                f"{type(self).__name__}.diagnostics() describes the chain in progress and there is none (a run "
-                "has ended): its 'epsilon' 0.0 is an empty chain's, not the run's. Each chain's is in "
-                "mcmc.diagnostics(), the total in pyro_dp.get_epsilon(mcmc, delta): this kernel's chains so far "
-                f"spent epsilon={self.privacy.epsilon_now():.4g} at delta={self.reference_delta:g}", PrivacyNotice)
-        if self.default_budget and self._iteration > 0:  # Pyro asks once a chain
-            self._diagnostics_warn(self.privacy.default_budget_spent(type(self).__name__, out["epsilon"]), PrivacyNotice)
-        if self._iteration >= 10 and self._num_accepted == 0:  # Pyro asks at the end of each chain
-            self._diagnostics_warn(
-                f"this chain accepted none of its {self._iteration} proposals: its samples are its starting "
-                "point, not posterior draws. Lower llr_clip or the noise, shrink the proposal, or start closer "
-                "(pyro_dp.check_run(mcmc) checks a whole run)",
-                SamplingWarning,
-            )
-        elif not self._budget_exhausted and 0 < len(self._draws) < _MIN_CHECKED_DRAWS:
-            # too few to judge: say so instead of saying nothing (issue 61: eight runs of 30 draws,
-            # three far off, two with a sign flipped, none warned)
-            problem = too_few_draws(len(self._draws))
-            out["sampling problems"] = (problem,)
-            self._diagnostics_warn(f"{type(self).__name__} chain: {problem}", SamplingWarning)
-        elif not self._budget_exhausted and len(self._draws) >= _MIN_CHECKED_DRAWS:
-            # never silently wrong: this chain's own draws, checked at its end (post-processing)
-            problems = chain_problems(self.lik.to_unconstrained(torch.stack(self._draws)).cpu(),
-                                      names=self.lik.coordinate_names(), advice=self._ess_advice(),
-                                      expected_sd=self._metric_sd)
-            out["sampling problems"] = tuple(problems)
-            for p in problems:
-                self._diagnostics_warn(f"{type(self).__name__} chain: {p} (pyro_dp.check_run(mcmc) also compares "
-                                       "chains)", SamplingWarning)
-        return out
+    ``"epsilon"`` is this chain's own ε at ``"delta"`` under ``"relation"`` (the neighbouring
+    relation: ``"substitute"`` unless the kernel was built with ``relation="add_remove"``); the
+    total over all chains and runs is ``kernel.get_epsilon`` / :func:`pyro_dp.get_epsilon`.
+    ``"privacy ledger"`` is this chain's :class:`~pyro_dp.kernels.privacy_engine.ChainLedger`.
+    ``"divergences"`` is empty (these kernels do not detect divergences; ArviZ and Pyro's summary
+    expect the key). Everything here is post-processing of released values, except the keys
+    starting with :data:`NONPRIVATE_PREFIX` (``nonprivate``: present only with
+    ``nonprivate_diagnostics=True``): they are computed from the raw data and are **not covered by ε**.
+    A chain with enough draws after warmup checks them (:func:`~pyro_dp.checks.chain_problems`)
+    and warns, once per chain state, when it is likely wrong.
+    """
+    chain, engine, name = kernel.chain, kernel.privacy, type(kernel).__name__
+    out = {
+        "acceptance rate": chain.acceptance_rate,
+        "epsilon": engine.epsilon_now(chain_only=True),
+        "delta": engine.reference_delta,
+        "relation": engine.relation,  # the neighbouring relation epsilon is stated under
+        "private iterations": chain.iteration,
+        "budget exhausted": engine.stopped,
+        "budget exhausted cause": engine.stop_cause,
+        "privacy ledger": engine.live.copy(),
+        "divergences": [],
+    }
+    if nonprivate is not None:
+        out.update({NONPRIVATE_PREFIX + k: v for k, v in nonprivate.items()})
 
-    def _ess_advice(self) -> str:
-        """What the effective-sample-size warning advises: where the default path found the
-        privacy noise to limit each move (before the chain ran, public), running longer does
-        not help at the same ε: the noise per iteration grows with the number of iterations."""
-        if self.__dict__.get("_noise_limited"):
-            advice = ("at this epsilon more iterations will not help (the privacy noise per iteration grows with their "
-                      "number, see the warning before the chain ran): spend more epsilon, use more rows"
-                      + self._noise_limited_alternative)
-        elif self.__dict__.get("_longer_helps") is False:
-            advice = ("the forecast for this chain (pyro_dp.feasibility, with its private clips) gives a run twice as "
-                      "long at this epsilon few more effective samples (the privacy noise per iteration grows with the "
-                      "run's length): spend more epsilon or use more rows")
-        else:
-            advice = ESS_ADVICE
-        alt = self.__dict__.get("_alternative_ess")  # (kernel, its forecast, this chain's): post-processing
-        if alt is not None and alt[1] >= ALTERNATIVE_GAIN * alt[2]:
-            advice += (f"; {alt[0]}(model, epsilon=...) is forecast to give about {alt[1]:.2g} effective samples here, "
-                       f"against {alt[2]:.2g} for this kernel (docs/choosing.md)")
-        mask = getattr(self.lik, "likelihood_mask", None)  # latents outside the likelihood (structure): hierarchical
-        if self._group_advice and mask is not None and not bool(mask.all()):
-            advice += group_advice(self.lik)
-        return advice
-
-    #: whether the ESS advice names DPGroupedPenalty for hierarchical models (not DPGroupedPenalty itself)
-    _group_advice = True
-
-    #: what the noise-limited advice adds (the accept-test kernels: the kernel without a test)
-    _noise_limited_alternative = (", or use DPPenalty(model, epsilon=...) with its default control variate, whose "
-                                  "test noise does not grow with the move (docs/tuning.md, 'Control variates'), or "
-                                  "DPSGLD(model, epsilon=...), which has no accept test: its noise costs step length, "
-                                  "not rejected moves (docs/tuning.md, 'Without an accept test')")
-
-    def _diagnostics_warn(self, message: str, category) -> None:
-        """Warn from :meth:`diagnostics` once per chain state: calling it again before the
-        chain has moved (Pyro asks once per chain; users and ``check_run`` ask again) returns the
-        same values without repeating the warning."""
-        warned = self.__dict__.setdefault("_diagnostics_warned", set())
-        if (self._iteration, message) not in warned:
-            warned.add((self._iteration, message))
+    def warn(message: str, category) -> None:  # once per chain state: asking again repeats nothing
+        if (chain.iteration, message) not in chain.warned:
+            chain.warned.add((chain.iteration, message))
             warn_user(message, category)
 
-    def logging(self):
-        return {
-            "acc. rate": f"{self._num_accepted / max(self._iteration, 1):.3f}",
-            "eps": self.privacy.logged_epsilon(self._iteration),
-        }
+    if chain.iteration == 0 and engine.chains:  # asked between runs: "epsilon" 0.0 is no run's
+        warn(f"{name}.diagnostics() describes the chain in progress and there is none (a run "
+             "has ended): its 'epsilon' 0.0 is an empty chain's, not the run's. Each chain's is in "
+             "mcmc.diagnostics(), the total in pyro_dp.get_epsilon(mcmc, delta): this kernel's chains so far "
+             f"spent epsilon={engine.epsilon_now():.4g} at delta={engine.reference_delta:g}", PrivacyNotice)
+    if engine.default_budget and chain.iteration > 0:  # Pyro asks once a chain
+        warn(engine.default_budget_spent(name, out["epsilon"]), PrivacyNotice)
+    if chain.iteration >= 10 and chain.accepted == 0:  # Pyro asks at the end of each chain
+        warn(f"this chain accepted none of its {chain.iteration} proposals: its samples are its starting "
+             "point, not posterior draws. Lower llr_clip or the noise, shrink the proposal, or start closer "
+             "(pyro_dp.check_run(mcmc) checks a whole run)", SamplingWarning)
+    elif not engine.stopped and 0 < len(chain.draws) < _MIN_CHECKED_DRAWS:
+        # too few to judge: say so instead of saying nothing (issue 61: eight runs of 30 draws,
+        # three far off, two with a sign flipped, none warned)
+        problem = too_few_draws(len(chain.draws))
+        out["sampling problems"] = (problem,)
+        warn(f"{name} chain: {problem}", SamplingWarning)
+    elif not engine.stopped and len(chain.draws) >= _MIN_CHECKED_DRAWS:
+        # never silently wrong: this chain's own draws, checked at its end (post-processing)
+        lik = kernel.lik
+        problems = chain_problems(lik.to_unconstrained(torch.stack(chain.draws)).cpu(),
+                                  names=lik.coordinate_names(), advice=ess_advice(kernel),
+                                  expected_sd=chain.metric_sd)
+        out["sampling problems"] = tuple(problems)
+        for p in problems:
+            warn(f"{name} chain: {p} (pyro_dp.check_run(mcmc) also compares chains)", SamplingWarning)
+    return out
+
+
+def ess_advice(kernel) -> str:
+    """What the effective-sample-size warning advises: where the default path found the
+    privacy noise to limit each move (before the chain ran, public), running longer does
+    not help at the same ε: the noise per iteration grows with the number of iterations."""
+    chain = kernel.chain
+    if kernel.forecast.noise_limited:
+        advice = ("at this epsilon more iterations will not help (the privacy noise per iteration grows with their "
+                  "number, see the warning before the chain ran): spend more epsilon, use more rows"
+                  + kernel.noise_limited_alternative)
+    elif kernel.forecast.longer_helps is False:
+        advice = ("the forecast for this chain (pyro_dp.feasibility, with its private clips) gives a run twice as "
+                  "long at this epsilon few more effective samples (the privacy noise per iteration grows with the "
+                  "run's length): spend more epsilon or use more rows")
+    else:
+        advice = ESS_ADVICE
+    alt = kernel.forecast.alternative_ess  # (kernel, its forecast, this chain's): post-processing
+    if alt is not None and alt[1] >= ALTERNATIVE_GAIN * alt[2]:
+        advice += (f"; {alt[0]}(model, epsilon=...) is forecast to give about {alt[1]:.2g} effective samples here, "
+                   f"against {alt[2]:.2g} for this kernel (docs/choosing.md)")
+    mask = getattr(kernel.lik, "likelihood_mask", None)  # latents outside the likelihood (structure): hierarchical
+    if kernel.advises_grouped and mask is not None and not bool(mask.all()):
+        advice += group_advice(kernel.lik)
+    return advice

@@ -11,9 +11,9 @@ move draws :math:`\theta'` from :math:`q(\cdot\mid\theta, G(\theta))` with the p
 accepted. This is Metropolis–Hastings on the pair :math:`(\theta, G(\theta))` with :math:`G`
 drawn from its law given :math:`\theta`, so the law of :math:`G` cancels in the ratio and any
 move with a correct density ratio leaves the posterior invariant (Räisä, Koskela & Honkela
-2021, Thm 3.1). ``tests/kernels/test_gradient_proposals.py`` checks that the shell with
-MALA's move gives :func:`~.mh.langevin_proposal`'s proposals exactly (same draws, events and
-ratio), so the latter can be re-expressed on it.
+2021, Thm 3.1). The shell lives in :mod:`~.mh` (:func:`~.mh.gradient_proposal`), where
+:func:`~.mh.langevin_proposal` is written on it (``tests/kernels/test_gradient_proposals.py``
+checks that it gives DP-MALA's chain and ledger exactly).
 """
 from __future__ import annotations
 
@@ -23,41 +23,10 @@ import torch
 import torch.nn.functional as F
 
 from .base import check_positive
-from .mh import Proposal
+from .mh import Proposal, gradient_proposal  # noqa: F401 (re-exported: the shell, used by barker_proposal)
 from .proposals import release_gradient, sample_momentum
 
-__all__ = ["gradient_proposal", "barker_move", "barker_log_q_ratio", "barker_proposal"]
-
-
-def gradient_proposal(lik, grad_clip: float, noise_multiplier: float, move: Callable,
-                      log_q_ratio: Callable) -> Callable[..., Proposal]:
-    r"""A proposal ``propose(rng, noise, state) -> Proposal`` from the released gradient (module
-    docstring): ``move(rng, z, G(z)) -> z'`` draws from the public stream ``rng`` only (data-free
-    given the released :math:`G`), and ``log_q_ratio(z, G(z), z', G(z'))`` is
-    :math:`\log q(z\mid z') - \log q(z'\mid z)` for that move. Each gradient is
-    :func:`~.proposals.release_gradient`'s :math:`G = T(\sum_i \mathrm{clip}_{b_g}\nabla\ell_i +
-    \mathcal N(0, (\mathrm{nm}\cdot 2b_g)^2 I)) + \nabla\log p` from the secret stream ``noise``,
-    reported as one Gaussian event: two on the chain's first iteration, one after. The accept
-    rule's ratio release needs ``state.cache`` = the per-example log-likelihoods at :math:`z`
-    (set with the first gradient, then by the rule)."""
-
-    def propose(rng, noise, state):
-        events, s = [], state
-
-        def gradient(z):
-            g, (ll, _, rel) = release_gradient(noise, lik, z, grad_clip=grad_clip, noise_multiplier=noise_multiplier)
-            events.append(rel.event)
-            return g, ll
-
-        if s.grad is None:  # the chain's first gradient, released lazily (set-up stays data-free)
-            g0, ll0 = gradient(s.z)
-            s = s._replace(grad=g0, cache=ll0)
-        z_new = move(rng, s.z, s.grad)
-        g_new, _ = gradient(z_new)
-        return Proposal(z_new, log_q_ratio(s.z, s.grad, z_new, g_new), events=tuple(events), grad=g_new,
-                        state=s if s is not state else None)
-
-    return propose
+__all__ = ["barker_move", "barker_log_q_ratio", "barker_proposal"]
 
 
 def barker_move(rng: torch.Generator, z: torch.Tensor, grad: torch.Tensor, scale) -> torch.Tensor:

@@ -109,6 +109,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
+from . import default_path
 from ..mechanisms import GaussianEvent, clip_and_sum, clipped_fraction, gaussian_event, gaussian_release_spec
 from .base import check_positive
 from .mh import MHInfo, MHState, mh_step, random_walk_proposal
@@ -344,7 +345,7 @@ class DPGroupedPenalty(DPPenalty):
         scale guessed from the private gradient clip with :math:`N/G` rows. With ``adapt_proposal``
         (the default when the scales are tuned) it adapts during warmup towards
         :data:`GROUP_TARGET_ACCEPT_PROB` (Robbins–Monro on the log scale from the groups' mean
-        acceptance, gain :math:`t^{-0.6}`, as :class:`~.proposals.AdaptiveProposalScale`;
+        acceptance, gain :math:`t^{-0.6}`, as :class:`~.proposals.ProposalScaleAdaptation`;
         post-processing, no privacy); ``target_accept_prob`` is step 1's.
     :param llr_clip: :math:`b`, as DPPenalty's (in the likelihood's coordinates); the grouped
         step clips each row's vector of ratios per unit move, :math:`(r_{ig}/|\Delta_g|)_g`, to L2 norm :math:`b`.
@@ -380,8 +381,8 @@ class DPGroupedPenalty(DPPenalty):
     ([], [GaussianEvent(noise_multiplier=2.0)])
     """
 
-    _control_variate_step = False  # per-group releases of its own (the plain test on each group's move)
-    _group_advice = False  # (diagnostics' ESS advice) it is the kernel the advice names
+    runs_control_variate = False  # per-group releases of its own (the plain test on each group's move)
+    advises_grouped = False  # (diagnostics' ESS advice) it is the kernel the advice names
 
     whiten_by_default = False  # whitening would mix the group coordinates with the others
     scale_by_default = True  # per-coordinate scales are diagonal: the groups stay separate
@@ -416,7 +417,7 @@ class DPGroupedPenalty(DPPenalty):
         self._group_clip_value = None
         self._sd_g = None
         self._group_log_scale = None
-        self._prior_log_scale = 0.0
+        self.prior_sweeps.log_scale = 0.0
         self._group_accepts = [0.0, 0]
 
     # ------------------------------------------------------------------ structure (data-free)
@@ -469,11 +470,11 @@ class DPGroupedPenalty(DPPenalty):
     def _init_state(self, z):
         state = super()._init_state(z)
         coords, _, _, prior_only = self._groups()
-        if self._num_setups == 1 and self._iteration == 0 and not _prior_factorises(self.lik, z, coords):
+        if self.num_setups == 1 and self.chain.iteration == 0 and not _prior_factorises(self.lik, z, coords):
             raise ValueError(f"the prior of group_site={self.group_site!r} does not factorise over its coordinates "
                              "given the other latents: the grouped update assumes independent group effects "
                              "(a plate of independent draws)")
-        if self._iteration == 0 or self._group_log_scale is None:  # a new chain: the given or tuned scale
+        if self.chain.iteration == 0 or self._group_log_scale is None:  # a new chain: the given or tuned scale
             s = self.group_scale
             if s is None:
                 s = float(torch.as_tensor(self.proposal_scale if self.proposal_scale is not None else 1.0,
@@ -483,7 +484,7 @@ class DPGroupedPenalty(DPPenalty):
             self._group_clip_value = None  # released again at this chain's first step (default path)
             given = self.proposal_scale if self.proposal_scale is not None else 1.0
             p = torch.as_tensor(given, dtype=torch.float64).expand(self.lik.dim)[prior_only.cpu() > 0]
-            self._prior_log_scale = math.log(float(p.mean())) if p.numel() else 0.0
+            self.prior_sweeps.log_scale = math.log(float(p.mean())) if p.numel() else 0.0
         return state
 
     def _apply_tuning(self, result):
@@ -493,7 +494,7 @@ class DPGroupedPenalty(DPPenalty):
         if "proposal_scale" not in self.auto_tuned:
             return
         n, T, d = getattr(self.lik, "global_num_rows", self.lik.num_rows), self.lik.temperature, self.lik.dim
-        jump, sd = self._move_scales(result, self.noise_multiplier)
+        jump, sd = default_path.move_scales(self, result, self.noise_multiplier)
         free = 2.38 / math.sqrt(max(d - coords.numel(), 1)) * sd  # Roberts, Gelman & Gilks 1997
         d_lik = max(int(lik_others.sum()), 1)  # step 1 pays noise for these only (group coordinates fixed)
         lik_scale = min(jump / math.sqrt(d_lik), free)
@@ -517,7 +518,7 @@ class DPGroupedPenalty(DPPenalty):
     def _step(self, state):
         coords, lik_others, has_others, prior_only = self._groups()
         events, fracs, moved = [], [], False
-        warmup = self.adapt_proposal and self._iteration < self._warmup_steps
+        warmup = self.adapt_proposal and self.chain.iteration < self.chain.warmup_steps
         if self.auto_group_clip and self._group_clip_value is None:  # the chain's first step (declared)
             q = self.init.llr_quantile  # not the raised ratio_quantile: see GROUP_CLIP_NOISE_RATIO
             clip, event = private_group_clip(self.lik, state.z, coords, q, self._group_clip_noise(), self._noise,
@@ -528,7 +529,8 @@ class DPGroupedPenalty(DPPenalty):
             self._group_clip_value = min(clip, float(self.llr_clip))
             self._set_group_scale()
         if bool(prior_only.any()):  # step 0: data-free MH on the coordinates that enter only the prior
-            state, moved = self._prior_sweeps(state, prior_only, warmup)
+            state, moved = self.prior_sweeps.run(self.lik, self._rng, state, prior_only, iteration=self.chain.iteration,
+                                                 target_accept_prob=self.target_accept_prob, warmup=warmup)
         if has_others:  # step 1: DPPenalty's step on the other likelihood coordinates, the groups held fixed
             scale = self.adapted_proposal_scale * lik_others
             state, info = mh_step(self._rng, self._noise, state, release_accept=self._release_accept,
@@ -544,8 +546,8 @@ class DPGroupedPenalty(DPPenalty):
         fracs.append(g.clipped_fraction)
         rate = float(g.accepted.to(torch.float64).mean())
         if warmup:  # post-processing, as _adapt
-            self._group_log_scale += (self._iteration + 1.0) ** -0.6 * (rate - GROUP_TARGET_ACCEPT_PROB)
-        elif self._iteration >= self._warmup_steps:
+            self._group_log_scale += (self.chain.iteration + 1.0) ** -0.6 * (rate - GROUP_TARGET_ACCEPT_PROB)
+        elif self.chain.iteration >= self.chain.warmup_steps:
             self._group_accepts = [self._group_accepts[0] + rate, self._group_accepts[1] + 1]
         moved = moved or bool(g.accepted.any())
         # accepted: the state moved (either step); the groups' own rate is group_acceptance_rate

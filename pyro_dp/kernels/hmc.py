@@ -47,6 +47,7 @@ from typing import Optional, Tuple
 import torch
 from pyro.ops.dual_averaging import DualAveraging
 
+from . import default_path
 from ..accounting.algorithms import (default_noise_ratio, dphmc_events, dphmc_max_iterations,
                                     dphmc_max_iterations_zcdp, dphmc_mu)
 from ..compiled import cached_zeros
@@ -58,7 +59,7 @@ from .hmc_graphs import flat_gradient as _flat_gradient, one_graph_or_eager as _
 from .mh import RatioRelease, can_fuse, propose_release_accept, valid_move
 from .penalty import DPPenalty
 from .prediction import HMC_GRADIENT_GAIN, gradient_gain
-from .prior_sweeps import PriorOnlySweeps
+from .prior_sweeps import PriorSweeps
 from .proposals import DEFAULT_TARGET_ACCEPT_PROB as WALK_TARGET_ACCEPT
 from .proposals import (accept_uniform, gradient_release_fn, jitter_factor,
                         penalty_log_accept_threshold, release_gradient, sample_momentum)
@@ -253,7 +254,7 @@ def hmc_step(
     return new, info
 
 
-class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
+class DPHMC(DPKernel):
     r"""Differentially private HMC (Räisä, Koskela & Honkela 2021) as a Pyro ``MCMCKernel``.
 
     :param model: Pyro model with its observed sites in a data plate.
@@ -379,6 +380,7 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
         if auto and kwargs.get("init_strategy") is None:
             kwargs["init_strategy"] = init_to_center  # the tuner's data-free start: the prior centre
         super().__init__(model, **kwargs)
+        self.prior_sweeps = PriorSweeps()  # data-free sweeps of the prior-only coordinates (default path)
         #: settings the kernel tunes privately at every chain's start (left out by the user)
         self.auto_tuned = auto
         if adapt_step_size is None:
@@ -424,8 +426,12 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
         self.grad_noise_multiplier = grad_noise_multiplier
         self.llr_noise_multiplier = llr_noise_multiplier
         self.llr_noise_multiplier_given = given == (True, True)
-        self._init_control_variate(control_variate, curvature_clip, reference_share, reference_noise_multiplier,
-                                   explicit_noise=given == (True, True))
+        (self.control_variate, self.curvature_clip, self.curvature_clip_given, self.reference_share,
+         self.reference_noise_multiplier) = cv_mod.check_settings(
+            control_variate, curvature_clip, reference_share, reference_noise_multiplier, owner=type(self).__name__,
+            auto_tuned=bool(self.auto_tuned), runs_control_variate=True, explicit_noise=given == (True, True),
+            check_noise_multiplier=self._check_noise_multiplier)
+        self.reference = cv_mod.ChainReference()  # this chain's reference release (control_variate)
         if gradients is False and not self.control_variate:
             raise ValueError("gradients=False (a random walk of num_steps steps under the penalty test) runs on the "
                              "control variate: leave control_variate out (or True), or use DPPenalty")
@@ -434,7 +440,7 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
         self._adapted_step_size = self.step_size
         self._step_floor = 0.0
         if self.auto_tuned:
-            self.init = self._auto_tuner()
+            self.init = default_path.auto_tuner(self)
 
     def _rows_per_iteration(self):
         # auto_compile: num_steps gradient sums and one ratio over every row (the released gradient is reused)
@@ -458,7 +464,7 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
                 or self.epsilon is None or getattr(self, "lik", None) is None):
             return True
         iterations = int(self.num_iterations or DEFAULT_ITERATIONS)
-        warmup = min(int(self._warmup_steps), iterations - 1)
+        warmup = min(int(self.chain.warmup_steps), iterations - 1)
         return _hmc_gradient_gain(
             num_rows=int(getattr(self.lik, "global_num_rows", self.lik.num_rows)), epsilon=float(self.epsilon),
             delta=float(self.delta), dim=max(int(self.lik.likelihood_dim), 1), num_samples=iterations - warmup,
@@ -467,12 +473,9 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
 
     @property
     def forecast_kernel(self) -> str:
-        """DefaultPath.forecast_kernel: without gradient releases DP-HMC is the random walk
+        """The default path's forecast kernel (``DPKernel.forecast_kernel``): without gradient releases DP-HMC is the random walk
         (:func:`~.control_variate.cv_walk_step`) and is forecast as one."""
         return "DPHMC" if self.uses_gradients else "DPPenalty"
-
-    #: the kernel the end-of-chain advice may point to (ControlVariateClient._tune_control_variate)
-    alternative_kernel = "DPPenalty"
 
     def _alternative_forecast(self, result) -> Optional[float]:
         """For the end-of-chain advice: the effective samples DPPenalty's default path (its
@@ -483,7 +486,7 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
         iterations = int(self.num_iterations or DEFAULT_ITERATIONS)
         nm, _ = _default_noise(DPPenalty, float(self.epsilon), float(self.delta), iterations,
                                int(self.num_chains or 1), float(self.lik.temperature), 1, True)
-        return self._forecast_ess(result, nm, control_variate=True, kernel="DPPenalty")
+        return default_path.forecast_ess(self, result, nm, control_variate=True, forecast_kernel="DPPenalty")
 
     # ------------------------------------------------------------------ privacy plan
     def _events_for(self, nm_l: float, nm_g: float):
@@ -496,16 +499,14 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
 
     def _fixed_events(self):
         g10 = self._events_for(self.llr_noise_multiplier, self.grad_noise_multiplier)[0]
-        return self._fixed_reference_events() + list(g10)
+        return cv_mod.reference_events(self.control_variate, self.reference_noise_multiplier) + list(g10)
 
     def _step_events(self, state):
         # a state without a released gradient (a new chain, or params changed from outside)
         # releases G(z) first: thesis Alg. 3's G_{1,0}, on top of the iteration's releases
         extra = self._events_for(self.llr_noise_multiplier, self.grad_noise_multiplier)[0] if state.grad is None else []
-        return self._reference_events() + list(extra) + list(self._per_iteration_events())
-
-    def _reference_base_clip(self):
-        return self.grad_clip
+        return self.reference.events(self.control_variate, self.reference_noise_multiplier) + list(extra) + \
+            list(self._per_iteration_events())
 
     def _calibrate(self):
         if self.llr_noise_multiplier is None:
@@ -527,8 +528,7 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
     # ------------------------------------------------------------------ lifecycle
     _chain_attrs = DPKernel._chain_attrs + ("_grad_clip_sum", "_llr_clip_sum", "_llr_count", "_adapted_step_size",
                                             "_adapter", "_inv_mass", "_mass_sqrt", "step_size", "grad_clip",
-                                            "llr_clip", "_step_floor") + cv_mod.ControlVariateClient.cv_chain_attrs + \
-        PriorOnlySweeps._chain_attrs
+                                            "llr_clip", "_step_floor", "curvature_clip", "reference", "prior_sweeps")
 
     def _ratio_noise_multiplier(self):
         return self.llr_noise_multiplier
@@ -542,7 +542,8 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
             self.llr_clip = result.llr_clip
         sweep = self._sweep_mask
         if self.control_variate:  # near the start no move is noise-limited: a noise-free start, adapted in warmup
-            sd = self._tune_control_variate(result)
+            sd = cv_mod.tune(self, result, base_clip=self.grad_clip, ratio_noise_multiplier=self._ratio_noise_multiplier(),
+                             first_chain=self._chain_index == 0, alternative=("DPPenalty", self._alternative_forecast))
             if "step_size" in self.auto_tuned:
                 d_lik = max(self.lik.likelihood_dim, 1)  # leapfrog on a Gaussian of scale sd (Neal 2011 §5.4.4); the
                 # walk's L eta: DPPenalty's start, 2.38 sd / sqrt(D) (Roberts, Gelman & Gilks 1997)
@@ -550,7 +551,7 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
                 self.step_size = self._adapted_step_size = eta
                 self._step_floor = eta / 10.0
         elif "step_size" in self.auto_tuned:
-            jump, sd = self._move_scales(result, self.llr_noise_multiplier)
+            jump, sd = default_path.move_scales(self, result, self.llr_noise_multiplier)
             d_lik = max(self.lik.likelihood_dim, 1)
             # a trajectory of L steps moves the likelihood's d_lik coordinates about L*eta*sqrt(d_lik)
             # (unit mass; the ratio clip measures only those, PrivateLikelihood.jump_norm): penalty noise sd ~ 1
@@ -560,11 +561,11 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
         # latents outside the likelihood: data-free sweeps (before 2026-11-28 a lighter mass on the
         # plain path, unit mass on the control variate's; docs/tuning.md)
         if sweep is not None:  # their sweeps' adaptation starts at the likelihood's noise-free scale
-            self._prior_log_scale = math.log(2.38 / math.sqrt(max(self.lik.likelihood_dim, 1)) * sd)
+            self.prior_sweeps.log_scale = math.log(2.38 / math.sqrt(max(self.lik.likelihood_dim, 1)) * sd)
 
     @property
     def _sweep_mask(self):  # the default path's prior-only coordinates (module prior_sweeps)
-        return self._prior_only_mask("step_size" in self.auto_tuned and self.mass is None)
+        return PriorSweeps.mask(self.lik, "step_size" in self.auto_tuned and self.mass is None)
 
     def _reset_chain_stats(self):
         super()._reset_chain_stats()
@@ -582,24 +583,26 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
         self._inv_mass, self._mass_sqrt = 1.0 / mass.reshape(-1), mass.reshape(-1).sqrt()
         if self._sweep_mask is not None:  # held fixed by the trajectory: inverse mass 0 (module prior_sweeps)
             self._inv_mass = self._inv_mass * (1.0 - self._sweep_mask.to(z.dtype))
-        self._reset_reference()
+        self.reference.reset()
         return hmc_init(self.lik, z)
 
     def _step_size_now(self) -> float:
         eta = self._adapted_step_size
-        return eta * jitter_factor(self._iteration) if self.jitter else eta
+        return eta * jitter_factor(self.chain.iteration) if self.jitter else eta
 
     def _step(self, state):
         if (sweep := self._sweep_mask) is not None:  # data-free steps on the prior-only coordinates (prior_sweeps)
-            state, _ = self._prior_sweeps(state, sweep, self.adapt_step_size and
-                                          self._iteration < self._warmup_steps)
+            state, _ = self.prior_sweeps.run(self.lik, self._rng, state, sweep, iteration=self.chain.iteration,
+                                             target_accept_prob=self.target_accept_prob,
+                                             warmup=self.adapt_step_size and self.chain.iteration < self.chain.warmup_steps)
         kw = dict(step_size=self._step_size_now(), num_steps=self.num_steps, inv_mass=self._inv_mass,
                   mass_sqrt=self._mass_sqrt, grad_noise_multiplier=self.grad_noise_multiplier,
                   llr_noise_multiplier=self.llr_noise_multiplier)
         events, cv = (), None
         if self.control_variate:  # module control_variate: the reference once per chain, then its residuals
-            events = self._ensure_reference(state.z)
-            cv = (self._cv, self.curvature_clip, self.reference_clip)
+            clip = cv_mod.reference_clip(self.grad_clip)
+            events = self.reference.ensure(self.lik, self._noise, state.z, clip, self.reference_noise_multiplier)
+            cv = (self.reference.rows, self.curvature_clip, clip)
         if self.uses_gradients:
             state, info = hmc_step(self._rng, self._noise, state, self.lik, grad_clip=self.grad_clip,
                                    llr_clip=self.llr_clip, control_variate=cv,
@@ -619,7 +622,7 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
     def _adapt(self, info):
         # Hoffman & Gelman 2014, Alg. 5 (as Pyro's HMC): dual averaging of log η on the
         # acceptance probability computed from the *released* λ̂ (post-processing: no privacy cost).
-        i, warmup = self._iteration, self._warmup_steps
+        i, warmup = self.chain.iteration, self.chain.warmup_steps
         if not self.adapt_step_size or i >= warmup:
             return
         if self._adapter is None:
@@ -629,7 +632,7 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
         self._adapted_step_size = max(math.exp(x_avg if i == warmup - 1 else x), self._step_floor)
 
     def _nonprivate(self) -> dict:
-        return {**super()._nonprivate(), "gradient clipped fraction": self._grad_clip_sum / max(self._iteration, 1),
+        return {**super()._nonprivate(), "gradient clipped fraction": self._grad_clip_sum / max(self.chain.iteration, 1),
                 "ratio clipped fraction": self._llr_clip_sum / max(self._llr_count, 1)}
 
     def diagnostics(self) -> dict:
@@ -643,13 +646,13 @@ class DPHMC(cv_mod.ControlVariateClient, PriorOnlySweeps, DPKernel):
 @functools.lru_cache(maxsize=256)
 def _default_noise(kernel_cls, epsilon: float, delta: float, iterations: int, chains: int, temperature: float,
                    num_steps: int, control_variate: bool = True, gradients: bool = True):
-    """``kernel_cls``'s :meth:`~pyro_dp.kernels.default_path.DefaultPath.default_path_noise` (DPHMC
+    """``kernel_cls``'s :func:`~pyro_dp.kernels.default_path.default_path_noise` (DPHMC
     with ``gradients`` or without; DPPenalty), in :func:`~.prediction.gradient_gain`'s order of
     arguments. Cached: the tuner is only read."""
     settings = dict(control_variate=bool(control_variate))
     if kernel_cls is DPHMC:
         settings.update(num_steps=num_steps, gradients=gradients)
-    return kernel_cls.default_path_noise(epsilon=epsilon, delta=delta, num_iterations=iterations, num_chains=chains,
+    return default_path.default_path_noise(kernel_cls, epsilon=epsilon, delta=delta, num_iterations=iterations, num_chains=chains,
                                          temperature=temperature, **settings)
 
 

@@ -44,10 +44,10 @@ import torch
 from ..accounting import calibrate_noise_multiplier
 from ..mechanisms import GaussianEvent, gaussian_event
 from .base import DPKernel, check_positive
-from .proposals import (DEFAULT_TARGET_ACCEPT_PROB, AdaptiveProposalScale, flip_direction, initial_directions,
+from .proposals import (DEFAULT_TARGET_ACCEPT_PROB, ProposalScaleAdaptation, flip_direction, initial_directions,
                         random_walk, release_gradient, sample_momentum)
 
-__all__ = ["MHState", "MHInfo", "RatioRelease", "Proposal", "mh_init", "mh_step", "propose_release_accept",
+__all__ = ["gradient_proposal", "MHState", "MHInfo", "RatioRelease", "Proposal", "mh_init", "mh_step", "propose_release_accept",
            "valid_move", "release_then_accept",
            "random_walk_proposal", "langevin_proposal", "RandomWalkKernel", "check_batch_size", "can_fuse"]
 
@@ -198,15 +198,16 @@ def random_walk_proposal(proposal_scale, mode: str = "full") -> Callable[..., Pr
     return propose
 
 
-def langevin_proposal(lik, step_size: float, grad_clip: float, noise_multiplier: float) -> Callable[..., Proposal]:
-    r"""The Langevin (MALA) proposal :math:`\theta' = \theta + \tfrac h2 G(\theta) + \sqrt h\,\xi`
-    (Roberts & Tweedie 1996) on the released gradient :math:`G` of
-    :func:`~.proposals.release_gradient` (DP-HMC's, Räisä 2021 thesis Alg. 3: reused from the
-    state; the chain's first one released here): releases :math:`G(\theta')`, which the reverse
-    density needs, :math:`\log q(\theta|\theta') - \log q(\theta'|\theta)` with
-    :math:`q(a|b) = \mathcal N(b + \tfrac h2 G(b), hI)`. MH on :math:`(\theta, G(\theta))`; the
-    accept rule's ratio release needs ``state.cache`` = the per-example log-likelihoods."""
-    h = float(step_size)
+def gradient_proposal(lik, grad_clip: float, noise_multiplier: float, move: Callable,
+                      log_q_ratio: Callable) -> Callable[..., Proposal]:
+    r"""A proposal ``propose(rng, noise, state) -> Proposal`` from the released gradient (:mod:`~.gradient_proposals`): ``move(rng, z, G(z)) -> z'`` draws from the public stream ``rng`` only (data-free
+    given the released :math:`G`), and ``log_q_ratio(z, G(z), z', G(z'))`` is
+    :math:`\log q(z\mid z') - \log q(z'\mid z)` for that move. Each gradient is
+    :func:`~.proposals.release_gradient`'s :math:`G = T(\sum_i \mathrm{clip}_{b_g}\nabla\ell_i +
+    \mathcal N(0, (\mathrm{nm}\cdot 2b_g)^2 I)) + \nabla\log p` from the secret stream ``noise``,
+    reported as one Gaussian event: two on the chain's first iteration, one after. The accept
+    rule's ratio release needs ``state.cache`` = the per-example log-likelihoods at :math:`z`
+    (set with the first gradient, then by the rule)."""
 
     def propose(rng, noise, state):
         events, s = [], state
@@ -219,13 +220,34 @@ def langevin_proposal(lik, step_size: float, grad_clip: float, noise_multiplier:
         if s.grad is None:  # the chain's first gradient, released lazily (set-up stays data-free)
             g0, ll0 = gradient(s.z)
             s = s._replace(grad=g0, cache=ll0)
-        xi = sample_momentum(rng, 1.0, s.z)  # N(0, I) from the public stream (MALA is one-step HMC)
-        z_new = s.z + h / 2 * s.grad + math.sqrt(h) * xi
+        z_new = move(rng, s.z, s.grad)
         g_new, _ = gradient(z_new)
-        log_q = (((z_new - s.z - h / 2 * s.grad) ** 2).sum() - ((s.z - z_new - h / 2 * g_new) ** 2).sum()) / (2 * h)
-        return Proposal(z_new, log_q, events=tuple(events), grad=g_new, state=s if s is not state else None)
+        return Proposal(z_new, log_q_ratio(s.z, s.grad, z_new, g_new), events=tuple(events), grad=g_new,
+                        state=s if s is not state else None)
 
     return propose
+
+
+
+def langevin_proposal(lik, step_size: float, grad_clip: float, noise_multiplier: float) -> Callable[..., Proposal]:
+    r"""The Langevin (MALA) proposal :math:`\theta' = \theta + \tfrac h2 G(\theta) + \sqrt h\,\xi`
+    (Roberts & Tweedie 1996) on the released gradient :math:`G` of
+    :func:`~.proposals.release_gradient` (DP-HMC's, Räisä 2021 thesis Alg. 3: reused from the
+    state; the chain's first one released here), written on :func:`gradient_proposal`: releases
+    :math:`G(\theta')`, which the reverse density needs, :math:`\log q(\theta|\theta') -
+    \log q(\theta'|\theta)` with :math:`q(a|b) = \mathcal N(b + \tfrac h2 G(b), hI)`. MH on
+    :math:`(\theta, G(\theta))`; the accept rule's ratio release needs ``state.cache`` = the
+    per-example log-likelihoods."""
+    h = float(step_size)
+
+    def move(rng, z, g):
+        xi = sample_momentum(rng, 1.0, z)  # N(0, I) from the public stream (MALA is one-step HMC)
+        return z + h / 2 * g + math.sqrt(h) * xi
+
+    def log_q_ratio(z, g, z_new, g_new):
+        return (((z_new - z - h / 2 * g) ** 2).sum() - ((z - z_new - h / 2 * g_new) ** 2).sum()) / (2 * h)
+
+    return gradient_proposal(lik, grad_clip, noise_multiplier, move, log_q_ratio)
 
 
 def propose_release_accept(rng, noise, state, *, propose: Callable[..., Proposal], release_accept: Callable):
@@ -267,7 +289,7 @@ def check_batch_size(batch_size) -> int:
     return int(batch_size)
 
 
-class RandomWalkKernel(AdaptiveProposalScale, DPKernel):
+class RandomWalkKernel(DPKernel):
     r"""Base of the random-walk DP kernels: :meth:`_setup_walk` in ``__init__`` sets the
     proposal (``proposal_scale``; ``one_component``/``guided_walk`` modes; warmup adaptation
     of the scale towards ``target_accept_prob``, which reads only accept decisions and costs no
@@ -282,7 +304,7 @@ class RandomWalkKernel(AdaptiveProposalScale, DPKernel):
     """
 
     batch_size: Optional[int] = None
-    _chain_attrs = DPKernel._chain_attrs + AdaptiveProposalScale._chain_attrs
+    _chain_attrs = DPKernel._chain_attrs + ("walk_scale",)
     draws_directions = True  # penalty-type kernels draw guided-walk directions at every chain start
 
     def _setup_walk(self, proposal_scale, *, one_component=False, guided_walk=False, adapt_proposal=False,
@@ -292,7 +314,12 @@ class RandomWalkKernel(AdaptiveProposalScale, DPKernel):
         self.guided_walk = bool(guided_walk)
         self.one_component = bool(one_component) or self.guided_walk
         self.mode = "gwmh" if self.guided_walk else ("ocu" if self.one_component else "full")
-        self._setup_adaptation(adapt_proposal, target_accept_prob)
+        #: warmup adaptation of the scale towards ``target_accept_prob`` (reads only accept decisions)
+        self.adapt_proposal = bool(adapt_proposal)
+        self.target_accept_prob = float(target_accept_prob)
+        if not (0.0 < self.target_accept_prob < 1.0):
+            raise ValueError(f"target_accept_prob must be in (0, 1), got {target_accept_prob!r}")
+        self.walk_scale = ProposalScaleAdaptation()
 
     # ------------------------------------------------------------------ Gaussian-per-iteration plans
     @staticmethod
@@ -328,10 +355,22 @@ class RandomWalkKernel(AdaptiveProposalScale, DPKernel):
         if self.batch_size is not None and self.batch_size > self.lik.num_rows:
             raise ValueError(f"batch_size={self.batch_size} exceeds the number of rows N={self.lik.num_rows}")
 
+    @property
+    def adapted_proposal_scale(self) -> torch.Tensor:
+        """The proposal scale in use: the given one until warmup adaptation changes it."""
+        return self.walk_scale.current
+
+    def _adapt(self, info) -> None:
+        """Warmup only: the step's accept decision adapts the scale (post-processing)."""
+        if self.adapt_proposal and self.chain.iteration < self.chain.warmup_steps:
+            self.walk_scale.adapt(info, iteration=self.chain.iteration, target_accept_prob=self.target_accept_prob,
+                                  full=self.mode == "full")
+
     # ------------------------------------------------------------------ DPKernel hooks
     def _init_state(self, z):
         self._check_data()
-        self._start_scale(z)
+        if self.chain.iteration == 0 or self.walk_scale.log_scale is None:  # a new chain: the user's scale
+            self.walk_scale.start(self.proposal_scale, z)
         return mh_init(self.lik, z, self._rng if self.draws_directions else None, self._initial_cache(z))
 
     def _step(self, state):

@@ -295,7 +295,7 @@ class DPMultiPartyPenalty(RandomWalkKernel):
             return super().get_epsilon(delta, accountant)
         self.require_complete()
         ledger = self.party_ledger(party)
-        if not ledger and self._num_setups > 0:
+        if not ledger and self.num_setups > 0:
             raise RuntimeError(
                 "this kernel object recorded no data access in this process; for chains run in worker "
                 "processes use pyro_dp.kernels.multiparty.party_epsilon(mcmc, delta, party)"
@@ -305,7 +305,7 @@ class DPMultiPartyPenalty(RandomWalkKernel):
 
     def diagnostics(self) -> dict:
         out = super().diagnostics()
-        out["party privacy ledgers"] = PartyLedgers((led.copy() for led in self._party_ledgers), self._id,
+        out["party privacy ledgers"] = PartyLedgers((led.copy() for led in self._party_ledgers), self.processes.id,
                                                     self.privacy.live.chain_id)
         return out
 

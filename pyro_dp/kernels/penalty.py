@@ -25,13 +25,14 @@ from typing import Optional
 
 import torch
 
+from . import default_path
 from ..compiled import cached_zeros
 from ..mechanisms import (NOT_COUNTED, GaussianReleaseSpec, clip_and_sum, clipped_fraction, gaussian_event,
                           gaussian_release_spec)
 from . import control_variate as cv_mod
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse, valid_move
-from .prior_sweeps import PriorOnlySweeps
+from .prior_sweeps import PriorSweeps
 from .proposals import accept_uniform, penalty_log_accept_threshold, pop_target_accept_prob
 from .tuning import init_to_center
 
@@ -157,7 +158,7 @@ def penalty_release_accept(lik, noise, rng, state: MHState, z_new: torch.Tensor,
     return rel, accepted == 1.0
 
 
-class DPPenalty(cv_mod.ControlVariateClient, PriorOnlySweeps, RandomWalkKernel):
+class DPPenalty(RandomWalkKernel):
     r"""Differentially private penalty MH (Yıldırım & Ermiş 2019) as a Pyro ``MCMCKernel``.
 
     :param model: Pyro model with its observed sites in a data plate.
@@ -186,7 +187,7 @@ class DPPenalty(cv_mod.ControlVariateClient, PriorOnlySweeps, RandomWalkKernel):
     :param bool control_variate: release the clipped *Taylor residuals* of the ratios around the
         chain's start instead of the ratios, after one release of the clipped gradient sum there
         (:mod:`pyro_dp.kernels.control_variate`): far less noise per move near the start, at the
-        price of a fixed tilt of the target by that release's noise (:attr:`reference_tilt_sd`).
+        price of a fixed tilt of the target by that release's noise (:func:`~pyro_dp.kernels.control_variate.tilt_sd`).
         Eager step (the likelihood's passes are compiled when ``jit_compile`` says so). Default
         (``None``): on the default path (``proposal_scale`` or ``llr_clip`` left out), off otherwise
         (explicit settings run the chain they always ran).
@@ -264,6 +265,7 @@ class DPPenalty(cv_mod.ControlVariateClient, PriorOnlySweeps, RandomWalkKernel):
         if kwargs.get("init_strategy") is None and (proposal_scale is None or llr_clip is None):
             kwargs["init_strategy"] = init_to_center  # the tuner's data-free start: the prior centre
         super().__init__(model, **kwargs)
+        self.prior_sweeps = PriorSweeps()  # data-free sweeps of the prior-only coordinates (default path)
         #: settings the kernel tunes privately at every chain's start (left out by the user)
         self.auto_tuned = tuple(n for n, v in (("proposal_scale", proposal_scale), ("llr_clip", llr_clip))
                                 if v is None)
@@ -274,10 +276,17 @@ class DPPenalty(cv_mod.ControlVariateClient, PriorOnlySweeps, RandomWalkKernel):
                          target_accept_prob=target_accept_prob)
         self.llr_clip = None if llr_clip is None else check_positive("llr_clip", llr_clip)
         self.noise_multiplier = self._check_noise_multiplier("noise_multiplier", noise_multiplier)
-        self._init_control_variate(control_variate, curvature_clip, reference_share, reference_noise_multiplier,
-                                   explicit_noise=self.noise_multiplier is not None)
+        (self.control_variate, self.curvature_clip, self.curvature_clip_given, self.reference_share,
+         self.reference_noise_multiplier) = cv_mod.check_settings(
+            control_variate, curvature_clip, reference_share, reference_noise_multiplier, owner=type(self).__name__,
+            auto_tuned=bool(self.auto_tuned), runs_control_variate=self.runs_control_variate,
+            explicit_noise=self.noise_multiplier is not None, check_noise_multiplier=self._check_noise_multiplier)
+        self.reference = cv_mod.ChainReference()  # this chain's reference release (control_variate)
         if self.auto_tuned:
-            self.init = self._auto_tuner()
+            self.init = default_path.auto_tuner(self)
+
+    #: whether this class's step runs control_variate (a subclass with its own step sets False)
+    runs_control_variate = True
 
     def _calibrate(self):
         if not self.control_variate:
@@ -293,22 +302,20 @@ class DPPenalty(cv_mod.ControlVariateClient, PriorOnlySweeps, RandomWalkKernel):
         return self._gaussian_events(self.noise_multiplier)  # thesis Thm 6: one Gaussian mechanism
 
     def _fixed_events(self):
-        return self._fixed_reference_events()  # control_variate: once per chain (module control_variate)
+        return cv_mod.reference_events(self.control_variate, self.reference_noise_multiplier)  # once per chain
 
     def _step_events(self, state):
-        return self._reference_events() + list(self._per_iteration_events())
-
-    def _reference_base_clip(self):
-        return self.llr_clip
+        return self.reference.events(self.control_variate, self.reference_noise_multiplier) + \
+            list(self._per_iteration_events())
 
     _chain_attrs = RandomWalkKernel._chain_attrs + ("llr_clip", "proposal_scale") + \
-        cv_mod.ControlVariateClient.cv_chain_attrs + PriorOnlySweeps._chain_attrs
+        ("curvature_clip", "reference", "prior_sweeps")
 
     @property
     def _sweep_mask(self) -> Optional[torch.Tensor]:
         # the default path's prior-only coordinates (module prior_sweeps); not with a given
         # proposal_scale or one-component walks
-        return self._prior_only_mask("proposal_scale" in self.auto_tuned and self.mode == "full")
+        return PriorSweeps.mask(self.lik, "proposal_scale" in self.auto_tuned and self.mode == "full")
 
     def _ratio_noise_multiplier(self):
         return self.noise_multiplier
@@ -316,7 +323,8 @@ class DPPenalty(cv_mod.ControlVariateClient, PriorOnlySweeps, RandomWalkKernel):
     def _apply_tuning(self, result):
         if "llr_clip" in self.auto_tuned:
             self.llr_clip = result.llr_clip
-        sd = self._tune_control_variate(result) if self.control_variate else None
+        sd = cv_mod.tune(self, result, base_clip=self.llr_clip, ratio_noise_multiplier=self.noise_multiplier,
+                         first_chain=self._chain_index == 0) if self.control_variate else None
         if "proposal_scale" not in self.auto_tuned:
             return
         sweep = self._sweep_mask  # prior-only coordinates: data-free sweeps, held fixed by the walk
@@ -325,7 +333,7 @@ class DPPenalty(cv_mod.ControlVariateClient, PriorOnlySweeps, RandomWalkKernel):
             free = 2.38 / math.sqrt(d) * sd  # Roberts, Gelman & Gilks 1997
             self.proposal_scale = free if sweep is None else free * (1.0 - sweep)
         else:
-            jump, sd = self._move_scales(result, self.noise_multiplier)
+            jump, sd = default_path.move_scales(self, result, self.noise_multiplier)
             # Roberts, Gelman & Gilks 1997: random-walk scale 2.38/sqrt(d) x the posterior sd
             free = 2.38 / math.sqrt(d) * sd
             mask = self.lik.likelihood_mask
@@ -338,28 +346,32 @@ class DPPenalty(cv_mod.ControlVariateClient, PriorOnlySweeps, RandomWalkKernel):
                 lik_scale = min(jump / math.sqrt(max(d_lik, 1)), free)
                 self.proposal_scale = mask * lik_scale + (0.0 if sweep is not None else (1.0 - mask) * free)
         if sweep is not None:  # the sweeps' adaptation starts at the likelihood's noise-free scale
-            self._prior_log_scale = math.log(free)
+            self.prior_sweeps.log_scale = math.log(free)
 
     # mh_step's release_accept (moves 2-3) as one function, eager or compiled: never None, so
     # RandomWalkKernel's _release/_accept hooks are not used
     def _release_accept(self, noise, rng, state, z_new, log_q_ratio):
         if self.control_variate:
             return cv_mod.cv_penalty_release_accept(
-                self.lik, noise, rng, state, z_new, log_q_ratio, cv=self._cv, curvature_clip=self.curvature_clip,
-                reference_clip=self.reference_clip, noise_multiplier=self.noise_multiplier)
+                self.lik, noise, rng, state, z_new, log_q_ratio, cv=self.reference.rows,
+                curvature_clip=self.curvature_clip, reference_clip=cv_mod.reference_clip(self.llr_clip),
+                noise_multiplier=self.noise_multiplier)
         return penalty_release_accept(self.lik, noise, rng, state, z_new, log_q_ratio, llr_clip=self.llr_clip,
                                       noise_multiplier=self.noise_multiplier, count_clipped=self.nonprivate_diagnostics)
 
     def _init_state(self, z):
-        self._reset_reference()
+        self.reference.reset()
         return super()._init_state(z)
 
     def _step(self, state):
         # control_variate: the reference once per chain (declared by _step_events), then the walk,
         # whose release_accept is the residual test (_release_accept)
-        events = self._ensure_reference(state.z) if self.control_variate else ()
+        events = self.reference.ensure(self.lik, self._noise, state.z, cv_mod.reference_clip(self.llr_clip),
+                                       self.reference_noise_multiplier) if self.control_variate else ()
         sweep = self._sweep_mask
         if sweep is not None:  # data-free steps on the prior-only coordinates (module prior_sweeps)
-            state, _ = self._prior_sweeps(state, sweep, self.adapt_proposal and self._iteration < self._warmup_steps)
+            state, _ = self.prior_sweeps.run(self.lik, self._rng, state, sweep, iteration=self.chain.iteration,
+                                             target_accept_prob=self.target_accept_prob,
+                                             warmup=self.adapt_proposal and self.chain.iteration < self.chain.warmup_steps)
         new, info = super()._step(state)
         return (new, info._replace(events=events + tuple(info.events))) if events else (new, info)

@@ -1,7 +1,7 @@
 r"""Data-free predictions of a default-path chain, shared by the kernels and :mod:`pyro_dp.forecast`.
 
 The kernels quote them before a chain runs (the default path's noise-limited warning,
-:meth:`~pyro_dp.kernels.default_path.DefaultPath._forecast_ess`) and DP-HMC's default path decides
+:func:`~pyro_dp.kernels.default_path.forecast_ess`) and DP-HMC's default path decides
 with them whether its gradient releases pay (:func:`gradient_gain`); :func:`pyro_dp.feasibility`
 builds its whole forecast on them. Everything here is a pure function of public quantities: the
 model *profiles* (:class:`ModelProfile`: synthetic rows, never your data), the noise multiplier, the
@@ -286,7 +286,7 @@ def gradient_gain(noise: Callable, *, num_rows: int, epsilon: float, delta: floa
     r"""DP-HMC's forecast gain from its gradient releases: :func:`pyro_dp.forecast.hmc_gradient_gain` (its docstring
     has the model), with DPHMC's default-path calibration given as ``noise(epsilon, delta, iterations,
     chains, temperature, num_steps, control_variate, gradients) -> (noise multiplier, tuner)`` (the
-    kernel's :meth:`~pyro_dp.kernels.default_path.DefaultPath.default_path_noise`). Data-free."""
+    kernel's :func:`~pyro_dp.kernels.default_path.default_path_noise`). Data-free."""
     n, D, L = check_int("num_rows", num_rows, 2), check_int("dim", dim, 1), check_int("num_steps", num_steps, 1)
     samples, warmup = check_int("num_samples", num_samples, 1), check_int("warmup_steps", warmup_steps, 0)
     chains, eps, T = check_int("num_chains", num_chains, 1), check_positive_number("epsilon", epsilon), float(temperature)

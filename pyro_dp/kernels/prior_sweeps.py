@@ -38,7 +38,7 @@ import torch
 from .mh import MHState
 from .proposals import random_walk, uniform_log
 
-__all__ = ["prior_only_step", "PriorOnlySweeps", "PRIOR_SWEEPS"]
+__all__ = ["prior_only_step", "PriorSweeps", "PRIOR_SWEEPS"]
 
 #: data-free MH steps per iteration on the coordinates that enter only the prior
 PRIOR_SWEEPS = 5
@@ -59,36 +59,43 @@ def prior_only_step(lik, rng: torch.Generator, state: MHState, scale: torch.Tens
     return (state._replace(z=prop.z, log_prior=lp_new) if ok else state), ok
 
 
-class PriorOnlySweeps:
-    """Mixin of a kernel with ``lik``, ``_rng``, ``_iteration`` and ``target_accept_prob``:
-    :meth:`_prior_sweeps` runs :data:`PRIOR_SWEEPS` :func:`prior_only_step` s with the adapted
-    scale ``exp(_prior_log_scale)`` (a chain attribute: checkpointed, restored on resume)."""
+class PriorSweeps:
+    """The sweeps a kernel runs on the coordinates that enter only the prior (module doc): a part
+    the kernel holds (``kernel.prior_sweeps``, checkpointed with the chain), whose state is the
+    adapted log scale of its steps. Reads no data.
 
-    _chain_attrs = ("_prior_log_scale",)
-    _prior_log_scale = 0.0
+    >>> PriorSweeps().log_scale
+    0.0
+    """
 
-    def _prior_only_mask(self, default_path: bool) -> Optional[torch.Tensor]:
+    def __init__(self, log_scale: float = 0.0):
+        self.log_scale = float(log_scale)
+
+    @staticmethod
+    def mask(lik, default_path: bool) -> Optional[torch.Tensor]:
         """The 0/1 mask of the coordinates that enter only the prior, which the sweeps move and the
         private step holds fixed, on the kernel's ``default_path`` (its step sizes tuned), else
         ``None`` (also when every coordinate is in the likelihood). Structure only: data-free."""
-        mask = self.lik.likelihood_mask
+        mask = lik.likelihood_mask
         if not default_path or mask is None or bool(mask.all()):
             return None
         return 1.0 - mask
 
-    def _prior_sweeps(self, state: MHState, mask: torch.Tensor, warmup: bool):
-        """``(state, moved)`` after the sweeps on the coordinates of the 0/1 ``mask``; in warmup each
-        decision moves the log scale by :math:`t^{-0.6}(\\text{accepted} - \\text{target})`."""
+    def run(self, lik, rng: torch.Generator, state: MHState, mask: torch.Tensor, *, iteration: int,
+            target_accept_prob: float, warmup: bool):
+        """``(state, moved)`` after :data:`PRIOR_SWEEPS` steps on the coordinates of the 0/1 ``mask``
+        at the kernel's ``iteration``; in warmup each decision moves the log scale by
+        :math:`t^{-0.6}(\text{accepted} - \text{target})`."""
         moved, z_old = False, state.z
         for sweep in range(PRIOR_SWEEPS):
-            state, ok = prior_only_step(self.lik, self._rng, state, mask * math.exp(self._prior_log_scale))
+            state, ok = prior_only_step(lik, rng, state, mask * math.exp(self.log_scale))
             moved = moved or ok
             if warmup:  # Robbins-Monro on the log scale (post-processing of nothing private)
-                t = self._iteration * PRIOR_SWEEPS + sweep + 1.0
-                self._prior_log_scale += t ** -0.6 * (float(ok) - self.target_accept_prob)
+                t = iteration * PRIOR_SWEEPS + sweep + 1.0
+                self.log_scale += t ** -0.6 * (float(ok) - target_accept_prob)
         if moved and getattr(state, "grad", None) is not None:
             # a released gradient of the log target kept with the state (DP-HMC's, reused by the next
             # trajectory): the likelihood's part does not depend on these coordinates, the prior's is
             # taken at the new point (data-free), so it is the same release's gradient there
-            state = state._replace(grad=state.grad - self.lik.grad_log_prior(z_old) + self.lik.grad_log_prior(state.z))
+            state = state._replace(grad=state.grad - lik.grad_log_prior(z_old) + lik.grad_log_prior(state.z))
         return state, moved

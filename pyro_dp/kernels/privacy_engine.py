@@ -3,7 +3,8 @@ r"""The privacy engine of a kernel: its ledgers, budget, plan, stop and ε, in o
 A kernel owns one :class:`PrivacyEngine` (``kernel.privacy``, built in ``__init__``) and only
 *reports* to it what it is about to release and what it released, as Opacus's optimiser reports
 its steps to its accountant (``opacus/privacy_engine.py``); the kernel's side of that contract,
-what it declares and the engine's surface on the kernel, is :mod:`pyro_dp.kernels.privacy_client`.
+what it declares (``_per_iteration_events``, ``_step_events``, ``_fixed_events``) and the
+budget's names forwarded to the engine, is :class:`pyro_dp.kernels.base.DPKernel`.
 The engine receives events and public counts only — never the kernel, its state or data — so it
 knows nothing of MCMC:
 
@@ -47,7 +48,7 @@ from ..mechanisms import PrivacyEvent, PrivacyLedger
 from .plan import PrivacyPlan, counts as _counts, plan_cap, within as _within
 from .workers import owned_kernel
 
-__all__ = ["PrivacyEngine", "ChainLedger", "BudgetExhaustedWarning", "PrivacyNotice", "check_positive",
+__all__ = ["PrivacyEngine", "EngineSetting", "ChainLedger", "BudgetExhaustedWarning", "PrivacyNotice", "check_positive",
            "DEFAULT_EPSILON", "DEFAULT_DELTA"]
 
 _logger = logging.getLogger("pyro_dp")
@@ -252,6 +253,20 @@ class ChainLedger(PrivacyLedger):
         kernel = owned_kernel(self.kernel_id)
         if kernel is not None:
             kernel.privacy.file_chain(self)
+
+
+class EngineSetting:
+    """A kernel attribute that is its privacy engine's (``kernel.privacy``), read and written
+    through the kernel under the same name (``kernel.epsilon`` is ``kernel.privacy.epsilon``)."""
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, kernel, owner=None):
+        return self if kernel is None else getattr(kernel.privacy, self.name)
+
+    def __set__(self, kernel, value):
+        setattr(kernel.privacy, self.name, value)
 
 
 class PrivacyEngine:
@@ -464,7 +479,7 @@ class PrivacyEngine:
             raise RuntimeError(
                 f"{owner}'s step released {list(events)} but declared {dict(declared)} before it ran: a kernel "
                 "must declare every release of a step before making it (its _step_events / _per_iteration_events, "
-                "pyro_dp.kernels.privacy_client), so that the budget check sees it first. The releases were "
+                "pyro_dp.kernels.base.DPKernel), so that the budget check sees it first. The releases were "
                 "recorded in the ledger (the epsilon reported includes them). If you wrote this kernel, add the "
                 "missing events to what its step declares (docs/new_kernel.md); if it is one of pyro_dp's, please "
                 "report it"

@@ -143,8 +143,9 @@ def pop_target_accept_prob(kwargs: dict, target_accept_prob: Optional[float]) ->
     return DEFAULT_TARGET_ACCEPT_PROB if target_accept_prob is None else target_accept_prob
 
 
-class AdaptiveProposalScale:
-    r"""Mixin for random-walk kernels: warmup adaptation of the proposal scale.
+class ProposalScaleAdaptation:
+    r"""Warmup adaptation of a random walk's proposal scale: a part the kernel holds
+    (``kernel.walk_scale``, checkpointed with the chain).
 
     Robbins–Monro on the log scale towards ``target_accept_prob`` (Andrieu & Thoms 2008, Alg. 4;
     gain :math:`t^{-0.6}`), per coordinate for one-component modes. Its only input is the
@@ -152,39 +153,40 @@ class AdaptiveProposalScale:
     so it costs no privacy; warmup iterations are accounted like any other. The scale is
     frozen after warmup, so the sampling phase is a time-homogeneous MCMC.
 
-    The kernel calls :meth:`_setup_adaptation` in ``__init__``, :meth:`_start_scale` in
-    ``_init_state``, uses :attr:`adapted_proposal_scale` in ``_step`` and then calls
-    :meth:`_adapt` with the step's info (``accepted``, ``coord``).
+    The kernel calls :meth:`start` at a chain's start, uses :attr:`current` in its step and then
+    calls :meth:`adapt` with the step's info (``accepted``, ``coord``).
+
+    >>> import torch
+    >>> a = ProposalScaleAdaptation(); a.start(0.5, torch.zeros(2)); a.current
+    tensor([0.5000, 0.5000])
     """
 
-    _chain_attrs = ("_user_scale", "_log_scale", "_scale_adapted")  # joined with DPKernel's by RandomWalkKernel
+    def __init__(self):
+        self.user_scale: Optional[torch.Tensor] = None
+        self.log_scale: Optional[torch.Tensor] = None
+        self.adapted = False
 
-    def _setup_adaptation(self, adapt_proposal: bool, target_accept_prob: float) -> None:
-        self.adapt_proposal = bool(adapt_proposal)
-        self.target_accept_prob = float(target_accept_prob)
-        if not (0.0 < self.target_accept_prob < 1.0):
-            raise ValueError(f"target_accept_prob must be in (0, 1), got {target_accept_prob!r}")
+    def start(self, proposal_scale, z: torch.Tensor) -> None:
+        """A new chain at ``z``: the given scale (``None``: 1, replaced by the tuned one before any step)."""
+        scale = 1.0 if proposal_scale is None else proposal_scale
+        self.user_scale = check_proposal_scale(scale, z).expand(z.numel()).clone()
+        self.log_scale = torch.log(self.user_scale)
+        self.adapted = False
 
-    def _start_scale(self, z: torch.Tensor) -> None:
-        if self._iteration == 0 or getattr(self, "_log_scale", None) is None:  # a new chain: the user's scale
-            scale = 1.0 if self.proposal_scale is None else self.proposal_scale  # None: tuned before any step
-            self._user_scale = check_proposal_scale(scale, z).expand(z.numel()).clone()
-            self._log_scale = torch.log(self._user_scale)
-            self._scale_adapted = False
-
-    def _adapt(self, info) -> None:
-        if self.adapt_proposal and self._iteration < self._warmup_steps:
-            gain = (self._iteration + 1.0) ** -0.6 * (float(info.accepted) - self.target_accept_prob)
-            if self.mode == "full" or info.coord < 0:
-                self._log_scale = self._log_scale + gain
-            else:
-                self._log_scale[info.coord] += gain
-            self._scale_adapted = True
+    def adapt(self, info, *, iteration: int, target_accept_prob: float, full: bool) -> None:
+        """The accept decision of warmup iteration ``iteration`` moves the log scale (all coordinates
+        when ``full`` or the step moved all; else the one it moved)."""
+        gain = (iteration + 1.0) ** -0.6 * (float(info.accepted) - target_accept_prob)
+        if full or info.coord < 0:
+            self.log_scale = self.log_scale + gain
+        else:
+            self.log_scale[info.coord] += gain
+        self.adapted = True
 
     @property
-    def adapted_proposal_scale(self) -> torch.Tensor:
-        """The proposal scale in use: the user's until warmup adaptation changes it."""
-        return torch.exp(self._log_scale) if self._scale_adapted else self._user_scale
+    def current(self) -> torch.Tensor:
+        """The proposal scale in use: the given one until warmup adaptation changes it."""
+        return torch.exp(self.log_scale) if self.adapted else self.user_scale
 
 
 def flip_direction(direction: torch.Tensor, coord: int, accepted: bool) -> torch.Tensor:

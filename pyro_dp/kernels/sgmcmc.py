@@ -93,6 +93,7 @@ from typing import NamedTuple, Optional, Tuple
 
 import torch
 
+from . import default_path
 from ..accounting import get_accountant
 from ..mechanisms import SubsampledGaussianEvent
 from .base import DPKernel, check_positive
@@ -338,7 +339,7 @@ class _SGMCMC(DPKernel):
         self._calibration_key = None
         if auto:
             self.privacy.adopt_default_budget()  # calibrated to the budget (the default one if none is given)
-            self.init = self._auto_tuner()
+            self.init = default_path.auto_tuner(self)
 
     takes_plate_batch = True
 
@@ -516,7 +517,7 @@ class DPSGLD(_SGMCMC):
     """
     _kind = "sgld"
     whiten_by_default = True  # the default path runs in the private metric's coordinates (docs/tuning.md)
-    burn_in_share, centre_by_default = LANGEVIN_BURN_IN, True  # its burn-in; a centred clip ball (DefaultPath)
+    burn_in_share, centre_by_default = LANGEVIN_BURN_IN, True  # its burn-in; a centred clip ball (DPKernel's default-path settings)
     _chain_attrs = _SGMCMC._chain_attrs + ("step_size", "grad_clip", "diffusion", "langevin_noise_multiplier", "centre")
     centre = None  # the clip ball's centre: the default path's tuner releases it (pyro_dp.kernels.centring)
 
@@ -528,12 +529,12 @@ class DPSGLD(_SGMCMC):
         # corrects the bias (measured: 168 rows above put a linear model's sigma 1.4 sd off).
         return 0.0 if self.auto_tuned else None
 
-    def _default_path_noises(self):
-        # DefaultPath.default_path_noise: its default path's gradient release, every row (q = 1, as
+    def default_path_noises(self):
+        # default_path.default_path_noise: its default path's gradient release, every row (q = 1, as
         # _calibrate without the data), and no ratio noise for the tuner (_ratio_noise_multiplier)
         return float(self._budget_noise(1.0)), 0.0
 
-    _noise_limited_alternative = ""  # (diagnostics' advice) it is the kernel the others point to
+    noise_limited_alternative = ""  # (diagnostics' advice) it is the kernel the others point to
 
     def _apply_tuning(self, result):
         n, T, d = getattr(self.lik, "global_num_rows", self.lik.num_rows), self.lik.temperature, self.lik.dim
@@ -544,11 +545,11 @@ class DPSGLD(_SGMCMC):
         self.centre = result.centre
         # Before the chain runs (post-processing, public): the free step below its cap means the noise
         # sets the step, and eta ∝ 1/iterations: more iterations do not add effective samples.
-        sd, self._noise_limited = out.sd, out.noise_limited
+        sd, self.forecast.noise_limited = out.sd, out.noise_limited
         iterations = int(self.num_iterations or DEFAULT_ITERATIONS)
-        ess = langevin_ess(self.step_size, sd, max(iterations - min(int(self._warmup_steps), iterations), 1))
+        ess = langevin_ess(self.step_size, sd, max(iterations - min(int(self.chain.warmup_steps), iterations), 1))
         # the forecast is of the ESS itself, not of Pyro's estimate of it (which the end-of-chain check reads)
-        if self._noise_limited and ess < monte_carlo_min_ess(int(d)) and self._chain_index == 0:
+        if self.forecast.noise_limited and ess < monte_carlo_min_ess(int(d)) and self._chain_index == 0:
             warn_user(f"DPSGLD: at this budget the privacy noise limits the Langevin step to about "
                       f"{math.sqrt(self.step_size) / sd:.2g} of the posterior's scale per iteration (guessed from the "
                       f"private clip): expect about {ess:.2g} effective samples in this chain (pyro_dp.feasibility). "

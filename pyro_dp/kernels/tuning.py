@@ -307,7 +307,7 @@ class DPAutoTune:
         (:func:`~pyro_dp.kernels.whitening.whitens`; else nothing is released and nothing
         changes).
         Default ``False``; DPPenalty's default path turns it on
-        (:attr:`~pyro_dp.kernels.default_path.DefaultPath.whiten_by_default`, measured in
+        (:attr:`~pyro_dp.kernels.base.DPKernel.whiten_by_default`, measured in
         ``docs/tuning.md``); a kernel set-up turns it off, before planning, for a model it does
         not apply to.
     :param bool scale: first release the per-coordinate sizes of the gradients at the

@@ -12,9 +12,12 @@ account for every release those workers make, so this module keeps, for every ke
   :data:`WORKER_SLOTS`), so that a worker whose ledger never comes back (killed, terminated by
   Pyro, failed outside a step) marks the ledger incomplete instead of under-reporting ε;
 * :class:`ChainFailedError`, which carries a failed worker chain's ledger back;
-* :class:`WorkerBookkeeping`, the methods :class:`~pyro_dp.kernels.base.DPKernel` uses for all
-  this (which chain slot this process is, whether its chain fits the budget's share, pickling
-  into a worker without the data or the secret stream).
+* :class:`ChainProcesses`, the part of a :class:`~pyro_dp.kernels.base.DPKernel` that holds all
+  this (``kernel.processes``: which chain slot this process is, whether its chain fits the
+  budget's share, what travels into a worker); it reads the kernel's
+  :class:`~pyro_dp.kernels.privacy_engine.PrivacyEngine`, which each method receives;
+* :class:`Ranks`, the part that shards rows over :mod:`torch.distributed` ranks
+  (``kernel.ranks``).
 
 Everything here reads counts and process ids only: no data.
 """
@@ -33,20 +36,20 @@ import torch
 
 from ..distributed import shards_for
 
-__all__ = ["WorkerBookkeeping", "WorkerReleases", "ChainFailedError", "WORKER_SLOTS"]
+__all__ = ["ChainProcesses", "Ranks", "WorkerReleases", "ChainFailedError", "WORKER_SLOTS", "owned_kernel"]
 
 NONPRIVATE_PREFIX = "non-private "
 
 # Kernel objects of this process by id: a ChainLedger unpickled here (a worker's chain coming
 # back with its diagnostics) files itself with the kernel object it belongs to.
-_KERNELS: "weakref.WeakValueDictionary[str, WorkerBookkeeping]" = weakref.WeakValueDictionary()
+_KERNELS: "weakref.WeakValueDictionary[str, object]" = weakref.WeakValueDictionary()
 
 
-def owned_kernel(kernel_id: str) -> Optional["WorkerBookkeeping"]:
+def owned_kernel(kernel_id: str) -> Optional[object]:
     """The kernel object ``kernel_id`` if this process owns it (a ledger coming back from a
     worker process files itself there), else ``None`` (e.g. inside the worker)."""
     kernel = _KERNELS.get(kernel_id)
-    return kernel if kernel is not None and kernel._owner_pid == os.getpid() else None
+    return kernel if kernel is not None and kernel.processes.owner_pid == os.getpid() else None
 
 
 #: chain slots of the shared release counters of chains run in ``MCMC`` worker processes (Pyro
@@ -71,7 +74,7 @@ class WorkerReleases:
     def __init__(self):
         self.made = multiprocessing.RawArray(ctypes.c_int64, WORKER_SLOTS)
         self.pid = multiprocessing.RawArray(ctypes.c_int64, WORKER_SLOTS)
-        #: the run (``WorkerBookkeeping._worker_run``) of the worker that last registered each slot
+        #: the run (``ChainProcesses.run``) of the worker that last registered each slot
         self.run = multiprocessing.RawArray(ctypes.c_int64, WORKER_SLOTS)
         #: releases of the slot's earlier workers not in the ledgers the registering worker inherited
         self.stale = multiprocessing.RawArray(ctypes.c_int64, WORKER_SLOTS)
@@ -108,14 +111,14 @@ def _process_alive(pid: int) -> bool:
 
 def _before_fork() -> None:
     """Before this process forks (Pyro starting MCMC workers): every kernel object it owns counts
-    the worker start (:meth:`WorkerBookkeeping._worker_run`) and notes releases of exited earlier
+    the worker start (:meth:`ChainProcesses.run`) and notes releases of exited earlier
     workers that never came back, so the new workers inherit the mark. A worker still running
     may be a sibling of the run being started; the workers check those slots themselves, by run
-    (:meth:`WorkerBookkeeping._lost_worker_releases`)."""
+    (:meth:`ChainProcesses.lost`)."""
     for kernel in list(_KERNELS.values()):
-        if kernel._owner_pid == os.getpid():
-            kernel._count_worker_start()
-            kernel._note_lost_releases()
+        if kernel.processes.owner_pid == os.getpid():
+            kernel.processes.count_start()
+            kernel.processes.note_lost(kernel.privacy)
 
 
 os.register_at_fork(before=_before_fork)
@@ -142,7 +145,7 @@ class ChainFailedError(RuntimeError):
 def _unpickle_chain_failure(message, ledger):
     kernel = owned_kernel(getattr(ledger, "kernel_id", ""))
     if kernel is not None:
-        kernel._incomplete = (
+        kernel.privacy.incomplete = (
             "a chain failed in an MCMC worker process and Pyro terminated its siblings: releases they made "
             "are not in this ledger, so epsilon is a LOWER bound of what was spent. Run chains in this "
             "process (num_chains <= cpu_count - 1 makes Pyro use workers) to keep an exact ledger"
@@ -150,63 +153,87 @@ def _unpickle_chain_failure(message, ledger):
     return ChainFailedError(message, ledger)
 
 
-class WorkerBookkeeping:
-    """Mixin of :class:`~pyro_dp.kernels.base.DPKernel`: the kernel object's process identity,
-    its worker chains' shared release counters, and pickling into workers (module doc)."""
+class ChainProcesses:
+    """The part of a kernel object that knows its processes (module doc): its identity in the
+    process that built it, its worker chains' shared release counters, and what a copy or a
+    worker takes along. ``owner`` is the kernel object, registered by id so that a ledger coming
+    back from a worker files itself with it (:func:`owned_kernel`). Every method that reads
+    ledgers receives the kernel's :class:`~pyro_dp.kernels.privacy_engine.PrivacyEngine`.
+    Counts and process ids only: no data.
 
-    def _init_workers(self) -> None:
-        """The kernel object's identity in this process and its shared release counters,
-        created before any worker is forked (called once, from ``__init__``)."""
-        self._owner_pid = os.getpid()
-        self._id = secrets.token_hex(8)
-        _KERNELS[self._id] = self
-        self._worker_releases: Optional[WorkerReleases] = WorkerReleases()
-        self._worker_starts = 0  # worker processes started from this object (see _worker_run)
+    >>> class Kernel: ...
+    >>> p = ChainProcesses(Kernel()); p.chain_id() is None and p.slot() == -1
+    True
+    """
 
-    def _count_worker_start(self) -> None:
+    def __init__(self, owner):
+        self.owner_pid = os.getpid()
+        self.id = secrets.token_hex(8)
+        _KERNELS[self.id] = owner
+        self.releases: Optional[WorkerReleases] = WorkerReleases()  # created before any worker is forked
+        self.starts = 0  # worker processes started from this object (see run)
+
+    def count_start(self) -> None:
         """The owner is about to start a worker process (a fork, or pickling for a spawned one)."""
-        self._worker_starts = self.__dict__.get("_worker_starts", 0) + 1
+        self.starts += 1
 
-    def _worker_run(self) -> Optional[int]:
+    def chain_id(self) -> Optional[int]:
+        """Pyro's chain id when this runs in an ``MCMC`` worker process (Pyro names each worker
+        process by its chain id, ``pyro/infer/mcmc/api.py``, ``_MultiSampler``), else ``None``;
+        ``-1`` in a process that does not name its chain."""
+        if os.getpid() == self.owner_pid:
+            return None
+        try:
+            return int(multiprocessing.current_process().name)
+        except ValueError:
+            return -1
+
+    def run(self) -> Optional[int]:
         """Which ``MCMC`` run this worker belongs to (``None`` in the owner, or in a process that
         does not name its chain). Pyro starts chain ``c`` of a run as the ``c``-th worker process of
         its run, one after another (``_MultiSampler.run``), so the number of worker starts the
         worker inherited minus its chain id is the same for every chain of one run and differs
         between runs. A start in between (another fork of the owner) can only split one run into
         two, which makes a sibling's releases look lost: pessimistic, never the other way."""
-        chain = self._worker_chain_id()
-        if chain is None or chain < 0:
-            return None
-        return self.__dict__.get("_worker_starts", 0) - chain
+        chain = self.chain_id()
+        return None if chain is None or chain < 0 else self.starts - chain
 
-    def _worker_slot(self) -> int:
+    def slot(self) -> int:
         """This process's slot of :class:`WorkerReleases` (``-1`` in the owner process)."""
-        chain = self._worker_chain_id()
+        chain = self.chain_id()
         if chain is None:
             return -1
         return chain % WORKER_SLOTS if chain >= 0 else WORKER_SLOTS - 1
 
-    def _count_worker_release(self) -> None:
+    def count_release(self, engine) -> None:
         """Count one release of a chain in a worker process in shared memory, as it is made."""
-        slot, shared = self.privacy.live.worker_slot, self.__dict__.get("_worker_releases")
-        if slot >= 0 and shared is not None:
-            shared.made[slot] += 1
+        slot = engine.live.worker_slot
+        if slot >= 0 and self.releases is not None:
+            self.releases.made[slot] += 1
 
-    def _lost_worker_releases(self, finished_only: bool = False) -> int:
-        """Releases made in worker processes (:class:`WorkerReleases`) that are not in this
-        object's ledgers: their chains' ledgers never came back. ``finished_only`` (before a
+    def returned(self, engine) -> Counter:
+        """Releases per worker slot in the engine's ledgers (worker ledgers that came back)."""
+        back: Counter = Counter()
+        for led in engine.chain_ledgers():
+            if getattr(led, "worker_slot", -1) >= 0:
+                back[led.worker_slot] += led.num_releases
+        return back
+
+    def lost(self, engine, finished_only: bool = False) -> int:
+        """Releases made in worker processes (:class:`WorkerReleases`) that are not in the
+        engine's ledgers: their chains' ledgers never came back. ``finished_only`` (before a
         worker starts, and at a worker chain's set-up): leave out the slots of chains that may
         still send their ledger back. In the owner about to start a worker, those are the slots
         whose worker still runs (it may be a sibling of the run being started). In a worker, they
-        are its siblings of the same run (:meth:`_worker_run`), running or exited (an exited
-        sibling's ledger went to the owner, not to this copy); a slot last registered by a worker
-        of an earlier run counts as lost even while that worker is still exiting (Pyro terminates
-        the workers of a failed run without waiting for them)."""
-        shared = self.__dict__.get("_worker_releases")
+        are its siblings of the same run (:meth:`run`), running or exited (an exited sibling's
+        ledger went to the owner, not to this copy); a slot last registered by a worker of an
+        earlier run counts as lost even while that worker is still exiting (Pyro terminates the
+        workers of a failed run without waiting for them)."""
+        shared = self.releases
         if shared is None:
             return 0
-        back = self._returned_releases()
-        own, run = self._worker_slot(), self._worker_run()
+        back = self.returned(engine)
+        own, run = self.slot(), self.run()
         lost = 0
         for slot in range(WORKER_SLOTS):
             made = shared.made[slot]  # read before the slot's run: a sibling registers before it releases
@@ -223,61 +250,38 @@ class WorkerBookkeeping:
             lost += made - back[slot]
         return lost
 
-    def _returned_releases(self) -> Counter:
-        """Releases per worker slot in this object's ledgers (worker ledgers that came back)."""
-        back: Counter = Counter()
-        for led in self.privacy.chain_ledgers():
-            if getattr(led, "worker_slot", -1) >= 0:
-                back[led.worker_slot] += led.num_releases
-        return back
-
-    def _note_lost_releases(self, finished_only: bool = True) -> None:
-        """Mark the ledger incomplete when releases of workers never came back (what was spent is
-        unknown). Run in the owner just before it starts workers (:func:`_before_fork`,
-        ``__getstate__`` when spawning), so they inherit the mark, and at every chain's set-up
-        (``finished_only``: :meth:`_lost_worker_releases`)."""
-        lost = self._lost_worker_releases(finished_only=finished_only)
+    def note_lost(self, engine, finished_only: bool = True) -> None:
+        """Mark the engine's ledger incomplete when releases of workers never came back (what was
+        spent is unknown). Run in the owner just before it starts workers (:func:`_before_fork`,
+        pickling for a spawned worker), so they inherit the mark, and at every chain's set-up
+        (``finished_only``: :meth:`lost`)."""
+        lost = self.lost(engine, finished_only=finished_only)
         if lost:
-            self._incomplete = self._incomplete or _lost_releases_message(lost)
+            engine.incomplete = engine.incomplete or _lost_releases_message(lost)
 
-    def _check_worker_releases(self) -> None:
-        """At a chain's set-up: :meth:`_note_lost_releases`, then register this worker's process
-        in its slot. A chain in the owner process runs when no run of worker chains is in progress
-        (Pyro runs a run's chains either all in workers or all here), so it counts every release
-        that has not come back, also of a worker that is still exiting."""
-        self._note_lost_releases(finished_only=self._worker_chain_id() is not None)
-        shared = self.__dict__.get("_worker_releases")
-        if self._worker_chain_id() is not None and shared is not None:
-            slot = self._worker_slot()
+    def register_chain(self, engine) -> None:
+        """At a chain's set-up: :meth:`note_lost`, then register this worker's process in its
+        slot. A chain in the owner process runs when no run of worker chains is in progress (Pyro
+        runs a run's chains either all in workers or all here), so it counts every release that
+        has not come back, also of a worker that is still exiting."""
+        self.note_lost(engine, finished_only=self.chain_id() is not None)
+        if self.chain_id() is not None and self.releases is not None:
+            slot, shared = self.slot(), self.releases
             shared.pid[slot] = os.getpid()
             # before the run (a sibling that sees this run reads stale), and before any release
-            shared.stale[slot] = max(shared.made[slot] - self._returned_releases()[slot], 0)
-            shared.run[slot] = self._worker_run() or 0
+            shared.stale[slot] = max(shared.made[slot] - self.returned(engine)[slot], 0)
+            shared.run[slot] = self.run() or 0
 
-    def require_complete(self) -> None:
-        """Raise ``RuntimeError`` when this object's ledger may miss releases (an ε from it would
+    def require_complete(self, engine) -> None:
+        """Raise ``RuntimeError`` when the engine's ledger may miss releases (an ε from it would
         be a lower bound of what was spent)."""
-        if self._incomplete:
-            raise RuntimeError(self._incomplete)
-        lost = self._lost_worker_releases()
+        if engine.incomplete:
+            raise RuntimeError(engine.incomplete)
+        lost = self.lost(engine)
         if lost:
             raise RuntimeError(_lost_releases_message(lost))
 
-    # TODO(issue 63): its former name, still read by pyro_dp/report.py (another engineer's file); remove then
-    _require_complete = require_complete
-
-    def _worker_chain_id(self) -> Optional[int]:
-        """Pyro's chain id when this runs in an ``MCMC`` worker process (Pyro names each worker
-        process by its chain id, ``pyro/infer/mcmc/api.py``, ``_MultiSampler``), else ``None``."""
-        if os.getpid() == self._owner_pid:
-            return None
-        name = multiprocessing.current_process().name
-        try:
-            return int(name)
-        except ValueError:
-            return -1  # a process that does not name its chain
-
-    def _chain_slot_refusal(self) -> Optional[str]:
+    def refusal(self, engine) -> Optional[str]:
         """Why the budget has no room for this chain, or ``None``: checked in ``setup``, before
         any data is read.
 
@@ -290,110 +294,114 @@ class WorkerBookkeeping:
         like an exhausted chain: it reads nothing, repeats its start and warns.
 
         Any chain (also in this process) is refused when the ledger may miss releases
-        (``_incomplete``, set by :meth:`_check_worker_releases` just before, or by a
+        (``engine.incomplete``, set by :meth:`register_chain` just before, or by a
         :class:`ChainFailedError`); ``get_epsilon`` then raises.
         """
-        chain = self._worker_chain_id()
+        chain = self.chain_id()
         if chain is not None and chain >= WORKER_SLOTS:  # with or without a budget: its count would share a slot
             return (f"MCMC runs chain {chain} in a worker process, but a kernel object counts the releases of "
                     f"worker chains 0..{WORKER_SLOTS - 1} only (WORKER_SLOTS): a lost ledger of this chain could "
                     "go unnoticed; run at most that many chains in parallel, or the rest in this process")
-        if self.epsilon is None:
+        if engine.epsilon is None:
             return None
-        if self._incomplete:
+        if engine.incomplete:
             return ("this kernel object's ledger may miss releases of earlier chains (RuntimeError from "
                     "get_epsilon says why), so its budget cannot be checked")
         if chain is None:
             return None
         if chain < 0:
             return (f"this worker process ({multiprocessing.current_process().name!r}) does not name its "
-                    f"chain, so its share of the num_chains={self.num_chains} chain plans cannot be checked")
-        engine = self.privacy
+                    f"chain, so its share of the num_chains={engine.num_chains} chain plans cannot be checked")
         if not engine.plan.fits(engine.live, engine.filed_counts, Counter(engine.plan.chain), concurrent=chain + 1):
             return (f"MCMC runs chain {chain} in parallel, but the budget was planned for "
-                    f"num_chains={self.num_chains} chains and {len(engine.chains)} chain(s) of earlier runs of "
+                    f"num_chains={engine.num_chains} chains and {len(engine.chains)} chain(s) of earlier runs of "
                     "this kernel object are already in its ledger; pass the same num_chains to the kernel "
                     "and to MCMC, and use a new kernel (with its own budget) for a new analysis")
         return None
 
-    # ------------------------------------------------------------------ torch.distributed ranks
-    def _init_ranks(self, distributed: bool, process_group) -> None:
-        """``distributed=True`` (or a ``process_group``): refused by a kernel whose releases are
-        not all plain sums over rows (``supports_distributed``), before any data is seen."""
+    # ------------------------------------------------------------------ pickling (into workers, copies)
+    def pickled(self, engine, spawning: bool):
+        """``(processes, engine)`` as a pickled kernel takes them: into a spawned worker, the
+        shared counters (the worker start counted, lost releases noted first, as
+        :func:`_before_fork` does for a forked one); into a copy, none (a copy counts afresh) but
+        the knowledge of what was lost (s10 audit F4), on a copy of the engine."""
+        if spawning:
+            self.count_start()
+            self.note_lost(engine)
+            return self, engine
+        out = copy.copy(self)
+        out.releases = None
+        lost = self.lost(engine)
+        if lost and not engine.incomplete:
+            engine = copy.copy(engine)  # the copy's engine, not this one's
+            engine.incomplete = _lost_releases_message(lost)
+        return out, engine
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        if multiprocessing.context.get_spawning_popen() is None:
+            state["releases"] = None  # shared memory travels only to spawned workers
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        if self.releases is None:
+            self.releases = WorkerReleases()
+
+    def adopt(self, owner, engine) -> None:
+        """After unpickling ``owner`` (the kernel object): a copy in the owner's process
+        (``copy.deepcopy``, a pickle round trip) is a kernel object of its own, whose workers'
+        ledgers must file with it, not with the original (s10 audit F2); a copy in a worker keeps
+        the original's id."""
+        if os.getpid() == self.owner_pid and _KERNELS.get(self.id) not in (None, owner):
+            self.id = engine.kernel_id = engine.live.kernel_id = secrets.token_hex(8)
+        _KERNELS.setdefault(self.id, owner)
+
+
+class Ranks:
+    """The part of a kernel that shards its rows over :mod:`torch.distributed` ranks
+    (``distributed=True`` or a ``process_group``; :mod:`pyro_dp.distributed`): every rank gets
+    the same data-free seed, start and noise, and the global number of rows.
+
+    >>> Ranks(False, None, "DPPenalty", supported=True).distributed
+    False
+    """
+
+    def __init__(self, distributed: bool, process_group, owner: str, supported: bool):
         self.distributed = bool(distributed) or process_group is not None
-        self._process_group = process_group
-        self._shards = None  # pyro_dp.distributed.Shards, set by setup() on every rank
-        if self.distributed and not type(self).supports_distributed:
+        self.process_group = process_group
+        self.shards = None  # pyro_dp.distributed.Shards, set by join() on every rank
+        if self.distributed and not supported:
             raise ValueError(
-                f"{type(self).__name__} does not support distributed=True: its releases are not all plain sums "
+                f"{owner} does not support distributed=True: its releases are not all plain sums "
                 "over rows, or it reads batches that would need a global draw. Sharded kernels: DPPenalty, DPHMC "
                 "(docs/scaling_out.md)"
             )
 
-    def _join_ranks(self) -> None:
-        """``distributed=True``, at every set-up: join the ranks' process group and agree on the
-        data-free seed (rank 0's), before any draw (:mod:`pyro_dp.distributed`)."""
-        chain = self._worker_chain_id()
-        if chain is not None and chain >= 0:  # a Pyro MCMC worker: outside the ranks' process group
+    def join(self, seed: int, worker_chain: Optional[int]) -> int:
+        """At every set-up: join the ranks' process group and agree on the data-free seed
+        (rank 0's, returned), before any draw."""
+        if worker_chain is not None and worker_chain >= 0:  # a Pyro MCMC worker: outside the process group
             raise RuntimeError(
-                f"distributed=True: MCMC runs chain {chain} in a worker process, outside the process group "
+                f"distributed=True: MCMC runs chain {worker_chain} in a worker process, outside the process group "
                 "of the ranks, whose decisions would then disagree; run one chain per job (or sequential "
                 "chains) and launch more jobs for more chains (docs/scaling_out.md)")
-        self._shards = shards_for(True, self._process_group)
-        self.seed = self._shards.agree_int(self.seed)
+        self.shards = shards_for(True, self.process_group)
+        return self.shards.agree_int(seed)
 
-    def _share_ranks(self) -> None:
+    def share(self, noise, lik) -> None:
         """The global number of rows (public) on every rank, and rank 0's noise inside every
         release (the all-reduce of :class:`~pyro_dp.distributed.Shards`)."""
-        self._noise.shards = self._shards
-        n = torch.tensor([self.lik.num_rows], dtype=torch.int64)
-        self.lik.global_num_rows = int(self._shards.all_reduce_sum(n)[0])
+        noise.shards = self.shards
+        n = torch.tensor([lik.num_rows], dtype=torch.int64)
+        lik.global_num_rows = int(self.shards.all_reduce_sum(n)[0])
 
-    def _check_ranks_agree(self, z0: torch.Tensor) -> None:
+    def check_agree(self, z0: torch.Tensor, lik) -> None:
         """Every rank starts at the same point and clips and restricts alike (data-free)."""
-        self._shards.check_same(z0.detach().cpu(), "the initial point")
-        mask = self.lik.likelihood_mask
-        self._shards.check_same(torch.ones(self.lik.dim, dtype=torch.float64) if mask is None
-                                else mask.detach().cpu().to(torch.float64), "the likelihood's coordinates")
+        self.shards.check_same(z0.detach().cpu(), "the initial point")
+        mask = lik.likelihood_mask
+        self.shards.check_same(torch.ones(lik.dim, dtype=torch.float64) if mask is None
+                               else mask.detach().cpu().to(torch.float64), "the likelihood's coordinates")
 
-    # ------------------------------------------------------------------ pickling (into workers, copies)
-    # torch.Generator cannot be pickled; MCMC(num_chains>1, mp_context="spawn") pickles kernels.
     def __getstate__(self):
-        spawning = multiprocessing.context.get_spawning_popen() is not None  # pickled into a new worker
-        if spawning:
-            self._count_worker_start()
-            self._note_lost_releases()  # a spawned worker inherits the mark (as a forked one, _before_fork)
-        state = self.__dict__.copy()
-        if spawning:
-            # pickled into a new worker process (MCMC with mp_context="spawn"): the worker's setup()
-            # rebuilds the likelihood and the chain state, so the data and this process's private
-            # caches (per-example log-likelihoods) are not shipped
-            for key in ("lik", "_state", "_initial_params", "_noise", "_rng", "_last_checkpoint"):
-                state[key] = None
-        rng = state.pop("_rng", None)
-        if rng is not None:
-            state["_rng_state"] = (str(rng.device), rng.get_state())
-        state.pop("_returned", None)  # identities do not survive pickling
-        state["_jit_cache"] = {}  # compiled graphs stay in their process (rebuilt lazily)
-        state["_shards"] = None  # a process group stays in its process (setup() sets it again)
-        if not spawning:
-            state["_worker_releases"] = None  # shared memory travels only to workers (a copy counts afresh) ...
-            lost = self._lost_worker_releases()
-            if lost and not self.privacy.incomplete:  # ... but keeps knowing what was lost (s10 audit F4)
-                state["privacy"] = copy.copy(self.privacy)  # the copy's engine, not this one's
-                state["privacy"].incomplete = _lost_releases_message(lost)
-        return state
-
-    def __setstate__(self, state):
-        rng_state = state.pop("_rng_state", None)
-        self.__dict__.update(state)
-        if rng_state is not None:
-            self._rng = torch.Generator(device=rng_state[0])
-            self._rng.set_state(rng_state[1])
-        if self.__dict__.get("_worker_releases") is None:
-            self._worker_releases = WorkerReleases()
-        if os.getpid() == self._owner_pid and _KERNELS.get(self._id) not in (None, self):
-            # a copy in the owner's process (copy.deepcopy, a pickle round trip) is a kernel object of its
-            # own: its workers' ledgers must file with it, not with the original (s10 audit F2)
-            self._id = self.privacy.kernel_id = self.privacy.live.kernel_id = secrets.token_hex(8)
-        _KERNELS.setdefault(self._id, self)  # a copy in a worker; the original keeps its entry
+        return dict(self.__dict__, shards=None)  # a process group stays in its process (join() sets it again)

@@ -1,4 +1,4 @@
-"""Warmup adaptation of the random-walk scale (AdaptiveProposalScale) in the three penalty
+"""Warmup adaptation of the random-walk scale (ProposalScaleAdaptation) in the three penalty
 kernels: it moves the scale towards the target acceptance during warmup, freezes it after,
 costs no extra releases, and restarts from the user's scale in every chain."""
 import warnings

@@ -114,7 +114,7 @@ def test_resume_on_the_default_path_keeps_the_planned_run_length(name, planned):
         rest = MCMC(resumed, num_samples=20, warmup_steps=0, disable_progbar=True)
         rest.run(y)
     assert resumed.num_iterations == whole.num_iterations == planned
-    assert resumed._burn_in == whole._burn_in == (5 if name == "DPSGLD" else None)
+    assert resumed.burn_in == whole.burn_in == (5 if name == "DPSGLD" else None)
     assert resumed.noise_multiplier == whole.noise_multiplier
     assert torch.equal(rest.get_samples()["mu"], full.get_samples()["mu"][10:])
     assert resumed.ledger == whole.ledger

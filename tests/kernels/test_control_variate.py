@@ -96,7 +96,7 @@ def _tilted_within_4_se_and_no_penalty_too_wide(make):
     y = _data()
 
     def tilted(k, draws):
-        return _z(draws, *_exact(y, tilt=float(k._cv.released - k._cv.rows.sum(0))))
+        return _z(draws, *_exact(y, tilt=float(k.reference.rows.released - k.reference.rows.rows.sum(0))))
 
     k = make()
     zm, zs = tilted(k, _run(k, y))

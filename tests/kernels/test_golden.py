@@ -12,6 +12,7 @@ import json
 import pytest
 import torch
 
+from . import golden_default_path as default_path
 from .golden_cases import GOLDEN, cases, run
 
 RECORDED = json.loads(GOLDEN.read_text())
@@ -23,3 +24,16 @@ def test_same_chain_and_ledger_as_recorded(name):
     assert ledger == RECORDED[name]["ledger"]
     got, want = torch.tensor(chain, dtype=torch.float64), torch.tensor(RECORDED[name]["chain"], dtype=torch.float64)
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-15)
+
+
+DEFAULT_PATH = json.loads(default_path.GOLDEN.read_text())
+
+
+@pytest.mark.parametrize("name", sorted(DEFAULT_PATH))
+def test_default_path_same_chain_ledger_and_warnings_as_recorded(name):
+    """Issue 63: the default path's move out of the kernel base changes nothing, bit for bit
+    (recorded before it by ``golden_default_path.record``)."""
+    chain, ledger, warned = default_path.run(*default_path.cases()[name])
+    assert ledger == DEFAULT_PATH[name]["ledger"]
+    assert warned == DEFAULT_PATH[name]["warnings"]
+    assert chain == DEFAULT_PATH[name]["chain"]  # bit for bit

@@ -18,6 +18,7 @@ from pyro.infer import MCMC
 import pyro_dp
 from pyro_dp.kernels import sgmcmc
 from pyro_dp.kernels.sgmcmc import DPSGLD, DPSGNHT, LANGEVIN_STEP_CAP
+from pyro_dp.kernels.diagnostics import ess_advice
 from pyro_dp.kernels.tuning import DPAutoTune, posterior_scale_guess
 from pyro_dp.testing import check_kernel
 
@@ -85,7 +86,7 @@ def test_the_warmup_releases_only_its_burn_in_and_the_rest_is_idle():
 
     k.sample = sample
     mcmc = _run(k, X, y, 200, 100)
-    assert (k.sample_rate, k.num_iterations, k._burn_in) == (1.0, 230, 30)
+    assert (k.sample_rate, k.num_iterations, k.burn_in) == (1.0, 230, 30)
     assert [r for r, _ in seen[:70]] == [0] * 70 and seen[70][0] > 0
     assert all(torch.equal(w, seen[0][1]) for _, w in seen[:70])
     assert k.ledger.by_label()[""] == 230  # the per-iteration releases: the burn-in and the draws
@@ -93,7 +94,7 @@ def test_the_warmup_releases_only_its_burn_in_and_the_rest_is_idle():
     assert len(mcmc.get_samples()["w"]) == 200
     given = DPSGLD(linear, batch_size=2000, step_size=1e-4, grad_clip=5.0, epsilon=400.0, seed=0)
     _run(given, X, y, 20, 10)
-    assert given._burn_in is None and given.num_iterations == 30 and given.ledger.by_label()[""] == 30
+    assert given.burn_in is None and given.num_iterations == 30 and given.ledger.by_label()[""] == 30
 
 
 def test_a_large_budget_caps_the_step_and_tops_the_diffusion_up_data_free():
@@ -194,8 +195,8 @@ def test_a_noise_limited_step_is_said_before_the_chain_runs():
             warnings.simplefilter("always")
             MCMC(k, num_samples=200, warmup_steps=100, disable_progbar=True).run(X, y)
         said[eps] = [str(w.message) for w in caught if "limits the Langevin step" in str(w.message)]
-        assert k._noise_limited == (eps == 0.3)
+        assert k.forecast.noise_limited == (eps == 0.3)
     assert len(said[0.3]) == 1 and "effective samples" in said[0.3][0] and not said[50.0]
     advice = DPSGLD(linear, epsilon=0.3)
-    advice._noise_limited = True
-    assert "will not help" in advice._ess_advice() and "DPSGLD" not in advice._ess_advice()
+    advice.forecast.noise_limited = True
+    assert "will not help" in ess_advice(advice) and "DPSGLD" not in ess_advice(advice)
