@@ -501,7 +501,7 @@ def audit(
     Which public seed is audited is the auditor's choice, made before the runs (it may look
     at :math:`D` and :math:`D'`, never at the audited runs' scores); a seed under which the
     noise-free kernel behaves differently on :math:`D` and :math:`D'` gives the most power
-    (:func:`pyro_dp.testing.separating_seed`). Runs must start from the same data-free point
+    (:func:`pyro_dp.mutants.separating_seed`). Runs must start from the same data-free point
     (``init_strategy=init_to_mean`` or fixed ``initial_params``; with the shared seed,
     ``init_to_sample`` is also the same point in every run).
 
@@ -543,7 +543,7 @@ def audit(
 
     Example: DP penalty MH, one iteration, against a row at the clip bound. The honest
     kernel passes; the same kernel releasing with a fifth of its ledger's noise
-    (:func:`pyro_dp.testing.weak_noise`) fails.
+    (:func:`pyro_dp.mutants.weak_noise`) fails.
 
     >>> import torch, pyro, pyro.distributions as dist
     >>> from pyro.infer.autoguide.initialization import init_to_mean

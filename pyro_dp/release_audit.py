@@ -25,7 +25,7 @@ chooses everything but the release's own noise. For one release of a kernel:
 3. **One-dimensional Gaussian test.** Given the state, the release is
    :math:`v + \sigma\xi` with :math:`v` the clipped sum (a vector for gradients and
    histograms). The direction :math:`u` of :math:`v_D - v_{D'}` is computed from one noise-free
-   run on each data set (:func:`pyro_dp.testing.weak_noise` with factor 0; data and public
+   run on each data set (:func:`pyro_dp.mutants.weak_noise` with factor 0; data and public
    draws only, never the audited draws), and each draw is reduced to
    :math:`s = u^\top(\text{release})`: :math:`s \sim N(u^\top v_D, \sigma^2)` on :math:`D` and
    :math:`N(u^\top v_{D'}, \sigma^2)` on :math:`D'`. Two Gaussians of equal variance are
@@ -406,7 +406,7 @@ def audit_releases(
         reference run.
 
     Example: DP penalty's one release per iteration, on a row at :math:`\pm 50` (the clip is a
-    few units), with its ledger's noise and with a fifth of it (:func:`pyro_dp.testing.weak_noise`).
+    few units), with its ledger's noise and with a fifth of it (:func:`pyro_dp.mutants.weak_noise`).
     Skipped as a doctest: 400 kernel runs take a few seconds (``tests/test_release_audit.py``
     runs it).
 

@@ -14,7 +14,7 @@ compiled path gives the eager chain (:func:`check_eager_equals_compiled`).
 
 An audit that passes proves nothing unless the same audit *fails* a kernel that breaks its
 claim (the project rule: every statistical test is paired with a mutant that must fail it).
-:func:`weak_noise` builds, for any :class:`~pyro_dp.kernels.base.DPKernel`, a copy whose
+:func:`~pyro_dp.mutants.weak_noise` builds, for any :class:`~pyro_dp.kernels.base.DPKernel`, a copy whose
 every privacy-noise draw is ``factor`` times the one its ledger accounts for — the ledger,
 the events, the clipping, the batch selection and every public draw are unchanged. It is the
 generic form of the bugs an audit must catch: a noise multiplier applied to the wrong
@@ -22,7 +22,7 @@ sensitivity, a ``std`` divided twice, a calibration that drops a factor.
 
 The mutant is injected at the one place every release draws its noise: the kernel's
 :class:`~pyro_dp.mechanisms.NoiseSource` (``standard_normal``, which ``normal`` and the
-release specs of the kernels' step functions both draw through), wrapped by :class:`ScaledNoiseSource` after
+release specs of the kernels' step functions both draw through), wrapped by :class:`~pyro_dp.mutants.ScaledNoiseSource` after
 each :meth:`~pyro_dp.kernels.base.DPKernel.setup`. So it covers the eager and the compiled
 path, private initialisation and tuning releases alike.
 
@@ -46,11 +46,10 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
-import math
 import pickle
 import warnings
 from collections import Counter
-from typing import Callable, Iterable, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Callable, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -58,170 +57,18 @@ from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
 import pyro_dp  # noqa: F401  (the doctest's pyro_dp.mechanisms)
 
-from .audit import as_args, factory_caller, one_run, statistic_fn
 from .compiled import CompileFallbackWarning
 from .kernels.base import DPKernel
 from .kernels.plan import counts as _counts
 from .kernels.privacy_engine import BudgetExhaustedWarning, PrivacyNotice
 from .mechanisms import NoiseSource, NonPrivateEvent, ReproducibleNoiseWarning
+# the audits' mutants (documented in pyro_dp.mutants); the kit's checks use them, and code written
+# against pyro_dp.testing keeps importing them from here
+from .mutants import ScaledNoiseSource, noise_free_scores, separating_seed, weak_noise  # noqa: F401
 
-__all__ = ["ScaledNoiseSource", "noise_free_scores", "separating_seed", "weak_noise", "KERNEL_CHECKS", "check_kernel",
+__all__ = ["KERNEL_CHECKS", "check_kernel",
            "check_setup_is_data_free", "check_budget_stops", "check_planned_equals_recorded", "check_copies",
            "check_per_row_rule", "check_reads_only_through_releases", "check_audit_hooks", "check_eager_equals_compiled"]
-
-
-class ScaledNoiseSource(NoiseSource):
-    r"""A :class:`~pyro_dp.mechanisms.NoiseSource` whose Gaussian draws are ``factor`` times
-    those of the source it wraps (the same secret generator): a **mutant** for tests, never
-    for releases. Batch selection (Poisson, with and without replacement, thinning uniforms)
-    is the wrapped source's, unchanged.
-
-    :param base: the kernel's noise source (its generator, ``secure_mode``, device and shards
-        are taken over).
-    :param float factor: the fraction of the accounted noise actually added (``0`` releases
-        the clipped sums without noise).
-
-    >>> src = ScaledNoiseSource(NoiseSource(seed=0, warn=False), 0.5)
-    >>> ref = NoiseSource(seed=0, warn=False)
-    >>> bool(src.normal(2.0, (3,)).eq(0.5 * ref.normal(2.0, (3,))).all())
-    True
-    """
-
-    def __init__(self, base: NoiseSource, factor: float):  # noqa: D107 (no super().__init__: no new seed)
-        self.__dict__.update({k: v for k, v in base.__dict__.items() if k != "noise_factor"})
-        self.noise_factor = float(factor)
-
-    def standard_normal(self, shape=()) -> torch.Tensor:
-        """The wrapped source's draw times ``factor`` (what ``normal`` and the release specs scale)."""
-        return super().standard_normal(shape) * self.noise_factor
-
-    def __getstate__(self):
-        return {**super().__getstate__(), "noise_factor": self.noise_factor}
-
-    def __setstate__(self, state):
-        super().__setstate__(state)
-        self.noise_factor = state["noise_factor"]
-
-
-_MUTANT_CLASSES: dict = {}
-
-
-def _rebuild_mutant(base_cls, state):
-    obj = _mutant_class(base_cls).__new__(_mutant_class(base_cls))
-    obj.__setstate__(state)
-    return obj
-
-
-def _mutant_class(base_cls: type) -> type:
-    """The weak-noise subclass of a kernel class (one per class, cached)."""
-    cls = _MUTANT_CLASSES.get(base_cls)
-    if cls is not None:
-        return cls
-
-    def setup(self, warmup_steps, *args, **kwargs):
-        base_cls.setup(self, warmup_steps, *args, **kwargs)
-        self._noise = ScaledNoiseSource(self._noise, self.noise_factor)  # every release of this chain
-
-    def __reduce_ex__(self, protocol):  # a dynamic class: pickle by its base class (MCMC's workers)
-        return _rebuild_mutant, (base_cls, self.__getstate__())
-
-    cls = type(f"WeakNoise[{base_cls.__name__}]", (base_cls,), {
-        "setup": setup,
-        "__reduce_ex__": __reduce_ex__,
-        "__doc__": f"{base_cls.__name__} releasing with ``noise_factor`` times its ledger's noise (a test mutant).",
-        "__module__": __name__,
-    })
-    _MUTANT_CLASSES[base_cls] = cls
-    return cls
-
-
-def weak_noise(kernel: DPKernel, factor: float) -> DPKernel:
-    r"""A copy of ``kernel`` that adds ``factor`` times the privacy noise its ledger accounts
-    for, in every release — a kernel whose privacy claim is false (for ``factor < 1``), for
-    mutation tests of an audit. The copy records exactly the honest kernel's ledger and
-    reports its ε; its clipping, batch selection and public draws are the honest kernel's.
-
-    ``factor = 0`` gives the noise-free kernel (the clipped sums released as they are), which
-    :func:`noise_free_scores` uses to aim an audit. The copy is a ``copy.deepcopy`` of a
-    kernel that was not yet set up, of a subclass named ``WeakNoise[<class>]``; it pickles
-    (for ``MCMC``'s worker processes) and survives ``setup`` being called again.
-
-    :param kernel: a :class:`~pyro_dp.kernels.base.DPKernel` that has not been set up.
-    :param float factor: in ``[0, 1]`` for a mutant (values above 1 are allowed: more noise).
-    :returns: the mutant kernel (``kernel`` itself is not changed).
-
-    >>> import torch, pyro, pyro.distributions as dist
-    >>> from pyro_dp import DPSGLD
-    >>> def model(y):
-    ...     mu = pyro.sample("mu", dist.Normal(torch.tensor(0.0, dtype=y.dtype), 1.0))
-    ...     with pyro.plate("data", len(y)) as i:
-    ...         pyro.sample("y", dist.Normal(mu, 1.0), obs=y[i])
-    >>> weak_noise(DPSGLD(model, 10, 1e-3, grad_clip=1.0, noise_multiplier=2.0), 0.1).noise_factor
-    0.1
-    """
-    if not isinstance(kernel, DPKernel):
-        raise TypeError(f"weak_noise needs a pyro_dp DPKernel, got {type(kernel).__name__}")
-    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor) or factor < 0:
-        raise ValueError(f"factor must be a finite number >= 0, got {factor!r}")
-    if kernel.lik is not None or kernel.ledger:
-        raise ValueError("weak_noise copies a kernel that was not set up yet (build a new one)")
-    base_cls = type(kernel).__mro__[1] if type(kernel).__name__.startswith("WeakNoise[") else type(kernel)
-    mutant = copy.deepcopy(kernel)
-    mutant.__class__ = _mutant_class(base_cls)
-    mutant.noise_factor = float(factor)
-    return mutant
-
-
-def noise_free_scores(kernel_factory: Callable[[], DPKernel], data, neighbour, *, seed: int,
-                      statistic: Union[str, Callable] = "accept", num_iterations: int = 1,
-                      args_fn: Optional[Callable] = None) -> Tuple[float, float]:
-    r"""The scores :func:`~pyro_dp.audit.audit` would see on :math:`D` and :math:`D'` under the
-    public ``seed`` if the kernel added no noise (``weak_noise(kernel, 0)``): what the
-    auditor, who knows both data sets and the public seed, can compute before the audit.
-
-    For a continuous statistic their midpoint is a threshold fixed before the audited runs
-    (pass it as ``thresholds=[t]``: Bonferroni over one threshold uses every run, where the
-    default held-out split spends half of them on choosing it). Kernels that subsample keep
-    their secret batch selection, so their noise-free score is itself random; it is then one
-    draw, still independent of the audited runs.
-
-    :returns: ``(score on D, score on D')``.
-    """
-    return _noise_free(kernel_factory, data, neighbour, seed, statistic, num_iterations, args_fn, {})
-
-
-def _noise_free(kernel_factory, data, neighbour, seed, statistic, num_iterations, args_fn, cache):
-    make, stat = factory_caller(kernel_factory), statistic_fn(statistic)
-    out = []
-    for x in (data, neighbour):
-        _, s = one_run(weak_noise(make(), 0.0), as_args("data", x, args_fn), stat, num_iterations, int(seed),
-                       "the noise-free run", cache)
-        out.append(s)
-    return out[0], out[1]
-
-
-def separating_seed(kernel_factory: Callable[[], DPKernel], data, neighbour, *, seeds: Iterable[int] = range(200),
-                    statistic: Union[str, Callable] = "accept", num_iterations: int = 1,
-                    args_fn: Optional[Callable] = None) -> int:
-    r"""The first public seed in ``seeds`` under which the noise-free kernel
-    (:func:`noise_free_scores`) gives different scores on :math:`D` and :math:`D'` — e.g.
-    accepts on one and rejects on the other. Under such a seed the audited accept bit sits
-    where the releases decide it, so an audit there has the most power. The choice looks at
-    the data sets and the public seed only, never at the audited runs, so the audit stays
-    valid.
-
-    :raises ValueError: if no seed in ``seeds`` separates them (no noise-free difference:
-        the neighbours are too close, or the statistic cannot see them).
-    """
-    cache: dict = {}  # the runs' data-free set-up caches, shared as audit() shares them
-    for s in seeds:
-        a, b = _noise_free(kernel_factory, data, neighbour, s, statistic, num_iterations, args_fn, cache)
-        if a != b:
-            return int(s)
-    raise ValueError("no public seed in `seeds` makes the noise-free kernel tell D from D'")
-
-
-# =========================================================================== the kernel contract
 
 
 class _Case(NamedTuple):
@@ -514,11 +361,11 @@ class _CountingNoiseSource(ScaledNoiseSource):
 
 
 def check_audit_hooks(make_kernel, data=None, *, args=(), kwargs=None, name=None, steps=7) -> str:
-    r"""What :func:`pyro_dp.audit.audit` and :func:`weak_noise` rely on: the kernel's public
+    r"""What :func:`pyro_dp.audit.audit` and :func:`~pyro_dp.mutants.weak_noise` rely on: the kernel's public
     ``seed`` and ``noise_seed`` reproduce a run (chain and ledger); after ``setup`` its secret
     stream is the :class:`~pyro_dp.mechanisms.NoiseSource` ``kernel._noise`` and every private
     release draws from it (a kernel that releases without a draw there, e.g. from torch's global
-    generator, is one whose noise :func:`weak_noise` cannot reach); ``sample`` leaves torch's
+    generator, is one whose noise :func:`~pyro_dp.mutants.weak_noise` cannot reach); ``sample`` leaves torch's
     and numpy's global generators untouched; and ``weak_noise(kernel, 1)`` — the mutant's hook
     with the honest noise — gives the honest chain and ledger."""
     case, check = _case(make_kernel, data, args, kwargs, name, steps), "audit hooks"
@@ -604,7 +451,7 @@ def check_reads_only_through_releases(make_kernel, data=None, *, args=(), kwargs
                                       row: int = 0, data_arg: Union[int, str, None] = None,
                                       scale: float = 1e3) -> str:
     r"""The kernel reads the data only through its releases: with every release's noise
-    :data:`LOUD_NOISE` times its ledger's (:func:`weak_noise` with a factor above 1, the same
+    :data:`LOUD_NOISE` times its ledger's (:func:`~pyro_dp.mutants.weak_noise` with a factor above 1, the same
     secret stream), a release carries no usable information about any row, so the chains,
     ledgers and warnings on :math:`D` and on :math:`D'` — row ``row`` of the data argument
     substituted by an adversarial row (``-scale`` times it plus ``scale``) — must be

@@ -175,7 +175,7 @@ class ReplayCase(NamedTuple):
     :ivar labels: the ledger labels audited (``None``: all); ``occurrence``, ``num_iterations``,
         ``row``: as :func:`~pyro_dp.release_audit.audit_releases` takes them.
     :ivar expected: how many releases the case audits (a change in a kernel's releases shows up).
-    :ivar mutant: ``"weak"`` (:func:`~pyro_dp.testing.weak_noise`, every release) or
+    :ivar mutant: ``"weak"`` (:func:`~pyro_dp.mutants.weak_noise`, every release) or
         ``"tuning"`` (:func:`tuning_weak_noise`, the private start and tuning only).
     :ivar ratio: where the ledger is looser than the release's noise at its true sensitivity,
         the exact ``mu_design / mu_ledger`` at the clip (the power check is then against
@@ -286,7 +286,7 @@ SUBSAMPLED = {"DPSGLD:poisson", "DPMinibatchPenalty:poisson", "DPMinibatchPenalt
 # --------------------------------------------------------------------------- mutants
 
 class TuningOnlyScaledNoise(ScaledNoiseSource):
-    """A :class:`~pyro_dp.testing.ScaledNoiseSource` that scales its draws only while
+    """A :class:`~pyro_dp.mutants.ScaledNoiseSource` that scales its draws only while
     :attr:`tuning` is set (the kernel's private start and tuning), a mutant whose tuning releases
     carry ``factor`` times their ledger's noise and whose own iterations are honest."""
 

@@ -24,6 +24,7 @@ import pyro_dp.diagnose  # noqa: E402
 import pyro_dp.reach  # noqa: E402
 import pyro_dp.release_audit  # noqa: E402
 import pyro_dp.testing  # noqa: E402
+import pyro_dp.mutants  # noqa: E402
 
 import experiments  # noqa: E402  (the repository's reproductions, documented on the API page)
 
@@ -62,7 +63,7 @@ def test_api_page_documents_every_public_name(built_docs):
     }
     missing = []
     for module in (pyro_dp, pyro_dp.accounting, pyro_dp.audit, pyro_dp.mechanisms, pyro_dp.evaluation,
-                   pyro_dp.models, experiments, pyro_dp.compiled, pyro_dp.testing, pyro_dp.release_audit,
+                   pyro_dp.models, experiments, pyro_dp.compiled, pyro_dp.testing, pyro_dp.mutants, pyro_dp.release_audit,
                    pyro_dp.reach, pyro_dp.diagnose):
         for name in module.__all__:
             if f"{module.__name__}.{name}" not in documented and name not in documented:

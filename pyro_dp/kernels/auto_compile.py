@@ -33,7 +33,7 @@ from typing import NamedTuple, Optional, Tuple
 
 from ..compiled import BACKENDS, CUDA_GRAPH_MODES, CompiledLikelihood
 from .default_path import DEFAULT_ITERATIONS
-from .tuning import mcmc_run_length
+from .runner import mcmc_run_length
 
 __all__ = ["auto_compile", "check_settings", "check_jit_options", "CompileCosts", "CompileDecision", "COSTS", "decide_compile",
            "predicted_seconds", "per_row_seconds", "RowCost", "CALIBRATION_DIM", "FIRST_COMPILE_SECONDS", "PER_ROW"]

@@ -36,7 +36,7 @@ import torch
 from .. import mechanisms
 from ..mechanisms import PrivacyEvent, PrivacyLedger
 from .privacy_engine import ChainLedger
-from .tuning import mcmc_run_length
+from .runner import mcmc_run_length
 
 __all__ = ["save", "load", "restore", "resume_pending", "FORMAT", "to_plain", "from_plain", "is_plain"]
 

@@ -23,7 +23,8 @@ from ..warn import warn_user
 from ..checks import SamplingWarning
 from .prediction import mh_predicted_move
 from .privacy_engine import PrivacyNotice
-from .tuning import DPAutoTune, mcmc_run_length, penalty_jump_length, posterior_scale_guess
+from .runner import mcmc_run_length
+from .tuning import DPAutoTune, penalty_jump_length, posterior_scale_guess
 from .whitening import reshapes, whitens
 
 __all__ = ["default_path_noise", "resolve_run_length", "configure_tuner", "tell_tuner", "auto_tuner", "move_scales",

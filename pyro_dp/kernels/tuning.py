@@ -63,13 +63,11 @@ from __future__ import annotations
 
 import math
 import numbers
-import sys
 import warnings
 from typing import List, NamedTuple, Optional, Tuple
 
 import torch
 from pyro.infer.autoguide.initialization import init_to_median
-from pyro.infer.mcmc.api import AbstractMCMC, _gen_samples  # Pyro's run loop, read to find the run length
 
 from ..accounting.gdp import gdp_mu
 from .centring import CENTRE_SHARE, Centre, centre_noise_multipliers, private_centre
@@ -96,7 +94,6 @@ __all__ = [
     "rule_rows",
     "DEFAULT_TUNING_SHARE",
     "NORM_BIN_EDGES",
-    "mcmc_run_length",
     "penalty_jump_length",
     "posterior_scale_guess",
     "private_quantiles",
@@ -675,27 +672,3 @@ def _adapt_clip(norms, clip, quantile, n, noise_multiplier, noise, relation, rec
     if tail_scaled:
         return clip * math.exp(-_CLIP_RATE * min(max(gap / (1.0 - quantile), -1.0), 1.0))
     return clip * math.exp(-_CLIP_RATE * gap / ((1.0 - quantile) if gap > 0 else quantile))
-
-
-def mcmc_run_length(frame=None) -> Optional[dict]:
-    """The run lengths of the :class:`pyro.infer.MCMC` (or ``StreamingMCMC``) whose run is
-    calling the kernel, read from the call stack: ``{"warmup_steps", "num_samples",
-    "num_chains"}`` (``num_chains`` absent in a spawned worker process, where only Pyro's
-    ``_gen_samples`` frame is on the stack), or ``None`` outside such a run. Public settings,
-    no data.
-    """
-    f = frame if frame is not None else sys._getframe(1)
-    out = None
-    while f is not None:
-        loc = f.f_locals
-        if f.f_code is _gen_samples.__code__ and out is None:
-            out = {"warmup_steps": int(loc["warmup_steps"]), "num_samples": int(loc["num_samples"])}
-        owner = loc.get("self")
-        if isinstance(owner, AbstractMCMC) and hasattr(owner, "num_samples"):
-            out = dict(out or {})
-            out.setdefault("warmup_steps", int(owner.warmup_steps))
-            out.setdefault("num_samples", int(owner.num_samples))
-            out["num_chains"] = int(owner.num_chains)
-            return out
-        f = f.f_back
-    return out

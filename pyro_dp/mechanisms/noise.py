@@ -184,7 +184,7 @@ class NoiseSource:
         shape, count = tuple(shape), int(count)
         m = math.prod(int(s) for s in shape)  # values per release
         # the fast path only where it is the base draw itself: a subclass's own standard_normal
-        # (e.g. pyro_dp.testing.ScaledNoiseSource, the audits' weak-noise mutant) is called per release
+        # (e.g. pyro_dp.mutants.ScaledNoiseSource, the audits' weak-noise mutant) is called per release
         plain = type(self).standard_normal is NoiseSource.standard_normal
         per_call = 15 // m if (plain and m > 0 and self.generator.device.type == "cpu" and not self.secure_mode) else 0
         if per_call <= 1 or count <= 1:

@@ -16,12 +16,12 @@ import torch
 from pyro.infer import MCMC
 
 import pyro_dp
+from pyro_dp.kernels.runner import mcmc_run_length
 from pyro_dp.accounting import get_accountant
 from pyro_dp.kernels.base import DEFAULT_DELTA, DEFAULT_EPSILON, DEFAULT_ITERATIONS, PrivacyNotice
 from pyro_dp.kernels.tuning import (
     DPAutoTune,
     init_to_center,
-    mcmc_run_length,
     penalty_jump_length,
     posterior_scale_guess,
 )
