@@ -666,7 +666,7 @@ class DPKernel(MCMCKernel):
     def __getstate__(self):
         spawning = multiprocessing.context.get_spawning_popen() is not None  # pickled into a new worker
         state = self.__dict__.copy()
-        state["processes"], state["privacy"] = self.processes.pickled(self.privacy, spawning)
+        state["privacy"] = self.processes.pickled_engine(self.privacy, spawning)
         if spawning:
             # pickled into a new worker process (MCMC with mp_context="spawn"): the worker's setup()
             # rebuilds the likelihood and the chain state, so the data and this process's private

@@ -594,7 +594,8 @@ class DPHMC(DPKernel):
         if (sweep := self._sweep_mask) is not None:  # data-free steps on the prior-only coordinates (prior_sweeps)
             state, _ = self.prior_sweeps.run(self.lik, self._rng, state, sweep, iteration=self.chain.iteration,
                                              target_accept_prob=self.target_accept_prob,
-                                             warmup=self.adapt_step_size and self.chain.iteration < self.chain.warmup_steps)
+                                             warmup=self.adapt_step_size
+                                             and self.chain.iteration < self.chain.warmup_steps)
         kw = dict(step_size=self._step_size_now(), num_steps=self.num_steps, inv_mass=self._inv_mass,
                   mass_sqrt=self._mass_sqrt, grad_noise_multiplier=self.grad_noise_multiplier,
                   llr_noise_multiplier=self.llr_noise_multiplier)

@@ -323,7 +323,7 @@ class DPPenalty(RandomWalkKernel):
     def _apply_tuning(self, result):
         if "llr_clip" in self.auto_tuned:
             self.llr_clip = result.llr_clip
-        sd = cv_mod.tune(self, result, base_clip=self.llr_clip, ratio_noise_multiplier=self.noise_multiplier,
+        sd = cv_mod.tune(self, result, base_clip=self.llr_clip, ratio_noise_multiplier=self._ratio_noise_multiplier(),
                          first_chain=self._chain_index == 0) if self.control_variate else None
         if "proposal_scale" not in self.auto_tuned:
             return
@@ -372,6 +372,7 @@ class DPPenalty(RandomWalkKernel):
         if sweep is not None:  # data-free steps on the prior-only coordinates (module prior_sweeps)
             state, _ = self.prior_sweeps.run(self.lik, self._rng, state, sweep, iteration=self.chain.iteration,
                                              target_accept_prob=self.target_accept_prob,
-                                             warmup=self.adapt_proposal and self.chain.iteration < self.chain.warmup_steps)
+                                             warmup=self.adapt_proposal
+                                             and self.chain.iteration < self.chain.warmup_steps)
         new, info = super()._step(state)
         return (new, info._replace(events=events + tuple(info.events))) if events else (new, info)

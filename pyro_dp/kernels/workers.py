@@ -320,22 +320,20 @@ class ChainProcesses:
         return None
 
     # ------------------------------------------------------------------ pickling (into workers, copies)
-    def pickled(self, engine, spawning: bool):
-        """``(processes, engine)`` as a pickled kernel takes them: into a spawned worker, the
-        shared counters (the worker start counted, lost releases noted first, as
-        :func:`_before_fork` does for a forked one); into a copy, none (a copy counts afresh) but
-        the knowledge of what was lost (s10 audit F4), on a copy of the engine."""
+    def pickled_engine(self, engine, spawning: bool):
+        """The engine a pickled kernel takes along: into a spawned worker, this one (the worker
+        start counted and lost releases noted first, as :func:`_before_fork` does for a forked
+        one); into a copy, a copy of it that keeps knowing what was lost (s10 audit F4). The
+        shared counters themselves travel only to spawned workers (:meth:`__getstate__`)."""
         if spawning:
             self.count_start()
             self.note_lost(engine)
-            return self, engine
-        out = copy.copy(self)
-        out.releases = None
+            return engine
         lost = self.lost(engine)
         if lost and not engine.incomplete:
             engine = copy.copy(engine)  # the copy's engine, not this one's
             engine.incomplete = _lost_releases_message(lost)
-        return out, engine
+        return engine
 
     def __getstate__(self):
         state = self.__dict__.copy()
