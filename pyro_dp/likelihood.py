@@ -72,14 +72,14 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from .arguments import ModelArguments
 from .compiled import CompiledLikelihood
-from .isolation import (DECLARED_SUBSAMPLE, describe_row_failure, is_value_dependent, kernel_chooses_rows,
+from .isolation import (describe_row_failure, is_value_dependent, kernel_chooses_rows,
                         nan_like_rows, robust_rows, support_rule, vmap_safe_distributions)
 from .mechanisms import ClippedSum, clip_and_sum
 from .coordinates import LikelihoodCoordinates
 from .preconditioning import Preconditioned
 from .diagnose import explain_failure
 from .reach import CallGuard, describe_outside, outside_data
-from .structure import find_data_plate as _find_data_plate
+from .structure import batch_shape, find_data_plate as _find_data_plate, parse_trace
 from .setup_checks import SetUpChecks, on_stand_in, stand_in  # noqa: F401 - on_stand_in re-exported for tests
 
 __all__ = ["PrivateLikelihood"]
@@ -95,12 +95,6 @@ def forked_rng(seed: Optional[int]):
         if seed is not None:
             torch.manual_seed(int(seed))
         yield
-
-
-def _batch_shape(site) -> torch.Size:
-    """Batch shape of an observed site's value (its shape without the event dims)."""
-    value = site["value"]
-    return value.shape[: value.dim() - site["fn"].event_dim]
 
 
 
@@ -208,7 +202,19 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
                     "your data): pyro_dp draws the start and evaluates the prior without reading the data, so the "
                     "model's code must run on any values of the right shapes (docs/privacy.md, 'What is refused')")) from e
             guard.refuse_reads(model, self.arguments.args, self.arguments.kwargs)
-        self._parse_trace(trace, data_plate, transforms)
+        s = parse_trace(trace, data_plate, transforms, self.arguments.leaves)
+        #: the data plate's declared ``subsample_size`` (SVI's idiom), or ``None``: ignored when the
+        #: model is evaluated (:func:`~pyro_dp.isolation.kernel_chooses_rows`), available as a batch-size hint
+        self.declared_subsample_size = s.declared_subsample_size
+        self.data_plate, self.num_rows, self._plate_dim = s.data_plate, s.num_rows, s.plate_dim
+        #: latent sites inside a plate other than the data plate (group effects: the advice names one)
+        self.plated_latents = s.plated_latents
+        self.latent_names: Tuple[str, ...] = s.latent_names
+        self.observed_names: Tuple[str, ...] = s.observed_names
+        self.transforms: Dict[str, object] = s.transforms
+        self._shapes, self._sizes, self.dim = s.shapes, s.sizes, s.dim
+        self.dtype, self.device = s.dtype, s.device
+        self.prototype_params = s.prototype_params  # data-free prior draw, unconstrained
         # 3. The set-up checks (data-free): a model that cannot be evaluated one row at a time (a
         # Python value of its data: under vmap the data are batched, latents are not), or whose
         # terms or prior would change under isolation, is refused before anything is released
@@ -288,90 +294,6 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
             "pyro_dp cannot determine the model's structure (its plates and sites) from its arguments' shapes: it "
             "traces the model on fake tensors and on zeros of the data's shapes, never your data. Name public tensor "
             "arguments whose values the model needs in public= (docs/privacy.md, 'What is refused')")) from e
-
-    def _parse_trace(self, trace, data_plate, transforms):
-        data_plate, frame, latents, observed = _find_data_plate(trace, data_plate)
-
-        def frames(name):
-            return {f.name: f for f in trace.nodes[name]["cond_indep_stack"]}
-
-        #: the data plate's declared ``subsample_size`` (SVI's idiom), or ``None``: ignored when the
-        #: model is evaluated (:func:`~pyro_dp.isolation.kernel_chooses_rows`), available as a batch-size hint
-        self.declared_subsample_size = DECLARED_SUBSAMPLE.get(data_plate)
-        self.data_plate = data_plate
-        self.num_rows = int(frame.size)
-        self._plate_dim = frame.dim
-        # The privacy unit with nested plates: one index of the data plate, across every other
-        # plate an observed site sits in (docs/privacy.md, "The privacy unit").
-        others = sorted({f for name in observed for f in frames(name)} - {data_plate})
-        if others:
-            warnings.warn(
-                f"the observed sites sit in plates {others} besides the data plate {data_plate!r}: the privacy "
-                f"unit (one 'row') is one index of plate {data_plate!r} across all of {others}, i.e. everything "
-                f"observed at that index. If one person's data are one cell, not one {data_plate!r} slice, the "
-                "guarantee does not protect them as stated: choose the data plate that indexes people",
-                UserWarning,
-                stacklevel=4,
-            )
-
-        for name in latents:
-            site = trace.nodes[name]
-            if data_plate in frames(name):
-                if name.endswith("_unobserved"):
-                    raise ValueError(
-                        f"latent site {name!r} is inside the data plate {data_plate!r}: it looks like pyro.sample(..., "
-                        "obs_mask=...), which makes the missing values per-row latents, not supported by DP MCMC. "
-                        "Drop the missing observations from the likelihood instead: wrap the site in "
-                        "poutine.mask(mask=observed_mask) and pass obs= with any finite fill value"
-                    )
-                raise ValueError(
-                    f"latent site {name!r} is inside the data plate {data_plate!r}: per-row "
-                    "(local) latents are not supported by DP MCMC (for missing observations use poutine.mask)"
-                )
-            fn = site["fn"]
-            if fn.has_enumerate_support or getattr(fn.support, "is_discrete", False):
-                raise TypeError(f"latent site {name!r} is discrete; pyro_dp kernels need continuous latents")
-        for name in observed:
-            site = trace.nodes[name]
-            if site["scale"] != 1.0:
-                raise ValueError(
-                    f"observed site {name!r} is scaled (poutine.scale); use the kernel's "
-                    "temperature= instead so that sensitivities stay correct"
-                )
-            batch = _batch_shape(site)
-            d = self._plate_dim
-            if len(batch) < -d or batch[d] != self.num_rows:
-                raise ValueError(
-                    f"observed site {name!r} has batch shape {tuple(batch)}, which does not match "
-                    f"plate {data_plate!r} of size {self.num_rows} at dim {d}"
-                )
-
-        #: latent sites inside a plate other than the data plate (group effects: the advice names one)
-        self.plated_latents = tuple(n for n in latents if set(frames(n)) - {data_plate})
-        # ---- latents, transforms and the flat layout
-        transforms = dict(transforms or {})
-        self.latent_names: Tuple[str, ...] = tuple(latents)
-        self.observed_names: Tuple[str, ...] = tuple(observed)
-        self.transforms: Dict[str, object] = {}
-        self._shapes, self._sizes, unconstrained = {}, {}, {}
-        for name in latents:
-            site = trace.nodes[name]
-            tf = transforms.get(name, biject_to(site["fn"].support).inv)
-            self.transforms[name] = tf
-            u = tf(site["value"].detach())
-            unconstrained[name] = u
-            self._shapes[name] = u.shape
-            self._sizes[name] = u.numel()
-        self.dim = sum(self._sizes.values())
-        # dtype: the latents' promoted with the data's (float64 data => float64 chain);
-        # device: the latents'.
-        dtype = unconstrained[latents[0]].dtype
-        for t in list(unconstrained.values()) + [x for x in self.arguments.leaves if torch.is_tensor(x)]:
-            if t.is_floating_point():
-                dtype = torch.promote_types(dtype, t.dtype)
-        self.dtype, self.device = dtype, unconstrained[latents[0]].device
-        # data-free prior draw, unconstrained
-        self.prototype_params = {k: v.to(dtype) for k, v in unconstrained.items()}
 
     # ------------------------------------------------------------------ flat <-> sites
     def flatten(self, params: Dict[str, torch.Tensor], coordinates: bool = True) -> torch.Tensor:
@@ -475,7 +397,7 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
             term = fn.log_prob(value)
             if site["mask"] is not None:
                 term = torch.where(site["mask"], term, torch.zeros_like(term))
-            batch = _batch_shape(site)
+            batch = batch_shape(site)
             size = batch[d]
             # broadcast to the value's batch shape so the plate dim is materialised
             term = term.expand(torch.broadcast_shapes(term.shape, batch))
