@@ -194,9 +194,9 @@ def vector_to_symmetric(v: torch.Tensor, d: int) -> torch.Tensor:
     """The inverse of :func:`symmetric_to_vector` for ``[D(D+1)/2]`` (a noisy vector gives a
     symmetric matrix whose off-diagonal noise is the vector's over :math:`\\sqrt2`).
 
-    >>> vector_to_symmetric(symmetric_to_vector(torch.tensor([[1.0, 2.0], [2.0, 3.0]])), 2)
+    >>> vector_to_symmetric(symmetric_to_vector(torch.tensor([[1.0, 2.0], [2.0, 3.5]])), 2)
     tensor([[1.0000, 2.0000],
-            [2.0000, 3.0000]])
+            [2.0000, 3.5000]])
     """
     i, j = torch.triu_indices(d, d, offset=1, device=v.device)
     m = torch.diag(v[:d])
@@ -258,9 +258,14 @@ def noise_aware_loglik(release: QuadraticRelease, z: torch.Tensor, curvature_psd
     \tfrac{\sigma_H^2}2(\|\delta\|^2 I + \delta\delta^\top))`, :math:`\delta = z - \theta_0`.
     ``curvature_psd``: :math:`\hat H_+` if already computed.
 
-    >>> r = QuadraticRelease(torch.zeros(1), torch.tensor([2.0]), torch.tensor([[4.0]]), 0.0, 0.0, 1.0, 1.0, ())
-    >>> float(noise_aware_loglik(r, torch.tensor([0.5])) - noise_aware_loglik(r, torch.tensor([0.0])))  # N(0.5, 1/4)
-    2.0
+    Without noise it is the Laplace approximation around one Newton step, :math:`\mathcal
+    N(\theta_0 + H^{-1}s, H^{-1})` in :math:`\theta` (here :math:`s = 2`, :math:`H = 4`: mean 0.5,
+    variance 1/4, so the log density at 0.5 exceeds that at 0 by :math:`0.5^2/(2\cdot 0.25)`):
+
+    >>> t = lambda *v: torch.tensor(v, dtype=torch.float64)
+    >>> r = QuadraticRelease(t(0.0), t(2.0), t([4.0]), 0.0, 0.0, 1.0, 1.0, ())
+    >>> round(float(noise_aware_loglik(r, t(0.5)) - noise_aware_loglik(r, t(0.0))), 6)
+    0.5
     """
     d = z.shape[-1]
     hp = psd_part(release.curvature) if curvature_psd is None else curvature_psd
