@@ -75,7 +75,12 @@ when :math:`\theta_0` is many posterior sds from the mode (a Newton step's error
 the score; clipping bias (a clipped row's score and curvature are shrunk; the clips sit at a
 high private quantile); :math:`\hat H_+` for the unknown :math:`H` in the covariance; the
 observed curvature for the expected information. The kernel checks what the releases can show
-(:func:`approximation_problems`) and warns with :class:`PoorApproximationWarning`.
+(:func:`approximation_problems`: a curvature that is not concave beyond its noise, a posterior far
+from the centre) and what the model's code shows (:func:`mixture_sites`: a mixture likelihood,
+whose label switching gives several modes; data-free, at set-up), and warns with
+:class:`PoorApproximationWarning`. A local expansion cannot see a second mode: a mixture written
+as a ``pyro.factor`` of its log-density goes unnoticed (measured: ``benchmarks/noise_aware.py``,
+``docs/choosing.md``).
 
 **How it fits Pyro's kernel protocol.** Each Pyro iteration is one NUTS transition of the
 post-processing chain. The releases happen at the chain's first iteration (the tuner as the
@@ -104,9 +109,12 @@ makes its own releases from its share of the budget (prefer one chain: NUTS mixe
 from __future__ import annotations
 
 import math
+import warnings
 from typing import NamedTuple, Optional, Tuple
 
 import torch
+import pyro.distributions as dist
+from pyro import poutine
 from pyro.infer.mcmc import NUTS
 from torch.func import hessian, vmap
 
@@ -119,7 +127,7 @@ from .tuning import DPAutoTune
 
 __all__ = ["DPNoiseAware", "QuadraticRelease", "release_quadratic", "noise_aware_loglik", "approximation_problems",
            "symmetric_to_vector", "vector_to_symmetric", "PoorApproximationWarning", "APPROXIMATION",
-           "DEFAULT_TUNING_SHARE", "DEFAULT_SCORE_SHARE", "CLIP_HEADROOM", "MAX_STEP_SDS"]
+           "DEFAULT_TUNING_SHARE", "DEFAULT_SCORE_SHARE", "CLIP_HEADROOM", "MAX_STEP_SDS", "mixture_sites", "MIXTURES"]
 
 #: What every run of :class:`DPNoiseAware` is, in words (its diagnostics, its ledger label).
 APPROXIMATION = "one-release noise-aware (quadratic) approximation"
@@ -317,6 +325,32 @@ def approximation_problems(release: QuadraticRelease, max_step_sds: float = MAX_
     return out
 
 
+#: Observed-site distributions whose likelihood is a mixture (:func:`mixture_sites`).
+MIXTURES = (dist.MixtureSameFamily, dist.MixtureOfDiagNormals, dist.MixtureOfDiagNormalsSharedCovariance)
+
+
+def mixture_sites(lik, seed: int = 0) -> list:
+    """The observed sites of ``lik``'s model whose distribution is a mixture (:data:`MIXTURES`, also
+    inside ``Independent`` or a mask): decided from the model's code on a one-row stand-in of zeros
+    with latents drawn from the prior (**never the data**; torch's global generator is seeded and
+    restored). A mixture's components can swap (label switching) and its posterior then has several
+    modes, which a quadratic at one centre cannot represent. A mixture written as a ``pyro.factor``
+    of its log-density is not seen."""
+    args, kwargs = lik.arguments.build(lik.arguments.stand_in(1), count=1)
+    with forked_rng(seed), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tr = poutine.trace(lik.model).get_trace(*args, **kwargs)
+    out = []
+    for name, site in tr.nodes.items():
+        if site["type"] == "sample" and name in lik.observed_names:
+            fn = site["fn"]
+            while hasattr(fn, "base_dist"):  # Independent, MaskedDistribution, ...
+                fn = fn.base_dist
+            if isinstance(fn, MIXTURES):
+                out.append(name)
+    return out
+
+
 class _Potential:
     """Pyro's NUTS potential :math:`-\\log p(\\theta) - T\\log L(\\theta)` on ``{"z": flat
     unconstrained}`` (post-processing of the release; the prior is data-free). A class, not a
@@ -400,6 +434,8 @@ class DPNoiseAware(DPKernel):
         #: the last chain's release (:class:`QuadraticRelease`) and the problems it showed
         self.release: Optional[QuadraticRelease] = None
         self.problems: list = []
+        #: what the model's structure says against the quadratic (data-free, at the first set-up)
+        self.structure_problems: list = []
         self._nuts = None
 
     # ------------------------------------------------------------------ the plan
@@ -427,6 +463,17 @@ class DPNoiseAware(DPKernel):
         b = float(result.llr_clip)
         self.grad_clip = CLIP_HEADROOM * b if grad_clip is None else grad_clip
         self.curvature_clip = b * b if curvature_clip is None else curvature_clip
+
+    def setup(self, warmup_steps, *args, **kwargs):
+        super().setup(warmup_steps, *args, **kwargs)
+        if self.num_setups == 1:  # data-free: the model's code on a stand-in row
+            sites = mixture_sites(self.lik)
+            if sites:
+                self.structure_problems = [f"mixture likelihood at {sites}: its components can swap and its posterior "
+                                           "then has several modes; a quadratic at one centre represents one of them"]
+                warn_user(f"DPNoiseAware ({self.approximation}): {self.structure_problems[0]}. Its posterior is "
+                          "likely wrong (too narrow, one mode): use an iterative kernel (docs/choosing.md)",
+                          PoorApproximationWarning)
 
     def _reset_chain_stats(self):
         super()._reset_chain_stats()
@@ -468,5 +515,5 @@ class DPNoiseAware(DPKernel):
     def diagnostics(self) -> dict:
         out = super().diagnostics()
         out["approximation"] = self.approximation
-        out["approximation problems"] = list(self.problems)
+        out["approximation problems"] = list(self.structure_problems) + list(self.problems)
         return out

@@ -242,3 +242,24 @@ def test_approximation_problems_far_centre():
 def test_bad_settings_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):
         DPNoiseAware(model, epsilon=1.0, **kwargs)
+
+
+def mixture_model(y):
+    mu = pyro.sample("mu", dist.Normal(torch.zeros(2, dtype=y.dtype), 3.0).to_event(1))
+    weights = dist.Categorical(probs=torch.full((2,), 0.5, dtype=y.dtype))
+    with pyro.plate("data", len(y)):
+        pyro.sample("y", dist.MixtureSameFamily(weights, dist.Normal(mu, 1.0)), obs=y)
+
+
+def test_a_mixture_likelihood_warns_at_set_up_without_reading_data():
+    """Decided from the model's code (a stand-in row): NaN data warn the same, and nothing is released."""
+    for y in (Y, torch.full_like(Y, float("nan"))):
+        k = DPNoiseAware(mixture_model, epsilon=1.0, delta=1e-5, seed=0)
+        with pytest.warns(PoorApproximationWarning, match="mixture likelihood at \\['y'\\]"):
+            k.setup(0, y)
+        assert k.ledger.num_releases == 0 and k.structure_problems
+    k = DPNoiseAware(model, epsilon=1.0, delta=1e-5, seed=0)  # the normal-mean model: no mixture
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PoorApproximationWarning)
+        warnings.simplefilter("ignore", pyro_dp.PrivacyNotice)
+        k.setup(0, Y)
