@@ -126,7 +126,7 @@ from .base import DPKernel, check_positive
 from .tuning import DPAutoTune
 
 __all__ = ["DPNoiseAware", "QuadraticRelease", "release_quadratic", "noise_aware_loglik", "approximation_problems",
-           "symmetric_to_vector", "vector_to_symmetric", "PoorApproximationWarning", "APPROXIMATION",
+           "symmetric_to_vector", "vector_to_symmetric", "psd_part", "PoorApproximationWarning", "APPROXIMATION",
            "DEFAULT_TUNING_SHARE", "DEFAULT_SCORE_SHARE", "CLIP_HEADROOM", "MAX_STEP_SDS", "mixture_sites", "MIXTURES"]
 
 #: What every run of :class:`DPNoiseAware` is, in words (its diagnostics, its ledger label).
