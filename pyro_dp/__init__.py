@@ -2,7 +2,7 @@ r"""pyro_dp: differentially private MCMC for Pyro models.
 
 >>> import pyro_dp
 >>> sorted(n for n in pyro_dp.__all__ if n.startswith("DP"))
-['DPAutoTune', 'DPBarker', 'DPExpFamPenalty', 'DPFastMH', 'DPGradientInit', 'DPGroupedPenalty', 'DPHMC', 'DPKernel', 'DPMinibatchPenalty', 'DPMultiPartyPenalty', 'DPPenalty', 'DPSGLD', 'DPSGNHT']
+['DPAutoTune', 'DPBarker', 'DPExpFamPenalty', 'DPFastMH', 'DPGradientInit', 'DPGroupedPenalty', 'DPHMC', 'DPKernel', 'DPMinibatchPenalty', 'DPMultiPartyPenalty', 'DPNoiseAware', 'DPPenalty', 'DPSGLD', 'DPSGNHT']
 """
 from .kernels import (
     BudgetExhaustedWarning,
@@ -17,6 +17,7 @@ from .kernels import (
     DPKernel,
     DPMinibatchPenalty,
     DPMultiPartyPenalty,
+    DPNoiseAware,
     DPPenalty,
     DPSGLD,
     DPSGNHT,
@@ -38,6 +39,7 @@ __all__ = [
     "DPGroupedPenalty",
     "DPExpFamPenalty",
     "DPMultiPartyPenalty",
+    "DPNoiseAware",
     "DPHMC",
     "DPBarker",
     "DPMinibatchPenalty",

@@ -9,6 +9,7 @@ from .hmc import DPHMC
 from .minibatch_penalty import DPMinibatchPenalty
 from .expfam import DPExpFamPenalty, ExpFamily, bernoulli, gaussian_known_variance, poisson
 from .multiparty import DPMultiPartyPenalty
+from .noise_aware import DPNoiseAware
 from .penalty import DPPenalty
 from .grouped import DPGroupedPenalty
 from .private_init import DPGradientInit
@@ -25,6 +26,7 @@ __all__ = [
     "bernoulli",
     "poisson",
     "DPMultiPartyPenalty",
+    "DPNoiseAware",
     "DPHMC",
     "DPBarker",
     "DPMinibatchPenalty",
