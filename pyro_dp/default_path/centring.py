@@ -45,7 +45,7 @@ import torch
 from ..kernels.sg_gradient import check_substitute  # noqa: F401 (re-exported: its home is the release it guards)
 from ..mechanisms import clip_and_sum, clipped_sum_with_noise, finite_rows, noisy_histogram, sum_clipped
 
-__all__ = ["Centre", "private_centre", "centre_from_counts", "centre_noise_multipliers", "check_substitute",
+__all__ = ["Centre", "private_centre", "centre_from_counts", "centre_noise_multipliers",
            "CENTRE_SHARE", "CENTRE_OFFSETS", "RADIUS_EDGES", "MIN_TAIL_SNR", "MIN_GAIN", "REFERENCE_EDGE"]
 
 #: share of each chain's Gaussian-DP :math:`\mu^2` the two centre releases spend (on top of the

@@ -85,17 +85,15 @@ from ..mechanisms import (
     sum_clipped,
 )
 
+# init_to_center, NORM_BIN_EDGES, penalty_jump_length, posterior_scale_guess, private_norm_quantiles:
+# importable from here as before, documented in their home, pyro_dp.kernels.scales
 __all__ = [
     "DPAutoTune",
-    "init_to_center",
     "data_free_start",
     "TuneResult",
     "RuleMappedRowsWarning",
     "rule_rows",
     "DEFAULT_TUNING_SHARE",
-    "NORM_BIN_EDGES",
-    "penalty_jump_length",
-    "posterior_scale_guess",
     "private_quantiles",
 ]
 
