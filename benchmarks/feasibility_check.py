@@ -17,7 +17,7 @@ from pyro.infer import MCMC
 from pyro.ops.stats import effective_sample_size
 
 import pyro_dp
-from pyro_dp.forecast import feasibility
+from pyro_dp.default_path.forecast import feasibility
 from pyro_dp.models.default_suite import linear_model, logistic_model, unit_ball
 
 CELLS = (("logistic", 5000, 1, 8.0), ("logistic", 5000, 1, 4.0), ("logistic", 5000, 1, 16.0),

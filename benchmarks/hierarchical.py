@@ -56,13 +56,13 @@ if mode == "ref":
     sys.exit()
 kw = {}
 if mode == "scale":
-    from pyro_dp.kernels.tuning import DPAutoTune
+    from pyro_dp.default_path.tuning import DPAutoTune
     kw["init"] = DPAutoTune(scale=True)
 if mode == "whitenonly":
-    from pyro_dp.kernels.tuning import DPAutoTune
+    from pyro_dp.default_path.tuning import DPAutoTune
     kw["init"] = DPAutoTune(whiten=True, scale=False)
 if mode == "whiten":
-    from pyro_dp.kernels.tuning import DPAutoTune
+    from pyro_dp.default_path.tuning import DPAutoTune
     kw["init"] = DPAutoTune(whiten=True)
 if mode == "grouped":
     kern = "DPGroupedPenalty"

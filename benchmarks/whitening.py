@@ -5,7 +5,7 @@ N = 5·10⁴, ``MCMC(K(model, epsilon=eps, jit_compile=True), num_samples=1000, 
 and these ways to run it:
 
 * ``plain``: the default path as it is;
-* ``private``: ``init=DPAutoTune(whiten=True)`` (``pyro_dp.kernels.whitening``: a private
+* ``private``: ``init=DPAutoTune(whiten=True)`` (``pyro_dp.default_path.whitening``: a private
   posterior-covariance estimate at the private start; the chain runs in the coordinates it
   whitens);
 * ``scale``: ``init=DPAutoTune(scale=True)`` (the per-coordinate scales alone, no metric);
@@ -75,15 +75,15 @@ if mode == "oracle":  # whitened by the (non-private) Laplace fit: the best case
     K = getattr(pyro_dp, kern)(umodel, epsilon=eps, jit_compile=True, public=["mu0", "L"] if False else [2, 3])
     args = (X, y, mu0, L)
 elif mode == "private":
-    from pyro_dp.kernels.tuning import DPAutoTune
+    from pyro_dp.default_path.tuning import DPAutoTune
     K = getattr(pyro_dp, kern)(model, epsilon=eps, jit_compile=True, init=DPAutoTune(whiten=True))
     args = (X, y)
 elif mode == "scale":  # per-coordinate scales only (DPAutoTune(scale=True)), no metric
-    from pyro_dp.kernels.tuning import DPAutoTune
+    from pyro_dp.default_path.tuning import DPAutoTune
     K = getattr(pyro_dp, kern)(model, epsilon=eps, jit_compile=True, init=DPAutoTune(scale=True))
     args = (X, y)
 elif mode == "none":  # neither scales nor metric (the default path before #40's coordinates)
-    from pyro_dp.kernels.tuning import DPAutoTune
+    from pyro_dp.default_path.tuning import DPAutoTune
     K = getattr(pyro_dp, kern)(model, epsilon=eps, jit_compile=True, init=DPAutoTune(scale=False))
     args = (X, y)
 else:

@@ -53,7 +53,7 @@ is one CSV row:
 
 **Private start (Barker).** The paper starts every DP Barker chain from a DPVI fit that costs
 (0.22, 10⁻⁶) (``main.py`` l. 55–72; added to ε in ``plot_eps_vs_acc_nruns.py`` l. 73). Here each
-chain starts from a data-free prior draw and walks by :class:`~pyro_dp.kernels.DPGradientInit`
+chain starts from a data-free prior draw and walks by :class:`~pyro_dp.DPGradientInit`
 (full-batch DP gradient ascent on the tempered log posterior; Song et al. 2013, Abadi et al.
 2016 Alg. 1): 12 steps, per-example clip 5, noise multiplier 100 (substitute, Δ = 2C), step
 :math:`\eta/N = 0.015`. Its 12 Gaussian releases are in the chain's ledger, so ``epsilon``
@@ -181,7 +181,7 @@ def _plans(p):
     """Data-free privacy plans: per algorithm, ``(fixed events, per-iteration events,
     accountant, relation, noise multiplier)``, and the kernels' hyper-parameters."""
     from pyro_dp.accounting.subsampled import dp_barker_event
-    from pyro_dp.kernels import DPGradientInit
+    from pyro_dp import DPGradientInit
     from pyro_dp.kernels.sgmcmc import langevin_noise_multiplier
     from pyro_dp.mechanisms import SubsampledGaussianEvent
 

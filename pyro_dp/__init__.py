@@ -6,12 +6,10 @@ r"""pyro_dp: differentially private MCMC for Pyro models.
 """
 from .kernels import (
     BudgetExhaustedWarning,
-    DPAutoTune,
     PrivacyNotice,
     DPBarker,
     DPExpFamPenalty,
     DPFastMH,
-    DPGradientInit,
     DPGroupedPenalty,
     DPHMC,
     DPKernel,
@@ -22,9 +20,9 @@ from .kernels import (
     DPSGLD,
     DPSGNHT,
 )
+from .default_path import DPAutoTune, DPGradientInit, Feasibility, ModelProfile, feasibility  # registers its hook
 from .arviz import PrivateDataWarning, to_arviz
 from .checks import SamplingWarning, check_run
-from .forecast import Feasibility, ModelProfile, feasibility
 from .likelihood import PrivateLikelihood
 from .mechanisms import PrivacyLedger
 from .predictive import posterior_predictive

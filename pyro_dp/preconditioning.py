@@ -5,7 +5,7 @@ r"""A public affine change of the kernels' coordinates (mixed into
 
 where :math:`z` is the flat unconstrained latent vector, :math:`s` a shift and :math:`L` a
 lower-triangular matrix with a positive diagonal, both **released or data-free** (the default
-path's :class:`~pyro_dp.kernels.tuning.DPAutoTune` sets them from its private start and a
+path's :class:`~pyro_dp.default_path.tuning.DPAutoTune` sets them from its private start and a
 private estimate of the posterior's covariance when asked to, ``whiten=True``). With
 :math:`LL^\top` close to the posterior covariance the posterior in :math:`u` is close to
 isotropic, so every kernel's isotropic moves, clips and step sizes fit it in every direction (a

@@ -125,7 +125,7 @@ __all__ = ["ReleaseAudit", "audit_releases", "gaussian_mu_of_event", "mu_confide
 class ReleaseAudit:
     r"""The audit of one kind of release (:func:`audit_releases`).
 
-    :ivar tag: ``"<ledger label or 'step'> @ <site>"``, e.g. ``"tune:clip @ pyro_dp.kernels.tuning.clip_histogram"``.
+    :ivar tag: ``"<ledger label or 'step'> @ <site>"``, e.g. ``"tune:clip @ pyro_dp.default_path.tuning.clip_histogram"``.
     :ivar label: the ledger label of the release (``""``: the kernel's own iterations).
     :ivar site: ``module.function`` that made it.
     :ivar index: its position among the reference run's releases.

@@ -98,7 +98,7 @@ def model_2d(y):
 
 def scale_neighbours(num_rows=20):
     """Row 0 at ``(1e9, 1e9)`` (log-gradient magnitudes above the bound ``A = 16`` of
-    :func:`~pyro_dp.kernels.whitening.private_log_scales`) and at ``(1e-30, 1e-30)`` (below
+    :func:`~pyro_dp.default_path.whitening.private_log_scales`) and at ``(1e-30, 1e-30)`` (below
     ``-A``, at the tuning's start at the origin): the row's vector of clipped log-magnitudes
     flips from ``+A`` to ``-A``, its counts stay (both gradients are non-zero)."""
     base = torch.linspace(-1.0, 1.0, 2 * num_rows, dtype=torch.float64).reshape(num_rows, 2)
@@ -154,7 +154,7 @@ TABLE_ONLY = {
 def axis_neighbours(num_rows=20):
     r"""Row 0 at ``(1e6, 0)`` and at ``(0, 1e6)``: its clipped gradient at :math:`c e_1` and
     :math:`c e_2`, the pair that moves the sum of outer products :math:`g g^\top` the most
-    (``tune:metric``, :func:`~pyro_dp.kernels.whitening.private_metric`): by :math:`\sqrt 2\,c^2`
+    (``tune:metric``, :func:`~pyro_dp.default_path.whitening.private_metric`): by :math:`\sqrt 2\,c^2`
     (the diagonal entries :math:`c^2` and :math:`0` swap), where its ledger assumes :math:`2c^2`."""
     (d,), (dp,) = scale_neighbours(num_rows)
     d[0], dp[0] = torch.tensor([1e6, 0.0]), torch.tensor([0.0, 1e6])

@@ -12,6 +12,9 @@ r"""The package's import architecture, measured from the source with ``ast`` (is
   object that its own module never defines (``kernel._iteration`` in a module that defines no
   ``_iteration``). At most three exceptions, each marked at its line with ``# architecture:
   private-read`` and a comment saying why.
+* The default path is a layer above the kernels: no module under ``pyro_dp/kernels`` imports
+  ``pyro_dp.default_path`` or a module of it (:func:`upward_imports`, imports inside functions
+  included); the kernels reach it only through their hook, ``kernels/path_hook.py``.
 * No ``type(...).__name__ == "..."`` (or ``__class__.__name__``) switch: what differs between kernels
   is a class attribute the kernel declares, or an argument.
 * A kernel is built from parts: every public kernel's MRO holds at most ``MAX_KERNEL_CLASSES``
@@ -51,6 +54,9 @@ FUNCTION_IMPORT_ALLOWED = (
 # asserted (none since issue 63's kernel parts);
 # remove a module from this set once it is fixed.
 NOT_YET_FIXED = frozenset()
+
+# (lower layer, the layer above it that it may not import): issue 63's default path above the kernels
+LAYERS_ABOVE = (("pyro_dp.kernels", "pyro_dp.default_path"),)
 
 # private attribute names that are a Python or library protocol, not a module's private state
 PROTOCOL_PRIVATE = frozenset({"_replace", "_asdict", "_fields", "_field_defaults", "_make", "_value_"})
@@ -231,6 +237,17 @@ def analyse(mods):
     return mods
 
 
+def _within(name, package):
+    return name == package or name.startswith(package + ".")
+
+
+def upward_imports(mods, layers=LAYERS_ABOVE):
+    """``[(module, imported module, line)]``: every import of a lower layer's module from the layer
+    above it (:data:`LAYERS_ABOVE`), imports inside functions included."""
+    return sorted((m.name, target, line) for lower, upper in layers for m in mods.values() if _within(m.name, lower)
+                  for target, line in m.edges.items() if _within(target, upper))
+
+
 def find_cycles(mods):
     """Strongly connected components of more than one module (Tarjan), each as a sorted list."""
     index, low, stack, on, out = {}, {}, [], set(), []
@@ -304,6 +321,7 @@ def measure():
         "private_reads_blocked": [(rel(m), ln, s, k) for m in fixable for ln, s, k in m.blocked],
         "private_reads_pending": [(rel(m), ln, s, k) for m in pending for ln, s, k in m.private_reads],
         "name_switches": [(rel(m), ln, s) for m in mods.values() for ln, s in m.name_switches],
+        "upward_imports": upward_imports(mods),
     }
 
 
@@ -341,6 +359,49 @@ def test_no_private_reads_across_modules():
 def test_no_class_name_switch():
     found = _measured()["name_switches"]
     assert not found, f"type(...).__name__ comparisons: {found}"
+
+
+def test_no_kernel_module_imports_the_default_path():
+    found = _measured()["upward_imports"]
+    assert not found, f"modules of pyro_dp.kernels importing the default path (a layer above them): {found}"
+    # the hook is the way up: the default path registers itself there, and the kernels import it
+    edges = _measured()["modules"]
+    assert "pyro_dp.kernels.path_hook" in edges["pyro_dp.kernels.base"].edges
+    assert "pyro_dp.kernels.path_hook" in edges["pyro_dp.default_path"].edges
+
+
+def _synthetic(src):
+    mods = {}
+    for path, text in src.items():
+        name = path[:-3].replace("/", ".")
+        is_pkg = name.endswith(".__init__")
+        name = name[: -len(".__init__")] if is_pkg else name
+        mods[name] = Module(name, path, ast.parse(text), text.splitlines(), is_pkg)
+    return analyse(mods)
+
+
+def test_the_layer_check_sees_an_upward_import():
+    # mutants: a kernel module importing the default path at the top, inside a function, as a
+    # package attribute; the hook and the default path importing the kernels are allowed
+    mods = _synthetic({
+        "pyro_dp/__init__.py": "from . import kernels, default_path\n",
+        "pyro_dp/kernels/__init__.py": "from .hook import slot\n",
+        "pyro_dp/kernels/hook.py": "slot = []\n",
+        "pyro_dp/kernels/top.py": "from ..default_path import tuning\n",
+        "pyro_dp/kernels/inside.py": "def f():\n    import pyro_dp.default_path.tuning\n",
+        "pyro_dp/kernels/attr.py": "from .. import default_path\n",
+        "pyro_dp/default_path/__init__.py": "from ..kernels.hook import slot\nfrom . import tuning\n",
+        "pyro_dp/default_path/tuning.py": "from ..kernels import hook\n",
+    })
+    assert upward_imports(mods) == [("pyro_dp.kernels.attr", "pyro_dp.default_path", 1),
+                                    ("pyro_dp.kernels.inside", "pyro_dp.default_path.tuning", 2),
+                                    ("pyro_dp.kernels.top", "pyro_dp.default_path.tuning", 1)]
+    # and on the real package: one such import added to a kernel module is found
+    real = load_modules()
+    text = "from ..default_path import hook\n"
+    real["pyro_dp.kernels.mutant"] = Module("pyro_dp.kernels.mutant", "pyro_dp/kernels/mutant.py", ast.parse(text),
+                                            text.splitlines(), False)
+    assert upward_imports(analyse(real)) == [("pyro_dp.kernels.mutant", "pyro_dp.default_path.hook", 1)]
 
 
 def test_the_measurement_sees_what_it_should():
@@ -402,7 +463,7 @@ if __name__ == "__main__":
         print("  cycle:", " ".join(c))
     for key in ("function_imports", "function_imports_pending", "private_reads", "private_reads_blocked",
                 "private_reads_pending",
-                "name_switches"):
+                "name_switches", "upward_imports"):
         print(f"{key}: {len(m[key])}")
         for f in m[key]:
             print("   ", *f)

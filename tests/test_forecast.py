@@ -1,5 +1,5 @@
 """Issue 40: pyro_dp.feasibility — a data-free prediction of what a default-path run delivers
-(pyro_dp/forecast.py)."""
+(pyro_dp/default_path/forecast.py)."""
 import dataclasses
 import math
 import warnings
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import pyro_dp
-from pyro_dp.forecast import ModelProfile, feasibility, model_profile, predicted_move
+from pyro_dp.default_path.forecast import ModelProfile, feasibility, model_profile, predicted_move
 from pyro_dp.kernels.diagnostics import ess_advice
 
 
@@ -71,7 +71,7 @@ def test_a_profile_of_your_own():
 
 
 def test_predicted_move_is_the_default_paths_jump_over_its_scale_guess():
-    from pyro_dp.kernels.tuning import penalty_jump_length, posterior_scale_guess
+    from pyro_dp.default_path.tuning import penalty_jump_length, posterior_scale_guess
 
     start, _, _, _ = predicted_move(kernel="DPPenalty", num_rows=10_000, noise_multiplier=30.0, clip=1.5, grad_norm=0.8,
                                     fisher=torch.eye(3) * 0.2, num_samples=1000, warmup_steps=1000)
@@ -162,7 +162,7 @@ def test_the_ess_advice_says_run_longer_only_where_the_forecast_says_it_helps(mo
     that always finds a longer run helpful (LONGER_RUN_GAIN = 0) advises "run longer" at eps = 1."""
     from pyro.infer import MCMC
 
-    from pyro_dp.kernels import default_path
+    from pyro_dp.default_path import driver as default_path
     from pyro_dp.models.default_suite import linear_model, make_linear_data
 
     X, y = make_linear_data(5000, 0)
@@ -334,7 +334,7 @@ def test_dphmc_is_forecast_as_its_default_path_runs_with_or_without_gradients():
 def test_hmc_gradient_gain_refuses_bad_input_and_grows_with_n_and_epsilon():
     """Data-free inputs checked as feasibility's; the gain grows with N and with ε (the noise limit
     recedes), below 1 at 10⁴ rows and ε = 2, above at 2·10⁵ rows and ε = 8."""
-    from pyro_dp.forecast import hmc_gradient_gain
+    from pyro_dp.default_path.forecast import hmc_gradient_gain
 
     kw = dict(delta=1e-5, dim=5, num_samples=1000, warmup_steps=500)
     for bad in (dict(num_rows=1, epsilon=2.0), dict(num_rows=1000, epsilon=0.0), dict(num_rows=1000, epsilon=1.0,

@@ -10,7 +10,7 @@ import torch
 from pyro.infer import MCMC
 
 import pyro_dp
-from pyro_dp.kernels.default_path import move_scales
+from pyro_dp.default_path.driver import move_scales
 from pyro_dp.kernels.diagnostics import ess_advice
 from pyro_dp.kernels.hmc import release_gradient
 from pyro_dp.kernels.penalty import penalty_release
@@ -192,7 +192,7 @@ def test_the_default_penalty_walk_holds_prior_only_sites_and_sweeps_them_data_fr
     k = pyro_dp.DPPenalty(flat, epsilon=2.0, num_iterations=500, seed=0, control_variate=False)
     k.setup(0, data(n=5000)[1])
     k.sample(k.initial_params)
-    assert isinstance(k.proposal_scale, float) and k._sweep_mask is None
+    assert isinstance(k.proposal_scale, float) and k.sweep_mask is None
     k = pyro_dp.DPPenalty(two_level, epsilon=2.0, num_iterations=500, seed=0)  # the default: control variate
     k.setup(0, *data(n=5000))
     k.sample(k.initial_params)
@@ -201,7 +201,7 @@ def test_the_default_penalty_walk_holds_prior_only_sites_and_sweeps_them_data_fr
     torch.testing.assert_close(k.proposal_scale, torch.tensor([0.0, 0.0, free, free, free], dtype=torch.float64))
     k = pyro_dp.DPPenalty(two_level, 0.05, epsilon=2.0, num_iterations=500, seed=0)  # a given scale
     k.setup(0, *data(n=5000))
-    assert k._sweep_mask is None
+    assert k.sweep_mask is None
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
@@ -250,7 +250,7 @@ def test_the_prior_sweeps_carry_a_released_gradient_to_the_new_point():
     k.prior_sweeps.log_scale = 0.0
     moved = False
     for _ in range(20):
-        new, ok = k.prior_sweeps.run(k.lik, k._rng, state, k._sweep_mask, iteration=0, target_accept_prob=0.5, warmup=False)
+        new, ok = k.prior_sweeps.run(k.lik, k._rng, state, k.sweep_mask, iteration=0, target_accept_prob=0.5, warmup=False)
         moved = moved or ok
         if ok:
             assert not torch.equal(new.z[:2], state.z[:2]) and torch.equal(new.z[2:], state.z[2:])
@@ -331,7 +331,7 @@ def test_a_resumed_default_path_chain_keeps_its_sweeps_scale(kernel_cls):
     whole = kernel()
     full = MCMC(whole, num_samples=12, warmup_steps=20, hook_fn=hook, disable_progbar=True)
     full.run(group, y)
-    assert whole._sweep_mask is not None
+    assert whole.sweep_mask is not None
     resumed = kernel()
     resumed.load_state_dict(pickle.loads(pickle.dumps(saved["state"])))
     rest = MCMC(resumed, num_samples=7, warmup_steps=0, disable_progbar=True)

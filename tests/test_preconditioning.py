@@ -1,6 +1,6 @@
 """#40: posterior-shaped coordinates. A public affine change of the kernels' coordinates
 (``pyro_dp.preconditioning``) and the default path's private covariance estimate that sets it
-(``DPAutoTune(whiten=True)``, ``pyro_dp.kernels.whitening``)."""
+(``DPAutoTune(whiten=True)``, ``pyro_dp.default_path.whitening``)."""
 import math
 import warnings
 
@@ -12,9 +12,9 @@ from pyro.infer import MCMC
 
 import pyro_dp
 from pyro_dp.accounting.gdp import gdp_mu
-from pyro_dp.kernels.tuning import DPAutoTune
-from pyro_dp.kernels import whitening
-from pyro_dp.kernels.whitening import (LOG_SCALE_BOUND, METRIC_SHARE, SCALE_SHARE, private_log_scales, private_metric,
+from pyro_dp.default_path.tuning import DPAutoTune
+from pyro_dp.default_path import whitening
+from pyro_dp.default_path.whitening import (LOG_SCALE_BOUND, METRIC_SHARE, SCALE_SHARE, private_log_scales, private_metric,
                                        scaling_from_release, whitening_from_metric)
 from pyro_dp.likelihood import PrivateLikelihood
 from pyro_dp.mechanisms import GaussianEvent, NoiseSource
@@ -167,7 +167,7 @@ def test_a_whitened_chain_runs_in_posterior_shaped_coordinates_and_reports_the_m
 def _spread_sentences(monkeypatch=None, factor=1.0):
     X, y = data(4000)
     if monkeypatch is not None:  # the mutant: a chain covering 1/factor of the spread the metric predicts
-        from pyro_dp.kernels import tuning
+        from pyro_dp.default_path import tuning
         orig = tuning.metric_sd
         monkeypatch.setattr(tuning, "metric_sd", lambda lik, L: factor * orig(lik, L))
     k = pyro_dp.DPPenalty(logistic, epsilon=50.0, init=DPAutoTune(num_steps=30, whiten=True), seed=0)
@@ -296,7 +296,7 @@ def test_the_default_path_is_right_on_unscaled_covariates(mutant, monkeypatch):
     own coordinates before the metric, as before) is many sds off: one clip serves the largest
     column only. (Release noise seeded: ``noise_seed``, a test option.)"""
     if mutant:
-        monkeypatch.setattr("pyro_dp.kernels.tuning.scaling_from_release",
+        monkeypatch.setattr("pyro_dp.default_path.tuning.scaling_from_release",
                             lambda S, C, c_std, n=None: torch.ones_like(S))
     X, y = _logistic_columns()
     w = torch.zeros(D, dtype=torch.float64)

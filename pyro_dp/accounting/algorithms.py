@@ -51,7 +51,7 @@ def default_noise_ratio(num_steps: int) -> float:
     :math:`\mathrm{nm}_l^2 \propto 1 + L/r^2`; the test sees the ratio noise
     :math:`\sigma_l \propto \mathrm{nm}_l L\eta` and the kinetic-energy term's noise, whose standard
     deviation is :math:`r/\sqrt L` times it (the released gradients move the momentum:
-    :func:`pyro_dp.forecast.predicted_move`), in all :math:`\propto (1 + L/r^2)(1 + r^2/L)`, least
+    :func:`pyro_dp.default_path.forecast.predicted_move`), in all :math:`\propto (1 + L/r^2)(1 + r^2/L)`, least
     at :math:`r^2 = L` (4, against 7.2 at :math:`r = 1`, :math:`L = 5`).
 
     >>> round(default_noise_ratio(5) ** 2, 12)

@@ -1,8 +1,14 @@
-"""DP MCMC kernels: one file per algorithm, each a thin Pyro ``MCMCKernel`` over a step function."""
+"""DP MCMC kernels: one file per algorithm, each a thin Pyro ``MCMCKernel`` over a step function.
+
+The default path's initialisers (``DPAutoTune``, ``DPGradientInit``) live in
+:mod:`pyro_dp.default_path`, a layer above the kernels that no module here imports; their old
+names ``pyro_dp.kernels.DPAutoTune`` and ``pyro_dp.kernels.DPGradientInit`` are answered by the
+registered default path (:mod:`~pyro_dp.kernels.path_hook`)."""
 import warnings
 
 from ..accounting import DEFAULT_ACCOUNTANT
 from .base import BudgetExhaustedWarning, DPKernel, PrivacyNotice
+from .path_hook import default_path
 from .fastmh import DPFastMH
 from .barker import DPBarker
 from .hmc import DPHMC
@@ -12,8 +18,6 @@ from .multiparty import DPMultiPartyPenalty
 from .noise_aware import DPNoiseAware
 from .penalty import DPPenalty
 from .grouped import DPGroupedPenalty
-from .private_init import DPGradientInit
-from .tuning import DPAutoTune
 from .sgmcmc import DPSGLD, DPSGNHT
 
 __all__ = [
@@ -34,8 +38,6 @@ __all__ = [
     "DPSGLD",
     "DPSGNHT",
     "BudgetExhaustedWarning",
-    "DPGradientInit",
-    "DPAutoTune",
     "PrivacyNotice",
     "default_accountants",
 ]
@@ -62,3 +64,12 @@ def default_accountants() -> dict:
             "rdp_curve": DPBarker(model, 50, 0.1).accountant,
             "approx_dp": DPFastMH(model, 0.1, 1.0, 10.0, 10, 0.5, 1e-9).accountant,
         }
+
+
+def __getattr__(name):
+    """``pyro_dp.kernels.DPAutoTune`` and ``DPGradientInit``, written before they moved to
+    :mod:`pyro_dp.default_path`: the registered default path's names (no import of it here)."""
+    names = default_path().names
+    if name in names:
+        return names[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

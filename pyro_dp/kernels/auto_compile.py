@@ -5,7 +5,7 @@ one-time compile of 10–30 s; a short run on small data is over before the comp
 With ``jit_compile`` left unset, the kernel predicts both wall times at its first set-up from
 public quantities only — the number of rows :math:`N` (a shape), the iterations the run will
 make (``warmup_steps + num_samples`` of the ``MCMC`` that runs it, else ``num_iterations``,
-else :data:`~pyro_dp.kernels.default_path.DEFAULT_ITERATIONS`), the kernel's kind and settings
+else :data:`~pyro_dp.kernels.runner.DEFAULT_ITERATIONS`), the kernel's kind and settings
 (the rows and gradient passes one iteration reads, :meth:`DPKernel._rows_per_iteration`) and
 the private start's steps — and compiles when
 
@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import NamedTuple, Optional, Tuple
 
 from ..compiled import BACKENDS, CUDA_GRAPH_MODES, CompiledLikelihood
-from .default_path import DEFAULT_ITERATIONS
+from .runner import DEFAULT_ITERATIONS
 from .runner import mcmc_run_length
 
 __all__ = ["auto_compile", "check_settings", "check_jit_options", "CompileCosts", "CompileDecision", "COSTS", "decide_compile",

@@ -14,8 +14,10 @@ the seeds of a chain. It reads top to bottom; every other concern is a module of
                                              ``torch.distributed`` ranks
 :mod:`~pyro_dp.kernels.checkpoint`           ``state_dict`` / ``load_state_dict``
 :mod:`~pyro_dp.kernels.diagnostics`          ``diagnostics()`` / ``logging()``
-:mod:`~pyro_dp.kernels.default_path`         run length, noise calibration and private
-                                             tuning for settings left out
+:mod:`~pyro_dp.kernels.runner`               the run length a budget funds (from ``MCMC``)
+:mod:`~pyro_dp.kernels.path_hook`            the default path's hook: private tuning of the
+                                             settings left out (:mod:`pyro_dp.default_path`,
+                                             a layer above the kernels, drives it)
 :mod:`~pyro_dp.kernels.auto_compile`         ``jit_compile=None``: eager or compiled from
                                              the run's predicted cost
 ===========================================  ===============================================
@@ -64,16 +66,16 @@ from ..likelihood import PrivateLikelihood
 from ..mechanisms import NoiseSource
 from ..mechanisms import PrivacyEvent, PrivacyLedger, ReproducibleNoiseWarning
 from ..warn import warn_user
-from . import auto_compile, checkpoint, default_path, diagnostics
+from . import auto_compile, checkpoint, diagnostics
 from .chain_record import ChainRecord, RunForecast
 from .declared_batch import take_declared_subsample
 from .diagnostics import MAX_CHECKED_DRAWS, NONPRIVATE_PREFIX
-from .default_path import DEFAULT_ITERATIONS
 from .seeds import PURPOSE_ALGO, PURPOSE_INIT, PURPOSE_NOISE, derive_seed, kernel_chain_seed  # noqa: F401 (re-exported)
 from .plan import counts as _counts  # noqa: F401  (re-exported: tests import it from here)
+from .path_hook import default_path
+from .runner import DEFAULT_ITERATIONS, resolve_run_length
 from .privacy_engine import (DEFAULT_DELTA, DEFAULT_EPSILON, BudgetExhaustedWarning, ChainLedger, EngineSetting,
                              PrivacyEngine, PrivacyNotice, check_positive)
-from .tuning import DPAutoTune
 from .workers import WORKER_SLOTS, ChainFailedError, ChainProcesses, Ranks, WorkerReleases  # noqa: F401 (re-exported)
 
 __all__ = ["DPKernel", "BudgetExhaustedWarning", "SamplingWarning", "PrivacyNotice", "ChainLedger", "ChainFailedError",
@@ -156,7 +158,7 @@ class DPKernel(MCMCKernel):
         look like data (a tensor whose first dimension has ``N`` entries): they are passed whole to
         every row's evaluation, without noise (:mod:`pyro_dp.arguments`).
     :param init: optional private initialisation run at the first iteration of every chain,
-        e.g. :class:`~pyro_dp.kernels.private_init.DPGradientInit`; its releases are recorded
+        e.g. :class:`~pyro_dp.default_path.private_init.DPGradientInit`; its releases are recorded
         in the chain's ledger and counted by the budget and by noise calibration.
 
     Every kernel of :mod:`pyro_dp.kernels` is a :class:`DPKernel`, and these keyword
@@ -183,7 +185,7 @@ class DPKernel(MCMCKernel):
     #: (:mod:`pyro_dp.kernels.declared_batch`); other kernels refuse a plate that declares one.
     takes_plate_batch: bool = False
 
-    #: The default path's choices for this kernel (:mod:`~pyro_dp.kernels.default_path`): whether its
+    #: The default path's choices for this kernel (:mod:`pyro_dp.default_path`): whether its
     #: tuner whitens, balances the coordinates' scales, releases a centre for a gradient clip ball
     #: (under substitution only); the releasing share of the warmup (``None``: all of it); the kernel
     #: whose forecast describes its chains; what the noise-limited advice adds; and whether the
@@ -346,18 +348,14 @@ class DPKernel(MCMCKernel):
         penalty-type test over every row; kernels that read otherwise override it."""
         return "penalty", float(self.lik.num_rows), 0.0
 
-    def _apply_tuning(self, result) -> None:
-        """Take the settings a :class:`~pyro_dp.kernels.tuning.DPAutoTune` run found (kernels
-        with a default path override it). Called at the first iteration of every chain."""
-
     def _ratio_noise_multiplier(self) -> Optional[float]:
         """The noise multiplier of the kernel's ratio release, for the default path's ratio
-        clip (:meth:`~pyro_dp.kernels.tuning.DPAutoTune.ratio_quantile`); ``None``: no ratio
+        clip (:meth:`~pyro_dp.default_path.tuning.DPAutoTune.ratio_quantile`); ``None``: no ratio
         release whose clip is tuned (kernels with a default path override it)."""
         return None
 
     def default_path_noises(self) -> Tuple[float, float]:
-        """For :func:`~pyro_dp.kernels.default_path.default_path_noise`, after the tuner is
+        """For :func:`~pyro_dp.default_path.driver.default_path_noise`, after the tuner is
         configured: ``(the release's noise multiplier, the ratio noise the tuner's clip quantile
         balances)``, both the ratio's (DPSGLD: its gradient's)."""
         self._calibrate()
@@ -495,11 +493,11 @@ class DPKernel(MCMCKernel):
         self.transforms = self.lik.transforms
         take_declared_subsample(self, first_setup=self.num_setups == 1)  # the plate's subsample_size: used or refused
         self.lik.likelihood_mask  # the likelihood's coordinates, determined now (data-free; cached per kernel object)
-        default_path.resolve_run_length(self)  # the run length a budget funds
+        resolve_run_length(self)  # the run length a budget funds
         auto_compile.auto_compile(self, self._rows_per_iteration, self._jit_cache)  # jit_compile=None: eager or compiled from the run's predicted cost
-        default_path.configure_tuner(self)  # the default path's tuner learns the budget first ...
+        default_path().configure(self)  # the default path's tuner learns the budget first ...
         self._calibrate()  # noise from the budget when none was given (data-free)
-        default_path.tell_tuner(self, self._ratio_noise_multiplier())  # ... and the ratio noise after
+        default_path().calibrated(self, self._ratio_noise_multiplier())  # ... and the ratio noise after
         if self.epsilon is None:  # the plan (data-free)
             self.privacy.plan = None
         else:
@@ -588,8 +586,9 @@ class DPKernel(MCMCKernel):
         """At a chain's first iteration (declared with it): the private initialisation reads the
         data through its own mechanism, each release recorded as it is made (an exception
         part-way loses none) under the initialiser's label; a
-        :class:`~pyro_dp.kernels.tuning.DPAutoTune` result is then taken by the kernel
-        (post-processing of the tuning releases), and the chain starts there."""
+        :class:`~pyro_dp.default_path.tuning.DPAutoTune` result is then taken by the default
+        path's hook (post-processing of the tuning releases, :mod:`~pyro_dp.kernels.path_hook`),
+        and the chain starts there."""
         def record(event, label: Optional[str] = None) -> None:
             self.privacy.record(event, label=label or getattr(self.init, "label", f"init:{type(self.init).__name__}"),
                                 on_release=self._count_release)
@@ -598,9 +597,8 @@ class DPKernel(MCMCKernel):
         self.chain.init_done = True
         self.chain.init_clipped_fraction = frac
         self.chain.preconditioner = self.lik.preconditioner  # a DPAutoTune(whiten=True) sets it (post-processing)
-        if isinstance(self.init, DPAutoTune):
-            self.chain.metric_sd = self.init.result.metric_sd  # the end-of-chain spread check (kernels.diagnostics)
-            self._apply_tuning(self.init.result)
+        default_path().take_tuning(self, first_chain=self._chain_index == 0,  # a DPAutoTune's settings (path_hook)
+                                   ratio_noise_multiplier=self._ratio_noise_multiplier())
         self._state = self._init_state(z_init)
 
     def cleanup(self):

@@ -43,7 +43,7 @@ class ChainRecord:
     init_clipped_fraction: float = 0.0
     #: the chain's coordinates, set by its private start (:mod:`pyro_dp.preconditioning`)
     preconditioner: Optional[tuple] = None
-    #: the posterior sd its released metric predicts (:func:`~pyro_dp.kernels.whitening.metric_sd`)
+    #: the posterior sd its released metric predicts (:func:`~pyro_dp.default_path.whitening.metric_sd`)
     metric_sd: Optional[object] = None
     #: ``(iteration, message)`` pairs ``diagnostics()`` has warned (not checkpointed)
     warned: set = field(default_factory=set)

@@ -53,26 +53,49 @@ are public (the private start's and tuner's releases, or the user's settings).
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple, Optional, Tuple
+from typing import NamedTuple, Optional
 
 import torch
 
-from . import default_path
-from ..checks import SamplingWarning, monte_carlo_min_ess
 from ..mechanisms import ClippedSum, clip_and_sum, clipped_fraction, gaussian_event, gaussian_release_spec
 from ..mechanisms.clipping import clip_rows
-from ..warn import warn_user
 from .base import check_positive
 from .mh import MHState, RatioRelease, valid_move
-from .prediction import DEFAULT_CURVATURE_FACTOR, REFERENCE_CLIP_HEADROOM, default_curvature_clip  # noqa: F401 (re-exported)
 from .proposals import accept_uniform, penalty_log_accept_threshold, sample_momentum
 from .trajectory import HMCInfo, HMCState, trajectory_proposal
-from .tuning import posterior_scale_guess
 
-__all__ = ["ChainReference", "check_settings", "reference_clip", "reference_events", "tilt_sd", "tune", "ControlVariate", "release_reference", "reference_rows", "release_residual", "cv_penalty_release_accept",
+__all__ = ["ChainReference", "check_settings", "reference_clip", "reference_events", "tilt_sd", "ControlVariate", "release_reference", "reference_rows", "release_residual", "cv_penalty_release_accept",
            "default_curvature_clip", "reference_noise_multiplier", "cv_gradient_release_fn", "cv_dphmc_step_fn",
-           "cv_walk_step", "hmc_release_fns", "hmc_reference_noise_multiplier", "ChainReference", "check_settings", "reference_clip", "reference_events", "tilt_sd", "tune",
+           "cv_walk_step", "hmc_release_fns", "hmc_reference_noise_multiplier", "ChainReference", "check_settings", "reference_clip", "reference_events", "tilt_sd",
            "DEFAULT_CURVATURE_FACTOR", "DEFAULT_REFERENCE_SHARE", "REFERENCE_CLIP_HEADROOM", "TILT_WARNING_SD"]
+
+#: :math:`\kappa` of :func:`default_curvature_clip`: a row's curvature bound in units of the mean
+#: row's (measured on logistic regression in whitened coordinates: the rows' 0.99 quantile was
+#: 1.8 times the mean row's; ``docs/tuning.md``, "Control variates")
+DEFAULT_CURVATURE_FACTOR = 2.0
+
+#: the reference gradients' clip :math:`b` as a multiple of the tuned ratio clip (the tuner's
+#: quantile of the gradient norms at the start): a row whose gradient is clipped at the reference
+#: keeps a residual of the size of its excess, which the residual clip then cuts, so each such row
+#: pulls the chain with a shrunk, fixed gradient. The tuner's counts cannot resolve the few rows a
+#: bias-variance balance would leave above (about 2 nm_G), and at the tuned clip (about the 0.98
+#: quantile at epsilon = 2) about 2 % of a logistic regression's rows were clipped, moving its means
+#: by 0.3-0.9 sd in the same direction in every run; the largest norm was 1.5 times the clip.
+#: The price: the reference release's noise, and so the tilt, grows in proportion.
+REFERENCE_CLIP_HEADROOM = 2.0
+
+def default_curvature_clip(dim: int, num_rows: int, scale: float, temperature: float = 1.0,
+                           factor: float = DEFAULT_CURVATURE_FACTOR) -> float:
+    r"""The curvature bound :math:`h` per row: :math:`\kappa D / (T N s^2)`, ``factor`` times the
+    curvature of a mean row when the posterior has standard deviation :math:`s` per coordinate
+    (its precision :math:`1/s^2` is :math:`TN` rows' curvature, and a row's rank-one curvature has
+    the trace of :math:`D` coordinates). Post-processing of the public scale guess.
+
+    >>> default_curvature_clip(4, 50_000, 1.0)  # whitened coordinates: s = 1
+    0.00016
+    """
+    return float(factor) * dim / (float(temperature) * num_rows * float(scale) ** 2)
+
 
 #: the reference release's expected shift of the means (posterior sds) above which the kernel
 #: warns before the chain runs (issue 40's bar for a right run is 0.5 sd)
@@ -320,7 +343,7 @@ def hmc_release_fns(lik, temperature, num_steps: int, grad_spec, ratio_spec, cv:
 def cv_walk_step(rng, noise, state, lik, *, step_size: float, num_steps: int, inv_mass, mass_sqrt,
                  llr_noise_multiplier: float, control_variate):
     r"""One iteration of DP-HMC without gradient releases (``DPHMC(gradients=False)``, or where
-    its default path finds they do not pay: :func:`~pyro_dp.forecast.hmc_gradient_gain`):
+    its default path finds they do not pay: :func:`~pyro_dp.default_path.forecast.hmc_gradient_gain`):
     ``(HMCState, HMCInfo)`` as :func:`~.hmc.hmc_step`'s. The leapfrog on a zero gradient is
     :math:`\theta_L = \theta + L\eta M^{-1}p_0`, :math:`p_L = p_0` — a Gaussian random walk
     (Neal 2011 §5.2 with :math:`U` constant: :math:`K(p_0) - K(p_L) = 0`), symmetric, so its
@@ -447,41 +470,3 @@ class ChainReference:
 
     def __getstate__(self):
         return self.checkpoint_state()  # copies and workers recompute the rows (the same values)
-
-
-def tune(kernel, result, *, base_clip: float, ratio_noise_multiplier: Optional[float], first_chain: bool,
-         alternative: Optional[Tuple[str, Callable]] = None) -> float:
-    """The default path with a control variate (post-processing of the tuning ``result``): the
-    posterior-scale guess (returned, and kept in ``kernel.reference``), the curvature clip from it
-    unless given, the chain's forecasts (``kernel.chain``; ``alternative``: another kernel's name and
-    the function of ``result`` that forecasts its effective samples, for the end-of-chain advice), and warnings before the first chain runs when the
-    forecast is short of a mean within one sd, or when the reference's noise would shift the means
-    by more than :data:`TILT_WARNING_SD` posterior sds."""
-    lik, name = kernel.lik, type(kernel).__name__
-    n, T = getattr(lik, "global_num_rows", lik.num_rows), lik.temperature
-    kernel.reference.scale_guess = sd = posterior_scale_guess(result.grad_clip, n, lik.dim, T)
-    kernel.forecast.noise_limited = False  # the residuals' noise does not grow with the move's length alone
-    nm = ratio_noise_multiplier  # what a longer run would buy (the end-of-chain advice)
-    ess = default_path.forecast_ess(kernel, result, nm, control_variate=True) if nm else None
-    kernel.forecast.longer_helps = default_path.longer_run_helps(kernel, result, nm, True, ess) if nm else True
-    if ess is not None and alternative is not None:  # the end-of-chain advice may name it
-        alt = alternative[1](result)
-        kernel.forecast.alternative_ess = None if alt is None else (alternative[0], alt, ess)
-    if nm and first_chain:  # feasibility before the chain runs (post-processing of the tuning)
-        need = monte_carlo_min_ess(lik.dim)  # the ESS itself, not Pyro's estimate of it
-        # the privacy noise is the cause: without it a run of this length would be forecast enough
-        if ess < need / 2.0 and default_path.forecast_ess(kernel, result, 0.0, control_variate=True) >= need:
-            warn_user(f"{name}: the forecast for this chain with its private clips (pyro_dp.feasibility) "
-                      f"is about {ess:.2g} effective samples, under half the {need:.3g} that a mean within one "
-                      "posterior sd needs: expect slow mixing and a warning at the end. Spend more epsilon or use "
-                      "more rows",
-                      SamplingWarning)
-    if not kernel.curvature_clip_given:
-        kernel.curvature_clip = default_curvature_clip(max(lik.likelihood_dim, 1), n, sd, T)
-    tilt = tilt_sd(T, kernel.reference_noise_multiplier, reference_clip(base_clip), sd)
-    if tilt is not None and tilt > TILT_WARNING_SD and first_chain:
-        warn_user(f"{name}(control_variate=True): at this budget the reference gradient's noise "
-                  f"shifts each posterior mean by about {tilt:.2g} posterior standard deviations (one draw for "
-                  "the whole chain; guessed from the private clip): spend more epsilon or use more rows "
-                  "(docs/tuning.md, 'Control variates')", SamplingWarning)
-    return sd

@@ -109,14 +109,13 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from . import default_path
 from ..mechanisms import GaussianEvent, clip_and_sum, clipped_fraction, gaussian_event, gaussian_release_spec
 from .base import check_positive
 from .mh import MHInfo, MHState, mh_step, random_walk_proposal
 from .penalty import DPPenalty
 from .prior_sweeps import PRIOR_SWEEPS, prior_only_step  # noqa: F401 (their home until 2026-11-28)
 from .proposals import accept_uniform, penalty_log_accept_threshold, random_walk
-from .tuning import DPAutoTune, penalty_jump_length, posterior_scale_guess, private_norm_quantiles
+from .scales import penalty_jump_length, private_norm_quantiles
 
 __all__ = ["DPGroupedPenalty", "GroupedInfo", "GROUP_TARGET_ACCEPT_PROB", "group_coordinates", "group_moves",
            "grouped_accept", "grouped_ratio_release", "grouped_step",
@@ -278,7 +277,7 @@ def private_group_clip(lik, z: torch.Tensor, coords: torch.Tensor, quantile: flo
     r"""``(clip, event)``: a private upper ``quantile`` of the per-row gradient norms restricted to the
     group coordinates, :math:`\|\nabla_{a}\ell_i(z)\|`, at ``z`` — the clip per unit move of the
     grouped release (module docstring): the tuner's
-    :func:`~pyro_dp.kernels.tuning.private_norm_quantiles` of these norms (one noisy histogram over
+    :func:`~pyro_dp.kernels.scales.private_norm_quantiles` of these norms (one noisy histogram over
     data-free bins, a non-finite norm in the overflow bin: the per-row rule; Dwork & Lei 2009 §3). Why: the default path's ``llr_clip`` is a quantile of the norms over *every*
     coordinate, set by the largest (in a normal model the noise scale's, about twice the intercept's),
     while a group's ratio per unit move is bounded by its own coordinate's gradient."""
@@ -340,7 +339,7 @@ class DPGroupedPenalty(DPPenalty):
         (:func:`group_moves`). Default: the mean of ``proposal_scale`` over the group coordinates when
         that is given, else set from the private tuning: :math:`\min\{2.4\,j,\ 2.38\,\mathrm{sd}_g\}`
         with :math:`j` the move whose penalty noise has standard deviation 1
-        (:func:`~.tuning.penalty_jump_length`; :math:`2.4\,j` the noise-limited optimum,
+        (:func:`~.scales.penalty_jump_length`; :math:`2.4\,j` the noise-limited optimum,
         :data:`GROUP_TARGET_ACCEPT_PROB`) and :math:`\mathrm{sd}_g` a group coordinate's posterior
         scale guessed from the private gradient clip with :math:`N/G` rows. With ``adapt_proposal``
         (the default when the scales are tuned) it adapts during warmup towards
@@ -356,7 +355,7 @@ class DPGroupedPenalty(DPPenalty):
     :param noise_multiplier: of both releases of an iteration. Default: calibrated to the budget
         with two Gaussian releases per iteration (one when ``group_site`` is the only latent).
 
-    The default path is DPPenalty's (:class:`~pyro_dp.kernels.tuning.DPAutoTune`: private start,
+    The default path is DPPenalty's (:class:`~pyro_dp.default_path.tuning.DPAutoTune`: private start,
     clips, per-coordinate scales, which are diagonal), **without whitening**: a whitening
     preconditioner would mix the group coordinates with the others (``DPAutoTune(whiten=True)`` is
     refused), plus a private group clip per chain (:func:`private_group_clip`). ``one_component``
@@ -400,7 +399,7 @@ class DPGroupedPenalty(DPPenalty):
         if not isinstance(group_site, str):
             raise TypeError(f"group_site must be the name of a latent site, got {group_site!r}")
         init = kwargs.get("init")
-        if isinstance(init, DPAutoTune) and init.whiten:
+        if getattr(init, "whiten", False):  # a DPAutoTune(whiten=True)
             raise ValueError("DPGroupedPenalty cannot whiten (DPAutoTune(whiten=True)): the whitening preconditioner "
                              "mixes the group coordinates with the others; use DPAutoTune(whiten=False)")
         super().__init__(model, proposal_scale, llr_clip, noise_multiplier, **kwargs)
@@ -421,7 +420,7 @@ class DPGroupedPenalty(DPPenalty):
         self._group_accepts = [0.0, 0]
 
     # ------------------------------------------------------------------ structure (data-free)
-    def _groups(self):
+    def groups(self):
         """``(coords [G], the other likelihood coordinates [D] 0/1, whether there are any, the coordinates
         that enter only the prior [D] 0/1)`` of the current likelihood, checked (data-free)."""
         cached = self.__dict__.get("_groups_of")
@@ -437,14 +436,14 @@ class DPGroupedPenalty(DPPenalty):
         return out
 
     def _calibrate(self):
-        coords, _, has_others, _ = self._groups()  # refusals first, before any planning or data access
+        coords, _, has_others, _ = self.groups()  # refusals first, before any planning or data access
         if self.noise_multiplier is None:
             k, f = (2 if has_others else 1), (1 if self.auto_group_clip else 0)
             self.noise_multiplier = self._calibrate_scale(
                 lambda s: ([GaussianEvent(s / GROUP_CLIP_NOISE_RATIO)] * f, [GaussianEvent(s)] * k))
 
     def _per_iteration_events(self):
-        k = 2 if self._groups()[2] else 1  # the penalty step on the others (if any) and the grouped release
+        k = 2 if self.groups()[2] else 1  # the penalty step on the others (if any) and the grouped release
         return [gaussian_event(float(self.noise_multiplier))] * k
 
     def _fixed_events(self):  # the private group clip's histogram, once per chain (default path)
@@ -459,7 +458,7 @@ class DPGroupedPenalty(DPPenalty):
 
     def _check_data(self) -> None:
         super()._check_data()
-        self._groups()
+        self.groups()
         pre = self.lik.preconditioner
         if pre is not None and pre[1] is not None:
             L = pre[1]
@@ -469,7 +468,7 @@ class DPGroupedPenalty(DPPenalty):
 
     def _init_state(self, z):
         state = super()._init_state(z)
-        coords, _, _, prior_only = self._groups()
+        coords, _, _, prior_only = self.groups()
         if self.num_setups == 1 and self.chain.iteration == 0 and not _prior_factorises(self.lik, z, coords):
             raise ValueError(f"the prior of group_site={self.group_site!r} does not factorise over its coordinates "
                              "given the other latents: the grouped update assumes independent group effects "
@@ -487,25 +486,13 @@ class DPGroupedPenalty(DPPenalty):
             self.prior_sweeps.log_scale = math.log(float(p.mean())) if p.numel() else 0.0
         return state
 
-    def _apply_tuning(self, result):
-        coords, lik_others, has_others, prior_only = self._groups()
-        if "llr_clip" in self.auto_tuned:
-            self.llr_clip = result.llr_clip
-        if "proposal_scale" not in self.auto_tuned:
-            return
-        n, T, d = getattr(self.lik, "global_num_rows", self.lik.num_rows), self.lik.temperature, self.lik.dim
-        jump, sd = default_path.move_scales(self, result, self.noise_multiplier)
-        free = 2.38 / math.sqrt(max(d - coords.numel(), 1)) * sd  # Roberts, Gelman & Gilks 1997
-        d_lik = max(int(lik_others.sum()), 1)  # step 1 pays noise for these only (group coordinates fixed)
-        lik_scale = min(jump / math.sqrt(d_lik), free)
-        # as DPPenalty's; the group coordinates' entries are not used (step 1 holds them fixed), the
-        # prior-only coordinates' start the data-free step's adaptation
-        self.proposal_scale = (1.0 - prior_only) * lik_scale + prior_only * free
+    def guess_group_scale(self, sd_g: float) -> None:
+        r"""The default path's guess of the group effects' posterior sd (``sd_g``, from the
+        private tuning: post-processing): the group scale is tuned from it (:meth:`_set_group_scale`,
+        again once the group clip is released), unless ``group_scale`` was given."""
         if self._given_group_scale is None:
-            n_g = int(coords.numel())
-            k = d_lik + 1  # likelihood coordinates one row moves: its group's and the others'
-            self._sd_g = posterior_scale_guess(result.grad_clip, max(n // n_g, 1), k, T)
-            self._set_group_scale()  # again once the group clip is released (_step)
+            self._sd_g = sd_g
+            self._set_group_scale()
 
     def _set_group_scale(self) -> None:
         r"""The tuned group scale :math:`\min\{2.4\,j, 2.38\,\mathrm{sd}_g\}` from the group clip in use."""
@@ -516,7 +503,7 @@ class DPGroupedPenalty(DPPenalty):
 
     # ------------------------------------------------------------------ the iteration
     def _step(self, state):
-        coords, lik_others, has_others, prior_only = self._groups()
+        coords, lik_others, has_others, prior_only = self.groups()
         events, fracs, moved = [], [], False
         warmup = self.adapt_proposal and self.chain.iteration < self.chain.warmup_steps
         if self.auto_group_clip and self._group_clip_value is None:  # the chain's first step (declared)

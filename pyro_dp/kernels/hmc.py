@@ -47,24 +47,21 @@ from typing import Optional, Tuple
 import torch
 from pyro.ops.dual_averaging import DualAveraging
 
-from . import default_path
 from ..accounting.algorithms import (default_noise_ratio, dphmc_events, dphmc_max_iterations,
                                     dphmc_max_iterations_zcdp, dphmc_mu)
 from ..compiled import cached_zeros
 from ..mechanisms import NOT_COUNTED, GaussianReleaseSpec, clipped_fraction, gaussian_event, gaussian_release_spec
 from . import control_variate as cv_mod
 from .base import DPKernel, check_positive
-from .default_path import DEFAULT_ITERATIONS
+from .path_hook import default_path
 from .hmc_graphs import flat_gradient as _flat_gradient, one_graph_or_eager as _one_graph_or_eager, xi_like as _xi_like
 from .mh import RatioRelease, can_fuse, propose_release_accept, valid_move
-from .penalty import DPPenalty
-from .prediction import HMC_GRADIENT_GAIN, gradient_gain
 from .prior_sweeps import PriorSweeps
 from .proposals import DEFAULT_TARGET_ACCEPT_PROB as WALK_TARGET_ACCEPT
 from .proposals import (accept_uniform, gradient_release_fn, jitter_factor,
                         penalty_log_accept_threshold, release_gradient, sample_momentum)
 from .trajectory import HMCInfo, HMCState, KineticRatio, TrajectoryEnd, trajectory_proposal
-from .tuning import init_to_center
+from .scales import init_to_center
 
 #: Leapfrog steps per iteration when ``num_steps`` is not given (each costs one gradient release).
 DEFAULT_NUM_STEPS = 5
@@ -294,17 +291,17 @@ class DPHMC(DPKernel):
         trajectory on a zero gradient, a random walk of ``L`` steps under the same test,
         :func:`~pyro_dp.kernels.control_variate.cv_walk_step`; on the control variate only, and
         with ``llr_noise_multiplier`` alone when the noise is given). Default (``None``): on the default path, where
-        :func:`pyro_dp.forecast.hmc_gradient_gain` forecasts they pay (data-free, from
+        :func:`pyro_dp.default_path.forecast.hmc_gradient_gain` forecasts they pay (data-free, from
         :math:`N`, the budget, the run and the model's size; ``docs/choosing.md``), else
         ``True``. :attr:`uses_gradients` says which; so do ``diagnostics()`` and ``logging()``.
 
     **The default path** (``MCMC(DPHMC(model))``, ``DPHMC(model, epsilon=2.0)``): with
     ``step_size``, ``grad_clip`` or ``llr_clip`` left out, a
-    :class:`~pyro_dp.kernels.tuning.DPAutoTune` (``init``) spends a fixed share of each
+    :class:`~pyro_dp.default_path.tuning.DPAutoTune` (``init``) spends a fixed share of each
     chain's budget on a private start (DP-Adam with an adaptive clip, from the prior centre
-    :func:`~pyro_dp.kernels.tuning.init_to_center`) and on private quantiles of the
+    :func:`~pyro_dp.kernels.scales.init_to_center`) and on private quantiles of the
     per-example gradient norms there (``llr_clip`` per unit jump and ``grad_clip`` both at the
-    ratio clip's quantile, :meth:`~pyro_dp.kernels.tuning.DPAutoTune.ratio_quantile`: 0.98,
+    ratio clip's quantile, :meth:`~pyro_dp.default_path.tuning.DPAutoTune.ratio_quantile`: 0.98,
     raised at large :math:`N` so that about :math:`2\,\mathrm{nm}` rows lie above); these
     releases are in the ledger as ``"tune:clip"`` and
     ``"tune:start"``. The step size starts at the smaller of the step whose trajectory
@@ -440,7 +437,7 @@ class DPHMC(DPKernel):
         self._adapted_step_size = self.step_size
         self._step_floor = 0.0
         if self.auto_tuned:
-            self.init = default_path.auto_tuner(self)
+            self.init = default_path().tuner(self)
 
     def _rows_per_iteration(self):
         # auto_compile: num_steps gradient sums and one ratio over every row (the released gradient is reused)
@@ -451,8 +448,8 @@ class DPHMC(DPKernel):
     def uses_gradients(self) -> bool:
         """Whether this run releases gradients (``gradients``): as given; else on the default path
         (step size and noise left to it, control variate on) where
-        :func:`~pyro_dp.forecast.hmc_gradient_gain` is at least
-        :data:`~pyro_dp.forecast.HMC_GRADIENT_GAIN` for this :math:`N`, budget and run (data-free;
+        :func:`~pyro_dp.default_path.forecast.hmc_gradient_gain` is at least
+        :data:`~pyro_dp.default_path.forecast.HMC_GRADIENT_GAIN` for this :math:`N`, budget and run (data-free;
         decided at set-up, before the plan, and kept with the noise it calibrates: a later run's
         other warmup length does not change it); else ``True``."""
         if self._gradients is not None:
@@ -463,30 +460,13 @@ class DPHMC(DPKernel):
         if (self.llr_noise_multiplier_given or not self.control_variate or "step_size" not in self.auto_tuned
                 or self.epsilon is None or getattr(self, "lik", None) is None):
             return True
-        iterations = int(self.num_iterations or DEFAULT_ITERATIONS)
-        warmup = min(int(self.chain.warmup_steps), iterations - 1)
-        return _hmc_gradient_gain(
-            num_rows=int(getattr(self.lik, "global_num_rows", self.lik.num_rows)), epsilon=float(self.epsilon),
-            delta=float(self.delta), dim=max(int(self.lik.likelihood_dim), 1), num_samples=iterations - warmup,
-            warmup_steps=warmup, num_chains=int(self.num_chains or 1), temperature=float(self.lik.temperature),
-            num_steps=self.num_steps) >= HMC_GRADIENT_GAIN
+        return default_path().gradients_pay(self)  # the forecast: pyro_dp.default_path (path_hook)
 
     @property
     def forecast_kernel(self) -> str:
         """The default path's forecast kernel (``DPKernel.forecast_kernel``): without gradient releases DP-HMC is the random walk
         (:func:`~.control_variate.cv_walk_step`) and is forecast as one."""
         return "DPHMC" if self.uses_gradients else "DPPenalty"
-
-    def _alternative_forecast(self, result) -> Optional[float]:
-        """For the end-of-chain advice: the effective samples DPPenalty's default path (its
-        calibration for this budget and run, :func:`pyro_dp.feasibility`'s; the chain's tuned
-        clips) is forecast to give; ``None`` without an ε budget. Data-free."""
-        if self.epsilon is None:
-            return None
-        iterations = int(self.num_iterations or DEFAULT_ITERATIONS)
-        nm, _ = _default_noise(DPPenalty, float(self.epsilon), float(self.delta), iterations,
-                               int(self.num_chains or 1), float(self.lik.temperature), 1, True)
-        return default_path.forecast_ess(self, result, nm, control_variate=True, forecast_kernel="DPPenalty")
 
     # ------------------------------------------------------------------ privacy plan
     def _events_for(self, nm_l: float, nm_g: float):
@@ -533,38 +513,17 @@ class DPHMC(DPKernel):
     def _ratio_noise_multiplier(self):
         return self.llr_noise_multiplier
 
-    def _apply_tuning(self, result):
-        # Both clips track the ratio clip's quantile (DPAutoTune.ratio_quantile), about 2 nm rows above
-        # it: Amin et al. 2019's bias-variance balance for both sums (a 0.9 quantile froze the chain; docs/tuning.md).
-        if "grad_clip" in self.auto_tuned:  # the higher one: the tracked clips are noisy and may cross
-            self.grad_clip = max(result.grad_clip, result.llr_clip)
-        if "llr_clip" in self.auto_tuned:
-            self.llr_clip = result.llr_clip
-        sweep = self._sweep_mask
-        if self.control_variate:  # near the start no move is noise-limited: a noise-free start, adapted in warmup
-            sd = cv_mod.tune(self, result, base_clip=self.grad_clip, ratio_noise_multiplier=self._ratio_noise_multiplier(),
-                             first_chain=self._chain_index == 0, alternative=("DPPenalty", self._alternative_forecast))
-            if "step_size" in self.auto_tuned:
-                d_lik = max(self.lik.likelihood_dim, 1)  # leapfrog on a Gaussian of scale sd (Neal 2011 §5.4.4); the
-                # walk's L eta: DPPenalty's start, 2.38 sd / sqrt(D) (Roberts, Gelman & Gilks 1997)
-                eta = sd / d_lik ** 0.25 if self.uses_gradients else 2.38 * sd / (self.num_steps * math.sqrt(d_lik))
-                self.step_size = self._adapted_step_size = eta
-                self._step_floor = eta / 10.0
-        elif "step_size" in self.auto_tuned:
-            jump, sd = default_path.move_scales(self, result, self.llr_noise_multiplier)
-            d_lik = max(self.lik.likelihood_dim, 1)
-            # a trajectory of L steps moves the likelihood's d_lik coordinates about L*eta*sqrt(d_lik)
-            # (unit mass; the ratio clip measures only those, PrivateLikelihood.jump_norm): penalty noise sd ~ 1
-            eta = min(jump / (self.num_steps * math.sqrt(d_lik)), sd)
-            self.step_size = self._adapted_step_size = eta
-            self._step_floor = eta / 10.0  # the adaptation may not shrink it further (no frozen chain)
-        # latents outside the likelihood: data-free sweeps (before 2026-11-28 a lighter mass on the
-        # plain path, unit mass on the control variate's; docs/tuning.md)
-        if sweep is not None:  # their sweeps' adaptation starts at the likelihood's noise-free scale
-            self.prior_sweeps.log_scale = math.log(2.38 / math.sqrt(max(self.lik.likelihood_dim, 1)) * sd)
+    def start_step_size(self, eta: float) -> None:
+        """Start the step size's warmup adaptation at ``eta`` (the default path's tuned step,
+        :mod:`pyro_dp.default_path`), with a floor of ``eta / 10`` below which the adaptation may
+        not shrink it (no frozen chain)."""
+        self.step_size = self._adapted_step_size = eta
+        self._step_floor = eta / 10.0
 
     @property
-    def _sweep_mask(self):  # the default path's prior-only coordinates (module prior_sweeps)
+    def sweep_mask(self):
+        """The coordinates that enter only the prior (0/1, ``None``: none): the default path's,
+        moved by data-free sweeps (:mod:`~pyro_dp.kernels.prior_sweeps`), not with a given mass."""
         return PriorSweeps.mask(self.lik, "step_size" in self.auto_tuned and self.mass is None)
 
     def _reset_chain_stats(self):
@@ -581,8 +540,8 @@ class DPHMC(DPKernel):
         if mass.numel() not in (1, z.numel()):
             raise ValueError(f"mass must be a scalar or have {z.numel()} entries (the flattened latents)")
         self._inv_mass, self._mass_sqrt = 1.0 / mass.reshape(-1), mass.reshape(-1).sqrt()
-        if self._sweep_mask is not None:  # held fixed by the trajectory: inverse mass 0 (module prior_sweeps)
-            self._inv_mass = self._inv_mass * (1.0 - self._sweep_mask.to(z.dtype))
+        if self.sweep_mask is not None:  # held fixed by the trajectory: inverse mass 0 (module prior_sweeps)
+            self._inv_mass = self._inv_mass * (1.0 - self.sweep_mask.to(z.dtype))
         self.reference.reset()
         return hmc_init(self.lik, z)
 
@@ -591,7 +550,7 @@ class DPHMC(DPKernel):
         return eta * jitter_factor(self.chain.iteration) if self.jitter else eta
 
     def _step(self, state):
-        if (sweep := self._sweep_mask) is not None:  # data-free steps on the prior-only coordinates (prior_sweeps)
+        if (sweep := self.sweep_mask) is not None:  # data-free steps on the prior-only coordinates (prior_sweeps)
             state, _ = self.prior_sweeps.run(self.lik, self._rng, state, sweep, iteration=self.chain.iteration,
                                              target_accept_prob=self.target_accept_prob,
                                              warmup=self.adapt_step_size
@@ -642,22 +601,3 @@ class DPHMC(DPKernel):
     def logging(self):
         return {**super().logging(), "step size": f"{self._adapted_step_size:.3g}",
                 **({} if self.uses_gradients else {"gradients": "none (walk)"})}
-
-
-@functools.lru_cache(maxsize=256)
-def _default_noise(kernel_cls, epsilon: float, delta: float, iterations: int, chains: int, temperature: float,
-                   num_steps: int, control_variate: bool = True, gradients: bool = True):
-    """``kernel_cls``'s :func:`~pyro_dp.kernels.default_path.default_path_noise` (DPHMC
-    with ``gradients`` or without; DPPenalty), in :func:`~.prediction.gradient_gain`'s order of
-    arguments. Cached: the tuner is only read."""
-    settings = dict(control_variate=bool(control_variate))
-    if kernel_cls is DPHMC:
-        settings.update(num_steps=num_steps, gradients=gradients)
-    return default_path.default_path_noise(kernel_cls, epsilon=epsilon, delta=delta, num_iterations=iterations, num_chains=chains,
-                                         temperature=temperature, **settings)
-
-
-@functools.lru_cache(maxsize=256)
-def _hmc_gradient_gain(**kwargs) -> float:
-    """:func:`pyro_dp.forecast.hmc_gradient_gain` (the same numbers) for DPHMC's default path."""
-    return gradient_gain(functools.partial(_default_noise, DPHMC), **kwargs)

@@ -309,7 +309,7 @@ class RandomWalkKernel(DPKernel):
 
     def _setup_walk(self, proposal_scale, *, one_component=False, guided_walk=False, adapt_proposal=False,
                     target_accept_prob=DEFAULT_TARGET_ACCEPT_PROB) -> None:
-        # None: set at each chain's start by the kernel's private tuning (kernels.tuning)
+        # None: set at each chain's start by the kernel's private tuning (pyro_dp.default_path.tuning)
         self.proposal_scale = None if proposal_scale is None else check_positive("proposal_scale", proposal_scale)
         self.guided_walk = bool(guided_walk)
         self.one_component = bool(one_component) or self.guided_walk

@@ -20,21 +20,20 @@ noise multiplier ``nm`` (thesis Thm 6: tight; Thm 5: zCDP).
 """
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import torch
 
-from . import default_path
 from ..compiled import cached_zeros
 from ..mechanisms import (NOT_COUNTED, GaussianReleaseSpec, clip_and_sum, clipped_fraction, gaussian_event,
                           gaussian_release_spec)
 from . import control_variate as cv_mod
 from .base import check_positive
+from .path_hook import default_path
 from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse, valid_move
 from .prior_sweeps import PriorSweeps
 from .proposals import accept_uniform, penalty_log_accept_threshold, pop_target_accept_prob
-from .tuning import init_to_center
+from .scales import init_to_center
 
 __all__ = ["DPPenalty", "penalty_ratio", "penalty_step_fn", "penalty_release", "penalty_release_accept"]
 
@@ -203,7 +202,7 @@ class DPPenalty(RandomWalkKernel):
         (both are then used as they are), else calibrated with it.
 
     **The default path** (``DPPenalty(model)`` or ``DPPenalty(model, epsilon=2.0)``): with
-    ``proposal_scale`` or ``llr_clip`` left out, a :class:`~pyro_dp.kernels.tuning.DPAutoTune`
+    ``proposal_scale`` or ``llr_clip`` left out, a :class:`~pyro_dp.default_path.tuning.DPAutoTune`
     (``init``) spends a fixed share of each chain's budget on a private start (DP-Adam with an
     adaptive clip, from the prior centre) and on private quantiles of the per-example gradient
     norms there (ledger labels ``"tune:clip"``, ``"tune:start"``): ``llr_clip``
@@ -215,7 +214,7 @@ class DPPenalty(RandomWalkKernel):
     likelihood, the tuner also balances the coordinates' scales (``"tune:scale"``, applied where
     they spread over more than a factor 10) and whitens them (:attr:`whiten_by_default`;
     ``"tune:metric"``): the chain runs in coordinates where a private estimate of the posterior
-    covariance is the identity (:mod:`pyro_dp.kernels.whitening`). See ``docs/tuning.md``.
+    covariance is the identity (:mod:`pyro_dp.default_path.whitening`). See ``docs/tuning.md``.
 
     Other keyword arguments are those of :class:`~pyro_dp.kernels.base.DPKernel`
     (``temperature``, ``data_plate``, ``epsilon``, ``delta``, ``num_iterations``,
@@ -283,7 +282,7 @@ class DPPenalty(RandomWalkKernel):
             explicit_noise=self.noise_multiplier is not None, check_noise_multiplier=self._check_noise_multiplier)
         self.reference = cv_mod.ChainReference()  # this chain's reference release (control_variate)
         if self.auto_tuned:
-            self.init = default_path.auto_tuner(self)
+            self.init = default_path().tuner(self)
 
     #: whether this class's step runs control_variate (a subclass with its own step sets False)
     runs_control_variate = True
@@ -312,41 +311,14 @@ class DPPenalty(RandomWalkKernel):
         ("curvature_clip", "reference", "prior_sweeps")
 
     @property
-    def _sweep_mask(self) -> Optional[torch.Tensor]:
-        # the default path's prior-only coordinates (module prior_sweeps); not with a given
-        # proposal_scale or one-component walks
+    def sweep_mask(self) -> Optional[torch.Tensor]:
+        """The coordinates that enter only the prior (0/1, ``None``: none), moved by data-free
+        sweeps and held fixed by the walk (:mod:`~pyro_dp.kernels.prior_sweeps`): the default
+        path's, not with a given ``proposal_scale`` or one-component walks."""
         return PriorSweeps.mask(self.lik, "proposal_scale" in self.auto_tuned and self.mode == "full")
 
     def _ratio_noise_multiplier(self):
         return self.noise_multiplier
-
-    def _apply_tuning(self, result):
-        if "llr_clip" in self.auto_tuned:
-            self.llr_clip = result.llr_clip
-        sd = cv_mod.tune(self, result, base_clip=self.llr_clip, ratio_noise_multiplier=self._ratio_noise_multiplier(),
-                         first_chain=self._chain_index == 0) if self.control_variate else None
-        if "proposal_scale" not in self.auto_tuned:
-            return
-        sweep = self._sweep_mask  # prior-only coordinates: data-free sweeps, held fixed by the walk
-        d = (self.lik.likelihood_dim if sweep is not None else self.lik.dim) if self.mode == "full" else 1
-        if self.control_variate:  # the residuals' noise does not limit the move near the start
-            free = 2.38 / math.sqrt(d) * sd  # Roberts, Gelman & Gilks 1997
-            self.proposal_scale = free if sweep is None else free * (1.0 - sweep)
-        else:
-            jump, sd = default_path.move_scales(self, result, self.noise_multiplier)
-            # Roberts, Gelman & Gilks 1997: random-walk scale 2.38/sqrt(d) x the posterior sd
-            free = 2.38 / math.sqrt(d) * sd
-            mask = self.lik.likelihood_mask
-            if mask is None:
-                self.proposal_scale = min(jump / math.sqrt(d), free)
-            else:  # the noise grows with the move of the likelihood's coordinates only (jump_norm):
-                # the others (a hierarchical model's mu, tau) move in the sweeps (one-component
-                # walks: at the noise-free scale)
-                d_lik = self.lik.likelihood_dim if self.mode == "full" else 1
-                lik_scale = min(jump / math.sqrt(max(d_lik, 1)), free)
-                self.proposal_scale = mask * lik_scale + (0.0 if sweep is not None else (1.0 - mask) * free)
-        if sweep is not None:  # the sweeps' adaptation starts at the likelihood's noise-free scale
-            self.prior_sweeps.log_scale = math.log(free)
 
     # mh_step's release_accept (moves 2-3) as one function, eager or compiled: never None, so
     # RandomWalkKernel's _release/_accept hooks are not used
@@ -368,7 +340,7 @@ class DPPenalty(RandomWalkKernel):
         # whose release_accept is the residual test (_release_accept)
         events = self.reference.ensure(self.lik, self._noise, state.z, cv_mod.reference_clip(self.llr_clip),
                                        self.reference_noise_multiplier) if self.control_variate else ()
-        sweep = self._sweep_mask
+        sweep = self.sweep_mask
         if sweep is not None:  # data-free steps on the prior-only coordinates (module prior_sweeps)
             state, _ = self.prior_sweeps.run(self.lik, self._rng, state, sweep, iteration=self.chain.iteration,
                                              target_accept_prob=self.target_accept_prob,

@@ -1,7 +1,7 @@
 r"""The private gradient of DP-SGLD and DP-SGNHT (:mod:`~pyro_dp.kernels.sgmcmc`): one released
 clipped gradient sum per iteration, written once as a pure tensor function that the eager path
 runs as it is and the compiled path traces into one graph on a batch bucket; optionally around a
-clip ball's centre (:mod:`~pyro_dp.kernels.centring`)."""
+clip ball's centre (:mod:`~pyro_dp.default_path.centring`, which the default path releases)."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -11,10 +11,9 @@ import torch
 from ..compiled import cached_zeros
 from ..mechanisms import (GaussianReleaseSpec, SubsampledGaussianEvent, clip_and_sum, clipped_fraction,
                           gaussian_release_spec, poisson_batch, subsampled_gaussian_event)
-from .centring import check_substitute
 from .mh import can_fuse
 
-__all__ = ["GradientRelease", "private_gradient", "private_gradient_fn"]
+__all__ = ["GradientRelease", "private_gradient", "private_gradient_fn", "check_substitute"]
 
 
 class GradientRelease(NamedTuple):
@@ -32,6 +31,13 @@ class GradientRelease(NamedTuple):
     noise_std: float
 
 
+def check_substitute(relation: str) -> None:
+    r"""Refuse a centred clip ball outside substitution (:mod:`~pyro_dp.default_path.centring`'s
+    docstring: under add/remove a row's term can have norm :math:`\|m\| + C`)."""
+    if relation != "substitute":
+        raise ValueError("a centred clip ball keeps its sensitivity under relation='substitute' only")
+
+
 def private_gradient_fn(lik, temperature: float, q: float, spec: GaussianReleaseSpec, grad_sum, grad_prior,
                         padded: bool = False, shards=None):
     r"""The private gradient of one DP-SGLD/SGNHT step, written once as a pure tensor function
@@ -47,7 +53,7 @@ def private_gradient_fn(lik, temperature: float, q: float, spec: GaussianRelease
     function on a batch bucket (the compiled likelihood's gradient terms). ``flags``:
     ``(clipped rows, rows, σ)`` in float64. ``step(..., m)`` clips around the centre
     :math:`m` instead, :math:`\sum_{i\in B}(m + \mathrm{clip}_C(\nabla\ell_i - m))`
-    (:mod:`~pyro_dp.kernels.centring`; substitution only)."""
+    (:mod:`~pyro_dp.default_path.centring`; substitution only)."""
     f64 = torch.float64
 
     def step(z, clip, idx, k, xi, *centre):

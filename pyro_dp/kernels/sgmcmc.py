@@ -87,21 +87,17 @@ subsampling noise adds more (see ``tests/kernels/test_sgmcmc.py`` for the exact 
 from __future__ import annotations
 
 import math
-from functools import partial
 import warnings
 from typing import NamedTuple, Optional, Tuple
 
 import torch
 
-from . import default_path
 from ..accounting import get_accountant
 from ..mechanisms import SubsampledGaussianEvent
 from .base import DPKernel, check_positive
-from ..checks import SamplingWarning, monte_carlo_min_ess
-from ..warn import warn_user
-from .default_path import (DEFAULT_ITERATIONS, LANGEVIN_BURN_IN, LANGEVIN_CLIP_HEADROOM,  # noqa: F401 (re-exported)
-                           LANGEVIN_STEP_CAP, langevin_default, langevin_ess)
-from .tuning import init_to_center
+from .path_hook import default_path
+from .runner import LANGEVIN_BURN_IN
+from .scales import init_to_center
 from .sg_gradient import GradientRelease, private_gradient, private_gradient_fn  # noqa: F401 (re-exported)
 
 __all__ = [
@@ -339,7 +335,7 @@ class _SGMCMC(DPKernel):
         self._calibration_key = None
         if auto:
             self.privacy.adopt_default_budget()  # calibrated to the budget (the default one if none is given)
-            self.init = default_path.auto_tuner(self)
+            self.init = default_path().tuner(self)
 
     takes_plate_batch = True
 
@@ -369,7 +365,7 @@ class _SGMCMC(DPKernel):
         if key == self._calibration_key:
             return  # setup() runs again (MCMC._set_transforms): nothing to redo
         q = self.batch_size / n  # q = b/N (b/M under add/remove), b the expected batch size
-        if self.auto_tuned:  # the default path: the budget's noise now, the step from the tuned clip (_apply_tuning)
+        if self.auto_tuned:  # the default path: the budget's noise now, the step from the tuned clip (the default path's recipe)
             if q < 1.0 and self._accountant_chosen and self.accountant == "gdp":
                 self.privacy.accountant = "pld"  # the plate's subsample_size: subsampled, "gdp" cannot compose it
             self.sample_rate, self.noise_multiplier = q, self._budget_noise(q)
@@ -477,11 +473,11 @@ class DPSGLD(_SGMCMC):
     **The default path** (``DPSGLD(model, epsilon=ε)``: ``step_size`` and ``grad_clip`` left out,
     #40): every row each iteration (:math:`q = 1`, ``accountant="gdp"``, exact for these
     Gaussians), the noise calibrated to the budget, and at each chain's start
-    :class:`~pyro_dp.kernels.tuning.DPAutoTune` with ``whiten=True``; then the clip and the largest
+    :class:`~pyro_dp.default_path.tuning.DPAutoTune` with ``whiten=True``; then the clip and the largest
     step whose release noise fits inside Langevin's diffusion ("privacy for free", Wang, Fienberg
     & Smola 2015), capped, the rest of the diffusion data-free
-    (:func:`~pyro_dp.kernels.default_path.langevin_default`), clipping around a released centre
-    where the gradients are skewed (:mod:`~pyro_dp.kernels.centring`); of the MCMC's warmup only a
+    (:func:`~pyro_dp.default_path.driver.langevin_default`), clipping around a released centre
+    where the gradients are skewed (:mod:`~pyro_dp.default_path.centring`); of the MCMC's warmup only a
     burn-in of 0.15 ``num_samples`` releases, the rest idles before the first read (its budget
     goes to the draws). Without an accept test the noise costs step length, not rejected moves
     (``docs/tuning.md``, "Without an accept test", with the measurements on the default suite's
@@ -519,7 +515,7 @@ class DPSGLD(_SGMCMC):
     whiten_by_default = True  # the default path runs in the private metric's coordinates (docs/tuning.md)
     burn_in_share, centre_by_default = LANGEVIN_BURN_IN, True  # its burn-in; a centred clip ball (DPKernel's default-path settings)
     _chain_attrs = _SGMCMC._chain_attrs + ("step_size", "grad_clip", "diffusion", "langevin_noise_multiplier", "centre")
-    centre = None  # the clip ball's centre: the default path's tuner releases it (pyro_dp.kernels.centring)
+    centre = None  # the clip ball's centre: the default path's tuner releases it (pyro_dp.default_path.centring)
 
     def _ratio_noise_multiplier(self):
         # The default path's clip: as few rows above it as the tuner's count noise resolves
@@ -530,31 +526,11 @@ class DPSGLD(_SGMCMC):
         return 0.0 if self.auto_tuned else None
 
     def default_path_noises(self):
-        # default_path.default_path_noise: its default path's gradient release, every row (q = 1, as
-        # _calibrate without the data), and no ratio noise for the tuner (_ratio_noise_multiplier)
+        # pyro_dp.default_path.driver.default_path_noise: its default path's gradient release, every
+        # row (q = 1, as _calibrate without the data), and no ratio noise for the tuner (_ratio_noise_multiplier)
         return float(self._budget_noise(1.0)), 0.0
 
     noise_limited_alternative = ""  # (diagnostics' advice) it is the kernel the others point to
-
-    def _apply_tuning(self, result):
-        n, T, d = getattr(self.lik, "global_num_rows", self.lik.num_rows), self.lik.temperature, self.lik.dim
-        unit = partial(langevin_noise_multiplier, "sgld", step_size=1.0, sample_rate=self.sample_rate,
-                       temperature=T, relation=self.relation)
-        out = langevin_default(result, self.noise_multiplier, lambda c: unit(grad_clip=c), n, d, T)
-        self.grad_clip, self.step_size, self.langevin_noise_multiplier, self.diffusion = out[:4]
-        self.centre = result.centre
-        # Before the chain runs (post-processing, public): the free step below its cap means the noise
-        # sets the step, and eta ∝ 1/iterations: more iterations do not add effective samples.
-        sd, self.forecast.noise_limited = out.sd, out.noise_limited
-        iterations = int(self.num_iterations or DEFAULT_ITERATIONS)
-        ess = langevin_ess(self.step_size, sd, max(iterations - min(int(self.chain.warmup_steps), iterations), 1))
-        # the forecast is of the ESS itself, not of Pyro's estimate of it (which the end-of-chain check reads)
-        if self.forecast.noise_limited and ess < monte_carlo_min_ess(int(d)) and self._chain_index == 0:
-            warn_user(f"DPSGLD: at this budget the privacy noise limits the Langevin step to about "
-                      f"{math.sqrt(self.step_size) / sd:.2g} of the posterior's scale per iteration (guessed from the "
-                      f"private clip): expect about {ess:.2g} effective samples in this chain (pyro_dp.feasibility). "
-                      "Spend more epsilon or use more rows; more iterations will not help (the step shrinks as "
-                      "their number grows) (docs/tuning.md, 'Without an accept test')", SamplingWarning)
 
     def _extra_noise_note(self, kappa2):
         eta = self.step_size / kappa2

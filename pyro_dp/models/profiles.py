@@ -1,5 +1,5 @@
 r"""Synthetic per-row scores for the model profiles of :func:`pyro_dp.feasibility`
-(:mod:`pyro_dp.forecast`): data drawn from the default suite's GLMs at fixed, public parameter
+(:mod:`pyro_dp.default_path.forecast`): data drawn from the default suite's GLMs at fixed, public parameter
 values with a fixed seed — never anyone's data.
 
 ``dim`` features uniform in the unit ball (:func:`~pyro_dp.models.default_suite.unit_ball`),

@@ -51,7 +51,7 @@ def test_the_privacy_engine_is_an_object_the_kernel_reports_to():
 
 #: methods of DPKernel that subclasses override
 HOOKS = ("_calibrate", "_per_iteration_events", "_fixed_events", "_step_events", "_init_state", "_step", "_state_z",
-         "_reset_chain_stats", "_apply_tuning", "_ratio_noise_multiplier", "_nonprivate")
+         "_reset_chain_stats", "_ratio_noise_multiplier", "_nonprivate")
 
 
 def _recording(calls):

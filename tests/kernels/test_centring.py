@@ -1,4 +1,4 @@
-"""The centred clip ball of DP-SGLD's default path (:mod:`pyro_dp.kernels.centring`): where the
+"""The centred clip ball of DP-SGLD's default path (:mod:`pyro_dp.default_path.centring`): where the
 per-example gradients are skewed (the score of a Normal's scale, bounded below, long above) the
 released centre lies along the tail and the ball shrinks; where they are symmetric none is used;
 noisy or gainless counts use none; each row's term stays in the ball around the centre, so the
@@ -15,10 +15,10 @@ import torch
 from pyro.infer import MCMC
 
 import pyro_dp
-from pyro_dp.kernels.centring import (CENTRE_OFFSETS, RADIUS_EDGES, REFERENCE_EDGE, centre_from_counts,
+from pyro_dp.default_path.centring import (CENTRE_OFFSETS, RADIUS_EDGES, REFERENCE_EDGE, centre_from_counts,
                                       private_centre)
 from pyro_dp.kernels.sg_gradient import private_gradient
-from pyro_dp.kernels.tuning import DPAutoTune
+from pyro_dp.default_path.tuning import DPAutoTune
 from pyro_dp.likelihood import PrivateLikelihood
 from pyro_dp.mechanisms import NoiseSource
 

@@ -360,7 +360,7 @@ def test_the_default_path_releases_gradients_only_where_the_forecast_says_they_p
     gradients per iteration); gradients=True keeps them. Fails for a kernel that always or never
     releases them."""
     from pyro_dp import DPHMC
-    from pyro_dp.forecast import HMC_GRADIENT_GAIN, hmc_gradient_gain
+    from pyro_dp.default_path.forecast import HMC_GRADIENT_GAIN, hmc_gradient_gain
     from pyro_dp.models.default_suite import linear_model, make_linear_data
 
     X, yy = make_linear_data(5000, 0)
@@ -391,7 +391,7 @@ def test_the_gradient_choice_stays_with_the_noise_it_was_calibrated_for():
     re-derived and the second set-up failed: "the fixed releases alone exceed the privacy budget",
     a gradient event of noise multiplier 0). Data-free: set-ups only."""
     from pyro_dp import DPHMC
-    from pyro_dp.forecast import HMC_GRADIENT_GAIN, hmc_gradient_gain
+    from pyro_dp.default_path.forecast import HMC_GRADIENT_GAIN, hmc_gradient_gain
     from pyro_dp.models.default_suite import linear_model, make_linear_data
 
     X, yy = make_linear_data(5000, 0)

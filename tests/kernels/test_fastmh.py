@@ -233,7 +233,7 @@ def test_private_init_releases_are_counted(full_batch):
     import dp_accounting
     from dp_accounting.pld import pld_privacy_accountant
 
-    from pyro_dp.kernels.private_init import DPGradientInit
+    from pyro_dp.default_path.private_init import DPGradientInit
 
     y = make_data(300, seed=5)
     kw = dict(full_batch=True) if full_batch else dict(lam=20.0, max_batch_size=60)
@@ -284,7 +284,7 @@ def test_an_accountant_that_cannot_compose_the_plan_is_refused_before_data():
     sums under exact (ε, δ) composition) is refused at set-up, before any data access; before,
     the chain ran and only its ε report failed."""
     from pyro_dp.accounting import UnsupportedEventError
-    from pyro_dp.kernels.private_init import DPGradientInit
+    from pyro_dp.default_path.private_init import DPGradientInit
 
     kernel = DPFastMH(gauss_model, 0.02, lipschitz=4.0, lam=20.0, max_batch_size=60, step_epsilon=0.5,
                       step_delta=1e-9, accountant="optimal",

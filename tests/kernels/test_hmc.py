@@ -371,7 +371,7 @@ def test_calibration_and_budget_stop():
 
 def test_the_default_noise_ratio_is_sqrt_L_where_the_accept_tests_noise_is_least():
     """default_noise_ratio: at a fixed budget nm_l^2 ~ 1 + L/r^2 (thesis Thm 11) and the test sees
-    nm_l^2 (1 + r^2/L) (the ratio's noise and the kinetic term's, pyro_dp.forecast.predicted_move):
+    nm_l^2 (1 + r^2/L) (the ratio's noise and the kinetic term's, pyro_dp.default_path.forecast.predicted_move):
     r = sqrt(L) minimises the product on a fine grid; the calibration keeps the ratio and the
     budget; a given noise_ratio is used as given. Mutant: r = 1 is not the minimum for L > 1."""
     def noise(r, L):

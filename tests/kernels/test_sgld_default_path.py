@@ -17,9 +17,10 @@ from pyro.infer import MCMC
 
 import pyro_dp
 from pyro_dp.kernels import sgmcmc
-from pyro_dp.kernels.sgmcmc import DPSGLD, DPSGNHT, LANGEVIN_STEP_CAP
+from pyro_dp.kernels.sgmcmc import DPSGLD, DPSGNHT
+from pyro_dp.default_path.driver import LANGEVIN_STEP_CAP
 from pyro_dp.kernels.diagnostics import ess_advice
-from pyro_dp.kernels.tuning import DPAutoTune, posterior_scale_guess
+from pyro_dp.default_path.tuning import DPAutoTune, posterior_scale_guess
 from pyro_dp.testing import check_kernel
 
 PRIOR_SD = 10.0
@@ -145,14 +146,15 @@ def test_the_posterior_is_the_exact_one(mutant, monkeypatch):
     4× the free one with no top-up: its release noise alone is then twice Langevin's standard
     deviation, and the chain is overdispersed."""
     if mutant:
-        real = DPSGLD._apply_tuning
+        from pyro_dp.default_path import hook  # the default path's recipes (DPSGLD's: hook._sgld)
+        real = hook.apply_tuning
 
-        def wrong(self, result):
-            real(self, result)
+        def wrong(self, result, **kwargs):
+            real(self, result, **kwargs)
             self.step_size, self.diffusion = 4 * (self.langevin_noise_multiplier / self.noise_multiplier) ** 2 \
                 * self.step_size, 0.0
 
-        monkeypatch.setattr(DPSGLD, "_apply_tuning", wrong)
+        monkeypatch.setattr(hook, "apply_tuning", wrong)
     X, y = data(4000)
     mean, sd = exact_posterior(X, y)
     k = DPSGLD(linear, epsilon=4.0, seed=1, noise_seed=2)

@@ -19,7 +19,7 @@ import pyro_dp
 from pyro_dp.kernels.runner import mcmc_run_length
 from pyro_dp.accounting import get_accountant
 from pyro_dp.kernels.base import DEFAULT_DELTA, DEFAULT_EPSILON, DEFAULT_ITERATIONS, PrivacyNotice
-from pyro_dp.kernels.tuning import (
+from pyro_dp.default_path.tuning import (
     DPAutoTune,
     init_to_center,
     penalty_jump_length,
@@ -333,7 +333,7 @@ def test_rows_the_rule_maps_are_counted_privately_and_warn(labels, warns):
     (ledger label ``tune:rows``) and warns when it is clearly non-zero — never an exact count."""
     import warnings as _w
 
-    from pyro_dp.kernels.tuning import RuleMappedRowsWarning
+    from pyro_dp.default_path.tuning import RuleMappedRowsWarning
 
     g = torch.Generator().manual_seed(0)
     X = torch.randn(2000, 2, generator=g, dtype=torch.float64) / 2

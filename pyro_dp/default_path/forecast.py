@@ -7,10 +7,10 @@ where the default path has code:
 
 1. **noise multiplier** :math:`\mathrm{nm}` of the ratio release: the kernel's own calibration
    (:meth:`~pyro_dp.kernels.base.DPKernel._calibrate_scale`, the same accountant
-   and the same :class:`~pyro_dp.kernels.tuning.DPAutoTune` share of the budget) for the run
+   and the same :class:`~pyro_dp.default_path.tuning.DPAutoTune` share of the budget) for the run
    length, chains, :math:`(\varepsilon,\delta)`;
 2. **ratio clip** :math:`b`: the quantile of the per-row gradient norms that the default path
-   tracks (:meth:`~pyro_dp.kernels.tuning.DPAutoTune.ratio_quantile`), of the profile's norms
+   tracks (:meth:`~pyro_dp.default_path.tuning.DPAutoTune.ratio_quantile`), of the profile's norms
    (:class:`ModelProfile`; the built-in ones: features uniform in the unit ball, coefficients of
    order one — a Lipschitz-type guess, not your data);
 3. **the move** (for the plain test; the default paths' control variate replaces :math:`b` by the
@@ -19,8 +19,8 @@ where the default path has code:
    probability :math:`2\Phi(-\sqrt{\sigma^2+v}/2)`, :math:`v` the variance of the exact log
    ratio (:math:`v = s^2\,\mathrm{tr}(P)` for an isotropic random-walk step of scale :math:`s`,
    :math:`P` the posterior precision; 0 for an HMC trajectory). The default path starts at
-   the move of :func:`~pyro_dp.kernels.tuning.penalty_jump_length` (capped by
-   :func:`~pyro_dp.kernels.tuning.posterior_scale_guess`) and adapts it during warmup to the
+   the move of :func:`~pyro_dp.kernels.scales.penalty_jump_length` (capped by
+   :func:`~pyro_dp.kernels.scales.posterior_scale_guess`) and adapts it during warmup to the
    acceptance target (0.3 for the random walk, 0.5 for DP-HMC), so after warmup :math:`s` per
    coordinate is where :math:`E_X[2\Phi(-s\sqrt{wX}/2)] = a^\ast`,
    :math:`w = (4\mathrm{nm}^2b^2T^2D + \mathrm{tr}(P))/D`, over the proposal's squared length
@@ -35,7 +35,7 @@ where the default path has code:
    is the Langevin diffusion of Roberts, Gelman & Gilks (1997) with speed
    :math:`h = (s/\mathrm{sd})^2 m` per iteration, :math:`m` the accepted share of the squared
    move — the test's noise grows with the move's length :math:`s^2X`, :math:`X\sim\chi^2_D`,
-   so the acceptance and :math:`m` are averages over it (:func:`~pyro_dp.kernels.prediction.chi2_accept`; 0.86–0.94 of the
+   so the acceptance and :math:`m` are averages over it (:func:`~pyro_dp.default_path.prediction.chi2_accept`; 0.86–0.94 of the
    acceptance rate for :math:`D` = 4–10 at the target, which the step of 3 is then adapted to
    over the same average); its integrated autocorrelation time in the
    slowest direction is :math:`4/h`, so the ESS of ``num_samples`` draws is about
@@ -54,11 +54,11 @@ tested, where the unwhitened one, still right for ``whiten=False``, under-predic
 chain's ESS by 1.9–3.0× (``benchmarks/feasibility_check.py``).
 
 **DPSGLD** (its default path, no accept test) follows steps 1, 2 and 4 (the ratio quantile
-with no ratio noise, times :data:`~pyro_dp.kernels.default_path.LANGEVIN_CLIP_HEADROOM`, is its
+with no ratio noise, times :data:`~pyro_dp.default_path.driver.LANGEVIN_CLIP_HEADROOM`, is its
 gradient clip), and in place of 3 and 5 its free Langevin step and the ESS of an unadjusted
 chain on a Gaussian (an AR(1); :func:`predicted_move`), with the budget spread over its burn-in
-and draws only (:func:`~pyro_dp.kernels.default_path.langevin_burn_in`). Its centred clip ball
-(:mod:`~pyro_dp.kernels.centring`) depends on the data's skew, which a data-free forecast cannot
+and draws only (:func:`~pyro_dp.kernels.runner.langevin_burn_in`). Its centred clip ball
+(:mod:`~pyro_dp.default_path.centring`) depends on the data's skew, which a data-free forecast cannot
 know: the forecast takes the ball around the origin, so it under-predicts where the kernel
 centres (by up to the square of the released ratio, about 1.4× on the suite's GLMs).
 
@@ -95,15 +95,15 @@ from typing import Optional, Tuple, Union
 
 import torch
 
-from . import kernels as K
-from .kernels.default_path import (LANGEVIN_CLIP_HEADROOM, default_path_noise, langevin_burn_in, langevin_default,
-                                   langevin_ess)
-from .kernels.prediction import (CV_REACH, HMC_GRADIENT_GAIN, PROFILES, ModelProfile, check_int, check_positive_number,
-                                 gradient_gain, mh_predicted_move, model_profile)
-from .kernels.sgmcmc import langevin_noise_multiplier
+from .. import kernels as K
+from ..kernels.runner import langevin_burn_in
+from ..kernels.sgmcmc import langevin_noise_multiplier
+from .driver import LANGEVIN_CLIP_HEADROOM, default_path_noise, langevin_default, langevin_ess
+from .prediction import (CV_REACH, HMC_GRADIENT_GAIN, PROFILES, ModelProfile, check_int, check_positive_number,
+                         gradient_gain, mh_predicted_move, model_profile)
 
 __all__ = ["feasibility", "Feasibility", "ModelProfile", "model_profile", "PROFILES", "predicted_move", "CV_REACH",
-           "smallest_estimate_factor", "ESS_ESTIMATE_CV", "hmc_gradient_gain", "HMC_GRADIENT_GAIN"]
+           "smallest_estimate_factor", "ESS_ESTIMATE_CV", "hmc_gradient_gain", "HMC_GRADIENT_GAIN", "kernel_noise"]
 
 
 _PHI = NormalDist()
@@ -120,7 +120,7 @@ class Feasibility:
     :ivar noise_multiplier: of the ratio release, as the kernel calibrates it.
     :ivar clip: :math:`b`, the ratio clip per unit jump the default path would aim at.
     :ivar start_move_ratio: the default path's first move over its posterior-scale guess — the
-        quantity its set-up warning compares with :data:`~pyro_dp.kernels.default_path.NOISE_LIMITED_RATIO`.
+        quantity its set-up warning compares with :data:`~pyro_dp.default_path.driver.NOISE_LIMITED_RATIO`.
     :ivar move_ratio: the move per coordinate after warmup over the posterior sd in the slowest direction.
     :ivar acceptance: the predicted acceptance rate after warmup.
     :ivar ess: predicted effective sample size in the slowest direction, all chains together.
@@ -170,10 +170,10 @@ KERNELS = ("DPPenalty", "DPHMC", "DPSGLD")
 
 
 @functools.lru_cache(maxsize=256)
-def _noise(kernel: str, epsilon: float, delta: float, iterations: int, chains: int, temperature: float,
+def kernel_noise(kernel: str, epsilon: float, delta: float, iterations: int, chains: int, temperature: float,
            num_steps: int, control_variate: bool = True, gradients: bool = True):
     """``(ratio noise multiplier, the tuner)`` exactly as the kernel's default path sets them
-    (:func:`~pyro_dp.kernels.default_path.default_path_noise`, the kernel's own
+    (:func:`~pyro_dp.default_path.driver.default_path_noise`, the kernel's own
     calibration; DPHMC: with ``gradients`` releases or without, :func:`hmc_gradient_gain`).
     Cached: the tuner is only read."""
     settings = {"DPHMC": dict(num_steps=num_steps, control_variate=bool(control_variate), gradients=gradients),
@@ -268,7 +268,7 @@ def predicted_move(*, kernel: str, num_rows: int, noise_multiplier: float, clip:
 
 def _langevin_move(nm, quantile, grad_norm, T, n, D, sd_max, num_samples, num_chains):
     r""":func:`predicted_move` for DPSGLD's default path: its clip and free step
-    (:func:`~pyro_dp.kernels.default_path.langevin_default`, from the tuner's two quantiles
+    (:func:`~pyro_dp.default_path.driver.langevin_default`, from the tuner's two quantiles
     ``quantile`` and ``grad_norm``; full batch, substitution). The unadjusted chain on a Gaussian
     of variance :math:`\sigma^2` is an AR(1) with :math:`\rho = 1 - \eta/(2\sigma^2)`, whose
     ESS over :math:`n` draws is :math:`n(1-\rho)/(1+\rho)` (the slowest direction's
@@ -305,7 +305,7 @@ def hmc_gradient_gain(*, num_rows: int, epsilon: float, delta: float, dim: int, 
     ...                          warmup_steps=500), 2) for e in (2.0, 8.0)]
     [0.81, 6.96]
     """
-    return gradient_gain(functools.partial(_noise, "DPHMC"), num_rows=num_rows, epsilon=epsilon, delta=delta, dim=dim,
+    return gradient_gain(functools.partial(kernel_noise, "DPHMC"), num_rows=num_rows, epsilon=epsilon, delta=delta, dim=dim,
                          num_samples=num_samples, warmup_steps=warmup_steps, num_chains=num_chains,
                          temperature=temperature, num_steps=num_steps)
 
@@ -332,7 +332,7 @@ def feasibility(model: Union[str, ModelProfile], *, num_rows: int, epsilon: floa
     :param bool whiten: predict a chain whitened by the posterior's metric (the profile's
         :meth:`ModelProfile.whitened`). ``None``: as the kernel's default path does —
         DPPenalty whitens a model whose latents (two or more) all enter the likelihood, which
-        every profile describes (:func:`~pyro_dp.kernels.whitening.whitens`), and so does DPHMC. A
+        every profile describes (:func:`~pyro_dp.default_path.whitening.whitens`), and so does DPHMC. A
         profile without :attr:`~ModelProfile.whitened_norms` is then predicted unwhitened, with a
         warning (fewer effective samples than the whitened chain gets: pessimistic).
     :param bool control_variate: the test (and DP-HMC's gradients) on Taylor residuals
@@ -379,7 +379,7 @@ def feasibility(model: Union[str, ModelProfile], *, num_rows: int, epsilon: floa
             grads = hmc_gradient_gain(num_rows=n_rows, epsilon=e, delta=float(delta), dim=profile.num_latents,
                                       num_samples=samples, warmup_steps=warmup, num_chains=chains,
                                       temperature=T, num_steps=L) >= HMC_GRADIENT_GAIN
-        nm, tuner = _noise(kernel, e, float(delta), iterations, chains, T, L, cv, grads is not False)
+        nm, tuner = kernel_noise(kernel, e, float(delta), iterations, chains, T, L, cv, grads is not False)
         b = profile.quantile(tuner.ratio_quantile(n_rows))
         g = profile.quantile(tuner.grad_quantile)
         as_kernel = "DPPenalty" if grads is False else kernel  # without gradients: the random walk's forecast

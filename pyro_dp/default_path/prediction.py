@@ -1,15 +1,15 @@
-r"""Data-free predictions of a default-path chain, shared by the kernels and :mod:`pyro_dp.forecast`.
+r"""Data-free predictions of a default-path chain, shared by the default path's warnings and
+:mod:`pyro_dp.default_path.forecast`.
 
-The kernels quote them before a chain runs (the default path's noise-limited warning,
-:func:`~pyro_dp.kernels.default_path.forecast_ess`) and DP-HMC's default path decides
-with them whether its gradient releases pay (:func:`gradient_gain`); :func:`pyro_dp.feasibility`
-builds its whole forecast on them. Everything here is a pure function of public quantities: the
-model *profiles* (:class:`ModelProfile`: synthetic rows, never your data), the noise multiplier, the
-clips and the run. The model is :mod:`pyro_dp.forecast`'s docstring (steps 3–5).
+The default path quotes them before a chain runs (its noise-limited warning,
+:func:`~pyro_dp.default_path.driver.forecast_ess`) and decides with them whether DP-HMC's
+gradient releases pay (:func:`gradient_gain`); :func:`pyro_dp.feasibility` builds its whole
+forecast on them. Everything here is a pure function of public quantities: the model *profiles*
+(:class:`ModelProfile`: synthetic rows, never your data), the noise multiplier, the clips and the
+run. The model is :mod:`pyro_dp.default_path.forecast`'s docstring (steps 3–5).
 
-Layer: below the kernel classes (it imports :mod:`~pyro_dp.kernels.tuning`, :mod:`pyro_dp.accounting`
-and :mod:`pyro_dp.models.profiles` only), so the kernels import it and :mod:`pyro_dp.forecast`, which
-builds kernels, sits above both.
+Layer: the default path (it imports :mod:`pyro_dp.kernels`' scales and control-variate formulas,
+:mod:`pyro_dp.accounting` and :mod:`pyro_dp.models.profiles` only); no kernel imports it.
 """
 from __future__ import annotations
 
@@ -24,7 +24,9 @@ from scipy.special import gammaln, ndtr, roots_genlaguerre
 
 from ..accounting.algorithms import default_noise_ratio
 from ..models.profiles import synthetic_scores
-from .tuning import penalty_jump_length, posterior_scale_guess
+from ..kernels.control_variate import (DEFAULT_CURVATURE_FACTOR, REFERENCE_CLIP_HEADROOM,  # noqa: F401 (re-exported)
+                                       default_curvature_clip)
+from ..kernels.scales import penalty_jump_length, posterior_scale_guess
 
 __all__ = ["ModelProfile", "model_profile", "PROFILES", "profile_at", "check_int", "check_positive_number",
            "mh_predicted_move", "chi2_accept", "chi2_level", "chi2_nodes", "CV_REACH", "REFERENCE_CLIP_HEADROOM",
@@ -142,33 +144,6 @@ def check_positive_number(name, value) -> float:
         raise ValueError(f"{name} must be a positive number, got {value!r}")
     return float(value)
 
-#: :math:`\kappa` of :func:`default_curvature_clip`: a row's curvature bound in units of the mean
-#: row's (measured on logistic regression in whitened coordinates: the rows' 0.99 quantile was
-#: 1.8 times the mean row's; ``docs/tuning.md``, "Control variates")
-DEFAULT_CURVATURE_FACTOR = 2.0
-
-#: the reference gradients' clip :math:`b` as a multiple of the tuned ratio clip (the tuner's
-#: quantile of the gradient norms at the start): a row whose gradient is clipped at the reference
-#: keeps a residual of the size of its excess, which the residual clip then cuts, so each such row
-#: pulls the chain with a shrunk, fixed gradient. The tuner's counts cannot resolve the few rows a
-#: bias-variance balance would leave above (about 2 nm_G), and at the tuned clip (about the 0.98
-#: quantile at epsilon = 2) about 2 % of a logistic regression's rows were clipped, moving its means
-#: by 0.3-0.9 sd in the same direction in every run; the largest norm was 1.5 times the clip.
-#: The price: the reference release's noise, and so the tilt, grows in proportion.
-REFERENCE_CLIP_HEADROOM = 2.0
-
-def default_curvature_clip(dim: int, num_rows: int, scale: float, temperature: float = 1.0,
-                           factor: float = DEFAULT_CURVATURE_FACTOR) -> float:
-    r"""The curvature bound :math:`h` per row: :math:`\kappa D / (T N s^2)`, ``factor`` times the
-    curvature of a mean row when the posterior has standard deviation :math:`s` per coordinate
-    (its precision :math:`1/s^2` is :math:`TN` rows' curvature, and a row's rank-one curvature has
-    the trace of :math:`D` coordinates). Post-processing of the public scale guess.
-
-    >>> default_curvature_clip(4, 50_000, 1.0)  # whitened coordinates: s = 1
-    0.00016
-    """
-    return float(factor) * dim / (float(temperature) * num_rows * float(scale) ** 2)
-
 #: :math:`R/(\sqrt D\,\mathrm{sd})` of the control-variate forecast: a chain's distance from its
 #: reference point in posterior sds per root dimension (:func:`mh_predicted_move`). Chosen over 1,
 #: 1.2, 1.7 and 2 on 42 runs of DPPenalty and DPHMC (N = 5·10⁴, ε = 2 and 8): the most forecasts
@@ -180,7 +155,7 @@ def mh_predicted_move(*, kernel: str, num_rows: int, noise_multiplier: float, cl
                    num_steps: int = 5, noise_ratio: Optional[float] = None,
                    control_variate: bool = False) -> Tuple[float, float, float, float]:
     r"""``(start_move_ratio, move_ratio, acceptance, ess)`` of a default-path DPPenalty or DPHMC chain
-    (``kernel``): :func:`pyro_dp.forecast.predicted_move` for the kernels with an accept test (its
+    (``kernel``): :func:`pyro_dp.default_path.forecast.predicted_move` for the kernels with an accept test (its
     docstring has the model). The kernels' pre-run warnings call it with their tuned clips.
 
     >>> F = [[0.2, 0.0], [0.0, 0.05]]
@@ -283,10 +258,10 @@ def profile_at(name: str, num_latents: int) -> ModelProfile:
 
 def gradient_gain(noise: Callable, *, num_rows: int, epsilon: float, delta: float, dim: int, num_samples: int,
                   warmup_steps: int, num_chains: int = 1, temperature: float = 1.0, num_steps: int = 5) -> float:
-    r"""DP-HMC's forecast gain from its gradient releases: :func:`pyro_dp.forecast.hmc_gradient_gain` (its docstring
+    r"""DP-HMC's forecast gain from its gradient releases: :func:`pyro_dp.default_path.forecast.hmc_gradient_gain` (its docstring
     has the model), with DPHMC's default-path calibration given as ``noise(epsilon, delta, iterations,
     chains, temperature, num_steps, control_variate, gradients) -> (noise multiplier, tuner)`` (the
-    kernel's :func:`~pyro_dp.kernels.default_path.default_path_noise`). Data-free."""
+    kernel's :func:`~pyro_dp.default_path.driver.default_path_noise`). Data-free."""
     n, D, L = check_int("num_rows", num_rows, 2), check_int("dim", dim, 1), check_int("num_steps", num_steps, 1)
     samples, warmup = check_int("num_samples", num_samples, 1), check_int("warmup_steps", warmup_steps, 0)
     chains, eps, T = check_int("num_chains", num_chains, 1), check_positive_number("epsilon", epsilon), float(temperature)

@@ -11,7 +11,7 @@ budget and by the kernel's noise calibration:
 0. **the rows the per-row rule maps**: one noisy count (:func:`rule_rows`), which warns when
    clearly more than zero rows have values outside their support or non-finite terms; with
    ``scale=True``, the coordinates' typical gradient sizes
-   (:func:`~pyro_dp.kernels.whitening.private_log_scales`), and the rest runs in coordinates
+   (:func:`~pyro_dp.default_path.whitening.private_log_scales`), and the rest runs in coordinates
    where they are equal (covariates on their own scales);
 
 1. **the scale of the gradients**: a private quantile of the per-example gradient norms
@@ -67,9 +67,10 @@ import warnings
 from typing import List, NamedTuple, Optional, Tuple
 
 import torch
-from pyro.infer.autoguide.initialization import init_to_median
 
 from ..accounting.gdp import gdp_mu
+from ..kernels.scales import (NORM_BIN_EDGES, init_to_center, penalty_jump_length,  # noqa: F401 (re-exported)
+                              posterior_scale_guess, private_norm_quantiles)
 from .centring import CENTRE_SHARE, Centre, centre_noise_multipliers, private_centre
 from .whitening import (METRIC_SHARE, SCALE_SHARE, likelihood_coordinates, metric_is_resolved, metric_sd,
                         private_log_scales, private_metric, reshapes, scaling_from_release, whitening_from_metric,
@@ -81,31 +82,23 @@ from ..mechanisms import (
     clip_and_sum,
     clipped_sum_with_noise,
     noisy_count,
-    noisy_histogram,
     sum_clipped,
 )
 
+# init_to_center, NORM_BIN_EDGES, penalty_jump_length, posterior_scale_guess, private_norm_quantiles:
+# importable from here as before, documented in their home, pyro_dp.kernels.scales
 __all__ = [
     "DPAutoTune",
-    "init_to_center",
     "data_free_start",
     "TuneResult",
     "RuleMappedRowsWarning",
     "rule_rows",
     "DEFAULT_TUNING_SHARE",
-    "NORM_BIN_EDGES",
-    "penalty_jump_length",
-    "posterior_scale_guess",
     "private_quantiles",
 ]
 
 #: Share of each chain's budget (as Gaussian-DP :math:`\mu^2`) that :class:`DPAutoTune` spends.
 DEFAULT_TUNING_SHARE = 0.15
-
-#: Upper edges of the data-free bins of the gradient-norm histograms: 4 per decade from 1e-4
-#: to 1e5 (a quantile is rounded **up** to an edge, i.e. by at most a factor 10^(1/4) = 1.78;
-#: norms above the last edge are counted in an overflow bin and give the last edge).
-NORM_BIN_EDGES = tuple(10.0 ** (k / 4.0) for k in range(-16, 21))
 
 # histograms per tuning run: one, at the data-free start (the adaptive clips take it from there)
 _NUM_HISTOGRAMS = 1
@@ -133,35 +126,6 @@ def _learning_rate(t: int, num_steps: int, lr0: float, lr1: float) -> float:
     return lr0 * (lr1 / lr0) ** ((t - half) / max(num_steps - 1 - half, 1))
 
 
-def init_to_center(site=None):
-    """Data-free start of the default path: each latent's prior mean where it is finite, else
-    the median of 1001 prior draws (Pyro's ``init_to_median`` takes 15, whose median varies
-    from run to run by a sizeable part of the prior's scale). Reads no data.
-
-    >>> import pyro, pyro.distributions as dist
-    >>> from pyro import poutine
-    >>> from pyro.infer.autoguide.initialization import InitMessenger
-    >>> def m():
-    ...     pyro.sample("a", dist.Normal(1.0, 5.0)); pyro.sample("s", dist.HalfCauchy(1.0))
-    >>> tr = poutine.trace(InitMessenger(init_to_center)(m)).get_trace()
-    >>> float(tr.nodes["a"]["value"]), 0.7 < float(tr.nodes["s"]["value"]) < 1.3
-    (1.0, True)
-    """
-    if site is None:
-        return init_to_center
-    fn = site["fn"]
-    try:
-        value = fn.mean.detach()
-        if bool(torch.isfinite(value).all()):
-            if hasattr(fn, "_validate_sample"):
-                # Pyro's own support-and-shape check of a sample (no public equivalent that also checks the shape)
-                fn._validate_sample(value)  # architecture: private-read (pyro's Distribution, third-party)
-            return value
-    except (NotImplementedError, ValueError):  # no mean (e.g. Cauchy), or one outside the support
-        pass
-    return init_to_median(site, num_samples=1001)
-
-
 class TuneResult(NamedTuple):
     """What a :class:`DPAutoTune` run found (post-processing of its releases: public).
 
@@ -170,10 +134,10 @@ class TuneResult(NamedTuple):
     :ivar llr_clip: the ``llr_quantile`` of the same norms (the ratio clip per unit jump).
     :ivar start_clip: the clip the last DP-Adam step used.
     :ivar metric_sd: the posterior sd per flat unconstrained coordinate that the released metric
-        predicts (:func:`~pyro_dp.kernels.whitening.metric_sd`, also where it was not resolved
+        predicts (:func:`~pyro_dp.default_path.whitening.metric_sd`, also where it was not resolved
         and so not applied), or ``None`` where no metric was released.
     :ivar centre: the centre of the gradient clip ball in the chain's coordinates
-        (:mod:`~pyro_dp.kernels.centring`), or ``None`` (the origin).
+        (:mod:`~pyro_dp.default_path.centring`), or ``None`` (the origin).
     :ivar centre_ratio: the radius around ``centre`` over the radius around the origin.
     """
 
@@ -226,59 +190,6 @@ def private_quantiles(lik, z, quantiles, noise_multiplier, noise, relation="subs
     return private_norm_quantiles(lik, _row_norms(lik, z), quantiles, noise_multiplier, noise, relation, record)
 
 
-def private_norm_quantiles(lik, norms, quantiles, noise_multiplier, noise, relation="substitute", record=None):
-    r"""Private upper quantiles of per-example ``norms`` ``[B]`` (**private**: only binned and
-    released here): one :func:`~pyro_dp.mechanisms.noisy_histogram` over :data:`NORM_BIN_EDGES` (a
-    row whose norm is not finite is counted in the overflow bin: the per-row rule), then, for each
-    :math:`q`, the smallest edge above which the noisy counts leave at most :math:`(1-q)N` rows
-    (scanning down from the top, so the answer is monotone in :math:`q`; Dwork & Lei 2009 §3).
-    Returns ``(quantiles, event)``; ``record(event)`` is called right after the release."""
-    edges = torch.tensor(NORM_BIN_EDGES, dtype=torch.float64, device=lik.device)
-    norms = norms.to(torch.float64)  # reads the data ...
-    finite = torch.isfinite(norms)
-    bins = torch.bucketize(torch.where(finite, norms, torch.zeros_like(norms)), edges)  # edges[k-1] < x <= edges[k]
-    bins = torch.where(finite, bins, torch.full_like(bins, len(edges)))  # per-row rule: overflow bin
-    rel = noisy_histogram(bins, len(edges) + 1, noise_multiplier, noise, relation)  # ... released here
-    if record is not None:
-        record(rel.event)
-    n = getattr(lik, "global_num_rows", lik.num_rows)  # public N (all ranks)
-    counts = rel.value.cpu()
-    above = torch.flip(torch.cumsum(torch.flip(counts, (0,)), 0), (0,)) - counts  # rows above edge k
-    out = []
-    for q in quantiles:
-        k = len(edges) - 1  # the last edge also stands for the overflow bin
-        while k > 0 and float(above[k - 1]) <= (1.0 - q) * n:
-            k -= 1
-        out.append(float(edges[k]))
-    return out, rel.event
-
-
-def penalty_jump_length(noise_multiplier: float, clip: float, temperature: float = 1.0) -> float:
-    r"""The jump length :math:`\|\theta'-\theta\|` at which the penalty test's noise on the
-    tempered ratio has standard deviation 1: :math:`T\cdot\mathrm{nm}\cdot 2b\|\theta'-\theta\| = 1`
-    (the substitute sensitivity :math:`2b\|\theta'-\theta\|`, thesis §3.1). The penalty
-    :math:`e^{-T^2\sigma^2/2}` (Yıldırım & Ermiş 2019 §3.1) rejects much longer jumps.
-    Data-free. ``inf`` in the noise-free test mode.
-
-    >>> penalty_jump_length(10.0, 0.5)
-    0.1
-    """
-    s = 2.0 * float(noise_multiplier) * float(clip) * float(temperature)
-    return math.inf if s == 0 else 1.0 / s
-
-
-def posterior_scale_guess(grad_norm: float, num_rows: int, dim: int, temperature: float = 1.0) -> float:
-    r"""A guess of the posterior standard deviation per coordinate from a typical per-example
-    gradient norm :math:`g`: the Fisher information per row and coordinate is about
-    :math:`g^2/d`, so :math:`\mathrm{sd}\approx\sqrt{d}/(g\sqrt{TN})` (Bernstein–von Mises).
-    Post-processing of a private quantile; used only as a cap on step sizes.
-
-    >>> posterior_scale_guess(2.0, 10_000, 4)
-    0.01
-    """
-    return math.sqrt(dim) / (float(grad_norm) * math.sqrt(float(temperature) * num_rows))
-
-
 class DPAutoTune:
     r"""Private tuning at the start of every chain (module docstring): a quantile of the
     gradient norms, a DP-Adam start, and the clip bounds at that start.
@@ -297,26 +208,26 @@ class DPAutoTune:
     :param tuple noise_multipliers: ``(histogram, steps, counts)`` noise multipliers; default: from
         the kernel's budget and ``share`` (needed when the kernel has no budget).
     :param bool whiten: also release a private estimate of the posterior's covariance at the
-        start (:data:`~pyro_dp.kernels.whitening.METRIC_SHARE` of the tuning's share, ledger label
+        start (:data:`~pyro_dp.default_path.whitening.METRIC_SHARE` of the tuning's share, ledger label
         ``"tune:metric"``) and run the chain in the coordinates it whitens
-        (:mod:`pyro_dp.kernels.whitening`, :mod:`pyro_dp.preconditioning`). For models with at
+        (:mod:`pyro_dp.default_path.whitening`, :mod:`pyro_dp.preconditioning`). For models with at
         least two latent coordinates, all in the likelihood
-        (:func:`~pyro_dp.kernels.whitening.whitens`; else nothing is released and nothing
+        (:func:`~pyro_dp.default_path.whitening.whitens`; else nothing is released and nothing
         changes).
         Default ``False``; DPPenalty's default path turns it on
         (:attr:`~pyro_dp.kernels.base.DPKernel.whiten_by_default`, measured in
         ``docs/tuning.md``); a kernel set-up turns it off, before planning, for a model it does
         not apply to.
     :param bool scale: first release the per-coordinate sizes of the gradients at the
-        data-free start (:data:`~pyro_dp.kernels.whitening.SCALE_SHARE` of the tuning's share,
-        ledger label ``"tune:scale"``, :func:`~pyro_dp.kernels.whitening.private_log_scales`) and
+        data-free start (:data:`~pyro_dp.default_path.whitening.SCALE_SHARE` of the tuning's share,
+        ledger label ``"tune:scale"``, :func:`~pyro_dp.default_path.whitening.private_log_scales`) and
         run the tuning and the chain in the coordinates where every column's gradients have one
         size (covariates on their own scales: one clip then serves every column). Default: as
         ``whiten``. For models with at least two latent coordinates in the likelihood
-        (:func:`~pyro_dp.kernels.whitening.reshapes`); only those are released and rescaled.
+        (:func:`~pyro_dp.default_path.whitening.reshapes`); only those are released and rescaled.
     :param bool centre: last, release a centre for the gradient clip ball at the start, in the
-        chain's coordinates (:mod:`~pyro_dp.kernels.centring`, ledger label ``"tune:centre"``,
-        :data:`~pyro_dp.kernels.centring.CENTRE_SHARE` of each chain's budget on top of
+        chain's coordinates (:mod:`~pyro_dp.default_path.centring`, ledger label ``"tune:centre"``,
+        :data:`~pyro_dp.default_path.centring.CENTRE_SHARE` of each chain's budget on top of
         ``share``). Default ``False``; DPSGLD's default path turns it on under substitution.
 
     The kernels build one when their clips or steps are left to the default
@@ -358,10 +269,10 @@ class DPAutoTune:
         if scale is not None and not isinstance(scale, bool):
             raise TypeError(f"scale must be True, False or None (as whiten), got {scale!r}")
         #: release per-coordinate gradient scales first and run the tuning and the chain in the
-        #: coordinates they balance (:func:`~pyro_dp.kernels.whitening.private_log_scales`)
+        #: coordinates they balance (:func:`~pyro_dp.default_path.whitening.private_log_scales`)
         self.scale = whiten if scale is None else scale
         #: also release a posterior-covariance estimate at the start and run the chain in the
-        #: coordinates it whitens (:mod:`pyro_dp.kernels.whitening`)
+        #: coordinates it whitens (:mod:`pyro_dp.default_path.whitening`)
         self.whiten = whiten
         #: the noise multiplier of the whitening release (set by :meth:`configure`)
         self.metric_noise_multiplier: Optional[float] = None
@@ -369,7 +280,7 @@ class DPAutoTune:
         self.scale_noise_multiplier: Optional[float] = None
         if not isinstance(centre, bool):
             raise TypeError(f"centre must be True or False, got {centre!r}")
-        #: release a centre for the gradient clip ball (:mod:`~pyro_dp.kernels.centring`)
+        #: release a centre for the gradient clip ball (:mod:`~pyro_dp.default_path.centring`)
         self.centre = centre
         #: the two centre releases' noise multipliers (set by :meth:`configure`)
         self.centre_noise_multipliers: Optional[Tuple[float, float]] = None
@@ -461,7 +372,7 @@ class DPAutoTune:
         if epsilon is None:
             raise ValueError("DPAutoTune needs the kernel's budget (epsilon, delta) or explicit noise_multipliers")
         chain_mu2 = gdp_mu(epsilon, delta) ** 2 / num_chains
-        if self.centre:  # on top of the tuning's share (pyro_dp.kernels.centring)
+        if self.centre:  # on top of the tuning's share (pyro_dp.default_path.centring)
             self.centre_noise_multipliers = centre_noise_multipliers(chain_mu2 * CENTRE_SHARE)
         mu2 = chain_mu2 * self.share  # this chain's tuning share of μ²
         # μ² = Σ 1/nm² (Dong, Roth & Su 2022 Cor. 3.3): one histogram, num_steps gradient sums
@@ -523,7 +434,7 @@ class DPAutoTune:
         coords = likelihood_coordinates(lik)
         whiten, scale = self.whiten and whitens(lik), self.scale and reshapes(lik)
         expected_sd = None  # the posterior sd the metric release predicts (phase 3)
-        # phase 0b: per-coordinate scales (pyro_dp.kernels.whitening.private_log_scales): the tuning
+        # phase 0b: per-coordinate scales (pyro_dp.default_path.whitening.private_log_scales): the tuning
         # and the chain then run in coordinates where every column's gradients have the same size,
         # so one clip serves them all (unscaled covariates, #40)
         if scale:
@@ -574,7 +485,7 @@ class DPAutoTune:
                 clip_sums = [clip_sums[j] + math.log(clips[j]) for j in range(2)]
         z = z_sum / tail
         clip_g, clip_l = (math.exp(c / tail) for c in clip_sums)  # geometric means over the last third
-        # phase 3: posterior-shaped coordinates (pyro_dp.kernels.whitening), where it applies (data-free:
+        # phase 3: posterior-shaped coordinates (pyro_dp.default_path.whitening), where it applies (data-free:
         # >= 2 coordinates, all in the likelihood; a kernel's set-up turns `whiten` off before planning
         # elsewhere, so only a tuner configured by hand can plan a share that is then not spent)
         if whiten:
@@ -585,7 +496,7 @@ class DPAutoTune:
             if metric_is_resolved(metric, std):  # else the scaled coordinates of phase 0b (post-processing)
                 lik.compose_preconditioner(z, L)
                 z, clip_g, clip_l = torch.zeros_like(z), clip_g * f, clip_l * f
-        # phase 4: a centre for the gradient clip ball, in the chain's coordinates (pyro_dp.kernels.centring)
+        # phase 4: a centre for the gradient clip ball, in the chain's coordinates (pyro_dp.default_path.centring)
         centre = (private_centre(lambda: _row_gradients(lik, z), max(clip_g, clip_l), self.centre_noise_multipliers,
                                  noise, relation, rec("tune:centre")) if self.centre else Centre(None, 1.0))
         self.result = TuneResult(z, clip_g, clip_l, clip_l, expected_sd, *centre)

@@ -42,9 +42,10 @@ from typing import Callable, Iterable, NamedTuple, Optional
 
 import torch
 
+from ..kernels.sg_gradient import check_substitute  # noqa: F401 (re-exported: its home is the release it guards)
 from ..mechanisms import clip_and_sum, clipped_sum_with_noise, finite_rows, noisy_histogram, sum_clipped
 
-__all__ = ["Centre", "private_centre", "centre_from_counts", "centre_noise_multipliers", "check_substitute",
+__all__ = ["Centre", "private_centre", "centre_from_counts", "centre_noise_multipliers",
            "CENTRE_SHARE", "CENTRE_OFFSETS", "RADIUS_EDGES", "MIN_TAIL_SNR", "MIN_GAIN", "REFERENCE_EDGE"]
 
 #: share of each chain's Gaussian-DP :math:`\mu^2` the two centre releases spend (on top of the
@@ -66,13 +67,6 @@ MIN_TAIL_SNR = 3.0
 #: a centre whose radius ratio is above this is not used (too little gained for the noise)
 MIN_GAIN = 0.97
 _DIRECTION_SHARE = 0.4
-
-
-def check_substitute(relation: str) -> None:
-    r"""Refuse a centred clip ball outside substitution (module docstring: under add/remove a
-    row's term can have norm :math:`\|m\| + C`)."""
-    if relation != "substitute":
-        raise ValueError("a centred clip ball keeps its sensitivity under relation='substitute' only")
 
 
 class Centre(NamedTuple):

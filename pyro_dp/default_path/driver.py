@@ -1,15 +1,18 @@
-r"""The default path: what a kernel does for settings the user left out.
+r"""The default path's functions: what it does for settings the user left out.
 
 With no budget and no noise the kernel adopts the default budget
 (:data:`~pyro_dp.kernels.privacy_engine.DEFAULT_EPSILON`, announced by a
 :class:`~pyro_dp.kernels.privacy_engine.PrivacyNotice`); with a budget but no run length it reads
 the run length from the ``pyro.infer.MCMC`` that runs it, else assumes
-:data:`DEFAULT_ITERATIONS`; settings a kernel lists in ``auto_tuned`` (clips, step sizes) are
-tuned privately by :class:`~pyro_dp.kernels.tuning.DPAutoTune` at the first iteration of every
-chain, and the kernel takes the result through its ``_apply_tuning`` hook. The kernel calls
-the functions below at set-up and when it takes the tuning's result; they read and write only
-the kernel's public settings and its chain record (``kernel.chain``). Everything here
-is data-free or post-processing of the tuning's releases (recorded in the ledger).
+:data:`~pyro_dp.kernels.runner.DEFAULT_ITERATIONS` (:func:`~pyro_dp.kernels.runner.resolve_run_length`:
+every kernel with a budget needs it, so it stays in the kernel layer); settings a kernel lists in
+``auto_tuned`` (clips, step sizes) are tuned privately by
+:class:`~pyro_dp.default_path.tuning.DPAutoTune` at the first iteration of every chain, and
+the default path sets them on the kernel from the result (:mod:`~pyro_dp.default_path.hook`'s
+recipes). The kernel reaches the functions below only through its hook
+(:mod:`~pyro_dp.kernels.path_hook`); they read and write only the kernel's public settings and
+its chain record (``kernel.chain``). Everything here is data-free or post-processing of the
+tuning's releases (recorded in the ledger).
 """
 from __future__ import annotations
 
@@ -22,15 +25,13 @@ import torch
 from ..warn import warn_user
 from ..checks import SamplingWarning
 from .prediction import mh_predicted_move
-from .privacy_engine import PrivacyNotice
-from .runner import mcmc_run_length
+from ..kernels.runner import DEFAULT_ITERATIONS
 from .tuning import DPAutoTune, penalty_jump_length, posterior_scale_guess
 from .whitening import reshapes, whitens
 
-__all__ = ["default_path_noise", "resolve_run_length", "configure_tuner", "tell_tuner", "auto_tuner", "move_scales",
-           "forecast_ess", "longer_run_helps", "DEFAULT_ITERATIONS", "NOISE_LIMITED_RATIO", "LONGER_RUN_GAIN", "LANGEVIN_STEP_CAP",
-           "LANGEVIN_CLIP_HEADROOM", "LANGEVIN_BURN_IN", "LangevinSettings", "langevin_default", "langevin_ess",
-           "langevin_burn_in"]
+__all__ = ["default_path_noise", "configure_tuner", "tell_tuner", "auto_tuner", "move_scales",
+           "forecast_ess", "longer_run_helps", "NOISE_LIMITED_RATIO", "LONGER_RUN_GAIN", "LANGEVIN_STEP_CAP",
+           "LANGEVIN_CLIP_HEADROOM", "LangevinSettings", "langevin_default", "langevin_ess"]
 
 #: The default path warns before a chain runs when the largest move its noise allows is below
 #: this fraction of the (guessed) posterior standard deviation (:func:`move_scales`).
@@ -40,10 +41,6 @@ NOISE_LIMITED_RATIO = 0.25
 #: (:func:`longer_run_helps`) gives a run twice as long at the same ε at least this many
 #: times the effective samples (issue 40: "run longer" only when longer would help).
 LONGER_RUN_GAIN = 1.25
-
-#: Iterations per chain a budget funds when the kernel is used outside ``pyro.infer.MCMC``
-#: and no ``num_iterations`` is given (inside ``MCMC`` it reads ``warmup_steps + num_samples``).
-DEFAULT_ITERATIONS = 1000
 
 
 #: The default path's largest DP-SGLD step in units of the guessed posterior variance
@@ -60,29 +57,8 @@ LANGEVIN_STEP_CAP = 0.3
 LANGEVIN_CLIP_HEADROOM = 1.5
 
 
-#: The default path's DP-SGLD burn-in, as a share of ``num_samples``: the warmup iterations that
-#: release a gradient (:func:`langevin_burn_in`); the rest of the warmup is idle, before the chain's
-#: first read of the data, and its budget goes to the draws. The free step makes the effective
-#: sample size proportional to the share of the releases spent on the draws (``docs/tuning.md``,
-#: "Without an accept test"): a chain whose step gives an effective sample size E relaxes
-#: :math:`2E\,W/T` times in W of T releases, so 0.15 of the draws (13 % of the releases) relaxes
-#: a start 3.6 posterior sd off (the tuner's worst, measured) to under 0.1 sd wherever E ≥ 14,
-#: where a 500-iteration warmup before 1 000 draws spent a third of the chain's budget.
-LANGEVIN_BURN_IN = 0.15
-
-
 def _no_model(*args, **kwargs):  # default_path_noise's kernel needs a callable; it never runs it
     return None
-
-
-def langevin_burn_in(warmup_steps: int, num_samples: int, share: float = LANGEVIN_BURN_IN) -> int:
-    """DP-SGLD default path's releasing warmup iterations: ``share`` (:data:`LANGEVIN_BURN_IN`) of
-    the draws, rounded up, at most ``warmup_steps`` (data-free).
-
-    >>> langevin_burn_in(500, 1000), langevin_burn_in(100, 1000), langevin_burn_in(500, 10)
-    (150, 100, 2)
-    """
-    return min(int(warmup_steps), math.ceil(share * int(num_samples)))
 
 
 class LangevinSettings(NamedTuple):
@@ -102,13 +78,13 @@ def langevin_default(result, noise_multiplier: float, unit_step_noise, num_rows:
                      temperature: float = 1.0) -> LangevinSettings:
     r"""``(grad_clip, step_size, langevin_noise_multiplier, diffusion, sd, noise_limited)`` of
     :class:`~pyro_dp.kernels.sgmcmc.DPSGLD`'s default path (:class:`LangevinSettings`), from its tuner's ``result`` (a
-    :class:`~pyro_dp.kernels.tuning.TuneResult`: post-processing of the tuning's releases) and the
+    :class:`~pyro_dp.default_path.tuning.TuneResult`: post-processing of the tuning's releases) and the
     release's ``noise_multiplier``; ``unit_step_noise(C)`` is the Langevin noise multiplier of
     step 1 with clip :math:`C` (:func:`~pyro_dp.kernels.sgmcmc.langevin_noise_multiplier`).
 
     * The clip :math:`C`: :data:`LANGEVIN_CLIP_HEADROOM` times the higher of the tuner's two
       quantiles, times the radius ratio of the ball's released centre where there is one
-      (``result.centre_ratio``, :mod:`~pyro_dp.kernels.centring`). Without an accept test
+      (``result.centre_ratio``, :mod:`~pyro_dp.default_path.centring`). Without an accept test
       nothing corrects a clipping bias (measured: the 0.99 quantile put a linear model's means
       2.2 sd off, ``benchmarks/langevin_study.py``).
     * The step: "privacy for free" (Wang, Fienberg & Smola 2015), the largest step whose release
@@ -116,7 +92,7 @@ def langevin_default(result, noise_multiplier: float, unit_step_noise, num_rows:
       :math:`\mathrm{nm}_L(\eta) = \mathrm{nm}_L(1)/\sqrt\eta`, that is
       :math:`\eta \le (\mathrm{nm}_L(1)/\mathrm{nm})^2`. It is capped at
       :data:`LANGEVIN_STEP_CAP` times the guessed posterior variance
-      (:func:`~pyro_dp.kernels.tuning.posterior_scale_guess`).
+      (:func:`~pyro_dp.kernels.scales.posterior_scale_guess`).
     * ``diffusion``: the part of :math:`\eta` the release's noise leaves,
       :math:`\eta(1 - (\mathrm{nm}/\mathrm{nm}_L)^2) \ge 0`, drawn data-free.
 
@@ -159,7 +135,7 @@ def default_path_noise(cls, *, epsilon: float, delta: float, num_iterations: int
     and its tuner, set as the kernel sets them before it reads any data — the kernel's own
     calibration, on an instance whose model is never called (``settings``: the kernel's other
     arguments). Data-free; what :func:`pyro_dp.feasibility` and DP-HMC's gradient choice
-    (:func:`~pyro_dp.kernels.prediction.gradient_gain`) calibrate with."""
+    (:func:`~pyro_dp.default_path.prediction.gradient_gain`) calibrate with."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         k = cls(_no_model, epsilon=epsilon, delta=delta, num_iterations=num_iterations, num_chains=num_chains,
@@ -178,7 +154,7 @@ def grad_to_ratio_noise(kernel) -> Optional[float]:
 
 def configure_tuner(kernel) -> None:
     """Before the kernel calibrates its noise (data-free): tell the default path's tuner
-    (``kernel.init``, a :class:`~pyro_dp.kernels.tuning.DPAutoTune`) the budget, after deciding
+    (``kernel.init``, a :class:`~pyro_dp.default_path.tuning.DPAutoTune`) the budget, after deciding
     from the model's structure whether whitening and scaling apply."""
     tuner = kernel.init
     if not isinstance(tuner, DPAutoTune):
@@ -204,55 +180,8 @@ def tell_tuner(kernel, ratio_noise_multiplier: Optional[float]) -> None:
             warn_user(f"{type(kernel).__name__} default path: {problem}", SamplingWarning)
 
 
-def resolve_run_length(kernel) -> None:
-    """Fix, once and data-free, the iterations per chain a budget funds and the number of
-    chains it is shared by, when the user gave none: from the ``pyro.infer.MCMC`` run that
-    calls ``setup`` (``warmup_steps + num_samples``, its ``num_chains``), else
-    :data:`DEFAULT_ITERATIONS`. Says what it assumed (:class:`PrivacyNotice`). Never
-    overspends either way: the budget is enforced on the ledger. Then, with a burn-in, this
-    chain's first ``warmup_steps`` minus the burn-in iterations are idle (the kernel returns the
-    data-free start without reading anything) and its own warmup, which its end-of-chain checks
-    and forecasts read, is the burn-in."""
-    if kernel.epsilon is not None and kernel.run_length_source is None:
-        _fix_run_length(kernel)
-    if kernel.burn_in is not None:
-        chain = kernel.chain
-        chain.idle_left = max(chain.warmup_steps - kernel.burn_in, 0)
-        chain.warmup_steps = min(chain.warmup_steps, kernel.burn_in)
-
-
-def _fix_run_length(kernel) -> None:
-    run = mcmc_run_length()
-    if run is not None:
-        warmup, samples = run["warmup_steps"], run["num_samples"]
-        if kernel.burn_in_share is not None and kernel.auto_tuned:
-            kernel.burn_in = langevin_burn_in(warmup, samples, kernel.burn_in_share)
-        releasing = warmup if kernel.burn_in is None else kernel.burn_in
-        kernel.num_iterations = max(1, releasing + samples)
-        kernel.run_length_source = "MCMC"
-        if not kernel.num_chains_given and "num_chains" in run:
-            kernel.num_chains = run["num_chains"]
-        said = (f"{kernel.num_iterations} iterations per chain (warmup_steps + num_samples of the MCMC)"
-                if kernel.burn_in is None else
-                f"{kernel.num_iterations} releasing iterations per chain ({kernel.burn_in} of the MCMC's {warmup} "
-                f"warmup steps, its burn-in, then its {samples} samples; the first {warmup - kernel.burn_in} "
-                "warmup steps are idle and read nothing: docs/tuning.md, 'Without an accept test')"
-                ) + f" over {kernel.num_chains} chain(s)"
-    else:
-        kernel.num_iterations = DEFAULT_ITERATIONS
-        kernel.run_length_source = "assumed"
-        said = (f"{kernel.num_iterations} iterations per chain over {kernel.num_chains} chain(s) (ASSUMED: not run "
-                "by pyro.infer.MCMC and no num_iterations given; longer chains stop at the budget)")
-    budget = "the DEFAULT budget" if kernel.default_budget else "the budget"
-    warn_user(
-        f"{type(kernel).__name__}: {budget} epsilon={kernel.epsilon}, delta={kernel.delta} funds {said}"
-        + (". Pass epsilon= (and delta=) for your own budget" if kernel.default_budget else ""),
-        PrivacyNotice,
-    )
-
-
 def auto_tuner(kernel) -> DPAutoTune:
-    """The :class:`~pyro_dp.kernels.tuning.DPAutoTune` of a kernel whose settings
+    """The :class:`~pyro_dp.default_path.tuning.DPAutoTune` of a kernel whose settings
     ``kernel.auto_tuned`` are left to the default path: the user's ``init`` if it is one,
     else a new one with the kernel's documented defaults."""
     names = ", ".join(kernel.auto_tuned)
@@ -271,10 +200,10 @@ def auto_tuner(kernel) -> DPAutoTune:
 def move_scales(kernel, result, noise_multiplier: float) -> Tuple[float, float]:
     """``(jump, sd)`` from which the default path sets a kernel's step sizes, both
     post-processing of the tuning releases (``result``, a
-    :class:`~pyro_dp.kernels.tuning.TuneResult`): ``jump`` is the move whose penalty noise
+    :class:`~pyro_dp.default_path.tuning.TuneResult`): ``jump`` is the move whose penalty noise
     (``noise_multiplier``, the kernel's ``llr_clip``) has standard deviation 1
-    (:func:`~pyro_dp.kernels.tuning.penalty_jump_length`), ``sd`` a guess of the posterior
-    standard deviation from the gradient clip (:func:`~pyro_dp.kernels.tuning.posterior_scale_guess`).
+    (:func:`~pyro_dp.kernels.scales.penalty_jump_length`), ``sd`` a guess of the posterior
+    standard deviation from the gradient clip (:func:`~pyro_dp.kernels.scales.posterior_scale_guess`).
     Says before the chain runs when the budget lets each move cover less than
     :data:`NOISE_LIMITED_RATIO` of that scale (and records it in ``kernel.chain``)."""
     lik = kernel.lik
@@ -299,7 +228,7 @@ def move_scales(kernel, result, noise_multiplier: float) -> Tuple[float, float]:
 
 def forecast_ess(kernel, result, noise_multiplier: float, control_variate: bool, longer: int = 1,
                  forecast_kernel: Optional[str] = None) -> float:
-    r"""The effective samples :func:`~pyro_dp.forecast.predicted_move` predicts for the kernel's
+    r"""The effective samples :func:`~pyro_dp.default_path.forecast.predicted_move` predicts for the kernel's
     chain (``longer`` times its length) with the tuned clips in place of a profile's guesses
     (isotropic Fisher :math:`g^2/D` per row: the posterior_scale_guess); post-processing, public.
     A run ``longer`` times as long at the same budget draws its noise at :math:`\sqrt{\rm longer}`

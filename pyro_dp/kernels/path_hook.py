@@ -1,0 +1,94 @@
+r"""The one hook through which the default path drives a kernel (issue 63).
+
+The default path (:mod:`pyro_dp.default_path`: the private tuning, whitening, centring, private
+start and forecasts that set what a user left out) is a layer *above* the kernels: it imports
+them and builds and drives them through their public constructor arguments; no module of
+:mod:`pyro_dp.kernels` imports it (``tests/test_architecture.py``). A kernel whose settings
+are left out asks for them through the object :func:`default_path` returns, a
+:class:`DefaultPath`, at five points of its life:
+
+=======================  ==========================================================================
+call                     when
+=======================  ==========================================================================
+``tuner(kernel)``        ``__init__`` of a kernel with settings left out (``kernel.auto_tuned``):
+                         the private start that will tune them (its ``init``)
+``configure(kernel)``    ``setup``, before the kernel calibrates its noise: the tuner learns the
+                         budget (data-free)
+``calibrated(kernel,``   ``setup``, after the calibration: the ratio noise the tuner's clip
+``ratio_nm)``            quantile balances (data-free)
+``take_tuning(kernel,``  a chain's first iteration, after the private start ran: the settings its
+``...)``                 result sets on the kernel (post-processing of its releases)
+``gradients_pay(``       DP-HMC's default path, before its calibration: whether its gradient
+``kernel)``              releases are forecast to pay (data-free)
+=======================  ==========================================================================
+
+:mod:`pyro_dp.default_path` registers its implementation when it is imported
+(:func:`register_default_path`); ``import pyro_dp`` imports it, and so does any
+``from pyro_dp.kernels import ...`` (the parent package is imported first). The base class
+below is what a kernel gets with none registered: every setting given runs as before; a
+setting left out is refused with its cause. This is the Opacus pattern of
+``make_private_with_epsilon`` (the settings come from a function above the optimiser, which
+knows nothing of them) and BlackJAX's ``window_adaptation`` (the adaptation drives a kernel
+it is handed; ``mcmc/hmc.py`` knows nothing of it).
+
+>>> class Counting(DefaultPath):
+...     calls = 0
+...     def configure(self, kernel):
+...         Counting.calls += 1
+>>> previous = register_default_path(Counting())
+>>> default_path().configure(None); Counting.calls
+1
+>>> register_default_path(previous) is not None
+True
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+__all__ = ["DefaultPath", "default_path", "register_default_path"]
+
+
+class DefaultPath:
+    """What a kernel asks of the default path (module docstring); this base class is the answer
+    when none is registered. ``names``: the public names the default path adds to
+    :mod:`pyro_dp.kernels` (``DPAutoTune``, ``DPGradientInit``), for the imports written
+    before they moved."""
+
+    names: dict = {}
+
+    def tuner(self, kernel):
+        """The private start (``init``) that tunes the settings ``kernel.auto_tuned`` left out."""
+        names = ", ".join(kernel.auto_tuned)
+        raise ValueError(f"{type(kernel).__name__}: {names} left out are tuned privately by the default path, "
+                         f"which is not loaded: import pyro_dp (or pyro_dp.default_path), or give {names}")
+
+    def configure(self, kernel) -> None:
+        """At set-up, before the kernel calibrates its noise: the tuner learns the budget."""
+
+    def calibrated(self, kernel, ratio_noise_multiplier: Optional[float]) -> None:
+        """At set-up, after the kernel calibrated its noise (``ratio_noise_multiplier``: its
+        ratio release's, ``None`` where no ratio clip is tuned)."""
+
+    def take_tuning(self, kernel, *, first_chain: bool, ratio_noise_multiplier: Optional[float]) -> None:
+        """At a chain's first iteration, after ``kernel.init`` ran: the settings its result sets
+        (``first_chain``: whether warnings said once per run are said now)."""
+
+    def gradients_pay(self, kernel) -> bool:
+        """DP-HMC's default path: whether its gradient releases are forecast to pay (else a walk)."""
+        return True
+
+
+_REGISTERED = [DefaultPath()]
+
+
+def default_path() -> DefaultPath:
+    """The registered :class:`DefaultPath` (the base class's answers when none is)."""
+    return _REGISTERED[0]
+
+
+def register_default_path(path: DefaultPath) -> DefaultPath:
+    """Make ``path`` the default path every kernel asks; returns the one it replaces."""
+    if not isinstance(path, DefaultPath):
+        raise TypeError(f"the default path must be a DefaultPath, got {type(path).__name__}")
+    previous, _REGISTERED[0] = _REGISTERED[0], path
+    return previous
