@@ -35,7 +35,7 @@ import torch
 from pyro.infer import MCMC, NUTS
 from pyro.infer.autoguide.initialization import init_to_median
 
-from pyro_dp.kernels.noise_aware import DPNoiseAware, PoorApproximationWarning
+from pyro_dp.default_path.noise_aware import DPNoiseAware, PoorApproximationWarning
 from pyro_dp.models.default_suite import (correlated_logistic_model, linear_model, make_correlated_logistic_data,
                                           make_linear_data)
 import pyro.distributions as dist

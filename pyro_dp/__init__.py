@@ -15,12 +15,11 @@ from .kernels import (
     DPKernel,
     DPMinibatchPenalty,
     DPMultiPartyPenalty,
-    DPNoiseAware,
     DPPenalty,
     DPSGLD,
     DPSGNHT,
 )
-from .default_path import DPAutoTune, DPGradientInit, Feasibility, ModelProfile, feasibility  # registers its hook
+from .default_path import DPAutoTune, DPGradientInit, DPNoiseAware, Feasibility, ModelProfile, feasibility  # registers its hook
 from .arviz import PrivateDataWarning, to_arviz
 from .checks import SamplingWarning, check_run
 from .likelihood import PrivateLikelihood

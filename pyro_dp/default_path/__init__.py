@@ -16,6 +16,8 @@ module                                         what it holds
 :mod:`~pyro_dp.default_path.centring`          covariance releases; the centre of a gradient
                                                clip ball
 :mod:`~pyro_dp.default_path.private_init`      :class:`DPGradientInit`, a private start
+:mod:`~pyro_dp.default_path.noise_aware`       :class:`DPNoiseAware`: one release of a quadratic
+                                               expansion at the tuner's centre, then NUTS
 :mod:`~pyro_dp.default_path.driver`            the functions behind the hook: the tuner's
                                                configuration, move scales, forecasts of the
                                                chain, a kernel class's default-path noise
@@ -34,10 +36,11 @@ module                                         what it holds
 from ..kernels.path_hook import register_default_path
 from .forecast import Feasibility, ModelProfile, feasibility
 from .hook import KernelDefaultPath
+from .noise_aware import DPNoiseAware
 from .private_init import DPGradientInit
 from .tuning import DPAutoTune, TuneResult
 
-__all__ = ["DPAutoTune", "DPGradientInit", "TuneResult", "feasibility", "Feasibility", "ModelProfile",
+__all__ = ["DPAutoTune", "DPGradientInit", "DPNoiseAware", "TuneResult", "feasibility", "Feasibility", "ModelProfile",
            "KernelDefaultPath"]
 
 register_default_path(KernelDefaultPath({"DPAutoTune": DPAutoTune, "DPGradientInit": DPGradientInit}))

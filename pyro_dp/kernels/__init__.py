@@ -1,6 +1,7 @@
 """DP MCMC kernels: one file per algorithm, each a thin Pyro ``MCMCKernel`` over a step function.
 
-The default path's initialisers (``DPAutoTune``, ``DPGradientInit``) live in
+The default path's initialisers (``DPAutoTune``, ``DPGradientInit``) and the one-release kernel built on its
+tuner (``DPNoiseAware``) live in
 :mod:`pyro_dp.default_path`, a layer above the kernels that no module here imports; their old
 names ``pyro_dp.kernels.DPAutoTune`` and ``pyro_dp.kernels.DPGradientInit`` are answered by the
 registered default path (:mod:`~pyro_dp.kernels.path_hook`)."""
@@ -15,7 +16,6 @@ from .hmc import DPHMC
 from .minibatch_penalty import DPMinibatchPenalty
 from .expfam import DPExpFamPenalty, ExpFamily, bernoulli, gaussian_known_variance, poisson
 from .multiparty import DPMultiPartyPenalty
-from .noise_aware import DPNoiseAware
 from .penalty import DPPenalty
 from .grouped import DPGroupedPenalty
 from .sgmcmc import DPSGLD, DPSGNHT
@@ -30,7 +30,6 @@ __all__ = [
     "bernoulli",
     "poisson",
     "DPMultiPartyPenalty",
-    "DPNoiseAware",
     "DPHMC",
     "DPBarker",
     "DPMinibatchPenalty",

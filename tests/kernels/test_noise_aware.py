@@ -1,4 +1,4 @@
-"""DPNoiseAware (issue 62's one-release mode, ``pyro_dp/kernels/noise_aware.py``): the sampler
+"""DPNoiseAware (issue 62's one-release mode, ``pyro_dp/default_path/noise_aware.py``): the sampler
 targets the noise-aware posterior of its releases (within Monte Carlo error, with mutants that
 must fail), the ledger holds exactly the planned releases and composes to the budget (against the
 analytic Gaussian mechanism of ``dp_accounting``), the release noise has the stated shape, the
@@ -16,9 +16,9 @@ from pyro.infer import MCMC
 from pyro.ops.stats import effective_sample_size
 
 import pyro_dp
-import pyro_dp.kernels.noise_aware as na
+import pyro_dp.default_path.noise_aware as na
 from pyro_dp.kernels import DPAutoTune
-from pyro_dp.kernels.noise_aware import (APPROXIMATION, DPNoiseAware, PoorApproximationWarning, QuadraticRelease,
+from pyro_dp.default_path.noise_aware import (APPROXIMATION, DPNoiseAware, PoorApproximationWarning, QuadraticRelease,
                                          approximation_problems, noise_aware_loglik, symmetric_to_vector,
                                          vector_to_symmetric)
 from pyro_dp.mechanisms import GaussianEvent

@@ -122,7 +122,8 @@ from ..isolation import nan_like_rows, robust_rows
 from ..likelihood import forked_rng
 from ..mechanisms import clip_and_sum, clipped_sum_with_noise, gaussian_event, sum_clipped
 from ..warn import warn_user
-from .base import DPKernel, check_positive
+from ..kernels.base import DPKernel, check_positive
+from .hook import apply_tuning
 from .tuning import DPAutoTune
 
 __all__ = ["DPNoiseAware", "QuadraticRelease", "release_quadratic", "noise_aware_loglik", "approximation_problems",
@@ -458,12 +459,6 @@ class DPNoiseAware(DPKernel):
     def _rows_per_iteration(self):
         return "penalty", float(self.lik.num_rows), float(self.lik.num_rows)
 
-    def _apply_tuning(self, result):  # post-processing of the tuning releases
-        grad_clip, curvature_clip = self._given_clips
-        b = float(result.llr_clip)
-        self.grad_clip = CLIP_HEADROOM * b if grad_clip is None else grad_clip
-        self.curvature_clip = b * b if curvature_clip is None else curvature_clip
-
     def setup(self, warmup_steps, *args, **kwargs):
         super().setup(warmup_steps, *args, **kwargs)
         if self.num_setups == 1:  # data-free: the model's code on a stand-in row
@@ -517,3 +512,14 @@ class DPNoiseAware(DPKernel):
         out["approximation"] = self.approximation
         out["approximation problems"] = list(self.structure_problems) + list(self.problems)
         return out
+
+
+@apply_tuning.register
+def _noise_aware(kernel: DPNoiseAware, result, *, first_chain: bool, ratio_noise_multiplier: Optional[float]) -> None:
+    """The default path's recipe for :class:`DPNoiseAware` (post-processing of the tuning
+    releases): the clips left out follow the tuner's ratio clip :math:`b`, the score's at
+    :data:`CLIP_HEADROOM` :math:`\cdot b`, the curvature's at :math:`b^2`."""
+    grad_clip, curvature_clip = kernel._given_clips
+    b = float(result.llr_clip)
+    kernel.grad_clip = CLIP_HEADROOM * b if grad_clip is None else grad_clip
+    kernel.curvature_clip = b * b if curvature_clip is None else curvature_clip
