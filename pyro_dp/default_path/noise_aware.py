@@ -516,7 +516,7 @@ class DPNoiseAware(DPKernel):
 
 @apply_tuning.register
 def _noise_aware(kernel: DPNoiseAware, result, *, first_chain: bool, ratio_noise_multiplier: Optional[float]) -> None:
-    """The default path's recipe for :class:`DPNoiseAware` (post-processing of the tuning
+    r"""The default path's recipe for :class:`DPNoiseAware` (post-processing of the tuning
     releases): the clips left out follow the tuner's ratio clip :math:`b`, the score's at
     :data:`CLIP_HEADROOM` :math:`\cdot b`, the curvature's at :math:`b^2`."""
     grad_clip, curvature_clip = kernel._given_clips

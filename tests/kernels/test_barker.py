@@ -260,14 +260,17 @@ def test_acceptance_probability_is_logistic_in_the_exact_log_ratio(barker_varian
     batch, noise and V_corr each time): the frequency must be within 4 binomial standard errors
     (the CLT error is small here: sigma_b^2 ~ 0.03 of C = 2; nothing is clipped). Without
     V_corr it is Phi(lambda/sqrt(2)): 0.856 instead of 0.818 at lambda = 1.5, ~9 standard errors.
-    (``plus_var`` is invisible here, sigma_b^2 being small: the next test catches it.)"""
+    (``plus_var`` is invisible here, sigma_b^2 being small: the next test catches it, so it is
+    not run here.) 4 000 steps (was 8 000, for CI's time): ~6.4 standard errors for ``no_vcorr``."""
+    if barker_variant == "plus_var":
+        pytest.skip("plus_var is invisible when sigma_b^2 is small; the large-variance test below catches it")
     y = make_data(2000, seed=5)
     T = 0.005  # n0 = N T = 10: per-example ratios |r_i| <= 0.55 * 3.2 + 0.15 stay below the clip sqrt(b)/n0 = 2
     k = DPBarker(gauss_model, 400, 0.1, temperature=T, seed=3)
     k.setup(0, y)
     z = k.lik.flatten({"mu": torch.tensor(float(y.mean()) - math.sqrt(0.3), dtype=torch.float64)})
     z_new = k.lik.flatten({"mu": torch.tensor(float(y.mean()), dtype=torch.float64)})
-    m = 8_000
+    m = 4_000
     freq, lam = _acceptance_frequency(k, z, z_new, m, monkeypatch)
     assert 1.4 < lam < 1.6
     ok, p = _binomial_ok(freq, lam, m)
@@ -282,7 +285,7 @@ def test_acceptance_is_logistic_when_the_batch_variance_is_large(barker_variant,
     and lambda = n0 * 0.1 * 0.75 = 1.5 (+ the prior's). Sampling without replacement shrinks the
     batch's variance by (N - b)/(N - 1) = 0.98, a total 0.016 below C: 0.3 standard errors here.
     ``plus_var`` (noise variance C + sigma_b^2, total 3.6) accepts about 0.75 instead of 0.82:
-    ~15 standard errors; ``no_vcorr`` ~8."""
+    ~15 standard errors at 8 000 steps, ~10.6 at the 4 000 run here; ``no_vcorr`` ~8, ~5.7 here."""
     n, T, b, m0, step = 20_000, 1e-3, 400, 3.0, 0.1
     y = torch.full((n,), m0, dtype=torch.float64)
     y[: n // 2] += 9.0
@@ -296,7 +299,7 @@ def test_acceptance_is_logistic_when_the_batch_variance_is_large(barker_variant,
     assert float(r.abs().max()) < math.sqrt(b) / (n * T)  # nothing clipped
     var_b = (n * T) ** 2 / b * float(r.var(unbiased=False))
     assert 0.8 < var_b < 0.82 < BARKER_C
-    m = 8_000
+    m = 4_000
     freq, lam = _acceptance_frequency(k, z, z_new, m, monkeypatch)
     assert 1.4 < lam < 1.6
     ok, p = _binomial_ok(freq, lam, m)

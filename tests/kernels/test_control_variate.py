@@ -306,6 +306,7 @@ def _walk(nm_l, **kw):
                  reference_noise_multiplier=nm_ref, seed=0, noise_seed=1, non_private=nm_l == 0, gradients=False, **kw)
 
 
+@pytest.mark.slow  # the walk's residual test is DPPenalty's (the two tests above, with their mutants, in CI)
 def test_dphmc_without_gradients_targets_the_posterior_and_an_uncentred_residual_does_not():
     """DPHMC(gradients=False), noise-free: a symmetric random walk under the exact ratio, so the
     chain targets the conjugate posterior (4 MC s.e.). Mutant: the reference rows zeroed (the
@@ -313,6 +314,7 @@ def test_dphmc_without_gradients_targets_the_posterior_and_an_uncentred_residual
     _exact_and_uncentred_off(lambda: _walk(0.0))
 
 
+@pytest.mark.slow  # the walk's residual test is DPPenalty's (the two tests above, with their mutants, in CI)
 def test_dphmc_without_gradients_targets_the_tilted_posterior():
     """With noise (σ about 1 on a typical move) the walk keeps detailed balance for the posterior
     tilted by the reference noise ξ_G: mean and sd within 4 MC standard errors. Mutant: the
