@@ -554,10 +554,16 @@ class DPKernel(MCMCKernel):
             self.privacy.end_iteration()  # an iteration that released nothing (the ε curve stays flat)
             return {k: v.clone() for k, v in self.lik.unravel(self._state_z(self._state)).items()}
         if pending_init:
-            self._run_private_start()  # the private init's releases, recorded as they are made
-        self._state, info = self._step(self._state)
-        # what the step released (the shared worker counters count each), checked against what it declared
-        self.privacy.report(info.events, declared, on_release=self._count_release, owner=type(self).__name__)
+            self._run_private_start()  # the private init's releases, written as they are reported
+        with self.privacy.recording() as drawn:  # every release of the step records its event as it draws
+            try:
+                self._state, info = self._step(self._state)
+            except BaseException:  # what was drawn was released: in the ledger, whatever happens next
+                self.privacy.commit(drawn, None, declared, on_release=self._count_release, owner=type(self).__name__)
+                raise
+        # the ledger from what the mechanisms drew (the shared worker counters count each); the step's
+        # report (info.events) checked against it, and both against what it declared
+        self.privacy.commit(drawn, info.events, declared, on_release=self._count_release, owner=type(self).__name__)
         self.privacy.end_iteration()  # where this iteration's releases end (pyro_dp.privacy_report's curve)
         chain.iteration += 1
         if chain.iteration % HEAP_TRIM_EVERY == 0:  # bounded memory over long runs (pyro_dp.heap): a fixed,
@@ -586,15 +592,24 @@ class DPKernel(MCMCKernel):
 
     def _run_private_start(self) -> None:
         """At a chain's first iteration (declared with it): the private initialisation reads the
-        data through its own mechanism, each release recorded as it is made (an exception
+        data through its own mechanism, each release written into the ledger as the mechanism drew
+        it, when the initialiser reports it (``record(event, label)``: the label; an exception
         part-way loses none) under the initialiser's label; a
         :class:`~pyro_dp.kernels.tuning.DPAutoTune` result is then taken by the kernel
         (post-processing of the tuning releases), and the chain starts there."""
-        def record(event, label: Optional[str] = None) -> None:
-            self.privacy.record(event, label=label or getattr(self.init, "label", f"init:{type(self.init).__name__}"),
-                                on_release=self._count_release)
+        default = getattr(self.init, "label", f"init:{type(self.init).__name__}")
+        owner = f"{type(self).__name__}'s private start ({type(self.init).__name__})"
+        with self.privacy.recording() as drawn:  # its mechanisms record what they draw ...
+            def record(event, label: Optional[str] = None) -> None:  # ... written as the initialiser reports it
+                self.privacy.claim(drawn, event, label or default, on_release=self._count_release, owner=owner)
 
-        z_init, _, frac = self.init.run(self.lik, self._state_z(self._state), self._noise, self.relation, record=record)
+            try:
+                z_init, _, frac = self.init.run(self.lik, self._state_z(self._state), self._noise, self.relation,
+                                                record=record)
+            except BaseException:  # drawn but not reported: in the ledger all the same
+                self.privacy.flush(drawn, default, on_release=self._count_release, owner=owner, check=False)
+                raise
+            self.privacy.flush(drawn, default, on_release=self._count_release, owner=owner)
         self.chain.init_done = True
         self.chain.init_clipped_fraction = frac
         self.chain.preconditioner = self.lik.preconditioner  # a DPAutoTune(whiten=True) sets it (post-processing)

@@ -26,11 +26,21 @@ knows nothing of MCMC:
   and that all the kernel's ledgers stay within ``num_chains`` such plans. The check reads only
   event counts (public), so whatever the control flow — re-runs, a re-initialised state, a
   retried set-up, more chains than planned — nothing is released beyond the budget; when it
-  fails, :meth:`PrivacyEngine.stop` stops the chain, loudly. After the step,
-  :meth:`PrivacyEngine.report` records what it released and checks it was declared.
+  fails, :meth:`PrivacyEngine.stop` stops the chain, loudly.
+* **The ledger is written by the mechanisms** (issue 58). Around a step the kernel opens the
+  engine's :meth:`PrivacyEngine.recording` scope (a :class:`~pyro_dp.mechanisms.Recorder`): every
+  release function of :mod:`pyro_dp.mechanisms` records its event there as it draws its noise
+  (a draw with no recorder open raises), and :meth:`PrivacyEngine.commit` writes the ledger from
+  what was drawn — also when the step raised part-way. The events the step *reports*
+  (``info.events``) are only a cross-check: a mismatch raises :class:`ReleaseMismatchError`,
+  which says what the kernel's author did wrong; and what was drawn must have been declared.
+  The private start's releases are written the same way, each as its initialiser reports it
+  (:meth:`PrivacyEngine.claim`, which takes the label from the report and the event from the
+  draw).
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import math
@@ -44,12 +54,12 @@ import torch
 
 from ..warn import warn_user
 from ..accounting import DEFAULT_ACCOUNTANT, UnsupportedEventError, calibrate, get_accountant
-from ..mechanisms import PrivacyEvent, PrivacyLedger
+from ..mechanisms import PrivacyEvent, PrivacyLedger, Recorder, recording
 from .plan import PrivacyPlan, counts as _counts, plan_cap, within as _within
 from .workers import owned_kernel
 
 __all__ = ["PrivacyEngine", "EngineSetting", "ChainLedger", "BudgetExhaustedWarning", "PrivacyNotice", "check_positive",
-           "DEFAULT_EPSILON", "DEFAULT_DELTA"]
+           "DEFAULT_EPSILON", "DEFAULT_DELTA", "ReleaseMismatchError"]
 
 _logger = logging.getLogger("pyro_dp")
 
@@ -65,6 +75,21 @@ class BudgetExhaustedWarning(UserWarning):
     >>> issubclass(BudgetExhaustedWarning, UserWarning)
     True
     """
+
+
+class ReleaseMismatchError(RuntimeError):
+    """A kernel's step (or private start) reported releases other than those its mechanisms drew.
+    The ledger holds what was drawn (the mechanisms wrote it); the error tells the kernel's
+    author which report is wrong.
+
+    >>> issubclass(ReleaseMismatchError, RuntimeError)
+    True
+    """
+
+
+def _names(events) -> str:
+    return "[" + ", ".join(f"{ev!r} x{n}" if n > 1 else repr(ev)
+                           for ev, n in ((k, sum(1 for _ in g)) for k, g in itertools.groupby(events))) + "]"
 
 
 class PrivacyNotice(UserWarning):
@@ -283,8 +308,8 @@ class PrivacyEngine:
     :param str relation: the ledgers' neighbouring relation.
     :param str kernel_id: the owning kernel object's id (tags its :class:`ChainLedger`).
 
-    It never sees a kernel, a state or data: it receives events (:meth:`declare`,
-    :meth:`report`, :meth:`record`) and public counts (the iteration, the number of rows), as
+    It never sees a kernel, a state or data: it receives events (:meth:`declare`, what the
+    mechanisms drew in its :meth:`recording` scope, :meth:`commit`, :meth:`claim`) and public counts (the iteration, the number of rows), as
     an accountant receives an optimiser's steps.
 
     >>> from pyro_dp.mechanisms import GaussianEvent
@@ -292,7 +317,10 @@ class PrivacyEngine:
     >>> engine.make_plan([], [GaussianEvent(3.0)]); engine.steps_allowed
     11
     >>> declared = engine.declare([GaussianEvent(3.0)], iteration=0)
-    >>> engine.report([GaussianEvent(3.0)], declared); engine.end_iteration()
+    >>> from pyro_dp.mechanisms import NoiseSource, gaussian_release_spec
+    >>> with engine.recording() as drawn:  # the step: its mechanisms record what they draw
+    ...     xi = gaussian_release_spec(3.0).draw(NoiseSource())
+    >>> engine.commit(drawn, [GaussianEvent(3.0)], declared); engine.end_iteration()
     >>> engine.ledger.num_releases, engine.get_epsilon() <= 5.0
     (1, True)
     """
@@ -465,16 +493,75 @@ class PrivacyEngine:
             return None
         return declared
 
-    def report(self, events, declared: Counter, on_release=None, owner: str = "the kernel") -> None:
-        """After a step: record what it released in the live ledger (calling ``on_release()``
-        after each: the worker processes' shared counters, :mod:`pyro_dp.kernels.workers`),
-        then check that it released no more than was ``declared``."""
-        for ev, run in itertools.groupby(events):  # a run of equal releases as one entry: the same ledger
+    @staticmethod
+    def recording() -> "contextlib.AbstractContextManager[Recorder]":
+        """The scope of one step (or private start): a fresh :class:`~pyro_dp.mechanisms.Recorder`
+        that every release of :mod:`pyro_dp.mechanisms` records its event in as it draws
+        (:func:`~pyro_dp.mechanisms.recording`); the ledger is written from it by :meth:`commit`."""
+        return recording()
+
+    def _write(self, events, label: str = "", on_release=None) -> None:
+        for ev, run in itertools.groupby(events):  # a run of equal releases as one entry
             n = sum(1 for _ in run)
-            self.live.record(ev, n)
+            self.live.record(ev, n, label=label)
             if on_release is not None:
                 for _ in range(n):
                     on_release()
+
+    def commit(self, drawn: Recorder, reported, declared: Counter, on_release=None, owner: str = "the kernel") -> None:
+        """After a step run inside :meth:`recording`: write what its releases ``drawn`` (in the
+        order they drew) into the live ledger, calling ``on_release()`` after each (the worker
+        processes' shared counters, :mod:`pyro_dp.kernels.workers`); then check the step's
+        ``reported`` events against them (``None``: the step raised, nothing to check) and that
+        it released no more than was ``declared``."""
+        events = drawn.take()
+        self._write(events, "", on_release)
+        if reported is not None and _counts(reported) != _counts(events):
+            raise ReleaseMismatchError(
+                f"{owner}'s step reported {_names(reported)} but drew {_names(events)}: the ledger holds what the "
+                "mechanisms drew (pyro_dp.mechanisms records each release as it draws its noise), so the step's "
+                "report (info.events) is wrong. If you wrote this kernel, report every release the step makes, "
+                "once, with the event its release function records (a release drawn through a mechanism with "
+                "event= records that event; a withdrawn tentative draw is not a release); a kernel must not draw "
+                "noise it does not release or release a value without drawing its noise through pyro_dp.mechanisms "
+                "(docs/new_kernel.md). If it is one of pyro_dp's, please report it")
+        self.report((), declared, owner=owner, released=events)
+
+    def claim(self, drawn: Recorder, event: PrivacyEvent, label: str, on_release=None,
+              owner: str = "the private start") -> None:
+        """The private start reports a release it just made (``event``, under ``label``): write the
+        oldest release ``drawn`` has not written yet into the live ledger under that label (the
+        event the mechanism drew, not the one reported), and check they agree."""
+        if not drawn.events:
+            raise ReleaseMismatchError(
+                f"{owner} reported {event!r} ({label}) but drew no release for it: report a release only after "
+                "drawing its noise through pyro_dp.mechanisms (docs/new_kernel.md)")
+        ev = drawn.take(0)
+        head, rest = ev[0], ev[1:]
+        drawn.events.extend(rest)
+        self._write([head], label, on_release)
+        if head != event:
+            raise ReleaseMismatchError(
+                f"{owner} reported {event!r} ({label}) but drew {head!r}: the ledger holds what the mechanism drew; "
+                "report each release with the event its release function records (docs/new_kernel.md)")
+
+    def flush(self, drawn: Recorder, label: str, on_release=None, owner: str = "the private start",
+              check: bool = True) -> None:
+        """At the end of a private start: write the releases ``drawn`` that it did not report
+        (under ``label``), then, with ``check``, refuse them (a release must be reported)."""
+        left = drawn.take()
+        self._write(left, label, on_release)
+        if left and check:
+            raise ReleaseMismatchError(
+                f"{owner} drew {_names(left)} but did not report them (record(event, label) after each release): "
+                "they are in the ledger; report every release it makes (docs/new_kernel.md)")
+
+    def report(self, events, declared: Counter, on_release=None, owner: str = "the kernel", released=None) -> None:
+        """Record ``events`` in the live ledger (calling ``on_release()`` after each), then check
+        that the step ``released`` (default: ``events``) no more than was ``declared``. A kernel's
+        step goes through :meth:`commit` instead, which writes what the mechanisms drew."""
+        self._write(events, "", on_release)
+        events = list(events) if released is None else list(released)
         if not _within(_counts(events), declared):
             raise RuntimeError(
                 f"{owner}'s step released {list(events)} but declared {dict(declared)} before it ran: a kernel "
