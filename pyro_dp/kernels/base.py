@@ -4,9 +4,10 @@ the seeds of a chain. It reads top to bottom; every other concern is a module of
 
 ===========================================  ===============================================
 ``kernel.privacy``                           ledgers, budget, plan, stop, ε: one
-(:mod:`~pyro_dp.kernels.privacy_engine`)     object; the kernel only *declares* an
-                                             iteration's releases before it and *reports*
-                                             them after it
+(:mod:`~pyro_dp.kernels.privacy_engine`)     object; the kernel *declares* an iteration's
+                                             releases before it, runs it in the engine's
+                                             recording scope (the mechanisms record what
+                                             they draw) and its report is checked after it
 ``kernel.chain``                             what the chain in progress has done
 (:mod:`~pyro_dp.kernels.chain_record`)       (iteration, counts, draws)
 ``kernel.processes``, ``kernel.ranks``       chains in ``MCMC`` worker processes (shared
@@ -34,8 +35,9 @@ How this fits :class:`pyro.infer.MCMC` (see ``shared/FACTS.md``):
   process) — it evaluates no likelihood and records nothing.
 * Initial values are drawn from the prior (``init_strategy``) or taken from the user's
   ``initial_params``; Pyro's data-dependent search for a valid starting point never runs.
-* Every release is recorded in the chain's ledger and counted by the budget, also for chains
-  run in worker processes (:mod:`~pyro_dp.kernels.privacy_engine`, :mod:`~pyro_dp.kernels.workers`).
+* Every release is recorded in the chain's ledger by the mechanism that draws its noise (issue
+  58: :mod:`pyro_dp.mechanisms.recorder`; the step's ``info.events`` is a cross-check) and
+  counted by the budget, also for chains run in worker processes (:mod:`~pyro_dp.kernels.privacy_engine`, :mod:`~pyro_dp.kernels.workers`).
 * **Randomness.** ``seed`` seeds only the data-free streams (proposals, momenta, accept
   uniforms, prior draws). Privacy noise and batch selection come from a
   :class:`~pyro_dp.mechanisms.NoiseSource` seeded from OS entropy, per chain; ``noise_seed``

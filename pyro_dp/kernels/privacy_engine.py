@@ -516,7 +516,7 @@ class PrivacyEngine:
         it released no more than was ``declared``."""
         events = drawn.take()
         self._write(events, "", on_release)
-        if reported is not None and _counts(reported) != _counts(events):
+        if reported is not None and list(reported) != events and _counts(reported) != _counts(events):
             raise ReleaseMismatchError(
                 f"{owner}'s step reported {_names(reported)} but drew {_names(events)}: the ledger holds what the "
                 "mechanisms drew (pyro_dp.mechanisms records each release as it draws its noise), so the step's "

@@ -316,14 +316,21 @@ class GaussianReleaseSpec:
         clip_t = torch.as_tensor(clip, dtype=like.dtype, device=like.device)
         return self.noise_multiplier * sens_factor * clip_t  # sigma = nm * Delta (Räisä 2021 thesis Def. 7)
 
-    def draw(self, noise: NoiseSource, shape=(), device=None, *, event: Optional[PrivacyEvent] = None) -> torch.Tensor:
+    def draw(self, noise: NoiseSource, shape=(), device=None, *, event: Optional[PrivacyEvent] = None,
+             releases: int = 1) -> torch.Tensor:
         """The float64 standard normal(s) of one release of ``shape``, from the secret stream
         ``noise`` (on ``device``): zeros, with nothing drawn, in the non-private test mode and on
         the ranks other than 0 of sharded rows (:mod:`pyro_dp.distributed`: rank 0's noise enters
         once, inside the sum over ranks). The release is recorded in the open recorder
         (:mod:`~pyro_dp.mechanisms.recorder`) as :attr:`event`, or as ``event``: the event the
-        mechanism's analysis states for it (e.g. the subsampled Gaussian of a Poisson batch)."""
-        return self._secret_draw(noise, tuple(shape), device, lambda: noise.standard_normal(shape), 1, event)
+        mechanism's analysis states for it (e.g. the subsampled Gaussian of a Poisson batch).
+        ``releases``: the normals of that many releases drawn in this one call (one per entry of
+        ``shape``'s leading dimension; a vectorised runner's block of iterations), recorded as
+        that many releases."""
+        if int(releases) < 1:
+            raise ValueError(f"releases must be a positive integer, got {releases!r}")
+        return self._secret_draw(noise, tuple(shape), device, lambda: noise.standard_normal(shape), int(releases),
+                                 event)
 
     def draw_each(self, noise: NoiseSource, count: int, shape=(), device=None, *,
                   event: Optional[PrivacyEvent] = None) -> torch.Tensor:

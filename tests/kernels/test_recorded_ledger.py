@@ -257,3 +257,38 @@ def test_mutant_recorders_fail_the_recorded_equals_ledger_test(monkeypatch, muta
     else:
         monkeypatch.setattr(pyro_dp.mechanisms.GaussianReleaseSpec, "draw_each", _one_record_per_draw_each)
     assert _recorded_vs_ledger(case, *GOLDEN[case]) != []
+
+
+# --------------------------------------------------------------------------- a withdrawn release
+
+
+def _withdrawn_releases_recorded():
+    """DP-HMC steps of which every third leaves the support (a data-free rejection: the ratio's
+    normal, drawn before the step, is withdrawn): the iterations whose recorded events are not
+    the step's released ones."""
+    from pyro_dp.kernels.hmc import hmc_init, hmc_step
+
+    from .test_hmc import SETTINGS, GaussTerms, corr2d
+
+    y, cov = corr2d()
+    terms = GaussTerms(y, cov)
+    settings = dict(SETTINGS["corr2d"])
+    rng, noise = torch.Generator().manual_seed(0), NoiseSource(seed=1, warn=False)
+    ones = torch.ones(2, dtype=torch.float64)
+    state, wrong = hmc_init(terms, terms.posterior()[0]), []
+    for i in range(6):
+        settings["step_size"] = 1e200 if i % 3 == 1 else SETTINGS["corr2d"]["step_size"]
+        with pyro_dp.mechanisms.recording() as drawn:
+            state, info = hmc_step(rng, noise, state, terms, inv_mass=ones, mass_sqrt=ones, **settings)
+        if Counter(drawn.events) != Counter(info.events):
+            wrong.append((i, drawn.events, info.events))
+    return wrong
+
+
+def test_a_withdrawn_ratio_release_is_not_recorded():
+    assert _withdrawn_releases_recorded() == []
+
+
+def test_mutant_a_recorder_that_keeps_withdrawn_draws_fails(monkeypatch):
+    monkeypatch.setattr(Recorder, "withdraw", lambda self: None)
+    assert [i for i, _, _ in _withdrawn_releases_recorded()] == [1, 4]
