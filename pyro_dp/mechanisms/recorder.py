@@ -91,6 +91,11 @@ class Recorder:
             self._tentative = len(self.events)
         self.events.extend([event] * int(count))
 
+    def record_all(self, events) -> None:
+        """Record ``events`` (a nested scope's, as it closes: :func:`recording`)."""
+        for ev in events:
+            self.record(ev)
+
     def withdraw(self) -> None:
         """Take back the last tentative release (its draw was added to nothing released)."""
         i, self._tentative = self._tentative, None
@@ -122,13 +127,25 @@ def recording(recorder: Optional[Recorder] = None):
     """Open ``recorder`` (default: a fresh :class:`Recorder`) for the releases of the block and
     yield it; the innermost open recorder receives every release. The owner of the scope writes
     the ledger from :attr:`Recorder.events` (also when the block raises: what was drawn was
-    released)."""
+    released). A scope opened inside another passes what it recorded on to the enclosing one
+    when it closes, so code run inside a kernel's step cannot hide a release from the step's
+    ledger by opening a recorder of its own.
+
+    >>> with recording() as outer:
+    ...     with recording() as inner:
+    ...         record_release(GaussianEvent(2.0))
+    >>> inner.events == outer.events == [GaussianEvent(2.0)]
+    True
+    """
     rec = Recorder() if recorder is None else recorder
+    outer = _OPEN.get()
     token = _OPEN.set(rec)
     try:
         yield rec
     finally:
         _OPEN.reset(token)
+        if outer is not None:  # nested: the enclosing scope hears of every release too (none can be hidden)
+            outer.record_all(rec.events)
 
 
 def record_release(event: PrivacyEvent, count: int = 1, tentative: bool = False) -> None:

@@ -75,6 +75,53 @@ def test_the_kit_fails_a_misreporting_kernel():
         pyro_dp.testing.check_kernel(make, y, checks=["planned_equals_recorded"])
 
 
+class HidingPenalty(pyro_dp.DPPenalty):
+    """Runs its step inside a recorder of its own and reports no release."""
+
+    def _step(self, state):
+        with pyro_dp.mechanisms.recording():
+            new, info = super()._step(state)
+        return new, info._replace(events=())
+
+
+class RawNoisePenalty(pyro_dp.DPPenalty):
+    """Releases a second value with normals drawn from the secret stream itself (no mechanism)
+    and reports it as a Gaussian release."""
+
+    def _per_iteration_events(self):
+        return [GaussianEvent(3.0), GaussianEvent(3.0)]
+
+    def _step(self, state):
+        new, info = super()._step(state)
+        self.leak = self.lik.per_example_loglik(state.z).clamp(-1, 1).sum() + self._noise.normal(6.0, ())
+        return new, info._replace(events=info.events + (GaussianEvent(3.0),))
+
+
+def _bypasses_caught():
+    """For each way around the mechanisms: ``(raised ReleaseMismatchError, ledger entries)``."""
+    y, out = make_data(50, seed=1), {}
+    for cls in (HidingPenalty, RawNoisePenalty):
+        k = cls(gauss_model, 0.1, llr_clip=1.0, noise_multiplier=3.0, seed=0, noise_seed=1)
+        k.setup(0, y)
+        try:
+            k.sample(k.initial_params)
+            caught = False
+        except ReleaseMismatchError as e:
+            caught = "but drew" in str(e)
+        out[cls.__name__] = (caught, [(e.event, e.count) for e in k.ledger.entries])
+    return out
+
+
+def test_a_nested_recorder_hides_nothing_and_raw_noise_is_no_release():
+    assert _bypasses_caught() == {"HidingPenalty": (True, [(GaussianEvent(3.0), 1)]),
+                                  "RawNoisePenalty": (True, [(GaussianEvent(3.0), 1)])}
+
+
+def test_mutant_a_nested_recorder_that_keeps_its_releases_fails_the_bypass_test(monkeypatch):
+    monkeypatch.setattr(Recorder, "record_all", lambda self, events: None)
+    assert _bypasses_caught()["HidingPenalty"] == (False, [])
+
+
 # --------------------------------------------------------------------------- (b) no release without a recorder
 
 
