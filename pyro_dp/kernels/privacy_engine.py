@@ -525,7 +525,7 @@ class PrivacyEngine:
                 "event= records that event; a withdrawn tentative draw is not a release); a kernel must not draw "
                 "noise it does not release or release a value without drawing its noise through pyro_dp.mechanisms "
                 "(docs/new_kernel.md). If it is one of pyro_dp's, please report it")
-        self.report((), declared, owner=owner, released=events)
+        self._check_declared(events, declared, owner)
 
     def claim(self, drawn: Recorder, event: PrivacyEvent, label: str, on_release=None,
               owner: str = "the private start") -> None:
@@ -536,9 +536,7 @@ class PrivacyEngine:
             raise ReleaseMismatchError(
                 f"{owner} reported {event!r} ({label}) but drew no release for it: report a release only after "
                 "drawing its noise through pyro_dp.mechanisms (docs/new_kernel.md)")
-        ev = drawn.take(0)
-        head, rest = ev[0], ev[1:]
-        drawn.events.extend(rest)
+        head = drawn.events.pop(0)
         self._write([head], label, on_release)
         if head != event:
             raise ReleaseMismatchError(
@@ -556,12 +554,9 @@ class PrivacyEngine:
                 f"{owner} drew {_names(left)} but did not report them (record(event, label) after each release): "
                 "they are in the ledger; report every release it makes (docs/new_kernel.md)")
 
-    def report(self, events, declared: Counter, on_release=None, owner: str = "the kernel", released=None) -> None:
-        """Record ``events`` in the live ledger (calling ``on_release()`` after each), then check
-        that the step ``released`` (default: ``events``) no more than was ``declared``. A kernel's
-        step goes through :meth:`commit` instead, which writes what the mechanisms drew."""
-        self._write(events, "", on_release)
-        events = list(events) if released is None else list(released)
+    @staticmethod
+    def _check_declared(events, declared: Counter, owner: str) -> None:
+        """Refuse a step that released more than it ``declared`` (its releases are already in the ledger)."""
         if not _within(_counts(events), declared):
             raise RuntimeError(
                 f"{owner}'s step released {list(events)} but declared {dict(declared)} before it ran: a kernel "
@@ -571,12 +566,6 @@ class PrivacyEngine:
                 "missing events to what its step declares (docs/new_kernel.md); if it is one of pyro_dp's, please "
                 "report it"
             )
-
-    def record(self, event: PrivacyEvent, label: str = "", on_release=None) -> None:
-        """Record one release in the live ledger as it is made (an exception part-way loses none)."""
-        self.live.record(event, label=label)
-        if on_release is not None:
-            on_release()
 
     def end_iteration(self) -> None:
         """Where an iteration's releases end (:func:`pyro_dp.privacy_report`'s curve)."""
