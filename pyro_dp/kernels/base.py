@@ -557,15 +557,11 @@ class DPKernel(MCMCKernel):
             return {k: v.clone() for k, v in self.lik.unravel(self._state_z(self._state)).items()}
         if pending_init:
             self._run_private_start()  # the private init's releases, written as they are reported
-        with self.privacy.recording() as drawn:  # every release of the step records its event as it draws
-            try:
-                self._state, info = self._step(self._state)
-            except BaseException:  # what was drawn was released: in the ledger, whatever happens next
-                self.privacy.commit(drawn, None, declared, on_release=self._count_release, owner=type(self).__name__)
-                raise
-        # the ledger from what the mechanisms drew (the shared worker counters count each); the step's
-        # report (info.events) checked against it, and both against what it declared
-        self.privacy.commit(drawn, info.events, declared, on_release=self._count_release, owner=type(self).__name__)
+        # the ledger from what the step's mechanisms drew (the shared worker counters count each), also if it
+        # raises; its report (info.events) checked against that, and both against what it declared
+        with self.privacy.step(declared, on_release=self._count_release, owner=type(self).__name__) as reported:
+            self._state, info = self._step(self._state)
+            reported.extend(info.events)
         self.privacy.end_iteration()  # where this iteration's releases end (pyro_dp.privacy_report's curve)
         chain.iteration += 1
         if chain.iteration % HEAP_TRIM_EVERY == 0:  # bounded memory over long runs (pyro_dp.heap): a fixed,
@@ -599,19 +595,11 @@ class DPKernel(MCMCKernel):
         part-way loses none) under the initialiser's label; a
         :class:`~pyro_dp.kernels.tuning.DPAutoTune` result is then taken by the kernel
         (post-processing of the tuning releases), and the chain starts there."""
-        default = getattr(self.init, "label", f"init:{type(self.init).__name__}")
+        label = getattr(self.init, "label", f"init:{type(self.init).__name__}")
         owner = f"{type(self).__name__}'s private start ({type(self.init).__name__})"
-        with self.privacy.recording() as drawn:  # its mechanisms record what they draw ...
-            def record(event, label: Optional[str] = None) -> None:  # ... written as the initialiser reports it
-                self.privacy.claim(drawn, event, label or default, on_release=self._count_release, owner=owner)
-
-            try:
-                z_init, _, frac = self.init.run(self.lik, self._state_z(self._state), self._noise, self.relation,
-                                                record=record)
-            except BaseException:  # drawn but not reported: in the ledger all the same
-                self.privacy.flush(drawn, default, on_release=self._count_release, owner=owner, check=False)
-                raise
-            self.privacy.flush(drawn, default, on_release=self._count_release, owner=owner)
+        with self.privacy.private_start(label, on_release=self._count_release, owner=owner) as record:
+            z_init, _, frac = self.init.run(self.lik, self._state_z(self._state), self._noise, self.relation,
+                                            record=record)
         self.chain.init_done = True
         self.chain.init_clipped_fraction = frac
         self.chain.preconditioner = self.lik.preconditioner  # a DPAutoTune(whiten=True) sets it (post-processing)

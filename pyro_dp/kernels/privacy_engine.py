@@ -500,6 +500,33 @@ class PrivacyEngine:
         (:func:`~pyro_dp.mechanisms.recording`); the ledger is written from it by :meth:`commit`."""
         return recording()
 
+    @contextlib.contextmanager
+    def step(self, declared: Counter, on_release=None, owner: str = "the kernel"):
+        """One step's scope: the step runs inside :meth:`recording` and puts what it reports
+        (``info.events``) into the list this yields; on leaving, :meth:`commit` writes what was
+        drawn — with no check when the step raised (what was drawn was released all the same)."""
+        reported: list = []
+        with self.recording() as drawn:
+            try:
+                yield reported
+            except BaseException:
+                self.commit(drawn, None, declared, on_release, owner)
+                raise
+        self.commit(drawn, reported, declared, on_release, owner)
+
+    @contextlib.contextmanager
+    def private_start(self, label: str, on_release=None, owner: str = "the private start"):
+        """The private start's scope: yields the ``record(event, label=None)`` its initialiser
+        calls after each release (:meth:`claim`, ``label`` by default); on leaving, :meth:`flush`
+        writes what was drawn and not reported (refused unless the start raised)."""
+        with self.recording() as drawn:
+            try:
+                yield lambda event, lab=None: self.claim(drawn, event, lab or label, on_release, owner)
+            except BaseException:
+                self.flush(drawn, label, on_release, owner, check=False)
+                raise
+            self.flush(drawn, label, on_release, owner)
+
     def _write(self, events, label: str = "", on_release=None) -> None:
         for ev, run in itertools.groupby(events):  # a run of equal releases as one entry
             n = sum(1 for _ in run)

@@ -225,9 +225,9 @@ def _recorded_vs_ledger(name, factory, data, steps=6):
     reported = []
     commit = PrivacyEngine.commit
 
-    def spy_commit(self, drawn, events, declared, **kw):
+    def spy_commit(self, drawn, events, declared, *args, **kw):
         reported.extend(events or ())
-        return commit(self, drawn, events, declared, **kw)
+        return commit(self, drawn, events, declared, *args, **kw)
 
     PrivacyEngine.commit = spy_commit
     try:
