@@ -92,6 +92,26 @@ def _names(events) -> str:
                            for ev, n in ((k, sum(1 for _ in g)) for k, g in itertools.groupby(events))) + "]"
 
 
+class _StepScope:
+    """:meth:`PrivacyEngine.step` (a class, not a generator: it runs every iteration)."""
+
+    __slots__ = ("engine", "declared", "on_release", "owner", "drawn", "reported")
+
+    def __init__(self, engine, declared, on_release, owner):
+        self.engine, self.declared, self.on_release, self.owner = engine, declared, on_release, owner
+        self.drawn, self.reported = recording(), []
+
+    def __enter__(self) -> list:
+        self.drawn.__enter__()
+        return self.reported
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.drawn.__exit__(exc_type, exc, tb)
+        self.engine.commit(self.drawn, None if exc_type is not None else self.reported, self.declared,
+                           self.on_release, self.owner)
+        return False
+
+
 class PrivacyNotice(UserWarning):
     """What the kernel assumed for you: the default budget, the number of iterations it funds,
     and (with the default budget) the ε a chain spent. Silence it with
@@ -494,25 +514,17 @@ class PrivacyEngine:
         return declared
 
     @staticmethod
-    def recording() -> "contextlib.AbstractContextManager[Recorder]":
+    def recording() -> Recorder:
         """The scope of one step (or private start): a fresh :class:`~pyro_dp.mechanisms.Recorder`
         that every release of :mod:`pyro_dp.mechanisms` records its event in as it draws
         (:func:`~pyro_dp.mechanisms.recording`); the ledger is written from it by :meth:`commit`."""
         return recording()
 
-    @contextlib.contextmanager
-    def step(self, declared: Counter, on_release=None, owner: str = "the kernel"):
+    def step(self, declared: Counter, on_release=None, owner: str = "the kernel") -> "_StepScope":
         """One step's scope: the step runs inside :meth:`recording` and puts what it reports
         (``info.events``) into the list this yields; on leaving, :meth:`commit` writes what was
         drawn — with no check when the step raised (what was drawn was released all the same)."""
-        reported: list = []
-        with self.recording() as drawn:
-            try:
-                yield reported
-            except BaseException:
-                self.commit(drawn, None, declared, on_release, owner)
-                raise
-        self.commit(drawn, reported, declared, on_release, owner)
+        return _StepScope(self, declared, on_release, owner)
 
     @contextlib.contextmanager
     def private_start(self, label: str, on_release=None, owner: str = "the private start"):

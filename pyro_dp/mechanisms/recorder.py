@@ -73,12 +73,26 @@ class Recorder:
         ``L`` gradients, adds ``count``), withdrawn tentative releases removed.
     """
 
-    __slots__ = ("events", "_tentative", "_parties")
+    __slots__ = ("events", "_tentative", "_parties", "_token", "_outer")
 
     def __init__(self):
         self.events: List[PrivacyEvent] = []
         self._tentative: Optional[int] = None  # index of the last tentative release
         self._parties: Optional[List[PrivacyEvent]] = None  # an open parallel() scope's releases
+        self._token = self._outer = None
+
+    def __enter__(self) -> "Recorder":
+        """Open this recorder (:func:`recording`; a class, not a generator: it runs every iteration)."""
+        self._outer = _OPEN.get()
+        self._token = _OPEN.set(self)
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        _OPEN.reset(self._token)
+        outer, self._token, self._outer = self._outer, None, None
+        if outer is not None:  # nested: the enclosing scope hears of every release too (none can be hidden)
+            outer.record_all(self.events)
+        return False
 
     def record(self, event: PrivacyEvent, count: int = 1, tentative: bool = False) -> None:
         """``count`` releases of ``event`` (``tentative``: one that :meth:`withdraw` may take back)."""
@@ -105,9 +119,12 @@ class Recorder:
 
     def take(self, start: int = 0) -> List[PrivacyEvent]:
         """The events recorded from position ``start`` on, removed from the recorder."""
+        self._tentative = None
+        if start == 0:  # the whole record (every step): hand the list over, no copy
+            out, self.events = self.events, []
+            return out
         out = self.events[start:]
         del self.events[start:]
-        self._tentative = None
         return out
 
     def __repr__(self) -> str:
@@ -122,14 +139,13 @@ def open_recorder() -> Optional[Recorder]:
     return _OPEN.get()
 
 
-@contextlib.contextmanager
-def recording(recorder: Optional[Recorder] = None):
-    """Open ``recorder`` (default: a fresh :class:`Recorder`) for the releases of the block and
-    yield it; the innermost open recorder receives every release. The owner of the scope writes
-    the ledger from :attr:`Recorder.events` (also when the block raises: what was drawn was
-    released). A scope opened inside another passes what it recorded on to the enclosing one
-    when it closes, so code run inside a kernel's step cannot hide a release from the step's
-    ledger by opening a recorder of its own.
+def recording(recorder: Optional[Recorder] = None) -> Recorder:
+    """Open ``recorder`` (default: a fresh :class:`Recorder`) for the releases of a ``with``
+    block, which it is: ``with recording() as drawn:``; the innermost open recorder receives every
+    release. The owner of the scope writes the ledger from :attr:`Recorder.events` (also when the
+    block raises: what was drawn was released). A scope opened inside another passes what it
+    recorded on to the enclosing one when it closes, so code run inside a kernel's step cannot
+    hide a release from the step's ledger by opening a recorder of its own.
 
     >>> with recording() as outer:
     ...     with recording() as inner:
@@ -137,15 +153,7 @@ def recording(recorder: Optional[Recorder] = None):
     >>> inner.events == outer.events == [GaussianEvent(2.0)]
     True
     """
-    rec = Recorder() if recorder is None else recorder
-    outer = _OPEN.get()
-    token = _OPEN.set(rec)
-    try:
-        yield rec
-    finally:
-        _OPEN.reset(token)
-        if outer is not None:  # nested: the enclosing scope hears of every release too (none can be hidden)
-            outer.record_all(rec.events)
+    return Recorder() if recorder is None else recorder
 
 
 def record_release(event: PrivacyEvent, count: int = 1, tentative: bool = False) -> None:
