@@ -557,8 +557,9 @@ class DPKernel(MCMCKernel):
             return {k: v.clone() for k, v in self.lik.unravel(self._state_z(self._state)).items()}
         if pending_init:
             self._run_private_start()  # the private init's releases, written as they are reported
-        # the ledger from what the step's mechanisms drew (the shared worker counters count each), also if it
-        # raises; its report (info.events) checked against that, and both against what it declared
+        # the ledger from what the step's mechanisms drew (the shared worker counters count each; none if
+        # it raises: it publishes nothing); its report (info.events) checked against that, and both
+        # against what it declared
         with self.privacy.step(declared, on_release=self._count_release, owner=type(self).__name__) as reported:
             self._state, info = self._step(self._state)
             reported.extend(info.events)

@@ -31,7 +31,8 @@ knows nothing of MCMC:
   engine's :meth:`PrivacyEngine.recording` scope (a :class:`~pyro_dp.mechanisms.Recorder`): every
   release function of :mod:`pyro_dp.mechanisms` records its event there as it draws its noise
   (a draw with no recorder open raises), and :meth:`PrivacyEngine.commit` writes the ledger from
-  what was drawn — also when the step raised part-way. The events the step *reports*
+  what was drawn (a step that raises returns no state and publishes nothing of its own: its
+  draws are discarded, as before issue 58). The events the step *reports*
   (``info.events``) are only a cross-check: a mismatch raises :class:`ReleaseMismatchError`,
   which says what the kernel's author did wrong; and what was drawn must have been declared.
   The private start's releases are written the same way, each as its initialiser reports it
@@ -107,8 +108,10 @@ class _StepScope:
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         self.drawn.__exit__(exc_type, exc, tb)
-        self.engine.commit(self.drawn, None if exc_type is not None else self.reported, self.declared,
-                           self.on_release, self.owner)
+        if exc_type is not None:  # no state returned, nothing published: the draws are discarded
+            self.drawn.take()
+            return False
+        self.engine.commit(self.drawn, self.reported, self.declared, self.on_release, self.owner)
         return False
 
 
@@ -523,19 +526,23 @@ class PrivacyEngine:
     def step(self, declared: Counter, on_release=None, owner: str = "the kernel") -> "_StepScope":
         """One step's scope: the step runs inside :meth:`recording` and puts what it reports
         (``info.events``) into the list this yields; on leaving, :meth:`commit` writes what was
-        drawn — with no check when the step raised (what was drawn was released all the same)."""
+        drawn. A step that raises returns no state, so nothing it computed is published: its
+        draws are discarded (the ledger as before issue 58; ``tests/test_distributed.py``'s
+        failing rank)."""
         return _StepScope(self, declared, on_release, owner)
 
     @contextlib.contextmanager
     def private_start(self, label: str, on_release=None, owner: str = "the private start"):
         """The private start's scope: yields the ``record(event, label=None)`` its initialiser
-        calls after each release (:meth:`claim`, ``label`` by default); on leaving, :meth:`flush`
-        writes what was drawn and not reported (refused unless the start raised)."""
+        calls after each release (:meth:`claim`, ``label`` by default), so each release is in
+        the ledger as soon as it is reported (an exception later loses none); on leaving,
+        :meth:`flush` refuses what was drawn and not reported (discarded when the start raised,
+        as a step's are)."""
         with self.recording() as drawn:
             try:
                 yield lambda event, lab=None: self.claim(drawn, event, lab or label, on_release, owner)
             except BaseException:
-                self.flush(drawn, label, on_release, owner, check=False)
+                drawn.take()  # drawn, not reported, and the start raised: nothing of it is published
                 raise
             self.flush(drawn, label, on_release, owner)
 
@@ -551,8 +558,7 @@ class PrivacyEngine:
         """After a step run inside :meth:`recording`: write what its releases ``drawn`` (in the
         order they drew) into the live ledger, calling ``on_release()`` after each (the worker
         processes' shared counters, :mod:`pyro_dp.kernels.workers`); then check the step's
-        ``reported`` events against them (``None``: the step raised, nothing to check) and that
-        it released no more than was ``declared``."""
+        ``reported`` events against them and that it released no more than was ``declared``."""
         events = drawn.take()
         self._write(events, "", on_release)
         if reported is not None and list(reported) != events and _counts(reported) != _counts(events):

@@ -142,8 +142,7 @@ def open_recorder() -> Optional[Recorder]:
 def recording(recorder: Optional[Recorder] = None) -> Recorder:
     """Open ``recorder`` (default: a fresh :class:`Recorder`) for the releases of a ``with``
     block, which it is: ``with recording() as drawn:``; the innermost open recorder receives every
-    release. The owner of the scope writes the ledger from :attr:`Recorder.events` (also when the
-    block raises: what was drawn was released). A scope opened inside another passes what it
+    release. The owner of the scope writes the ledger from :attr:`Recorder.events`. A scope opened inside another passes what it
     recorded on to the enclosing one when it closes, so code run inside a kernel's step cannot
     hide a release from the step's ledger by opening a recorder of its own.
 
