@@ -44,6 +44,7 @@ of a chain's first ``t`` iterations, for experiments that score prefixes of one 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from typing import Callable, List, NamedTuple, Optional, Sequence
 
 import torch
@@ -52,7 +53,7 @@ from pyro_dp.compiled import bucket_size
 from pyro_dp.kernels.sgmcmc import (SGNHTState, langevin_noise_multiplier, private_gradient_fn, sgld_update, sgnht_init,
                               sgnht_update)
 from pyro_dp.likelihood import PrivateLikelihood
-from pyro_dp.mechanisms import (NoiseSource, PrivacyLedger, gaussian_release_spec, poisson_batches,
+from pyro_dp.mechanisms import (NoiseSource, PrivacyLedger, gaussian_release_spec, poisson_batches, recording,
                           subsampled_gaussian_event)
 
 __all__ = ["SGLDChains", "run_sgld_chains", "run_sgnht_chains", "ledger_prefix"]
@@ -250,10 +251,12 @@ def _run_chains(kind: str, init: Callable, update: Callable, model: Callable, ar
     t = 0
     while t < num_iterations:
         m = min(block, num_iterations - t)
-        drawn = []
+        drawn, recorded = [], []
         for noise in noises:  # per chain, in the kernel's order: the block's batches, then its normals
             idx, k = poisson_batches(noise, n, q, m, device=dev)
-            drawn.append((idx, k, spec.draw(noise, (m, d), device=dev)))
+            with recording() as rec:  # the block's m releases record their event as they are drawn
+                drawn.append((idx, k, spec.draw(noise, (m, d), device=dev, event=event, releases=m)))
+            recorded.append(rec.events)
         width = bucket_size(max(1, max(int(i.shape[1]) for i, _, _ in drawn)))
         idx = torch.zeros((m, num_chains, width), dtype=torch.long, device=dev)  # padding: row 0, masked by k
         for r, (i, _, _) in enumerate(drawn):
@@ -265,8 +268,9 @@ def _run_chains(kind: str, init: Callable, update: Callable, model: Callable, ar
             *state, f = g(*state, clip, idx[j], ks[j], xis[j])
             flags += f
             draws[:, t + j] = state[0].to("cpu")
-        for led in ledgers:
-            led.record(event, count=m)
+        for led, events in zip(ledgers, recorded):  # each chain's ledger from what its releases recorded
+            for ev, c in Counter(events).items():
+                led.record(ev, count=c)
         if log is not None and (t + m) // log_every > t // log_every:
             log(f"{kind}_chains: {t + m:,} of {num_iterations:,} iterations, {time.perf_counter() - t_start:.0f} s")
         t += m

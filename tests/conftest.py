@@ -43,3 +43,15 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture
+def release_recorder():
+    """An open release recorder (:func:`pyro_dp.mechanisms.recording`) for a test that calls the
+    mechanisms' release functions (or a kernel's release, step or tuning function) directly,
+    outside a kernel's ``sample``, which opens its own: with none open a release raises (issue 58).
+    Yields the :class:`~pyro_dp.mechanisms.Recorder`."""
+    from pyro_dp.mechanisms import recording
+
+    with recording() as rec:
+        yield rec

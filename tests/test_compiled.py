@@ -421,6 +421,7 @@ def test_dphmc_fused_leapfrog_steps_give_the_eager_chain_and_ledger(num_steps):
     assert fracs[0] == fracs[1] and 0.1 < fracs[0] < 0.9
 
 
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_dphmc_counts_clipped_rows_only_for_nonprivate_diagnostics():
     """The count of clipped rows is a statistic of the raw data that only
     ``nonprivate_diagnostics=True`` shows; without it DP-HMC's graphs do not compute it (about

@@ -98,6 +98,7 @@ def test_the_mask_never_depends_on_data_values(monkeypatch):
         assert PrivateLikelihood(closure_branch, (y,), seed=0).likelihood_sites() is None
 
 
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_a_move_outside_the_likelihood_costs_no_noise():
     """Räisä 2021 thesis §3.1 with ‖m ⊙ (θ'−θ)‖: a move of mu and tau alone changes no row's
     likelihood, so its ratio clip, noise and released sum are exactly zero (the ledger still
@@ -114,6 +115,7 @@ def test_a_move_outside_the_likelihood_costs_no_noise():
     assert float(rel.noise_std) == pytest.approx(2.0 * 2 * 1.0 * 0.1)  # nm * 2 b * ||m (θ'−θ)||
 
 
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_released_gradients_are_exact_outside_the_likelihood():
     """DP-HMC's G = T m ⊙ (Σ clip(∇ℓ_i) + ξ) + ∇log p: in mu and tau it is the prior's gradient
     exactly, with no noise; in u it is noisy."""
@@ -148,6 +150,7 @@ def test_compiled_and_eager_chains_agree_on_a_masked_model(make):
     assert bool((chains[0][0][1:] != chains[0][0][:-1]).any())  # the chain moved
 
 
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_a_wrong_mask_biases_but_cannot_leak():
     """With the mask forced to leave out u (which the likelihood does read), a move of u gets
     the clip ‖m ⊙ (θ'−θ)‖ = 0: every row's ratio is clipped to 0 and the release is exactly 0

@@ -19,6 +19,8 @@ from pyro_dp.mechanisms import (
     clipped_sum_with_noise,
 )
 
+pytestmark = pytest.mark.usefixtures("release_recorder")  # release functions called directly (issue 58)
+
 
 def test_clip_rows_zero_and_large():
     x = torch.tensor([[0.0, 0.0], [3.0, 4.0], [0.3, 0.4]], dtype=torch.float64)

@@ -77,6 +77,7 @@ def test_a_preconditioner_is_checked():
             lik.set_preconditioner(shift, m)
 
 
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_the_metric_release_is_the_clipped_outer_product_sum_with_its_noise():
     X, y = data()
     X[5] = 1e6  # an adversarial row: its clipped gradient, not its size, reaches the sum
@@ -94,6 +95,7 @@ def test_the_metric_release_is_the_clipped_outer_product_sum_with_its_noise():
     assert torch.equal(m, m.T) and not torch.equal(m, m0)
 
 
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_whitening_gives_the_posterior_covariance_of_a_gaussian_model():
     """For a linear-Gaussian model the posterior precision is T X^T X / s^2 + prior precision;
     the outer products of the per-example gradients at the posterior mean estimate X^T X / s^2."""
@@ -230,6 +232,7 @@ def _sums(grads, d=D):
 
 
 @pytest.mark.parametrize("mutant", [False, True], ids=["clamped", "mutant-unclamped"])
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_one_rows_change_moves_the_log_scales_release_by_at_most_its_sensitivity(mutant, monkeypatch):
     """Substituting one row by an adversarial one (huge, tiny, zero, NaN, ±inf entries) moves the
     released vector by at most the stated substitute sensitivity 2A sqrt(2D) (private_log_scales'
@@ -268,6 +271,7 @@ def _logistic_columns(n=20000, seed=0, scales=SCALES):
     return X, y
 
 
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_the_scales_release_finds_the_columns_scales_without_reading_them():
     """At the data-free start w = 0 a logistic row's gradient is (y - 1/2) x: the released
     geometric magnitudes give coordinates whose gradients have one size, i.e. l_j * scale_j
@@ -336,6 +340,7 @@ def test_a_coordinate_few_rows_move_is_shrunk_towards_the_others_scale():
     assert float(l0[2]) * math.sqrt(k) == pytest.approx(math.exp(-3.0), rel=1e-3)
 
 
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_the_metric_of_the_likelihoods_coordinates_leaves_the_others_alone():
     """``coords``: the metric of the likelihood's coordinates only, and an L that is the identity
     elsewhere and still lower-triangular (ascending indices). The default path does not whiten

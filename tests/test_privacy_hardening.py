@@ -51,6 +51,7 @@ def lognormal_data(n=200, seed=0, bad_row=None):
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+@pytest.mark.usefixtures("release_recorder")  # the release function called directly (issue 58)
 def test_per_row_rule_scalars_and_rows(bad):
     """Finding 1: NaN -> 0, +-inf -> +-clip for scalars; a non-finite vector row -> 0."""
     v, mask = clip_scalars(torch.tensor([bad, 0.5, 3.0], dtype=F64), 1.0)

@@ -178,6 +178,7 @@ def test_gaussian_mu_of_events():
     assert gaussian_mu_of_event(pyro_dp.mechanisms.ApproxDPEvent(1.0, 1e-5))[0] is None
 
 
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_tap_is_off_by_default_and_does_not_nest():
     assert tap_module.ACTIVE is None
     out = clipped_sum_with_noise(torch.ones(3, dtype=torch.float64), 1.0, 2.0, NoiseSource())
@@ -272,6 +273,7 @@ def test_subsampled_release_given_its_batch_with_fresh_kernels():
     assert a.sound and a.powerful and a.mu_design >= 0.8 * a.mu_ledger, str(a)
 
 
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_replay_refuses_normals_not_drawn_from_the_stream():
     """The tap replays a release only if the normals it added are a draw of a secret stream, bit
     for bit: normals rescaled after the draw (a kernel-side weakening) are refused."""

@@ -373,13 +373,15 @@ class NoiseAwareState(NamedTuple):
 
 
 class NoiseAwareInfo(NamedTuple):
-    """:ivar accepted: whether the NUTS transition moved. :ivar events: always empty (the
-    releases are recorded as they are made, under their label). :ivar clipped_fraction: the
-    score release's clipped fraction (not private), 0 after the first iteration."""
+    """:ivar accepted: whether the NUTS transition moved. :ivar events: the score and curvature
+    releases at the chain's first iteration, empty after. :ivar clipped_fraction: the score
+    release's clipped fraction (not private), 0 after the first iteration. :ivar label: the
+    ledger label of the releases (:data:`APPROXIMATION`)."""
 
     accepted: bool
     events: tuple
     clipped_fraction: float
+    label: str = APPROXIMATION
 
 
 class DPNoiseAware(DPKernel):
@@ -482,11 +484,8 @@ class DPNoiseAware(DPKernel):
         return int(torch.randint(0, 2 ** 62, (1,), generator=self._rng))
 
     def _release(self, z):
-        def record(event, part):
-            self.privacy.record(event, label=f"{APPROXIMATION}:{part}", on_release=self._count_release)
-
         release, frac = release_quadratic(self.lik, z, self.grad_clip, self.curvature_clip, self.noise_multiplier,
-                                          self.curvature_noise_multiplier, self._noise, self.relation, record=record)
+                                          self.curvature_noise_multiplier, self._noise, self.relation)
         self.release = release
         self.problems = approximation_problems(release)
         for p in self.problems:
@@ -501,11 +500,16 @@ class DPNoiseAware(DPKernel):
         return frac
 
     def _step(self, state):
-        frac = self._release(state.z) if self._nuts is None else 0.0
+        events = ()
+        if self._nuts is None:  # the chain's first iteration: the two releases (the mechanisms record them)
+            frac = self._release(state.z)
+            events = self.release.events
+        else:
+            frac = 0.0
         with forked_rng(self._public_seed()):  # Pyro's NUTS draws from the global generator: seeded, restored
             out = self._nuts.sample({"z": state.z})
         z = out["z"].detach()
-        return NoiseAwareState(z), NoiseAwareInfo(not torch.equal(z, state.z), (), frac)
+        return NoiseAwareState(z), NoiseAwareInfo(not torch.equal(z, state.z), tuple(events), frac)
 
     def diagnostics(self) -> dict:
         out = super().diagnostics()

@@ -521,10 +521,11 @@ def rule_rows(lik, z: torch.Tensor, noise_multiplier: float, noise, relation: st
 
     >>> import torch
     >>> from pyro_dp.likelihood import PrivateLikelihood
-    >>> from pyro_dp.mechanisms import NoiseSource
+    >>> from pyro_dp.mechanisms import NoiseSource, recording
     >>> from pyro_dp.models.examples import normal_mean_model as model
     >>> lik = PrivateLikelihood(model, (torch.tensor([0.0, float("nan"), 1.0]),), seed=0)
-    >>> rule_rows(lik, torch.zeros(1), 0.0, NoiseSource())  # noise 0 for the example only
+    >>> with recording():  # the release records its event here (a kernel's private start opens one)
+    ...     rule_rows(lik, torch.zeros(1), 0.0, NoiseSource())  # noise 0 for the example only
     1.0
     """
     ll = lik.per_example_loglik(z)

@@ -4,9 +4,10 @@ the seeds of a chain. It reads top to bottom; every other concern is a module of
 
 ===========================================  ===============================================
 ``kernel.privacy``                           ledgers, budget, plan, stop, ε: one
-(:mod:`~pyro_dp.kernels.privacy_engine`)     object; the kernel only *declares* an
-                                             iteration's releases before it and *reports*
-                                             them after it
+(:mod:`~pyro_dp.kernels.privacy_engine`)     object; the kernel *declares* an iteration's
+                                             releases before it, runs it in the engine's
+                                             recording scope (the mechanisms record what
+                                             they draw) and its report is checked after it
 ``kernel.chain``                             what the chain in progress has done
 (:mod:`~pyro_dp.kernels.chain_record`)       (iteration, counts, draws)
 ``kernel.processes``, ``kernel.ranks``       chains in ``MCMC`` worker processes (shared
@@ -36,8 +37,9 @@ How this fits :class:`pyro.infer.MCMC` (see ``shared/FACTS.md``):
   process) — it evaluates no likelihood and records nothing.
 * Initial values are drawn from the prior (``init_strategy``) or taken from the user's
   ``initial_params``; Pyro's data-dependent search for a valid starting point never runs.
-* Every release is recorded in the chain's ledger and counted by the budget, also for chains
-  run in worker processes (:mod:`~pyro_dp.kernels.privacy_engine`, :mod:`~pyro_dp.kernels.workers`).
+* Every release is recorded in the chain's ledger by the mechanism that draws its noise (issue
+  58: :mod:`pyro_dp.mechanisms.recorder`; the step's ``info.events`` is a cross-check) and
+  counted by the budget, also for chains run in worker processes (:mod:`~pyro_dp.kernels.privacy_engine`, :mod:`~pyro_dp.kernels.workers`).
 * **Randomness.** ``seed`` seeds only the data-free streams (proposals, momenta, accept
   uniforms, prior draws). Privacy noise and batch selection come from a
   :class:`~pyro_dp.mechanisms.NoiseSource` seeded from OS entropy, per chain; ``noise_seed``
@@ -552,10 +554,14 @@ class DPKernel(MCMCKernel):
             self.privacy.end_iteration()  # an iteration that released nothing (the ε curve stays flat)
             return {k: v.clone() for k, v in self.lik.unravel(self._state_z(self._state)).items()}
         if pending_init:
-            self._run_private_start()  # the private init's releases, recorded as they are made
-        self._state, info = self._step(self._state)
-        # what the step released (the shared worker counters count each), checked against what it declared
-        self.privacy.report(info.events, declared, on_release=self._count_release, owner=type(self).__name__)
+            self._run_private_start()  # the private init's releases, written as they are reported
+        # the ledger from what the step's mechanisms drew (the shared worker counters count each; none if
+        # it raises: it publishes nothing); its report (info.events) checked against that, and both
+        # against what it declared
+        with self.privacy.step(declared, on_release=self._count_release, owner=type(self).__name__) as reported:
+            self._state, info = self._step(self._state)
+            reported.extend(info.events)
+            reported.label = getattr(info, "label", "")  # a step's release of another purpose (DPNoiseAware's)
         self.privacy.end_iteration()  # where this iteration's releases end (pyro_dp.privacy_report's curve)
         chain.iteration += 1
         if chain.iteration % HEAP_TRIM_EVERY == 0:  # bounded memory over long runs (pyro_dp.heap): a fixed,
@@ -584,16 +590,17 @@ class DPKernel(MCMCKernel):
 
     def _run_private_start(self) -> None:
         """At a chain's first iteration (declared with it): the private initialisation reads the
-        data through its own mechanism, each release recorded as it is made (an exception
+        data through its own mechanism, each release written into the ledger as the mechanism drew
+        it, when the initialiser reports it (``record(event, label)``: the label; an exception
         part-way loses none) under the initialiser's label; a
         :class:`~pyro_dp.default_path.tuning.DPAutoTune` result is then taken by the default
         path's hook (post-processing of the tuning releases, :mod:`~pyro_dp.kernels.path_hook`),
         and the chain starts there."""
-        def record(event, label: Optional[str] = None) -> None:
-            self.privacy.record(event, label=label or getattr(self.init, "label", f"init:{type(self.init).__name__}"),
-                                on_release=self._count_release)
-
-        z_init, _, frac = self.init.run(self.lik, self._state_z(self._state), self._noise, self.relation, record=record)
+        label = getattr(self.init, "label", f"init:{type(self.init).__name__}")
+        owner = f"{type(self).__name__}'s private start ({type(self.init).__name__})"
+        with self.privacy.private_start(label, on_release=self._count_release, owner=owner) as record:
+            z_init, _, frac = self.init.run(self.lik, self._state_z(self._state), self._noise, self.relation,
+                                            record=record)
         self.chain.init_done = True
         self.chain.init_clipped_fraction = frac
         self.chain.preconditioner = self.lik.preconditioner  # a DPAutoTune(whiten=True) sets it (post-processing)

@@ -194,7 +194,7 @@ def fastmh_release(lik, noise, state: MHState, z_new: torch.Tensor, *, config: F
         nm = 0.0 if free else cfg.sigma1
         # each term lies in [-Delta/2, Delta/2] (App. A): clipping there is a no-op and the
         # substitute sensitivity is 2 * Delta/2 = Delta(l1); noise std sigma1 * Delta(l1) (Alg. 2)
-        rel = clipped_sum_with_noise(terms, sens / 2.0, nm, noise)
+        rel = clipped_sum_with_noise(terms, sens / 2.0, nm, noise, event=cfg.event)  # recorded as Thm 2's event
         log_ratio, noise_std = rel.value, float(rel.noise_std)
         rows, full = b, False
     else:
@@ -206,7 +206,7 @@ def fastmh_release(lik, noise, state: MHState, z_new: torch.Tensor, *, config: F
         free = cfg.privacy_for_free and sens <= cfg.threshold2
         nm = 0.0 if free else cfg.sigma2
         # untempered clip at +-c M: substitute sensitivity 2 c M; tempering is post-processing
-        rel = clipped_sum_with_noise(diff, cfg.c * m, nm, noise)
+        rel = clipped_sum_with_noise(diff, cfg.c * m, nm, noise, event=cfg.event)  # recorded as Thm 2's event
         log_ratio, noise_std = t * rel.value, t * float(rel.noise_std)  # std = sigma2 Delta(l2)
         frac = rel.clipped_fraction
         loglik, rows, full = ll_new, n, True

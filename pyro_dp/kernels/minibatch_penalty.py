@@ -208,7 +208,8 @@ def minibatch_penalty_release_accept(lik, noise, rng, state: MHState, z_new: tor
     else:
         idx = batch_without_replacement(noise, n, b, device=dev)  # the secret batch
     k = int(idx.numel())
-    xi = gaussian_release_spec(nm).draw(noise, (), device=dev)  # the release's standard normal (none: nm = 0)
+    event = subsampled_gaussian_event(b / n, nm, subsampling) if nm > 0 else NonPrivateEvent()  # thesis Thm 8
+    xi = gaussian_release_spec(nm).draw(noise, (), device=dev, event=event)  # the release's standard normal (none: nm = 0)
     u = accept_uniform(rng, like_u)  # proposals.penalty_accept's draw (algorithm stream)
     q = torch.as_tensor(log_q_ratio, dtype=z.dtype, device=dev)
     kt = torch.as_tensor(k, device=dev)
@@ -229,7 +230,6 @@ def minibatch_penalty_release_accept(lik, noise, rng, state: MHState, z_new: tor
                                          lambda z0, z1, i: batch_log_ratios(lik, z0, z1, i))
     lp_new, value, flags = step(z, z_new, idx, kt, xi, u, state.log_prior, q)
     accepted, n_clipped, std = flags.tolist()
-    event = subsampled_gaussian_event(b / n, nm, subsampling) if nm > 0 else NonPrivateEvent()
     # thesis §3.3: accept w.p. min{1, exp(λ* − (σ² + σ_b²)/2)}
     return RatioRelease(value, std * std, lp_new, (event,), n_clipped / k if k else 0.0, std), accepted == 1.0
 

@@ -37,7 +37,7 @@ from typing import NamedTuple, Optional, Sequence, Tuple
 import torch
 
 from ..accounting import DEFAULT_ACCOUNTANT, get_accountant
-from ..mechanisms import NonPrivateEvent, PrivacyLedger, clipped_sum_with_noise
+from ..mechanisms import NonPrivateEvent, PrivacyLedger, clipped_sum_with_noise, parallel
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease
 from .proposals import penalty_accept, pop_target_accept_prob
@@ -112,7 +112,8 @@ def multiparty_release(lik, noise, state: MHState, z_new: torch.Tensor, parties:
     clip = llr_clip * lik.jump_norm(z_new, state.z)  # b‖θ'−θ‖, likelihood coordinates
     # Alg. 2, step 1 / eq. (6): each party releases its clipped share in its own Gaussian noise
     # (sensitivity 2b‖θ'−θ‖ as in the single-party penalty, §3.2.2: "the same as in Section 3.2").
-    rels = [clipped_sum_with_noise(ratios[idx], clip, nm, noise) for idx, nm in zip(parties, noise_multipliers)]
+    with parallel():  # disjoint parties: the recorder records the worst party's release, once
+        rels = [clipped_sum_with_noise(ratios[idx], clip, nm, noise) for idx, nm in zip(parties, noise_multipliers)]
     T = lik.temperature
     d_hat = T * sum(r.value for r in rels)
     noise_var = T**2 * sum(r.noise_std**2 for r in rels)  # Alg. 2, step 2: N σ² for equal noise

@@ -26,11 +26,22 @@ knows nothing of MCMC:
   and that all the kernel's ledgers stay within ``num_chains`` such plans. The check reads only
   event counts (public), so whatever the control flow — re-runs, a re-initialised state, a
   retried set-up, more chains than planned — nothing is released beyond the budget; when it
-  fails, :meth:`PrivacyEngine.stop` stops the chain, loudly. After the step,
-  :meth:`PrivacyEngine.report` records what it released and checks it was declared.
+  fails, :meth:`PrivacyEngine.stop` stops the chain, loudly.
+* **The ledger is written by the mechanisms** (issue 58). Around a step the kernel opens the
+  engine's :meth:`PrivacyEngine.recording` scope (a :class:`~pyro_dp.mechanisms.Recorder`): every
+  release function of :mod:`pyro_dp.mechanisms` records its event there as it draws its noise
+  (a draw with no recorder open raises), and :meth:`PrivacyEngine.commit` writes the ledger from
+  what was drawn (a step that raises returns no state and publishes nothing of its own: its
+  draws are discarded, as before issue 58). The events the step *reports*
+  (``info.events``) are only a cross-check: a mismatch raises :class:`ReleaseMismatchError`,
+  which says what the kernel's author did wrong; and what was drawn must have been declared.
+  The private start's releases are written the same way, each as its initialiser reports it
+  (:meth:`PrivacyEngine.claim`, which takes the label from the report and the event from the
+  draw).
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import math
@@ -44,12 +55,12 @@ import torch
 
 from ..warn import warn_user
 from ..accounting import DEFAULT_ACCOUNTANT, UnsupportedEventError, calibrate, get_accountant
-from ..mechanisms import PrivacyEvent, PrivacyLedger
+from ..mechanisms import PrivacyEvent, PrivacyLedger, Recorder, recording
 from .plan import PrivacyPlan, counts as _counts, plan_cap, within as _within
 from .workers import owned_kernel
 
 __all__ = ["PrivacyEngine", "EngineSetting", "ChainLedger", "BudgetExhaustedWarning", "PrivacyNotice", "check_positive",
-           "DEFAULT_EPSILON", "DEFAULT_DELTA"]
+           "DEFAULT_EPSILON", "DEFAULT_DELTA", "ReleaseMismatchError"]
 
 _logger = logging.getLogger("pyro_dp")
 
@@ -65,6 +76,55 @@ class BudgetExhaustedWarning(UserWarning):
     >>> issubclass(BudgetExhaustedWarning, UserWarning)
     True
     """
+
+
+class ReleaseMismatchError(RuntimeError):
+    """A kernel's step (or private start) reported releases other than those its mechanisms drew.
+    The ledger holds what was drawn (the mechanisms wrote it); the error tells the kernel's
+    author which report is wrong.
+
+    >>> issubclass(ReleaseMismatchError, RuntimeError)
+    True
+    """
+
+
+def _names(events) -> str:
+    return "[" + ", ".join(f"{ev!r} x{n}" if n > 1 else repr(ev)
+                           for ev, n in ((k, sum(1 for _ in g)) for k, g in itertools.groupby(events))) + "]"
+
+
+class StepReport(list):
+    """What a step reports (:meth:`PrivacyEngine.step` yields it): its events, and the ledger
+    label of its releases (``label``: ``""`` for a kernel's per-iteration releases; a kernel whose
+    step makes a release of another purpose says so through its info's ``label``)."""
+
+    __slots__ = ("label",)
+
+    def __init__(self):
+        super().__init__()
+        self.label = ""
+
+
+class _StepScope:
+    """:meth:`PrivacyEngine.step` (a class, not a generator: it runs every iteration)."""
+
+    __slots__ = ("engine", "declared", "on_release", "owner", "drawn", "reported")
+
+    def __init__(self, engine, declared, on_release, owner):
+        self.engine, self.declared, self.on_release, self.owner = engine, declared, on_release, owner
+        self.drawn, self.reported = recording(), StepReport()
+
+    def __enter__(self) -> StepReport:
+        self.drawn.__enter__()
+        return self.reported
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.drawn.__exit__(exc_type, exc, tb)
+        if exc_type is not None:  # no state returned, nothing published: the draws are discarded
+            self.drawn.take()
+            return False
+        self.engine.commit(self.drawn, self.reported, self.declared, self.on_release, self.owner, self.reported.label)
+        return False
 
 
 class PrivacyNotice(UserWarning):
@@ -283,8 +343,8 @@ class PrivacyEngine:
     :param str relation: the ledgers' neighbouring relation.
     :param str kernel_id: the owning kernel object's id (tags its :class:`ChainLedger`).
 
-    It never sees a kernel, a state or data: it receives events (:meth:`declare`,
-    :meth:`report`, :meth:`record`) and public counts (the iteration, the number of rows), as
+    It never sees a kernel, a state or data: it receives events (:meth:`declare`, what the
+    mechanisms drew in its :meth:`recording` scope, :meth:`commit`, :meth:`claim`) and public counts (the iteration, the number of rows), as
     an accountant receives an optimiser's steps.
 
     >>> from pyro_dp.mechanisms import GaussianEvent
@@ -292,7 +352,10 @@ class PrivacyEngine:
     >>> engine.make_plan([], [GaussianEvent(3.0)]); engine.steps_allowed
     11
     >>> declared = engine.declare([GaussianEvent(3.0)], iteration=0)
-    >>> engine.report([GaussianEvent(3.0)], declared); engine.end_iteration()
+    >>> from pyro_dp.mechanisms import NoiseSource, gaussian_release_spec
+    >>> with engine.recording() as drawn:  # the step: its mechanisms record what they draw
+    ...     xi = gaussian_release_spec(3.0).draw(NoiseSource())
+    >>> engine.commit(drawn, [GaussianEvent(3.0)], declared); engine.end_iteration()
     >>> engine.ledger.num_releases, engine.get_epsilon() <= 5.0
     (1, True)
     """
@@ -465,16 +528,93 @@ class PrivacyEngine:
             return None
         return declared
 
-    def report(self, events, declared: Counter, on_release=None, owner: str = "the kernel") -> None:
-        """After a step: record what it released in the live ledger (calling ``on_release()``
-        after each: the worker processes' shared counters, :mod:`pyro_dp.kernels.workers`),
-        then check that it released no more than was ``declared``."""
-        for ev, run in itertools.groupby(events):  # a run of equal releases as one entry: the same ledger
+    @staticmethod
+    def recording() -> Recorder:
+        """The scope of one step (or private start): a fresh :class:`~pyro_dp.mechanisms.Recorder`
+        that every release of :mod:`pyro_dp.mechanisms` records its event in as it draws
+        (:func:`~pyro_dp.mechanisms.recording`); the ledger is written from it by :meth:`commit`."""
+        return recording()
+
+    def step(self, declared: Counter, on_release=None, owner: str = "the kernel") -> "_StepScope":
+        """One step's scope: the step runs inside :meth:`recording` and puts what it reports
+        (``info.events``) into the list this yields; on leaving, :meth:`commit` writes what was
+        drawn. A step that raises returns no state, so nothing it computed is published: its
+        draws are discarded (the ledger as before issue 58; ``tests/test_distributed.py``'s
+        failing rank)."""
+        return _StepScope(self, declared, on_release, owner)
+
+    @contextlib.contextmanager
+    def private_start(self, label: str, on_release=None, owner: str = "the private start"):
+        """The private start's scope: yields the ``record(event, label=None)`` its initialiser
+        calls after each release (:meth:`claim`, ``label`` by default), so each release is in
+        the ledger as soon as it is reported (an exception later loses none); on leaving,
+        :meth:`flush` refuses what was drawn and not reported (discarded when the start raised,
+        as a step's are)."""
+        with self.recording() as drawn:
+            try:
+                yield lambda event, lab=None: self.claim(drawn, event, lab or label, on_release, owner)
+            except BaseException:
+                drawn.take()  # drawn, not reported, and the start raised: nothing of it is published
+                raise
+            self.flush(drawn, label, on_release, owner)
+
+    def _write(self, events, label: str = "", on_release=None) -> None:
+        for ev, run in itertools.groupby(events):  # a run of equal releases as one entry
             n = sum(1 for _ in run)
-            self.live.record(ev, n)
+            self.live.record(ev, n, label=label)
             if on_release is not None:
                 for _ in range(n):
                     on_release()
+
+    def commit(self, drawn: Recorder, reported, declared: Counter, on_release=None, owner: str = "the kernel",
+               label: str = "") -> None:
+        """After a step run inside :meth:`recording`: write what its releases ``drawn`` (in the
+        order they drew) into the live ledger (under ``label``), calling ``on_release()`` after each (the worker
+        processes' shared counters, :mod:`pyro_dp.kernels.workers`); then check the step's
+        ``reported`` events against them and that it released no more than was ``declared``."""
+        events = drawn.take()
+        self._write(events, label, on_release)
+        if reported is not None and list(reported) != events and _counts(reported) != _counts(events):
+            raise ReleaseMismatchError(
+                f"{owner}'s step reported {_names(reported)} but drew {_names(events)}: the ledger holds what the "
+                "mechanisms drew (pyro_dp.mechanisms records each release as it draws its noise), so the step's "
+                "report (info.events) is wrong. If you wrote this kernel, report every release the step makes, "
+                "once, with the event its release function records (a release drawn through a mechanism with "
+                "event= records that event; a withdrawn tentative draw is not a release); a kernel must not draw "
+                "noise it does not release or release a value without drawing its noise through pyro_dp.mechanisms "
+                "(docs/new_kernel.md). If it is one of pyro_dp's, please report it")
+        self._check_declared(events, declared, owner)
+
+    def claim(self, drawn: Recorder, event: PrivacyEvent, label: str, on_release=None,
+              owner: str = "the private start") -> None:
+        """The private start reports a release it just made (``event``, under ``label``): write the
+        oldest release ``drawn`` has not written yet into the live ledger under that label (the
+        event the mechanism drew, not the one reported), and check they agree."""
+        if not drawn.events:
+            raise ReleaseMismatchError(
+                f"{owner} reported {event!r} ({label}) but drew no release for it: report a release only after "
+                "drawing its noise through pyro_dp.mechanisms (docs/new_kernel.md)")
+        head = drawn.events.pop(0)
+        self._write([head], label, on_release)
+        if head != event:
+            raise ReleaseMismatchError(
+                f"{owner} reported {event!r} ({label}) but drew {head!r}: the ledger holds what the mechanism drew; "
+                "report each release with the event its release function records (docs/new_kernel.md)")
+
+    def flush(self, drawn: Recorder, label: str, on_release=None, owner: str = "the private start",
+              check: bool = True) -> None:
+        """At the end of a private start: write the releases ``drawn`` that it did not report
+        (under ``label``), then, with ``check``, refuse them (a release must be reported)."""
+        left = drawn.take()
+        self._write(left, label, on_release)
+        if left and check:
+            raise ReleaseMismatchError(
+                f"{owner} drew {_names(left)} but did not report them (record(event, label) after each release): "
+                "they are in the ledger; report every release it makes (docs/new_kernel.md)")
+
+    @staticmethod
+    def _check_declared(events, declared: Counter, owner: str) -> None:
+        """Refuse a step that released more than it ``declared`` (its releases are already in the ledger)."""
         if not _within(_counts(events), declared):
             raise RuntimeError(
                 f"{owner}'s step released {list(events)} but declared {dict(declared)} before it ran: a kernel "
@@ -484,12 +624,6 @@ class PrivacyEngine:
                 "missing events to what its step declares (docs/new_kernel.md); if it is one of pyro_dp's, please "
                 "report it"
             )
-
-    def record(self, event: PrivacyEvent, label: str = "", on_release=None) -> None:
-        """Record one release in the live ledger as it is made (an exception part-way loses none)."""
-        self.live.record(event, label=label)
-        if on_release is not None:
-            on_release()
 
     def end_iteration(self) -> None:
         """Where an iteration's releases end (:func:`pyro_dp.privacy_report`'s curve)."""

@@ -102,7 +102,8 @@ def private_gradient(noise, lik, z, *, sample_rate, grad_clip, noise_multiplier,
     dev = z.device
     idx = poisson_batch(noise, lik.num_rows, q, device=dev)  # the secret batch
     k = int(idx.numel())
-    xi = spec.draw(noise, z.shape, device=dev)  # the release's standard normals (secret stream)
+    event = subsampled_gaussian_event(q, nm, "poisson")  # the release's event: Poisson-subsampled Gaussian
+    xi = spec.draw(noise, z.shape, device=dev, event=event)  # the release's standard normals (secret stream)
     clip, step = grad_clip, None
     if k > 0 and can_fuse(lik, noise):
         cl = lik.compiled
@@ -123,4 +124,4 @@ def private_gradient(noise, lik, z, *, sample_rate, grad_clip, noise_multiplier,
                                    shards=getattr(noise, "shards", None))
     grad, flags = step(z, clip, idx, torch.as_tensor(k, device=dev), xi, *extra)
     n_clipped, n_rows, std = flags.tolist()
-    return GradientRelease(grad, subsampled_gaussian_event(q, nm, "poisson"), clipped_fraction(n_clipped, n_rows), std)
+    return GradientRelease(grad, event, clipped_fraction(n_clipped, n_rows), std)

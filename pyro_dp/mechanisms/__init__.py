@@ -25,6 +25,8 @@ Modules
 * ``noise.py``: :class:`NoiseSource`, the secret stream;
 * ``batches.py``: batch selection (uniform subsets, Poisson samples);
 * ``clipping.py``: the per-row rule, the clip and the sum;
+* ``recorder.py``: :func:`recording`, the scope in which every release records its event as
+  it draws (the ledger is written from it: no release without a record);
 * ``release.py``: the noisy releases and their events;
 * ``tap.py``: :func:`tap_releases`, the audit's white-box view of every release (eager only).
 
@@ -33,15 +35,18 @@ Every public name is importable from ``pyro_dp.mechanisms`` itself.
 Example
 -------
 >>> import torch
->>> from pyro_dp.mechanisms import NoiseSource, clipped_sum_with_noise, PrivacyLedger
+>>> from pyro_dp.mechanisms import NoiseSource, clipped_sum_with_noise, PrivacyLedger, recording
 >>> ledger = PrivacyLedger()
 >>> noise = NoiseSource()  # the secret stream: seeded from OS entropy
 >>> values = torch.tensor([[3.0, 4.0], [0.3, 0.4]], dtype=torch.float64)
->>> out = clipped_sum_with_noise(values, clip=1.0, noise_multiplier=0.0, noise=noise)
+>>> with recording() as drawn:  # every release records its event here (a kernel's step opens one)
+...     out = clipped_sum_with_noise(values, clip=1.0, noise_multiplier=0.0, noise=noise)
 >>> out.value  # (0.6, 0.8) + (0.3, 0.4), no noise
 tensor([0.9000, 1.2000], dtype=torch.float64)
 >>> out.clipped_fraction
 0.5
+>>> drawn.events
+[NonPrivateEvent()]
 >>> ledger.record(GaussianEvent(noise_multiplier=2.0))
 >>> ledger.record(GaussianEvent(noise_multiplier=2.0))
 >>> ledger.entries
@@ -49,13 +54,15 @@ tensor([0.9000, 1.2000], dtype=torch.float64)
 """
 from __future__ import annotations
 
-from . import batches, clipping, events, noise, release, tap
+from . import batches, clipping, events, noise, recorder, release, tap
 from .batches import *  # noqa: F401,F403 (each module's __all__)
 from .clipping import *  # noqa: F401,F403
 from .events import *  # noqa: F401,F403
 from .noise import *  # noqa: F401,F403
+from .recorder import *  # noqa: F401,F403
 from .release import *  # noqa: F401,F403
 from .tap import *  # noqa: F401,F403
 
 #: every public name of the layer, module by module
-__all__ = events.__all__ + noise.__all__ + batches.__all__ + clipping.__all__ + release.__all__ + tap.__all__
+__all__ = (events.__all__ + noise.__all__ + batches.__all__ + clipping.__all__ + recorder.__all__ + release.__all__
+           + tap.__all__)

@@ -13,6 +13,7 @@ import torch
 from .clipping import ClippedSum, clip_and_sum, clipped_fraction
 from .events import RELATIONS, NonPrivateEvent, PrivacyEvent, gaussian_event  # noqa: F401 (doctests)
 from . import tap as _tap
+from .recorder import record_release, withdraw_release
 from .noise import NoiseSource
 
 __all__ = [
@@ -43,8 +44,10 @@ class NoisyRelease(NamedTuple):
         and must never feed back into the algorithm.
     
     >>> import torch
-    >>> out = clipped_sum_with_noise(torch.tensor([0.5, 3.0]), clip=1.0, noise_multiplier=0.0,
-    ...                              noise=NoiseSource())
+    >>> from pyro_dp.mechanisms import recording
+    >>> with recording():  # a release records its event here (a kernel's step opens one)
+    ...     out = clipped_sum_with_noise(torch.tensor([0.5, 3.0]), clip=1.0, noise_multiplier=0.0,
+    ...                                  noise=NoiseSource())
     >>> out.value, out.event, out.clipped_fraction
     (tensor(1.5000), NonPrivateEvent(), 0.5)
     """
@@ -61,6 +64,8 @@ def clipped_sum_with_noise(
     noise_multiplier: float,
     noise: NoiseSource,
     relation: str = "substitute",
+    *,
+    event: Optional[PrivacyEvent] = None,
 ) -> NoisyRelease:
     r"""Clip per example, sum, add Gaussian noise — in that order, in one audited place.
 
@@ -77,10 +82,16 @@ def clipped_sum_with_noise(
     depend on the data. ``noise_multiplier = 0`` is the documented non-private test
     mode: no noise is added and the event is :class:`NonPrivateEvent`, for which every
     accountant reports :math:`\varepsilon = \infty`.
-    
+
+    The release is recorded in the open recorder (:mod:`~pyro_dp.mechanisms.recorder`) as its
+    Gaussian event, or as ``event`` where the mechanism's analysis states another one for it
+    (DP-Fast MH's per-iteration :math:`(\varepsilon,\delta)`, Zhang & Zhang 2023 Thm 2).
+
     >>> import torch
-    >>> out = clipped_sum_with_noise(torch.ones(100, dtype=torch.float64), clip=1.0,
-    ...                              noise_multiplier=5.0, noise=NoiseSource())
+    >>> from pyro_dp.mechanisms import recording
+    >>> with recording():
+    ...     out = clipped_sum_with_noise(torch.ones(100, dtype=torch.float64), clip=1.0,
+    ...                                  noise_multiplier=5.0, noise=NoiseSource())
     >>> out.event, float(out.noise_std)  # sigma = nm * 2 * clip (substitute one row)
     (GaussianEvent(noise_multiplier=5.0), 10.0)
     """
@@ -92,7 +103,8 @@ def clipped_sum_with_noise(
     if shards is not None:  # sharded rows: the counts of all ranks (a non-private diagnostic)
         counts = shards.all_reduce_sum(torch.stack([torch.as_tensor(c, dtype=torch.float64) for c in counts]))
     frac = clipped_fraction(*counts)
-    return add_gaussian_noise(cs.total, clip, noise_multiplier, noise, relation)._replace(clipped_fraction=frac)
+    return add_gaussian_noise(cs.total, clip, noise_multiplier, noise, relation,
+                              event=event)._replace(clipped_fraction=frac)
 
 
 def gaussian_release(value: torch.Tensor, std, event: PrivacyEvent, noise: NoiseSource) -> NoisyRelease:
@@ -103,7 +115,9 @@ def gaussian_release(value: torch.Tensor, std, event: PrivacyEvent, noise: Noise
     Räisä 2021 thesis Thm 8). ``std`` must be data-independent or bounded as the event's
     analysis assumes.
 
-    >>> out = gaussian_release(torch.tensor(1.0, dtype=torch.float64), 0.0, NonPrivateEvent(), NoiseSource())
+    >>> from pyro_dp.mechanisms import recording
+    >>> with recording():
+    ...     out = gaussian_release(torch.tensor(1.0, dtype=torch.float64), 0.0, NonPrivateEvent(), NoiseSource())
     >>> float(out.value), out.event
     (1.0, NonPrivateEvent())
     """
@@ -139,11 +153,12 @@ class GaussianStdReleaseSpec:
     standard normal(s) from the secret stream before the step, :meth:`release` (pure) adds
     ``std`` times them, bit for bit as :func:`gaussian_release` does.
 
-    >>> from pyro_dp.mechanisms import GaussianEvent
+    >>> from pyro_dp.mechanisms import GaussianEvent, recording
     >>> spec = GaussianStdReleaseSpec(GaussianEvent(2.0))
     >>> a, b = NoiseSource(seed=0, warn=False), NoiseSource(seed=0, warn=False)
     >>> v, std = torch.tensor(1.0, dtype=torch.float64), torch.tensor(0.5, dtype=torch.float64)
-    >>> bool(spec.release(v, std, spec.draw(a)) == gaussian_release(v, std, spec.event, b).value)
+    >>> with recording():
+    ...     bool(spec.release(v, std, spec.draw(a)) == gaussian_release(v, std, spec.event, b).value)
     True
     """
 
@@ -151,7 +166,9 @@ class GaussianStdReleaseSpec:
 
     def draw(self, noise: NoiseSource, shape=(), device=None) -> torch.Tensor:
         """The float64 standard normal(s) of one release of ``shape`` from the secret stream
-        ``noise`` (on ``device``); drawn whatever the event, as :func:`gaussian_release` draws."""
+        ``noise`` (on ``device``); drawn whatever the event, as :func:`gaussian_release` draws;
+        recorded as :attr:`event` (:mod:`~pyro_dp.mechanisms.recorder`)."""
+        record_release(self.event)
         xi = noise.standard_normal(shape).to(device if device is not None else noise.device)
         if _tap.ACTIVE is not None:  # pyro_dp.mechanisms.tap: where the normals came from (replay)
             _tap.drew(noise, xi)
@@ -173,24 +190,29 @@ def add_gaussian_noise(
     noise_multiplier: float,
     noise: NoiseSource,
     relation: str = "substitute",
+    *,
+    event: Optional[PrivacyEvent] = None,
 ) -> NoisyRelease:
     r"""The noise half of :func:`clipped_sum_with_noise`: ``total`` must already be a sum
     of per-example terms each clipped to norm ``clip`` (e.g. a cached clipped sum that is
     released repeatedly, Yıldırım & Ermiş 2019 Alg. 3). Adds
     :math:`\mathcal N(0, (\mathrm{nm}\cdot\Delta)^2 I)` with :math:`\Delta = 2\,\mathrm{clip}`
-    (substitute) or :math:`\mathrm{clip}` (add/remove) and returns the event.
-    
+    (substitute) or :math:`\mathrm{clip}` (add/remove) and returns the event. Recorded in the
+    open recorder as that event, or as ``event`` (:func:`clipped_sum_with_noise`).
+
     >>> import torch
-    >>> out = add_gaussian_noise(torch.tensor(42.0, dtype=torch.float64), clip=0.5, noise_multiplier=2.0,
-    ...                          noise=NoiseSource(), relation="add_remove")
+    >>> from pyro_dp.mechanisms import recording
+    >>> with recording():
+    ...     out = add_gaussian_noise(torch.tensor(42.0, dtype=torch.float64), clip=0.5, noise_multiplier=2.0,
+    ...                              noise=NoiseSource(), relation="add_remove")
     >>> float(out.noise_std)  # nm * clip under add/remove
     1.0
     """
     shards = getattr(noise, "shards", None)
+    draw = _gaussian_event(total, clip, noise_multiplier, relation)
+    record_release(draw.event if event is None else event)  # every rank records; first: no recorder, no draw
     if shards is None or shards.rank == 0:
-        draw = draw_gaussian_noise(total, clip, noise_multiplier, noise, relation)
-    else:  # pyro_dp.distributed: only rank 0 draws; the others know the event and std
-        draw = _gaussian_event(total, clip, noise_multiplier, relation)
+        draw = _draw_noise(total, clip, noise_multiplier, noise, relation)
     if noise_multiplier > 0:
         if shards is None:
             value = total + draw.value
@@ -202,7 +224,7 @@ def add_gaussian_noise(
     if _tap.ACTIVE is not None:  # pyro_dp.mechanisms.tap (an audit's white-box view; eager only)
         redraw = None
         if shards is None and noise_multiplier > 0:  # the same release again: fresh normals, same stream
-            redraw = lambda: total + draw_gaussian_noise(total, clip, noise_multiplier, noise, relation).value  # noqa: E731
+            redraw = lambda: total + _draw_noise(total, clip, noise_multiplier, noise, relation).value  # noqa: E731
         value = _tap.seen(value, draw.noise_std, draw.event, redraw)
     return draw._replace(value=value)
 
@@ -262,8 +284,10 @@ class GaussianReleaseSpec:
     (2.0, GaussianEvent(noise_multiplier=2.0))
     >>> a, b = NoiseSource(seed=0, warn=False), NoiseSource(seed=0, warn=False)
     >>> cs = ClippedSum(total, torch.tensor(0), torch.tensor(1))
-    >>> out = spec.release(cs, 0.5, spec.draw(a, ()))
-    >>> bool(out.value == clipped_sum_with_noise(cs, 0.5, 2.0, b).value)  # the same release
+    >>> from pyro_dp.mechanisms import recording
+    >>> with recording():  # both releases record their event here
+    ...     out = spec.release(cs, 0.5, spec.draw(a, ()))
+    ...     bool(out.value == clipped_sum_with_noise(cs, 0.5, 2.0, b).value)  # the same release
     True
     """
 
@@ -292,23 +316,39 @@ class GaussianReleaseSpec:
         clip_t = torch.as_tensor(clip, dtype=like.dtype, device=like.device)
         return self.noise_multiplier * sens_factor * clip_t  # sigma = nm * Delta (Räisä 2021 thesis Def. 7)
 
-    def draw(self, noise: NoiseSource, shape=(), device=None) -> torch.Tensor:
+    def draw(self, noise: NoiseSource, shape=(), device=None, *, event: Optional[PrivacyEvent] = None,
+             releases: int = 1) -> torch.Tensor:
         """The float64 standard normal(s) of one release of ``shape``, from the secret stream
         ``noise`` (on ``device``): zeros, with nothing drawn, in the non-private test mode and on
         the ranks other than 0 of sharded rows (:mod:`pyro_dp.distributed`: rank 0's noise enters
-        once, inside the sum over ranks)."""
-        return self._secret_draw(noise, tuple(shape), device, lambda: noise.standard_normal(shape))
+        once, inside the sum over ranks). The release is recorded in the open recorder
+        (:mod:`~pyro_dp.mechanisms.recorder`) as :attr:`event`, or as ``event``: the event the
+        mechanism's analysis states for it (e.g. the subsampled Gaussian of a Poisson batch).
+        ``releases``: the normals of that many releases drawn in this one call (one per entry of
+        ``shape``'s leading dimension; a vectorised runner's block of iterations), recorded as
+        that many releases."""
+        if int(releases) < 1:
+            raise ValueError(f"releases must be a positive integer, got {releases!r}")
+        return self._secret_draw(noise, tuple(shape), device, lambda: noise.standard_normal(shape), int(releases),
+                                 event)
 
-    def draw_each(self, noise: NoiseSource, count: int, shape=(), device=None) -> torch.Tensor:
+    def draw_each(self, noise: NoiseSource, count: int, shape=(), device=None, *,
+                  event: Optional[PrivacyEvent] = None) -> torch.Tensor:
         """``[count, *shape]``: the standard normals of ``count`` releases of ``shape`` made one
         after another, exactly as ``count`` calls of :meth:`draw` (stacked) would draw them
-        (:meth:`NoiseSource.standard_normals`: fewer generator calls where that is provably the same)."""
+        (:meth:`NoiseSource.standard_normals`: fewer generator calls where that is provably the same),
+        recorded as ``count`` releases."""
         return self._secret_draw(noise, (int(count),) + tuple(shape), device,
-                                 lambda: noise.standard_normals(count, shape))
+                                 lambda: noise.standard_normals(count, shape), int(count), event)
 
-    def _secret_draw(self, noise: NoiseSource, full_shape: tuple, device, draw) -> torch.Tensor:
+    def _secret_draw(self, noise: NoiseSource, full_shape: tuple, device, draw, count: int = 1,
+                     event: Optional[PrivacyEvent] = None, tentative: bool = False) -> torch.Tensor:
         """``draw()`` (the secret stream's normals) on ``device``; zeros of ``full_shape``, with
-        nothing drawn, in the non-private test mode and on the ranks other than 0 of sharded rows."""
+        nothing drawn, in the non-private test mode and on the ranks other than 0 of sharded rows.
+        Recorded first (:func:`~pyro_dp.mechanisms.recorder.record_release`: with no recorder open
+        nothing is drawn)."""
+        if count:
+            record_release(self.event if event is None else event, count, tentative)
         shards = getattr(noise, "shards", None)
         out = device if device is not None else noise.device
         if self.adds_noise and (shards is None or shards.rank == 0):
@@ -318,28 +358,35 @@ class GaussianReleaseSpec:
             return xi
         return torch.zeros(full_shape, dtype=torch.float64, device=out)
 
-    def draw_tentative(self, noise: NoiseSource, shape=(), device=None) -> torch.Tensor:
+    def draw_tentative(self, noise: NoiseSource, shape=(), device=None, *,
+                       event: Optional[PrivacyEvent] = None) -> torch.Tensor:
         r""":meth:`draw`, for a release that a data-free test made *after* the draw may still call
         off (DP-HMC's ratio release, dropped when the trajectory leaves the support:
         :func:`~pyro_dp.kernels.hmc.hmc_step`). Until the next tentative draw, :meth:`withdraw`
-        puts the secret stream back where it was before this draw.
+        puts the secret stream back where it was before this draw, and takes its record back.
 
+        >>> from pyro_dp.mechanisms import recording
         >>> spec = gaussian_release_spec(1.0)
         >>> a, b = NoiseSource(seed=0, warn=False), NoiseSource(seed=0, warn=False)
-        >>> _ = spec.draw_tentative(a)
-        >>> spec.withdraw(a)  # called off: a goes on as if it had not drawn
-        >>> bool(spec.draw(a) == spec.draw(b))
-        True
+        >>> with recording() as drawn:
+        ...     _ = spec.draw_tentative(a)
+        ...     spec.withdraw(a)  # called off: a goes on as if it had not drawn
+        ...     same = bool(spec.draw(a) == spec.draw(b))
+        >>> same, len(drawn.events)
+        (True, 2)
         """
+        record_release(self.event if event is None else event, 1, tentative=True)
         noise.mark_tentative()
-        return self.draw(noise, shape, device)
+        return self._secret_draw(noise, tuple(shape), device, lambda: noise.standard_normal(shape), 0)
 
     @staticmethod
     def withdraw(noise: NoiseSource) -> None:
         r"""Call off the release of the last :meth:`draw_tentative`: the secret stream goes on
         as if its normals had never been drawn, so the next release takes them. Only for a draw
         that was added to nothing released (the caller's contract): unseen noise may be used
-        once, later (the same law, independent of everything released so far)."""
+        once, later (the same law, independent of everything released so far). Its record is
+        taken back (:meth:`~pyro_dp.mechanisms.recorder.Recorder.withdraw`)."""
+        withdraw_release()
         noise.rewind_tentative()
 
     def release(self, cs: ClippedSum, clip, xi: torch.Tensor, shards=None) -> SumRelease:
@@ -382,6 +429,8 @@ def draw_gaussian_noise(
     noise: NoiseSource,
     relation: str = "substitute",
     count: Optional[int] = None,
+    *,
+    event: Optional[PrivacyEvent] = None,
 ) -> NoisyRelease:
     r"""The noise of :func:`add_gaussian_noise`, drawn before the clipped sum it will be added
     to exists: ``value`` is the draw :math:`\mathcal N(0, (\mathrm{nm}\cdot\Delta)^2 I)` of the
@@ -397,14 +446,26 @@ def draw_gaussian_noise(
     event, and not run sharded (``noise.shards``: the noise must enter inside the all-reduce).
     With ``count``, ``value`` stacks ``count`` such draws (``[count, *like.shape]``), drawn one
     after another exactly as ``count`` calls would draw them, for ``count`` releases of the
-    same event: record it ``count`` times.
+    same event, recorded ``count`` times in the open recorder (once without ``count``), as the
+    Gaussian event or as ``event``.
 
     >>> import torch
-    >>> out = draw_gaussian_noise(torch.zeros(2, dtype=torch.float64), clip=0.5, noise_multiplier=2.0,
-    ...                           noise=NoiseSource())
-    >>> tuple(out.value.shape), out.event, float(out.noise_std)  # sigma = nm * 2 * clip
-    ((2,), GaussianEvent(noise_multiplier=2.0), 2.0)
+    >>> from pyro_dp.mechanisms import recording
+    >>> with recording() as drawn:
+    ...     out = draw_gaussian_noise(torch.zeros(2, dtype=torch.float64), clip=0.5, noise_multiplier=2.0,
+    ...                               noise=NoiseSource())
+    >>> tuple(out.value.shape), out.event, float(out.noise_std), drawn.events  # sigma = nm * 2 * clip
+    ((2,), GaussianEvent(noise_multiplier=2.0), 2.0, [GaussianEvent(noise_multiplier=2.0)])
     """
+    out = _gaussian_event(like, clip, noise_multiplier, relation)
+    record_release(out.event if event is None else event, 1 if count is None else int(count))
+    return _draw_noise(like, clip, noise_multiplier, noise, relation, count)
+
+
+def _draw_noise(like: torch.Tensor, clip, noise_multiplier: float, noise: NoiseSource, relation: str = "substitute",
+                count: Optional[int] = None) -> NoisyRelease:
+    """:func:`draw_gaussian_noise` without its record (the caller records: :func:`add_gaussian_noise`,
+    or the tap's replay of a release already recorded)."""
     out = _gaussian_event(like, clip, noise_multiplier, relation)
     if count is None:
         if noise_multiplier > 0:
@@ -435,15 +496,19 @@ def noisy_histogram(
     one count of each, so :math:`\Delta = \sqrt{2k}` and :math:`\sqrt k`. Sharded rows
     (:mod:`pyro_dp.distributed`) sum their counts inside the release like every clipped sum.
 
-    >>> out = noisy_histogram(torch.tensor([0, 0, 2]), 3, noise_multiplier=0.0, noise=NoiseSource())
+    >>> from pyro_dp.mechanisms import recording
+    >>> with recording():  # every release records its event here (a kernel's step opens one)
+    ...     out = noisy_histogram(torch.tensor([0, 0, 2]), 3, noise_multiplier=0.0, noise=NoiseSource())
+    ...     one = noisy_histogram(torch.tensor([0]), 3, 2.0, NoiseSource())
+    ...     two = noisy_histogram(torch.tensor([[0, 1], [2, 1]]), 3, noise_multiplier=0.0, noise=NoiseSource())
+    ...     pair = noisy_histogram(torch.tensor([[0, 1]]), 3, 2.0, NoiseSource())
     >>> out.value.tolist(), out.event
     ([2.0, 0.0, 1.0], NonPrivateEvent())
-    >>> round(float(noisy_histogram(torch.tensor([0]), 3, 2.0, NoiseSource()).noise_std), 4)  # 2 * sqrt(2)
+    >>> round(float(one.noise_std), 4)  # 2 * sqrt(2)
     2.8284
-    >>> two = noisy_histogram(torch.tensor([[0, 1], [2, 1]]), 3, noise_multiplier=0.0, noise=NoiseSource())
     >>> two.value.tolist()  # two histograms of two rows
     [1.0, 0.0, 1.0, 0.0, 2.0, 0.0]
-    >>> round(float(noisy_histogram(torch.tensor([[0, 1]]), 3, 2.0, NoiseSource()).noise_std), 4)  # 2 * sqrt(4)
+    >>> round(float(pair.noise_std), 4)  # 2 * sqrt(4)
     4.0
     """
     if relation not in RELATIONS:
@@ -470,10 +535,13 @@ def noisy_count(count: torch.Tensor, noise_multiplier: float, noise: NoiseSource
     so :math:`\Delta = 1` (Dwork & Roth 2014 Thm A.1; the unclipped count of the adaptive clip
     of Andrew et al. 2021, Alg. 1). Sharded rows sum their counts inside the release.
 
-    >>> out = noisy_count(torch.tensor(7), noise_multiplier=0.0, noise=NoiseSource())
+    >>> from pyro_dp.mechanisms import recording
+    >>> with recording() as drawn:
+    ...     out = noisy_count(torch.tensor(7), noise_multiplier=0.0, noise=NoiseSource())
+    ...     nm3 = noisy_count(torch.tensor(7), 3.0, NoiseSource())
     >>> float(out.value), out.event
     (7.0, NonPrivateEvent())
-    >>> float(noisy_count(torch.tensor(7), 3.0, NoiseSource()).noise_std)  # nm * 1
+    >>> float(nm3.noise_std)  # nm * 1
     3.0
     """
     if relation not in RELATIONS:

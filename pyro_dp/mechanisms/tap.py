@@ -47,12 +47,12 @@ Each release is also labelled by the first ledger record
 kernel's own iterations, ``"tune:clip"``, ...) and event.
 
 >>> import torch
->>> from pyro_dp.mechanisms import NoiseSource, clipped_sum_with_noise
->>> with tap_releases() as seen:
+>>> from pyro_dp.mechanisms import NoiseSource, clipped_sum_with_noise, recording
+>>> with tap_releases() as seen, recording():
 ...     out = clipped_sum_with_noise(torch.ones(3, dtype=torch.float64), 1.0, 2.0, NoiseSource())
 >>> len(seen), seen[0].event, float(seen[0].noise_std), bool(seen[0].value == out.value)
 (1, GaussianEvent(noise_multiplier=2.0), 4.0, True)
->>> with tap_releases(pin={0: torch.tensor(7.0)}):  # a white-box adversary's choice of the output
+>>> with tap_releases(pin={0: torch.tensor(7.0)}), recording():  # a white-box adversary's choice of the output
 ...     float(clipped_sum_with_noise(torch.ones(3), 1.0, 2.0, NoiseSource()).value)
 7.0
 """

@@ -252,6 +252,7 @@ def _binomial_ok(freq, lam, m, n_se=4.0):
     return abs(freq - p) <= n_se * math.sqrt(p * (1 - p) / m), p
 
 
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_acceptance_probability_is_logistic_in_the_exact_log_ratio(barker_variant, monkeypatch):
     """Heikkilä et al. 2019 eqs. (5), (9), (18): the released ratio carries N(0, C) in all
     (privacy noise plus the batch's CLT error) and V_corr makes it Logistic(0, 1), so one
@@ -277,6 +278,7 @@ def test_acceptance_probability_is_logistic_in_the_exact_log_ratio(barker_varian
     assert ok == (barker_variant != "no_vcorr"), (barker_variant, freq, p)
 
 
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_acceptance_is_logistic_when_the_batch_variance_is_large(barker_variant, monkeypatch):
     """As above, with a batch whose CLT variance sigma_b^2 is 0.81 of C = 2 (eq. (18): the
     privacy noise must then be only C - sigma_b^2 = 1.19). Two-point data y = m +- 9, N = 2e4,

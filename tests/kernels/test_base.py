@@ -106,15 +106,27 @@ def test_a_base_calling_a_hook_in_init_is_caught(monkeypatch):
     assert calls == [("_reset_chain_stats", False)]
 
 
+def _release(engine, events, declared):
+    """A step that draws ``events`` (Gaussian releases) through the mechanisms in the engine's
+    recording scope, reports them, and is committed."""
+    from pyro_dp.mechanisms import NoiseSource, gaussian_release_spec
+
+    noise = NoiseSource(seed=0, warn=False)
+    with engine.recording() as drawn:
+        for ev in events:
+            gaussian_release_spec(ev.noise_multiplier).draw(noise)
+    engine.commit(drawn, events, declared)
+
+
 def _spend_past_the_plan(engine, event):
-    """Declare and report ``event`` once per iteration for one iteration past the plan; the
+    """Declare and release ``event`` once per iteration for one iteration past the plan; the
     declarations (``None``: refused)."""
     out = []
     for i in range(engine.steps_allowed + 1):
         declared = engine.declare([event], iteration=i)
         out.append(declared)
         if declared is not None:
-            engine.report([event], declared)
+            _release(engine, [event], declared)
             engine.end_iteration()
     return out
 
@@ -143,7 +155,7 @@ def test_the_engine_alone_stops_at_its_plan_and_refuses_an_undeclared_release(mo
     assert (engine.get_epsilon(1e-5) <= 5.0) != mutant and engine.ledger.num_releases == 11 + mutant
     free = privacy_engine.PrivacyEngine()  # no budget: nothing stops, but what is released is checked
     with pytest.raises(RuntimeError, match="released"):
-        free.report([ev, ev], free.declare([ev], iteration=0))
+        _release(free, [ev, ev], free.declare([ev], iteration=0))
     assert free.live.num_releases == 2
 
 

@@ -35,6 +35,7 @@ def _outside(rows, centre, radius):
     return int(((rows - centre).norm(dim=1) > radius).sum())
 
 
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_a_skewed_column_gets_a_centre_along_its_tail_and_a_smaller_ball():
     rows = _rows()
     R = float(torch.quantile(rows.norm(dim=1), 0.99))
@@ -48,6 +49,7 @@ def test_a_skewed_column_gets_a_centre_along_its_tail_and_a_smaller_ball():
     assert abs(after - before) <= 0.15 * before
 
 
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_symmetric_rows_get_no_centre():
     rows = _rows(skewed=False)
     got = private_centre(lambda: [rows], float(torch.quantile(rows.norm(dim=1), 0.99)), (0.0, 0.0), NoiseSource())
@@ -87,6 +89,7 @@ def _data(n=300, seed=5):
 
 
 @pytest.mark.parametrize("row", [1e308, -1e200, 0.7, 3.0])
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_the_centred_sum_moves_by_at_most_2c_when_one_row_is_substituted(row):
     """Every row, T = 1, the same noise draw on both data sets: the private gradient is the
     prior's plus N m + Σ clip(g_i − m) plus the draw, so substituting one row by an adversarial
@@ -103,6 +106,7 @@ def test_the_centred_sum_moves_by_at_most_2c_when_one_row_is_substituted(row):
     assert float((grads[0] - grads[1]).norm()) <= 2 * clip * (1 + 1e-12)
 
 
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_without_clipping_the_centred_gradient_is_the_uncentred_one():
     """N m + Σ (g_i − m) = Σ g_i: a clip above every row's distance from the centre leaves the
     released gradient as it is (the same noise draw; finite rows only). A centre left out of
@@ -118,6 +122,7 @@ def test_without_clipping_the_centred_gradient_is_the_uncentred_one():
 
 
 @pytest.mark.parametrize("rate", [1.0, 0.3])
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_the_compiled_centred_gradient_is_the_eager_one(rate):
     """Rows whose gradients overflow included, every row or a Poisson batch (a plate's
     ``subsample_size``: the compiled graph pads the batch to its bucket and masks the padding,

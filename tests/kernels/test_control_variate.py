@@ -250,6 +250,7 @@ def test_dphmc_contract_and_accounting():
     assert eps <= 2.0 * (1 + 1e-6) and eps <= ref * (1 + 2e-3)
 
 
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_the_releases_carry_the_noise_their_events_record():
     """The noise actually added is the noise the ledger's events state: the reference release adds
     nm_G · 2b' times the secret stream's standard normals (checked against a twin stream), and the

@@ -143,6 +143,7 @@ def test_long_chain_large_n_conjugate():
 # ---------------------------------------------------------------------------- the release
 
 
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_released_statistic_law_and_one_pass(monkeypatch):
     """Each release is S_n + N(0, (nm*2b)^2 I) (Alg. 3 step 1, centring undone), drawn fresh
     every time, and the data are read exactly once however many releases are made."""
@@ -164,6 +165,7 @@ def test_released_statistic_law_and_one_pass(monkeypatch):
     assert float(rel.noise_std) == pytest.approx(std) and rel.event.noise_multiplier == 0.5
 
 
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_clipping_binds_outside_domain():
     y = torch.tensor([0.0, 1.0, 10.0, -10.0], dtype=torch.float64)
     kernel = DPExpFamPenalty(gauss_model, GAUSS, proposal_scale=0.1, noise_multiplier=1.0, seed=0)

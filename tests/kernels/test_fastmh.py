@@ -83,6 +83,7 @@ maybe_broken = maybe_broken_fixture(fastmh_mod, "no_penalty")
 
 
 @pytest.mark.parametrize("variant", ["minibatch", "full_batch"])
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_invariance(variant, maybe_broken):
     """Chains started at exact posterior draws stay at the posterior (iid ends: exact MCSE).
 
@@ -113,6 +114,7 @@ def _mcse_check(samples, mean, var, n_sd=4.0):
     return ok, (float(x.mean()), float(x.var()), ess)
 
 
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_conjugate_posterior_long_chain(maybe_broken):
     y = make_data(1000, seed=2)
     m, v = posterior(y)
@@ -131,6 +133,7 @@ def test_conjugate_posterior_long_chain(maybe_broken):
 # ---------------------------------------------------------------------------- batch size
 
 
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_mean_batch_size_is_poisson_mean_and_cost_is_B():
     """E[B] = lambda + C E[M] (Alg. 1) with M = s|xi| in 1-d: E[M] = s sqrt(2/pi); the
     full-batch fraction is P(B >= K) = E_M[Poisson sf]; minibatch steps read only B rows."""
@@ -158,6 +161,7 @@ def test_mean_batch_size_is_poisson_mean_and_cost_is_B():
 KW = dict(lipschitz=4.0, lam=20.0, max_batch_size=100, step_epsilon=0.9, step_delta=1e-3)
 
 
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_kernel_equals_pure_step_on_pyro_model():
     """Same generators, same config: the Pyro kernel and the closed-form step agree."""
     y = make_data(1000, seed=4)
@@ -313,6 +317,7 @@ def test_step_privacy_is_alg2(n, k, eps, delta):
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.5])
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_noise_std_is_sigma_times_lemma1_sensitivity(temperature):
     """Energies are tempered, U_i = -T l_i, so the bound in energy units is c_i = T c."""
     y = make_data(1000, seed=7)
@@ -340,6 +345,7 @@ def test_uncertified_configuration_records_the_certified_event():
         DPFastMH(gauss_model, 0.02, **dict(KW, max_batch_size=10, step_delta=1e-6)).setup(0, make_data(2000))
 
 
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_privacy_for_free_is_accounted_honestly():
     """An un-noised MH accept bit is not (eps, small delta)-DP: with log ratios 0 and -Delta
     on neighbours, the reject probability goes from 0 to 1 - e^-Delta."""

@@ -206,6 +206,7 @@ def joint_with_one_correction(log_u, log_ratio, prior_ratio, noise_var):
 
 
 @pytest.mark.parametrize("noise_multiplier", [0.0, 0.5])
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_grouped_step_leaves_the_conjugate_posterior_invariant(noise_multiplier):
     ends, m, v = invariance_ends(grouped_accept, noise_multiplier)
     ok, (m_hat, v_hat) = mean_var_within_mcse(ends, m, v)
@@ -214,6 +215,7 @@ def test_grouped_step_leaves_the_conjugate_posterior_invariant(noise_multiplier)
 
 @pytest.mark.parametrize("mutant, noise_multiplier", [(no_prior_ratio, 0.0),
                                                       (joint_with_one_correction, 0.5)])
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_mutants_fail_the_invariance_test(mutant, noise_multiplier):
     ends, m, v = invariance_ends(mutant, noise_multiplier)
     ok, (m_hat, v_hat) = mean_var_within_mcse(ends, m, v)

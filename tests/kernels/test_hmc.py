@@ -198,6 +198,7 @@ def test_non_private_equals_exact_hmc():
 
 
 @pytest.mark.parametrize("target", ["corr2d", "gauss10d"])
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_invariance(target, maybe_broken):
     """K chains started at exact posterior draws must stay at the posterior (BlackJAX-style):
     the end points are iid draws from pi if the kernel leaves pi invariant, so tolerances are
@@ -266,6 +267,7 @@ LONG_SETTINGS = {k: dict(v, llr_noise_multiplier=0.45) for k, v in SETTINGS.item
 
 
 @pytest.mark.parametrize("target", ["corr2d", "gauss10d"])
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_conjugate_posterior_long_chain(target, maybe_broken):
     """Long chains reproduce the exact conjugate posterior (see :func:`long_chain_check`)."""
     y, cov = TARGETS[target]()
@@ -625,6 +627,7 @@ def maybe_kept(request, monkeypatch):
     return request.param
 
 
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_a_data_free_rejection_draws_no_ratio_noise(maybe_kept):
     """Issue 39: the step's randomness is drawn before it, the ratio's normal included; a
     trajectory that leaves the support releases no ratio and withdraws that normal, so the secret
@@ -663,6 +666,7 @@ def _rejecting(rule_factory):
 
 
 @pytest.mark.parametrize("mutant", [False, True])
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_dphmc_step_goes_through_the_mh_core(monkeypatch, mutant):
     """Issue 39: DP-HMC's step is moves 1-3 of the one MH core (:func:`~pyro_dp.kernels.mh.propose_release_accept`)
     with the trajectory as the proposal (its log q-ratio the kinetic energies, added to λ̂ in

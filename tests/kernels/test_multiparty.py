@@ -59,6 +59,7 @@ def test_invariance(maybe_broken):
     assert kernel.diagnostics()["non-private clipped fraction"] == 0.0
 
 
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_total_noise_is_parties_times_one_party():
     """Alg. 2 step 2: the noise on Σ_j d̂^(j) has variance N_p σ² (exactly, from the step's
     record, and empirically over fresh noise at a fixed proposal); its mean is the exact ratio."""

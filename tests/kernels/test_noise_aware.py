@@ -176,7 +176,7 @@ def test_ledger_is_the_plan_and_composes_to_the_budget():
     assert k.release.events == (GaussianEvent(k.noise_multiplier), GaussianEvent(k.curvature_noise_multiplier))
     # named as an approximation: the report's groups and the diagnostics
     labels = {g.label for g in pyro_dp.privacy_report(mcmc).mechanisms}
-    assert {f"{APPROXIMATION}:score", f"{APPROXIMATION}:curvature"} <= labels
+    assert APPROXIMATION in labels
     assert mcmc.diagnostics()["approximation"]["chain 0"].startswith(APPROXIMATION)
 
 

@@ -24,6 +24,7 @@ def _kernel(init, **kw):
     return k
 
 
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_non_private_update_is_gradient_ascent_on_the_log_posterior():
     """With no noise and no clipping the init is plain gradient ascent; compare with the
     recurrence written out for the conjugate Gaussian (helpers: y_i ~ N(mu, S^2), mu ~ N(M0, S0^2)):
@@ -149,6 +150,7 @@ def test_divergence_is_an_error_not_a_silent_nan():
         k.sample(k.initial_params)
 
 
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_non_finite_row_gradients_count_as_zero():
     """A row whose gradient is not finite must not make the init fail (that would reveal the
     row): it contributes zero, like in DPHMC's gradient release."""

@@ -127,6 +127,7 @@ def test_an_overflowing_row_changes_neither_the_ledger_nor_the_control_flow(K):
     assert ledgers[0] == ledgers[1]
 
 
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_the_tuner_finds_the_posterior_mode_and_the_scale_of_the_gradients():
     # noise-free test mode: DP-Adam must land within a fraction of a posterior sd of the mode
     kernel = pyro_dp.DPPenalty(gauss_model, 0.01, llr_clip=3.0, noise_multiplier=5.0, seed=0)
@@ -152,6 +153,7 @@ def _scale_regression(x, y):
 
 
 @pytest.mark.parametrize("told_the_noise", [False, True], ids=["fixed-quantile", "raised-quantile"])
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_at_large_n_the_ratio_clip_binds_for_a_few_rows_not_a_fraction(told_the_noise):
     """2026-11-26 new-user sweep: with the ratio clip at the 0.98 quantile of the gradient
     norms, 2% of the rows were clipped whatever N, and a regression's noise scale came out
@@ -177,6 +179,7 @@ def test_at_large_n_the_ratio_clip_binds_for_a_few_rows_not_a_fraction(told_the_
         assert above >= 0.01 * n
 
 
+@pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_with_noise_the_tuner_lands_near_the_mode():
     # nm of a budget eps = 1 over 60 steps on 2000 rows: the start is within a few posterior sd
     kernel = pyro_dp.DPPenalty(gauss_model, 0.01, llr_clip=3.0, noise_multiplier=5.0, seed=0)
