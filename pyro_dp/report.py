@@ -17,7 +17,7 @@ released quantities and public settings only: counts, events, noise multipliers 
 (post-processing, Räisä 2021 thesis, Thm 3); no data, no statistic of the data.
 
 **The ε-over-iterations curve.** Each chain's ledger marks where its iterations end
-(:attr:`~pyro_dp.kernels.base.ChainLedger.iteration_marks`, public counts). The point at
+(:attr:`~pyro_dp.kernels.chain_ledger.ChainLedger.iteration_marks`, public counts). The point at
 iteration ``t`` composes, for every chain, the releases it made in its first ``t``
 iterations (warmup included; iterations after a budget stop release nothing) — the ε of the
 run had every chain stopped after ``t`` iterations. Releases not tied to an iteration (a

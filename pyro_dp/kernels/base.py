@@ -424,7 +424,7 @@ class DPKernel(MCMCKernel):
         return self.privacy.ledger
 
     def chain_ledgers(self) -> list:
-        """The :class:`~pyro_dp.kernels.privacy_engine.ChainLedger` of every chain of this kernel
+        """The :class:`~pyro_dp.kernels.chain_ledger.ChainLedger` of every chain of this kernel
         object, in the order :attr:`ledger` merges them: the finished chains as they were filed
         (this process and worker processes), then the chain in progress (empty between runs)."""
         return self.privacy.chain_ledgers()

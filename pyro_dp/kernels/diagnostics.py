@@ -80,7 +80,7 @@ def chain_diagnostics(kernel, nonprivate: Optional[dict] = None) -> dict:
     ``"epsilon"`` is this chain's own ε at ``"delta"`` under ``"relation"`` (the neighbouring
     relation: ``"substitute"`` unless the kernel was built with ``relation="add_remove"``); the
     total over all chains and runs is ``kernel.get_epsilon`` / :func:`pyro_dp.get_epsilon`.
-    ``"privacy ledger"`` is this chain's :class:`~pyro_dp.kernels.privacy_engine.ChainLedger`.
+    ``"privacy ledger"`` is this chain's :class:`~pyro_dp.kernels.chain_ledger.ChainLedger`.
     ``"divergences"`` is empty (these kernels do not detect divergences; ArviZ and Pyro's summary
     expect the key). Everything here is post-processing of released values, except the keys
     starting with :data:`NONPRIVATE_PREFIX` (``nonprivate``: present only with

@@ -50,7 +50,7 @@ __all__ = ["PartyReleases", "PartyLedgers", "multiparty_release", "DPMultiPartyP
 class PartyLedgers(tuple):
     """One chain's per-party ledgers (``diagnostics()["party privacy ledgers"]``): a tuple of
     :class:`~pyro_dp.mechanisms.PrivacyLedger`, one per party, tagged with the kernel object and
-    the chain. Like :class:`~pyro_dp.kernels.base.ChainLedger`, when it is unpickled in the
+    the chain. Like :class:`~pyro_dp.kernels.chain_ledger.ChainLedger`, when it is unpickled in the
     process that owns the kernel (a chain run in an ``MCMC`` worker process comes back this
     way) it files itself with that kernel (idempotently, by chain), so per-party ε counts
     every chain of every run.

@@ -6,7 +6,7 @@ Pyro's runner owns the processes (``pyro/infer/mcmc/api.py``: ``_MultiSampler`` 
 kernel into one worker per chain and only ``diagnostics()`` comes back). A DP kernel must still
 account for every release those workers make, so this module keeps, for every kernel object:
 
-* its identity in this process (``_KERNELS``): a :class:`~pyro_dp.kernels.privacy_engine.ChainLedger`
+* its identity in this process (``_KERNELS``): a :class:`~pyro_dp.kernels.chain_ledger.ChainLedger`
   unpickled in the owner process files itself with the kernel object it belongs to;
 * :class:`WorkerReleases`, release counters in shared memory (one slot per worker chain,
   :data:`WORKER_SLOTS`), so that a worker whose ledger never comes back (killed, terminated by
