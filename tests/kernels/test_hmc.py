@@ -627,18 +627,23 @@ def maybe_kept(request, monkeypatch):
     return request.param
 
 
+def corr2d_stepping():
+    """What a loop of DP-HMC steps on ``corr2d`` needs: its terms, a copy of its settings, the public
+    and secret streams (seeds 0 and 1), unit masses and the start at the posterior mean."""
+    y, cov = corr2d()
+    terms = GaussTerms(y, cov)
+    return (terms, dict(SETTINGS["corr2d"]), torch.Generator().manual_seed(0), NoiseSource(seed=1, warn=False),
+            torch.ones(2, dtype=torch.float64), hmc_init(terms, terms.posterior()[0]))
+
+
 @pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_a_data_free_rejection_draws_no_ratio_noise(maybe_kept):
     """Issue 39: the step's randomness is drawn before it, the ratio's normal included; a
     trajectory that leaves the support releases no ratio and withdraws that normal, so the secret
     stream advances by exactly the normals of the releases made (as the eager loop, which drew
     the ratio's normal only after the validity check): D per gradient, one per ratio."""
-    y, cov = corr2d()
-    terms = GaussTerms(y, cov)
-    settings = dict(SETTINGS["corr2d"])
-    rng, noise = torch.Generator().manual_seed(0), NoiseSource(seed=1, warn=False)
-    ones = torch.ones(2, dtype=torch.float64)
-    state, events = hmc_init(terms, terms.posterior()[0]), []
+    terms, settings, rng, noise, ones, state = corr2d_stepping()
+    events = []
     for i in range(12):  # every third trajectory overflows (a data-free rejection)
         settings["step_size"] = 1e200 if i % 3 == 1 else SETTINGS["corr2d"]["step_size"]
         state, info = hmc_step(rng, noise, state, terms, inv_mass=ones, mass_sqrt=ones, **settings)

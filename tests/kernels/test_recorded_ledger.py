@@ -313,16 +313,12 @@ def _withdrawn_releases_recorded():
     """DP-HMC steps of which every third leaves the support (a data-free rejection: the ratio's
     normal, drawn before the step, is withdrawn): the iterations whose recorded events are not
     the step's released ones."""
-    from pyro_dp.kernels.hmc import hmc_init, hmc_step
+    from pyro_dp.kernels.hmc import hmc_step
 
-    from .test_hmc import SETTINGS, GaussTerms, corr2d
+    from .test_hmc import SETTINGS, corr2d_stepping
 
-    y, cov = corr2d()
-    terms = GaussTerms(y, cov)
-    settings = dict(SETTINGS["corr2d"])
-    rng, noise = torch.Generator().manual_seed(0), NoiseSource(seed=1, warn=False)
-    ones = torch.ones(2, dtype=torch.float64)
-    state, wrong = hmc_init(terms, terms.posterior()[0]), []
+    terms, settings, rng, noise, ones, state = corr2d_stepping()
+    wrong = []
     for i in range(6):
         settings["step_size"] = 1e200 if i % 3 == 1 else SETTINGS["corr2d"]["step_size"]
         with pyro_dp.mechanisms.recording() as drawn:
