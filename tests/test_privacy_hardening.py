@@ -375,6 +375,7 @@ def test_no_module_outside_mechanisms_draws_release_randomness():
         "arguments.py": "stand-in data of the set-up checks, from a fixed-seed generator (never the data)",
         "setup_checks.py": "a data-free point for the set-up checks, from a fixed-seed generator",
         "kernels/expfam.py": "set-up check of the family on rows simulated from the model (forked RNG)",
+        "default_path/noise_aware.py": "public seeds of the NUTS chain that post-processes the releases (algorithm stream)",
     }
     pattern = re.compile(r"torch\.(randn|rand|randint|randperm|poisson|binomial|multinomial|normal)\(|"
                          r"\.(normal_|uniform_|random_|bernoulli_)\(")
