@@ -232,21 +232,18 @@ def _clipped_curvature_sum(lik, z: torch.Tensor, clip: float):
 
 
 def release_quadratic(lik, centre: torch.Tensor, grad_clip: float, curvature_clip: float, score_noise: float,
-                      curvature_noise: float, noise, relation: str = "substitute", record=None):
+                      curvature_noise: float, noise, relation: str = "substitute"):
     r"""Release the clipped score sum and the clipped curvature sum at ``centre`` (module
-    docstring, releases 1 and 2) through :func:`~pyro_dp.mechanisms.clipped_sum_with_noise`;
-    ``record(event, part)`` is called right after each release (``part``: ``"score"``,
-    ``"curvature"``). Returns ``(QuadraticRelease, clipped fraction)``; the clipped fraction (of
-    the score's rows) is a statistic of the raw data, for the data holder's diagnostics only."""
+    docstring, releases 1 and 2) through :func:`~pyro_dp.mechanisms.clipped_sum_with_noise`,
+    which records each release's event in the open recorder as it draws (issue 58: the caller
+    reports ``QuadraticRelease.events``, it writes no ledger). Returns ``(QuadraticRelease,
+    clipped fraction)``; the clipped fraction (of the score's rows) is a statistic of the raw
+    data, for the data holder's diagnostics only."""
     z = centre.detach()
     _, cs = lik.clipped_grad_sum(z, grad_clip)  # reads the data ...
     score = clipped_sum_with_noise(cs, grad_clip, score_noise, noise, relation)  # ... released here
-    if record is not None:
-        record(score.event, "score")
     cv = _clipped_curvature_sum(lik, z, curvature_clip)  # reads the data ...
     curv = clipped_sum_with_noise(cv, curvature_clip, curvature_noise, noise, relation)  # ... released here
-    if record is not None:
-        record(curv.event, "curvature")
     out = QuadraticRelease(z, lik.project(score.value), vector_to_symmetric(curv.value, lik.dim),
                            float(score.noise_std), float(curv.noise_std), float(grad_clip), float(curvature_clip),
                            (score.event, curv.event))

@@ -395,7 +395,8 @@ class PrivacyEngine:
 
     def step(self, declared: Counter, on_release=None, owner: str = "the kernel") -> "_StepScope":
         """One step's scope: the step runs inside :meth:`recording` and puts what it reports
-        (``info.events``) into the list this yields; on leaving, :meth:`commit` writes what was
+        (``info.events``, and its ``label`` where it has one) into the :class:`StepReport` this
+        yields; on leaving, :meth:`commit` writes what was
         drawn. A step that raises returns no state, so nothing it computed is published: its
         draws are discarded (the ledger as before issue 58; ``tests/test_distributed.py``'s
         failing rank)."""

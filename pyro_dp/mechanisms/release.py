@@ -212,7 +212,7 @@ def add_gaussian_noise(
     draw = _gaussian_event(total, clip, noise_multiplier, relation)
     record_release(draw.event if event is None else event)  # every rank records; first: no recorder, no draw
     if shards is None or shards.rank == 0:
-        draw = _draw_noise(total, clip, noise_multiplier, noise, relation)
+        draw = _draw_noise(draw, total, noise_multiplier, noise)
     if noise_multiplier > 0:
         if shards is None:
             value = total + draw.value
@@ -224,7 +224,7 @@ def add_gaussian_noise(
     if _tap.ACTIVE is not None:  # pyro_dp.mechanisms.tap (an audit's white-box view; eager only)
         redraw = None
         if shards is None and noise_multiplier > 0:  # the same release again: fresh normals, same stream
-            redraw = lambda: total + _draw_noise(total, clip, noise_multiplier, noise, relation).value  # noqa: E731
+            redraw = lambda: total + _draw_noise(draw, total, noise_multiplier, noise).value  # noqa: E731
         value = _tap.seen(value, draw.noise_std, draw.event, redraw)
     return draw._replace(value=value)
 
@@ -459,14 +459,14 @@ def draw_gaussian_noise(
     """
     out = _gaussian_event(like, clip, noise_multiplier, relation)
     record_release(out.event if event is None else event, 1 if count is None else int(count))
-    return _draw_noise(like, clip, noise_multiplier, noise, relation, count)
+    return _draw_noise(out, like, noise_multiplier, noise, count)
 
 
-def _draw_noise(like: torch.Tensor, clip, noise_multiplier: float, noise: NoiseSource, relation: str = "substitute",
+def _draw_noise(out: NoisyRelease, like: torch.Tensor, noise_multiplier: float, noise: NoiseSource,
                 count: Optional[int] = None) -> NoisyRelease:
-    """:func:`draw_gaussian_noise` without its record (the caller records: :func:`add_gaussian_noise`,
-    or the tap's replay of a release already recorded)."""
-    out = _gaussian_event(like, clip, noise_multiplier, relation)
+    """:func:`draw_gaussian_noise` without its record, for the release ``out`` (its event and
+    std, :func:`_gaussian_event`) of a sum shaped as ``like`` (the caller records:
+    :func:`add_gaussian_noise`, or the tap's replay of a release already recorded)."""
     if count is None:
         if noise_multiplier > 0:
             return out._replace(value=noise.normal(out.noise_std, like.shape, like=like))
