@@ -20,6 +20,7 @@ from .kernels import (
     DPSGNHT,
 )
 from .default_path import DPAutoTune, DPGradientInit, DPNoiseAware, Feasibility, ModelProfile, feasibility  # registers its hook
+from .default_path.one_release import OneReleaseForecast, one_release_forecast
 from .arviz import PrivateDataWarning, to_arviz
 from .checks import SamplingWarning, check_run
 from .likelihood import PrivateLikelihood
@@ -59,6 +60,8 @@ __all__ = [
     "privacy_report",
     "PrivacyReport",
     "feasibility",
+    "one_release_forecast",
+    "OneReleaseForecast",
     "Feasibility",
     "ModelProfile",
 ]
