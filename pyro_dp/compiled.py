@@ -62,7 +62,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from .arguments import model_arguments as _model_arguments, tensor_arguments as _tensor_arguments, with_tensors as _with_tensors
 from .compile_check import check_graph, inductor_compile, warm_checker
 from .graphs import TraceFailed, hoist_broadcasts, in_fresh_thread, strip_extra_outputs
-from .mechanisms import ClippedSum, clip_and_sum, clip_and_sum_columns
+from .mechanisms.clipping import ClippedSum, clip_and_sum, clip_and_sum_columns  # the pure clip rule only
 
 __all__ = ["CompileFallbackWarning", "CompiledLikelihood", "bucket_size", "hoist_broadcasts", "CHUNK_ELEMENTS", "FORWARD_MAX_DIM",
            "COLUMNS_MAX_DIM",

@@ -74,7 +74,7 @@ from .arguments import ModelArguments
 from .compiled import CompiledLikelihood
 from .isolation import (describe_row_failure, is_value_dependent, kernel_chooses_rows,
                         nan_like_rows, robust_rows, support_rule, vmap_safe_distributions)
-from .mechanisms import ClippedSum, clip_and_sum
+from .mechanisms.clipping import ClippedSum, clip_and_sum  # the pure clip rule only (docs/architecture.md)
 from .coordinates import LikelihoodCoordinates
 from .preconditioning import Preconditioned
 from .diagnose import explain_failure

@@ -58,6 +58,76 @@ NOT_YET_FIXED = frozenset()
 # (lower layer, the layer above it that it may not import): issue 63's default path above the kernels
 LAYERS_ABOVE = (("pyro_dp.kernels", "pyro_dp.default_path"),)
 
+# docs/architecture.md's layer table, bottom to top: every pyro_dp module belongs to exactly one
+# layer (by the longest matching prefix; a module none matches is an error), and a module may
+# import its own layer, the utilities, and the layers listed before its own, except where
+# LAYER_ONLY narrows that.
+LAYERS = (
+    ("utilities", ("pyro_dp.warn", "pyro_dp.checks", "pyro_dp.heap", "pyro_dp.graphs", "pyro_dp.distributed",
+                   "pyro_dp.version")),
+    ("model", ("pyro_dp.models",)),
+    ("mechanisms", ("pyro_dp.mechanisms", "pyro_dp.accounting")),
+    ("arguments / isolation", ("pyro_dp.arguments", "pyro_dp.isolation", "pyro_dp.reach", "pyro_dp.setup_checks",
+                               "pyro_dp.structure", "pyro_dp.diagnose")),
+    ("likelihood", ("pyro_dp.likelihood", "pyro_dp.compiled", "pyro_dp.compile_check", "pyro_dp.coordinates",
+                    "pyro_dp.preconditioning")),
+    ("kernels", ("pyro_dp.kernels", "pyro_dp.examples")),
+    ("default path", ("pyro_dp.default_path",)),
+    ("runner, report", ("pyro_dp", "pyro_dp.__main__", "pyro_dp.run", "pyro_dp.report", "pyro_dp.arviz",
+                        "pyro_dp.predictive", "pyro_dp.audit", "pyro_dp.release_audit", "pyro_dp.testing",
+                        "pyro_dp.mutants", "pyro_dp.demo", "pyro_dp.cli", "pyro_dp.evaluation")),
+)
+
+# narrower rules than "any layer below" (docs/architecture.md's table): the model imports nothing
+# of the library but its own modules; mechanisms/ nothing but itself (accounting/ reads its
+# events); the likelihood only the pure clip rule of the mechanisms; the default path the model
+# layer's profiles only
+LAYER_ONLY = {
+    "model": ("pyro_dp.models",),
+    "mechanisms": ("pyro_dp.mechanisms", "pyro_dp.accounting"),
+    "likelihood": ("pyro_dp.arguments", "pyro_dp.isolation", "pyro_dp.reach", "pyro_dp.setup_checks",
+                   "pyro_dp.structure", "pyro_dp.diagnose", "pyro_dp.mechanisms.clipping", "pyro_dp.likelihood",
+                   "pyro_dp.compiled", "pyro_dp.compile_check", "pyro_dp.coordinates", "pyro_dp.preconditioning"),
+}
+LAYER_ONLY_BELOW = {"default path": ("pyro_dp.models", ("pyro_dp.models.profiles",))}
+
+
+def layer_of(name):
+    """The layer of module ``name`` (:data:`LAYERS`, the longest matching prefix), or ``None``."""
+    best, layer = -1, None
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for p in prefixes:
+            if (_within(name, p) if p != PACKAGE else name == PACKAGE) and len(p) > best:
+                best, layer = len(p), i
+    return layer
+
+
+def layer_violations(mods):
+    """``[(module, imported module, why)]``: every import the layer table forbids (imports inside
+    functions included), and every module no layer holds."""
+    out = []
+    for m in sorted(mods.values(), key=lambda m: m.name):
+        own = layer_of(m.name)
+        if own is None:
+            out.append((m.name, "", "in no layer of LAYERS"))
+            continue
+        name = LAYERS[own][0]
+        for target in sorted(m.edges):
+            if not _within(target, PACKAGE):
+                continue
+            t = layer_of(target)
+            if t is None:
+                out.append((m.name, target, "imports a module in no layer"))
+            elif t > own:
+                out.append((m.name, target, f"{name} imports {LAYERS[t][0]}, a layer above it"))
+            elif name in LAYER_ONLY and t != 0 and not any(_within(target, p) for p in LAYER_ONLY[name]):
+                out.append((m.name, target, f"{name} may import only {LAYER_ONLY[name]}"))
+            elif name in LAYER_ONLY_BELOW:
+                prefix, allowed = LAYER_ONLY_BELOW[name]
+                if _within(target, prefix) and not any(_within(target, a) for a in allowed):
+                    out.append((m.name, target, f"{name} may import only {allowed} of {prefix}"))
+    return out
+
 # private attribute names that are a Python or library protocol, not a module's private state
 PROTOCOL_PRIVATE = frozenset({"_replace", "_asdict", "_fields", "_field_defaults", "_make", "_value_"})
 
@@ -322,6 +392,7 @@ def measure():
         "private_reads_pending": [(rel(m), ln, s, k) for m in pending for ln, s, k in m.private_reads],
         "name_switches": [(rel(m), ln, s) for m in mods.values() for ln, s in m.name_switches],
         "upward_imports": upward_imports(mods),
+        "layer_violations": layer_violations(mods),
     }
 
 
@@ -368,6 +439,39 @@ def test_no_kernel_module_imports_the_default_path():
     edges = _measured()["modules"]
     assert "pyro_dp.kernels.path_hook" in edges["pyro_dp.kernels.base"].edges
     assert "pyro_dp.kernels.path_hook" in edges["pyro_dp.default_path"].edges
+
+
+def test_every_module_imports_only_the_layers_its_table_row_allows():
+    """docs/architecture.md's table, asserted for every module (not only the default path's boundary)."""
+    found = _measured()["layer_violations"]
+    assert not found, f"imports the layer table forbids: {found}"
+
+
+def test_the_layer_table_check_sees_each_kind_of_violation():
+    # mutants on the real package: the likelihood reaching the noise, mechanisms reaching the
+    # likelihood, a model module importing a kernel, the default path a benchmark model, a new
+    # top-level module in no layer
+    real = load_modules()
+    for path, text, expect in (
+            ("pyro_dp/likelihood_mutant.py", "from .mechanisms.noise import NoiseSource\n", None),
+            ("pyro_dp/mechanisms/mutant.py", "def f():\n    from ..likelihood import PrivateLikelihood\n",
+             "a layer above it"),
+            ("pyro_dp/models/mutant.py", "from ..kernels import base\n", "a layer above it"),
+            ("pyro_dp/default_path/mutant.py", "from ..models import banana\n", "may import only"),
+            ("pyro_dp/stray.py", "x = 1\n", "in no layer")):
+        mods = dict(real)
+        name = path[:-3].replace("/", ".")
+        mods[name] = Module(name, path, ast.parse(text), text.splitlines(), False)
+        found = layer_violations(analyse(mods))
+        assert found, (path, "not caught")
+        if expect is not None:
+            assert all(f[0] == name for f in found) and expect in found[0][2], found
+    # the likelihood layer reaching the noise: its own module name must be in the layer to be judged
+    mods = dict(real)
+    text = "from .mechanisms.noise import NoiseSource\n"
+    mods["pyro_dp.likelihood"] = Module("pyro_dp.likelihood", "pyro_dp/likelihood.py", ast.parse(text),
+                                        text.splitlines(), False)
+    assert [f[1] for f in layer_violations(analyse(mods))] == ["pyro_dp.mechanisms.noise"]
 
 
 def _synthetic(src):
@@ -463,7 +567,7 @@ if __name__ == "__main__":
         print("  cycle:", " ".join(c))
     for key in ("function_imports", "function_imports_pending", "private_reads", "private_reads_blocked",
                 "private_reads_pending",
-                "name_switches", "upward_imports"):
+                "name_switches", "upward_imports", "layer_violations"):
         print(f"{key}: {len(m[key])}")
         for f in m[key]:
             print("   ", *f)

@@ -77,7 +77,7 @@ from ..mechanisms import GaussianEvent, NoiseSource, recording
 from .forecast import feasibility
 from .noise_aware import CLIP_HEADROOM, DEFAULT_SCORE_SHARE, DEFAULT_TUNING_SHARE
 from .prediction import PROFILES, ModelProfile, check_int, check_positive_number, model_profile
-from .tuning import DPAutoTune, _adapt_clip
+from .tuning import DPAutoTune, adapt_clip
 
 __all__ = ["one_release_forecast", "OneReleaseForecast", "one_release_noise", "simulated_ratio_clip",
            "CLIP_SIMULATIONS"]
@@ -215,7 +215,7 @@ def simulated_ratio_clip(profile: ModelProfile, num_rows: int, tuner: DPAutoTune
             (c0, c0_q), _ = private_norm_quantiles(rows, norms, (tuner.grad_quantile, q), nm_hist, noise)
             clip, logs = (max(c0, c0_q) if raised else c0), []
             for t in range(tuner.num_steps):  # the tuner's loop, its ratio clip only (tuning.DPAutoTune.run)
-                clip = _adapt_clip(norms, clip, q, n, nm_count, noise, "substitute", lambda ev: None,
+                clip = adapt_clip(norms, clip, q, n, nm_count, noise, "substitute", lambda ev: None,
                                    tail_scaled=raised)
                 if t >= tail_from:
                     logs.append(math.log(clip))

@@ -95,6 +95,7 @@ __all__ = [
     "rule_rows",
     "DEFAULT_TUNING_SHARE",
     "private_quantiles",
+    "adapt_clip",
 ]
 
 #: Share of each chain's budget (as Gaussian-DP :math:`\mu^2`) that :class:`DPAutoTune` spends.
@@ -470,7 +471,7 @@ class DPAutoTune:
             rel = clipped_sum_with_noise(cs, clips[1], nm_step, noise, relation)  # released here
             rec("tune:start")(rel.event)
             for j in range(2):
-                clips[j] = _adapt_clip(norms, clips[j], quantiles[j], n, nm_count, noise, relation,
+                clips[j] = adapt_clip(norms, clips[j], quantiles[j], n, nm_count, noise, relation,
                                        rec("tune:clip"), tail_scaled=(j == 1 and raised))
             # ascent direction of the tempered log posterior per row (post-processing; prior data-free)
             g = (lik.temperature * lik.project(rel.value) + lik.grad_log_prior(z)) / n
@@ -563,7 +564,7 @@ def data_free_start(lik, z: torch.Tensor) -> torch.Tensor:
     return best
 
 
-def _adapt_clip(norms, clip, quantile, n, noise_multiplier, noise, relation, record, tail_scaled=False) -> float:
+def adapt_clip(norms, clip, quantile, n, noise_multiplier, noise, relation, record, tail_scaled=False) -> float:
     r"""One step of the adaptive clip of Andrew et al. 2021, Alg. 1: release the number of rows
     whose norm is at most ``clip`` (a non-finite norm is not counted: the per-row rule) with
     :func:`~pyro_dp.mechanisms.noisy_count`, and move the clip geometrically towards the
