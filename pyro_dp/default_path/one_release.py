@@ -119,10 +119,15 @@ class OneReleaseForecast:
     r"""What :func:`one_release_forecast` predicts for ``DPNoiseAware(model, epsilon=ε)`` (module doc).
     Every field is public: from :math:`N`, the budget and the profile, never from data.
 
-    :ivar num_rows, epsilon, delta, num_chains: the run.
-    :ivar noise_multiplier, curvature_noise_multiplier: :math:`\mathrm{nm}_s`, :math:`\mathrm{nm}_H`.
+    :ivar num_rows: :math:`N`.
+    :ivar epsilon: the budget's ε (all chains).
+    :ivar delta: the budget's δ.
+    :ivar num_chains: the chains sharing it.
+    :ivar noise_multiplier: :math:`\mathrm{nm}_s`, of the score release.
+    :ivar curvature_noise_multiplier: :math:`\mathrm{nm}_H`, of the curvature release.
     :ivar clip: :math:`b`, the tuner's ratio clip (the profile's quantile).
-    :ivar score_noise_sd, curvature_noise_sd: :math:`\sigma_s`, :math:`\sigma_H`.
+    :ivar score_noise_sd: :math:`\sigma_s`.
+    :ivar curvature_noise_sd: :math:`\sigma_H`.
     :ivar sd_ratio: the largest :math:`r_j`: the one-release posterior's sd over the non-private
         posterior's, in the widest direction.
     :ivar shift_sd: the largest :math:`s_j`: the standard deviation of its mean's shift from the
