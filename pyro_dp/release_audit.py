@@ -112,13 +112,17 @@ import torch
 from scipy.optimize import brentq
 from scipy.stats import norm, nct
 
+from .accounting.composition import with_replacement_amplification
+from .accounting.gdp import gdp_delta, gdp_mu
+from .accounting.subsampled import barker_batch_rdp, dp_barker_event
 from .audit import as_args, check_confidence, check_seed, factory_caller
 from .kernels.base import DPKernel
-from .mechanisms import (GaussianEvent, NonPrivateEvent, RDPCurveEvent, SubsampledGaussianEvent, StopTap,
-                         tap_releases)
+from .mechanisms import (ApproxDPEvent, GaussianEvent, NoiseSource, NonPrivateEvent, RDPCurveEvent,
+                         SubsampledGaussianEvent, StopTap, tap_releases)
 from .testing import weak_noise
 
-__all__ = ["ReleaseAudit", "audit_releases", "gaussian_mu_of_event", "mu_confidence_interval"]
+__all__ = ["ReleaseAudit", "audit_releases", "barker_given_batch_mu", "gaussian_mu_of_event", "mu_confidence_interval",
+           "with_replacement_mu"]
 
 
 @dataclass(frozen=True)
@@ -147,6 +151,11 @@ class ReleaseAudit:
         differing row, against the un-amplified ``mu_ledger`` (``row=``).
     :ivar num_draws: draws per data set; ``confidence``: of the interval; ``draws``:
         ``"kernel"`` or ``"replay"``.
+    :ivar sigma: the standard deviation of the release's noise on :math:`D` (its first coordinate),
+        as the noise-free run states it: ``mu_design * sigma`` is the noise-free shift
+        :math:`\|v_D - v_{D'}\|`, to compare with the release's sensitivity.
+    :ivar selection_seed: the seed of the batch selections the audit pinned (DP-Fast MH's batch,
+        its size and thinning: :func:`audit_releases`), ``None`` where the tap pins the batches.
     """
 
     tag: str
@@ -170,6 +179,8 @@ class ReleaseAudit:
     occurrences: int = 1
     conditional: bool = False
     draws: str = "kernel"
+    sigma: float = math.nan
+    selection_seed: Optional[int] = None
 
     @property
     def passed(self) -> bool:
@@ -200,8 +211,18 @@ def gaussian_mu_of_event(event) -> Tuple[Optional[float], str]:
     (0.5, 'Gaussian: 1/nm')
     >>> gaussian_mu_of_event(RDPCurveEvent((2.0, 8.0), (0.25, 4.0)))  # min over orders of sqrt(2 eps/alpha)
     (0.5, 'RDP curve: min sqrt(2 eps(a)/a)')
+    >>> round(gaussian_mu_of_event(ApproxDPEvent(1.0, 1e-5))[0], 5)  # the largest mu inside (1, 1e-5)
+    0.26805
     >>> gaussian_mu_of_event(NonPrivateEvent())[0] is None
     True
+
+    An :class:`~pyro_dp.mechanisms.ApproxDPEvent` :math:`(\varepsilon, \delta)` of a Gaussian
+    release: the largest :math:`\mu` whose Gaussian trade-off curve lies inside the
+    :math:`(\varepsilon, \delta)` region, :math:`\sup\{\mu : \delta_\mu(\varepsilon) \le
+    \delta\}` (:func:`~pyro_dp.accounting.gdp.gdp_mu`; Dong, Roth & Su 2022, Cor. 2.13). The
+    condition is exact for a Gaussian release (Balle & Wang 2018, Thm 8): a Gaussian of larger
+    :math:`\mu` is *not* :math:`(\varepsilon, \delta)`-DP, so comparing the measured
+    :math:`\mu` with it is the comparison of the measured trade-off curve with the region.
     """
     if isinstance(event, GaussianEvent):
         return 1.0 / event.noise_multiplier, "Gaussian: 1/nm"
@@ -211,6 +232,10 @@ def gaussian_mu_of_event(event) -> Tuple[Optional[float], str]:
         return None, f"subsampled (rate {event.sample_rate:g}): a mixture of Gaussians, not a Gaussian release"
     if isinstance(event, RDPCurveEvent):
         return min(math.sqrt(2.0 * e / a) for a, e in zip(event.orders, event.rdp)), "RDP curve: min sqrt(2 eps(a)/a)"
+    if isinstance(event, ApproxDPEvent):
+        if not (event.epsilon > 0 and 0 < event.delta < 1):
+            return None, f"{event} bounds no Gaussian release"
+        return gdp_mu(event.epsilon, event.delta), "(eps, delta): the largest Gaussian mu inside the region"
     if isinstance(event, NonPrivateEvent):
         return None, "no noise (the non-private test mode)"
     return None, f"{type(event).__name__} has no Gaussian equivalent"
@@ -259,10 +284,147 @@ def mu_confidence_interval(s_d, s_dprime, confidence: float = 0.999) -> Tuple[fl
     return float(mu), float(nc_at(1.0 - alpha) / scale), float(nc_at(alpha) / scale)
 
 
+class _PinnedSelection(NoiseSource):
+    r"""The kernel's secret stream with its **batch selections** (Poisson counts, indices with
+    and without replacement, Poisson subsamples, thinning uniforms) drawn from a second stream
+    seeded with ``selection_seed``, and its **normals** (the release noise) from the kernel's own,
+    fresh, stream (a mutant's scaled one included): every run with the same ``selection_seed``
+    selects the same batch — DP-Fast MH's size :math:`B`, its indices drawn with replacement and
+    their thinning (Zhang & Zhang 2023, Alg. 1), which :func:`~pyro_dp.mechanisms.tap_releases`
+    records but cannot pin — while its noise is fresh; with ``include``, the batch drawn with
+    replacement holds that row exactly once (:meth:`sample_with_replacement`: a white-box adversary's
+    batch, as :func:`~pyro_dp.mechanisms.tap_releases`' ``include`` for the batches it pins). For
+    the audit only, installed after the
+    kernel's ``setup`` (:func:`_pin_selection`) as :func:`~pyro_dp.mutants.weak_noise` installs
+    its mutant's source; the kernel's code is unchanged."""
+
+    def __init__(self, inner: NoiseSource, selection_seed: int, include: Optional[int] = None):  # noqa: D107
+        self.__dict__.update(inner.__dict__)  # generator, secure_mode, device, shards: the kernel's
+        self._inner = inner
+        self._selection = NoiseSource(seed=int(selection_seed), device=inner.device, warn=False)
+        self._include = include
+
+    def standard_normal(self, shape=()) -> torch.Tensor:
+        return self._inner.standard_normal(shape)
+
+    def poisson_subsample(self, n, q, device=None):
+        return self._selection.poisson_subsample(n, q, device=device)
+
+    def poisson_subsamples(self, n, q, num, device=None):
+        return self._selection.poisson_subsamples(n, q, num, device=device)
+
+    def sample_without_replacement(self, n, b, device=None):
+        return self._selection.sample_without_replacement(n, b, device=device)
+
+    def sample_with_replacement(self, n, b, device=None):
+        """The selection stream's draw; with ``include`` (the differing row), every copy of it
+        replaced by the next row and the last slot by it: the row in the batch exactly once."""
+        idx = self._selection.sample_with_replacement(n, b, device=device)
+        r = self._include
+        if r is not None and len(idx) and 0 <= int(r) < int(n):
+            idx = torch.where(idx == int(r), (int(r) + 1) % int(n), idx)
+            idx[-1] = int(r)
+        return idx
+
+    def poisson(self, rate):
+        return self._selection.poisson(rate)
+
+    def uniform(self, shape, like):
+        return self._selection.uniform(shape, like=like)
+
+
+_PINNED_CLASSES: dict = {}
+
+
+def _pin_selection(kernel: DPKernel, selection_seed: int, include: Optional[int] = None) -> DPKernel:
+    """``kernel`` (not set up) with its secret stream wrapped in :class:`_PinnedSelection` after
+    every ``setup`` (a subclass per kernel class, as :func:`~pyro_dp.mutants.weak_noise` builds)."""
+    base = type(kernel)
+    cls = _PINNED_CLASSES.get(base)
+    if cls is None:
+        def setup(self, warmup_steps, *args, **kwargs):
+            base.setup(self, warmup_steps, *args, **kwargs)
+            self._noise = _PinnedSelection(self._noise, *self._audit_selection)
+
+        cls = _PINNED_CLASSES[base] = type(f"PinnedSelection[{base.__name__}]", (base,), {"setup": setup})
+    kernel.__class__ = cls
+    kernel._audit_selection = (int(selection_seed), include)
+    return kernel
+
+
+def with_replacement_mu(epsilon: float, delta: float, batch_size: int, p: float) -> float:
+    r"""The largest :math:`\mu_0` such that a Gaussian mechanism of :math:`\mu_0` on each slot of
+    a batch of ``batch_size`` :math:`= B` slots drawn **with replacement** (each slot the changed
+    row with probability at most ``p``) is :math:`(\varepsilon, \delta)`-DP by the amplification
+    lemma the ledger of DP-Fast MH rests on (Zhang & Zhang 2023, App. B, eqs. (3)–(7), as
+    :func:`~pyro_dp.accounting.composition.with_replacement_amplification` redoes it): the
+    per-slot guarantee :math:`(\varepsilon_0, \delta_{\mu_0}(\varepsilon_0))` of the Gaussian
+    (Dong, Roth & Su 2022, Cor. 2.13), at the best :math:`\varepsilon_0`, amplified to within
+    :math:`(\varepsilon, \delta)`. The un-amplified :math:`\mu` a release given its batch must
+    meet for its ledger's :math:`(\varepsilon, \delta)` to follow (:func:`audit_releases`).
+
+    Computed by bisection on :math:`\mu_0` (the amplified :math:`\delta` increases with it); for
+    each, :math:`\varepsilon_0` ranges over a grid of 400 points up to the largest whose
+    amplified :math:`\varepsilon` is :math:`\varepsilon` (a grid can only miss a better
+    :math:`\varepsilon_0`: the result is a lower bound of the supremum, within 1e-6).
+
+    >>> round(with_replacement_mu(0.99, 1e-3, 9, 0.01), 3)
+    0.985
+    """
+    eps, delta, b, p = float(epsilon), float(delta), int(batch_size), float(p)
+    if not (eps > 0 and 0 < delta < 1 and b >= 1 and 0 < p <= 1):
+        raise ValueError(f"need epsilon > 0, 0 < delta < 1, batch_size >= 1, 0 < p <= 1; got {epsilon}, {delta}, "
+                         f"{batch_size}, {p}")
+    amp = lambda e0, d0: with_replacement_amplification(e0, d0, b, p)  # noqa: E731
+    hi = 1.0
+    while amp(hi, 0.0)[0] < eps:
+        hi *= 2.0
+    e0_max = brentq(lambda e0: amp(e0, 0.0)[0] - eps, 0.0, hi, xtol=1e-14)
+    grid = np.geomspace(e0_max * 1e-4, e0_max, 400)
+
+    def excess(mu0):  # the smallest amplified delta over the grid, minus delta
+        best = 1.0
+        for e0 in grid:
+            d0 = gdp_delta(float(e0), mu0)
+            if d0 < 1.0:
+                best = min(best, amp(float(e0), d0)[1])
+        return best - delta
+
+    lo, hi = 0.0, 1.0
+    while excess(hi) <= 0:
+        lo, hi = hi, 2.0 * hi
+    return float(brentq(excess, lo, hi, xtol=1e-7)) if lo < hi and excess(lo) <= 0 < excess(hi) else lo
+
+
+def barker_given_batch_mu(event, batch_size: int, num_rows: int) -> Optional[float]:
+    r"""If ``event`` is DP Barker's ledger event for a batch of ``batch_size`` of ``num_rows`` rows
+    (equal to :func:`~pyro_dp.accounting.subsampled.dp_barker_event` of them: Heikkilä et al.
+    2019, Thm 2 amplified by Cor. 2), the Gaussian :math:`\mu` of its **un-amplified** curve,
+    Thm 2's :math:`\varepsilon'(\alpha)` on the batch
+    (:func:`~pyro_dp.accounting.subsampled.barker_batch_rdp`) over the same orders, as
+    :func:`gaussian_mu_of_event` converts a curve (:math:`\min_\alpha\sqrt{2\varepsilon'(\alpha)/\alpha}`);
+    else ``None``.
+
+    >>> round(barker_given_batch_mu(dp_barker_event(20, 100), 20, 100), 3)  # Thm 2 at b = 20
+    1.104
+    """
+    if not isinstance(event, RDPCurveEvent):
+        return None
+    try:
+        if event != dp_barker_event(int(batch_size), int(num_rows), int(event.orders[-1])):
+            return None
+        rdp = barker_batch_rdp(int(batch_size), [int(a) for a in event.orders])
+    except ValueError:
+        return None
+    return min(math.sqrt(2.0 * e / a) for a, e in zip(event.orders, rdp.tolist()))
+
+
 def _draw(make, args, seed: int, cache: dict, num_iterations: int, pin=None, stop_after=None, replay=0,
-          replay_at=None, batches=None, include=None):
+          replay_at=None, batches=None, include=None,
+          selection=None):
     """One run of a fresh kernel under the tap: ``(releases seen, batches, rows)`` (a list of
-    TappedRelease with ``.batches`` and ``.batch_at``; ``rows``: the likelihood's number of rows)."""
+    TappedRelease with ``.batches`` and ``.batch_at``; ``rows``: the likelihood's number of rows).
+    ``selection``: the batch selections drawn from a stream seeded with it (:class:`_PinnedSelection`)."""
     k = make()
     if not isinstance(k, DPKernel):
         raise TypeError(f"kernel_factory must return a pyro_dp DPKernel, got {type(k).__name__}")
@@ -273,6 +435,8 @@ def _draw(make, args, seed: int, cache: dict, num_iterations: int, pin=None, sto
                          "build the kernel with jit_compile=False or None")
     k.jit_compile = False
     k.seed, k.noise_seed, k._jit_cache = seed, None, cache  # one public seed; fresh secret noise (pyro_dp.audit)
+    if selection is not None:  # the batch selections from a stream of their own (_PinnedSelection)
+        k = _pin_selection(k, selection, include)
     with tap_releases(pin=pin, stop_after=stop_after, replay=replay, replay_at=replay_at, batches=batches,
                       include=include) as seen:
         try:
@@ -304,41 +468,125 @@ def _kinds(reference, occurrence) -> List:
     return sorted(out, key=lambda t: t[0].index)
 
 
+def _batch_before(r, reference) -> Optional[int]:
+    """The index of the last batch selected before release ``r`` (``None``: none)."""
+    before = [j for j, at in enumerate(reference.batch_at) if at <= r.index]
+    return before[-1] if before else None
+
+
 def _subsampling(r, event, reference) -> Optional[str]:
     """Why release ``r`` is subsampled (its stated or recorded event a subsampled Gaussian of rate
-    below 1, or its batch, the last selected before it, smaller than the data), else ``None``."""
+    below 1, or its batch, the last selected before it, smaller than the data, or drawn with
+    replacement), else ``None``."""
     for e in (event, r.recorded_event):
         if isinstance(e, SubsampledGaussianEvent) and e.sample_rate < 1.0:
             return f"subsampled (rate {e.sample_rate:g})"
-    before = [j for j, at in enumerate(reference.batch_at) if at <= r.index]
-    if any(j in reference.unpinned for j in before):
-        return "subsampled (a batch the tap records but does not pin: DP-Fast MH's, Zhang & Zhang 2023 Alg. 1)"
-    n = reference.num_rows
-    if before and n is not None and len(reference.batches[before[-1]]) < n:
-        return f"subsampled (batch of {len(reference.batches[before[-1]])} of {n} rows)"
+    j = _batch_before(r, reference)
+    if j is None:
+        return None
+    n, size = reference.num_rows, len(reference.batches[j])
+    if j in reference.unpinned:
+        return (f"subsampled (a batch of {size} of {n} rows drawn with replacement, its size and thinning secret "
+                "draws: DP-Fast MH's, Zhang & Zhang 2023 Alg. 1)")
+    if n is not None and size < n:
+        return f"subsampled (batch of {size} of {n} rows)"
     return None
 
 
-def _ledger_mu(r, event, reference, row) -> Tuple[Optional[float], str, bool]:
+def _ledger_mu(r, event, reference, row, selection=None) -> Tuple[Optional[float], str, bool]:
     """``(mu_ledger, how, conditional)`` of release ``r`` (:func:`gaussian_mu_of_event`), given its
-    batch contains the row ``row`` when it is subsampled (``conditional``), else ``(None, why not,
-    False)``."""
+    batch contains the row ``row`` when it is subsampled (``conditional``; module doc, "Subsampled
+    releases"), else ``(None, why not, False)``."""
     sub = _subsampling(r, event, reference)
     if sub is None:
+        if isinstance(r.recorded_event, ApproxDPEvent):  # DP-Fast MH's step: the ledger's (eps, delta)
+            if selection is None:
+                return None, (f"{r.recorded_event}: a release whose branch is decided by a batch size the tap "
+                              "does not see (DP-Fast MH's B, Zhang & Zhang 2023 Alg. 2); pass row= so that the "
+                              "audit pins the batch selections"), False
+            event = r.recorded_event
         mu, how = gaussian_mu_of_event(event)
         return mu, how, False
-    if "does not pin" in sub:
-        return None, f"{sub}: its batch size and thinning are secret draws the audit cannot fix", False
     if row is None:
         return None, (f"{sub}: a mixture of Gaussians over the secret batch; pass row= to audit it given a "
                       "batch that contains the differing row"), False
+    j = _batch_before(r, reference)
+    n = reference.num_rows
+    if j is not None and j in reference.unpinned:  # DP-Fast MH's batch: pinned by the selection stream
+        if selection is None:
+            return None, f"{sub}: no selection seed in the search put row {row} in it exactly once", False
+        b = len(reference.batches[j])
+        e = next((x for x in (event, r.recorded_event) if isinstance(x, ApproxDPEvent)), None)
+        if e is None or not (e.epsilon > 0 and 0 < e.delta < 1) or b < 1:
+            return None, f"{sub}: its event {event} is not an (eps, delta) the audit can un-amplify", False
+        mu = with_replacement_mu(e.epsilon, e.delta, b, 1.0 / n)
+        return mu, (f"{sub}, given its batch (selection seed {selection}) with row {row} in it once: the largest "
+                    f"per-slot Gaussian mu whose amplification over {b} slots at p = 1/{n} is within {e}"), True
     e = next((x for x in (event, r.recorded_event) if isinstance(x, SubsampledGaussianEvent)), event)
     if isinstance(e, SubsampledGaussianEvent):
         return 1.0 / e.noise_multiplier, f"{sub}, given its batch contains row {row}: un-amplified 1/nm", True
     if isinstance(e, GaussianEvent):
         return 1.0 / e.noise_multiplier, f"{sub}, given its batch contains row {row}: 1/nm", True
-    return None, (f"{sub}: its {type(e).__name__} is the amplified one (e.g. DP Barker's curve, Heikkilä et al. "
-                  "2019 Cor. 2); the un-amplified bound a given batch must meet is not in the event"), False
+    b = len(reference.batches[j]) if j is not None else None
+    mu = None if b is None or n is None else barker_given_batch_mu(e, b, n)
+    if mu is not None:
+        return mu, (f"{sub}, given its batch contains row {row}: DP Barker's un-amplified curve (Heikkilä et al. "
+                    "2019 Thm 2 on the batch; the ledger's is Cor. 2's amplification of it)"), True
+    return None, (f"{sub}: its {type(e).__name__} is not one whose un-amplified bound the audit knows (a Gaussian, "
+                  "DP Barker's curve, DP-Fast MH's (eps, delta))"), False
+
+
+def _needs_selection(reference) -> bool:
+    """Whether the reference run shows a selection the tap cannot pin: a batch drawn with
+    replacement (DP-Fast MH's, whose size and thinning are secret draws too) or a release stating
+    an :class:`~pyro_dp.mechanisms.ApproxDPEvent` (DP-Fast MH's minibatch mode, whose batch size
+    decides the branch even when no batch follows)."""
+    return bool(reference.unpinned) or any(isinstance(r.event, ApproxDPEvent) or
+                                           isinstance(r.recorded_event, ApproxDPEvent) for r in reference)
+
+
+#: selection seeds the audit tries for DP-Fast MH's batch, and how many qualifying ones it compares
+SELECTION_SEEDS = 32
+SELECTION_CANDIDATES = 4
+
+
+def _choose_selection(make, args, seed, cache, num_iterations, row, unpinned_reference):
+    """``(selection seed, reference run)`` for a kernel whose batch the tap cannot pin (DP-Fast
+    MH's). Each selection seed ``0, 1, ...`` (:data:`SELECTION_SEEDS`) fixes the batch sizes, the
+    batches drawn with replacement — the row ``row`` in each exactly once
+    (:class:`_PinnedSelection`) — and their thinning; a seed qualifies if every such batch holds
+    the row once (an empty batch does not). Of the first :data:`SELECTION_CANDIDATES` qualifying
+    seeds, the one whose releases after such a batch move most between :math:`D` and :math:`D'`
+    (the smallest noise-free shift over noise std, in the seed's reference run's pinned state) is
+    taken: a white-box adversary who fixes the batch with the row in it and kept by the thinning
+    on both data sets (Zhang & Zhang 2023, Alg. 1 keeps a row with a probability that depends on
+    its value, so a seed may drop it on one side). The choice uses noise-free runs only (data and
+    public draws), never the audited draws. ``(None, unpinned_reference)`` when no seed qualifies
+    (the releases after such a batch are then skipped, with the reason)."""
+    noise_free = lambda: weak_noise(make(), 0.0)  # noqa: E731
+    best, found = None, 0
+    for s in range(SELECTION_SEEDS):
+        ref = _draw(make, args[0], seed, cache, num_iterations, include=row, selection=s)
+        if not all(int((ref.batches[j] == int(row)).sum()) == 1 for j in ref.unpinned):
+            continue
+        pin = {i: r.value for i, r in enumerate(ref)}
+        free = [_draw(noise_free, a, seed, cache, num_iterations, pin=pin, batches=dict(enumerate(ref.batches)),
+                      include=row, selection=s) for a in args]
+        after = {i for i in range(len(ref)) if any(at <= i for j, at in enumerate(ref.batch_at) if j in ref.unpinned)}
+        if len(free[0]) != len(ref) or len(free[1]) != len(ref):
+            continue
+        shifts = [float((free[0][i].computed - free[1][i].computed).double().norm()) /
+                  max(float(free[0][i].noise_std.reshape(-1)[0]) if free[0][i].noise_std.numel() else 0.0, 1e-300)
+                  for i in sorted(after)]
+        score = min(shifts) if shifts else 0.0
+        if best is None or score > best[0]:
+            best = (score, s, ref)
+        found += 1
+        if found >= SELECTION_CANDIDATES:
+            break
+    if best is None:
+        return None, unpinned_reference
+    return best[1], best[2]
 
 
 def audit_releases(
@@ -443,16 +691,20 @@ def audit_releases(
     n, cache, out = int(num_draws), {}, []
     with pyro.validation_enabled(not disable_validation):
         reference = _draw(make, args[0], seed, cache, num_iterations, include=row)
+        selection = None
+        if row is not None and _needs_selection(reference):  # DP-Fast MH: its batch pinned from outside
+            selection, reference = _choose_selection(make, args, seed, cache, num_iterations, row, reference)
         pinned_batches = dict(enumerate(reference.batches))
         todo = []  # (release, event, common, mu_ledger) of the releases to measure
         for r, event, k, m in _kinds(reference, occurrence):
             if labels is not None and r.label not in labels:
                 continue
             tag = f"{r.label or 'step'} @ {r.site}" + (f" #{k}" if k else "")
-            mu_ledger, how, conditional = _ledger_mu(r, event, reference, row)
+            mu_ledger, how, conditional = _ledger_mu(r, event, reference, row, selection)
             common = dict(tag=tag, label=r.label or "", site=r.site, index=r.index, event=event,
                           recorded_event=r.recorded_event, occurrence=k, occurrences=m, dim=int(r.value.numel()),
-                          num_draws=n, confidence=confidence, conditional=conditional, draws=draws)
+                          num_draws=n, confidence=confidence, conditional=conditional, draws=draws,
+                          selection_seed=selection)
             if mu_ledger is None:
                 out.append(ReleaseAudit(mu_ledger=math.nan, mu=math.nan, mu_low=math.nan, mu_high=math.nan,
                                         mu_design=math.nan, sound=None, powerful=None, skipped=how, **common))
@@ -466,7 +718,8 @@ def audit_releases(
             batch), stopped after it; the releases ``replay_at`` replayed ``n`` times."""
             pin = {i: reference[i].value for i in range(last)}
             seen = _draw(factory, a, seed, cache, num_iterations, pin=pin, stop_after=last,
-                         replay=n if replay_at else 0, replay_at=replay_at, batches=pinned_batches, include=row)
+                         replay=n if replay_at else 0, replay_at=replay_at, batches=pinned_batches, include=row,
+                         selection=selection)
             for r, common, _ in todo:
                 if r.index <= last and (len(seen) <= r.index or seen[r.index].site != r.site):
                     got = seen[r.index].site if len(seen) > r.index else "no release"
@@ -503,7 +756,7 @@ def audit_releases(
                 s = [np.array([float(run_to(make, a, r.index)[r.index].value.reshape(-1).to(torch.float64) @ u)
                                for _ in range(n)]) for a in args]
             mu, lo, hi = mu_confidence_interval(s[0], s[1], confidence)
-            out.append(ReleaseAudit(mu_ledger=mu_ledger, mu=mu, mu_low=lo, mu_high=hi, mu_design=mu_design,
+            out.append(ReleaseAudit(mu_ledger=mu_ledger, mu=mu, mu_low=lo, mu_high=hi, mu_design=mu_design, sigma=sigma,
                                     sound=bool(lo <= mu_ledger), powerful=bool(hi >= power_fraction * mu_ledger),
                                     skipped=None, **common))
     out.sort(key=lambda a: (a.index, a.tag))

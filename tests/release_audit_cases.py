@@ -183,6 +183,9 @@ class ReplayCase(NamedTuple):
         ratio below 0.8 that is not a closed form (DP Barker's); ``None``: the ledger is tight.
     :ivar at_clip: which releases the neighbours are at the clip for (default: all).
     :ivar num_draws: replayed draws per data set.
+    :ivar design: where the ledger is loose, the closed form of ``mu_design`` at the clip,
+        ``design(audit) -> mu`` (asserted to 1e-6: the neighbours move the noise-free release by
+        its whole sensitivity, so that the power check against ``mu_design`` is one at the clip).
     """
 
     factory: Callable
@@ -196,6 +199,7 @@ class ReplayCase(NamedTuple):
     ratio: object = None
     at_clip: Optional[Callable] = None
     num_draws: int = 1000
+    design: Optional[Callable] = None
 
 
 #: draws per data set of the replayed audits: the interval's half-width about 0.2 at
@@ -208,6 +212,31 @@ REPLAY_CONFIDENCE = 0.99999
 #: against the former
 BARKER_REPLAY_DRAWS = 2000
 SQRT_HALF = 2 ** -0.5
+
+
+#: DP Barker subsampled: a batch of 20 of 100 rows (rate 1/5) without replacement
+BARKER_BATCH = 20
+#: DP-Fast MH's minibatch mode: on 100 rows, c = 0.05 (C = 5, so that B ~ Poisson(5 + 5M) is
+#: below K = 10 nine times in ten), Thm 2's per-step (0.99, 1e-3): Alg. 2's sigma_1 = 2.01
+FASTMH_MINIBATCH = dict(lipschitz=0.05, lam=5.0, max_batch_size=10, step_epsilon=0.99, step_delta=1e-3)
+
+
+def _barker_subsampled():
+    return pyro_dp.DPBarker(model, BARKER_BATCH, 0.3, **KW)
+
+
+def _fastmh_minibatch():
+    return pyro_dp.DPFastMH(model, 0.3, **FASTMH_MINIBATCH, **KW)
+
+
+def fastmh_sigma1(num_rows=100):
+    r"""Alg. 2's :math:`\sigma_1` of :data:`FASTMH_MINIBATCH` on ``num_rows`` rows (public settings
+    only): the minibatch release's noise is :math:`\sigma_1\Delta(\ell_1)`, so at the clip its
+    :math:`\mu` given the batch is :math:`1/\sigma_1`."""
+    from pyro_dp.accounting.algorithms import fastmh_step_privacy
+
+    c = FASTMH_MINIBATCH
+    return fastmh_step_privacy(c["step_epsilon"], c["step_delta"], c["max_batch_size"], 1.0 / num_rows).sigma1
 
 
 def _sgld_default():
@@ -269,6 +298,17 @@ REPLAY_CASES = {
     "defaultSGLD:centre-radii": ReplayCase(_sgld_default, pair("count"), ("tune:centre",), 0, 1, 0, 2, "tuning",
                                            at_clip=lambda a: a.dim > 1),
     "defaultSGLD:own": ReplayCase(_sgld_default, pair("far"), ("",), "all", 2, 0, 2),
+    # DP Barker subsampled (20 of 100 rows), given a batch that contains row 0, against Thm 2's
+    # un-amplified curve (mu 1.104; the ledger's is its amplification, Cor. 2): its noise allows
+    # mu = (2/sqrt b)/sqrt(C - sigma_b^2), 0.32 to 0.45, so the power check is against that
+    "DPBarker:subsampled": ReplayCase(_barker_subsampled, pair(num_rows=100), None, "all", 2, 0, 2,
+                                      ratio="loose", design=lambda a: 2.0 / math.sqrt(BARKER_BATCH) / a.sigma),
+    # DP-Fast MH's minibatch release (B < K), its batch, size and thinning pinned by the audit's
+    # selection stream with row 0 in it once and kept: against the largest per-slot Gaussian mu
+    # whose with-replacement amplification over B slots stays within the ledger's (0.99, 1e-3)
+    # (about 1.0 to 1.2); its noise allows 1/sigma_1 = 0.50 (Alg. 2's calibration is looser)
+    "DPFastMH:minibatch": ReplayCase(_fastmh_minibatch, pair(num_rows=100), None, "all", 2, 0, 2, ratio="loose",
+                                     design=lambda a: 1.0 / fastmh_sigma1()),
 }
 
 #: which of a case's release kinds its neighbours are at the clip for (the others are audited
@@ -280,7 +320,8 @@ AT_CLIP = {
 }
 REPLAY_CASES.update(_families())
 #: the replayed cases whose releases are subsampled (rate below 1): audited given their batch
-SUBSAMPLED = {"DPSGLD:poisson", "DPMinibatchPenalty:poisson", "DPMinibatchPenalty:without_replacement"}
+SUBSAMPLED = {"DPSGLD:poisson", "DPMinibatchPenalty:poisson", "DPMinibatchPenalty:without_replacement",
+              "DPBarker:subsampled", "DPFastMH:minibatch"}
 
 
 # --------------------------------------------------------------------------- mutants
