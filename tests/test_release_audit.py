@@ -277,6 +277,39 @@ def test_subsampled_release_given_its_batch_with_fresh_kernels():
     assert a.sound and a.powerful and a.mu_design >= 0.8 * a.mu_ledger, str(a)
 
 
+@pytest.mark.parametrize("case", ["DPBarker:subsampled", "DPFastMH:minibatch"])
+def test_barker_and_fastmh_subsampled_releases_given_their_batch_with_fresh_kernels(case):
+    """``row=`` with a fresh kernel per draw (``DRAWS`` = 60): DP Barker's batch (20 of 100, the
+    tap's pin) and DP-Fast MH's (its size, indices with the row once, and thinning: the audit's
+    selection stream, the same in every fresh kernel) are the reference run's in every draw, so
+    the release is a Gaussian given its batch: sound against the un-amplified bound, at the clip
+    (the closed-form design mu), and powerful against the mu its noise allows (the ledger is
+    looser). The weak-noise mutants: the replayed cases (60 draws cannot separate DP Barker's
+    mutant, 1.6 against 1.10)."""
+    c = REPLAY_CASES[case]
+    (a,) = audit_releases(c.factory, *c.data, num_draws=DRAWS, confidence=CONFIDENCE, row=0)
+    assert a.conditional and a.sound, str(a)
+    assert a.mu_design == pytest.approx(c.design(a), rel=1e-6) and a.mu_design < 0.8 * a.mu_ledger, str(a)
+    assert a.powerful_at(a.mu_design), str(a)
+    assert (a.selection_seed is not None) == (case == "DPFastMH:minibatch"), str(a)
+
+
+def test_selection_stream_pins_fastmh_batch_and_not_its_noise():
+    """The audit's selection stream (``release_audit._PinnedSelection``) gives two fresh DP-Fast MH
+    kernels the same batch size, batch (with the row in it exactly once) and thinning, and fresh
+    release noise; the kernel's own stream would draw a new batch in each."""
+    from pyro_dp.release_audit import _draw
+
+    c = REPLAY_CASES["DPFastMH:minibatch"]
+    runs = [_draw(c.factory, c.data[0], 0, {}, 1, include=0, selection=s) for s in (3, 3, None)]
+    (b0,), (b1,), (b2,) = (r.batches for r in runs)
+    assert torch.equal(b0, b1) and int((b0 == 0).sum()) == 1, (b0, b1)
+    assert not torch.equal(b0, b2) or len(b0) != len(b2)
+    assert runs[0][0].value != runs[1][0].value  # fresh noise
+    free = [_draw(lambda: weak_noise(c.factory(), 0.0), c.data[0], 0, {}, 1, include=0, selection=3) for _ in range(2)]
+    assert torch.equal(free[0][0].value, free[1][0].value)  # same batch, size and thinning: same noise-free value
+
+
 @pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_replay_refuses_normals_not_drawn_from_the_stream():
     """The tap replays a release only if the normals it added are a draw of a secret stream, bit
