@@ -41,8 +41,11 @@ chooses everything but the release's own noise. For one release of a kernel:
 :math:`\mu_{\rm ledger} = 1/\mathrm{nm}` for a Gaussian event (sensitivity over noise), the
 smallest :math:`\sqrt{2\varepsilon(\alpha)/\alpha}` over the listed orders for an RDP curve
 (a Gaussian release of :math:`\mu` is :math:`(\alpha, \alpha\mu^2/2)`-RDP, so a larger
-:math:`\mu` breaks the curve at that order), and none otherwise (the release is skipped, with
-the reason). The release is
+:math:`\mu` breaks the curve at that order), the largest :math:`\mu` with
+:math:`\delta_\mu(\varepsilon) \le \delta` for an :math:`(\varepsilon, \delta)` event (Dong,
+Roth & Su 2022, Cor. 2.13: the Gaussian trade-off curve inside the :math:`(\varepsilon, \delta)`
+region, exact for a Gaussian release), the un-amplified bound given the batch for a subsampled
+release (below), and none otherwise (the release is skipped, with the reason). The release is
 
 * **sound** if :math:`\underline\mu \le \mu_{\rm ledger}`: else, at the stated confidence, the
   release leaks more than its ledger says (weaker noise, a wrong sensitivity, a clip not
@@ -74,18 +77,54 @@ exercise is the kernel's code between the draw and the release a second time —
 ``"kernel"`` checks, on every family's own releases in the tests.
 
 **Subsampled releases** (a ``SubsampledGaussianEvent`` of rate below 1 stated or recorded, or
-a batch smaller than the data) are a mixture of Gaussians over the secret batch. With
-``row=r`` every batch selection contains the differing row (the tap puts it in, then pins every
-batch to the reference run's), and the release is audited **given its batch**: a Gaussian of
-:math:`\mu \le \Delta/\sigma = 1/\mathrm{nm}`, the ledger's *un-amplified* :math:`\mu`
-(``conditional`` in the result). Amplification by subsampling (Balle, Barthe & Gaboardi 2018;
-Zhu & Wang 2019 for Poisson sampling) is the accountant's job and is tested against oracles
-in ``tests/accounting``: this audit checks the Gaussian mechanism inside it — the clip, the
-sensitivity, the noise. Without ``row`` such a release is skipped, with the reason. Also
-skipped, with the reason: DP Barker's subsampled release (its RDP curve is the amplified one,
-Heikkilä et al. 2019 Cor. 2, and the un-amplified bound a given batch must meet is not in the
-event) and DP-Fast MH's minibatch release (its batch size and thinning are secret draws apart
-from the batch, Zhang & Zhang 2023 Alg. 1, which the tap records but does not pin).
+a batch smaller than the data, or drawn with replacement) are a mixture of Gaussians over the
+secret batch. With ``row=r`` every batch selection contains the differing row (the tap puts it
+in, then pins every batch to the reference run's), and the release is audited **given its
+batch** (``conditional`` in the result) against the *un-amplified* :math:`\mu` the ledger's
+event rests on:
+
+* a subsampled Gaussian (DP-SGLD, the minibatch penalty): :math:`\mu \le \Delta/\sigma =
+  1/\mathrm{nm}`;
+* DP Barker (its event, an RDP curve, is the amplified one: Heikkilä et al. 2019 Thm 2 on the
+  batch, amplified by Cor. 2): the event is recognised as
+  :func:`~pyro_dp.accounting.subsampled.dp_barker_event` of the batch's size :math:`b` and the
+  data's :math:`N`, and the bound is the Gaussian :math:`\mu` of Thm 2's own curve on those
+  orders (:func:`barker_given_batch_mu`; 1.104 at :math:`b = 20`). Its noise allows
+  :math:`(2/\sqrt b)/\sqrt{C - \sigma_b^2}` at the clip (0.32 to 0.45 at :math:`b = 20`): the
+  bound is loose, and the power check is against ``mu_design`` (:meth:`ReleaseAudit.powerful_at`);
+* DP-Fast MH's minibatch release (Zhang & Zhang 2023, Alg. 1–2): its batch size :math:`B`,
+  indices drawn with replacement and thinning uniforms are secret draws the tap cannot pin, so
+  the audit pins them **from outside the kernel**: after ``setup`` the kernel's secret stream is
+  wrapped (:class:`_PinnedSelection`, as :func:`~pyro_dp.mutants.weak_noise` wraps it for its
+  mutant) so that every batch selection comes from a stream seeded with a *selection seed*, the
+  row ``r`` put into the batch exactly once, while the release's normals stay the kernel's fresh
+  ones. Of the first selection seeds, the one whose noise-free releases move most between
+  :math:`D` and :math:`D'` is taken (the thinning keeps a row with a probability that depends
+  on its value: the adversary picks a batch that keeps it on both sides; noise-free runs only).
+  Given that batch the release is a Gaussian, and the ledger's event an
+  :class:`~pyro_dp.mechanisms.ApproxDPEvent` :math:`(\varepsilon, \delta)` of the whole step.
+  The bound a given batch must meet is the per-slot Gaussian :math:`\mu_0` from which the
+  ledger's :math:`(\varepsilon, \delta)` follows by the amplification lemma of Thm 2's proof
+  (App. B) at the drawn :math:`B` and :math:`p = 1/N`: the largest :math:`\mu_0` for which
+  the amplification of :math:`(\varepsilon_0, \delta_{\mu_0}(\varepsilon_0))` over :math:`B`
+  slots (:func:`~pyro_dp.accounting.composition.with_replacement_amplification`) is within
+  :math:`(\varepsilon, \delta)` for some :math:`\varepsilon_0` (:func:`with_replacement_mu`). Its noise allows :math:`1/\sigma_1` (one copy of the row
+  moves the sum by :math:`\Delta(\ell_1)`, the noise is :math:`\sigma_1\Delta(\ell_1)`), below
+  the bound (Alg. 2's :math:`6Kp` and its classical Gaussian calibration are looser than the
+  exact lemma): the power check is against ``mu_design``. A batch with :math:`k` copies of the
+  row is group privacy over :math:`k` slots, not audited. DP-Fast MH's full-batch branch
+  (:math:`B \ge K`), with its selection pinned, is a Gaussian release against the ledger's
+  :math:`(\varepsilon, \delta)` directly (:func:`gaussian_mu_of_event`: the largest Gaussian
+  :math:`\mu` inside the region, an exact condition for a Gaussian).
+
+What this verifies is the Gaussian mechanism inside each amplified release — the clip, the
+sensitivity, the noise — and that it meets the premise of the ledger's amplification at the
+given batch. What it does not verify is the amplification itself (Balle, Barthe & Gaboardi
+2018; Zhu & Wang 2019 for Poisson sampling; WBK19 Thm 9 for DP Barker; Zhang & Zhang 2023
+App. B for DP-Fast MH), which is the accountant's and is tested against oracles in
+``tests/accounting``, nor the mixture over batches a real run draws. Without ``row`` such a
+release is skipped, with the reason (and so is every DP-Fast MH minibatch-mode release: whether
+it is the minibatch or the full-batch branch is decided by the unpinned :math:`B`).
 
 **Assumptions and what is not covered.** Gaussian release noise of a data-free variance (DP
 Barker's :math:`\sqrt{C-\sigma_b^2}` depends on the data a little; the pooled variance is then
@@ -645,9 +684,11 @@ def audit_releases(
         last of the reference run), a sequence of such indices, or ``"all"``.
     :param str draws: ``"kernel"`` (default) or ``"replay"`` (above).
     :param int row: the index of the differing row among the rows a batch selects. Given, every
-        batch selection contains it (:func:`~pyro_dp.mechanisms.tap_releases` ``include``), and a
-        subsampled release (rate below 1) is audited **given its batch** against the ledger's
-        un-amplified :math:`\mu = 1/\mathrm{nm}` (module doc); without it such a release is skipped.
+        batch selection contains it (:func:`~pyro_dp.mechanisms.tap_releases` ``include``; DP-Fast
+        MH's batch, its size and thinning: the audit's selection stream, the row in it once), and a
+        subsampled release is audited **given its batch** against the ledger's un-amplified
+        :math:`\mu` (:math:`1/\mathrm{nm}`, DP Barker's Thm 2 curve, DP-Fast MH's per-slot bound:
+        module doc); without it such a release is skipped, with the reason.
     :param args_fn: optional ``args_fn(x) -> tuple`` of the model's positional arguments.
     :param bool disable_validation: Pyro's validation off, as :class:`pyro.infer.MCMC` runs.
     :returns: one :class:`ReleaseAudit` per release audited or skipped, in the order of the

@@ -423,8 +423,11 @@ def table(cases=None, num_draws=200):
             ev = type(a.event).__name__ + (f"({a.event.noise_multiplier:.3g})"
                                            if hasattr(a.event, "noise_multiplier") else "")
             if a.conditional:
-                ev += f", given its batch (ledger: {type(a.recorded_event).__name__} rate " \
-                      f"{a.recorded_event.sample_rate:g})"
+                rec = a.recorded_event
+                ledger = (f"rate {rec.sample_rate:g}" if hasattr(rec, "sample_rate") else
+                          f"({rec.epsilon:g}, {rec.delta:g})" if hasattr(rec, "delta") else "amplified")
+                ev += f", given its batch (ledger: {type(rec).__name__} {ledger}" + (
+                    f"; selection seed {a.selection_seed})" if a.selection_seed is not None else ")")
             power = "yes" if a.powerful else "NO"
             if not a.powerful and a.mu_design < 0.8 * a.mu_ledger and at_clip(a):
                 power += f" (vs design: {'yes' if a.powerful_at(a.mu_design) else 'NO'})"
