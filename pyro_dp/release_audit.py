@@ -89,14 +89,16 @@ event rests on:
   batch, amplified by Cor. 2): the event is recognised as
   :func:`~pyro_dp.accounting.subsampled.dp_barker_event` of the batch's size :math:`b` and the
   data's :math:`N`, and the bound is the Gaussian :math:`\mu` of Thm 2's own curve on those
-  orders (:func:`barker_given_batch_mu`; 1.104 at :math:`b = 20`). Its noise allows
-  :math:`(2/\sqrt b)/\sqrt{C - \sigma_b^2}` at the clip (0.32 to 0.45 at :math:`b = 20`): the
-  bound is loose, and the power check is against ``mu_design`` (:meth:`ReleaseAudit.powerful_at`);
+  orders (:func:`~pyro_dp.audit_batches.barker_given_batch_mu`; 1.104 at :math:`b = 20`). Its
+  noise allows :math:`(2/\sqrt b)/\sqrt{C - \sigma_b^2}` at the clip (0.32 to 0.45 at
+  :math:`b = 20`): the bound is loose, and the power check is against ``mu_design``
+  (:meth:`ReleaseAudit.powerful_at`);
 * DP-Fast MH's minibatch release (Zhang & Zhang 2023, Alg. 1–2): its batch size :math:`B`,
   indices drawn with replacement and thinning uniforms are secret draws the tap cannot pin, so
   the audit pins them **from outside the kernel**: after ``setup`` the kernel's secret stream is
-  wrapped (:class:`_PinnedSelection`, as :func:`~pyro_dp.mutants.weak_noise` wraps it for its
-  mutant) so that every batch selection comes from a stream seeded with a *selection seed*, the
+  wrapped (:class:`~pyro_dp.audit_batches.PinnedSelection`, as
+  :func:`~pyro_dp.mutants.weak_noise` wraps it for its mutant) so that every batch selection
+  comes from a stream seeded with a *selection seed*, the
   row ``r`` put into the batch exactly once, while the release's normals stay the kernel's fresh
   ones. Of the first selection seeds, the one whose noise-free releases move most between
   :math:`D` and :math:`D'` is taken (the thinning keeps a row with a probability that depends
@@ -108,8 +110,9 @@ event rests on:
   (App. B) at the drawn :math:`B` and :math:`p = 1/N`: the largest :math:`\mu_0` for which
   the amplification of :math:`(\varepsilon_0, \delta_{\mu_0}(\varepsilon_0))` over :math:`B`
   slots (:func:`~pyro_dp.accounting.composition.with_replacement_amplification`) is within
-  :math:`(\varepsilon, \delta)` for some :math:`\varepsilon_0` (:func:`with_replacement_mu`). Its noise allows :math:`1/\sigma_1` (one copy of the row
-  moves the sum by :math:`\Delta(\ell_1)`, the noise is :math:`\sigma_1\Delta(\ell_1)`), below
+  :math:`(\varepsilon, \delta)` for some :math:`\varepsilon_0`
+  (:func:`~pyro_dp.audit_batches.with_replacement_mu`). Its noise allows :math:`1/\sigma_1`
+  (one copy of the row moves the sum by :math:`\Delta(\ell_1)`, the noise is :math:`\sigma_1\Delta(\ell_1)`), below
   the bound (Alg. 2's :math:`6Kp` and its classical Gaussian calibration are looser than the
   exact lemma): the power check is against ``mu_design``. A batch with :math:`k` copies of the
   row is group privacy over :math:`k` slots, not audited. DP-Fast MH's full-batch branch
@@ -151,17 +154,15 @@ import torch
 from scipy.optimize import brentq
 from scipy.stats import norm, nct
 
-from .accounting.composition import with_replacement_amplification
-from .accounting.gdp import gdp_delta, gdp_mu
-from .accounting.subsampled import barker_batch_rdp, dp_barker_event
+from .accounting.gdp import gdp_mu
 from .audit import as_args, check_confidence, check_seed, factory_caller
+from .audit_batches import barker_given_batch_mu, pin_selection, with_replacement_mu
 from .kernels.base import DPKernel
-from .mechanisms import (ApproxDPEvent, GaussianEvent, NoiseSource, NonPrivateEvent, RDPCurveEvent,
-                         SubsampledGaussianEvent, StopTap, tap_releases)
+from .mechanisms import (ApproxDPEvent, GaussianEvent, NonPrivateEvent, RDPCurveEvent, SubsampledGaussianEvent,
+                         StopTap, tap_releases)
 from .testing import weak_noise
 
-__all__ = ["ReleaseAudit", "audit_releases", "barker_given_batch_mu", "gaussian_mu_of_event", "mu_confidence_interval",
-           "with_replacement_mu"]
+__all__ = ["ReleaseAudit", "audit_releases", "gaussian_mu_of_event", "mu_confidence_interval"]
 
 
 @dataclass(frozen=True)
@@ -323,147 +324,13 @@ def mu_confidence_interval(s_d, s_dprime, confidence: float = 0.999) -> Tuple[fl
     return float(mu), float(nc_at(1.0 - alpha) / scale), float(nc_at(alpha) / scale)
 
 
-class _PinnedSelection(NoiseSource):
-    r"""The kernel's secret stream with its **batch selections** (Poisson counts, indices with
-    and without replacement, Poisson subsamples, thinning uniforms) drawn from a second stream
-    seeded with ``selection_seed``, and its **normals** (the release noise) from the kernel's own,
-    fresh, stream (a mutant's scaled one included): every run with the same ``selection_seed``
-    selects the same batch — DP-Fast MH's size :math:`B`, its indices drawn with replacement and
-    their thinning (Zhang & Zhang 2023, Alg. 1), which :func:`~pyro_dp.mechanisms.tap_releases`
-    records but cannot pin — while its noise is fresh; with ``include``, the batch drawn with
-    replacement holds that row exactly once (:meth:`sample_with_replacement`: a white-box adversary's
-    batch, as :func:`~pyro_dp.mechanisms.tap_releases`' ``include`` for the batches it pins). For
-    the audit only, installed after the
-    kernel's ``setup`` (:func:`_pin_selection`) as :func:`~pyro_dp.mutants.weak_noise` installs
-    its mutant's source; the kernel's code is unchanged."""
-
-    def __init__(self, inner: NoiseSource, selection_seed: int, include: Optional[int] = None):  # noqa: D107
-        self.__dict__.update(inner.__dict__)  # generator, secure_mode, device, shards: the kernel's
-        self._inner = inner
-        self._selection = NoiseSource(seed=int(selection_seed), device=inner.device, warn=False)
-        self._include = include
-
-    def standard_normal(self, shape=()) -> torch.Tensor:
-        return self._inner.standard_normal(shape)
-
-    def poisson_subsample(self, n, q, device=None):
-        return self._selection.poisson_subsample(n, q, device=device)
-
-    def poisson_subsamples(self, n, q, num, device=None):
-        return self._selection.poisson_subsamples(n, q, num, device=device)
-
-    def sample_without_replacement(self, n, b, device=None):
-        return self._selection.sample_without_replacement(n, b, device=device)
-
-    def sample_with_replacement(self, n, b, device=None):
-        """The selection stream's draw; with ``include`` (the differing row), every copy of it
-        replaced by the next row and the last slot by it: the row in the batch exactly once."""
-        idx = self._selection.sample_with_replacement(n, b, device=device)
-        r = self._include
-        if r is not None and len(idx) and 0 <= int(r) < int(n):
-            idx = torch.where(idx == int(r), (int(r) + 1) % int(n), idx)
-            idx[-1] = int(r)
-        return idx
-
-    def poisson(self, rate):
-        return self._selection.poisson(rate)
-
-    def uniform(self, shape, like):
-        return self._selection.uniform(shape, like=like)
-
-
-_PINNED_CLASSES: dict = {}
-
-
-def _pin_selection(kernel: DPKernel, selection_seed: int, include: Optional[int] = None) -> DPKernel:
-    """``kernel`` (not set up) with its secret stream wrapped in :class:`_PinnedSelection` after
-    every ``setup`` (a subclass per kernel class, as :func:`~pyro_dp.mutants.weak_noise` builds)."""
-    base = type(kernel)
-    cls = _PINNED_CLASSES.get(base)
-    if cls is None:
-        def setup(self, warmup_steps, *args, **kwargs):
-            base.setup(self, warmup_steps, *args, **kwargs)
-            self._noise = _PinnedSelection(self._noise, *self._audit_selection)
-
-        cls = _PINNED_CLASSES[base] = type(f"PinnedSelection[{base.__name__}]", (base,), {"setup": setup})
-    kernel.__class__ = cls
-    kernel._audit_selection = (int(selection_seed), include)
-    return kernel
-
-
-def with_replacement_mu(epsilon: float, delta: float, batch_size: int, p: float) -> float:
-    r"""The largest :math:`\mu_0` such that a Gaussian mechanism of :math:`\mu_0` on each slot of
-    a batch of ``batch_size`` :math:`= B` slots drawn **with replacement** (each slot the changed
-    row with probability at most ``p``) is :math:`(\varepsilon, \delta)`-DP by the amplification
-    lemma the ledger of DP-Fast MH rests on (Zhang & Zhang 2023, App. B, eqs. (3)–(7), as
-    :func:`~pyro_dp.accounting.composition.with_replacement_amplification` redoes it): the
-    per-slot guarantee :math:`(\varepsilon_0, \delta_{\mu_0}(\varepsilon_0))` of the Gaussian
-    (Dong, Roth & Su 2022, Cor. 2.13), at the best :math:`\varepsilon_0`, amplified to within
-    :math:`(\varepsilon, \delta)`. The un-amplified :math:`\mu` a release given its batch must
-    meet for its ledger's :math:`(\varepsilon, \delta)` to follow (:func:`audit_releases`).
-
-    Computed by bisection on :math:`\mu_0` (the amplified :math:`\delta` increases with it); for
-    each, :math:`\varepsilon_0` ranges over a grid of 400 points up to the largest whose
-    amplified :math:`\varepsilon` is :math:`\varepsilon` (a grid can only miss a better
-    :math:`\varepsilon_0`: the result is a lower bound of the supremum, within 1e-6).
-
-    >>> round(with_replacement_mu(0.99, 1e-3, 9, 0.01), 3)
-    0.985
-    """
-    eps, delta, b, p = float(epsilon), float(delta), int(batch_size), float(p)
-    if not (eps > 0 and 0 < delta < 1 and b >= 1 and 0 < p <= 1):
-        raise ValueError(f"need epsilon > 0, 0 < delta < 1, batch_size >= 1, 0 < p <= 1; got {epsilon}, {delta}, "
-                         f"{batch_size}, {p}")
-    amp = lambda e0, d0: with_replacement_amplification(e0, d0, b, p)  # noqa: E731
-    hi = 1.0
-    while amp(hi, 0.0)[0] < eps:
-        hi *= 2.0
-    e0_max = brentq(lambda e0: amp(e0, 0.0)[0] - eps, 0.0, hi, xtol=1e-14)
-    grid = np.geomspace(e0_max * 1e-4, e0_max, 400)
-
-    def excess(mu0):  # the smallest amplified delta over the grid, minus delta
-        best = 1.0
-        for e0 in grid:
-            d0 = gdp_delta(float(e0), mu0)
-            if d0 < 1.0:
-                best = min(best, amp(float(e0), d0)[1])
-        return best - delta
-
-    lo, hi = 0.0, 1.0
-    while excess(hi) <= 0:
-        lo, hi = hi, 2.0 * hi
-    return float(brentq(excess, lo, hi, xtol=1e-7)) if lo < hi and excess(lo) <= 0 < excess(hi) else lo
-
-
-def barker_given_batch_mu(event, batch_size: int, num_rows: int) -> Optional[float]:
-    r"""If ``event`` is DP Barker's ledger event for a batch of ``batch_size`` of ``num_rows`` rows
-    (equal to :func:`~pyro_dp.accounting.subsampled.dp_barker_event` of them: Heikkilä et al.
-    2019, Thm 2 amplified by Cor. 2), the Gaussian :math:`\mu` of its **un-amplified** curve,
-    Thm 2's :math:`\varepsilon'(\alpha)` on the batch
-    (:func:`~pyro_dp.accounting.subsampled.barker_batch_rdp`) over the same orders, as
-    :func:`gaussian_mu_of_event` converts a curve (:math:`\min_\alpha\sqrt{2\varepsilon'(\alpha)/\alpha}`);
-    else ``None``.
-
-    >>> round(barker_given_batch_mu(dp_barker_event(20, 100), 20, 100), 3)  # Thm 2 at b = 20
-    1.104
-    """
-    if not isinstance(event, RDPCurveEvent):
-        return None
-    try:
-        if event != dp_barker_event(int(batch_size), int(num_rows), int(event.orders[-1])):
-            return None
-        rdp = barker_batch_rdp(int(batch_size), [int(a) for a in event.orders])
-    except ValueError:
-        return None
-    return min(math.sqrt(2.0 * e / a) for a, e in zip(event.orders, rdp.tolist()))
-
-
 def _draw(make, args, seed: int, cache: dict, num_iterations: int, pin=None, stop_after=None, replay=0,
           replay_at=None, batches=None, include=None,
           selection=None):
     """One run of a fresh kernel under the tap: ``(releases seen, batches, rows)`` (a list of
     TappedRelease with ``.batches`` and ``.batch_at``; ``rows``: the likelihood's number of rows).
-    ``selection``: the batch selections drawn from a stream seeded with it (:class:`_PinnedSelection`)."""
+    ``selection``: the batch selections drawn from a stream seeded with it
+    (:class:`~pyro_dp.audit_batches.PinnedSelection`)."""
     k = make()
     if not isinstance(k, DPKernel):
         raise TypeError(f"kernel_factory must return a pyro_dp DPKernel, got {type(k).__name__}")
@@ -474,8 +341,8 @@ def _draw(make, args, seed: int, cache: dict, num_iterations: int, pin=None, sto
                          "build the kernel with jit_compile=False or None")
     k.jit_compile = False
     k.seed, k.noise_seed, k._jit_cache = seed, None, cache  # one public seed; fresh secret noise (pyro_dp.audit)
-    if selection is not None:  # the batch selections from a stream of their own (_PinnedSelection)
-        k = _pin_selection(k, selection, include)
+    if selection is not None:  # the batch selections from a stream of their own (audit_batches)
+        k = pin_selection(k, selection, include)
     with tap_releases(pin=pin, stop_after=stop_after, replay=replay, replay_at=replay_at, batches=batches,
                       include=include) as seen:
         try:
@@ -593,7 +460,7 @@ def _choose_selection(make, args, seed, cache, num_iterations, row, unpinned_ref
     """``(selection seed, reference run)`` for a kernel whose batch the tap cannot pin (DP-Fast
     MH's). Each selection seed ``0, 1, ...`` (:data:`SELECTION_SEEDS`) fixes the batch sizes, the
     batches drawn with replacement — the row ``row`` in each exactly once
-    (:class:`_PinnedSelection`) — and their thinning; a seed qualifies if every such batch holds
+    (:class:`~pyro_dp.audit_batches.PinnedSelection`) — and their thinning; a seed qualifies if every such batch holds
     the row once (an empty batch does not). Of the first :data:`SELECTION_CANDIDATES` qualifying
     seeds, the one whose releases after such a batch move most between :math:`D` and :math:`D'`
     (the smallest noise-free shift over noise std, in the seed's reference run's pinned state) is

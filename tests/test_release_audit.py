@@ -305,7 +305,7 @@ def test_barker_and_fastmh_subsampled_releases_given_their_batch_with_fresh_kern
 
 
 def test_selection_stream_pins_fastmh_batch_and_not_its_noise():
-    """The audit's selection stream (``release_audit._PinnedSelection``) gives two fresh DP-Fast MH
+    """The audit's selection stream (``audit_batches.PinnedSelection``) gives two fresh DP-Fast MH
     kernels the same batch size, batch (with the row in it exactly once) and thinning, and fresh
     release noise; the kernel's own stream would draw a new batch in each."""
     from pyro_dp.release_audit import _draw
