@@ -53,8 +53,10 @@ statistic), computed at the mu's of the design column of docs/audit.md's tables.
   (mu 1.104 against the noise's 0.32 to 0.45; DP-Fast MH about 1.0 to 1.2 against 0.497), so
   power is checked against the design mu, which is asserted in closed form (the noise-free
   shift is the sensitivity: 2/sqrt(b); 1/sigma_1): missed with probability 2e-9 and 2e-11
-  replayed (1000 draws), 1.4e-4 and 6e-5 with fresh kernels (60 draws). Their mutants (mu 1.62
-  against 1.104; 2.48 against 0.985 to 1.17) miss with probability 1.5e-9 and below 1e-15.
+  replayed (1000 draws), 1.4e-4 and 6e-5 with fresh kernels (60 draws), where they are also
+  checked sound against the design mu (false alarm 5e-4 each). Their mutants (mu 1.62 against
+  1.104; 2.48 against 0.985 to 1.17) miss with probability 1.5e-9 and below 1e-15 replayed;
+  DP-Fast MH's with fresh kernels (40 draws, against the design's 0.497) with 1e-6.
 * The power mutant (DPPenalty with the row at 0.1 and 0: a twentieth of the sensitivity, mu 0.1
   against 2) is reported powerful with probability 4e-6.
 """
@@ -301,7 +303,20 @@ def test_barker_and_fastmh_subsampled_releases_given_their_batch_with_fresh_kern
     assert a.conditional and a.sound, str(a)
     assert a.mu_design == pytest.approx(c.design(a), rel=1e-6) and a.mu_design < 0.8 * a.mu_ledger, str(a)
     assert a.powerful_at(a.mu_design), str(a)
+    assert a.mu_low <= a.mu_design, str(a)  # sound against the noise the release states, too
     assert (a.selection_seed is not None) == (case == "DPFastMH:minibatch"), str(a)
+
+
+def test_fastmh_minibatch_weak_noise_with_fresh_kernels_is_caught():
+    """DP-Fast MH's weak-noise mutant (a fifth of the noise) with a fresh kernel per draw, its batch
+    pinned in each by the selection stream: louder than the noise its release states (mu 2.5
+    against the design's 0.497: missed with probability 1e-6 at 40 draws). Against the ledger's
+    bound (1.17) 40 draws would miss it with probability 0.08: the replayed case checks that."""
+    c = REPLAY_CASES["DPFastMH:minibatch"]
+    (a,) = audit_releases(lambda: weak_noise(c.factory(), FACTOR), *c.data, num_draws=MUTANT_DRAWS,
+                          confidence=CONFIDENCE, row=0)
+    assert a.conditional and a.selection_seed is not None, str(a)
+    assert a.mu_low > a.mu_design, str(a)
 
 
 def test_selection_stream_pins_fastmh_batch_and_not_its_noise():
