@@ -193,6 +193,36 @@ def test_gaussian_mu_of_events():
     assert gdp_delta(1.0, mu) <= 1e-5 < gdp_delta(1.0, mu * (1 + 1e-9))
 
 
+def test_given_batch_bounds():
+    """The un-amplified bounds of :mod:`pyro_dp.audit_batches`. DP-Fast MH's: the kernel's own
+    per-slot Gaussian (1/sigma_1), whose amplification over K - 1 slots its ledger certifies, is
+    within the bound at K - 1 (and the bound is the supremum: 1 % more breaks the ledger's delta
+    at every eps_0 of a finer grid, 1 % less does not); it shrinks as the batch grows. DP Barker's: Thm 2's curve on
+    the batch, recognised only for the batch and data sizes of the event."""
+    from pyro_dp.accounting.algorithms import fastmh_step_privacy
+    from pyro_dp.accounting.composition import with_replacement_amplification
+    from pyro_dp.accounting.subsampled import barker_batch_rdp, dp_barker_event
+    from pyro_dp.audit_batches import barker_given_batch_mu, with_replacement_mu
+
+    sp = fastmh_step_privacy(0.99, 1e-3, 10, 0.01)
+    ev = sp.event
+    mu = with_replacement_mu(ev.epsilon, ev.delta, 9, 0.01)
+    assert 1.0 / sp.sigma1 <= mu
+    e0 = np.geomspace(1e-4, 20.0, 2000)
+
+    def within(m):  # some eps_0 of the grid amplifies (eps_0, delta_m(eps_0)) to within the ledger's
+        amp = [with_replacement_amplification(e, gdp_delta(e, m), 9, 0.01) for e in e0 if gdp_delta(e, m) < 1]
+        return any(x <= ev.epsilon and y <= ev.delta for x, y in amp)
+
+    assert within(0.99 * mu) and not within(1.01 * mu)
+    assert with_replacement_mu(ev.epsilon, ev.delta, 5, 0.01) > mu > with_replacement_mu(ev.epsilon, ev.delta, 20, 0.01)
+    e = dp_barker_event(20, 100)
+    orders = [int(a) for a in e.orders]
+    expected = min(np.sqrt(2 * x / a) for a, x in zip(orders, barker_batch_rdp(20, orders)))
+    assert barker_given_batch_mu(e, 20, 100) == pytest.approx(expected, rel=1e-12)
+    assert barker_given_batch_mu(e, 20, 200) is None and barker_given_batch_mu(GaussianEvent(1.0), 20, 100) is None
+
+
 @pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
 def test_tap_is_off_by_default_and_does_not_nest():
     assert tap_module.ACTIVE is None
