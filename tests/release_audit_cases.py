@@ -21,9 +21,10 @@ Every Gaussian release has noise multiplier 0.5 (:math:`\mu_{\rm ledger} = 2`) w
 takes one: a larger :math:`\mu` makes the power check sharp with few draws (the interval's width
 in :math:`\mu` barely grows with :math:`\mu`), and the audit of one release does not care what a
 whole run would spend. Exceptions: DP Barker (its noise is fixed by its test, :math:`C = 2`;
-the ledger is an RDP curve), DP-Fast MH (noise multiplier 0.82 from ``step_epsilon=0.99``,
-``step_delta=0.9``: ``step_epsilon < 1`` is required), DP-SGLD (2.0: the Langevin noise, the
-larger of it and the one asked for, is the release's), the default path (its own calibration at
+the ledger is an RDP curve; its subsampled case: 20 of 100 rows), DP-Fast MH (noise multiplier
+0.82 from ``step_epsilon=0.99``, ``step_delta=0.9``: ``step_epsilon < 1`` is required; its
+minibatch case, :data:`FASTMH_MINIBATCH` on 100 rows: :math:`\sigma_1 = 2.01`), DP-SGLD (2.0:
+the Langevin noise, the larger of it and the one asked for, is the release's), the default path (its own calibration at
 ``epsilon=1000`` on 20 rows: noise multipliers from 0.2 to 1.8 in its tuning releases), the
 multi-party kernel's party 1 (1.0, so that the two parties' releases are two kinds).
 """
