@@ -41,8 +41,11 @@ chooses everything but the release's own noise. For one release of a kernel:
 :math:`\mu_{\rm ledger} = 1/\mathrm{nm}` for a Gaussian event (sensitivity over noise), the
 smallest :math:`\sqrt{2\varepsilon(\alpha)/\alpha}` over the listed orders for an RDP curve
 (a Gaussian release of :math:`\mu` is :math:`(\alpha, \alpha\mu^2/2)`-RDP, so a larger
-:math:`\mu` breaks the curve at that order), and none otherwise (the release is skipped, with
-the reason). The release is
+:math:`\mu` breaks the curve at that order), the largest :math:`\mu` with
+:math:`\delta_\mu(\varepsilon) \le \delta` for an :math:`(\varepsilon, \delta)` event (Dong,
+Roth & Su 2022, Cor. 2.13: the Gaussian trade-off curve inside the :math:`(\varepsilon, \delta)`
+region, exact for a Gaussian release), the un-amplified bound given the batch for a subsampled
+release (below), and none otherwise (the release is skipped, with the reason). The release is
 
 * **sound** if :math:`\underline\mu \le \mu_{\rm ledger}`: else, at the stated confidence, the
   release leaks more than its ledger says (weaker noise, a wrong sensitivity, a clip not
@@ -74,18 +77,57 @@ exercise is the kernel's code between the draw and the release a second time —
 ``"kernel"`` checks, on every family's own releases in the tests.
 
 **Subsampled releases** (a ``SubsampledGaussianEvent`` of rate below 1 stated or recorded, or
-a batch smaller than the data) are a mixture of Gaussians over the secret batch. With
-``row=r`` every batch selection contains the differing row (the tap puts it in, then pins every
-batch to the reference run's), and the release is audited **given its batch**: a Gaussian of
-:math:`\mu \le \Delta/\sigma = 1/\mathrm{nm}`, the ledger's *un-amplified* :math:`\mu`
-(``conditional`` in the result). Amplification by subsampling (Balle, Barthe & Gaboardi 2018;
-Zhu & Wang 2019 for Poisson sampling) is the accountant's job and is tested against oracles
-in ``tests/accounting``: this audit checks the Gaussian mechanism inside it — the clip, the
-sensitivity, the noise. Without ``row`` such a release is skipped, with the reason. Also
-skipped, with the reason: DP Barker's subsampled release (its RDP curve is the amplified one,
-Heikkilä et al. 2019 Cor. 2, and the un-amplified bound a given batch must meet is not in the
-event) and DP-Fast MH's minibatch release (its batch size and thinning are secret draws apart
-from the batch, Zhang & Zhang 2023 Alg. 1, which the tap records but does not pin).
+a batch smaller than the data, or drawn with replacement) are a mixture of Gaussians over the
+secret batch. With ``row=r`` every batch selection contains the differing row (the tap puts it
+in, then pins every batch to the reference run's), and the release is audited **given its
+batch** (``conditional`` in the result) against the *un-amplified* :math:`\mu` the ledger's
+event rests on:
+
+* a subsampled Gaussian (DP-SGLD, the minibatch penalty): :math:`\mu \le \Delta/\sigma =
+  1/\mathrm{nm}`;
+* DP Barker (its event, an RDP curve, is the amplified one: Heikkilä et al. 2019 Thm 2 on the
+  batch, amplified by Cor. 2): the event is recognised as
+  :func:`~pyro_dp.accounting.subsampled.dp_barker_event` of the batch's size :math:`b` and the
+  data's :math:`N`, and the bound is the Gaussian :math:`\mu` of Thm 2's own curve on those
+  orders (:func:`~pyro_dp.audit_batches.barker_given_batch_mu`; 1.104 at :math:`b = 20`). Its
+  noise allows :math:`(2/\sqrt b)/\sqrt{C - \sigma_b^2}` at the clip (0.32 to 0.45 at
+  :math:`b = 20`): the bound is loose, and the power check is against ``mu_design``
+  (:meth:`ReleaseAudit.powerful_at`);
+* DP-Fast MH's minibatch release (Zhang & Zhang 2023, Alg. 1–2): its batch size :math:`B`,
+  indices drawn with replacement and thinning uniforms are secret draws the tap cannot pin, so
+  the audit pins them **from outside the kernel**: after ``setup`` the kernel's secret stream is
+  wrapped (:class:`~pyro_dp.audit_batches.PinnedSelection`, as
+  :func:`~pyro_dp.mutants.weak_noise` wraps it for its mutant) so that every batch selection
+  comes from a stream seeded with a *selection seed*, the
+  row ``r`` put into the batch exactly once, while the release's normals stay the kernel's fresh
+  ones. Of the first selection seeds, the one whose noise-free releases move most between
+  :math:`D` and :math:`D'` is taken (the thinning keeps a row with a probability that depends
+  on its value: the adversary picks a batch that keeps it on both sides; noise-free runs only).
+  Given that batch the release is a Gaussian, and the ledger's event an
+  :class:`~pyro_dp.mechanisms.ApproxDPEvent` :math:`(\varepsilon, \delta)` of the whole step.
+  The bound a given batch must meet is the per-slot Gaussian :math:`\mu_0` from which the
+  ledger's :math:`(\varepsilon, \delta)` follows by the amplification lemma of Thm 2's proof
+  (App. B) at the drawn :math:`B` and :math:`p = 1/N`: the largest :math:`\mu_0` for which
+  the amplification of :math:`(\varepsilon_0, \delta_{\mu_0}(\varepsilon_0))` over :math:`B`
+  slots (:func:`~pyro_dp.accounting.composition.with_replacement_amplification`) is within
+  :math:`(\varepsilon, \delta)` for some :math:`\varepsilon_0`
+  (:func:`~pyro_dp.audit_batches.with_replacement_mu`). Its noise allows :math:`1/\sigma_1`
+  (one copy of the row moves the sum by :math:`\Delta(\ell_1)`, the noise is :math:`\sigma_1\Delta(\ell_1)`), below
+  the bound (Alg. 2's :math:`6Kp` and its classical Gaussian calibration are looser than the
+  exact lemma): the power check is against ``mu_design``. A batch with :math:`k` copies of the
+  row is group privacy over :math:`k` slots, not audited. DP-Fast MH's full-batch branch
+  (:math:`B \ge K`), with its selection pinned, is a Gaussian release against the ledger's
+  :math:`(\varepsilon, \delta)` directly (:func:`gaussian_mu_of_event`: the largest Gaussian
+  :math:`\mu` inside the region, an exact condition for a Gaussian).
+
+What this verifies is the Gaussian mechanism inside each amplified release — the clip, the
+sensitivity, the noise — and that it meets the premise of the ledger's amplification at the
+given batch. What it does not verify is the amplification itself (Balle, Barthe & Gaboardi
+2018; Zhu & Wang 2019 for Poisson sampling; WBK19 Thm 9 for DP Barker; Zhang & Zhang 2023
+App. B for DP-Fast MH), which is the accountant's and is tested against oracles in
+``tests/accounting``, nor the mixture over batches a real run draws. Without ``row`` such a
+release is skipped, with the reason (and so is every DP-Fast MH minibatch-mode release: whether
+it is the minibatch or the full-batch branch is decided by the unpinned :math:`B`).
 
 **Assumptions and what is not covered.** Gaussian release noise of a data-free variance (DP
 Barker's :math:`\sqrt{C-\sigma_b^2}` depends on the data a little; the pooled variance is then
@@ -112,10 +154,12 @@ import torch
 from scipy.optimize import brentq
 from scipy.stats import norm, nct
 
+from .accounting.gdp import gdp_mu
 from .audit import as_args, check_confidence, check_seed, factory_caller
+from .audit_batches import barker_given_batch_mu, pin_selection, with_replacement_mu
 from .kernels.base import DPKernel
-from .mechanisms import (GaussianEvent, NonPrivateEvent, RDPCurveEvent, SubsampledGaussianEvent, StopTap,
-                         tap_releases)
+from .mechanisms import (ApproxDPEvent, GaussianEvent, NonPrivateEvent, RDPCurveEvent, SubsampledGaussianEvent,
+                         StopTap, tap_releases)
 from .testing import weak_noise
 
 __all__ = ["ReleaseAudit", "audit_releases", "gaussian_mu_of_event", "mu_confidence_interval"]
@@ -147,6 +191,11 @@ class ReleaseAudit:
         differing row, against the un-amplified ``mu_ledger`` (``row=``).
     :ivar num_draws: draws per data set; ``confidence``: of the interval; ``draws``:
         ``"kernel"`` or ``"replay"``.
+    :ivar sigma: the standard deviation of the release's noise on :math:`D` (its first coordinate),
+        as the noise-free run states it: ``mu_design * sigma`` is the noise-free shift
+        :math:`\|v_D - v_{D'}\|`, to compare with the release's sensitivity.
+    :ivar selection_seed: the seed of the batch selections the audit pinned (DP-Fast MH's batch,
+        its size and thinning: :func:`audit_releases`), ``None`` where the tap pins the batches.
     """
 
     tag: str
@@ -170,6 +219,8 @@ class ReleaseAudit:
     occurrences: int = 1
     conditional: bool = False
     draws: str = "kernel"
+    sigma: float = math.nan
+    selection_seed: Optional[int] = None
 
     @property
     def passed(self) -> bool:
@@ -200,8 +251,18 @@ def gaussian_mu_of_event(event) -> Tuple[Optional[float], str]:
     (0.5, 'Gaussian: 1/nm')
     >>> gaussian_mu_of_event(RDPCurveEvent((2.0, 8.0), (0.25, 4.0)))  # min over orders of sqrt(2 eps/alpha)
     (0.5, 'RDP curve: min sqrt(2 eps(a)/a)')
+    >>> round(gaussian_mu_of_event(ApproxDPEvent(1.0, 1e-5))[0], 5)  # the largest mu inside (1, 1e-5)
+    0.26805
     >>> gaussian_mu_of_event(NonPrivateEvent())[0] is None
     True
+
+    An :class:`~pyro_dp.mechanisms.ApproxDPEvent` :math:`(\varepsilon, \delta)` of a Gaussian
+    release: the largest :math:`\mu` whose Gaussian trade-off curve lies inside the
+    :math:`(\varepsilon, \delta)` region, :math:`\sup\{\mu : \delta_\mu(\varepsilon) \le
+    \delta\}` (:func:`~pyro_dp.accounting.gdp.gdp_mu`; Dong, Roth & Su 2022, Cor. 2.13). The
+    condition is exact for a Gaussian release (Balle & Wang 2018, Thm 8): a Gaussian of larger
+    :math:`\mu` is *not* :math:`(\varepsilon, \delta)`-DP, so comparing the measured
+    :math:`\mu` with it is the comparison of the measured trade-off curve with the region.
     """
     if isinstance(event, GaussianEvent):
         return 1.0 / event.noise_multiplier, "Gaussian: 1/nm"
@@ -211,6 +272,10 @@ def gaussian_mu_of_event(event) -> Tuple[Optional[float], str]:
         return None, f"subsampled (rate {event.sample_rate:g}): a mixture of Gaussians, not a Gaussian release"
     if isinstance(event, RDPCurveEvent):
         return min(math.sqrt(2.0 * e / a) for a, e in zip(event.orders, event.rdp)), "RDP curve: min sqrt(2 eps(a)/a)"
+    if isinstance(event, ApproxDPEvent):
+        if not (event.epsilon > 0 and 0 < event.delta < 1):
+            return None, f"{event} bounds no Gaussian release"
+        return gdp_mu(event.epsilon, event.delta), "(eps, delta): the largest Gaussian mu inside the region"
     if isinstance(event, NonPrivateEvent):
         return None, "no noise (the non-private test mode)"
     return None, f"{type(event).__name__} has no Gaussian equivalent"
@@ -260,9 +325,12 @@ def mu_confidence_interval(s_d, s_dprime, confidence: float = 0.999) -> Tuple[fl
 
 
 def _draw(make, args, seed: int, cache: dict, num_iterations: int, pin=None, stop_after=None, replay=0,
-          replay_at=None, batches=None, include=None):
+          replay_at=None, batches=None, include=None,
+          selection=None):
     """One run of a fresh kernel under the tap: ``(releases seen, batches, rows)`` (a list of
-    TappedRelease with ``.batches`` and ``.batch_at``; ``rows``: the likelihood's number of rows)."""
+    TappedRelease with ``.batches`` and ``.batch_at``; ``rows``: the likelihood's number of rows).
+    ``selection``: the batch selections drawn from a stream seeded with it
+    (:class:`~pyro_dp.audit_batches.PinnedSelection`)."""
     k = make()
     if not isinstance(k, DPKernel):
         raise TypeError(f"kernel_factory must return a pyro_dp DPKernel, got {type(k).__name__}")
@@ -273,6 +341,8 @@ def _draw(make, args, seed: int, cache: dict, num_iterations: int, pin=None, sto
                          "build the kernel with jit_compile=False or None")
     k.jit_compile = False
     k.seed, k.noise_seed, k._jit_cache = seed, None, cache  # one public seed; fresh secret noise (pyro_dp.audit)
+    if selection is not None:  # the batch selections from a stream of their own (audit_batches)
+        k = pin_selection(k, selection, include)
     with tap_releases(pin=pin, stop_after=stop_after, replay=replay, replay_at=replay_at, batches=batches,
                       include=include) as seen:
         try:
@@ -304,41 +374,125 @@ def _kinds(reference, occurrence) -> List:
     return sorted(out, key=lambda t: t[0].index)
 
 
+def _batch_before(r, reference) -> Optional[int]:
+    """The index of the last batch selected before release ``r`` (``None``: none)."""
+    before = [j for j, at in enumerate(reference.batch_at) if at <= r.index]
+    return before[-1] if before else None
+
+
 def _subsampling(r, event, reference) -> Optional[str]:
     """Why release ``r`` is subsampled (its stated or recorded event a subsampled Gaussian of rate
-    below 1, or its batch, the last selected before it, smaller than the data), else ``None``."""
+    below 1, or its batch, the last selected before it, smaller than the data, or drawn with
+    replacement), else ``None``."""
     for e in (event, r.recorded_event):
         if isinstance(e, SubsampledGaussianEvent) and e.sample_rate < 1.0:
             return f"subsampled (rate {e.sample_rate:g})"
-    before = [j for j, at in enumerate(reference.batch_at) if at <= r.index]
-    if any(j in reference.unpinned for j in before):
-        return "subsampled (a batch the tap records but does not pin: DP-Fast MH's, Zhang & Zhang 2023 Alg. 1)"
-    n = reference.num_rows
-    if before and n is not None and len(reference.batches[before[-1]]) < n:
-        return f"subsampled (batch of {len(reference.batches[before[-1]])} of {n} rows)"
+    j = _batch_before(r, reference)
+    if j is None:
+        return None
+    n, size = reference.num_rows, len(reference.batches[j])
+    if j in reference.unpinned:
+        return (f"subsampled (a batch of {size} of {n} rows drawn with replacement, its size and thinning secret "
+                "draws: DP-Fast MH's, Zhang & Zhang 2023 Alg. 1)")
+    if n is not None and size < n:
+        return f"subsampled (batch of {size} of {n} rows)"
     return None
 
 
-def _ledger_mu(r, event, reference, row) -> Tuple[Optional[float], str, bool]:
+def _ledger_mu(r, event, reference, row, selection=None) -> Tuple[Optional[float], str, bool]:
     """``(mu_ledger, how, conditional)`` of release ``r`` (:func:`gaussian_mu_of_event`), given its
-    batch contains the row ``row`` when it is subsampled (``conditional``), else ``(None, why not,
-    False)``."""
+    batch contains the row ``row`` when it is subsampled (``conditional``; module doc, "Subsampled
+    releases"), else ``(None, why not, False)``."""
     sub = _subsampling(r, event, reference)
     if sub is None:
+        if isinstance(r.recorded_event, ApproxDPEvent):  # DP-Fast MH's step: the ledger's (eps, delta)
+            if selection is None:
+                return None, (f"{r.recorded_event}: a release whose branch is decided by a batch size the tap "
+                              "does not see (DP-Fast MH's B, Zhang & Zhang 2023 Alg. 2); pass row= so that the "
+                              "audit pins the batch selections"), False
+            event = r.recorded_event
         mu, how = gaussian_mu_of_event(event)
         return mu, how, False
-    if "does not pin" in sub:
-        return None, f"{sub}: its batch size and thinning are secret draws the audit cannot fix", False
     if row is None:
         return None, (f"{sub}: a mixture of Gaussians over the secret batch; pass row= to audit it given a "
                       "batch that contains the differing row"), False
+    j = _batch_before(r, reference)
+    n = reference.num_rows
+    if j is not None and j in reference.unpinned:  # DP-Fast MH's batch: pinned by the selection stream
+        if selection is None:
+            return None, f"{sub}: no selection seed in the search put row {row} in it exactly once", False
+        b = len(reference.batches[j])
+        e = next((x for x in (event, r.recorded_event) if isinstance(x, ApproxDPEvent)), None)
+        if e is None or not (e.epsilon > 0 and 0 < e.delta < 1) or b < 1:
+            return None, f"{sub}: its event {event} is not an (eps, delta) the audit can un-amplify", False
+        mu = with_replacement_mu(e.epsilon, e.delta, b, 1.0 / n)
+        return mu, (f"{sub}, given its batch (selection seed {selection}) with row {row} in it once: the largest "
+                    f"per-slot Gaussian mu whose amplification over {b} slots at p = 1/{n} is within {e}"), True
     e = next((x for x in (event, r.recorded_event) if isinstance(x, SubsampledGaussianEvent)), event)
     if isinstance(e, SubsampledGaussianEvent):
         return 1.0 / e.noise_multiplier, f"{sub}, given its batch contains row {row}: un-amplified 1/nm", True
     if isinstance(e, GaussianEvent):
         return 1.0 / e.noise_multiplier, f"{sub}, given its batch contains row {row}: 1/nm", True
-    return None, (f"{sub}: its {type(e).__name__} is the amplified one (e.g. DP Barker's curve, Heikkilä et al. "
-                  "2019 Cor. 2); the un-amplified bound a given batch must meet is not in the event"), False
+    b = len(reference.batches[j]) if j is not None else None
+    mu = None if b is None or n is None else barker_given_batch_mu(e, b, n)
+    if mu is not None:
+        return mu, (f"{sub}, given its batch contains row {row}: DP Barker's un-amplified curve (Heikkilä et al. "
+                    "2019 Thm 2 on the batch; the ledger's is Cor. 2's amplification of it)"), True
+    return None, (f"{sub}: its {type(e).__name__} is not one whose un-amplified bound the audit knows (a Gaussian, "
+                  "DP Barker's curve, DP-Fast MH's (eps, delta))"), False
+
+
+def _needs_selection(reference) -> bool:
+    """Whether the reference run shows a selection the tap cannot pin: a batch drawn with
+    replacement (DP-Fast MH's, whose size and thinning are secret draws too) or a release stating
+    an :class:`~pyro_dp.mechanisms.ApproxDPEvent` (DP-Fast MH's minibatch mode, whose batch size
+    decides the branch even when no batch follows)."""
+    return bool(reference.unpinned) or any(isinstance(r.event, ApproxDPEvent) or
+                                           isinstance(r.recorded_event, ApproxDPEvent) for r in reference)
+
+
+#: selection seeds the audit tries for DP-Fast MH's batch, and how many qualifying ones it compares
+SELECTION_SEEDS = 32
+SELECTION_CANDIDATES = 4
+
+
+def _choose_selection(make, args, seed, cache, num_iterations, row, unpinned_reference):
+    """``(selection seed, reference run)`` for a kernel whose batch the tap cannot pin (DP-Fast
+    MH's). Each selection seed ``0, 1, ...`` (:data:`SELECTION_SEEDS`) fixes the batch sizes, the
+    batches drawn with replacement — the row ``row`` in each exactly once
+    (:class:`~pyro_dp.audit_batches.PinnedSelection`) — and their thinning; a seed qualifies if every such batch holds
+    the row once (an empty batch does not). Of the first :data:`SELECTION_CANDIDATES` qualifying
+    seeds, the one whose releases after such a batch move most between :math:`D` and :math:`D'`
+    (the smallest noise-free shift over noise std, in the seed's reference run's pinned state) is
+    taken: a white-box adversary who fixes the batch with the row in it and kept by the thinning
+    on both data sets (Zhang & Zhang 2023, Alg. 1 keeps a row with a probability that depends on
+    its value, so a seed may drop it on one side). The choice uses noise-free runs only (data and
+    public draws), never the audited draws. ``(None, unpinned_reference)`` when no seed qualifies
+    (the releases after such a batch are then skipped, with the reason)."""
+    noise_free = lambda: weak_noise(make(), 0.0)  # noqa: E731
+    best, found = None, 0
+    for s in range(SELECTION_SEEDS):
+        ref = _draw(make, args[0], seed, cache, num_iterations, include=row, selection=s)
+        if not all(int((ref.batches[j] == int(row)).sum()) == 1 for j in ref.unpinned):
+            continue
+        pin = {i: r.value for i, r in enumerate(ref)}
+        free = [_draw(noise_free, a, seed, cache, num_iterations, pin=pin, batches=dict(enumerate(ref.batches)),
+                      include=row, selection=s) for a in args]
+        after = {i for i in range(len(ref)) if any(at <= i for j, at in enumerate(ref.batch_at) if j in ref.unpinned)}
+        if len(free[0]) != len(ref) or len(free[1]) != len(ref):
+            continue
+        shifts = [float((free[0][i].computed - free[1][i].computed).double().norm()) /
+                  max(float(free[0][i].noise_std.reshape(-1)[0]) if free[0][i].noise_std.numel() else 0.0, 1e-300)
+                  for i in sorted(after)]
+        score = min(shifts) if shifts else 0.0
+        if best is None or score > best[0]:
+            best = (score, s, ref)
+        found += 1
+        if found >= SELECTION_CANDIDATES:
+            break
+    if best is None:
+        return None, unpinned_reference
+    return best[1], best[2]
 
 
 def audit_releases(
@@ -397,9 +551,11 @@ def audit_releases(
         last of the reference run), a sequence of such indices, or ``"all"``.
     :param str draws: ``"kernel"`` (default) or ``"replay"`` (above).
     :param int row: the index of the differing row among the rows a batch selects. Given, every
-        batch selection contains it (:func:`~pyro_dp.mechanisms.tap_releases` ``include``), and a
-        subsampled release (rate below 1) is audited **given its batch** against the ledger's
-        un-amplified :math:`\mu = 1/\mathrm{nm}` (module doc); without it such a release is skipped.
+        batch selection contains it (:func:`~pyro_dp.mechanisms.tap_releases` ``include``; DP-Fast
+        MH's batch, its size and thinning: the audit's selection stream, the row in it once), and a
+        subsampled release is audited **given its batch** against the ledger's un-amplified
+        :math:`\mu` (:math:`1/\mathrm{nm}`, DP Barker's Thm 2 curve, DP-Fast MH's per-slot bound:
+        module doc); without it such a release is skipped, with the reason.
     :param args_fn: optional ``args_fn(x) -> tuple`` of the model's positional arguments.
     :param bool disable_validation: Pyro's validation off, as :class:`pyro.infer.MCMC` runs.
     :returns: one :class:`ReleaseAudit` per release audited or skipped, in the order of the
@@ -443,16 +599,20 @@ def audit_releases(
     n, cache, out = int(num_draws), {}, []
     with pyro.validation_enabled(not disable_validation):
         reference = _draw(make, args[0], seed, cache, num_iterations, include=row)
+        selection = None
+        if row is not None and _needs_selection(reference):  # DP-Fast MH: its batch pinned from outside
+            selection, reference = _choose_selection(make, args, seed, cache, num_iterations, row, reference)
         pinned_batches = dict(enumerate(reference.batches))
         todo = []  # (release, event, common, mu_ledger) of the releases to measure
         for r, event, k, m in _kinds(reference, occurrence):
             if labels is not None and r.label not in labels:
                 continue
             tag = f"{r.label or 'step'} @ {r.site}" + (f" #{k}" if k else "")
-            mu_ledger, how, conditional = _ledger_mu(r, event, reference, row)
+            mu_ledger, how, conditional = _ledger_mu(r, event, reference, row, selection)
             common = dict(tag=tag, label=r.label or "", site=r.site, index=r.index, event=event,
                           recorded_event=r.recorded_event, occurrence=k, occurrences=m, dim=int(r.value.numel()),
-                          num_draws=n, confidence=confidence, conditional=conditional, draws=draws)
+                          num_draws=n, confidence=confidence, conditional=conditional, draws=draws,
+                          selection_seed=selection)
             if mu_ledger is None:
                 out.append(ReleaseAudit(mu_ledger=math.nan, mu=math.nan, mu_low=math.nan, mu_high=math.nan,
                                         mu_design=math.nan, sound=None, powerful=None, skipped=how, **common))
@@ -466,7 +626,8 @@ def audit_releases(
             batch), stopped after it; the releases ``replay_at`` replayed ``n`` times."""
             pin = {i: reference[i].value for i in range(last)}
             seen = _draw(factory, a, seed, cache, num_iterations, pin=pin, stop_after=last,
-                         replay=n if replay_at else 0, replay_at=replay_at, batches=pinned_batches, include=row)
+                         replay=n if replay_at else 0, replay_at=replay_at, batches=pinned_batches, include=row,
+                         selection=selection)
             for r, common, _ in todo:
                 if r.index <= last and (len(seen) <= r.index or seen[r.index].site != r.site):
                     got = seen[r.index].site if len(seen) > r.index else "no release"
@@ -503,7 +664,7 @@ def audit_releases(
                 s = [np.array([float(run_to(make, a, r.index)[r.index].value.reshape(-1).to(torch.float64) @ u)
                                for _ in range(n)]) for a in args]
             mu, lo, hi = mu_confidence_interval(s[0], s[1], confidence)
-            out.append(ReleaseAudit(mu_ledger=mu_ledger, mu=mu, mu_low=lo, mu_high=hi, mu_design=mu_design,
+            out.append(ReleaseAudit(mu_ledger=mu_ledger, mu=mu, mu_low=lo, mu_high=hi, mu_design=mu_design, sigma=sigma,
                                     sound=bool(lo <= mu_ledger), powerful=bool(hi >= power_fraction * mu_ledger),
                                     skipped=None, **common))
     out.sort(key=lambda a: (a.index, a.tag))

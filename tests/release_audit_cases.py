@@ -21,9 +21,10 @@ Every Gaussian release has noise multiplier 0.5 (:math:`\mu_{\rm ledger} = 2`) w
 takes one: a larger :math:`\mu` makes the power check sharp with few draws (the interval's width
 in :math:`\mu` barely grows with :math:`\mu`), and the audit of one release does not care what a
 whole run would spend. Exceptions: DP Barker (its noise is fixed by its test, :math:`C = 2`;
-the ledger is an RDP curve), DP-Fast MH (noise multiplier 0.82 from ``step_epsilon=0.99``,
-``step_delta=0.9``: ``step_epsilon < 1`` is required), DP-SGLD (2.0: the Langevin noise, the
-larger of it and the one asked for, is the release's), the default path (its own calibration at
+the ledger is an RDP curve; its subsampled case: 20 of 100 rows), DP-Fast MH (noise multiplier
+0.82 from ``step_epsilon=0.99``, ``step_delta=0.9``: ``step_epsilon < 1`` is required; its
+minibatch case, :data:`FASTMH_MINIBATCH` on 100 rows: :math:`\sigma_1 = 2.01`), DP-SGLD (2.0:
+the Langevin noise, the larger of it and the one asked for, is the release's), the default path (its own calibration at
 ``epsilon=1000`` on 20 rows: noise multipliers from 0.2 to 1.8 in its tuning releases), the
 multi-party kernel's party 1 (1.0, so that the two parties' releases are two kinds).
 """
@@ -183,6 +184,9 @@ class ReplayCase(NamedTuple):
         ratio below 0.8 that is not a closed form (DP Barker's); ``None``: the ledger is tight.
     :ivar at_clip: which releases the neighbours are at the clip for (default: all).
     :ivar num_draws: replayed draws per data set.
+    :ivar design: where the ledger is loose, the closed form of ``mu_design`` at the clip,
+        ``design(audit) -> mu`` (asserted to 1e-6: the neighbours move the noise-free release by
+        its whole sensitivity, so that the power check against ``mu_design`` is one at the clip).
     """
 
     factory: Callable
@@ -196,6 +200,7 @@ class ReplayCase(NamedTuple):
     ratio: object = None
     at_clip: Optional[Callable] = None
     num_draws: int = 1000
+    design: Optional[Callable] = None
 
 
 #: draws per data set of the replayed audits: the interval's half-width about 0.2 at
@@ -208,6 +213,31 @@ REPLAY_CONFIDENCE = 0.99999
 #: against the former
 BARKER_REPLAY_DRAWS = 2000
 SQRT_HALF = 2 ** -0.5
+
+
+#: DP Barker subsampled: a batch of 20 of 100 rows (rate 1/5) without replacement
+BARKER_BATCH = 20
+#: DP-Fast MH's minibatch mode: on 100 rows, c = 0.05 (C = 5, so that B ~ Poisson(5 + 5M) is
+#: below K = 10 nine times in ten), Thm 2's per-step (0.99, 1e-3): Alg. 2's sigma_1 = 2.01
+FASTMH_MINIBATCH = dict(lipschitz=0.05, lam=5.0, max_batch_size=10, step_epsilon=0.99, step_delta=1e-3)
+
+
+def _barker_subsampled():
+    return pyro_dp.DPBarker(model, BARKER_BATCH, 0.3, **KW)
+
+
+def _fastmh_minibatch():
+    return pyro_dp.DPFastMH(model, 0.3, **FASTMH_MINIBATCH, **KW)
+
+
+def fastmh_sigma1(num_rows=100):
+    r"""Alg. 2's :math:`\sigma_1` of :data:`FASTMH_MINIBATCH` on ``num_rows`` rows (public settings
+    only): the minibatch release's noise is :math:`\sigma_1\Delta(\ell_1)`, so at the clip its
+    :math:`\mu` given the batch is :math:`1/\sigma_1`."""
+    from pyro_dp.accounting.algorithms import fastmh_step_privacy
+
+    c = FASTMH_MINIBATCH
+    return fastmh_step_privacy(c["step_epsilon"], c["step_delta"], c["max_batch_size"], 1.0 / num_rows).sigma1
 
 
 def _sgld_default():
@@ -269,6 +299,17 @@ REPLAY_CASES = {
     "defaultSGLD:centre-radii": ReplayCase(_sgld_default, pair("count"), ("tune:centre",), 0, 1, 0, 2, "tuning",
                                            at_clip=lambda a: a.dim > 1),
     "defaultSGLD:own": ReplayCase(_sgld_default, pair("far"), ("",), "all", 2, 0, 2),
+    # DP Barker subsampled (20 of 100 rows), given a batch that contains row 0, against Thm 2's
+    # un-amplified curve (mu 1.104; the ledger's is its amplification, Cor. 2): its noise allows
+    # mu = (2/sqrt b)/sqrt(C - sigma_b^2), 0.32 to 0.45, so the power check is against that
+    "DPBarker:subsampled": ReplayCase(_barker_subsampled, pair(num_rows=100), None, "all", 2, 0, 2,
+                                      ratio="loose", design=lambda a: 2.0 / math.sqrt(BARKER_BATCH) / a.sigma),
+    # DP-Fast MH's minibatch release (B < K), its batch, size and thinning pinned by the audit's
+    # selection stream with row 0 in it once and kept: against the largest per-slot Gaussian mu
+    # whose with-replacement amplification over B slots stays within the ledger's (0.99, 1e-3)
+    # (about 1.0 to 1.2); its noise allows 1/sigma_1 = 0.50 (Alg. 2's calibration is looser)
+    "DPFastMH:minibatch": ReplayCase(_fastmh_minibatch, pair(num_rows=100), None, "all", 2, 0, 2, ratio="loose",
+                                     design=lambda a: 1.0 / fastmh_sigma1()),
 }
 
 #: which of a case's release kinds its neighbours are at the clip for (the others are audited
@@ -280,7 +321,8 @@ AT_CLIP = {
 }
 REPLAY_CASES.update(_families())
 #: the replayed cases whose releases are subsampled (rate below 1): audited given their batch
-SUBSAMPLED = {"DPSGLD:poisson", "DPMinibatchPenalty:poisson", "DPMinibatchPenalty:without_replacement"}
+SUBSAMPLED = {"DPSGLD:poisson", "DPMinibatchPenalty:poisson", "DPMinibatchPenalty:without_replacement",
+              "DPBarker:subsampled", "DPFastMH:minibatch"}
 
 
 # --------------------------------------------------------------------------- mutants
@@ -382,8 +424,11 @@ def table(cases=None, num_draws=200):
             ev = type(a.event).__name__ + (f"({a.event.noise_multiplier:.3g})"
                                            if hasattr(a.event, "noise_multiplier") else "")
             if a.conditional:
-                ev += f", given its batch (ledger: {type(a.recorded_event).__name__} rate " \
-                      f"{a.recorded_event.sample_rate:g})"
+                rec = a.recorded_event
+                ledger = (f"rate {rec.sample_rate:g}" if hasattr(rec, "sample_rate") else
+                          f"({rec.epsilon:g}, {rec.delta:g})" if hasattr(rec, "delta") else "amplified")
+                ev += f", given its batch (ledger: {type(rec).__name__} {ledger}" + (
+                    f"; selection seed {a.selection_seed})" if a.selection_seed is not None else ")")
             power = "yes" if a.powerful else "NO"
             if not a.powerful and a.mu_design < 0.8 * a.mu_ledger and at_clip(a):
                 power += f" (vs design: {'yes' if a.powerful_at(a.mu_design) else 'NO'})"

@@ -13,7 +13,11 @@ each release, two-sided intervals at confidence 0.999, power at 0.8 of the ledge
 * ``REPLAY_CASES`` with ``draws="replay"`` (one pinned run per data set, the audited releases
   replayed 1000 times, DP Barker 2000; confidence ``REPLAY_CONFIDENCE = 0.99999``, as there are
   some 50 checks): every release of every family's first two iterations,
-  the subsampled releases given a batch that contains the row, the default path's tuning
+  the subsampled releases given a batch that contains the row (DP-SGLD and the minibatch
+  penalty, 5 of 20 rows; DP Barker, 20 of 100, against Thm 2's un-amplified curve; DP-Fast MH's
+  minibatch release on 100 rows, its batch size, batch and thinning pinned by the audit's
+  selection stream, against the per-slot bound its ledger's (eps, delta) rests on; both also
+  with a fresh kernel per draw, 60 draws, honest only), the default path's tuning
   releases (``tune:rows``, both ``tune:clip`` kinds and their last occurrence, ``tune:start``
   and its last occurrence, ``tune:scale``, ``tune:metric``, both ``tune:centre``) and its own
   iterations' releases (control variates of DPPenalty's and DPHMC's default paths, DP-SGLD's
@@ -45,6 +49,14 @@ statistic), computed at the mu's of the design column of docs/audit.md's tables.
   sound) with probability below 1e-6 for every case: fresh-kernel DP penalty (10 against 2,
   40 draws) below 1e-12; replayed, the closest is DP Barker (0.71 against 0.404, 2000 draws)
   at 2e-7, the others below 1e-15.
+* DP Barker's and DP-Fast MH's subsampled releases given their batch: their ledger is loose
+  (mu 1.104 against the noise's 0.32 to 0.45; DP-Fast MH about 1.0 to 1.2 against 0.497), so
+  power is checked against the design mu, which is asserted in closed form (the noise-free
+  shift is the sensitivity: 2/sqrt(b); 1/sigma_1): missed with probability 2e-9 and 2e-11
+  replayed (1000 draws), 1.4e-4 and 6e-5 with fresh kernels (60 draws), where they are also
+  checked sound against the design mu (false alarm 5e-4 each). Their mutants (mu 1.62 against
+  1.104; 2.48 against 0.985 to 1.17) miss with probability 1.5e-9 and below 1e-15 replayed;
+  DP-Fast MH's with fresh kernels (40 draws, against the design's 0.497) with 1e-6.
 * The power mutant (DPPenalty with the row at 0.1 and 0: a twentieth of the sensitivity, mu 0.1
   against 2) is reported powerful with probability 4e-6.
 """
@@ -56,6 +68,7 @@ import pyro_dp
 from pyro_dp.mechanisms import GaussianEvent, NoiseSource, NonPrivateEvent, RDPCurveEvent, clipped_sum_with_noise
 from pyro_dp.mechanisms import tap as tap_module
 from pyro_dp.mechanisms import tap_releases
+from pyro_dp.accounting.gdp import gdp_delta
 from pyro_dp.release_audit import audit_releases, gaussian_mu_of_event, mu_confidence_interval
 from pyro_dp.testing import weak_noise
 
@@ -175,7 +188,39 @@ def test_gaussian_mu_of_events():
     assert gaussian_mu_of_event(pyro_dp.mechanisms.SubsampledGaussianEvent(0.1, 2.0))[0] is None
     assert gaussian_mu_of_event(RDPCurveEvent((2.0, 4.0), (1.0, 0.5)))[0] == pytest.approx(0.5)
     assert gaussian_mu_of_event(NonPrivateEvent())[0] is None
-    assert gaussian_mu_of_event(pyro_dp.mechanisms.ApproxDPEvent(1.0, 1e-5))[0] is None
+    # (eps, delta): the largest Gaussian mu inside the region (exact for a Gaussian release)
+    mu = gaussian_mu_of_event(pyro_dp.mechanisms.ApproxDPEvent(1.0, 1e-5))[0]
+    assert gdp_delta(1.0, mu) <= 1e-5 < gdp_delta(1.0, mu * (1 + 1e-9))
+
+
+def test_given_batch_bounds():
+    """The un-amplified bounds of :mod:`pyro_dp.audit_batches`. DP-Fast MH's: the kernel's own
+    per-slot Gaussian (1/sigma_1), whose amplification over K - 1 slots its ledger certifies, is
+    within the bound at K - 1 (and the bound is the supremum: 1 % more breaks the ledger's delta
+    at every eps_0 of a finer grid, 1 % less does not); it shrinks as the batch grows. DP Barker's: Thm 2's curve on
+    the batch, recognised only for the batch and data sizes of the event."""
+    from pyro_dp.accounting.algorithms import fastmh_step_privacy
+    from pyro_dp.accounting.composition import with_replacement_amplification
+    from pyro_dp.accounting.subsampled import barker_batch_rdp, dp_barker_event
+    from pyro_dp.audit_batches import barker_given_batch_mu, with_replacement_mu
+
+    sp = fastmh_step_privacy(0.99, 1e-3, 10, 0.01)
+    ev = sp.event
+    mu = with_replacement_mu(ev.epsilon, ev.delta, 9, 0.01)
+    assert 1.0 / sp.sigma1 <= mu
+    e0 = np.geomspace(1e-4, 20.0, 2000)
+
+    def within(m):  # some eps_0 of the grid amplifies (eps_0, delta_m(eps_0)) to within the ledger's
+        amp = [with_replacement_amplification(e, gdp_delta(e, m), 9, 0.01) for e in e0 if gdp_delta(e, m) < 1]
+        return any(x <= ev.epsilon and y <= ev.delta for x, y in amp)
+
+    assert within(0.99 * mu) and not within(1.01 * mu)
+    assert with_replacement_mu(ev.epsilon, ev.delta, 5, 0.01) > mu > with_replacement_mu(ev.epsilon, ev.delta, 20, 0.01)
+    e = dp_barker_event(20, 100)
+    orders = [int(a) for a in e.orders]
+    expected = min(np.sqrt(2 * x / a) for a, x in zip(orders, barker_batch_rdp(20, orders)))
+    assert barker_given_batch_mu(e, 20, 100) == pytest.approx(expected, rel=1e-12)
+    assert barker_given_batch_mu(e, 20, 200) is None and barker_given_batch_mu(GaussianEvent(1.0), 20, 100) is None
 
 
 @pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
@@ -231,6 +276,8 @@ def test_every_release_replayed_is_sound_and_powerful(case):
         else:
             if c.ratio == "loose":
                 assert a.mu_design < 0.8 * a.mu_ledger, str(a)  # DP Barker: the ledger is looser than the noise
+                if c.design is not None:  # ... and the neighbours are at the clip
+                    assert a.mu_design == pytest.approx(c.design(a), rel=1e-6), str(a)
             else:
                 assert a.mu_design == pytest.approx(c.ratio * a.mu_ledger, rel=1e-6), str(a)
             assert a.powerful_at(a.mu_design), str(a)  # the power check against the noise drawn
@@ -250,18 +297,17 @@ def test_every_release_replayed_fails_with_weak_noise(case):
 
 def test_subsampled_release_is_skipped_without_row_and_says_why():
     """A subsampled release (rate below 1) without ``row=`` is a mixture over the secret batch:
-    skipped, with the reason; so are DP Barker's subsampled release (its curve is the amplified
-    one) and DP-Fast MH's minibatch release (its batch is not pinned)."""
+    skipped, with the reason — DP-SGLD's Poisson batch, DP Barker's batch without replacement,
+    and DP-Fast MH's minibatch release (its batch size, indices and thinning are secret draws the
+    tap does not see; with ``row=`` the audit pins them: the replayed cases
+    ``DPBarker:subsampled`` and ``DPFastMH:minibatch``)."""
     c = REPLAY_CASES["DPSGLD:poisson"]
     (a,) = audit_releases(c.factory, *c.data, num_draws=4, draws="replay")
     assert a.skipped is not None and "row=" in a.skipped and "rate 0.25" in a.skipped, str(a)
-    (d,), (dp,) = pair(num_rows=100)
-    (a,) = audit_releases(lambda: pyro_dp.DPBarker(model, 20, 0.3, **KW), d, dp, num_draws=4, row=0)
-    assert a.skipped is not None and "amplified" in a.skipped, str(a)
-    (d,), (dp,) = pair()
-    (a,) = audit_releases(lambda: pyro_dp.DPFastMH(model, 0.3, lipschitz=1.0, lam=5.0, max_batch_size=20,
-                                                   step_epsilon=0.99, step_delta=0.9, **KW), d, dp, num_draws=4, row=0)
-    assert a.skipped is not None and "does not pin" in a.skipped, str(a)
+    for name in ("DPBarker:subsampled", "DPFastMH:minibatch"):
+        c = REPLAY_CASES[name]
+        (a,) = audit_releases(c.factory, *c.data, num_draws=4, draws="replay")
+        assert a.skipped is not None and "row=" in a.skipped and not a.conditional, str(a)
 
 
 def test_subsampled_release_given_its_batch_with_fresh_kernels():
@@ -271,6 +317,52 @@ def test_subsampled_release_given_its_batch_with_fresh_kernels():
     (a,) = audit_releases(c.factory, *c.data, num_draws=DRAWS, confidence=CONFIDENCE, row=0)
     assert a.conditional and a.recorded_event.sample_rate == 0.25, str(a)
     assert a.sound and a.powerful and a.mu_design >= 0.8 * a.mu_ledger, str(a)
+
+
+@pytest.mark.parametrize("case", ["DPBarker:subsampled", "DPFastMH:minibatch"])
+def test_barker_and_fastmh_subsampled_releases_given_their_batch_with_fresh_kernels(case):
+    """``row=`` with a fresh kernel per draw (``DRAWS`` = 60): DP Barker's batch (20 of 100, the
+    tap's pin) and DP-Fast MH's (its size, indices with the row once, and thinning: the audit's
+    selection stream, the same in every fresh kernel) are the reference run's in every draw, so
+    the release is a Gaussian given its batch: sound against the un-amplified bound, at the clip
+    (the closed-form design mu), and powerful against the mu its noise allows (the ledger is
+    looser). The weak-noise mutants: the replayed cases (60 draws cannot separate DP Barker's
+    mutant, 1.6 against 1.10)."""
+    c = REPLAY_CASES[case]
+    (a,) = audit_releases(c.factory, *c.data, num_draws=DRAWS, confidence=CONFIDENCE, row=0)
+    assert a.conditional and a.sound, str(a)
+    assert a.mu_design == pytest.approx(c.design(a), rel=1e-6) and a.mu_design < 0.8 * a.mu_ledger, str(a)
+    assert a.powerful_at(a.mu_design), str(a)
+    assert a.mu_low <= a.mu_design, str(a)  # sound against the noise the release states, too
+    assert (a.selection_seed is not None) == (case == "DPFastMH:minibatch"), str(a)
+
+
+def test_fastmh_minibatch_weak_noise_with_fresh_kernels_is_caught():
+    """DP-Fast MH's weak-noise mutant (a fifth of the noise) with a fresh kernel per draw, its batch
+    pinned in each by the selection stream: louder than the noise its release states (mu 2.5
+    against the design's 0.497: missed with probability 1e-6 at 40 draws). Against the ledger's
+    bound (1.17) 40 draws would miss it with probability 0.08: the replayed case checks that."""
+    c = REPLAY_CASES["DPFastMH:minibatch"]
+    (a,) = audit_releases(lambda: weak_noise(c.factory(), FACTOR), *c.data, num_draws=MUTANT_DRAWS,
+                          confidence=CONFIDENCE, row=0)
+    assert a.conditional and a.selection_seed is not None, str(a)
+    assert a.mu_low > a.mu_design, str(a)
+
+
+def test_selection_stream_pins_fastmh_batch_and_not_its_noise():
+    """The audit's selection stream (``audit_batches.PinnedSelection``) gives two fresh DP-Fast MH
+    kernels the same batch size, batch (with the row in it exactly once) and thinning, and fresh
+    release noise; the kernel's own stream would draw a new batch in each."""
+    from pyro_dp.release_audit import _draw
+
+    c = REPLAY_CASES["DPFastMH:minibatch"]
+    runs = [_draw(c.factory, c.data[0], 0, {}, 1, include=0, selection=s) for s in (3, 3, None)]
+    (b0,), (b1,), (b2,) = (r.batches for r in runs)
+    assert torch.equal(b0, b1) and int((b0 == 0).sum()) == 1, (b0, b1)
+    assert not torch.equal(b0, b2) or len(b0) != len(b2)
+    assert runs[0][0].value != runs[1][0].value  # fresh noise
+    free = [_draw(lambda: weak_noise(c.factory(), 0.0), c.data[0], 0, {}, 1, include=0, selection=3) for _ in range(2)]
+    assert torch.equal(free[0][0].value, free[1][0].value)  # same batch, size and thinning: same noise-free value
 
 
 @pytest.mark.usefixtures("release_recorder")  # calls release functions directly (issue 58)
