@@ -74,7 +74,7 @@ LAYERS = (
     ("kernels", ("pyro_dp.kernels", "pyro_dp.examples")),
     ("default path", ("pyro_dp.default_path",)),
     ("runner, report", ("pyro_dp", "pyro_dp.__main__", "pyro_dp.run", "pyro_dp.report", "pyro_dp.arviz",
-                        "pyro_dp.predictive", "pyro_dp.audit", "pyro_dp.release_audit", "pyro_dp.testing",
+                        "pyro_dp.predictive", "pyro_dp.audit", "pyro_dp.release_audit", "pyro_dp.audit_batches", "pyro_dp.testing",
                         "pyro_dp.mutants", "pyro_dp.demo", "pyro_dp.cli", "pyro_dp.evaluation")),
 )
 
