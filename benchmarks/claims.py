@@ -1652,6 +1652,60 @@ def _clip(d, problem: str, a: str, eps, col: str = "clipped_fraction", name: str
     return (lo if lo == hi else f"{lo}–{hi}") + " %", f"{f(top)} %"
 
 
+def _clip_means(d, problems, algs, name: str = "fig64", eps=(1, 2, 3, 4, 5, 6)) -> str:
+    """The range of the cells' mean clipped share over ``problems`` × ``algs`` × ``eps``, in % at
+    :func:`_clip`'s rule (one decimal below 20 %, none above)."""
+    means = []
+    for p in problems:
+        for a in algs:
+            for e in eps:
+                v = [100 * float(r["clipped_fraction"]) for r in load(name, d) if r["problem"] == p
+                     and r["algorithm"] == a and float(r["epsilon"]) == float(e) and r["clipped_fraction"] not in ("", "nan")]
+                if v:
+                    means.append(sum(v) / len(v))
+    f = lambda x: f"{x:.1f}" if x < 20 else f"{x:.0f}"  # noqa: E731
+    lo, hi = f(min(means)), f(max(means))
+    return (lo if lo == hi else f"{lo}–{hi}") + " %"
+
+
+def _clip_fig64_summary(d) -> str:
+    """Fig. 6.6's clipped shares per kernel and problem, the ranges of the cell means over ε = 1–6."""
+    F2, T2, F10, T10 = "flat-banana-2d", "tempered-banana-2d", "flat-banana-10d", "tempered-banana-10d"
+    full = ("dp_penalty", "dp_penalty_ocu_gwmh", "dp_hmc")
+    mb, mo = "minibatch_dp_penalty", "minibatch_dp_penalty_ocu_gwmh"
+    c = lambda p, *a: _clip_means(d, (p,), a)  # noqa: E731
+    b10 = _clip_means(d, (F10,), ("dp_barker",)).replace(" %", "")
+    per_eps = [_clip_means(d, (F10,), ("dp_barker",), eps=(e,)) for e in (1, 2, 3, 4, 5, 6)]
+    lo = min(float(x[:-2]) for x in per_eps)
+    hi = max(float(x[:-2]) for x in per_eps)
+    rows = [r for r in load("fig64", d) if r["problem"] == F10 and r["algorithm"] == "dp_barker"]
+    cells = {}
+    for r in rows:
+        cells.setdefault(r["epsilon"], []).append(100 * float(r["clipped_fraction"]))
+    means = [sum(v) / len(v) for v in cells.values()]
+    return (f"In 2-d, the mean ratio clipped fraction per cell is {c(F2, *full)} for the full-data kernels on the "
+            f"flat banana and {c(T2, *full)} on the tempered one; the minibatch penalty clips {c(F2, mb)} (flat) and "
+            f"{c(T2, mb)} (tempered), the minibatch OCU+GWMH {c(F2, mo)} and {c(T2, mo)}. In 10-d: DP penalty "
+            f"{c(F10, 'dp_penalty')} (flat) and {c(T10, 'dp_penalty')} (tempered), OCU+GWMH "
+            f"{c(F10, 'dp_penalty_ocu_gwmh')} and {c(T10, 'dp_penalty_ocu_gwmh')}, DP-HMC {c(F10, 'dp_hmc')} and "
+            f"{c(T10, 'dp_hmc')} of its ratios, the minibatch penalty {c(F10, mb)} and {c(T10, mb)}, the minibatch "
+            f"OCU+GWMH {c(F10, mo)} and {c(T10, mo)}. DP Barker clips {c(F2, 'dp_barker')} (flat 2-d), {b10} % (flat "
+            f"10-d; {min(means):.1f}–{max(means):.1f} % per ε) and {_clip_means(d, (T2, T10), ('dp_barker',))} "
+            "(tempered): its bound is fixed by its privacy proof.")
+
+
+def _clip_f10_6(d) -> Tuple[str, str]:
+    F10 = "flat-banana-10d"
+    c = lambda a, col="clipped_fraction", eps=(6,): _clip(d, F10, a, eps, col)  # noqa: E731
+    (p, pm), (o, _), (h, _), (g, _), (b, _) = (c("dp_penalty"), c("dp_penalty_ocu_gwmh"), c("dp_hmc"),
+                                               c("dp_hmc", "grad_clipped_fraction"), c("minibatch_dp_penalty"))
+    bk = _cell_means("fig64", d, "clipped_fraction", scale=100)
+    per_eps = [v for (p_, a, _), v in bk.items() if p_ == F10 and a == "dp_barker"]
+    return (f"Clipping as at ε ≤ 5: {p} (max {pm}) and {o} for the penalty kernels, DP-HMC {h} of its ratios and "
+            f"{g} of its gradients, DP Barker {bk[(F10, 'dp_barker', 6.0)]:.1f} %, the minibatch penalty {b}.",
+            f"DP Barker's ratio bound clips {min(per_eps):.1f}–{max(per_eps):.1f} % of the batch ratios there at every ε.")
+
+
 def _clip_t10_low(d) -> str:
     c = lambda a, col="clipped_fraction": _clip(d, "tempered-banana-10d", a, (1, 2, 3), col)  # noqa: E731
     (p, pm), (o, om), (h, hm), (g, gm), (b, bm), (k, km) = (c("dp_penalty"), c("dp_penalty_ocu_gwmh"), c("dp_hmc"),
@@ -1769,6 +1823,42 @@ def _fig63_counts(d) -> str:
         "rwmh", 1.0)[0] == 0 else "(the counts changed: rewrite the sentence)"
 
 
+def _cell_means(name: str, d, metric: str, keys=("problem", "algorithm", "epsilon"), scale: float = 1.0,
+                rows=None) -> Dict[tuple, float]:
+    """(values of ``keys``) -> the mean of ``metric`` (times ``scale``) over the repeats of that cell,
+    levels as floats (blank and nan cells left out)."""
+    acc: Dict[tuple, List[float]] = {}
+    for r in (load(name, d) if rows is None else rows):
+        if r.get(metric, "") in ("", "nan", None):
+            continue
+        k = tuple(float(r[c]) if c in ("epsilon", "clip_bound", "iterations") else r[c] for c in keys)
+        acc.setdefault(k, []).append(scale * float(r[metric]))
+    return {k: sum(v) / len(v) for k, v in acc.items()}
+
+
+def _span(vals, fmt: str = ".0f", sep: str = "–") -> str:
+    """``lo–hi`` of ``vals`` at ``fmt`` (one value when both print the same)."""
+    lo, hi = format(min(vals), fmt), format(max(vals), fmt)
+    return lo if lo == hi else f"{lo}{sep}{hi}"
+
+
+def _fig63_clipping(d) -> Tuple[str, ...]:
+    keys = ("problem", "algorithm", "clip_bound")
+    cf = _cell_means("fig63", d, "clipped_fraction", keys, 100)
+    mmd = _cell_means("fig63", d, "mmd", keys)
+    acc = _cell_means("fig63", d, "acceptance", keys)
+    h10 = ("flat-banana-10d", "hmc")
+    at = lambda b, skip=(): [v for k, v in cf.items() if k[2] == b and k[:2] not in skip]  # noqa: E731
+    floor = lambda a: [v for k, v in mmd.items() if k[1] == a and k[2] >= 2]  # noqa: E731
+    return (f"at b = 0.5 everywhere ({_span(at(0.5))} % clipped",
+            f"in 10-d HMC accepts nothing, MMD {mmd[h10 + (0.5,)]:.2f}), and at b = 1 in 10-d HMC, where "
+            f"{cf[h10 + (1.0,)]:.0f} % are clipped and the acceptance falls from {acc[h10 + (1000.0,)]:.2f} to "
+            f"{acc[h10 + (1.0,)]:.2f}",
+            f"Elsewhere at b = 1 ({_span(at(1.0, (h10,)))} % clipped) no difference is detected",
+            f"from b = 2 (≤ {max(v for k, v in cf.items() if k[2] >= 2):.1f} % clipped)",
+            f"(RWMH {_span(floor('rwmh'), '.2f')}, HMC {_span(floor('hmc'), '.2f')})")
+
+
 def _fig2_fast_mh(d) -> str:
     rows = load("fastmh_fig2", d)
     m = lambda a, col: sum(float(r[col]) for r in rows if r["algorithm"] == a) / sum(  # noqa: E731
@@ -1801,6 +1891,10 @@ PROSE_QUOTES = [
     ("Thesis Figs 6.4", lambda d: _clip_t10_high(d)[0], "DP penalty's clipped share, tempered 10-d banana, ε = 3–6"),
     ("Thesis Figs 6.4", lambda d: _clip_t10_high(d)[1], "clipped shares, tempered 10-d banana, ε = 5–6"),
     ("Thesis Figs 6.4", _clip_f10, "clipped shares, flat 10-d banana, ε = 1–5"),
+    ("Thesis Figs 6.4", lambda d: _clip_f10_6(d)[0], "clipped shares, flat 10-d banana, ε = 6"),
+    ("Thesis Figs 6.4", lambda d: _clip_f10_6(d)[1], "DP Barker's mean clipped share per ε, flat 10-d banana"),
+    ("Thesis Figs 6.4", _clip_fig64_summary, "clipped shares per kernel and problem: the range over ε = 1–6 of "
+     "the cells' mean `clipped_fraction`, in % (one decimal below 20 %, none above)"),
     ("Thesis Fig. 6.2", _fig62_minibatch_ratios, "WBK19 Thm 27's iterations over Thm 8's"),
     ("DP-HMC paper", _dphmc_ledgers, "the largest |ledger ε − target| (rounded up) and two ledgers"),
     ("DP-HMC paper", lambda d: f"moved to their own file, {len(load('dphmc_fig1_replication', d))} rows",
@@ -1813,6 +1907,11 @@ PROSE_QUOTES = [
     ("Yıldırım", _yildirim_seconds, "the chains' times, column `seconds`, summed"),
     ("Zhang & Zhang 2023, Fig. 2", _fig2_fast_mh, "DP-Fast MH's and the penalty's mean sym. KL and weight error, "
      "and the paired z (penalty − DP-Fast MH)"),
+] + [("Thesis Fig. 6.3", lambda d, i=i: _fig63_clipping(d)[i], what) for i, what in enumerate((
+    "the range of the cells' mean clipped share (column `clipped_fraction`) at b = 0.5",
+    "10-d HMC's mean MMD at b = 0.5, its clipped share at b = 1 and its mean acceptance at b = 1000 and 1",
+    "the range of the other cells' clipped share at b = 1", "the largest cell's clipped share at b ≥ 2",
+    "the range of the cells' mean MMD at b ≥ 2, per kernel"))] + [
     ("Thesis Fig. 6.3", _fig63_counts, "10-d chains with MMD above 0.2 per kernel and bound, and the 10-d exact floor"),
     ("Zhang & Zhang 2023, Fig. 3(a)–(c) on an MNIST subset", lambda d: _fig3_subset_quotes(d)[0],
      "the non-private chains' acceptance, range over chains"),
@@ -1875,7 +1974,7 @@ _EXEMPT_BEFORE = (
                               r"\bsteps? \(|\bPython|\bJAX|\btorch|\bversion|\bPEP|\bSHA-|\bl\.|\blines?)\s*\(?$")),
     ("setting", _re.compile(r"(?:^|[\s(,;:])(?:ε|δ|n|N|K|k|t|T|q|η'?|τ(?:_\w)?|L|b|c|B|σ\S*|λ\S*|a|d|m|A|r|M)"
                             r"\s*(?:=|≤|≥|<|>|≠)\s*\(?$")),
-    ("seed range", _re.compile(r"\b(?:seeds?|repeats?)\s*$")),
+    ("seed range", _re.compile(r"\b(?:[Ss]eeds?|[Rr]epeats?)\s*$")),
     ("setting", _re.compile(r"(?:^|\W)p\s*[<≥>]\s*$")),  # a test's level, not a p-value
 )
 _EXEMPT_AFTER = (
@@ -2023,9 +2122,14 @@ def prose_numbers(text: str, tables: Dict[str, str], results_dir: pathlib.Path =
         for i, raw in enumerate(lines):
             where = base + i
             if raw.startswith("### Earlier run at n = 10⁴"):
-                # the superseded subsection: its quotes are of its own CSVs, not of the tables above
+                # the superseded subsection: its quotes are of its own CSVs and of its own tables
+                # (checked cell by cell against those CSVs), not of the tables above
                 pm_sec = False
-                table_vals = p_vals = set()
+                sup = "\n".join(lines[i:])
+                sup_cells = [c for line, cols in checked_lines.items() if line in sup
+                             for k, c in enumerate(line.strip().strip("|").split("|")) if k in cols]
+                sup_keys = [_num_key(m.group(1), m.group(2)) for m in _NUMBER.finditer("\n".join(sup_cells))]
+                table_vals, p_vals = _with_roundings(sup_keys), _with_roundings(sup_keys, min_sig=1)
                 cells = _csv_cells(dict.fromkeys(_re.findall(r"(\w+)\.csv\b", "\n".join(lines[i:]))), results_dir)
             if raw.startswith("<!-- claims:"):
                 in_marker = True
@@ -2163,6 +2267,45 @@ def prose_summary(numbers: Sequence[ProseNumber]) -> str:
     return "\n".join(lines)
 
 
+#: a statement of the neighbouring relation (issue #60): every section that prints ε in a table
+#: (generated or hand-written) carries one of these
+_RELATION_STATEMENT = _re.compile(r"\*\*Relation: (?:substitution|add/remove)|^Relation: (?:substitution|add/remove)"
+                                  r"|^\| neighbouring relation \| |under the \*\*substitute-one-row\*\* relation", _re.M)
+#: a section whose tables print ε under both relations must say so in these words
+_TWO_RELATIONS = "mixes two relations"
+#: (section title prefix, phrase, why): sentences a verdict rests on, which must stay on the page
+RELATION_PHRASES = (
+    ("Heikkilä et al. 2019, Figs", "**Relation: substitution for both.**",
+     "the Fig. 3 claim tables compare DP-SGLD with DP Barker under one relation"),
+    ("Heikkilä et al. 2019, Figs", "All ε below are under **substitution**",
+     "the Fig. 3 verdicts are stated under one relation"),
+)
+
+
+def relation_problems(text: str, tables: Dict[str, str]) -> List[str]:
+    """``"section: …"`` for each section that prints ε in a table without stating its neighbouring
+    relation (:data:`_RELATION_STATEMENT`), whose tables print ε under add/remove and under
+    substitution without saying that it mixes two relations, or that lacks a phrase of
+    :data:`RELATION_PHRASES` (acceptance 2 of issue #60)."""
+    bad = []
+    secs = list(_sections(text))
+    for title, sec in secs:
+        gen = [tables.get(n, "") for n in _re.findall(r"<!-- claims:(\w+) -->", sec)]
+        lines = [line for line in "\n".join([sec] + gen).split("\n") if line.lstrip().startswith("|")]
+        if not any("ε" in line for line in lines):
+            continue
+        if not _RELATION_STATEMENT.search(sec):
+            bad.append(f"{title[:60]}: ε in a table, no neighbouring relation stated")
+        body = "\n".join(lines)
+        if "add/remove" in body and "substitution" in body and _TWO_RELATIONS not in sec:
+            bad.append(f"{title[:60]}: ε under two relations without saying so ({_TWO_RELATIONS!r})")
+    for prefix, phrase, _ in RELATION_PHRASES:
+        sec = next((v for k, v in secs if k.startswith(prefix)), "")
+        if not _phrase_spans(phrase, sec):
+            bad.append(f"{prefix[:40]}: missing {phrase!r}")
+    return bad
+
+
 #: rows a claim table reads, when it reads a subset of its CSV
 ROW_FILTERS = {"fastmh_fig3": _fig3_main_rows, "fastmh_fig3_mnist": _fig3_main_rows}
 
@@ -2214,6 +2357,7 @@ def check(md: pathlib.Path = RESULTS_MD, results_dir: pathlib.Path = SHIPPED,
     bad += [f"value table: {p}" for p in fig63_n1e4_problems(text, results_dir)]
     bad += [f"prose: {p}" for p in prose_pm_problems(text, tables)]
     bad += [f"prose quote: {p}" for p in prose_quote_problems(text, results_dir)]
+    bad += [f"relation: {p}" for p in relation_problems(text, tables)]
     bad += [f"prose number: {p}" for p in prose_number_problems(text, tables, results_dir, listed)]
     return bad
 

@@ -242,3 +242,28 @@ def test_an_edited_superseded_cell_is_caught():
     row = "| 2 | 0.206 | 3.0 % | 0.097 | 6.4 % |"
     assert claims.fig63_n1e4_problems(text) == [] and text.count(row) == 1
     assert len(claims.fig63_n1e4_problems(text.replace(row, row.replace("6.4 %", "6.5 %")))) == 1
+
+
+def test_every_epsilon_table_states_its_relation(tmp_path):
+    """Acceptance 2 of issue #60, with mutants: a section whose tables print ε without a stated
+    neighbouring relation, a table header that mixes add/remove and substitution without saying
+    so, and the Heikkilä Fig. 3 verdict's one-relation sentence removed, each fail the check."""
+    text = claims.RESULTS_MD.read_text(encoding="utf-8")
+    assert claims.relation_problems(text, claims.all_tables()) == []
+    stmt = "**Relation: substitution for every kernel** (issue #60)"
+    bad = _mutated_check(tmp_path, stmt, "Every kernel (issue #60)")
+    assert any(b.startswith("relation: Thesis Figs 6.4") and "no neighbouring relation" in b for b in bad)
+    bad = _mutated_check(tmp_path, "**This figure mixes two relations, as the paper's Fig. 3 does**",
+                         "**As the paper's Fig. 3 does**")
+    assert any(b.startswith("relation: Heikkilä et al. 2019, Figs") and "two relations" in b for b in bad)
+    bad = _mutated_check(tmp_path, "All ε below are under **substitution**", "All ε below are as run")
+    assert any(b.startswith("relation: Heikkilä") and "missing" in b for b in bad)
+
+
+def test_an_edited_computed_clipping_sentence_is_caught(tmp_path):
+    """Mutants (issue #60): a clipped share of Fig. 6.4's prose and one of Fig. 6.3's, each
+    computed from its CSV, changed on the page."""
+    bad = _mutated_check(tmp_path, "91 % (flat 10-d; 90.5–90.6 % per ε)", "91 % (flat 10-d; 90.5–90.8 % per ε)")
+    assert any(b.startswith("prose quote: Thesis Figs 6.4") and "90.5–90.6" in b for b in bad)
+    bad = _mutated_check(tmp_path, "where 22 % are clipped", "where 23 % are clipped")
+    assert any(b.startswith("prose quote: Thesis Fig. 6.3") for b in bad)
