@@ -1859,6 +1859,56 @@ def _fig63_clipping(d) -> Tuple[str, ...]:
             f"(RWMH {_span(floor('rwmh'), '.2f')}, HMC {_span(floor('hmc'), '.2f')})")
 
 
+def _fastmh_fig1_quotes(d) -> Tuple[str, ...]:
+    """Zhang & Zhang Fig. 1's claim-by-claim numbers at t = 10⁴ from ``fastmh_fig1.csv`` (repeats
+    0 and 1 as "a / b")."""
+    rows = [r for r in load("fastmh_fig1", d) if int(r["iterations"]) == 10000 and r["sym_kl"] not in ("", "nan")]
+
+    def col(a, c, e=None):
+        return [float(r[c]) for r in sorted(rows, key=lambda r: int(r["repeat"])) if r["algorithm"] == a
+                and (e is None or float(r["epsilon"]) == e)]
+    acc = max(col("dp_fast_mh", "acceptance"))
+    kl = {f"{x:.1f}" for a in ("dp_fast_mh", "dp_fast_mh_pff") for x in col(a, "sym_kl")}
+    k60 = lambda c: col("dp_fast_mh_pff_k60", c, 0.05)  # noqa: E731
+    rr = [_rows_read(r, 50_000) for r in sorted(rows, key=lambda r: int(r["repeat"]))
+          if r["algorithm"] == "dp_fast_mh_pff_k60" and float(r["epsilon"]) == 0.05]
+    full = [x for e in (0.2, 0.5) for a in ("dp_fast_mh_full", "dp_penalty") for x in col(a, "sym_kl", e)]
+    bk = lambda e: " / ".join(f"{x:.1f}" for x in col("dp_barker", "sym_kl", e))  # noqa: E731
+    fm = lambda e, a="dp_fast_mh_full": col(a, "sym_kl", e)  # noqa: E731
+    hi = fm(0.2) + fm(0.5)
+    pen_hi = fm(0.2, "dp_penalty") + fm(0.5, "dp_penalty")
+    return (f"(sym. KL {'/'.join(sorted(kl))} at every ε, acceptance {'≤ 10⁻⁴' if acc <= 1e-4 else f'up to {acc:.2g}'})",
+            f"the un-noised branch ran in {100 * max(col('dp_fast_mh_pff', 'free_fraction')):.2f} % of iterations",
+            f"reaches sym. KL {' / '.join(f'{x:.2f}' for x in k60('sym_kl'))} at ε = 0.05",
+            f"un-noised branch in {' / '.join(f'{100 * x:.0f}' for x in k60('free_fraction'))} % of iterations",
+            f"read all N rows in {' / '.join(f'{100 * x:.0f}' for x in k60('full_batch_fraction'))} % of them",
+            f"({' and '.join(_thou(x) for x in rr)} rows per iteration on average in the two repeats;",
+            f"It has sym. KL {bk(0.2)} (ε = 0.2) and {bk(0.5)} (ε = 0.5) after 10⁴ iterations, against "
+            f"{min(full):.2f}–{max(full):.2f} for the full-batch lines",
+            f"Sym. KL at 10⁴ falls from {_span(fm(0.01), '.1f')} (ε = 0.01) to {_span(hi, '.1f')} (ε ≥ 0.2) for "
+            f"`dp_fast_mh_full`, and from {_span(fm(0.01, 'dp_penalty'), '.2f')} to {_span(pen_hi, '.2f')} for "
+            "`dp_penalty`")
+
+
+def _fastmh_fig1_speed(d) -> str:
+    rows = [r for r in load("fastmh_fig1", d) if r["repeat"] == "0" and float(r["epsilon"]) == 0.05]
+    at = lambda a, t, c="sym_kl": next(float(r[c]) for r in rows if r["algorithm"] == a  # noqa: E731
+                                       and int(r["iterations"]) == t)
+    k, p = "dp_fast_mh_pff_k60", "dp_penalty"
+    return (f"in iterations ({at(k, 4000):.2f} against {at(p, 4000):.2f} at t = 4000, and {at(k, 10000):.2f} against "
+            f"{at(p, 10000):.2f} at 10⁴) or in wall time ({at(k, 10000, 'wall_seconds'):.0f} s against "
+            f"{at(p, 10000, 'wall_seconds'):.0f} s for 10⁴ iterations). Neither is at the exact-sample floor at "
+            f"t = 4000 ({at('exact', 4000):.2f})")
+
+
+def _fastmh_fig4_quote(d) -> str:
+    r = next(r for r in load("fastmh_fig1", d) if r["algorithm"] == "dp_fast_mh_pff_k60" and r["repeat"] == "0"
+             and float(r["epsilon"]) == 0.05 and int(r["iterations"]) == 10000)
+    rr = _rows_read(r, 50_000)
+    return (f"reads about {_thou(round(rr, -3))} rows an iteration, because {100 * float(r['full_batch_fraction']):.0f} % "
+            f"of its iterations take the full-data test: by t = 10⁴ it has read {100 * rr / 50_000:.0f} % of the rows")
+
+
 def _fig2_fast_mh(d) -> str:
     rows = load("fastmh_fig2", d)
     m = lambda a, col: sum(float(r[col]) for r in rows if r["algorithm"] == a) / sum(  # noqa: E731
@@ -1912,6 +1962,16 @@ PROSE_QUOTES = [
     "10-d HMC's mean MMD at b = 0.5, its clipped share at b = 1 and its mean acceptance at b = 1000 and 1",
     "the range of the other cells' clipped share at b = 1", "the largest cell's clipped share at b ≥ 2",
     "the range of the cells' mean MMD at b ≥ 2, per kernel"))] + [
+] + [("Zhang & Zhang 2023, Fig. 1", lambda d, i=i: _fastmh_fig1_quotes(d)[i], what) for i, what in enumerate((
+    "DP-Fast MH's sym. KL and largest acceptance at t = 10⁴", "the privacy-for-free line's largest `free_fraction`",
+    "K = 60's sym. KL at ε = 0.05, repeats 0 / 1", "K = 60's `free_fraction` at ε = 0.05, repeats 0 / 1",
+    "K = 60's `full_batch_fraction` at ε = 0.05, repeats 0 / 1", "K = 60's rows read per iteration, (1 − f)·B + f·N",
+    "DP Barker's sym. KL per repeat, and the range of the full-batch lines' at ε ≥ 0.2",
+    "the trade-off: sym. KL ranges at ε = 0.01 and ε ≥ 0.2"))] + [
+    ("Zhang & Zhang 2023, Fig. 1", _fastmh_fig1_speed, "K = 60 against the penalty at t = 4000 and 10⁴, repeat 0, "
+     "ε = 0.05: sym. KL and `wall_seconds`; the exact draws' sym. KL at t = 4000"),
+    ("Zhang & Zhang 2023, App", _fastmh_fig4_quote, "K = 60's rows read per iteration and `full_batch_fraction`, "
+     "repeat 0, ε = 0.05"),
     ("Thesis Fig. 6.3", _fig63_counts, "10-d chains with MMD above 0.2 per kernel and bound, and the 10-d exact floor"),
     ("Zhang & Zhang 2023, Fig. 3(a)–(c) on an MNIST subset", lambda d: _fig3_subset_quotes(d)[0],
      "the non-private chains' acceptance, range over chains"),

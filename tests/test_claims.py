@@ -267,3 +267,10 @@ def test_an_edited_computed_clipping_sentence_is_caught(tmp_path):
     assert any(b.startswith("prose quote: Thesis Figs 6.4") and "90.5–90.6" in b for b in bad)
     bad = _mutated_check(tmp_path, "where 22 % are clipped", "where 23 % are clipped")
     assert any(b.startswith("prose quote: Thesis Fig. 6.3") for b in bad)
+
+
+def test_an_edited_zhang_zhang_fig1_sentence_is_caught(tmp_path):
+    """Mutant (issue #60): DP Barker's sym. KL at ε = 0.5 in Fig. 1's prose (4.4464 in the CSV,
+    printed 4.5 before this check rounded it from the CSV instead of from the table's 4.45)."""
+    bad = _mutated_check(tmp_path, "(ε = 0.2) and 4.4 / 3.0 (ε = 0.5)", "(ε = 0.2) and 4.5 / 3.0 (ε = 0.5)")
+    assert any(b.startswith("prose quote: Zhang & Zhang 2023, Fig. 1") and "4.4 / 3.0" in b for b in bad)
