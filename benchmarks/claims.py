@@ -1554,7 +1554,8 @@ PROSE_EXEMPT = (
     ("date", "a date YYYY-MM-DD, a clock time, or a year 1990–2029",
      "when something ran or was published"),
     ("setting", "before: ε/δ/n/N/K/k/t/T/q/η/τ/L/b/c/B/σ/λ/a/d/m/A/r/M with =, ≤, ≥, <, >; p with <, ≥, > "
-     "(a test's level, not a p-value); the label cells of a value table",
+     "(a test's level, not a p-value); after: ``)-DP`` (the δ of a privacy level written (ε, δ)-DP); the label "
+     "cells of a value table",
      "a setting of a run (privacy level, data size, batch, step, bound, budget, test level), an input"),
     ("design", "after: -d, repeats, chains, seeds, threads, workers, cores, × (in 4 × 10), -core",
      "the design of a run (dimension, repeats, chains, seeds, threads), an input"),
@@ -1966,6 +1967,45 @@ def _yildirim_quotes(d) -> Tuple[str, str]:
             f"ratio ({mean(by('sd_ratio', 1000)):.2f} → {mean(by('sd_ratio', 100_000)):.2f})")
 
 
+def _fig65_clipping(d) -> Tuple[str, str, str]:
+    """Figs 6.7–6.9's clipping prose from ``fig65.csv``: the largest cell mean and the chains above
+    10 % (count per kernel and problem, their range), DP-HMC's gradient share (cell means) and its
+    spread (sd over repeats) on two problems, and the circle's ratio shares at ε = 0.5 and 0.75."""
+    rows = load("fig65", d)
+    cells: Dict[tuple, List[float]] = {}
+    grads: Dict[tuple, List[float]] = {}
+    for r in rows:
+        if r["algorithm"] == "exact" or r["clipped_fraction"] in ("", "nan"):
+            continue
+        k = (r["problem"], r["algorithm"], float(r["epsilon"]))
+        cells.setdefault(k, []).append(100 * float(r["clipped_fraction"]))
+        if r["algorithm"] == "dp_hmc":
+            grads.setdefault(k, []).append(100 * float(r["grad_clipped_fraction"]))
+    sd = lambda v: math.sqrt(sum((x - sum(v) / len(v)) ** 2 for x in v) / (len(v) - 1))  # noqa: E731
+    mean = lambda v: sum(v) / len(v)  # noqa: E731
+    top = max(mean(v) for v in cells.values())
+    over: Dict[tuple, List[float]] = {}
+    for (p, a, _), v in cells.items():
+        over.setdefault((p, a), []).extend(x for x in v if x > 10)
+    n_over = max(len(v) for v in over.values())
+    n_chains = {len([x for (p, a, _), v in cells.items() if (p, a) == k for x in v]) for k in over if over[k]}
+    above = [x for v in over.values() for x in v]
+    g = lambda p, f: [f(v) for (pp, _, _), v in grads.items() if pp == p]  # noqa: E731
+    circ = {a: [v for (p, aa, e), v in cells.items() if p == "circle" and aa == a and e in (0.5, 0.75)]
+            for a in ("dp_penalty", "dp_penalty_ocu_gwmh", "dp_hmc")}
+    hmc05 = cells[("circle", "dp_hmc", 0.5)]
+    pen_sd = max(sd(v) for a in ("dp_penalty", "dp_penalty_ocu_gwmh") for v in circ[a])
+    return (f"Every cell's mean clipped fraction is below {5 if top < 5 else math.ceil(top)} % and detectably below "
+            f"10 % (the clipping table), and only {n_over} of {'/'.join(str(x) for x in sorted(n_chains))} chains per "
+            f"kernel and problem pass 10 % ({min(above):.1f}–{max(above):.1f} %)",
+            f"{_span(g('correlated-gauss', mean))} % on the correlated Gaussian with a spread of at most "
+            f"{max(g('correlated-gauss', sd)):.1f} % over repeats; {_span(g('narrow-banana', mean))} % on the narrow "
+            f"banana with a spread of {_span(g('narrow-banana', sd))} % over repeats (sd over the repeats)",
+            f"({_span([mean(v) for vs in circ.values() for v in vs], '.1f')} % clipped; DP-HMC's spread over repeats, "
+            f"{sd(hmc05):.1f} % around a mean of {mean(hmc05):.1f} %, is large relative to its mean, while the penalty "
+            f"chains' spread is below {math.ceil(pen_sd * 100) / 100:.2f} %)")
+
+
 def _fig2_fast_mh(d) -> str:
     rows = load("fastmh_fig2", d)
     m = lambda a, col: sum(float(r[col]) for r in rows if r["algorithm"] == a) / sum(  # noqa: E731
@@ -2040,6 +2080,11 @@ PROSE_QUOTES = [
 ] + [("Yıldırım", lambda d, i=i: _yildirim_quotes(d)[i], w) for i, w in enumerate((
     "k(n) at n = 10⁵ over k(n) at 10³, and Thm 1's bound (3) averaged over the three n",
     "the mean error (posterior sds) and sd ratio at n = 10³ and 10⁵, means over the repeats"))] + [
+] + [("Thesis Figs 6.5", lambda d, i=i: _fig65_clipping(d)[i], w) for i, w in enumerate((
+    "the largest cell's mean clipped share, and the chains above 10 % (most per kernel and problem, their range)",
+    "DP-HMC's gradient share (range of cell means) and its sd over repeats, correlated Gaussian and narrow banana",
+    "the circle's ratio shares at ε = 0.5 and 0.75 (range of cell means), DP-HMC's sd and mean at ε = 0.5, the "
+    "penalty kernels' largest sd"))] + [
     ("Thesis Fig. 6.3", _fig63_counts, "10-d chains with MMD above 0.2 per kernel and bound, and the 10-d exact floor"),
     ("Zhang & Zhang 2023, Fig. 3(a)–(c) on an MNIST subset", lambda d: _fig3_subset_quotes(d)[0],
      "the non-private chains' acceptance, range over chains"),
@@ -2106,6 +2151,7 @@ _EXEMPT_BEFORE = (
     ("setting", _re.compile(r"(?:^|\W)p\s*[<≥>]\s*$")),  # a test's level, not a p-value
 )
 _EXEMPT_AFTER = (
+    ("setting", _re.compile(r"^\)-DP\b")),  # the δ of a privacy level written (ε, δ)-DP
     ("design", _re.compile(r"^(?:-?d\b|-dimensional|-core|\s*(?:repeats?|chains?|seeds?|threads?|workers?|cores?)\b"
                            r"|\s*×\s*\d)")),
 )

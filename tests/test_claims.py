@@ -274,3 +274,10 @@ def test_an_edited_zhang_zhang_fig1_sentence_is_caught(tmp_path):
     printed 4.5 before this check rounded it from the CSV instead of from the table's 4.45)."""
     bad = _mutated_check(tmp_path, "(ε = 0.2) and 4.4 / 3.0 (ε = 0.5)", "(ε = 0.2) and 4.5 / 3.0 (ε = 0.5)")
     assert any(b.startswith("prose quote: Zhang & Zhang 2023, Fig. 1") and "4.4 / 3.0" in b for b in bad)
+
+
+def test_an_edited_fig65_clipping_sentence_is_caught(tmp_path):
+    """Mutant (issue #60): the range of the chains above 10 % in Fig. 6.7's prose (the page said
+    12–13 %, the largest chain per kernel; the chains above 10 % span 10.3–12.7 %)."""
+    bad = _mutated_check(tmp_path, "per kernel and problem pass 10 % (10.3–12.7 %)", "per kernel and problem pass 10 % (12–13 %)")
+    assert any(b.startswith("prose quote: Thesis Figs 6.5") for b in bad)
