@@ -1707,6 +1707,13 @@ def _clip_f10_6(d) -> Tuple[str, str]:
             f"DP Barker's ratio bound clips {min(per_eps):.1f}–{max(per_eps):.1f} % of the batch ratios there at every ε.")
 
 
+def _clip_t10_more(d) -> Tuple[str, str]:
+    T10 = "tempered-banana-10d"
+    (m, mm) = _clip(d, T10, "minibatch_dp_penalty", (4,))
+    (h, _), (g, _) = _clip(d, T10, "dp_hmc", (5, 6)), _clip(d, T10, "dp_hmc", (5, 6), "grad_clipped_fraction")
+    return (f"{m} of its ratios clipped (max {mm})", f"(DP-HMC\nclips {h} of its ratios and {g} of its gradients)")
+
+
 def _clip_t10_low(d) -> str:
     c = lambda a, col="clipped_fraction": _clip(d, "tempered-banana-10d", a, (1, 2, 3), col)  # noqa: E731
     (p, pm), (o, om), (h, hm), (g, gm), (b, bm), (k, km) = (c("dp_penalty"), c("dp_penalty_ocu_gwmh"), c("dp_hmc"),
@@ -2039,6 +2046,8 @@ PROSE_QUOTES = [
     ("Thesis Figs 6.4", lambda d: _clip_t10_high(d)[0], "DP penalty's clipped share, tempered 10-d banana, ε = 3–6"),
     ("Thesis Figs 6.4", lambda d: _clip_t10_high(d)[1], "clipped shares, tempered 10-d banana, ε = 5–6"),
     ("Thesis Figs 6.4", _clip_f10, "clipped shares, flat 10-d banana, ε = 1–5"),
+    ("Thesis Figs 6.4", lambda d: _clip_t10_more(d)[0], "the minibatch penalty's clipped share, tempered 10-d, ε = 4"),
+    ("Thesis Figs 6.4", lambda d: _clip_t10_more(d)[1], "DP-HMC's clipped shares, tempered 10-d, ε = 5–6"),
     ("Thesis Figs 6.4", lambda d: _clip_f10_6(d)[0], "clipped shares, flat 10-d banana, ε = 6"),
     ("Thesis Figs 6.4", lambda d: _clip_f10_6(d)[1], "DP Barker's mean clipped share per ε, flat 10-d banana"),
     ("Thesis Figs 6.4", _clip_fig64_summary, "clipped shares per kernel and problem: the range over ε = 1–6 of "
@@ -2094,6 +2103,10 @@ PROSE_QUOTES = [
      "the appended runs' first cell, ε = 8) and lengths"),
     ("DP-HMC paper", lambda d: f"9 degrees of freedom, bold = p < 0.05, |z| ≥ {_t_quantile(9):.2f}",
      "the t quantile at 9 degrees of freedom"),
+    ("How the verdicts are tested", lambda d: "({} seeds for Fig. 2; {} for Fig. 3 on full MNIST, {} on the "
+     "subset)".format(*(len({r["repeat"] for r in load(n, d)}) for n in ("fastmh_fig2", "fastmh_fig3_mnist",
+                                                                          "fastmh_fig3"))),
+     "the seeds (column `repeat`) of Zhang & Zhang's Fig. 2 and Fig. 3 CSVs"),
 ] + [("How the verdicts are tested", lambda d, i=i: _verdict_constants(d)[i], what) for i, what in enumerate((
     "the t quantile at 19 degrees of freedom", "the t quantile at 1 degree of freedom", "the sign test's p at 6 of 6",
     "Welch and paired z of fig65.csv, DP-HMC against OCU+GWMH, correlated Gaussian, ε = 4, 5, 6"))] + [
