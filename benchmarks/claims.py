@@ -1561,6 +1561,8 @@ PROSE_EXEMPT = (
      "the design of a run (dimension, repeats, chains, seeds, threads), an input"),
     ("seed range", "before: seeds/repeats/repeat …", "which seeds ran: an input"),
     ("paper value", "inside a phrase of :data:`PAPER_QUOTES`", "a value quoted from a paper or its code"),
+    ("code setting", "inside a phrase of :data:`CODE_SETTINGS` (each checked against a snippet of the code that runs it)",
+     "a setting of a run or a model, as the code sets it"),
 )
 
 def _cell_hours(results_dir) -> Dict[str, float]:
@@ -2153,6 +2155,78 @@ PAPER_QUOTES = (
     ("DP-HMC paper", "drawn with JAX at key 43235667", "the authors' code: the Gaussian's key"),
 )
 
+#: (section title prefix, phrase on the page, file of the repository, snippets the file must hold):
+#: settings checked against the code that runs them. The phrase's numbers are exempt ("code
+#: setting"), and ``--check`` fails when the phrase is not on the page (a number in it edited)
+#: or a snippet is not in its file (the code changed) (:func:`code_setting_problems`).
+CODE_SETTINGS = (
+    ("Benchmark posteriors", "Σ = diag(20, 2.5, 1, …)", "pyro_dp/models/banana.py", ("var[0], var[1] = 20.0, 2.5",)),
+    ("Benchmark posteriors", "Narrow banana (a = 350)", "pyro_dp/models/__init__.py",
+     ('"narrow-banana": ("banana", 2, 150_000, None, 0.02, 350.0, 1000.0)',)),
+    ("Benchmark posteriors", "(ρ = 0.999, σ0² = 100)", "pyro_dp/models/__init__.py",
+     ('"correlated-gauss": ("gauss-corr", 2, 200_000, None, 0.005, 0.0, 100.0)',)),
+    ("Benchmark posteriors", "Circle (a = 1e-5)", "pyro_dp/models/__init__.py",
+     ('"circle": ("circle", 2, 100_000, None, 0.1, 1e-5, None)',)),
+    ("Benchmark posteriors", "Tempered banana, d = 2 / 10 (n0 = 1000)", "pyro_dp/models/__init__.py",
+     ('"tempered-banana-2d": ("banana", 2, 100_000, 1000,', '"tempered-banana-10d": ("banana", 10, 200_000, 1000,')),
+    ("Benchmark posteriors", "(N = 1e6, N0 = 100)", "pyro_dp/models/__init__.py",
+     ('"gmm-heikkila": (1_000_000, 100,',)),
+    ("Benchmark posteriors", "(θ1 ~ N(0, 10), θ2 ~ N(0, 1), σx² = 2; variances)", "pyro_dp/models/mixture.py",
+     ("GMM_PRIOR_VAR = (10.0, 1.0)", "GMM_LIK_VAR = 2.0")),
+    ("Benchmark posteriors", "(N = 5e4, temperature 500)", "pyro_dp/models/__init__.py", ('"gmm-truncated": (50_000, 100,',)),
+    ("Benchmark posteriors", "(flat prior on [-3, 3]², data in [-3, 3];", "pyro_dp/models/mixture.py",
+     ("TRUNCATED_GMM_BOX = 3.0",)),
+    ("Benchmark posteriors", "r_j ~ N(3, 1) for the circle", "pyro_dp/models/circle.py",
+     ("return 3.0 + torch.randn(n, generator=g, dtype=dtype)",)),
+    ("Thesis Figs 6.4", "each banana at its Table 6.1 n (10⁵ for d = 2, 2·10⁵ for d = 10)", "experiments/_sampling.py",
+     ('"flat-banana-2d": 100_000, "flat-banana-10d": 200_000',)),
+    ("Thesis Figs 6.4", "the narrow banana's clip bounds (5.5 and 8.5) and DP-HMC ratio clip (5.0)",
+     "experiments/_sampling.py", ("dict(prop=0.0015, clip=5.5, tau=0.2)", "dict(prop=0.0015, clip=8.5, tau=0.1)",
+                                  "L=5, eta=0.00045, mass=1.0, r_clip=5.0")),
+    ("Thesis Figs 6.4", "the 30-d Gaussian's proposal (0.00084) and DP-HMC (η = 0.00025, mass 1, ratio clip 2.5)",
+     "experiments/_sampling.py", ("dict(prop=0.00084, clip=3.0, tau=0.06)", "eta=0.00025, mass=1.0, r_clip=2.5")),
+    ("Heikkilä et al. 2019, Figs", "random-walk proposal with **variance 0.01** (sd 0.1), C = 2",
+     "experiments/heikkila.py", ("prop_sd=0.1",)),
+    ("Heikkilä et al. 2019, Figs", "**20 000 iterations, 1 000 burn-in, 20 repeats**, δ = 2·10⁻⁶",
+     "experiments/heikkila.py", ("iters=20_000, burn_in=1000,", "repeats=20, delta=2e-6")),
+    ("Heikkilä et al. 2019, Figs", "12 steps of `DPGradientInit` (full-batch DP gradient ascent: clip 5, noise "
+     "multiplier 100, step η/N = 0.015). Those 12", "experiments/heikkila.py",
+     ("init_steps=12, init_rate=0.015, init_clip=5.0, init_nm=100.0",)),
+    ("Heikkilä et al. 2019, Figs", "b = 100, clip L = 0.01 on the tempered gradient (= 100 untempered)",
+     "experiments/heikkila.py", ("sgld_batch=100, sgld_clip_tempered=0.01",)),
+    ("Heikkilä et al. 2019, Figs", "scored at t = 0.5, 1, 2, 3, 4, 5 and 6 million", "experiments/heikkila.py",
+     ("sgld_t_grid=(500_000, 1_000_000, 2_000_000, 3_000_000, 4_000_000, 5_000_000, 6_000_000)",)),
+    ("Zhang & Zhang 2023, Fig. 1", "(99 bins over the range of 2·10⁵ exact draws, floor\n10⁻¹³)", "experiments/fastmh.py",
+     ("99 bins over the reference range, floor 1e-13", "ref.sample(200_000, seed=1)")),
+    ("Zhang & Zhang 2023, Fig. 1", "c = max_{|x|≤3} c_i instead of per-datum c_i, data truncated to [−3, 3]",
+     "pyro_dp/models/mixture.py", ("TRUNCATED_GMM_BOX = 3.0",)),
+    ("Zhang & Zhang 2023, Fig. 1", "|θ_j| ≤ 3 that the code's bound assumes", "pyro_dp/models/mixture.py",
+     ("TRUNCATED_GMM_BOX = 3.0",)),
+    ("Yıldırım", "y_i ~ N(θ, 1) with prior N(0, 10²), data from\nN(0.5, 1)", "benchmarks/yildirim_thm1.py",
+     ("PRIOR_SD = 10.0", "THETA_STAR = 0.5")),
+    ("Yıldırım", "moves of scale 1.5/√n", "benchmarks/yildirim_thm1.py", ("STEP = 1.5",)),
+    ("Yıldırım", "clips each row's ratio to ±4|θ′ − θ|, so one row changes a move's\nratio by at most 8|θ′ − θ| ∝ "
+     "n^(−1/2): A1 with α = ½", "benchmarks/yildirim_thm1.py", ("B_CLIP = 4.0",)),
+    ("Yıldırım", "with k₀ = 1 (144, 1 085, 8 685 iterations) under the budget ε = 4, δ = n^(−1.1)\n(β = 1.1 > 1, so "
+     "δ = o(1/n))", "benchmarks/yildirim_thm1.py", ("K0 = 1.0", "EPSILON = 4.0", "BETA = 1.1", "(144, 1085, 8685)")),
+    ("Yıldırım", "at the simulation's θ* = 0.5", "benchmarks/yildirim_thm1.py", ("THETA_STAR = 0.5",)),
+)
+
+
+def code_setting_problems(text: str) -> List[str]:
+    """``"section: …"`` for each :data:`CODE_SETTINGS` phrase missing from its section, or snippet
+    missing from its file."""
+    secs = dict(_sections(text))
+    bad = []
+    for prefix, phrase, path, snippets in CODE_SETTINGS:
+        sec = next((v for k, v in secs.items() if k.startswith(prefix)), "")
+        if not _phrase_spans(phrase, sec):
+            bad.append(f"{prefix[:40]}: not on the page: {phrase!r}")
+        code = (ROOT / path).read_text(encoding="utf-8")
+        bad += [f"{prefix[:40]}: {path} lacks {snip!r} ({phrase!r})" for snip in snippets if snip not in code]
+    return bad
+
+
 _EXEMPT_BEFORE = (
     ("reference", _re.compile(r"(?:\bFigs?\.?|\bFigures?|\bTables?|\beqs?\.|\bEqs?\.|\bThms?\.?|\bTheorems?|\bLemmas?"
                               r"|\bProps?\.|\bCorollary|§|\bAlgs?\.|\bAlgorithms?|\bch\.|\bchapters?|\bSecs?\.|"
@@ -2296,6 +2370,7 @@ def prose_numbers(text: str, tables: Dict[str, str], results_dir: pathlib.Path =
         table_vals = _with_roundings(keys)
         p_vals = _with_roundings(keys, min_sig=1)  # a quoted p may keep one significant digit
         quoted = [q for sec_prefix, q, _ in PAPER_QUOTES if title.startswith(sec_prefix)]
+        code_spans = [sp for prefix, ph, _, _ in CODE_SETTINGS if title.startswith(prefix) for sp in _phrase_spans(ph, sec)]
         spans = [sp for prefix, fn, _ in PROSE_QUOTES if title.startswith(prefix)
                  for sp in _phrase_spans(fn(results_dir), sec)]
         line_at = [0]
@@ -2357,6 +2432,8 @@ def prose_numbers(text: str, tables: Dict[str, str], results_dir: pathlib.Path =
                     if kind == "untraced" and any(q in raw and raw.index(q) <= m.start() < raw.index(q) + len(q)
                                                   for q in quoted):
                         kind = "exempt: paper value"
+                    if kind == "untraced" and any(a <= line_at[i] + m.start() < b for a, b in code_spans):
+                        kind = "exempt: code setting"
                 out.append(ProseNumber(title, where, sign + digits, kind))
                 prev = (m.end(), kind)
     return out
@@ -2545,6 +2622,7 @@ def check(md: pathlib.Path = RESULTS_MD, results_dir: pathlib.Path = SHIPPED,
     bad += [f"prose: {p}" for p in prose_pm_problems(text, tables)]
     bad += [f"prose quote: {p}" for p in prose_quote_problems(text, results_dir)]
     bad += [f"relation: {p}" for p in relation_problems(text, tables)]
+    bad += [f"code setting: {p}" for p in code_setting_problems(text)]
     bad += [f"prose number: {p}" for p in prose_number_problems(text, tables, results_dir, listed)]
     return bad
 

@@ -281,3 +281,17 @@ def test_an_edited_fig65_clipping_sentence_is_caught(tmp_path):
     12–13 %, the largest chain per kernel; the chains above 10 % span 10.3–12.7 %)."""
     bad = _mutated_check(tmp_path, "per kernel and problem pass 10 % (10.3–12.7 %)", "per kernel and problem pass 10 % (12–13 %)")
     assert any(b.startswith("prose quote: Thesis Figs 6.5") for b in bad)
+
+
+def test_code_settings_are_checked_against_the_code(tmp_path, monkeypatch):
+    """Issue #60: a setting exempt as a "code setting" must be printed as CODE_SETTINGS says and
+    its snippets must be in the code. Mutants: the narrow banana's clip bound edited on the page,
+    and a snippet the code does not hold."""
+    text = claims.RESULTS_MD.read_text(encoding="utf-8")
+    assert claims.code_setting_problems(text) == []
+    bad = _mutated_check(tmp_path, "clip bounds (5.5 and 8.5)", "clip bounds (5.5 and 9.5)")
+    assert any(b.startswith("code setting: Thesis Figs 6.4") and "not on the page" in b for b in bad)
+    prefix, phrase, path, _ = claims.CODE_SETTINGS[0]
+    monkeypatch.setattr(claims, "CODE_SETTINGS", ((prefix, phrase, path, ("var[0], var[1] = 21.0, 2.5",)),))
+    bad = claims.code_setting_problems(text)
+    assert len(bad) == 1 and "lacks" in bad[0]
