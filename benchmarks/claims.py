@@ -2202,6 +2202,34 @@ CODE_SETTINGS = (
      "pyro_dp/models/mixture.py", ("TRUNCATED_GMM_BOX = 3.0",)),
     ("Zhang & Zhang 2023, Fig. 1", "|θ_j| ≤ 3 that the code's bound assumes", "pyro_dp/models/mixture.py",
      ("TRUNCATED_GMM_BOX = 3.0",)),
+    ("Thesis Fig. 6.3", "bounds\n{0.5, 1, 2, 4, 6, 8, 10, 1000}, 20 chains per bound, RWMH 3000 and HMC 500 iterations (L = 15)",
+     "experiments/fig63.py", ("bounds=[0.5, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 1000.0], repeats=20, rwmh_iterations=3000,",
+                              "hmc_iterations=500,", '"hmc": dict(L=15, eta=0.001,')),
+    ("DP-HMC paper", "| ε grid, δ | 2, 4, 6, 8, 10, 12, 15; δ = 0.1/n | the same: all seven (2, 6, 15 in the first run; "
+     "4, 8, 10, 12 added the same day); δ = 0.1/n |", "experiments/dphmc_fig1.py",
+     ("PAPER_EPSILONS = (2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 15.0)", "delta = 0.1 / n")),
+    ("DP-HMC paper", "| DP penalty | τ = 0.17, proposal sd 0.06, ratio clip 0.15 (banana); 0.05, 7·10⁻⁴, 10 (Gaussian) |",
+     "experiments/dphmc_fig1.py", ('"dp_penalty": dict(tau=0.17, prop=0.06, clip=0.15)',
+                                   '"dp_penalty": dict(tau=0.05, prop=0.0007, clip=10.0)')),
+    ("DP-HMC paper", "τ_l = 0.1, τ_g = 0.55, L = 25, η = 0.006 (banana); 0.1, 0.25, 12, 1.5·10⁻⁴ (Gaussian)",
+     "experiments/dphmc_fig1.py", ("tau_l=0.10, tau_g=0.55, L=25, eta=0.006,", "tau_l=0.1, tau_g=0.25, L=12, eta=0.00015,")),
+    ("DP-HMC paper", "batch 1000, clip 0.2 (banana), 15 and 12 (Gaussian), the code's step η/n, SGNHT's A = 50 / 30",
+     "experiments/dphmc_fig1.py", ('"dp_sgld": dict(batch=1000, grad_clip=0.2,', '"dp_sgnht": dict(batch=1000, '
+                                   'grad_clip=0.2, eta=100.0, A=50.0)', '"dp_sgld": dict(batch=1000, grad_clip=15.0,',
+                                   '"dp_sgnht": dict(batch=1000, grad_clip=12.0, eta=0.2, A=30.0)')),
+    ("DP-HMC paper", "| chains, repeats | 4 chains pooled per run, 10 repeats | the same: 4 chains pooled per run, 10 "
+     "repeats at each ε run |", "experiments/dphmc_fig1.py", ("repeats=10, chains=4,",)),
+    ("DP-HMC paper", "thinned to ~5000 draws", "experiments/dphmc_fig1.py", ("max_draws=5000",)),
+    ("Zhang & Zhang 2023, Fig. 3(a)–(c): logistic", "Panel (c) sweeps K ∈ {20, 225, 2000} plus that K, at the "
+     "paper's ε = 0.05 and at ε = 0.5.\n  The code's default K = 225", "experiments/fastmh_mnist.py",
+     ("k_grid=(20, 225, 2000), k_epsilons=(0.05, 0.5),",)),
+    ("Zhang & Zhang 2023, Fig. 3(a)–(c): logistic", "N(0, 10²), as on the subset", "experiments/fastmh_mnist.py",
+     ("iters=40_000, epsilons=(0.01, 0.05, 0.2, 0.5),\n                  repeats=10, delta=1e-5, lam=10.0, step=4.3e-4, "
+      "step_full=2.8e-4, prior_scale=10.0,",)),
+    ("Zhang & Zhang 2023, Fig. 3(a)–(c) on an MNIST subset", "PCA to 50 components", "experiments/fastmh_mnist.py",
+     ('"full": dict(n_train=800, n_test=200, pca_dim=50,',)),
+    ("Zhang & Zhang 2023, Fig. 3(a)–(c) on an MNIST subset", "Random-walk steps 4.3·10⁻⁴ (minibatch) and 2.8·10⁻⁴ (full "
+     "batch), λ = 10", "experiments/fastmh_mnist.py", ("lam=10.0, step=4.3e-4, step_full=2.8e-4,",)),
     ("Yıldırım", "y_i ~ N(θ, 1) with prior N(0, 10²), data from\nN(0.5, 1)", "benchmarks/yildirim_thm1.py",
      ("PRIOR_SD = 10.0", "THETA_STAR = 0.5")),
     ("Yıldırım", "moves of scale 1.5/√n", "benchmarks/yildirim_thm1.py", ("STEP = 1.5",)),
