@@ -2015,6 +2015,25 @@ def _fig65_clipping(d) -> Tuple[str, str, str]:
             f"chains' spread is below {math.ceil(pen_sd * 100) / 100:.2f} %)")
 
 
+def _heikkila_one_relation(d) -> Tuple[str, str]:
+    """Heikkilä Fig. 3 under one relation (``heikkila_fig23_relations.csv``): DP-SGLD's substitution ε
+    (PLD) at each scored t against DP Barker's ledger ε at t = 20 000, and the issue's RDP estimate
+    (add/remove RDP at half the noise multiplier), as ranges and multiples of Barker's."""
+    rel = _relations(d)
+    b = float(_heikkila_cells(load("heikkila_fig23", d), "dp_barker", 20000)[0][0]["epsilon_exact"])
+    sub = {t: float(r["epsilon_substitute_pld"]) for t, r in rel.items()}
+    grp = {t: float(r["epsilon_substitute_rdp_group"]) for t, r in rel.items()}
+    hi_t = [t for t in (2e6, 4e6, 6e6)]
+    lo, hi = min(sub[t] for t in hi_t), max(sub[t] for t in hi_t)
+    glo, ghi = min(grp[t] for t in hi_t), max(grp[t] for t in hi_t)
+    ar = [float(rel[t]["epsilon_add_remove_rdp"]) for t in (5e5, 6e6)]
+    below = "at or below" if sub[5e5] <= b and sub[1e6] <= b else "NOT at or below"
+    return (f"Then DP-SGLD has spent ε {sub[5e5]:.2f} (t = 5·10⁵) and {sub[1e6]:.2f}\n(t = 10⁶), {below} Barker's "
+            f"{b:.2f}", f"At t ≥ 2·10⁶ it has spent {lo:.2f}–{hi:.2f} ({lo / b:.1f}–{hi / b:.1f}× Barker's; "
+            f"{glo:.1f}–{ghi:.1f}, {glo / b:.0f}–{ghi / b:.0f}×, by the\nissue's RDP estimate)",
+            f"its ε is {ar[0]:.2f}–{ar[1]:.2f}")
+
+
 def _fig2_fast_mh(d) -> str:
     rows = load("fastmh_fig2", d)
     m = lambda a, col: sum(float(r[col]) for r in rows if r["algorithm"] == a) / sum(  # noqa: E731
@@ -2096,6 +2115,10 @@ PROSE_QUOTES = [
     "DP-HMC's gradient share (range of cell means) and its sd over repeats, correlated Gaussian and narrow banana",
     "the circle's ratio shares at ε = 0.5 and 0.75 (range of cell means), DP-HMC's sd and mean at ε = 0.5, the "
     "penalty kernels' largest sd"))] + [
+] + [("Heikkilä et al. 2019, Figs", lambda d, i=i: _heikkila_one_relation(d)[i], w) for i, w in enumerate((
+    "DP-SGLD's substitution ε (PLD, heikkila_fig23_relations.csv) at t = 5·10⁵ and 10⁶ against DP Barker's ledger ε",
+    "the same at t ≥ 2·10⁶ (range and multiple of Barker's), and the issue's RDP estimate",
+    "DP-SGLD's add/remove ε (RDP, as run) from t = 5·10⁵ to 6·10⁶"))] + [
     ("Thesis Fig. 6.3", _fig63_counts, "10-d chains with MMD above 0.2 per kernel and bound, and the 10-d exact floor"),
     ("Zhang & Zhang 2023, Fig. 3(a)–(c) on an MNIST subset", lambda d: _fig3_subset_quotes(d)[0],
      "the non-private chains' acceptance, range over chains"),

@@ -295,3 +295,13 @@ def test_code_settings_are_checked_against_the_code(tmp_path, monkeypatch):
     monkeypatch.setattr(claims, "CODE_SETTINGS", ((prefix, phrase, path, ("var[0], var[1] = 21.0, 2.5",)),))
     bad = claims.code_setting_problems(text)
     assert len(bad) == 1 and "lacks" in bad[0]
+
+
+def test_the_heikkila_verdict_under_one_relation_is_computed(tmp_path):
+    """Acceptance 2 of issue #60: the ε that the Heikkilä Fig. 3 verdict compares under substitution
+    (DP-SGLD by PLD, and the issue's RDP estimate, against DP Barker's 0.82) come from the relations
+    CSV; mutants: each edited on the page."""
+    for old, new in (("spent 1.04–1.88 (1.3–2.3× Barker's", "spent 1.04–1.88 (1.3–2.0× Barker's"),
+                     ("Barker's; 3.3–5.1, 4–6×", "Barker's; 2.5–5.1, 3–6×")):
+        bad = _mutated_check(tmp_path, old, new)
+        assert any(b.startswith("prose quote: Heikkilä et al. 2019, Figs") for b in bad), bad
