@@ -2074,6 +2074,8 @@ PROSE_QUOTES = [
     ("Thesis Figs 6.4", _clip_fig64_summary, "clipped shares per kernel and problem: the range over ε = 1–6 of "
      "the cells' mean `clipped_fraction`, in % (one decimal below 20 %, none above)"),
     ("Thesis Fig. 6.2", _fig62_minibatch_ratios, "WBK19 Thm 27's iterations over Thm 8's"),
+    ("Thesis Fig. 6.2", lambda d: "so the noise multiplier is τ√n = {:.1f}".format(
+        0.1 * math.sqrt(float(load("fig62", d)[0]["n"]))), "τ√n at the CSV's n (τ = 0.1, a CODE_SETTINGS entry)"),
     ("DP-HMC paper", _dphmc_ledgers, "the largest |ledger ε − target| (rounded up) and two ledgers"),
     ("DP-HMC paper", lambda d: f"moved to their own file, {len(load('dphmc_fig1_replication', d))} rows",
      "the replication CSV's rows"),
@@ -2253,6 +2255,24 @@ CODE_SETTINGS = (
      ('"full": dict(n_train=800, n_test=200, pca_dim=50,',)),
     ("Zhang & Zhang 2023, Fig. 3(a)–(c) on an MNIST subset", "Random-walk steps 4.3·10⁻⁴ (minibatch) and 2.8·10⁻⁴ (full "
      "batch), λ = 10", "experiments/fastmh_mnist.py", ("lam=10.0, step=4.3e-4, step_full=2.8e-4,",)),
+    ("Zhang & Zhang 2023, Fig. 3(a)–(c) on an MNIST subset", "**800 training and 200 test images**",
+     "experiments/fastmh_mnist.py", ('"full": dict(n_train=800, n_test=200,',)),
+    ("Zhang & Zhang 2023, Fig. 3(a)–(c) on an MNIST subset", "Panel (c) sweeps K ∈ {2, 50, 200}",
+     "experiments/fastmh_mnist.py", ("k_grid=(2, 50, 200), k_epsilons=(0.05, 0.5)",)),
+    ("Zhang & Zhang 2023, Fig. 3(a)–(c) on an MNIST subset", "**10⁴ iterations and 6 seeds** instead of the code's "
+     "4·10⁴ iterations", "experiments/fastmh_mnist.py", ("iters=10_000, epsilons=(0.01, 0.05, 0.2, 0.5), repeats=6,",
+                                                         "iters=40_000,")),
+    ("Zhang & Zhang 2023, Fig. 3(a)–(c) on an MNIST subset", "A N(0, 10²) prior is used", "experiments/fastmh_mnist.py",
+     ("step_full=2.8e-4, prior_scale=10.0,",)),
+    ("Zhang & Zhang 2023, Fig. 3(a)–(c) on an MNIST subset", "ε ∈ {0.01, 0.05, 0.2, 0.5}\n  (Fig. 1's grid",
+     "experiments/fastmh_mnist.py", ("epsilons=(0.01, 0.05, 0.2, 0.5)",)),
+    ("Thesis Fig. 6.2", "2-d flat banana, n = 10⁵, δ = 0.1/n", "experiments/fig62.py", ('"delta": 0.1 / 100_000,',)),
+    ("Thesis Fig. 6.2", "DP penalty: τ = 0.1, α = 1/2", "experiments/fig62.py",
+     ('"penalty_tau": 0.1,', "# tau n^alpha, alpha = 1/2")),
+    ("Thesis Fig. 6.2", "DP-HMC: τ_l = 0.1, τ_g = 0.4, L = 10", "experiments/fig62.py",
+     ('"hmc_tau_l": 0.1,', '"hmc_tau_g": 0.4,', '"hmc_num_steps": 10,')),
+    ("Thesis Fig. 6.2", "Minibatch penalty: τ = 0.7, b = 1000", "experiments/fig62.py",
+     ('"minibatch_tau": 0.7,', '"minibatch_batch_size": 1000,')),
     ("Yıldırım", "y_i ~ N(θ, 1) with prior N(0, 10²), data from\nN(0.5, 1)", "benchmarks/yildirim_thm1.py",
      ("PRIOR_SD = 10.0", "THETA_STAR = 0.5")),
     ("Yıldırım", "moves of scale 1.5/√n", "benchmarks/yildirim_thm1.py", ("STEP = 1.5",)),
