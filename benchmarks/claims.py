@@ -2074,6 +2074,15 @@ PROSE_QUOTES = [
     ("Thesis Figs 6.4", _clip_fig64_summary, "clipped shares per kernel and problem: the range over ε = 1–6 of "
      "the cells' mean `clipped_fraction`, in % (one decimal below 20 %, none above)"),
     ("Thesis Fig. 6.2", _fig62_minibatch_ratios, "WBK19 Thm 27's iterations over Thm 8's"),
+    ("Thesis Figs 6.4", lambda d: (lambda h: f"add up to {h['fig64']:.1f} cell-hours for this figure and {h['fig65']:.1f} "
+                                   f"for Fig. 6.5, most of them measured beside other runs; the whole of both figures is "
+                                   f"therefore about {h['fig64'] + h['fig65']:.0f} cell-hours, some "
+                                   f"{(h['fig64'] + h['fig65']) / 2:.0f} hours of wall time")(_cell_hours(d)),
+     "the chains' times (column `seconds`) of fig64.csv and fig65.csv, summed"),
+    ("Thesis Fig. 6.3", lambda d: "The exact-vs-exact baseline MMD is {:.3f}".format(next(
+        float(r["mmd"]) for r in load("fig63_n1e4", d) if r["algorithm"] == "exact")), "the exact baseline of fig63_n1e4.csv"),
+    ("Zhang & Zhang 2023, Fig. 1", lambda d: "σ₂ = √(2 log(1.25/δ))/ε ({:.1f} at ε = 0.05)".format(
+        math.sqrt(2 * math.log(1.25 / 1e-5)) / 0.05), "Alg. 2's classical σ₂ at δ = 10⁻⁵, ε = 0.05 (the formula)"),
     ("Thesis Fig. 6.2", lambda d: "so the noise multiplier is τ√n = {:.1f}".format(
         0.1 * math.sqrt(float(load("fig62", d)[0]["n"]))), "τ√n at the CSV's n (τ = 0.1, a CODE_SETTINGS entry)"),
     ("DP-HMC paper", _dphmc_ledgers, "the largest |ledger ε − target| (rounded up) and two ledgers"),
@@ -2170,6 +2179,8 @@ def prose_quote_problems(text: str, results_dir: pathlib.Path = SHIPPED) -> List
 PAPER_QUOTES = (
     ("Heikkilä et al. 2019, Figs", '"(1.22, 2e-06)-DP"', "Heikkilä et al. 2019, Fig. 2's privacy"),
     ("Heikkilä et al. 2019, Figs", "gives the paper's (1.22, 2·10⁻⁶)", "Heikkilä et al. 2019, Fig. 2's privacy"),
+    ("Heikkilä et al. 2019, Fig. 1", "Fig. 2's \"(1.22, 2·10⁻⁶)\" adds the DPVI start's 0.22",
+     "Heikkilä et al. 2019, Fig. 2's privacy and §5's DPVI start"),
     ("Heikkilä et al. 2019, Figs", "the authors use 0.99·√b/N0", "the authors' code"),
     ("Heikkilä et al. 2019, Figs", "l. 68–70", "the authors' code, a line number"),
     ("Heikkilä et al. 2019, Figs", "The paper starts from a DPVI fit costing (0.22, 10⁻⁶)",
