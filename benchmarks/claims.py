@@ -2034,6 +2034,20 @@ def _heikkila_one_relation(d) -> Tuple[str, str]:
             f"its ε is {ar[0]:.2f}–{ar[1]:.2f}")
 
 
+def _fig3_mnist_design(d) -> Tuple[str, str]:
+    """Full MNIST's §6.2 K per ε (column ``K`` of DP-Fast MH's main rows, checked against ⌈εN/6⌉ with N
+    from column ``num_train``) and the grid's size (rows, seeds)."""
+    rows = load("fastmh_fig3_mnist", d)
+    main = _fig3_main_rows(rows)
+    n = int(rows[0]["num_train"])
+    ks = [sorted({int(r["K"]) for r in main if r["algorithm"] == "dp_fast_mh" and float(r["epsilon"]) == e})
+          for e in (0.01, 0.05, 0.2, 0.5)]
+    ok = all(k == [math.ceil(e * n / 6 - 1e-9)] for k, e in zip(ks, (0.01, 0.05, 0.2, 0.5)))
+    seeds = len({r["repeat"] for r in rows})
+    return ((f"K = ⌈εN/6⌉ = {', '.join(str(k[0]) for k in ks)}" if ok else "(K is not ⌈εN/6⌉: rewrite)"),
+            f"**Time**: {len(rows)} chains ({len(rows) // seeds} cells a seed")
+
+
 def _fig2_fast_mh(d) -> str:
     rows = load("fastmh_fig2", d)
     m = lambda a, col: sum(float(r[col]) for r in rows if r["algorithm"] == a) / sum(  # noqa: E731
@@ -2130,6 +2144,8 @@ PROSE_QUOTES = [
     "DP-SGLD's substitution ε (PLD, heikkila_fig23_relations.csv) at t = 5·10⁵ and 10⁶ against DP Barker's ledger ε",
     "the same at t ≥ 2·10⁶ (range and multiple of Barker's), and the issue's RDP estimate",
     "DP-SGLD's add/remove ε (RDP, as run) from t = 5·10⁵ to 6·10⁶"))] + [
+] + [("Zhang & Zhang 2023, Fig. 3(a)–(c): logistic", lambda d, i=i: _fig3_mnist_design(d)[i], w)
+      for i, w in enumerate(("DP-Fast MH's K per ε (column `K`), equal to ⌈εN/6⌉", "the CSV's rows and cells a seed"))] + [
     ("Thesis Fig. 6.3", _fig63_counts, "10-d chains with MMD above 0.2 per kernel and bound, and the 10-d exact floor"),
     ("Zhang & Zhang 2023, Fig. 3(a)–(c) on an MNIST subset", lambda d: _fig3_subset_quotes(d)[0],
      "the non-private chains' acceptance, range over chains"),
