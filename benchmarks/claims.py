@@ -18,8 +18,12 @@ value printed in a CSV its section names, or a number of a :data:`PROSE_QUOTES` 
 from the CSVs), *exempt* (not a measurement: the rules of :data:`PROSE_EXEMPT`, one table with
 the reason for each) or *untraced* (listed per section in :data:`UNTRACED_FILE`); an unlisted
 untraced number, or a listed one that is gone, fails ``--check`` (:func:`prose_number_problems`),
-and ``--prose`` prints the sorting. Where a second set of seeds exists (:data:`REPLICATION`),
-the verdict column follows :func:`replicated_verdict`.
+and ``--prose`` prints the sorting. A setting is exempt as a *code setting* only through
+:data:`CODE_SETTINGS`, each phrase checked against a snippet of the code that runs it
+(:func:`code_setting_problems`). Every section that prints ε in a table must state its
+neighbouring relation, and one whose tables print ε under add/remove and substitution must say
+that it mixes the two (:func:`relation_problems`, acceptance 2 of issue #60). Where a second set
+of seeds exists (:data:`REPLICATION`), the verdict column follows :func:`replicated_verdict`.
 
 **The test behind every row.** A claim "A is lower than B" (MMD, an error, a clipped fraction) is
 judged on the *paired differences* ``d_r = metric_B(r) − metric_A(r)`` over the repeats ``r`` that
@@ -2093,6 +2097,7 @@ PROSE_QUOTES = [
                                    f"therefore about {h['fig64'] + h['fig65']:.0f} cell-hours, some "
                                    f"{(h['fig64'] + h['fig65']) / 2:.0f} hours of wall time")(_cell_hours(d)),
      "the chains' times (column `seconds`) of fig64.csv and fig65.csv, summed"),
+    ("Thesis Fig. 6.3", lambda d: f"in 2-d and in 10-d ({len(load('fig63', d))} rows)", "fig63.csv's rows"),
     ("Thesis Fig. 6.3", lambda d: "The exact-vs-exact baseline MMD is {:.3f}".format(next(
         float(r["mmd"]) for r in load("fig63_n1e4", d) if r["algorithm"] == "exact")), "the exact baseline of fig63_n1e4.csv"),
     ("Zhang & Zhang 2023, Fig. 1", lambda d: "σ₂ = √(2 log(1.25/δ))/ε ({:.1f} at ε = 0.05)".format(
@@ -2257,6 +2262,8 @@ CODE_SETTINGS = (
     ("Thesis Fig. 6.3", "bounds\n{0.5, 1, 2, 4, 6, 8, 10, 1000}, 20 chains per bound, RWMH 3000 and HMC 500 iterations (L = 15)",
      "experiments/fig63.py", ("bounds=[0.5, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 1000.0], repeats=20, rwmh_iterations=3000,",
                               "hmc_iterations=500,", '"hmc": dict(L=15, eta=0.001,')),
+    ("Thesis Fig. 6.3", "RWMH proposal sd 0.01, HMC η = 0.001, L = 15, mass (1, 0.5)", "experiments/fig63.py",
+     ('"rwmh": dict(prop=0.01, clip=None)', '"hmc": dict(L=15, eta=0.001, mass=[1.0, 0.5],')),
     ("DP-HMC paper", "| ε grid, δ | 2, 4, 6, 8, 10, 12, 15; δ = 0.1/n | the same: all seven (2, 6, 15 in the first run; "
      "4, 8, 10, 12 added the same day); δ = 0.1/n |", "experiments/dphmc_fig1.py",
      ("PAPER_EPSILONS = (2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 15.0)", "delta = 0.1 / n")),
