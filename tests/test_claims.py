@@ -306,3 +306,25 @@ def test_the_heikkila_verdict_under_one_relation_is_computed(tmp_path):
                      ("Barker's; 3.3–5.1, 4–6×", "Barker's; 2.5–5.1, 3–6×")):
         bad = _mutated_check(tmp_path, old, new)
         assert any(b.startswith("prose quote: Heikkilä et al. 2019, Figs") for b in bad), bad
+
+
+def test_any_computed_or_code_checked_number_edited_fails_the_check(tmp_path):
+    """Mutants (issue #60), a deterministic sample: a number of a sentence computed from the CSVs
+    (PROSE_QUOTES) or of a setting checked against the code (CODE_SETTINGS), its last digit
+    changed on the page, makes ``--check`` fail."""
+    import re
+
+    text = claims.RESULTS_MD.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    nums = claims.prose_numbers(text, claims.all_tables())
+    pool = [p for p in nums if p.kind in ("checked: a sentence computed from the CSVs", "exempt: code setting")
+            and re.fullmatch(r"\d+(?:\.\d+)?", p.number)
+            and len(re.findall(r"(?<![\d.])" + re.escape(p.number) + r"(?![\d.])", lines[p.line - 1])) == 1]
+    assert len(pool) > 100
+    rng = random.Random(60)
+    md = tmp_path / "results.md"
+    for p in rng.sample(pool, 6):
+        new = p.number[:-1] + str((int(p.number[-1]) + 1) % 10)
+        line = re.sub(r"(?<![\d.])" + re.escape(p.number) + r"(?![\d.])", new, lines[p.line - 1])
+        md.write_text("\n".join(lines[:p.line - 1] + [line] + lines[p.line:]), encoding="utf-8")
+        assert claims.check(md), (p, new)
