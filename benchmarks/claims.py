@@ -2137,6 +2137,9 @@ PROSE_QUOTES = [
 ] + [("Zhang & Zhang 2023, Fig. 3(a)–(c): logistic", lambda d, i=i: _fig3_mnist_rows_read(d)[i],
        "mean `rows_read` per iteration, and its share of N = 12 214, " + w) for i, w in enumerate(("DP-Fast MH",
                                                                                               "DP Barker"))] + [
+    ("Yıldırım", lambda d: (lambda m: f"(+{100 * (m(100_000) / m(1000) - 1):.0f} % over a 100-fold n")(
+        lambda n: (lambda v: sum(v) / len(v))([float(r["sigma_typical"]) for r in load("yildirim_thm1", d)
+                                               if int(r["n"]) == n])), "the noise sd on a typical move, n = 10⁵ over 10³"),
 ] + [("Yıldırım", lambda d, i=i: _yildirim_quotes(d)[i], w) for i, w in enumerate((
     "k(n) at n = 10⁵ over k(n) at 10³, and Thm 1's bound (3) averaged over the three n",
     "the mean error (posterior sds) and sd ratio at n = 10³ and 10⁵, means over the repeats"))] + [
@@ -2253,6 +2256,12 @@ CODE_SETTINGS = (
      "experiments/heikkila.py", ("sgld_batch=100, sgld_clip_tempered=0.01",)),
     ("Heikkilä et al. 2019, Figs", "scored at t = 0.5, 1, 2, 3, 4, 5 and 6 million", "experiments/heikkila.py",
      ("sgld_t_grid=(500_000, 1_000_000, 2_000_000, 3_000_000, 4_000_000, 5_000_000, 6_000_000)",)),
+    ("Zhang & Zhang 2023, Fig. 1", "The full run (2 repeats, 7 lines × 4 ε, 10⁴ iterations per chain)", "experiments/fastmh.py",
+     ("iters=10_000, score_every=500, epsilons=(0.01, 0.05, 0.2, 0.5), repeats=2,",)),
+    ("Zhang & Zhang 2023, Fig. 1", "N = 50 000, temperature 500, δ = 10⁻⁵ per iteration, λ = 10, random-walk step\n"
+     "0.06 in θ (minibatch) and 0.08 (full batch)", "experiments/fastmh.py",
+     ("n=50_000,", "delta=1e-5,\n                 lam=10.0,", "random-walk step 0.06 in θ", "step 0.08 in θ")),
+    ("Zhang & Zhang 2023, Fig. 1", "Each chain is scored every 500 iterations", "experiments/fastmh.py", ("score_every=500,",)),
     ("Zhang & Zhang 2023, Fig. 1", "(99 bins over the range of 2·10⁵ exact draws, floor\n10⁻¹³)", "experiments/fastmh.py",
      ("99 bins over the reference range, floor 1e-13", "ref.sample(200_000, seed=1)")),
     ("Zhang & Zhang 2023, Fig. 1", "c = max_{|x|≤3} c_i instead of per-datum c_i, data truncated to [−3, 3]",
