@@ -2065,6 +2065,32 @@ def _fig3_batches(d) -> Tuple[str, str]:
             "chain", f"(K = 2 reads {m(rr('2')):.0f} rows per iteration, K = 200 reads {m(rr('200')):.0f})")
 
 
+def _sci_dot(x: float) -> str:
+    """``1.5·10⁻⁴``: two significant digits and a power of ten, as the page prints them."""
+    e = math.floor(math.log10(abs(x)))
+    m = x / 10 ** e
+    if round(m, 1) >= 10:
+        m, e = m / 10, e + 1
+    return f"{m:.1f}·10" + str(e).translate(str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹"))
+
+
+def _dphmc_gauss_constants(d) -> Tuple[str, str]:
+    """The DP-HMC paper's Gaussian from the code that builds it (``experiments/dphmc_fig1.py``:
+    ``GAUSS_EIGENVALUES``, the SG step ``eta``, n): its eigenvalue range and condition number, and
+    the SGLD step times the largest posterior precision."""
+    import ast
+    import re
+
+    src = (ROOT / "experiments" / "dphmc_fig1.py").read_text(encoding="utf-8")
+    lam = ast.literal_eval(re.search(r"GAUSS_EIGENVALUES = (\([^)]*\))", src).group(1))
+    eta = float(re.search(r'"dp_sgld": dict\(batch=1000, grad_clip=15\.0, eta=([0-9.e-]+)\)', src).group(1))
+    n = int(load("dphmc_fig1", d)[0]["n"])
+    step, prec = 2 * eta / n, n / min(lam)
+    return (f"eigenvalues {_sci_dot(min(lam))} … {max(lam):.2f}, condition number {_sci_dot(max(lam) / min(lam))}",
+            f"the step 2·{eta:g}/n = {_sci_dot(step)} times the largest\nposterior precision (n/λ_min ≈ {_sci_dot(prec)}) "
+            f"is about {step * prec:.0f}")
+
+
 def _fig2_fast_mh(d) -> str:
     rows = load("fastmh_fig2", d)
     m = lambda a, col: sum(float(r[col]) for r in rows if r["algorithm"] == a) / sum(  # noqa: E731
@@ -2171,6 +2197,9 @@ PROSE_QUOTES = [
      "the range over chains of TunaMH's and DP-Fast MH's (K = 2 000) mean `batch_size`"),
     ("Zhang & Zhang 2023, Fig. 3(a)–(c) on an MNIST subset", lambda d: _fig3_batches(d)[1],
      "mean `rows_read` at K = 2 and 200, ε = 0.05"),
+] + [("DP-HMC paper", lambda d, i=i: _dphmc_gauss_constants(d)[i], w) for i, w in enumerate((
+    "the Gaussian's eigenvalue range and condition number (GAUSS_EIGENVALUES of experiments/dphmc_fig1.py)",
+    "DP-SGLD's step on the Gaussian (2η/n, the code's η) times n/λ_min"))] + [
     ("Thesis Fig. 6.3", _fig63_counts, "10-d chains with MMD above 0.2 per kernel and bound, and the 10-d exact floor"),
     ("Zhang & Zhang 2023, Fig. 3(a)–(c) on an MNIST subset", lambda d: _fig3_subset_quotes(d)[0],
      "the non-private chains' acceptance, range over chains"),
@@ -2305,6 +2334,7 @@ CODE_SETTINGS = (
     ("DP-HMC paper", "| chains, repeats | 4 chains pooled per run, 10 repeats | the same: 4 chains pooled per run, 10 "
      "repeats at each ε run |", "experiments/dphmc_fig1.py", ("repeats=10, chains=4,",)),
     ("DP-HMC paper", "thinned to ~5000 draws", "experiments/dphmc_fig1.py", ("max_draws=5000",)),
+    ("DP-HMC paper", "The exact column is 1000 exact draws", "experiments/dphmc_fig1.py", ("exact_draws=1000",)),
     ("Zhang & Zhang 2023, Fig. 3(a)–(c): logistic", "Panel (c) sweeps K ∈ {20, 225, 2000} plus that K, at the "
      "paper's ε = 0.05 and at ε = 0.5.\n  The code's default K = 225", "experiments/fastmh_mnist.py",
      ("k_grid=(20, 225, 2000), k_epsilons=(0.05, 0.5),",)),
