@@ -18,8 +18,12 @@ value printed in a CSV its section names, or a number of a :data:`PROSE_QUOTES` 
 from the CSVs), *exempt* (not a measurement: the rules of :data:`PROSE_EXEMPT`, one table with
 the reason for each) or *untraced* (listed per section in :data:`UNTRACED_FILE`); an unlisted
 untraced number, or a listed one that is gone, fails ``--check`` (:func:`prose_number_problems`),
-and ``--prose`` prints the sorting. Where a second set of seeds exists (:data:`REPLICATION`),
-the verdict column follows :func:`replicated_verdict`.
+and ``--prose`` prints the sorting. A setting is exempt as a *code setting* only through
+:data:`CODE_SETTINGS`, each phrase checked against a snippet of the code that runs it
+(:func:`code_setting_problems`). Every section that prints ε in a table must state its
+neighbouring relation, and one whose tables print ε under add/remove and substitution must say
+that it mixes the two (:func:`relation_problems`, acceptance 2 of issue #60). Where a second set
+of seeds exists (:data:`REPLICATION`), the verdict column follows :func:`replicated_verdict`.
 
 **The test behind every row.** A claim "A is lower than B" (MMD, an error, a clipped fraction) is
 judged on the *paired differences* ``d_r = metric_B(r) − metric_A(r)`` over the repeats ``r`` that
@@ -1554,12 +1558,15 @@ PROSE_EXEMPT = (
     ("date", "a date YYYY-MM-DD, a clock time, or a year 1990–2029",
      "when something ran or was published"),
     ("setting", "before: ε/δ/n/N/K/k/t/T/q/η/τ/L/b/c/B/σ/λ/a/d/m/A/r/M with =, ≤, ≥, <, >; p with <, ≥, > "
-     "(a test's level, not a p-value); the label cells of a value table",
+     "(a test's level, not a p-value); after: ``)-DP`` (the δ of a privacy level written (ε, δ)-DP); the label "
+     "cells of a value table",
      "a setting of a run (privacy level, data size, batch, step, bound, budget, test level), an input"),
     ("design", "after: -d, repeats, chains, seeds, threads, workers, cores, × (in 4 × 10), -core",
      "the design of a run (dimension, repeats, chains, seeds, threads), an input"),
     ("seed range", "before: seeds/repeats/repeat …", "which seeds ran: an input"),
     ("paper value", "inside a phrase of :data:`PAPER_QUOTES`", "a value quoted from a paper or its code"),
+    ("code setting", "inside a phrase of :data:`CODE_SETTINGS` (each checked against a snippet of the code that runs it)",
+     "a setting of a run or a model, as the code sets it"),
 )
 
 def _cell_hours(results_dir) -> Dict[str, float]:
@@ -1650,6 +1657,67 @@ def _clip(d, problem: str, a: str, eps, col: str = "clipped_fraction", name: str
     f = lambda x: f"{x:.1f}" if x < 20 else f"{x:.0f}"  # noqa: E731
     lo, hi = f(min(means)), f(max(means))
     return (lo if lo == hi else f"{lo}–{hi}") + " %", f"{f(top)} %"
+
+
+def _clip_means(d, problems, algs, name: str = "fig64", eps=(1, 2, 3, 4, 5, 6)) -> str:
+    """The range of the cells' mean clipped share over ``problems`` × ``algs`` × ``eps``, in % at
+    :func:`_clip`'s rule (one decimal below 20 %, none above)."""
+    means = []
+    for p in problems:
+        for a in algs:
+            for e in eps:
+                v = [100 * float(r["clipped_fraction"]) for r in load(name, d) if r["problem"] == p
+                     and r["algorithm"] == a and float(r["epsilon"]) == float(e) and r["clipped_fraction"] not in ("", "nan")]
+                if v:
+                    means.append(sum(v) / len(v))
+    f = lambda x: f"{x:.1f}" if x < 20 else f"{x:.0f}"  # noqa: E731
+    lo, hi = f(min(means)), f(max(means))
+    return (lo if lo == hi else f"{lo}–{hi}") + " %"
+
+
+def _clip_fig64_summary(d) -> str:
+    """Fig. 6.6's clipped shares per kernel and problem, the ranges of the cell means over ε = 1–6."""
+    F2, T2, F10, T10 = "flat-banana-2d", "tempered-banana-2d", "flat-banana-10d", "tempered-banana-10d"
+    full = ("dp_penalty", "dp_penalty_ocu_gwmh", "dp_hmc")
+    mb, mo = "minibatch_dp_penalty", "minibatch_dp_penalty_ocu_gwmh"
+    c = lambda p, *a: _clip_means(d, (p,), a)  # noqa: E731
+    b10 = _clip_means(d, (F10,), ("dp_barker",)).replace(" %", "")
+    per_eps = [_clip_means(d, (F10,), ("dp_barker",), eps=(e,)) for e in (1, 2, 3, 4, 5, 6)]
+    lo = min(float(x[:-2]) for x in per_eps)
+    hi = max(float(x[:-2]) for x in per_eps)
+    rows = [r for r in load("fig64", d) if r["problem"] == F10 and r["algorithm"] == "dp_barker"]
+    cells = {}
+    for r in rows:
+        cells.setdefault(r["epsilon"], []).append(100 * float(r["clipped_fraction"]))
+    means = [sum(v) / len(v) for v in cells.values()]
+    return (f"In 2-d, the mean ratio clipped fraction per cell is {c(F2, *full)} for the full-data kernels on the "
+            f"flat banana and {c(T2, *full)} on the tempered one; the minibatch penalty clips {c(F2, mb)} (flat) and "
+            f"{c(T2, mb)} (tempered), the minibatch OCU+GWMH {c(F2, mo)} and {c(T2, mo)}. In 10-d: DP penalty "
+            f"{c(F10, 'dp_penalty')} (flat) and {c(T10, 'dp_penalty')} (tempered), OCU+GWMH "
+            f"{c(F10, 'dp_penalty_ocu_gwmh')} and {c(T10, 'dp_penalty_ocu_gwmh')}, DP-HMC {c(F10, 'dp_hmc')} and "
+            f"{c(T10, 'dp_hmc')} of its ratios, the minibatch penalty {c(F10, mb)} and {c(T10, mb)}, the minibatch "
+            f"OCU+GWMH {c(F10, mo)} and {c(T10, mo)}. DP Barker clips {c(F2, 'dp_barker')} (flat 2-d), {b10} % (flat "
+            f"10-d; {min(means):.1f}–{max(means):.1f} % per ε) and {_clip_means(d, (T2, T10), ('dp_barker',))} "
+            "(tempered): its bound is fixed by its privacy proof.")
+
+
+def _clip_f10_6(d) -> Tuple[str, str]:
+    F10 = "flat-banana-10d"
+    c = lambda a, col="clipped_fraction", eps=(6,): _clip(d, F10, a, eps, col)  # noqa: E731
+    (p, pm), (o, _), (h, _), (g, _), (b, _) = (c("dp_penalty"), c("dp_penalty_ocu_gwmh"), c("dp_hmc"),
+                                               c("dp_hmc", "grad_clipped_fraction"), c("minibatch_dp_penalty"))
+    bk = _cell_means("fig64", d, "clipped_fraction", scale=100)
+    per_eps = [v for (p_, a, _), v in bk.items() if p_ == F10 and a == "dp_barker"]
+    return (f"Clipping as at ε ≤ 5: {p} (max {pm}) and {o} for the penalty kernels, DP-HMC {h} of its ratios and "
+            f"{g} of its gradients, DP Barker {bk[(F10, 'dp_barker', 6.0)]:.1f} %, the minibatch penalty {b}.",
+            f"DP Barker's ratio bound clips {min(per_eps):.1f}–{max(per_eps):.1f} % of the batch ratios there at every ε.")
+
+
+def _clip_t10_more(d) -> Tuple[str, str]:
+    T10 = "tempered-banana-10d"
+    (m, mm) = _clip(d, T10, "minibatch_dp_penalty", (4,))
+    (h, _), (g, _) = _clip(d, T10, "dp_hmc", (5, 6)), _clip(d, T10, "dp_hmc", (5, 6), "grad_clipped_fraction")
+    return (f"{m} of its ratios clipped (max {mm})", f"(DP-HMC\nclips {h} of its ratios and {g} of its gradients)")
 
 
 def _clip_t10_low(d) -> str:
@@ -1769,6 +1837,260 @@ def _fig63_counts(d) -> str:
         "rwmh", 1.0)[0] == 0 else "(the counts changed: rewrite the sentence)"
 
 
+def _cell_means(name: str, d, metric: str, keys=("problem", "algorithm", "epsilon"), scale: float = 1.0,
+                rows=None) -> Dict[tuple, float]:
+    """(values of ``keys``) -> the mean of ``metric`` (times ``scale``) over the repeats of that cell,
+    levels as floats (blank and nan cells left out)."""
+    acc: Dict[tuple, List[float]] = {}
+    for r in (load(name, d) if rows is None else rows):
+        if r.get(metric, "") in ("", "nan", None):
+            continue
+        k = tuple(float(r[c]) if c in ("epsilon", "clip_bound", "iterations") else r[c] for c in keys)
+        acc.setdefault(k, []).append(scale * float(r[metric]))
+    return {k: sum(v) / len(v) for k, v in acc.items()}
+
+
+def _span(vals, fmt: str = ".0f", sep: str = "–") -> str:
+    """``lo–hi`` of ``vals`` at ``fmt`` (one value when both print the same)."""
+    lo, hi = format(min(vals), fmt), format(max(vals), fmt)
+    return lo if lo == hi else f"{lo}{sep}{hi}"
+
+
+def _fig63_clipping(d) -> Tuple[str, ...]:
+    keys = ("problem", "algorithm", "clip_bound")
+    cf = _cell_means("fig63", d, "clipped_fraction", keys, 100)
+    mmd = _cell_means("fig63", d, "mmd", keys)
+    acc = _cell_means("fig63", d, "acceptance", keys)
+    h10 = ("flat-banana-10d", "hmc")
+    at = lambda b, skip=(): [v for k, v in cf.items() if k[2] == b and k[:2] not in skip]  # noqa: E731
+    floor = lambda a: [v for k, v in mmd.items() if k[1] == a and k[2] >= 2]  # noqa: E731
+    return (f"at b = 0.5 everywhere ({_span(at(0.5))} % clipped",
+            f"in 10-d HMC accepts nothing, MMD {mmd[h10 + (0.5,)]:.2f}), and at b = 1 in 10-d HMC, where "
+            f"{cf[h10 + (1.0,)]:.0f} % are clipped and the acceptance falls from {acc[h10 + (1000.0,)]:.2f} to "
+            f"{acc[h10 + (1.0,)]:.2f}",
+            f"Elsewhere at b = 1 ({_span(at(1.0, (h10,)))} % clipped) no difference is detected",
+            f"from b = 2 (≤ {max(v for k, v in cf.items() if k[2] >= 2):.1f} % clipped)",
+            f"(RWMH {_span(floor('rwmh'), '.2f')}, HMC {_span(floor('hmc'), '.2f')})")
+
+
+def _fastmh_fig1_quotes(d) -> Tuple[str, ...]:
+    """Zhang & Zhang Fig. 1's claim-by-claim numbers at t = 10⁴ from ``fastmh_fig1.csv`` (repeats
+    0 and 1 as "a / b")."""
+    rows = [r for r in load("fastmh_fig1", d) if int(r["iterations"]) == 10000 and r["sym_kl"] not in ("", "nan")]
+
+    def col(a, c, e=None):
+        return [float(r[c]) for r in sorted(rows, key=lambda r: int(r["repeat"])) if r["algorithm"] == a
+                and (e is None or float(r["epsilon"]) == e)]
+    acc = max(col("dp_fast_mh", "acceptance"))
+    kl = {f"{x:.1f}" for a in ("dp_fast_mh", "dp_fast_mh_pff") for x in col(a, "sym_kl")}
+    k60 = lambda c: col("dp_fast_mh_pff_k60", c, 0.05)  # noqa: E731
+    rr = [_rows_read(r, 50_000) for r in sorted(rows, key=lambda r: int(r["repeat"]))
+          if r["algorithm"] == "dp_fast_mh_pff_k60" and float(r["epsilon"]) == 0.05]
+    full = [x for e in (0.2, 0.5) for a in ("dp_fast_mh_full", "dp_penalty") for x in col(a, "sym_kl", e)]
+    bk = lambda e: " / ".join(f"{x:.1f}" for x in col("dp_barker", "sym_kl", e))  # noqa: E731
+    fm = lambda e, a="dp_fast_mh_full": col(a, "sym_kl", e)  # noqa: E731
+    hi = fm(0.2) + fm(0.5)
+    pen_hi = fm(0.2, "dp_penalty") + fm(0.5, "dp_penalty")
+    return (f"(sym. KL {'/'.join(sorted(kl))} at every ε, acceptance {'≤ 10⁻⁴' if acc <= 1e-4 else f'up to {acc:.2g}'})",
+            f"the un-noised branch ran in {100 * max(col('dp_fast_mh_pff', 'free_fraction')):.2f} % of iterations",
+            f"reaches sym. KL {' / '.join(f'{x:.2f}' for x in k60('sym_kl'))} at ε = 0.05",
+            f"un-noised branch in {' / '.join(f'{100 * x:.0f}' for x in k60('free_fraction'))} % of iterations",
+            f"read all N rows in {' / '.join(f'{100 * x:.0f}' for x in k60('full_batch_fraction'))} % of them",
+            f"({' and '.join(_thou(x) for x in rr)} rows per iteration on average in the two repeats;",
+            f"It has sym. KL {bk(0.2)} (ε = 0.2) and {bk(0.5)} (ε = 0.5) after 10⁴ iterations, against "
+            f"{min(full):.2f}–{max(full):.2f} for the full-batch lines",
+            f"Sym. KL at 10⁴ falls from {_span(fm(0.01), '.1f')} (ε = 0.01) to {_span(hi, '.1f')} (ε ≥ 0.2) for "
+            f"`dp_fast_mh_full`, and from {_span(fm(0.01, 'dp_penalty'), '.2f')} to {_span(pen_hi, '.2f')} for "
+            "`dp_penalty`")
+
+
+def _fastmh_fig1_speed(d) -> str:
+    rows = [r for r in load("fastmh_fig1", d) if r["repeat"] == "0" and float(r["epsilon"]) == 0.05]
+    at = lambda a, t, c="sym_kl": next(float(r[c]) for r in rows if r["algorithm"] == a  # noqa: E731
+                                       and int(r["iterations"]) == t)
+    k, p = "dp_fast_mh_pff_k60", "dp_penalty"
+    return (f"in iterations ({at(k, 4000):.2f} against {at(p, 4000):.2f} at t = 4000, and {at(k, 10000):.2f} against "
+            f"{at(p, 10000):.2f} at 10⁴) or in wall time ({at(k, 10000, 'wall_seconds'):.0f} s against "
+            f"{at(p, 10000, 'wall_seconds'):.0f} s for 10⁴ iterations). Neither is at the exact-sample floor at "
+            f"t = 4000 ({at('exact', 4000):.2f})")
+
+
+def _fastmh_fig4_quote(d) -> str:
+    r = next(r for r in load("fastmh_fig1", d) if r["algorithm"] == "dp_fast_mh_pff_k60" and r["repeat"] == "0"
+             and float(r["epsilon"]) == 0.05 and int(r["iterations"]) == 10000)
+    rr = _rows_read(r, 50_000)
+    return (f"reads about {_thou(round(rr, -3))} rows an iteration, because {100 * float(r['full_batch_fraction']):.0f} % "
+            f"of its iterations take the full-data test: by t = 10⁴ it has read {100 * rr / 50_000:.0f} % of the rows")
+
+
+def _dphmc_banana_eps2(d) -> str:
+    """The banana's ε = 2 MMD claim (DP penalty − DP-HMC) in seeds 0–9, seeds 10–19 and all 20
+    seeds paired together: the two kernels' means in seeds 0–9, each z and the p's."""
+    r1, r2 = load("dphmc_fig1", d), load("dphmc_fig1_replication", d)
+    t = [paired(rows, problem=_B, a="dp_hmc", b="dp_penalty", metric=MMD, level=2.0) for rows in (r1, r2, r1 + r2)]
+    m = lambda a: values(r1, problem=_B, algorithm=a, metric=MMD, level=2.0)  # noqa: E731
+    mean = lambda v: sum(v.values()) / len(v)  # noqa: E731
+    z = [fmt_z(x).strip("*") for x in t]
+    return (f"(DP-HMC lower, {mean(m('dp_hmc')):.2f} against {mean(m('dp_penalty')):.2f}, z = {z[0]}, p = {t[0].p:.2f}), "
+            f"but seeds 10–19 do not repeat it (z = {z[1]}; over all 20 seeds z = {z[2]}, p = {t[2].p:.2f})")
+
+
+def _heikkila_sgld_cost(d) -> str:
+    """The two DP-SGLD lines' time: column ``chain_seconds`` (the vectorised run's wall time over its
+    chains), and that times the chains of the line."""
+    rows = load("heikkila_fig23", d)
+    out = []
+    for a in ("dp_sgld", "dp_sgld_authors"):
+        v = [r for r in rows if r["algorithm"] == a]
+        cs = {float(r["chain_seconds"]) for r in v}
+        out.append((len({r["repeat"] for r in v}) * max(cs) / 60, max(cs)))
+    (m1, s1), (m2, s2) = out
+    return f"The two lines took {m1:.0f} and {m2:.0f} min of wall time ({s1:.0f} and {s2:.0f} s per chain)"
+
+
+def _fig3_mnist_rows_read(d) -> Tuple[str, str]:
+    """Fig. 3(b) on full MNIST: mean rows read per iteration (column ``rows_read``) of DP-Fast MH at
+    §6.2's K and of DP Barker, and as a share of N = 12 214."""
+    rows = _fig3_main_rows(load("fastmh_fig3_mnist", d))
+    n = 12_214
+
+    def rr(a, e):
+        v = [float(r["rows_read"]) for r in rows if r["algorithm"] == a and math.isclose(float(r["epsilon"]), e)
+             and r["rows_read"] not in ("", "nan")]
+        return sum(v) / len(v)
+    full = all(round(rr("dp_fast_mh", e)) == n for e in (0.01, 0.05, 0.2))
+    f5, b2, b5 = rr("dp_fast_mh", 0.5), rr("dp_barker", 0.2), rr("dp_barker", 0.5)
+    return ((f"DP-Fast MH at §6.2's K reads all {_thou(n)} rows per iteration at ε ≤ 0.2, and {_thou(round(f5))} "
+             f"({100 * f5 / n:.0f} %) at ε = 0.5") if full else "(DP-Fast MH's rows read changed: rewrite)",
+            f"DP Barker reads {_thou(round(b2))} ({100 * b2 / n:.0f} %) at ε = 0.2 and {_thou(round(b5))} "
+            f"({100 * b5 / n:.0f} %) at ε = 0.5")
+
+
+def _yildirim_quotes(d) -> Tuple[str, str]:
+    """Yıldırım: the growth of k(n) from n = 10³ to 10⁵, the mean of Thm 1's bound (3) over n, and the
+    chains' mean error and sd ratio at n = 10³ and 10⁵ (means over the repeats, two decimals)."""
+    rows = load("yildirim_thm1", d)
+    by = lambda col, n: [float(r[col]) for r in rows if int(r["n"]) == n]  # noqa: E731
+    mean = lambda v: sum(v) / len(v)  # noqa: E731
+    k = {n: max(by("k", n)) for n in (1000, 100_000)}
+    thm = mean([mean(by("epsilon_thm1", n)) for n in (1000, 10_000, 100_000)])
+    return (f"while the iterations grow\n{k[100_000] / k[1000]:.0f}-fold, as n/log n. The ledger certifies ε = 4 at "
+            f"every n; the theorem's own bound (3) at the same noise is about {thm:.0f}",
+            f"({mean(by('mean_error_sd', 1000)):.2f} → {mean(by('mean_error_sd', 100_000)):.2f} posterior sds) and sd "
+            f"ratio ({mean(by('sd_ratio', 1000)):.2f} → {mean(by('sd_ratio', 100_000)):.2f})")
+
+
+def _fig65_clipping(d) -> Tuple[str, str, str]:
+    """Figs 6.7–6.9's clipping prose from ``fig65.csv``: the largest cell mean and the chains above
+    10 % (count per kernel and problem, their range), DP-HMC's gradient share (cell means) and its
+    spread (sd over repeats) on two problems, and the circle's ratio shares at ε = 0.5 and 0.75."""
+    rows = load("fig65", d)
+    cells: Dict[tuple, List[float]] = {}
+    grads: Dict[tuple, List[float]] = {}
+    for r in rows:
+        if r["algorithm"] == "exact" or r["clipped_fraction"] in ("", "nan"):
+            continue
+        k = (r["problem"], r["algorithm"], float(r["epsilon"]))
+        cells.setdefault(k, []).append(100 * float(r["clipped_fraction"]))
+        if r["algorithm"] == "dp_hmc":
+            grads.setdefault(k, []).append(100 * float(r["grad_clipped_fraction"]))
+    sd = lambda v: math.sqrt(sum((x - sum(v) / len(v)) ** 2 for x in v) / (len(v) - 1))  # noqa: E731
+    mean = lambda v: sum(v) / len(v)  # noqa: E731
+    top = max(mean(v) for v in cells.values())
+    over: Dict[tuple, List[float]] = {}
+    for (p, a, _), v in cells.items():
+        over.setdefault((p, a), []).extend(x for x in v if x > 10)
+    n_over = max(len(v) for v in over.values())
+    n_chains = {len([x for (p, a, _), v in cells.items() if (p, a) == k for x in v]) for k in over if over[k]}
+    above = [x for v in over.values() for x in v]
+    g = lambda p, f: [f(v) for (pp, _, _), v in grads.items() if pp == p]  # noqa: E731
+    circ = {a: [v for (p, aa, e), v in cells.items() if p == "circle" and aa == a and e in (0.5, 0.75)]
+            for a in ("dp_penalty", "dp_penalty_ocu_gwmh", "dp_hmc")}
+    hmc05 = cells[("circle", "dp_hmc", 0.5)]
+    pen_sd = max(sd(v) for a in ("dp_penalty", "dp_penalty_ocu_gwmh") for v in circ[a])
+    return (f"Every cell's mean clipped fraction is below {5 if top < 5 else math.ceil(top)} % and detectably below "
+            f"10 % (the clipping table), and only {n_over} of {'/'.join(str(x) for x in sorted(n_chains))} chains per "
+            f"kernel and problem pass 10 % ({min(above):.1f}–{max(above):.1f} %)",
+            f"{_span(g('correlated-gauss', mean))} % on the correlated Gaussian with a spread of at most "
+            f"{max(g('correlated-gauss', sd)):.1f} % over repeats; {_span(g('narrow-banana', mean))} % on the narrow "
+            f"banana with a spread of {_span(g('narrow-banana', sd))} % over repeats (sd over the repeats)",
+            f"({_span([mean(v) for vs in circ.values() for v in vs], '.1f')} % clipped; DP-HMC's spread over repeats, "
+            f"{sd(hmc05):.1f} % around a mean of {mean(hmc05):.1f} %, is large relative to its mean, while the penalty "
+            f"chains' spread is below {math.ceil(pen_sd * 100) / 100:.2f} %)")
+
+
+def _heikkila_one_relation(d) -> Tuple[str, str]:
+    """Heikkilä Fig. 3 under one relation (``heikkila_fig23_relations.csv``): DP-SGLD's substitution ε
+    (PLD) at each scored t against DP Barker's ledger ε at t = 20 000, and the issue's RDP estimate
+    (add/remove RDP at half the noise multiplier), as ranges and multiples of Barker's."""
+    rel = _relations(d)
+    b = float(_heikkila_cells(load("heikkila_fig23", d), "dp_barker", 20000)[0][0]["epsilon_exact"])
+    sub = {t: float(r["epsilon_substitute_pld"]) for t, r in rel.items()}
+    grp = {t: float(r["epsilon_substitute_rdp_group"]) for t, r in rel.items()}
+    hi_t = [t for t in (2e6, 4e6, 6e6)]
+    lo, hi = min(sub[t] for t in hi_t), max(sub[t] for t in hi_t)
+    glo, ghi = min(grp[t] for t in hi_t), max(grp[t] for t in hi_t)
+    ar = [float(rel[t]["epsilon_add_remove_rdp"]) for t in (5e5, 6e6)]
+    below = "at or below" if sub[5e5] <= b and sub[1e6] <= b else "NOT at or below"
+    return (f"Then DP-SGLD has spent ε {sub[5e5]:.2f} (t = 5·10⁵) and {sub[1e6]:.2f}\n(t = 10⁶), {below} Barker's "
+            f"{b:.2f}", f"At t ≥ 2·10⁶ it has spent {lo:.2f}–{hi:.2f} ({lo / b:.1f}–{hi / b:.1f}× Barker's; "
+            f"{glo:.1f}–{ghi:.1f}, {glo / b:.0f}–{ghi / b:.0f}×, by the\nissue's RDP estimate)",
+            f"its ε is {ar[0]:.2f}–{ar[1]:.2f}")
+
+
+def _fig3_mnist_design(d) -> Tuple[str, str]:
+    """Full MNIST's §6.2 K per ε (column ``K`` of DP-Fast MH's main rows, checked against ⌈εN/6⌉ with N
+    from column ``num_train``) and the grid's size (rows, seeds)."""
+    rows = load("fastmh_fig3_mnist", d)
+    main = _fig3_main_rows(rows)
+    n = int(rows[0]["num_train"])
+    ks = [sorted({int(r["K"]) for r in main if r["algorithm"] == "dp_fast_mh" and float(r["epsilon"]) == e})
+          for e in (0.01, 0.05, 0.2, 0.5)]
+    ok = all(k == [math.ceil(e * n / 6 - 1e-9)] for k, e in zip(ks, (0.01, 0.05, 0.2, 0.5)))
+    seeds = len({r["repeat"] for r in rows})
+    return ((f"K = ⌈εN/6⌉ = {', '.join(str(k[0]) for k in ks)}" if ok else "(K is not ⌈εN/6⌉: rewrite)"),
+            f"**Time**: {len(rows)} chains ({len(rows) // seeds} cells a seed")
+
+
+def _fig3_batches(d) -> Tuple[str, str]:
+    """Fig. 3's minibatch sizes: full MNIST's mean B (column ``batch_size``) per chain of TunaMH and
+    DP-Fast MH at K = 2 000 (range), and the subset's rows read per iteration at K = 2 and 200, ε = 0.05."""
+    full = [float(r["batch_size"]) for r in load("fastmh_fig3_mnist", d) if r["batch_size"] not in ("", "nan")
+            and (r["algorithm"] == "tunamh" or (r["algorithm"] == "dp_fast_mh" and r["K"] == "2000"))]
+    sub = load("fastmh_fig3", d)
+    rr = lambda k: [float(r["rows_read"]) for r in sub if r["algorithm"] == "dp_fast_mh" and r["K"] == k  # noqa: E731
+                    and float(r["epsilon"]) == 0.05]
+    m = lambda v: sum(v) / len(v)  # noqa: E731
+    return (f"E[B] = λ + C·E[M] was **{_thou(round(min(full)))}–{_thou(round(max(full)))} rows** in every minibatch "
+            "chain", f"(K = 2 reads {m(rr('2')):.0f} rows per iteration, K = 200 reads {m(rr('200')):.0f})")
+
+
+def _sci_dot(x: float) -> str:
+    """``1.5·10⁻⁴``: two significant digits and a power of ten, as the page prints them."""
+    e = math.floor(math.log10(abs(x)))
+    m = x / 10 ** e
+    if round(m, 1) >= 10:
+        m, e = m / 10, e + 1
+    return f"{m:.1f}·10" + str(e).translate(str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹"))
+
+
+def _dphmc_gauss_constants(d) -> Tuple[str, str]:
+    """The DP-HMC paper's Gaussian from the code that builds it (``experiments/dphmc_fig1.py``:
+    ``GAUSS_EIGENVALUES``, the SG step ``eta``, n): its eigenvalue range and condition number, and
+    the SGLD step times the largest posterior precision."""
+    import ast
+    import re
+
+    src = (ROOT / "experiments" / "dphmc_fig1.py").read_text(encoding="utf-8")
+    lam = ast.literal_eval(re.search(r"GAUSS_EIGENVALUES = (\([^)]*\))", src).group(1))
+    eta = float(re.search(r'"dp_sgld": dict\(batch=1000, grad_clip=15\.0, eta=([0-9.e-]+)\)', src).group(1))
+    n = int(load("dphmc_fig1", d)[0]["n"])
+    step, prec = 2 * eta / n, n / min(lam)
+    return (f"eigenvalues {_sci_dot(min(lam))} … {max(lam):.2f}, condition number {_sci_dot(max(lam) / min(lam))}",
+            f"the step 2·{eta:g}/n = {_sci_dot(step)} times the largest\nposterior precision (n/λ_min ≈ {_sci_dot(prec)}) "
+            f"is about {step * prec:.0f}")
+
+
 def _fig2_fast_mh(d) -> str:
     rows = load("fastmh_fig2", d)
     m = lambda a, col: sum(float(r[col]) for r in rows if r["algorithm"] == a) / sum(  # noqa: E731
@@ -1790,6 +2112,7 @@ def _yildirim_seconds(d) -> str:
 #: are generated; the phrase must be in the section (line breaks free), and its numbers count as checked
 PROSE_QUOTES = [
     ("(top of the page)", _top_hours, "the chains' times, column `seconds` of every shipped CSV, summed"),
+    ("(top of the page)", lambda d: f"(`PROSE_QUOTES`, {len(PROSE_QUOTES)} sentences", "the length of this list"),
     ("Not yet reproduced", _second_set_hours, "the same, less the DP-HMC paper's Fig. 1 (its own item) and the "
      "superseded n = 10⁴ runs"),
     ("DP-HMC paper", lambda d: _dphmc_lengths(_B, "dp_hmc", "dp_penalty", d), "iterations per chain"),
@@ -1801,7 +2124,25 @@ PROSE_QUOTES = [
     ("Thesis Figs 6.4", lambda d: _clip_t10_high(d)[0], "DP penalty's clipped share, tempered 10-d banana, ε = 3–6"),
     ("Thesis Figs 6.4", lambda d: _clip_t10_high(d)[1], "clipped shares, tempered 10-d banana, ε = 5–6"),
     ("Thesis Figs 6.4", _clip_f10, "clipped shares, flat 10-d banana, ε = 1–5"),
+    ("Thesis Figs 6.4", lambda d: _clip_t10_more(d)[0], "the minibatch penalty's clipped share, tempered 10-d, ε = 4"),
+    ("Thesis Figs 6.4", lambda d: _clip_t10_more(d)[1], "DP-HMC's clipped shares, tempered 10-d, ε = 5–6"),
+    ("Thesis Figs 6.4", lambda d: _clip_f10_6(d)[0], "clipped shares, flat 10-d banana, ε = 6"),
+    ("Thesis Figs 6.4", lambda d: _clip_f10_6(d)[1], "DP Barker's mean clipped share per ε, flat 10-d banana"),
+    ("Thesis Figs 6.4", _clip_fig64_summary, "clipped shares per kernel and problem: the range over ε = 1–6 of "
+     "the cells' mean `clipped_fraction`, in % (one decimal below 20 %, none above)"),
     ("Thesis Fig. 6.2", _fig62_minibatch_ratios, "WBK19 Thm 27's iterations over Thm 8's"),
+    ("Thesis Figs 6.4", lambda d: (lambda h: f"add up to {h['fig64']:.1f} cell-hours for this figure and {h['fig65']:.1f} "
+                                   f"for Fig. 6.5, most of them measured beside other runs; the whole of both figures is "
+                                   f"therefore about {h['fig64'] + h['fig65']:.0f} cell-hours, some "
+                                   f"{(h['fig64'] + h['fig65']) / 2:.0f} hours of wall time")(_cell_hours(d)),
+     "the chains' times (column `seconds`) of fig64.csv and fig65.csv, summed"),
+    ("Thesis Fig. 6.3", lambda d: f"in 2-d and in 10-d ({len(load('fig63', d))} rows)", "fig63.csv's rows"),
+    ("Thesis Fig. 6.3", lambda d: "The exact-vs-exact baseline MMD is {:.3f}".format(next(
+        float(r["mmd"]) for r in load("fig63_n1e4", d) if r["algorithm"] == "exact")), "the exact baseline of fig63_n1e4.csv"),
+    ("Zhang & Zhang 2023, Fig. 1", lambda d: "σ₂ = √(2 log(1.25/δ))/ε ({:.1f} at ε = 0.05)".format(
+        math.sqrt(2 * math.log(1.25 / 1e-5)) / 0.05), "Alg. 2's classical σ₂ at δ = 10⁻⁵, ε = 0.05 (the formula)"),
+    ("Thesis Fig. 6.2", lambda d: "so the noise multiplier is τ√n = {:.1f}".format(
+        0.1 * math.sqrt(float(load("fig62", d)[0]["n"]))), "τ√n at the CSV's n (τ = 0.1, a CODE_SETTINGS entry)"),
     ("DP-HMC paper", _dphmc_ledgers, "the largest |ledger ε − target| (rounded up) and two ledgers"),
     ("DP-HMC paper", lambda d: f"moved to their own file, {len(load('dphmc_fig1_replication', d))} rows",
      "the replication CSV's rows"),
@@ -1813,6 +2154,52 @@ PROSE_QUOTES = [
     ("Yıldırım", _yildirim_seconds, "the chains' times, column `seconds`, summed"),
     ("Zhang & Zhang 2023, Fig. 2", _fig2_fast_mh, "DP-Fast MH's and the penalty's mean sym. KL and weight error, "
      "and the paired z (penalty − DP-Fast MH)"),
+] + [("Thesis Fig. 6.3", lambda d, i=i: _fig63_clipping(d)[i], what) for i, what in enumerate((
+    "the range of the cells' mean clipped share (column `clipped_fraction`) at b = 0.5",
+    "10-d HMC's mean MMD at b = 0.5, its clipped share at b = 1 and its mean acceptance at b = 1000 and 1",
+    "the range of the other cells' clipped share at b = 1", "the largest cell's clipped share at b ≥ 2",
+    "the range of the cells' mean MMD at b ≥ 2, per kernel"))] + [
+] + [("Zhang & Zhang 2023, Fig. 1", lambda d, i=i: _fastmh_fig1_quotes(d)[i], what) for i, what in enumerate((
+    "DP-Fast MH's sym. KL and largest acceptance at t = 10⁴", "the privacy-for-free line's largest `free_fraction`",
+    "K = 60's sym. KL at ε = 0.05, repeats 0 / 1", "K = 60's `free_fraction` at ε = 0.05, repeats 0 / 1",
+    "K = 60's `full_batch_fraction` at ε = 0.05, repeats 0 / 1", "K = 60's rows read per iteration, (1 − f)·B + f·N",
+    "DP Barker's sym. KL per repeat, and the range of the full-batch lines' at ε ≥ 0.2",
+    "the trade-off: sym. KL ranges at ε = 0.01 and ε ≥ 0.2"))] + [
+    ("Zhang & Zhang 2023, Fig. 1", _fastmh_fig1_speed, "K = 60 against the penalty at t = 4000 and 10⁴, repeat 0, "
+     "ε = 0.05: sym. KL and `wall_seconds`; the exact draws' sym. KL at t = 4000"),
+    ("Zhang & Zhang 2023, App", _fastmh_fig4_quote, "K = 60's rows read per iteration and `full_batch_fraction`, "
+     "repeat 0, ε = 0.05"),
+    ("DP-HMC paper", _dphmc_banana_eps2, "the banana's ε = 2 MMD means (seeds 0–9) and the paired z and p in each "
+     "seed set and over all 20 seeds"),
+    ("Heikkilä et al. 2019, Figs", _heikkila_sgld_cost, "the DP-SGLD lines' `chain_seconds`, and times their 20 "
+     "chains"),
+] + [("Zhang & Zhang 2023, Fig. 3(a)–(c): logistic", lambda d, i=i: _fig3_mnist_rows_read(d)[i],
+       "mean `rows_read` per iteration, and its share of N = 12 214, " + w) for i, w in enumerate(("DP-Fast MH",
+                                                                                              "DP Barker"))] + [
+    ("Yıldırım", lambda d: (lambda m: f"(+{100 * (m(100_000) / m(1000) - 1):.0f} % over a 100-fold n")(
+        lambda n: (lambda v: sum(v) / len(v))([float(r["sigma_typical"]) for r in load("yildirim_thm1", d)
+                                               if int(r["n"]) == n])), "the noise sd on a typical move, n = 10⁵ over 10³"),
+] + [("Yıldırım", lambda d, i=i: _yildirim_quotes(d)[i], w) for i, w in enumerate((
+    "k(n) at n = 10⁵ over k(n) at 10³, and Thm 1's bound (3) averaged over the three n",
+    "the mean error (posterior sds) and sd ratio at n = 10³ and 10⁵, means over the repeats"))] + [
+] + [("Thesis Figs 6.5", lambda d, i=i: _fig65_clipping(d)[i], w) for i, w in enumerate((
+    "the largest cell's mean clipped share, and the chains above 10 % (most per kernel and problem, their range)",
+    "DP-HMC's gradient share (range of cell means) and its sd over repeats, correlated Gaussian and narrow banana",
+    "the circle's ratio shares at ε = 0.5 and 0.75 (range of cell means), DP-HMC's sd and mean at ε = 0.5, the "
+    "penalty kernels' largest sd"))] + [
+] + [("Heikkilä et al. 2019, Figs", lambda d, i=i: _heikkila_one_relation(d)[i], w) for i, w in enumerate((
+    "DP-SGLD's substitution ε (PLD, heikkila_fig23_relations.csv) at t = 5·10⁵ and 10⁶ against DP Barker's ledger ε",
+    "the same at t ≥ 2·10⁶ (range and multiple of Barker's), and the issue's RDP estimate",
+    "DP-SGLD's add/remove ε (RDP, as run) from t = 5·10⁵ to 6·10⁶"))] + [
+] + [("Zhang & Zhang 2023, Fig. 3(a)–(c): logistic", lambda d, i=i: _fig3_mnist_design(d)[i], w)
+      for i, w in enumerate(("DP-Fast MH's K per ε (column `K`), equal to ⌈εN/6⌉", "the CSV's rows and cells a seed"))] + [
+    ("Zhang & Zhang 2023, Fig. 3(a)–(c): logistic", lambda d: _fig3_batches(d)[0],
+     "the range over chains of TunaMH's and DP-Fast MH's (K = 2 000) mean `batch_size`"),
+    ("Zhang & Zhang 2023, Fig. 3(a)–(c) on an MNIST subset", lambda d: _fig3_batches(d)[1],
+     "mean `rows_read` at K = 2 and 200, ε = 0.05"),
+] + [("DP-HMC paper", lambda d, i=i: _dphmc_gauss_constants(d)[i], w) for i, w in enumerate((
+    "the Gaussian's eigenvalue range and condition number (GAUSS_EIGENVALUES of experiments/dphmc_fig1.py)",
+    "DP-SGLD's step on the Gaussian (2η/n, the code's η) times n/λ_min"))] + [
     ("Thesis Fig. 6.3", _fig63_counts, "10-d chains with MMD above 0.2 per kernel and bound, and the 10-d exact floor"),
     ("Zhang & Zhang 2023, Fig. 3(a)–(c) on an MNIST subset", lambda d: _fig3_subset_quotes(d)[0],
      "the non-private chains' acceptance, range over chains"),
@@ -1822,6 +2209,10 @@ PROSE_QUOTES = [
      "the appended runs' first cell, ε = 8) and lengths"),
     ("DP-HMC paper", lambda d: f"9 degrees of freedom, bold = p < 0.05, |z| ≥ {_t_quantile(9):.2f}",
      "the t quantile at 9 degrees of freedom"),
+    ("How the verdicts are tested", lambda d: "({} seeds for Fig. 2; {} for Fig. 3 on full MNIST, {} on the "
+     "subset)".format(*(len({r["repeat"] for r in load(n, d)}) for n in ("fastmh_fig2", "fastmh_fig3_mnist",
+                                                                          "fastmh_fig3"))),
+     "the seeds (column `repeat`) of Zhang & Zhang's Fig. 2 and Fig. 3 CSVs"),
 ] + [("How the verdicts are tested", lambda d, i=i: _verdict_constants(d)[i], what) for i, what in enumerate((
     "the t quantile at 19 degrees of freedom", "the t quantile at 1 degree of freedom", "the sign test's p at 6 of 6",
     "Welch and paired z of fig65.csv, DP-HMC against OCU+GWMH, correlated Gaussian, ε = 4, 5, 6"))] + [
@@ -1858,6 +2249,8 @@ def prose_quote_problems(text: str, results_dir: pathlib.Path = SHIPPED) -> List
 PAPER_QUOTES = (
     ("Heikkilä et al. 2019, Figs", '"(1.22, 2e-06)-DP"', "Heikkilä et al. 2019, Fig. 2's privacy"),
     ("Heikkilä et al. 2019, Figs", "gives the paper's (1.22, 2·10⁻⁶)", "Heikkilä et al. 2019, Fig. 2's privacy"),
+    ("Heikkilä et al. 2019, Fig. 1", "Fig. 2's \"(1.22, 2·10⁻⁶)\" adds the DPVI start's 0.22",
+     "Heikkilä et al. 2019, Fig. 2's privacy and §5's DPVI start"),
     ("Heikkilä et al. 2019, Figs", "the authors use 0.99·√b/N0", "the authors' code"),
     ("Heikkilä et al. 2019, Figs", "l. 68–70", "the authors' code, a line number"),
     ("Heikkilä et al. 2019, Figs", "The paper starts from a DPVI fit costing (0.22, 10⁻⁶)",
@@ -1868,6 +2261,133 @@ PAPER_QUOTES = (
     ("DP-HMC paper", "drawn with JAX at key 43235667", "the authors' code: the Gaussian's key"),
 )
 
+#: (section title prefix, phrase on the page, file of the repository, snippets the file must hold):
+#: settings checked against the code that runs them. The phrase's numbers are exempt ("code
+#: setting"), and ``--check`` fails when the phrase is not on the page (a number in it edited)
+#: or a snippet is not in its file (the code changed) (:func:`code_setting_problems`).
+CODE_SETTINGS = (
+    ("Benchmark posteriors", "Σ = diag(20, 2.5, 1, …)", "pyro_dp/models/banana.py", ("var[0], var[1] = 20.0, 2.5",)),
+    ("Benchmark posteriors", "Narrow banana (a = 350)", "pyro_dp/models/__init__.py",
+     ('"narrow-banana": ("banana", 2, 150_000, None, 0.02, 350.0, 1000.0)',)),
+    ("Benchmark posteriors", "(ρ = 0.999, σ0² = 100)", "pyro_dp/models/__init__.py",
+     ('"correlated-gauss": ("gauss-corr", 2, 200_000, None, 0.005, 0.0, 100.0)',)),
+    ("Benchmark posteriors", "Circle (a = 1e-5)", "pyro_dp/models/__init__.py",
+     ('"circle": ("circle", 2, 100_000, None, 0.1, 1e-5, None)',)),
+    ("Benchmark posteriors", "Tempered banana, d = 2 / 10 (n0 = 1000)", "pyro_dp/models/__init__.py",
+     ('"tempered-banana-2d": ("banana", 2, 100_000, 1000,', '"tempered-banana-10d": ("banana", 10, 200_000, 1000,')),
+    ("Benchmark posteriors", "(N = 1e6, N0 = 100)", "pyro_dp/models/__init__.py",
+     ('"gmm-heikkila": (1_000_000, 100,',)),
+    ("Benchmark posteriors", "(θ1 ~ N(0, 10), θ2 ~ N(0, 1), σx² = 2; variances)", "pyro_dp/models/mixture.py",
+     ("GMM_PRIOR_VAR = (10.0, 1.0)", "GMM_LIK_VAR = 2.0")),
+    ("Benchmark posteriors", "(N = 5e4, temperature 500)", "pyro_dp/models/__init__.py", ('"gmm-truncated": (50_000, 100,',)),
+    ("Benchmark posteriors", "(flat prior on [-3, 3]², data in [-3, 3];", "pyro_dp/models/mixture.py",
+     ("TRUNCATED_GMM_BOX = 3.0",)),
+    ("Benchmark posteriors", "r_j ~ N(3, 1) for the circle", "pyro_dp/models/circle.py",
+     ("return 3.0 + torch.randn(n, generator=g, dtype=dtype)",)),
+    ("Thesis Figs 6.4", "each banana at its Table 6.1 n (10⁵ for d = 2, 2·10⁵ for d = 10)", "experiments/_sampling.py",
+     ('"flat-banana-2d": 100_000, "flat-banana-10d": 200_000',)),
+    ("Thesis Figs 6.4", "the narrow banana's clip bounds (5.5 and 8.5) and DP-HMC ratio clip (5.0)",
+     "experiments/_sampling.py", ("dict(prop=0.0015, clip=5.5, tau=0.2)", "dict(prop=0.0015, clip=8.5, tau=0.1)",
+                                  "L=5, eta=0.00045, mass=1.0, r_clip=5.0")),
+    ("Thesis Figs 6.4", "the 30-d Gaussian's proposal (0.00084) and DP-HMC (η = 0.00025, mass 1, ratio clip 2.5)",
+     "experiments/_sampling.py", ("dict(prop=0.00084, clip=3.0, tau=0.06)", "eta=0.00025, mass=1.0, r_clip=2.5")),
+    ("Heikkilä et al. 2019, Figs", "random-walk proposal with **variance 0.01** (sd 0.1), C = 2",
+     "experiments/heikkila.py", ("prop_sd=0.1",)),
+    ("Heikkilä et al. 2019, Figs", "**20 000 iterations, 1 000 burn-in, 20 repeats**, δ = 2·10⁻⁶",
+     "experiments/heikkila.py", ("iters=20_000, burn_in=1000,", "repeats=20, delta=2e-6")),
+    ("Heikkilä et al. 2019, Figs", "12 steps of `DPGradientInit` (full-batch DP gradient ascent: clip 5, noise "
+     "multiplier 100, step η/N = 0.015). Those 12", "experiments/heikkila.py",
+     ("init_steps=12, init_rate=0.015, init_clip=5.0, init_nm=100.0",)),
+    ("Heikkilä et al. 2019, Figs", "b = 100, clip L = 0.01 on the tempered gradient (= 100 untempered)",
+     "experiments/heikkila.py", ("sgld_batch=100, sgld_clip_tempered=0.01",)),
+    ("Heikkilä et al. 2019, Figs", "scored at t = 0.5, 1, 2, 3, 4, 5 and 6 million", "experiments/heikkila.py",
+     ("sgld_t_grid=(500_000, 1_000_000, 2_000_000, 3_000_000, 4_000_000, 5_000_000, 6_000_000)",)),
+    ("Zhang & Zhang 2023, Fig. 1", "The full run (2 repeats, 7 lines × 4 ε, 10⁴ iterations per chain)", "experiments/fastmh.py",
+     ("iters=10_000, score_every=500, epsilons=(0.01, 0.05, 0.2, 0.5), repeats=2,",)),
+    ("Zhang & Zhang 2023, Fig. 1", "N = 50 000, temperature 500, δ = 10⁻⁵ per iteration, λ = 10, random-walk step\n"
+     "0.06 in θ (minibatch) and 0.08 (full batch)", "experiments/fastmh.py",
+     ("n=50_000,", "delta=1e-5,\n                 lam=10.0,", "random-walk step 0.06 in θ", "step 0.08 in θ")),
+    ("Zhang & Zhang 2023, Fig. 1", "Each chain is scored every 500 iterations", "experiments/fastmh.py", ("score_every=500,",)),
+    ("Zhang & Zhang 2023, Fig. 1", "(99 bins over the range of 2·10⁵ exact draws, floor\n10⁻¹³)", "experiments/fastmh.py",
+     ("99 bins over the reference range, floor 1e-13", "ref.sample(200_000, seed=1)")),
+    ("Zhang & Zhang 2023, Fig. 1", "c = max_{|x|≤3} c_i instead of per-datum c_i, data truncated to [−3, 3]",
+     "pyro_dp/models/mixture.py", ("TRUNCATED_GMM_BOX = 3.0",)),
+    ("Zhang & Zhang 2023, Fig. 1", "|θ_j| ≤ 3 that the code's bound assumes", "pyro_dp/models/mixture.py",
+     ("TRUNCATED_GMM_BOX = 3.0",)),
+    ("Thesis Fig. 6.3", "bounds\n{0.5, 1, 2, 4, 6, 8, 10, 1000}, 20 chains per bound, RWMH 3000 and HMC 500 iterations (L = 15)",
+     "experiments/fig63.py", ("bounds=[0.5, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 1000.0], repeats=20, rwmh_iterations=3000,",
+                              "hmc_iterations=500,", '"hmc": dict(L=15, eta=0.001,')),
+    ("Thesis Fig. 6.3", "RWMH proposal sd 0.01, HMC η = 0.001, L = 15, mass (1, 0.5)", "experiments/fig63.py",
+     ('"rwmh": dict(prop=0.01, clip=None)', '"hmc": dict(L=15, eta=0.001, mass=[1.0, 0.5],')),
+    ("DP-HMC paper", "| ε grid, δ | 2, 4, 6, 8, 10, 12, 15; δ = 0.1/n | the same: all seven (2, 6, 15 in the first run; "
+     "4, 8, 10, 12 added the same day); δ = 0.1/n |", "experiments/dphmc_fig1.py",
+     ("PAPER_EPSILONS = (2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 15.0)", "delta = 0.1 / n")),
+    ("DP-HMC paper", "| DP penalty | τ = 0.17, proposal sd 0.06, ratio clip 0.15 (banana); 0.05, 7·10⁻⁴, 10 (Gaussian) |",
+     "experiments/dphmc_fig1.py", ('"dp_penalty": dict(tau=0.17, prop=0.06, clip=0.15)',
+                                   '"dp_penalty": dict(tau=0.05, prop=0.0007, clip=10.0)')),
+    ("DP-HMC paper", "τ_l = 0.1, τ_g = 0.55, L = 25, η = 0.006 (banana); 0.1, 0.25, 12, 1.5·10⁻⁴ (Gaussian)",
+     "experiments/dphmc_fig1.py", ("tau_l=0.10, tau_g=0.55, L=25, eta=0.006,", "tau_l=0.1, tau_g=0.25, L=12, eta=0.00015,")),
+    ("DP-HMC paper", "batch 1000, clip 0.2 (banana), 15 and 12 (Gaussian), the code's step η/n, SGNHT's A = 50 / 30",
+     "experiments/dphmc_fig1.py", ('"dp_sgld": dict(batch=1000, grad_clip=0.2,', '"dp_sgnht": dict(batch=1000, '
+                                   'grad_clip=0.2, eta=100.0, A=50.0)', '"dp_sgld": dict(batch=1000, grad_clip=15.0,',
+                                   '"dp_sgnht": dict(batch=1000, grad_clip=12.0, eta=0.2, A=30.0)')),
+    ("DP-HMC paper", "| chains, repeats | 4 chains pooled per run, 10 repeats | the same: 4 chains pooled per run, 10 "
+     "repeats at each ε run |", "experiments/dphmc_fig1.py", ("repeats=10, chains=4,",)),
+    ("DP-HMC paper", "thinned to ~5000 draws", "experiments/dphmc_fig1.py", ("max_draws=5000",)),
+    ("DP-HMC paper", "The exact column is 1000 exact draws", "experiments/dphmc_fig1.py", ("exact_draws=1000",)),
+    ("Zhang & Zhang 2023, Fig. 3(a)–(c): logistic", "Panel (c) sweeps K ∈ {20, 225, 2000} plus that K, at the "
+     "paper's ε = 0.05 and at ε = 0.5.\n  The code's default K = 225", "experiments/fastmh_mnist.py",
+     ("k_grid=(20, 225, 2000), k_epsilons=(0.05, 0.5),",)),
+    ("Zhang & Zhang 2023, Fig. 3(a)–(c): logistic", "N(0, 10²), as on the subset", "experiments/fastmh_mnist.py",
+     ("iters=40_000, epsilons=(0.01, 0.05, 0.2, 0.5),\n                  repeats=10, delta=1e-5, lam=10.0, step=4.3e-4, "
+      "step_full=2.8e-4, prior_scale=10.0,",)),
+    ("Zhang & Zhang 2023, Fig. 3(a)–(c) on an MNIST subset", "PCA to 50 components", "experiments/fastmh_mnist.py",
+     ('"full": dict(n_train=800, n_test=200, pca_dim=50,',)),
+    ("Zhang & Zhang 2023, Fig. 3(a)–(c) on an MNIST subset", "Random-walk steps 4.3·10⁻⁴ (minibatch) and 2.8·10⁻⁴ (full "
+     "batch), λ = 10", "experiments/fastmh_mnist.py", ("lam=10.0, step=4.3e-4, step_full=2.8e-4,",)),
+    ("Zhang & Zhang 2023, Fig. 3(a)–(c) on an MNIST subset", "**800 training and 200 test images**",
+     "experiments/fastmh_mnist.py", ('"full": dict(n_train=800, n_test=200,',)),
+    ("Zhang & Zhang 2023, Fig. 3(a)–(c) on an MNIST subset", "Panel (c) sweeps K ∈ {2, 50, 200}",
+     "experiments/fastmh_mnist.py", ("k_grid=(2, 50, 200), k_epsilons=(0.05, 0.5)",)),
+    ("Zhang & Zhang 2023, Fig. 3(a)–(c) on an MNIST subset", "**10⁴ iterations and 6 seeds** instead of the code's "
+     "4·10⁴ iterations", "experiments/fastmh_mnist.py", ("iters=10_000, epsilons=(0.01, 0.05, 0.2, 0.5), repeats=6,",
+                                                         "iters=40_000,")),
+    ("Zhang & Zhang 2023, Fig. 3(a)–(c) on an MNIST subset", "A N(0, 10²) prior is used", "experiments/fastmh_mnist.py",
+     ("step_full=2.8e-4, prior_scale=10.0,",)),
+    ("Zhang & Zhang 2023, Fig. 3(a)–(c) on an MNIST subset", "ε ∈ {0.01, 0.05, 0.2, 0.5}\n  (Fig. 1's grid",
+     "experiments/fastmh_mnist.py", ("epsilons=(0.01, 0.05, 0.2, 0.5)",)),
+    ("Thesis Fig. 6.2", "2-d flat banana, n = 10⁵, δ = 0.1/n", "experiments/fig62.py", ('"delta": 0.1 / 100_000,',)),
+    ("Thesis Fig. 6.2", "DP penalty: τ = 0.1, α = 1/2", "experiments/fig62.py",
+     ('"penalty_tau": 0.1,', "# tau n^alpha, alpha = 1/2")),
+    ("Thesis Fig. 6.2", "DP-HMC: τ_l = 0.1, τ_g = 0.4, L = 10", "experiments/fig62.py",
+     ('"hmc_tau_l": 0.1,', '"hmc_tau_g": 0.4,', '"hmc_num_steps": 10,')),
+    ("Thesis Fig. 6.2", "Minibatch penalty: τ = 0.7, b = 1000", "experiments/fig62.py",
+     ('"minibatch_tau": 0.7,', '"minibatch_batch_size": 1000,')),
+    ("Yıldırım", "y_i ~ N(θ, 1) with prior N(0, 10²), data from\nN(0.5, 1)", "benchmarks/yildirim_thm1.py",
+     ("PRIOR_SD = 10.0", "THETA_STAR = 0.5")),
+    ("Yıldırım", "moves of scale 1.5/√n", "benchmarks/yildirim_thm1.py", ("STEP = 1.5",)),
+    ("Yıldırım", "clips each row's ratio to ±4|θ′ − θ|, so one row changes a move's\nratio by at most 8|θ′ − θ| ∝ "
+     "n^(−1/2): A1 with α = ½", "benchmarks/yildirim_thm1.py", ("B_CLIP = 4.0",)),
+    ("Yıldırım", "with k₀ = 1 (144, 1 085, 8 685 iterations) under the budget ε = 4, δ = n^(−1.1)\n(β = 1.1 > 1, so "
+     "δ = o(1/n))", "benchmarks/yildirim_thm1.py", ("K0 = 1.0", "EPSILON = 4.0", "BETA = 1.1", "(144, 1085, 8685)")),
+    ("Yıldırım", "at the simulation's θ* = 0.5", "benchmarks/yildirim_thm1.py", ("THETA_STAR = 0.5",)),
+)
+
+
+def code_setting_problems(text: str) -> List[str]:
+    """``"section: …"`` for each :data:`CODE_SETTINGS` phrase missing from its section, or snippet
+    missing from its file."""
+    secs = dict(_sections(text))
+    bad = []
+    for prefix, phrase, path, snippets in CODE_SETTINGS:
+        sec = next((v for k, v in secs.items() if k.startswith(prefix)), "")
+        if not _phrase_spans(phrase, sec):
+            bad.append(f"{prefix[:40]}: not on the page: {phrase!r}")
+        code = (ROOT / path).read_text(encoding="utf-8")
+        bad += [f"{prefix[:40]}: {path} lacks {snip!r} ({phrase!r})" for snip in snippets if snip not in code]
+    return bad
+
+
 _EXEMPT_BEFORE = (
     ("reference", _re.compile(r"(?:\bFigs?\.?|\bFigures?|\bTables?|\beqs?\.|\bEqs?\.|\bThms?\.?|\bTheorems?|\bLemmas?"
                               r"|\bProps?\.|\bCorollary|§|\bAlgs?\.|\bAlgorithms?|\bch\.|\bchapters?|\bSecs?\.|"
@@ -1875,10 +2395,11 @@ _EXEMPT_BEFORE = (
                               r"\bsteps? \(|\bPython|\bJAX|\btorch|\bversion|\bPEP|\bSHA-|\bl\.|\blines?)\s*\(?$")),
     ("setting", _re.compile(r"(?:^|[\s(,;:])(?:ε|δ|n|N|K|k|t|T|q|η'?|τ(?:_\w)?|L|b|c|B|σ\S*|λ\S*|a|d|m|A|r|M)"
                             r"\s*(?:=|≤|≥|<|>|≠)\s*\(?$")),
-    ("seed range", _re.compile(r"\b(?:seeds?|repeats?)\s*$")),
+    ("seed range", _re.compile(r"\b(?:[Ss]eeds?|[Rr]epeats?)\s*$")),
     ("setting", _re.compile(r"(?:^|\W)p\s*[<≥>]\s*$")),  # a test's level, not a p-value
 )
 _EXEMPT_AFTER = (
+    ("setting", _re.compile(r"^\)-DP\b")),  # the δ of a privacy level written (ε, δ)-DP
     ("design", _re.compile(r"^(?:-?d\b|-dimensional|-core|\s*(?:repeats?|chains?|seeds?|threads?|workers?|cores?)\b"
                            r"|\s*×\s*\d)")),
 )
@@ -2010,6 +2531,7 @@ def prose_numbers(text: str, tables: Dict[str, str], results_dir: pathlib.Path =
         table_vals = _with_roundings(keys)
         p_vals = _with_roundings(keys, min_sig=1)  # a quoted p may keep one significant digit
         quoted = [q for sec_prefix, q, _ in PAPER_QUOTES if title.startswith(sec_prefix)]
+        code_spans = [sp for prefix, ph, _, _ in CODE_SETTINGS if title.startswith(prefix) for sp in _phrase_spans(ph, sec)]
         spans = [sp for prefix, fn, _ in PROSE_QUOTES if title.startswith(prefix)
                  for sp in _phrase_spans(fn(results_dir), sec)]
         line_at = [0]
@@ -2023,9 +2545,14 @@ def prose_numbers(text: str, tables: Dict[str, str], results_dir: pathlib.Path =
         for i, raw in enumerate(lines):
             where = base + i
             if raw.startswith("### Earlier run at n = 10⁴"):
-                # the superseded subsection: its quotes are of its own CSVs, not of the tables above
+                # the superseded subsection: its quotes are of its own CSVs and of its own tables
+                # (checked cell by cell against those CSVs), not of the tables above
                 pm_sec = False
-                table_vals = p_vals = set()
+                sup = "\n".join(lines[i:])
+                sup_cells = [c for line, cols in checked_lines.items() if line in sup
+                             for k, c in enumerate(line.strip().strip("|").split("|")) if k in cols]
+                sup_keys = [_num_key(m.group(1), m.group(2)) for m in _NUMBER.finditer("\n".join(sup_cells))]
+                table_vals, p_vals = _with_roundings(sup_keys), _with_roundings(sup_keys, min_sig=1)
                 cells = _csv_cells(dict.fromkeys(_re.findall(r"(\w+)\.csv\b", "\n".join(lines[i:]))), results_dir)
             if raw.startswith("<!-- claims:"):
                 in_marker = True
@@ -2066,6 +2593,8 @@ def prose_numbers(text: str, tables: Dict[str, str], results_dir: pathlib.Path =
                     if kind == "untraced" and any(q in raw and raw.index(q) <= m.start() < raw.index(q) + len(q)
                                                   for q in quoted):
                         kind = "exempt: paper value"
+                    if kind == "untraced" and any(a <= line_at[i] + m.start() < b for a, b in code_spans):
+                        kind = "exempt: code setting"
                 out.append(ProseNumber(title, where, sign + digits, kind))
                 prev = (m.end(), kind)
     return out
@@ -2163,6 +2692,45 @@ def prose_summary(numbers: Sequence[ProseNumber]) -> str:
     return "\n".join(lines)
 
 
+#: a statement of the neighbouring relation (issue #60): every section that prints ε in a table
+#: (generated or hand-written) carries one of these
+_RELATION_STATEMENT = _re.compile(r"\*\*Relation: (?:substitution|add/remove)|^Relation: (?:substitution|add/remove)"
+                                  r"|^\| neighbouring relation \| |under the \*\*substitute-one-row\*\* relation", _re.M)
+#: a section whose tables print ε under both relations must say so in these words
+_TWO_RELATIONS = "mixes two relations"
+#: (section title prefix, phrase, why): sentences a verdict rests on, which must stay on the page
+RELATION_PHRASES = (
+    ("Heikkilä et al. 2019, Figs", "**Relation: substitution for both.**",
+     "the Fig. 3 claim tables compare DP-SGLD with DP Barker under one relation"),
+    ("Heikkilä et al. 2019, Figs", "All ε below are under **substitution**",
+     "the Fig. 3 verdicts are stated under one relation"),
+)
+
+
+def relation_problems(text: str, tables: Dict[str, str]) -> List[str]:
+    """``"section: …"`` for each section that prints ε in a table without stating its neighbouring
+    relation (:data:`_RELATION_STATEMENT`), whose tables print ε under add/remove and under
+    substitution without saying that it mixes two relations, or that lacks a phrase of
+    :data:`RELATION_PHRASES` (acceptance 2 of issue #60)."""
+    bad = []
+    secs = list(_sections(text))
+    for title, sec in secs:
+        gen = [tables.get(n, "") for n in _re.findall(r"<!-- claims:(\w+) -->", sec)]
+        lines = [line for line in "\n".join([sec] + gen).split("\n") if line.lstrip().startswith("|")]
+        if not any("ε" in line for line in lines):
+            continue
+        if not _RELATION_STATEMENT.search(sec):
+            bad.append(f"{title[:60]}: ε in a table, no neighbouring relation stated")
+        body = "\n".join(lines)
+        if "add/remove" in body and "substitution" in body and _TWO_RELATIONS not in sec:
+            bad.append(f"{title[:60]}: ε under two relations without saying so ({_TWO_RELATIONS!r})")
+    for prefix, phrase, _ in RELATION_PHRASES:
+        sec = next((v for k, v in secs if k.startswith(prefix)), "")
+        if not _phrase_spans(phrase, sec):
+            bad.append(f"{prefix[:40]}: missing {phrase!r}")
+    return bad
+
+
 #: rows a claim table reads, when it reads a subset of its CSV
 ROW_FILTERS = {"fastmh_fig3": _fig3_main_rows, "fastmh_fig3_mnist": _fig3_main_rows}
 
@@ -2214,6 +2782,8 @@ def check(md: pathlib.Path = RESULTS_MD, results_dir: pathlib.Path = SHIPPED,
     bad += [f"value table: {p}" for p in fig63_n1e4_problems(text, results_dir)]
     bad += [f"prose: {p}" for p in prose_pm_problems(text, tables)]
     bad += [f"prose quote: {p}" for p in prose_quote_problems(text, results_dir)]
+    bad += [f"relation: {p}" for p in relation_problems(text, tables)]
+    bad += [f"code setting: {p}" for p in code_setting_problems(text)]
     bad += [f"prose number: {p}" for p in prose_number_problems(text, tables, results_dir, listed)]
     return bad
 

@@ -203,7 +203,8 @@ def test_an_edited_prose_number_is_caught(tmp_path):
     changed, must each fail the check."""
     quote = "Then DP-SGLD has spent ε 0.49 (t = 5·10⁵)"
     bad = _mutated_check(tmp_path, quote, quote.replace("0.49", "0.59"))
-    assert len(bad) == 1 and bad[0].startswith("prose number: Heikkilä") and "0.59 (untraced, not listed)" in bad[0]
+    assert any(b.startswith("prose number: Heikkilä") and "0.59 (untraced, not listed)" in b for b in bad)
+    assert any(b.startswith("prose quote: Heikkilä") for b in bad)  # the sentence is computed too
     bad = _mutated_check(tmp_path, "banana DP-HMC 27 / 94 /", "banana DP-HMC 27 / 95 /")
     assert bad[0].startswith("prose quote: DP-HMC paper") and "27 / 94" in bad[0]
     bad = _mutated_check(tmp_path, "the DP-HMC paper's Fig. 1 5.5,", "the DP-HMC paper's Fig. 1 5.6,")
@@ -242,3 +243,88 @@ def test_an_edited_superseded_cell_is_caught():
     row = "| 2 | 0.206 | 3.0 % | 0.097 | 6.4 % |"
     assert claims.fig63_n1e4_problems(text) == [] and text.count(row) == 1
     assert len(claims.fig63_n1e4_problems(text.replace(row, row.replace("6.4 %", "6.5 %")))) == 1
+
+
+def test_every_epsilon_table_states_its_relation(tmp_path):
+    """Acceptance 2 of issue #60, with mutants: a section whose tables print ε without a stated
+    neighbouring relation, a table header that mixes add/remove and substitution without saying
+    so, and the Heikkilä Fig. 3 verdict's one-relation sentence removed, each fail the check."""
+    text = claims.RESULTS_MD.read_text(encoding="utf-8")
+    assert claims.relation_problems(text, claims.all_tables()) == []
+    stmt = "**Relation: substitution for every kernel** (issue #60)"
+    bad = _mutated_check(tmp_path, stmt, "Every kernel (issue #60)")
+    assert any(b.startswith("relation: Thesis Figs 6.4") and "no neighbouring relation" in b for b in bad)
+    bad = _mutated_check(tmp_path, "**This figure mixes two relations, as the paper's Fig. 3 does**",
+                         "**As the paper's Fig. 3 does**")
+    assert any(b.startswith("relation: Heikkilä et al. 2019, Figs") and "two relations" in b for b in bad)
+    bad = _mutated_check(tmp_path, "All ε below are under **substitution**", "All ε below are as run")
+    assert any(b.startswith("relation: Heikkilä") and "missing" in b for b in bad)
+
+
+def test_an_edited_computed_clipping_sentence_is_caught(tmp_path):
+    """Mutants (issue #60): a clipped share of Fig. 6.4's prose and one of Fig. 6.3's, each
+    computed from its CSV, changed on the page."""
+    bad = _mutated_check(tmp_path, "91 % (flat 10-d; 90.5–90.6 % per ε)", "91 % (flat 10-d; 90.5–90.8 % per ε)")
+    assert any(b.startswith("prose quote: Thesis Figs 6.4") and "90.5–90.6" in b for b in bad)
+    bad = _mutated_check(tmp_path, "where 22 % are clipped", "where 23 % are clipped")
+    assert any(b.startswith("prose quote: Thesis Fig. 6.3") for b in bad)
+
+
+def test_an_edited_zhang_zhang_fig1_sentence_is_caught(tmp_path):
+    """Mutant (issue #60): DP Barker's sym. KL at ε = 0.5 in Fig. 1's prose (4.4464 in the CSV,
+    printed 4.5 before this check rounded it from the CSV instead of from the table's 4.45)."""
+    bad = _mutated_check(tmp_path, "(ε = 0.2) and 4.4 / 3.0 (ε = 0.5)", "(ε = 0.2) and 4.5 / 3.0 (ε = 0.5)")
+    assert any(b.startswith("prose quote: Zhang & Zhang 2023, Fig. 1") and "4.4 / 3.0" in b for b in bad)
+
+
+def test_an_edited_fig65_clipping_sentence_is_caught(tmp_path):
+    """Mutant (issue #60): the range of the chains above 10 % in Fig. 6.7's prose (the page said
+    12–13 %, the largest chain per kernel; the chains above 10 % span 10.3–12.7 %)."""
+    bad = _mutated_check(tmp_path, "per kernel and problem pass 10 % (10.3–12.7 %)", "per kernel and problem pass 10 % (12–13 %)")
+    assert any(b.startswith("prose quote: Thesis Figs 6.5") for b in bad)
+
+
+def test_code_settings_are_checked_against_the_code(tmp_path, monkeypatch):
+    """Issue #60: a setting exempt as a "code setting" must be printed as CODE_SETTINGS says and
+    its snippets must be in the code. Mutants: the narrow banana's clip bound edited on the page,
+    and a snippet the code does not hold."""
+    text = claims.RESULTS_MD.read_text(encoding="utf-8")
+    assert claims.code_setting_problems(text) == []
+    bad = _mutated_check(tmp_path, "clip bounds (5.5 and 8.5)", "clip bounds (5.5 and 9.5)")
+    assert any(b.startswith("code setting: Thesis Figs 6.4") and "not on the page" in b for b in bad)
+    prefix, phrase, path, _ = claims.CODE_SETTINGS[0]
+    monkeypatch.setattr(claims, "CODE_SETTINGS", ((prefix, phrase, path, ("var[0], var[1] = 21.0, 2.5",)),))
+    bad = claims.code_setting_problems(text)
+    assert len(bad) == 1 and "lacks" in bad[0]
+
+
+def test_the_heikkila_verdict_under_one_relation_is_computed(tmp_path):
+    """Acceptance 2 of issue #60: the ε that the Heikkilä Fig. 3 verdict compares under substitution
+    (DP-SGLD by PLD, and the issue's RDP estimate, against DP Barker's 0.82) come from the relations
+    CSV; mutants: each edited on the page."""
+    for old, new in (("spent 1.04–1.88 (1.3–2.3× Barker's", "spent 1.04–1.88 (1.3–2.0× Barker's"),
+                     ("Barker's; 3.3–5.1, 4–6×", "Barker's; 2.5–5.1, 3–6×")):
+        bad = _mutated_check(tmp_path, old, new)
+        assert any(b.startswith("prose quote: Heikkilä et al. 2019, Figs") for b in bad), bad
+
+
+def test_any_computed_or_code_checked_number_edited_fails_the_check(tmp_path):
+    """Mutants (issue #60), a deterministic sample: a number of a sentence computed from the CSVs
+    (PROSE_QUOTES) or of a setting checked against the code (CODE_SETTINGS), its last digit
+    changed on the page, makes ``--check`` fail."""
+    import re
+
+    text = claims.RESULTS_MD.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    nums = claims.prose_numbers(text, claims.all_tables())
+    pool = [p for p in nums if p.kind in ("checked: a sentence computed from the CSVs", "exempt: code setting")
+            and re.fullmatch(r"\d+(?:\.\d+)?", p.number)
+            and len(re.findall(r"(?<![\d.])" + re.escape(p.number) + r"(?![\d.])", lines[p.line - 1])) == 1]
+    assert len(pool) > 100
+    rng = random.Random(60)
+    md = tmp_path / "results.md"
+    for p in rng.sample(pool, 6):
+        new = p.number[:-1] + str((int(p.number[-1]) + 1) % 10)
+        line = re.sub(r"(?<![\d.])" + re.escape(p.number) + r"(?![\d.])", new, lines[p.line - 1])
+        md.write_text("\n".join(lines[:p.line - 1] + [line] + lines[p.line:]), encoding="utf-8")
+        assert claims.check(md), (p, new)
