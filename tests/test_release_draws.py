@@ -52,8 +52,15 @@ RAW_BATCH_DRAWS = frozenset({"poisson_batch_size", "poisson_subsample", "poisson
 
 #: (module, enclosing function, what it draws) -> (how many, why it is still allowed)
 ALLOWED: dict = {
-    # empty since issue 39: every kernel step is one function whose release noise (a release spec)
-    # and batch (poisson_batch, batch_without_replacement, ...) the mechanisms layer draws
+    # every kernel step is one function whose release noise (a release spec) and batch
+    # (poisson_batch, batch_without_replacement, ...) the mechanisms layer draws (issue 39); what
+    # remains is the per-release audit's batch pinning (issue 58)
+    ("audit_batches.py", "poisson_subsample", "poisson_subsample"): (
+        1, "PinnedSelection forwards a batch draw to a public, seeded selection stream (audit only)"),
+    ("audit_batches.py", "poisson_subsamples", "poisson_subsamples"): (
+        1, "PinnedSelection forwards a batch draw to a public, seeded selection stream (audit only)"),
+    ("audit_batches.py", "sample_without_replacement", "sample_without_replacement"): (
+        1, "PinnedSelection forwards a batch draw to a public, seeded selection stream (audit only)"),
 }
 
 
