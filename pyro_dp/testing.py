@@ -103,7 +103,7 @@ def _build(case: _Case, *, seed: int = 0, noise_seed: Optional[int] = 1, **attrs
     if k.lik is not None or k.ledger:
         raise ValueError(f"{case.name or type(k).__name__}: make_kernel returned a kernel that was already set up "
                          "or run: return a new kernel object at every call")
-    if k.secure_mode and noise_seed is not None:
+    if k.randomness.secure_mode and noise_seed is not None:
         raise ValueError(f"{case.name or type(k).__name__}: the kit reruns chains on the reproducible test stream "
                          "(noise_seed): build the kernel without secure_mode=True")
     k.seed, k.noise_seed = seed, noise_seed

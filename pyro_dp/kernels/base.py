@@ -51,8 +51,6 @@ How this fits :class:`pyro.infer.MCMC` (see ``shared/FACTS.md``):
 """
 from __future__ import annotations
 
-import os
-import secrets
 import multiprocessing
 from collections import Counter
 from typing import Dict, Optional, Sequence, Tuple
@@ -65,14 +63,13 @@ from ..accounting import DEFAULT_ACCOUNTANT
 from ..checks import SamplingWarning  # noqa: F401 (re-exported)
 from ..heap import HEAP_TRIM_EVERY, release_free_heap
 from ..likelihood import PrivateLikelihood
-from ..mechanisms import NoiseSource
-from ..mechanisms import PrivacyEvent, PrivacyLedger, ReproducibleNoiseWarning
-from ..warn import warn_user
-from . import auto_compile, checkpoint, diagnostics
+from ..mechanisms import PrivacyEvent, PrivacyLedger
+from . import auto_compile, diagnostics
+from .checkpoint import ChainCheckpoints
 from .chain_record import ChainRecord, RunForecast
 from .declared_batch import take_declared_subsample
 from .diagnostics import MAX_CHECKED_DRAWS, NONPRIVATE_PREFIX
-from .seeds import PURPOSE_ALGO, PURPOSE_INIT, PURPOSE_NOISE, derive_seed, kernel_chain_seed  # noqa: F401 (re-exported)
+from .seeds import PURPOSE_INIT, ChainRandomness, RandomnessSetting, kernel_chain_seed  # noqa: F401 (re-exported)
 from .plan import counts as _counts  # noqa: F401  (re-exported: tests import it from here)
 from .path_hook import default_path
 from .runner import DEFAULT_ITERATIONS, resolve_run_length
@@ -219,6 +216,17 @@ class DPKernel(MCMCKernel):
     non_private = EngineSetting()
     default_budget = EngineSetting()
 
+    #: The chains' seeds and streams: the randomness part's (``kernel.randomness``, a
+    #: :class:`~pyro_dp.kernels.seeds.ChainRandomness`), read and written through the kernel: the
+    #: base seeds, the data-free generator and the secret ``NoiseSource`` of the chain in progress
+    #: (what every step draws from), which chain of this object it is, and its seeds by purpose.
+    seed = RandomnessSetting()
+    noise_seed = RandomnessSetting()
+    _rng = RandomnessSetting("rng")
+    _noise = RandomnessSetting("noise")
+    _chain_index = RandomnessSetting("chain")
+    _chain_seed = RandomnessSetting("chain_seed")
+
     def __init__(
         self,
         model,
@@ -283,15 +291,8 @@ class DPKernel(MCMCKernel):
         #: torch.distributed ranks: refused by kernels that cannot shard
         self.ranks = Ranks(distributed, process_group, type(self).__name__, type(self).supports_distributed)
         self.distributed = self.ranks.distributed
-        self.seed = int(seed) if seed is not None else secrets.randbits(63)  # the data-free streams only
-        self.secure_mode = bool(secure_mode)
-        if noise_seed is not None:  # the secret stream's test option: anyone who knows it can remove the noise
-            if self.secure_mode:
-                raise ValueError("secure_mode=True draws the noise seed from the OS: do not pass noise_seed")
-            warn_user("noise_seed makes the privacy noise and batch selection reproducible: anyone who knows it "
-                      "can replay the noise and remove it from the released values. Use it for tests only.",
-                      ReproducibleNoiseWarning)
-        self.noise_seed = None if noise_seed is None else int(noise_seed)
+        #: the seeds, the chain index and the streams of the chain in progress
+        self.randomness = ChainRandomness(seed, noise_seed, secure_mode)
         if init is not None and not (callable(getattr(init, "run", None)) and callable(getattr(init, "events", None))):
             raise TypeError(f"init must be a private initialiser such as DPGradientInit, got {init!r}")
         if init is not None and getattr(init, "noise_multiplier", None) == 0 and not self.non_private:
@@ -303,11 +304,10 @@ class DPKernel(MCMCKernel):
         self.lik: Optional[PrivateLikelihood] = None  # set by setup()
         self._user_initial_params: Optional[Dict[str, torch.Tensor]] = None
         self._initial_params: Optional[Dict[str, torch.Tensor]] = None
-        self._chain_index = 0
         #: set-ups so far (what is said once, is said at the first)
         self.num_setups = 0
-        self.pending_checkpoint: Optional[dict] = None  # a load_state_dict() waiting for setup()
-        self.last_checkpoint: Optional[dict] = None  # state_dict() of the last chain cleanup() ended
+        #: a checkpoint loaded before setup(), and the last chain's (state_dict() between runs)
+        self.checkpoints = ChainCheckpoints()
         self.chain = ChainRecord()
         #: what the default path forecast for the chains (kept across chains: the last chain's)
         self.forecast = RunForecast()
@@ -454,12 +454,6 @@ class DPKernel(MCMCKernel):
         self._user_initial_params = None if params is None else {k: v.detach() for k, v in params.items()}
         self._initial_params = self._user_initial_params
 
-    def _chain_seed(self, purpose: int, base: Optional[int] = None) -> int:
-        words = [self.seed if base is None else base, self._chain_index, purpose]  # = kernel_chain_seed's
-        if os.getpid() != self.processes.owner_pid:  # a worker process: make streams independent
-            words.append(secrets.randbits(63))
-        return derive_seed(*words)
-
     def _reset_chain_stats(self) -> None:
         """A fresh chain: its record, no state, the engine's chain flags reset (kernels with
         statistics of their own reset them too, and call this)."""
@@ -486,7 +480,7 @@ class DPKernel(MCMCKernel):
             temperature=self.temperature,
             transforms=self._user_transforms,
             init_strategy=self.init_strategy,
-            seed=self._chain_seed(PURPOSE_INIT),
+            seed=self.randomness.chain_seed(PURPOSE_INIT),
             jit_compile=bool(self.jit_compile),  # None (auto): attached by auto_compile below if it pays
             jit_options=self.jit_options,
             jit_cache=self._jit_cache,
@@ -508,10 +502,7 @@ class DPKernel(MCMCKernel):
         self.privacy.check_supports(sum(self.planned_events(), []), type(self).__name__)  # before any data access
         self.processes.register_chain(self.privacy)
         refusal = self.processes.refusal(self.privacy)  # stops the chain below, before any data is read
-        self._rng = torch.Generator(device=self.lik.device)
-        self._rng.manual_seed(self._chain_seed(PURPOSE_ALGO))
-        noise_seed = None if self.noise_seed is None else self._chain_seed(PURPOSE_NOISE, base=self.noise_seed)
-        self._noise = NoiseSource(seed=noise_seed, secure_mode=self.secure_mode, device=self.lik.device, warn=False)
+        self.randomness.start_chain(self.lik.device)  # the chain's data-free and secret streams
         if self.ranks.shards is not None:  # the global N (public) and rank 0's noise inside every release
             self.ranks.share(self._noise, self.lik)
         if self.num_setups == 1:  # with the run-length notice: delta above 1/N, N over all ranks
@@ -524,7 +515,7 @@ class DPKernel(MCMCKernel):
         self.chain.init_done = False
         if refusal is not None:
             self.privacy.stop(refusal, iteration=self.chain.iteration)
-        pending = checkpoint.resume_pending(self)  # a load_state_dict() before setup(): continue its chain
+        pending = self.checkpoints.take_pending(self)  # a load_state_dict() before setup(): continue its chain
         if pending is not None:
             self._restore(pending)
 
@@ -613,7 +604,7 @@ class DPKernel(MCMCKernel):
         last checkpoint stays available from :meth:`state_dict` (to resume it after
         ``mcmc.run``)."""
         if self._state is not None and self.lik is not None and self.privacy.live:
-            self.last_checkpoint = self.state_dict()
+            self.checkpoints.last = self.state_dict()
         if self.privacy.end_chain(self.processes.slot()):
             self._chain_index += 1
         self._reset_chain_stats()
@@ -642,12 +633,8 @@ class DPKernel(MCMCKernel):
         >>> torch.equal(resumed.initial_params["mu"], p["mu"]), resumed.ledger == k.ledger
         (True, True)
         """
-        if self._state is None and self.last_checkpoint is not None:
-            return self.last_checkpoint  # the chain MCMC just finished (cleanup() ended it)
-        if self.lik is None or self._state is None:
-            raise RuntimeError("call setup() before state_dict(): there is no chain to save")
-        values = {a: getattr(self, a, None) for a in ("_state", "_chain_index") + tuple(self._chain_attrs)}
-        return checkpoint.save(self, values, self._rng, self._noise)
+        chain = ("_state", "_chain_index") + tuple(self._chain_attrs)  # the chain in progress, by name
+        return self.checkpoints.save(self, None if self._state is None else {a: getattr(self, a, None) for a in chain})
 
     def load_state_dict(self, state: dict) -> None:
         """Continue the chain and the ledger of :meth:`state_dict` on a new kernel object built
@@ -655,40 +642,25 @@ class DPKernel(MCMCKernel):
         Call it before ``setup()`` (e.g. before ``mcmc.run``: the next ``setup`` restores the chain
         instead of starting a new one, and ``MCMC`` continues it from where it stopped, warmup
         length included) or after ``setup()`` (restored at once)."""
-        checkpoint.load(self, state)
-        if self.lik is None:
-            self.pending_checkpoint = state
-        else:
+        if self.checkpoints.load(self, state):  # set up already: restored at once (else by the next setup())
             self._restore(state)
 
     def _restore(self, state: dict) -> None:
-        for name, value in checkpoint.restore(self, state, self._rng, self._noise).items():
+        for name, value in self.checkpoints.restore(self, state).items():
             setattr(self, name, value)
         self._initial_params = self.lik.unravel(self._state_z(self._state))
 
     # ------------------------------------------------------------------ pickling (into workers, copies)
-    # torch.Generator cannot be pickled; MCMC(num_chains>1, mp_context="spawn") pickles kernels.
+    # Each part pickles its own state (the randomness and checkpoint parts: what a copy or a worker
+    # may carry; the privacy engine: ChainProcesses.pickled_engine); the kernel drops its caches.
     def __getstate__(self):
         spawning = multiprocessing.context.get_spawning_popen() is not None  # pickled into a new worker
-        state = self.__dict__.copy()
-        state["privacy"] = self.processes.pickled_engine(self.privacy, spawning)
-        if spawning:
-            # pickled into a new worker process (MCMC with mp_context="spawn"): the worker's setup()
-            # rebuilds the likelihood and the chain state, so the data and this process's private
-            # caches (per-example log-likelihoods) are not shipped
-            for key in ("lik", "_state", "_initial_params", "_noise", "_rng", "last_checkpoint"):
-                state[key] = None
-        rng = state.pop("_rng", None)
-        if rng is not None:
-            state["_rng_state"] = (str(rng.device), rng.get_state())
-        state["_returned"] = None  # identities do not survive pickling
-        state["_jit_cache"] = {}  # compiled graphs stay in their process (rebuilt lazily)
+        state = dict(self.__dict__, privacy=self.processes.pickled_engine(self.privacy, spawning),
+                     _returned=None, _jit_cache={})  # identities do not survive pickling; graphs stay in their process
+        if spawning:  # the worker's setup() rebuilds the likelihood and the chain state: no data, no private caches
+            state.update(lik=None, _state=None, _initial_params=None)
         return state
 
     def __setstate__(self, state):
-        rng_state = state.pop("_rng_state", None)
         self.__dict__.update(state)
-        if rng_state is not None:
-            self._rng = torch.Generator(device=rng_state[0])
-            self._rng.set_state(rng_state[1])
         self.processes.adopt(self, self.privacy)
