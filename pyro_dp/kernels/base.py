@@ -71,7 +71,7 @@ from .declared_batch import take_declared_subsample
 from .diagnostics import MAX_CHECKED_DRAWS, NONPRIVATE_PREFIX
 from .seeds import PURPOSE_INIT, ChainRandomness, RandomnessSetting, kernel_chain_seed  # noqa: F401 (re-exported)
 from .plan import counts as _counts  # noqa: F401  (re-exported: tests import it from here)
-from .path_hook import default_path
+from .path_hook import check_initialiser, default_path
 from .runner import DEFAULT_ITERATIONS, resolve_run_length
 from .privacy_engine import (DEFAULT_DELTA, DEFAULT_EPSILON, BudgetExhaustedWarning, ChainLedger, EngineSetting,
                              PrivacyEngine, PrivacyNotice, check_positive)
@@ -215,6 +215,7 @@ class DPKernel(MCMCKernel):
     relation = EngineSetting()
     non_private = EngineSetting()
     default_budget = EngineSetting()
+    require_complete = EngineSetting()  # kernel.privacy.require_complete
 
     #: The chains' seeds and streams: the randomness part's (``kernel.randomness``, a
     #: :class:`~pyro_dp.kernels.seeds.ChainRandomness`), read and written through the kernel: the
@@ -272,6 +273,7 @@ class DPKernel(MCMCKernel):
         self.privacy = PrivacyEngine(epsilon=epsilon, delta=delta, num_chains=num_chains, accountant=accountant,
                                      reference_delta=reference_delta, non_private=non_private, relation=relation,
                                      kernel_id=self.processes.id)
+        self.privacy.workers = self.processes  # counts worker chains' releases, knows which never came back
         #: planned iterations per chain (``None``: the default path fixes it at the first set-up)
         self.num_iterations = None if num_iterations is None else check_positive("num_iterations", num_iterations,
                                                                                  integer=True)
@@ -293,12 +295,8 @@ class DPKernel(MCMCKernel):
         self.distributed = self.ranks.distributed
         #: the seeds, the chain index and the streams of the chain in progress
         self.randomness = ChainRandomness(seed, noise_seed, secure_mode)
-        if init is not None and not (callable(getattr(init, "run", None)) and callable(getattr(init, "events", None))):
-            raise TypeError(f"init must be a private initialiser such as DPGradientInit, got {init!r}")
-        if init is not None and getattr(init, "noise_multiplier", None) == 0 and not self.non_private:
-            raise ValueError("init with noise_multiplier=0 is only allowed with non_private=True")
         #: the optional private initialisation: its releases are in the chain's ledger, the plan and calibration
-        self.init = init
+        self.init = check_initialiser(init, self.non_private)
         self.nonprivate_diagnostics = bool(nonprivate_diagnostics)
         self.transforms = None  # set by setup(); MCMC reads it after the run
         self.lik: Optional[PrivateLikelihood] = None  # set by setup()
@@ -366,10 +364,7 @@ class DPKernel(MCMCKernel):
 
     def _nonprivate(self) -> dict:
         """Statistics of the raw data for ``diagnostics()`` (keys get :data:`NONPRIVATE_PREFIX`)."""
-        out = {"clipped fraction": self.chain.clipped_sum / max(self.chain.clipped_count, 1)}
-        if self.init is not None:
-            out["init clipped fraction"] = self.chain.init_clipped_fraction
-        return out
+        return self.chain.nonprivate(with_init=self.init is not None)
 
     # ------------------------------------------------------------------ helpers for subclasses
     def _check_noise_multiplier(self, name: str, value) -> Optional[float]:
@@ -423,23 +418,12 @@ class DPKernel(MCMCKernel):
         process and in worker processes (merged back with their ``diagnostics()``)."""
         return self.privacy.ledger
 
-    def chain_ledgers(self) -> list:
-        """The :class:`~pyro_dp.kernels.chain_ledger.ChainLedger` of every chain of this kernel
-        object, in the order :attr:`ledger` merges them: the finished chains as they were filed
-        (this process and worker processes), then the chain in progress (empty between runs)."""
-        return self.privacy.chain_ledgers()
-
-    def require_complete(self) -> None:
-        """Raise ``RuntimeError`` when this object's ledger may miss releases (an ε from it would
-        be a lower bound of what was spent: a worker's ledger never came back)."""
-        self.processes.require_complete(self.privacy)
-
     def get_epsilon(self, delta: Optional[float] = None, accountant: Optional[str] = None) -> float:
         r"""Total ε spent so far by this kernel object, at ``delta``: every chain of every run,
         also chains run in ``MCMC`` worker processes (their ledgers come back with their
         diagnostics). It is stated under the kernel's neighbouring relation :attr:`relation`
         (``self.ledger.relation``; ``diagnostics()["relation"]``)."""
-        self.require_complete()
+        self.privacy.require_complete()
         if not self.privacy.ledger and self.num_setups > 0 and self.chain.iteration > 0:
             raise RuntimeError("this kernel object ran iterations but recorded no release: please report")
         return self.privacy.get_epsilon(delta, accountant)
@@ -464,8 +448,7 @@ class DPKernel(MCMCKernel):
 
     def setup(self, warmup_steps, *args, **kwargs):
         """Build the likelihood and the initial state. Data-free: costs no privacy."""
-        if self.distributed:  # every rank: the same data-free seed (rank 0's), before any draw
-            self.seed = self.ranks.join(self.seed, self.processes.chain_id())
+        self.seed = self.ranks.join(self.seed, self.processes.chain_id())  # every rank: rank 0's, before any draw
         self.num_setups += 1
         if self.chain.iteration > 0:  # a new run without cleanup(): file the old chain
             self.cleanup()
@@ -503,13 +486,11 @@ class DPKernel(MCMCKernel):
         self.processes.register_chain(self.privacy)
         refusal = self.processes.refusal(self.privacy)  # stops the chain below, before any data is read
         self.randomness.start_chain(self.lik.device)  # the chain's data-free and secret streams
-        if self.ranks.shards is not None:  # the global N (public) and rank 0's noise inside every release
-            self.ranks.share(self._noise, self.lik)
+        self.ranks.share(self._noise, self.lik)  # sharded: the global N (public), rank 0's noise in every release
         if self.num_setups == 1:  # with the run-length notice: delta above 1/N, N over all ranks
             self.privacy.check_delta(self.lik.global_num_rows)
         z0 = _initial_point(self.lik, self._user_initial_params)
-        if self.ranks.shards is not None:
-            self.ranks.check_agree(z0, self.lik)
+        self.ranks.check_agree(z0, self.lik)  # sharded: every rank starts there
         self._initial_params = self.lik.unravel(z0)
         self._state = self._init_state(z0)
         self.chain.init_done = False
@@ -520,52 +501,41 @@ class DPKernel(MCMCKernel):
             self._restore(pending)
 
     def sample(self, params):
-        if self.processes.chain_id() is None:
-            return self._sample(params)
-        try:
-            return self._sample(params)
-        except Exception as e:  # in an MCMC worker: the chain's releases must come back
-            raise ChainFailedError(f"{type(e).__name__}: {e}", self.privacy.live.copy()) from e
-
-    def _sample(self, params):
-        if self._state is None:
-            raise RuntimeError("call setup() before sample()")
-        chain = self.chain
-        if not _returned_unchanged(self._returned, params, self._state_z(self._state)):
-            # compared in the model's own coordinates, where what sample() returned is exact
-            # (a preconditioned chain's u -> z -> u is not: pyro_dp.preconditioning)
-            z = self.lik.flatten(params, coordinates=False).detach()
-            if not torch.equal(z, self.lik.to_unconstrained(self._state_z(self._state))):
-                self._state = self._init_state(self.lik.from_unconstrained(z))  # params were changed from outside
-        pending_init = self.init is not None and not chain.init_done
-        idle = chain.idle_left > 0 and chain.iteration == 0  # before the chain's first read (data-free)
-        chain.idle_left -= int(idle)
-        declared = None if idle else self._declare(pending_init)  # the plan check: None when no more data is read
-        if declared is None:
-            self.privacy.end_iteration()  # an iteration that released nothing (the ε curve stays flat)
-            return {k: v.clone() for k, v in self.lik.unravel(self._state_z(self._state)).items()}
-        if pending_init:
-            self._run_private_start()  # the private init's releases, written as they are reported
-        # the ledger from what the step's mechanisms drew (the shared worker counters count each; none if
-        # it raises: it publishes nothing); its report (info.events) checked against that, and both
-        # against what it declared
-        with self.privacy.step(declared, on_release=self._count_release, owner=type(self).__name__) as reported:
-            self._state, info = self._step(self._state)
-            reported.extend(info.events)
-            reported.label = getattr(info, "label", "")  # a step's release of another purpose (DPNoiseAware's)
-        self.privacy.end_iteration()  # where this iteration's releases end (pyro_dp.privacy_report's curve)
-        chain.iteration += 1
-        if chain.iteration % HEAP_TRIM_EVERY == 0:  # bounded memory over long runs (pyro_dp.heap): a fixed,
-            release_free_heap()  # data-free schedule
-        if chain.iteration > chain.warmup_steps and len(chain.draws) < MAX_CHECKED_DRAWS:
-            chain.draws.append(self._state_z(self._state))
-        chain.accepted += int(bool(info.accepted))
-        chain.clipped_sum += float(info.clipped_fraction)
-        chain.clipped_count += 1
-        z = self._state_z(self._state)
-        out = self.lik.unravel(z)
-        self._returned = (out, tuple(out.values()), z)
-        return out
+        with self.processes.failing_chain(self.privacy):  # in an MCMC worker: the chain's releases come back
+            if self._state is None:
+                raise RuntimeError("call setup() before sample()")
+            chain = self.chain
+            if not _returned_unchanged(self._returned, params, self._state_z(self._state)):
+                # compared in the model's own coordinates, where what sample() returned is exact
+                # (a preconditioned chain's u -> z -> u is not: pyro_dp.preconditioning)
+                z = self.lik.flatten(params, coordinates=False).detach()
+                if not torch.equal(z, self.lik.to_unconstrained(self._state_z(self._state))):
+                    self._state = self._init_state(self.lik.from_unconstrained(z))  # params were changed from outside
+            pending_init = self.init is not None and not chain.init_done
+            idle = chain.idle_left > 0 and chain.iteration == 0  # before the chain's first read (data-free)
+            chain.idle_left -= int(idle)
+            declared = None if idle else self._declare(pending_init)  # the plan check: None when no more data is read
+            if declared is None:
+                self.privacy.end_iteration()  # an iteration that released nothing (the ε curve stays flat)
+                return {k: v.clone() for k, v in self.lik.unravel(self._state_z(self._state)).items()}
+            if pending_init:
+                self._run_private_start()  # the private init's releases, written as they are reported
+            # the ledger from what the step's mechanisms drew (the shared worker counters count each; none if
+            # it raises: it publishes nothing); its report (info.events) checked against that, and both
+            # against what it declared
+            with self.privacy.step(declared, on_release=self.privacy.count_release,
+                                   owner=type(self).__name__) as reported:
+                self._state, info = self._step(self._state)
+                reported.extend(info.events)
+                reported.label = getattr(info, "label", "")  # a step's release of another purpose (DPNoiseAware's)
+            self.privacy.end_iteration()  # where this iteration's releases end (pyro_dp.privacy_report's curve)
+            z = self._state_z(self._state)
+            chain.count_step(info, z, keep_draws=MAX_CHECKED_DRAWS)  # the end-of-chain checks' draws after warmup
+            if chain.iteration % HEAP_TRIM_EVERY == 0:  # bounded memory over long runs (pyro_dp.heap): a fixed,
+                release_free_heap()  # data-free schedule
+            out = self.lik.unravel(z)
+            self._returned = (out, tuple(out.values()), z)
+            return out
 
     def _declare(self, pending_init: bool) -> Optional[Counter]:
         """Before an iteration: the releases it may make (the private init's when it is
@@ -575,9 +545,6 @@ class DPKernel(MCMCKernel):
             return None
         events = (self._init_events() if pending_init else []) + self._step_events(self._state)
         return self.privacy.declare(events, iteration=self.chain.iteration)
-
-    def _count_release(self) -> None:
-        self.processes.count_release(self.privacy)
 
     def _run_private_start(self) -> None:
         """At a chain's first iteration (declared with it): the private initialisation reads the
@@ -589,12 +556,10 @@ class DPKernel(MCMCKernel):
         and the chain starts there."""
         label = getattr(self.init, "label", f"init:{type(self.init).__name__}")
         owner = f"{type(self).__name__}'s private start ({type(self.init).__name__})"
-        with self.privacy.private_start(label, on_release=self._count_release, owner=owner) as record:
+        with self.privacy.private_start(label, on_release=self.privacy.count_release, owner=owner) as record:
             z_init, _, frac = self.init.run(self.lik, self._state_z(self._state), self._noise, self.relation,
                                             record=record)
-        self.chain.init_done = True
-        self.chain.init_clipped_fraction = frac
-        self.chain.preconditioner = self.lik.preconditioner  # a DPAutoTune(whiten=True) sets it (post-processing)
+        self.chain.started(frac, self.lik.preconditioner)  # a DPAutoTune(whiten=True) sets the coordinates
         default_path().take_tuning(self, first_chain=self._chain_index == 0,  # a DPAutoTune's settings (path_hook)
                                    ratio_noise_multiplier=self._ratio_noise_multiplier())
         self._state = self._init_state(z_init)

@@ -288,10 +288,10 @@ def restore(kernel, state: dict) -> dict:
     """Continue checkpoint ``state`` on ``kernel`` after its ``setup()``: the rows are checked,
     the chain's record, its coordinates, the data-free stream (``kernel.randomness.rng``), the
     engine's stop flags and ledgers restored; returns the kernel's chain attributes by name (the
-    kernel sets them). The secret stream (``kernel.randomness.noise``) stays the fresh one ``setup()`` drew from the OS, except under
-    the test option ``noise_seed``: restoring its state would replay the checkpoint's noise on
-    whatever data this run reads (the difference of two resumed runs on neighbouring data would
-    be one row's noise-free term)."""
+    kernel sets them). The secret stream (``kernel.randomness.noise``) stays the fresh one
+    ``setup()`` drew from the OS, except under the test option ``noise_seed``: restoring its
+    state would replay the checkpoint's noise on whatever data this run reads (the difference of
+    two resumed runs on neighbouring data would be one row's noise-free term)."""
     lik, engine, rng, noise = kernel.lik, kernel.privacy, kernel.randomness.rng, kernel.randomness.noise
     if (state["num_rows"], state["data_plate"]) != (lik.num_rows, lik.data_plate):
         raise ValueError(

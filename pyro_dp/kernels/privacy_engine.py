@@ -514,6 +514,33 @@ class PrivacyEngine:
         in progress (empty between runs)."""
         return list(self.chains.values()) + [self.live]
 
+    #: the kernel's worker bookkeeping (:class:`~pyro_dp.kernels.workers.ChainProcesses`): it counts
+    #: the releases of chains run in worker processes and knows which never came back (``None``:
+    #: chains in this process only)
+    workers = None
+
+    def count_release(self) -> None:
+        """After each release of the live chain (``on_release``): counted in shared memory by
+        :attr:`workers` when the chain runs in a worker process."""
+        if self.workers is not None:
+            self.workers.count_release(self)
+
+    def require_complete(self) -> None:
+        """Raise ``RuntimeError`` when the ledgers may miss releases (:attr:`incomplete`, or
+        releases of worker processes whose ledgers never came back, :attr:`workers`): an ε from
+        them would be a lower bound of what was spent.
+
+        >>> engine = PrivacyEngine(); engine.require_complete()  # nothing missing
+        >>> engine.incomplete = "a worker's ledger did not come back"; engine.require_complete()
+        Traceback (most recent call last):
+        ...
+        RuntimeError: a worker's ledger did not come back
+        """
+        if self.workers is not None:
+            self.workers.require_complete(self)
+        elif self.incomplete:
+            raise RuntimeError(self.incomplete)
+
     def get_epsilon(self, delta: Optional[float] = None, accountant: Optional[str] = None) -> float:
         """Total ε of :attr:`ledger` at ``delta`` (default :attr:`reference_delta`) under
         :attr:`relation`; 0 for an empty ledger."""

@@ -43,7 +43,7 @@ def test_the_privacy_engine_is_an_object_the_kernel_reports_to():
     # the engine's state is not duplicated on the kernel
     assert not {"_ledger", "_chains", "_filed_counts", "_plan", "epsilon", "delta", "_budget_exhausted"} & set(vars(k))
     k.sample(k.initial_params)
-    assert engine.live.num_releases == 1 and k.ledger == engine.ledger and k.chain_ledgers() == engine.chain_ledgers()
+    assert engine.live.num_releases == 1 and k.ledger == engine.ledger and k.privacy.chain_ledgers() == engine.chain_ledgers()
     assert k.get_epsilon(1e-5) == engine.get_epsilon(1e-5) and k.epsilon == engine.epsilon == 5.0
     k.epsilon = 4.0  # written through
     assert engine.epsilon == 4.0 and engine.plan.steps_allowed == engine.steps_allowed
