@@ -56,7 +56,6 @@ from collections import Counter
 from typing import Dict, Optional, Sequence, Tuple
 
 import torch
-from pyro.infer.autoguide.initialization import init_to_sample
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
 from ..accounting import DEFAULT_ACCOUNTANT
@@ -69,7 +68,9 @@ from .checkpoint import ChainCheckpoints
 from .chain_record import ChainRecord, RunForecast
 from .declared_batch import take_declared_subsample
 from .diagnostics import MAX_CHECKED_DRAWS, NONPRIVATE_PREFIX
-from .seeds import PURPOSE_INIT, ChainRandomness, RandomnessSetting, kernel_chain_seed  # noqa: F401 (re-exported)
+from .likelihood_settings import LikelihoodSettings
+from .parts import PartAttribute
+from .seeds import PURPOSE_INIT, ChainRandomness, kernel_chain_seed  # noqa: F401 (re-exported)
 from .plan import counts as _counts  # noqa: F401  (re-exported: tests import it from here)
 from .path_hook import check_initialiser, default_path
 from .runner import DEFAULT_ITERATIONS, resolve_run_length
@@ -221,12 +222,18 @@ class DPKernel(MCMCKernel):
     #: :class:`~pyro_dp.kernels.seeds.ChainRandomness`), read and written through the kernel: the
     #: base seeds, the data-free generator and the secret ``NoiseSource`` of the chain in progress
     #: (what every step draws from), which chain of this object it is, and its seeds by purpose.
-    seed = RandomnessSetting()
-    noise_seed = RandomnessSetting()
-    _rng = RandomnessSetting("rng")
-    _noise = RandomnessSetting("noise")
-    _chain_index = RandomnessSetting("chain")
-    _chain_seed = RandomnessSetting("chain_seed")
+    seed = PartAttribute("randomness")
+    noise_seed = PartAttribute("randomness")
+    _rng = PartAttribute("randomness", "rng")
+    _noise = PartAttribute("randomness", "noise")
+    _chain_index = PartAttribute("randomness", "chain")
+    _chain_seed = PartAttribute("randomness", "chain_seed")
+
+    #: The model and its likelihood's settings: the likelihood settings' (``kernel.likelihood_settings``,
+    #: a :class:`~pyro_dp.kernels.likelihood_settings.LikelihoodSettings`), read and written through the kernel.
+    model = PartAttribute("likelihood_settings")
+    temperature = PartAttribute("likelihood_settings")
+    jit_compile = PartAttribute("likelihood_settings")
 
     def __init__(
         self,
@@ -255,18 +262,15 @@ class DPKernel(MCMCKernel):
         process_group=None,
         public=(),
     ):
-        if not callable(model):
-            raise TypeError(f"model must be a callable Pyro model, got {type(model).__name__}")
+        #: the model and how each chain's likelihood is built from it (checked here, data-free)
+        self.likelihood_settings = LikelihoodSettings(model, temperature=temperature, data_plate=data_plate,
+                                                      transforms=transforms, init_strategy=init_strategy, public=public,
+                                                      jit_compile=jit_compile, jit_options=jit_options)
         if relation not in type(self).supported_relations:
             raise ValueError(
                 f"{type(self).__name__}'s privacy analysis covers relation(s) {type(self).supported_relations}, "
                 f"not relation={relation!r}"
             )
-        self.model = model
-        self.temperature = check_positive("temperature", temperature)
-        self.data_plate = data_plate
-        self._user_transforms = transforms
-        self.init_strategy = init_to_sample if init_strategy is None else init_strategy
         #: the process identity and shared release counters, before any worker is forked
         self.processes = ChainProcesses(self)
         #: the privacy engine: budget, ledgers, plan, stop, ε
@@ -283,13 +287,9 @@ class DPKernel(MCMCKernel):
         self.run_length_source = None if num_iterations is None else "given"
         #: the releasing warmup iterations of a default path that idles the rest (``None``: all release)
         self.burn_in: Optional[int] = None
-        #: ``True``/``False`` as given; ``None``: decided from the run's predicted cost (:mod:`~pyro_dp.kernels.auto_compile`)
-        self.jit_compile, self.jit_options = auto_compile.check_settings(jit_compile, jit_options)
         #: what ``jit_compile=None`` predicted and chose (a ``CompileDecision``), at the first set-up
         self.compile_decision = None
         self._jit_cache: dict = {}  # compiled graphs, shared by this kernel's chains in this process
-        #: arguments named public (:mod:`pyro_dp.arguments`)
-        self.public = tuple(public or ())
         #: torch.distributed ranks: refused by kernels that cannot shard
         self.ranks = Ranks(distributed, process_group, type(self).__name__, type(self).supports_distributed)
         self.distributed = self.ranks.distributed
@@ -455,20 +455,9 @@ class DPKernel(MCMCKernel):
         self.privacy.begin_chain(self.processes.slot())  # a fresh chain id, also in each worker process
         self._reset_chain_stats()  # a chain starts here (the object is fully built by now)
         self.chain.warmup_steps = int(warmup_steps)
-        self.lik = PrivateLikelihood(
-            self.model,
-            args,
-            kwargs,
-            data_plate=self.data_plate,
-            temperature=self.temperature,
-            transforms=self._user_transforms,
-            init_strategy=self.init_strategy,
-            seed=self.randomness.chain_seed(PURPOSE_INIT),
-            jit_compile=bool(self.jit_compile),  # None (auto): attached by auto_compile below if it pays
-            jit_options=self.jit_options,
-            jit_cache=self._jit_cache,
-            public=self.public,
-        )
+        # the chain's likelihood on these data (jit_compile=None: eager until auto_compile below attaches graphs)
+        self.lik = self.likelihood_settings.build(args, kwargs, seed=self.randomness.chain_seed(PURPOSE_INIT),
+                                                  jit_cache=self._jit_cache)
         self.transforms = self.lik.transforms
         take_declared_subsample(self, first_setup=self.num_setups == 1)  # the plate's subsample_size: used or refused
         self.lik.likelihood_mask  # the likelihood's coordinates, determined now (data-free; cached per kernel object)

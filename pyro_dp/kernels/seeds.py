@@ -11,8 +11,8 @@ chain it is at, and the two streams of the chain in progress: ``rng``, the data-
 ``torch.Generator`` of the algorithm (proposals, momenta, accept uniforms), and ``noise``, the
 secret :class:`~pyro_dp.mechanisms.NoiseSource` of every release and batch. The kernel reads
 them under its own names (``kernel.seed``, ``kernel.noise_seed``, ``kernel._rng``,
-``kernel._noise``: :class:`RandomnessSetting`). It also decides what a copy of them carries
-(``__getstate__``): the data-free stream's state, never the secret one's (the
+``kernel._noise``: :class:`~pyro_dp.kernels.parts.PartAttribute`). It also decides what a copy
+of them carries (``__getstate__``): the data-free stream's state, never the secret one's (the
 ``NoiseSource`` reseeds itself from OS entropy in a copy), and nothing into a new worker
 process, whose ``setup()`` draws both afresh.
 
@@ -34,8 +34,7 @@ import torch
 from ..mechanisms import NoiseSource, ReproducibleNoiseWarning
 from ..warn import warn_user
 
-__all__ = ["kernel_chain_seed", "derive_seed", "PURPOSE_INIT", "PURPOSE_ALGO", "PURPOSE_NOISE", "ChainRandomness",
-           "RandomnessSetting"]
+__all__ = ["kernel_chain_seed", "derive_seed", "PURPOSE_INIT", "PURPOSE_ALGO", "PURPOSE_NOISE", "ChainRandomness"]
 
 
 def derive_seed(*words: int) -> int:
@@ -134,20 +133,3 @@ class ChainRandomness:
             self.rng = torch.Generator(device=device)
             self.rng.set_state(rng_state)
 
-
-class RandomnessSetting:
-    """A kernel attribute that is its randomness part's (``kernel.randomness``), read and written
-    through the kernel (``kernel.seed`` is ``kernel.randomness.seed``; ``kernel._noise``, the
-    stream every release draws from, is ``kernel.randomness.noise``)."""
-
-    def __init__(self, name: Optional[str] = None):
-        self.name = name
-
-    def __set_name__(self, owner, name):
-        self.name = self.name or name
-
-    def __get__(self, kernel, owner=None):
-        return self if kernel is None else getattr(kernel.randomness, self.name)
-
-    def __set__(self, kernel, value):
-        setattr(kernel.randomness, self.name, value)
