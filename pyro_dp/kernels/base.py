@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import multiprocessing
 from collections import Counter
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import torch
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
@@ -66,6 +66,7 @@ from ..mechanisms import PrivacyEvent, PrivacyLedger
 from . import auto_compile, diagnostics
 from .checkpoint import ChainCheckpoints
 from .chain_record import ChainRecord, RunForecast
+from .chain_start import ChainStart
 from .declared_batch import take_declared_subsample
 from .diagnostics import MAX_CHECKED_DRAWS, NONPRIVATE_PREFIX
 from .likelihood_settings import LikelihoodSettings
@@ -81,22 +82,6 @@ from .workers import WORKER_SLOTS, ChainFailedError, ChainProcesses, Ranks, Work
 __all__ = ["DPKernel", "BudgetExhaustedWarning", "SamplingWarning", "PrivacyNotice", "ChainLedger", "ChainFailedError",
            "WorkerReleases", "check_positive", "NONPRIVATE_PREFIX", "DEFAULT_EPSILON", "DEFAULT_DELTA", "DEFAULT_ITERATIONS"]
 
-
-
-def _initial_point(lik: PrivateLikelihood, user_params: Optional[Dict[str, torch.Tensor]]) -> torch.Tensor:
-    """A chain's data-free start, flat: the user's ``initial_params`` (checked) or the likelihood's
-    prototype (the init strategy's draw)."""
-    if user_params is not None:
-        missing = set(lik.latent_names) - set(user_params)
-        if missing:
-            raise ValueError(f"initial_params lacks latent sites {sorted(missing)}")
-        params = {k: v.to(dtype=lik.dtype, device=lik.device) for k, v in user_params.items()}
-    else:
-        params = dict(lik.prototype_params)
-    z0 = lik.flatten(params)
-    if z0.numel() != lik.dim or not bool(torch.isfinite(z0).all()):
-        raise ValueError("initial parameters must be finite and match the model's latent shapes")
-    return z0
 
 
 def _returned_unchanged(last, params, z) -> bool:
@@ -235,6 +220,10 @@ class DPKernel(MCMCKernel):
     temperature = PartAttribute("likelihood_settings")
     jit_compile = PartAttribute("likelihood_settings")
 
+    #: Where the chains start (``kernel.start``, a :class:`~pyro_dp.kernels.chain_start.ChainStart`):
+    #: the user's values before ``setup()``, the chain's after (what Pyro's ``MCMC`` reads and writes).
+    initial_params = PartAttribute("start")
+
     def __init__(
         self,
         model,
@@ -266,17 +255,13 @@ class DPKernel(MCMCKernel):
         self.likelihood_settings = LikelihoodSettings(model, temperature=temperature, data_plate=data_plate,
                                                       transforms=transforms, init_strategy=init_strategy, public=public,
                                                       jit_compile=jit_compile, jit_options=jit_options)
-        if relation not in type(self).supported_relations:
-            raise ValueError(
-                f"{type(self).__name__}'s privacy analysis covers relation(s) {type(self).supported_relations}, "
-                f"not relation={relation!r}"
-            )
         #: the process identity and shared release counters, before any worker is forked
         self.processes = ChainProcesses(self)
         #: the privacy engine: budget, ledgers, plan, stop, ε
         self.privacy = PrivacyEngine(epsilon=epsilon, delta=delta, num_chains=num_chains, accountant=accountant,
                                      reference_delta=reference_delta, non_private=non_private, relation=relation,
-                                     kernel_id=self.processes.id)
+                                     kernel_id=self.processes.id, supported_relations=type(self).supported_relations,
+                                     owner=type(self).__name__)
         self.privacy.workers = self.processes  # counts worker chains' releases, knows which never came back
         #: planned iterations per chain (``None``: the default path fixes it at the first set-up)
         self.num_iterations = None if num_iterations is None else check_positive("num_iterations", num_iterations,
@@ -300,8 +285,8 @@ class DPKernel(MCMCKernel):
         self.nonprivate_diagnostics = bool(nonprivate_diagnostics)
         self.transforms = None  # set by setup(); MCMC reads it after the run
         self.lik: Optional[PrivateLikelihood] = None  # set by setup()
-        self._user_initial_params: Optional[Dict[str, torch.Tensor]] = None
-        self._initial_params: Optional[Dict[str, torch.Tensor]] = None
+        #: the user's initial_params and the chain's start (kernel.initial_params)
+        self.start = ChainStart()
         #: set-ups so far (what is said once, is said at the first)
         self.num_setups = 0
         #: a checkpoint loaded before setup(), and the last chain's (state_dict() between runs)
@@ -429,15 +414,6 @@ class DPKernel(MCMCKernel):
         return self.privacy.get_epsilon(delta, accountant)
 
     # ------------------------------------------------------------------ lifecycle
-    @property
-    def initial_params(self):
-        return self._initial_params
-
-    @initial_params.setter
-    def initial_params(self, params):
-        self._user_initial_params = None if params is None else {k: v.detach() for k, v in params.items()}
-        self._initial_params = self._user_initial_params
-
     def _reset_chain_stats(self) -> None:
         """A fresh chain: its record, no state, the engine's chain flags reset (kernels with
         statistics of their own reset them too, and call this)."""
@@ -478,9 +454,8 @@ class DPKernel(MCMCKernel):
         self.ranks.share(self._noise, self.lik)  # sharded: the global N (public), rank 0's noise in every release
         if self.num_setups == 1:  # with the run-length notice: delta above 1/N, N over all ranks
             self.privacy.check_delta(self.lik.global_num_rows)
-        z0 = _initial_point(self.lik, self._user_initial_params)
+        z0 = self.start.begin(self.lik)  # the user's initial_params or the init strategy's draw (data-free)
         self.ranks.check_agree(z0, self.lik)  # sharded: every rank starts there
-        self._initial_params = self.lik.unravel(z0)
         self._state = self._init_state(z0)
         self.chain.init_done = False
         if refusal is not None:
@@ -602,7 +577,7 @@ class DPKernel(MCMCKernel):
     def _restore(self, state: dict) -> None:
         for name, value in self.checkpoints.restore(self, state).items():
             setattr(self, name, value)
-        self._initial_params = self.lik.unravel(self._state_z(self._state))
+        self.start.chain = self.lik.unravel(self._state_z(self._state))
 
     # ------------------------------------------------------------------ pickling (into workers, copies)
     # Each part pickles its own state (the randomness and checkpoint parts: what a copy or a worker
@@ -612,7 +587,7 @@ class DPKernel(MCMCKernel):
         state = dict(self.__dict__, privacy=self.processes.pickled_engine(self.privacy, spawning),
                      _returned=None, _jit_cache={})  # identities do not survive pickling; graphs stay in their process
         if spawning:  # the worker's setup() rebuilds the likelihood and the chain state: no data, no private caches
-            state.update(lik=None, _state=None, _initial_params=None)
+            state.update(lik=None, _state=None)
         return state
 
     def __setstate__(self, state):

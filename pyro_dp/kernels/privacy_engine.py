@@ -200,6 +200,8 @@ class PrivacyEngine:
     :param bool non_private: the noise-free test mode (refused with a budget).
     :param str relation: the ledgers' neighbouring relation.
     :param str kernel_id: the owning kernel object's id (tags its :class:`ChainLedger`).
+    :param tuple supported_relations: the relations the owner's privacy analysis covers (any
+        other ``relation`` is refused first; default: any). ``owner``: its name, for that error.
 
     It never sees a kernel, a state or data: it receives events (:meth:`declare`, what the
     mechanisms drew in its :meth:`recording` scope, :meth:`commit`, :meth:`claim`) and public counts (the iteration, the number of rows), as
@@ -221,7 +223,10 @@ class PrivacyEngine:
     def __init__(self, *, epsilon: Optional[float] = None, delta: Optional[float] = None,
                  num_chains: Optional[int] = None, accountant: str = DEFAULT_ACCOUNTANT,
                  reference_delta: Optional[float] = None, non_private: bool = False, relation: str = "substitute",
-                 kernel_id: str = ""):
+                 kernel_id: str = "", supported_relations: Optional[tuple] = None, owner: str = "this kernel"):
+        if supported_relations is not None and relation not in supported_relations:
+            raise ValueError(f"{owner}'s privacy analysis covers relation(s) {supported_relations}, "
+                             f"not relation={relation!r}")
         self.relation = relation
         self.non_private = bool(non_private)
         if epsilon is not None or delta is not None:
