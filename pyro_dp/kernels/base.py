@@ -1,6 +1,6 @@
 r"""The kernel base: Pyro's ``MCMCKernel`` lifecycle shared by every DP kernel — set-up without
-touching data, ``sample``, ``diagnostics``, ``logging``, ``cleanup``, ``initial_params`` — and
-the seeds of a chain. It reads top to bottom; every other concern is a module of its own:
+touching data, ``sample``, ``diagnostics``, ``logging``, ``cleanup``, ``initial_params``. It
+reads top to bottom; every other concern is a part the kernel holds or a module of its own:
 
 ===========================================  ===============================================
 ``kernel.privacy``                           ledgers, budget, plan, stop, ε: one
@@ -13,7 +13,14 @@ the seeds of a chain. It reads top to bottom; every other concern is a module of
 ``kernel.processes``, ``kernel.ranks``       chains in ``MCMC`` worker processes (shared
 (:mod:`~pyro_dp.kernels.workers`)            release counters, pickling, failed chains) and
                                              ``torch.distributed`` ranks
-:mod:`~pyro_dp.kernels.checkpoint`           ``state_dict`` / ``load_state_dict``
+``kernel.randomness``                        the seeds, the chain index and the chain's
+(:mod:`~pyro_dp.kernels.seeds`)              data-free ``rng`` and secret ``noise``
+``kernel.likelihood_settings``               the model and how each chain's likelihood is
+(:mod:`~pyro_dp.kernels.likelihood_settings`)  built (temperature, plate, transforms, jit)
+``kernel.start``                             the user's ``initial_params`` and the chain's
+(:mod:`~pyro_dp.kernels.chain_start`)        start
+``kernel.checkpoints``                       ``state_dict`` / ``load_state_dict``: a pending
+(:mod:`~pyro_dp.kernels.checkpoint`)         and the last chain's checkpoint
 :mod:`~pyro_dp.kernels.diagnostics`          ``diagnostics()`` / ``logging()``
 :mod:`~pyro_dp.kernels.runner`               the run length a budget funds (from ``MCMC``)
 :mod:`~pyro_dp.kernels.path_hook`            the default path's hook: private tuning of the
@@ -24,8 +31,19 @@ the seeds of a chain. It reads top to bottom; every other concern is a module of
 ===========================================  ===============================================
 
 The kernel holds these parts and calls them; none of them is a base class, and each keeps its
-own state (the ``kernel.X`` column). The class below is the lifecycle, the subclass API, and the
-few names a user reads on a kernel (the budget's, forwarded to ``kernel.privacy``).
+own state (the ``kernel.X`` column) and pickles it by its own rule. The class below is the
+lifecycle, the subclass API, and the few names a user, a test or a step reads on a kernel,
+forwarded to the part that holds them: the budget's to ``kernel.privacy``
+(:class:`~pyro_dp.kernels.privacy_engine.EngineSetting`), ``seed``, ``_rng``, ``_noise``,
+``model``, ``temperature``, ``jit_compile``, ``initial_params`` to theirs
+(:class:`~pyro_dp.kernels.parts.PartAttribute`). The privacy surface the report, the ArviZ
+export, the checkpoint and the audit read is the engine's (``kernel.privacy.chain_ledgers()``,
+``.require_complete()``); ``kernel.ledger`` and ``kernel.get_epsilon()`` forward to it.
+
+Decision (issue 63): a concern became a part where it has state of its own that changes, is
+checked and is pickled together (docs/architecture.md, "The kernel base"); the run length and
+the default path's per-kernel choices (``whiten_by_default``, ...) stay plain attributes
+because the kernels and :mod:`pyro_dp.default_path` read and set them by those names.
 
 Algorithms live in pure-ish ``init``/``step`` functions (one file each); a subclass of
 :class:`DPKernel` says which events one iteration releases (``_per_iteration_events``,
@@ -39,8 +57,9 @@ How this fits :class:`pyro.infer.MCMC` (see ``shared/FACTS.md``):
   ``initial_params``; Pyro's data-dependent search for a valid starting point never runs.
 * Every release is recorded in the chain's ledger by the mechanism that draws its noise (issue
   58: :mod:`pyro_dp.mechanisms.recorder`; the step's ``info.events`` is a cross-check) and
-  counted by the budget, also for chains run in worker processes (:mod:`~pyro_dp.kernels.privacy_engine`, :mod:`~pyro_dp.kernels.workers`).
-* **Randomness.** ``seed`` seeds only the data-free streams (proposals, momenta, accept
+  counted by the budget, also for chains run in worker processes
+  (:mod:`~pyro_dp.kernels.privacy_engine`, :mod:`~pyro_dp.kernels.workers`).
+* **Randomness** (``kernel.randomness``, :class:`~pyro_dp.kernels.seeds.ChainRandomness`). ``seed`` seeds only the data-free streams (proposals, momenta, accept
   uniforms, prior draws). Privacy noise and batch selection come from a
   :class:`~pyro_dp.mechanisms.NoiseSource` seeded from OS entropy, per chain; ``noise_seed``
   makes it reproducible for tests, with a :class:`~pyro_dp.mechanisms.ReproducibleNoiseWarning`.
