@@ -432,7 +432,7 @@ def privacy_report(run, *, delta: Optional[float] = None, epsilon: Optional[floa
     """
     if isinstance(run, DPKernel):
         kernel, per_run = run, ()
-        kernel.require_complete()
+        kernel.privacy.require_complete()
         ledger = kernel.ledger
         if not ledger:
             raise ValueError("this kernel has released nothing yet: no privacy report")
@@ -444,7 +444,7 @@ def privacy_report(run, *, delta: Optional[float] = None, epsilon: Optional[floa
     delta = kernel.reference_delta if delta is None else float(delta)
     name = accountant or getattr(kernel, "accountant", None) or DEFAULT_ACCOUNTANT
     total = _epsilon(name, ledger, delta)  # pyro_dp.get_epsilon's computation
-    chains = [led for led in kernel.chain_ledgers() if led]
+    chains = [led for led in kernel.privacy.chain_ledgers() if led]
 
     groups, order = {}, []
     for led in chains:

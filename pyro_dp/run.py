@@ -51,7 +51,7 @@ def get_ledger(mcmc) -> PrivacyLedger:
     for d in per_chain:  # idempotent: files any chain the kernel has not seen (e.g. unpickled MCMC)
         if d is not None and isinstance(d.get(_KEY), PrivacyLedger):
             kernel.privacy.file_chain(d[_KEY])
-    kernel.require_complete()
+    kernel.privacy.require_complete()
     ledger = kernel.ledger
     if not ledger:
         raise ValueError("this MCMC object's kernel has released nothing yet: no privacy ledger")

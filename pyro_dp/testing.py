@@ -103,7 +103,7 @@ def _build(case: _Case, *, seed: int = 0, noise_seed: Optional[int] = 1, **attrs
     if k.lik is not None or k.ledger:
         raise ValueError(f"{case.name or type(k).__name__}: make_kernel returned a kernel that was already set up "
                          "or run: return a new kernel object at every call")
-    if k.secure_mode and noise_seed is not None:
+    if k.randomness.secure_mode and noise_seed is not None:
         raise ValueError(f"{case.name or type(k).__name__}: the kit reruns chains on the reproducible test stream "
                          "(noise_seed): build the kernel without secure_mode=True")
     k.seed, k.noise_seed = seed, noise_seed
@@ -174,7 +174,7 @@ def check_setup_is_data_free(make_kernel, data=None, *, args=(), kwargs=None, na
         _require(_same(tuple(start.values()), tuple(k.initial_params.values())), case, check,
                  "a second setup() moved the start")
         ref = k  # set up twice, never sampled: a chain at its start, as a fresh kernel's
-        public = set(k.public)
+        public = set(k.likelihood_settings.public)
         stand_in = tuple(_nan_like(a) if i not in public else a for i, a in enumerate(case.args))
         kw = {key: (_nan_like(v) if key not in public else v) for key, v in case.kwargs.items()}
         other = _build(case)
@@ -429,7 +429,8 @@ def _data_position(case: _Case, probe: DPKernel, data_arg):
     """``data_arg``, or the first floating-point positional argument not declared ``public``."""
     if data_arg is not None:
         return data_arg
-    pos = next((i for i, a in enumerate(case.args) if i not in set(probe.public) and torch.is_tensor(a)
+    public = set(probe.likelihood_settings.public)
+    pos = next((i for i, a in enumerate(case.args) if i not in public and torch.is_tensor(a)
                 and a.is_floating_point()), None)
     if pos is None:
         raise ValueError(f"{case.name}: no floating-point data argument: pass data_arg=")

@@ -41,7 +41,7 @@ def _ran(kernel, y, num_samples, warmup_steps=0):
 
 
 def _marks(kernel):
-    return [(led.chain_id, [list(m) for m in led.iteration_marks], led._pending) for led in kernel.chain_ledgers()]
+    return [(led.chain_id, [list(m) for m in led.iteration_marks], led._pending) for led in kernel.privacy.chain_ledgers()]
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -230,4 +230,4 @@ def auto_compile(kernel, rows_per_iteration, jit_cache: dict) -> None:
                                                  start_rows=float(start_steps) * lik.num_rows,
                                                  dim=int(lik.likelihood_dim))
     if kernel.compile_decision.compiled and lik.compiled is None:
-        lik.compiled = CompiledLikelihood(lik, kernel.jit_options, jit_cache)
+        lik.compiled = CompiledLikelihood(lik, kernel.likelihood_settings.jit_options, jit_cache)

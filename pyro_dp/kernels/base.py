@@ -1,6 +1,6 @@
 r"""The kernel base: Pyro's ``MCMCKernel`` lifecycle shared by every DP kernel — set-up without
-touching data, ``sample``, ``diagnostics``, ``logging``, ``cleanup``, ``initial_params`` — and
-the seeds of a chain. It reads top to bottom; every other concern is a module of its own:
+touching data, ``sample``, ``diagnostics``, ``logging``, ``cleanup``, ``initial_params``. It
+reads top to bottom; every other concern is a part the kernel holds or a module of its own:
 
 ===========================================  ===============================================
 ``kernel.privacy``                           ledgers, budget, plan, stop, ε: one
@@ -13,7 +13,14 @@ the seeds of a chain. It reads top to bottom; every other concern is a module of
 ``kernel.processes``, ``kernel.ranks``       chains in ``MCMC`` worker processes (shared
 (:mod:`~pyro_dp.kernels.workers`)            release counters, pickling, failed chains) and
                                              ``torch.distributed`` ranks
-:mod:`~pyro_dp.kernels.checkpoint`           ``state_dict`` / ``load_state_dict``
+``kernel.randomness``                        the seeds, the chain index and the chain's
+(:mod:`~pyro_dp.kernels.seeds`)              data-free ``rng`` and secret ``noise``
+``kernel.likelihood_settings``               the model and how each chain's likelihood is
+(:mod:`~pyro_dp.kernels.likelihood_settings`)  built (temperature, plate, transforms, jit)
+``kernel.start``                             the user's ``initial_params`` and the chain's
+(:mod:`~pyro_dp.kernels.chain_start`)        start
+``kernel.checkpoints``                       ``state_dict`` / ``load_state_dict``: a pending
+(:mod:`~pyro_dp.kernels.checkpoint`)         and the last chain's checkpoint
 :mod:`~pyro_dp.kernels.diagnostics`          ``diagnostics()`` / ``logging()``
 :mod:`~pyro_dp.kernels.runner`               the run length a budget funds (from ``MCMC``)
 :mod:`~pyro_dp.kernels.path_hook`            the default path's hook: private tuning of the
@@ -24,8 +31,19 @@ the seeds of a chain. It reads top to bottom; every other concern is a module of
 ===========================================  ===============================================
 
 The kernel holds these parts and calls them; none of them is a base class, and each keeps its
-own state (the ``kernel.X`` column). The class below is the lifecycle, the subclass API, and the
-few names a user reads on a kernel (the budget's, forwarded to ``kernel.privacy``).
+own state (the ``kernel.X`` column) and pickles it by its own rule. The class below is the
+lifecycle, the subclass API, and the few names a user, a test or a step reads on a kernel,
+forwarded to the part that holds them: the budget's to ``kernel.privacy``
+(:class:`~pyro_dp.kernels.privacy_engine.EngineSetting`), ``seed``, ``_rng``, ``_noise``,
+``model``, ``temperature``, ``jit_compile``, ``initial_params`` to theirs
+(:class:`~pyro_dp.kernels.parts.PartAttribute`). The privacy surface the report, the ArviZ
+export, the checkpoint and the audit read is the engine's (``kernel.privacy.chain_ledgers()``,
+``.require_complete()``); ``kernel.ledger`` and ``kernel.get_epsilon()`` forward to it.
+
+Decision (issue 63): a concern became a part where it has state of its own that changes, is
+checked and is pickled together (docs/architecture.md, "The kernel base"); the run length and
+the default path's per-kernel choices (``whiten_by_default``, ...) stay plain attributes
+because the kernels and :mod:`pyro_dp.default_path` read and set them by those names.
 
 Algorithms live in pure-ish ``init``/``step`` functions (one file each); a subclass of
 :class:`DPKernel` says which events one iteration releases (``_per_iteration_events``,
@@ -39,8 +57,9 @@ How this fits :class:`pyro.infer.MCMC` (see ``shared/FACTS.md``):
   ``initial_params``; Pyro's data-dependent search for a valid starting point never runs.
 * Every release is recorded in the chain's ledger by the mechanism that draws its noise (issue
   58: :mod:`pyro_dp.mechanisms.recorder`; the step's ``info.events`` is a cross-check) and
-  counted by the budget, also for chains run in worker processes (:mod:`~pyro_dp.kernels.privacy_engine`, :mod:`~pyro_dp.kernels.workers`).
-* **Randomness.** ``seed`` seeds only the data-free streams (proposals, momenta, accept
+  counted by the budget, also for chains run in worker processes
+  (:mod:`~pyro_dp.kernels.privacy_engine`, :mod:`~pyro_dp.kernels.workers`).
+* **Randomness** (``kernel.randomness``, :class:`~pyro_dp.kernels.seeds.ChainRandomness`). ``seed`` seeds only the data-free streams (proposals, momenta, accept
   uniforms, prior draws). Privacy noise and batch selection come from a
   :class:`~pyro_dp.mechanisms.NoiseSource` seeded from OS entropy, per chain; ``noise_seed``
   makes it reproducible for tests, with a :class:`~pyro_dp.mechanisms.ReproducibleNoiseWarning`.
@@ -51,30 +70,29 @@ How this fits :class:`pyro.infer.MCMC` (see ``shared/FACTS.md``):
 """
 from __future__ import annotations
 
-import os
-import secrets
 import multiprocessing
 from collections import Counter
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import torch
-from pyro.infer.autoguide.initialization import init_to_sample
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
 from ..accounting import DEFAULT_ACCOUNTANT
 from ..checks import SamplingWarning  # noqa: F401 (re-exported)
 from ..heap import HEAP_TRIM_EVERY, release_free_heap
 from ..likelihood import PrivateLikelihood
-from ..mechanisms import NoiseSource
-from ..mechanisms import PrivacyEvent, PrivacyLedger, ReproducibleNoiseWarning
-from ..warn import warn_user
-from . import auto_compile, checkpoint, diagnostics
+from ..mechanisms import PrivacyEvent, PrivacyLedger
+from . import auto_compile, diagnostics
+from .checkpoint import ChainCheckpoints
 from .chain_record import ChainRecord, RunForecast
+from .chain_start import ChainStart
 from .declared_batch import take_declared_subsample
 from .diagnostics import MAX_CHECKED_DRAWS, NONPRIVATE_PREFIX
-from .seeds import PURPOSE_ALGO, PURPOSE_INIT, PURPOSE_NOISE, derive_seed, kernel_chain_seed  # noqa: F401 (re-exported)
+from .likelihood_settings import LikelihoodSettings
+from .parts import PartAttribute
+from .seeds import PURPOSE_INIT, ChainRandomness, kernel_chain_seed  # noqa: F401 (re-exported)
 from .plan import counts as _counts  # noqa: F401  (re-exported: tests import it from here)
-from .path_hook import default_path
+from .path_hook import check_initialiser, default_path
 from .runner import DEFAULT_ITERATIONS, resolve_run_length
 from .privacy_engine import (DEFAULT_DELTA, DEFAULT_EPSILON, BudgetExhaustedWarning, ChainLedger, EngineSetting,
                              PrivacyEngine, PrivacyNotice, check_positive)
@@ -83,22 +101,6 @@ from .workers import WORKER_SLOTS, ChainFailedError, ChainProcesses, Ranks, Work
 __all__ = ["DPKernel", "BudgetExhaustedWarning", "SamplingWarning", "PrivacyNotice", "ChainLedger", "ChainFailedError",
            "WorkerReleases", "check_positive", "NONPRIVATE_PREFIX", "DEFAULT_EPSILON", "DEFAULT_DELTA", "DEFAULT_ITERATIONS"]
 
-
-
-def _initial_point(lik: PrivateLikelihood, user_params: Optional[Dict[str, torch.Tensor]]) -> torch.Tensor:
-    """A chain's data-free start, flat: the user's ``initial_params`` (checked) or the likelihood's
-    prototype (the init strategy's draw)."""
-    if user_params is not None:
-        missing = set(lik.latent_names) - set(user_params)
-        if missing:
-            raise ValueError(f"initial_params lacks latent sites {sorted(missing)}")
-        params = {k: v.to(dtype=lik.dtype, device=lik.device) for k, v in user_params.items()}
-    else:
-        params = dict(lik.prototype_params)
-    z0 = lik.flatten(params)
-    if z0.numel() != lik.dim or not bool(torch.isfinite(z0).all()):
-        raise ValueError("initial parameters must be finite and match the model's latent shapes")
-    return z0
 
 
 def _returned_unchanged(last, params, z) -> bool:
@@ -218,6 +220,28 @@ class DPKernel(MCMCKernel):
     relation = EngineSetting()
     non_private = EngineSetting()
     default_budget = EngineSetting()
+    require_complete = EngineSetting()  # kernel.privacy.require_complete
+
+    #: The chains' seeds and streams: the randomness part's (``kernel.randomness``, a
+    #: :class:`~pyro_dp.kernels.seeds.ChainRandomness`), read and written through the kernel: the
+    #: base seeds, the data-free generator and the secret ``NoiseSource`` of the chain in progress
+    #: (what every step draws from), which chain of this object it is, and its seeds by purpose.
+    seed = PartAttribute("randomness")
+    noise_seed = PartAttribute("randomness")
+    _rng = PartAttribute("randomness", "rng")
+    _noise = PartAttribute("randomness", "noise")
+    _chain_index = PartAttribute("randomness", "chain")
+    _chain_seed = PartAttribute("randomness", "chain_seed")
+
+    #: The model and its likelihood's settings: the likelihood settings' (``kernel.likelihood_settings``,
+    #: a :class:`~pyro_dp.kernels.likelihood_settings.LikelihoodSettings`), read and written through the kernel.
+    model = PartAttribute("likelihood_settings")
+    temperature = PartAttribute("likelihood_settings")
+    jit_compile = PartAttribute("likelihood_settings")
+
+    #: Where the chains start (``kernel.start``, a :class:`~pyro_dp.kernels.chain_start.ChainStart`):
+    #: the user's values before ``setup()``, the chain's after (what Pyro's ``MCMC`` reads and writes).
+    initial_params = PartAttribute("start")
 
     def __init__(
         self,
@@ -246,24 +270,18 @@ class DPKernel(MCMCKernel):
         process_group=None,
         public=(),
     ):
-        if not callable(model):
-            raise TypeError(f"model must be a callable Pyro model, got {type(model).__name__}")
-        if relation not in type(self).supported_relations:
-            raise ValueError(
-                f"{type(self).__name__}'s privacy analysis covers relation(s) {type(self).supported_relations}, "
-                f"not relation={relation!r}"
-            )
-        self.model = model
-        self.temperature = check_positive("temperature", temperature)
-        self.data_plate = data_plate
-        self._user_transforms = transforms
-        self.init_strategy = init_to_sample if init_strategy is None else init_strategy
+        #: the model and how each chain's likelihood is built from it (checked here, data-free)
+        self.likelihood_settings = LikelihoodSettings(model, temperature=temperature, data_plate=data_plate,
+                                                      transforms=transforms, init_strategy=init_strategy, public=public,
+                                                      jit_compile=jit_compile, jit_options=jit_options)
         #: the process identity and shared release counters, before any worker is forked
         self.processes = ChainProcesses(self)
         #: the privacy engine: budget, ledgers, plan, stop, ε
         self.privacy = PrivacyEngine(epsilon=epsilon, delta=delta, num_chains=num_chains, accountant=accountant,
                                      reference_delta=reference_delta, non_private=non_private, relation=relation,
-                                     kernel_id=self.processes.id)
+                                     kernel_id=self.processes.id, supported_relations=type(self).supported_relations,
+                                     owner=type(self).__name__)
+        self.privacy.workers = self.processes  # counts worker chains' releases, knows which never came back
         #: planned iterations per chain (``None``: the default path fixes it at the first set-up)
         self.num_iterations = None if num_iterations is None else check_positive("num_iterations", num_iterations,
                                                                                  integer=True)
@@ -273,41 +291,25 @@ class DPKernel(MCMCKernel):
         self.run_length_source = None if num_iterations is None else "given"
         #: the releasing warmup iterations of a default path that idles the rest (``None``: all release)
         self.burn_in: Optional[int] = None
-        #: ``True``/``False`` as given; ``None``: decided from the run's predicted cost (:mod:`~pyro_dp.kernels.auto_compile`)
-        self.jit_compile, self.jit_options = auto_compile.check_settings(jit_compile, jit_options)
         #: what ``jit_compile=None`` predicted and chose (a ``CompileDecision``), at the first set-up
         self.compile_decision = None
         self._jit_cache: dict = {}  # compiled graphs, shared by this kernel's chains in this process
-        #: arguments named public (:mod:`pyro_dp.arguments`)
-        self.public = tuple(public or ())
         #: torch.distributed ranks: refused by kernels that cannot shard
         self.ranks = Ranks(distributed, process_group, type(self).__name__, type(self).supports_distributed)
         self.distributed = self.ranks.distributed
-        self.seed = int(seed) if seed is not None else secrets.randbits(63)  # the data-free streams only
-        self.secure_mode = bool(secure_mode)
-        if noise_seed is not None:  # the secret stream's test option: anyone who knows it can remove the noise
-            if self.secure_mode:
-                raise ValueError("secure_mode=True draws the noise seed from the OS: do not pass noise_seed")
-            warn_user("noise_seed makes the privacy noise and batch selection reproducible: anyone who knows it "
-                      "can replay the noise and remove it from the released values. Use it for tests only.",
-                      ReproducibleNoiseWarning)
-        self.noise_seed = None if noise_seed is None else int(noise_seed)
-        if init is not None and not (callable(getattr(init, "run", None)) and callable(getattr(init, "events", None))):
-            raise TypeError(f"init must be a private initialiser such as DPGradientInit, got {init!r}")
-        if init is not None and getattr(init, "noise_multiplier", None) == 0 and not self.non_private:
-            raise ValueError("init with noise_multiplier=0 is only allowed with non_private=True")
+        #: the seeds, the chain index and the streams of the chain in progress
+        self.randomness = ChainRandomness(seed, noise_seed, secure_mode)
         #: the optional private initialisation: its releases are in the chain's ledger, the plan and calibration
-        self.init = init
+        self.init = check_initialiser(init, self.non_private)
         self.nonprivate_diagnostics = bool(nonprivate_diagnostics)
         self.transforms = None  # set by setup(); MCMC reads it after the run
         self.lik: Optional[PrivateLikelihood] = None  # set by setup()
-        self._user_initial_params: Optional[Dict[str, torch.Tensor]] = None
-        self._initial_params: Optional[Dict[str, torch.Tensor]] = None
-        self._chain_index = 0
+        #: the user's initial_params and the chain's start (kernel.initial_params)
+        self.start = ChainStart()
         #: set-ups so far (what is said once, is said at the first)
         self.num_setups = 0
-        self.pending_checkpoint: Optional[dict] = None  # a load_state_dict() waiting for setup()
-        self.last_checkpoint: Optional[dict] = None  # state_dict() of the last chain cleanup() ended
+        #: a checkpoint loaded before setup(), and the last chain's (state_dict() between runs)
+        self.checkpoints = ChainCheckpoints()
         self.chain = ChainRecord()
         #: what the default path forecast for the chains (kept across chains: the last chain's)
         self.forecast = RunForecast()
@@ -366,10 +368,7 @@ class DPKernel(MCMCKernel):
 
     def _nonprivate(self) -> dict:
         """Statistics of the raw data for ``diagnostics()`` (keys get :data:`NONPRIVATE_PREFIX`)."""
-        out = {"clipped fraction": self.chain.clipped_sum / max(self.chain.clipped_count, 1)}
-        if self.init is not None:
-            out["init clipped fraction"] = self.chain.init_clipped_fraction
-        return out
+        return self.chain.nonprivate(with_init=self.init is not None)
 
     # ------------------------------------------------------------------ helpers for subclasses
     def _check_noise_multiplier(self, name: str, value) -> Optional[float]:
@@ -423,43 +422,17 @@ class DPKernel(MCMCKernel):
         process and in worker processes (merged back with their ``diagnostics()``)."""
         return self.privacy.ledger
 
-    def chain_ledgers(self) -> list:
-        """The :class:`~pyro_dp.kernels.chain_ledger.ChainLedger` of every chain of this kernel
-        object, in the order :attr:`ledger` merges them: the finished chains as they were filed
-        (this process and worker processes), then the chain in progress (empty between runs)."""
-        return self.privacy.chain_ledgers()
-
-    def require_complete(self) -> None:
-        """Raise ``RuntimeError`` when this object's ledger may miss releases (an ε from it would
-        be a lower bound of what was spent: a worker's ledger never came back)."""
-        self.processes.require_complete(self.privacy)
-
     def get_epsilon(self, delta: Optional[float] = None, accountant: Optional[str] = None) -> float:
         r"""Total ε spent so far by this kernel object, at ``delta``: every chain of every run,
         also chains run in ``MCMC`` worker processes (their ledgers come back with their
         diagnostics). It is stated under the kernel's neighbouring relation :attr:`relation`
         (``self.ledger.relation``; ``diagnostics()["relation"]``)."""
-        self.require_complete()
+        self.privacy.require_complete()
         if not self.privacy.ledger and self.num_setups > 0 and self.chain.iteration > 0:
             raise RuntimeError("this kernel object ran iterations but recorded no release: please report")
         return self.privacy.get_epsilon(delta, accountant)
 
     # ------------------------------------------------------------------ lifecycle
-    @property
-    def initial_params(self):
-        return self._initial_params
-
-    @initial_params.setter
-    def initial_params(self, params):
-        self._user_initial_params = None if params is None else {k: v.detach() for k, v in params.items()}
-        self._initial_params = self._user_initial_params
-
-    def _chain_seed(self, purpose: int, base: Optional[int] = None) -> int:
-        words = [self.seed if base is None else base, self._chain_index, purpose]  # = kernel_chain_seed's
-        if os.getpid() != self.processes.owner_pid:  # a worker process: make streams independent
-            words.append(secrets.randbits(63))
-        return derive_seed(*words)
-
     def _reset_chain_stats(self) -> None:
         """A fresh chain: its record, no state, the engine's chain flags reset (kernels with
         statistics of their own reset them too, and call this)."""
@@ -470,28 +443,16 @@ class DPKernel(MCMCKernel):
 
     def setup(self, warmup_steps, *args, **kwargs):
         """Build the likelihood and the initial state. Data-free: costs no privacy."""
-        if self.distributed:  # every rank: the same data-free seed (rank 0's), before any draw
-            self.seed = self.ranks.join(self.seed, self.processes.chain_id())
+        self.seed = self.ranks.join(self.seed, self.processes.chain_id())  # every rank: rank 0's, before any draw
         self.num_setups += 1
         if self.chain.iteration > 0:  # a new run without cleanup(): file the old chain
             self.cleanup()
         self.privacy.begin_chain(self.processes.slot())  # a fresh chain id, also in each worker process
         self._reset_chain_stats()  # a chain starts here (the object is fully built by now)
         self.chain.warmup_steps = int(warmup_steps)
-        self.lik = PrivateLikelihood(
-            self.model,
-            args,
-            kwargs,
-            data_plate=self.data_plate,
-            temperature=self.temperature,
-            transforms=self._user_transforms,
-            init_strategy=self.init_strategy,
-            seed=self._chain_seed(PURPOSE_INIT),
-            jit_compile=bool(self.jit_compile),  # None (auto): attached by auto_compile below if it pays
-            jit_options=self.jit_options,
-            jit_cache=self._jit_cache,
-            public=self.public,
-        )
+        # the chain's likelihood on these data (jit_compile=None: eager until auto_compile below attaches graphs)
+        self.lik = self.likelihood_settings.build(args, kwargs, seed=self.randomness.chain_seed(PURPOSE_INIT),
+                                                  jit_cache=self._jit_cache)
         self.transforms = self.lik.transforms
         take_declared_subsample(self, first_setup=self.num_setups == 1)  # the plate's subsample_size: used or refused
         self.lik.likelihood_mask  # the likelihood's coordinates, determined now (data-free; cached per kernel object)
@@ -508,73 +469,56 @@ class DPKernel(MCMCKernel):
         self.privacy.check_supports(sum(self.planned_events(), []), type(self).__name__)  # before any data access
         self.processes.register_chain(self.privacy)
         refusal = self.processes.refusal(self.privacy)  # stops the chain below, before any data is read
-        self._rng = torch.Generator(device=self.lik.device)
-        self._rng.manual_seed(self._chain_seed(PURPOSE_ALGO))
-        noise_seed = None if self.noise_seed is None else self._chain_seed(PURPOSE_NOISE, base=self.noise_seed)
-        self._noise = NoiseSource(seed=noise_seed, secure_mode=self.secure_mode, device=self.lik.device, warn=False)
-        if self.ranks.shards is not None:  # the global N (public) and rank 0's noise inside every release
-            self.ranks.share(self._noise, self.lik)
+        self.randomness.start_chain(self.lik.device)  # the chain's data-free and secret streams
+        self.ranks.share(self._noise, self.lik)  # sharded: the global N (public), rank 0's noise in every release
         if self.num_setups == 1:  # with the run-length notice: delta above 1/N, N over all ranks
             self.privacy.check_delta(self.lik.global_num_rows)
-        z0 = _initial_point(self.lik, self._user_initial_params)
-        if self.ranks.shards is not None:
-            self.ranks.check_agree(z0, self.lik)
-        self._initial_params = self.lik.unravel(z0)
+        z0 = self.start.begin(self.lik)  # the user's initial_params or the init strategy's draw (data-free)
+        self.ranks.check_agree(z0, self.lik)  # sharded: every rank starts there
         self._state = self._init_state(z0)
         self.chain.init_done = False
         if refusal is not None:
             self.privacy.stop(refusal, iteration=self.chain.iteration)
-        pending = checkpoint.resume_pending(self)  # a load_state_dict() before setup(): continue its chain
+        pending = self.checkpoints.take_pending(self)  # a load_state_dict() before setup(): continue its chain
         if pending is not None:
             self._restore(pending)
 
     def sample(self, params):
-        if self.processes.chain_id() is None:
-            return self._sample(params)
-        try:
-            return self._sample(params)
-        except Exception as e:  # in an MCMC worker: the chain's releases must come back
-            raise ChainFailedError(f"{type(e).__name__}: {e}", self.privacy.live.copy()) from e
-
-    def _sample(self, params):
-        if self._state is None:
-            raise RuntimeError("call setup() before sample()")
-        chain = self.chain
-        if not _returned_unchanged(self._returned, params, self._state_z(self._state)):
-            # compared in the model's own coordinates, where what sample() returned is exact
-            # (a preconditioned chain's u -> z -> u is not: pyro_dp.preconditioning)
-            z = self.lik.flatten(params, coordinates=False).detach()
-            if not torch.equal(z, self.lik.to_unconstrained(self._state_z(self._state))):
-                self._state = self._init_state(self.lik.from_unconstrained(z))  # params were changed from outside
-        pending_init = self.init is not None and not chain.init_done
-        idle = chain.idle_left > 0 and chain.iteration == 0  # before the chain's first read (data-free)
-        chain.idle_left -= int(idle)
-        declared = None if idle else self._declare(pending_init)  # the plan check: None when no more data is read
-        if declared is None:
-            self.privacy.end_iteration()  # an iteration that released nothing (the ε curve stays flat)
-            return {k: v.clone() for k, v in self.lik.unravel(self._state_z(self._state)).items()}
-        if pending_init:
-            self._run_private_start()  # the private init's releases, written as they are reported
-        # the ledger from what the step's mechanisms drew (the shared worker counters count each; none if
-        # it raises: it publishes nothing); its report (info.events) checked against that, and both
-        # against what it declared
-        with self.privacy.step(declared, on_release=self._count_release, owner=type(self).__name__) as reported:
-            self._state, info = self._step(self._state)
-            reported.extend(info.events)
-            reported.label = getattr(info, "label", "")  # a step's release of another purpose (DPNoiseAware's)
-        self.privacy.end_iteration()  # where this iteration's releases end (pyro_dp.privacy_report's curve)
-        chain.iteration += 1
-        if chain.iteration % HEAP_TRIM_EVERY == 0:  # bounded memory over long runs (pyro_dp.heap): a fixed,
-            release_free_heap()  # data-free schedule
-        if chain.iteration > chain.warmup_steps and len(chain.draws) < MAX_CHECKED_DRAWS:
-            chain.draws.append(self._state_z(self._state))
-        chain.accepted += int(bool(info.accepted))
-        chain.clipped_sum += float(info.clipped_fraction)
-        chain.clipped_count += 1
-        z = self._state_z(self._state)
-        out = self.lik.unravel(z)
-        self._returned = (out, tuple(out.values()), z)
-        return out
+        with self.processes.failing_chain(self.privacy):  # in an MCMC worker: the chain's releases come back
+            if self._state is None:
+                raise RuntimeError("call setup() before sample()")
+            chain = self.chain
+            if not _returned_unchanged(self._returned, params, self._state_z(self._state)):
+                # compared in the model's own coordinates, where what sample() returned is exact
+                # (a preconditioned chain's u -> z -> u is not: pyro_dp.preconditioning)
+                z = self.lik.flatten(params, coordinates=False).detach()
+                if not torch.equal(z, self.lik.to_unconstrained(self._state_z(self._state))):
+                    self._state = self._init_state(self.lik.from_unconstrained(z))  # params were changed from outside
+            pending_init = self.init is not None and not chain.init_done
+            idle = chain.idle_left > 0 and chain.iteration == 0  # before the chain's first read (data-free)
+            chain.idle_left -= int(idle)
+            declared = None if idle else self._declare(pending_init)  # the plan check: None when no more data is read
+            if declared is None:
+                self.privacy.end_iteration()  # an iteration that released nothing (the ε curve stays flat)
+                return {k: v.clone() for k, v in self.lik.unravel(self._state_z(self._state)).items()}
+            if pending_init:
+                self._run_private_start()  # the private init's releases, written as they are reported
+            # the ledger from what the step's mechanisms drew (the shared worker counters count each; none if
+            # it raises: it publishes nothing); its report (info.events) checked against that, and both
+            # against what it declared
+            with self.privacy.step(declared, on_release=self.privacy.count_release,
+                                   owner=type(self).__name__) as reported:
+                self._state, info = self._step(self._state)
+                reported.extend(info.events)
+                reported.label = getattr(info, "label", "")  # a step's release of another purpose (DPNoiseAware's)
+            self.privacy.end_iteration()  # where this iteration's releases end (pyro_dp.privacy_report's curve)
+            z = self._state_z(self._state)
+            chain.count_step(info, z, keep_draws=MAX_CHECKED_DRAWS)  # the end-of-chain checks' draws after warmup
+            if chain.iteration % HEAP_TRIM_EVERY == 0:  # bounded memory over long runs (pyro_dp.heap): a fixed,
+                release_free_heap()  # data-free schedule
+            out = self.lik.unravel(z)
+            self._returned = (out, tuple(out.values()), z)
+            return out
 
     def _declare(self, pending_init: bool) -> Optional[Counter]:
         """Before an iteration: the releases it may make (the private init's when it is
@@ -584,9 +528,6 @@ class DPKernel(MCMCKernel):
             return None
         events = (self._init_events() if pending_init else []) + self._step_events(self._state)
         return self.privacy.declare(events, iteration=self.chain.iteration)
-
-    def _count_release(self) -> None:
-        self.processes.count_release(self.privacy)
 
     def _run_private_start(self) -> None:
         """At a chain's first iteration (declared with it): the private initialisation reads the
@@ -598,12 +539,10 @@ class DPKernel(MCMCKernel):
         and the chain starts there."""
         label = getattr(self.init, "label", f"init:{type(self.init).__name__}")
         owner = f"{type(self).__name__}'s private start ({type(self.init).__name__})"
-        with self.privacy.private_start(label, on_release=self._count_release, owner=owner) as record:
+        with self.privacy.private_start(label, on_release=self.privacy.count_release, owner=owner) as record:
             z_init, _, frac = self.init.run(self.lik, self._state_z(self._state), self._noise, self.relation,
                                             record=record)
-        self.chain.init_done = True
-        self.chain.init_clipped_fraction = frac
-        self.chain.preconditioner = self.lik.preconditioner  # a DPAutoTune(whiten=True) sets it (post-processing)
+        self.chain.started(frac, self.lik.preconditioner)  # a DPAutoTune(whiten=True) sets the coordinates
         default_path().take_tuning(self, first_chain=self._chain_index == 0,  # a DPAutoTune's settings (path_hook)
                                    ratio_noise_multiplier=self._ratio_noise_multiplier())
         self._state = self._init_state(z_init)
@@ -613,7 +552,7 @@ class DPKernel(MCMCKernel):
         last checkpoint stays available from :meth:`state_dict` (to resume it after
         ``mcmc.run``)."""
         if self._state is not None and self.lik is not None and self.privacy.live:
-            self.last_checkpoint = self.state_dict()
+            self.checkpoints.last = self.state_dict()
         if self.privacy.end_chain(self.processes.slot()):
             self._chain_index += 1
         self._reset_chain_stats()
@@ -642,12 +581,8 @@ class DPKernel(MCMCKernel):
         >>> torch.equal(resumed.initial_params["mu"], p["mu"]), resumed.ledger == k.ledger
         (True, True)
         """
-        if self._state is None and self.last_checkpoint is not None:
-            return self.last_checkpoint  # the chain MCMC just finished (cleanup() ended it)
-        if self.lik is None or self._state is None:
-            raise RuntimeError("call setup() before state_dict(): there is no chain to save")
-        values = {a: getattr(self, a, None) for a in ("_state", "_chain_index") + tuple(self._chain_attrs)}
-        return checkpoint.save(self, values, self._rng, self._noise)
+        chain = ("_state", "_chain_index") + tuple(self._chain_attrs)  # the chain in progress, by name
+        return self.checkpoints.save(self, None if self._state is None else {a: getattr(self, a, None) for a in chain})
 
     def load_state_dict(self, state: dict) -> None:
         """Continue the chain and the ledger of :meth:`state_dict` on a new kernel object built
@@ -655,40 +590,25 @@ class DPKernel(MCMCKernel):
         Call it before ``setup()`` (e.g. before ``mcmc.run``: the next ``setup`` restores the chain
         instead of starting a new one, and ``MCMC`` continues it from where it stopped, warmup
         length included) or after ``setup()`` (restored at once)."""
-        checkpoint.load(self, state)
-        if self.lik is None:
-            self.pending_checkpoint = state
-        else:
+        if self.checkpoints.load(self, state):  # set up already: restored at once (else by the next setup())
             self._restore(state)
 
     def _restore(self, state: dict) -> None:
-        for name, value in checkpoint.restore(self, state, self._rng, self._noise).items():
+        for name, value in self.checkpoints.restore(self, state).items():
             setattr(self, name, value)
-        self._initial_params = self.lik.unravel(self._state_z(self._state))
+        self.start.chain = self.lik.unravel(self._state_z(self._state))
 
     # ------------------------------------------------------------------ pickling (into workers, copies)
-    # torch.Generator cannot be pickled; MCMC(num_chains>1, mp_context="spawn") pickles kernels.
+    # Each part pickles its own state (the randomness and checkpoint parts: what a copy or a worker
+    # may carry; the privacy engine: ChainProcesses.pickled_engine); the kernel drops its caches.
     def __getstate__(self):
         spawning = multiprocessing.context.get_spawning_popen() is not None  # pickled into a new worker
-        state = self.__dict__.copy()
-        state["privacy"] = self.processes.pickled_engine(self.privacy, spawning)
-        if spawning:
-            # pickled into a new worker process (MCMC with mp_context="spawn"): the worker's setup()
-            # rebuilds the likelihood and the chain state, so the data and this process's private
-            # caches (per-example log-likelihoods) are not shipped
-            for key in ("lik", "_state", "_initial_params", "_noise", "_rng", "last_checkpoint"):
-                state[key] = None
-        rng = state.pop("_rng", None)
-        if rng is not None:
-            state["_rng_state"] = (str(rng.device), rng.get_state())
-        state["_returned"] = None  # identities do not survive pickling
-        state["_jit_cache"] = {}  # compiled graphs stay in their process (rebuilt lazily)
+        state = dict(self.__dict__, privacy=self.processes.pickled_engine(self.privacy, spawning),
+                     _returned=None, _jit_cache={})  # identities do not survive pickling; graphs stay in their process
+        if spawning:  # the worker's setup() rebuilds the likelihood and the chain state: no data, no private caches
+            state.update(lik=None, _state=None)
         return state
 
     def __setstate__(self, state):
-        rng_state = state.pop("_rng_state", None)
         self.__dict__.update(state)
-        if rng_state is not None:
-            self._rng = torch.Generator(device=rng_state[0])
-            self._rng.set_state(rng_state[1])
         self.processes.adopt(self, self.privacy)

@@ -52,6 +52,38 @@ class ChainRecord:
     def acceptance_rate(self) -> float:
         return self.accepted / max(self.iteration, 1)
 
+    def count_step(self, info, z, keep_draws: int) -> None:
+        """After an iteration that read data: counted, its acceptance and clipped fraction (``info``
+        of the step) added, and its state ``z`` kept for the end-of-chain checks when it is after
+        warmup (at most ``keep_draws`` of them).
+
+        >>> from types import SimpleNamespace
+        >>> r = ChainRecord(); r.count_step(SimpleNamespace(accepted=True, clipped_fraction=0.5), 1.0, keep_draws=10)
+        >>> r.iteration, r.acceptance_rate, r.draws, r.nonprivate(with_init=False)
+        (1, 1.0, [1.0], {'clipped fraction': 0.5})
+        """
+        self.iteration += 1
+        if self.iteration > self.warmup_steps and len(self.draws) < keep_draws:
+            self.draws.append(z)
+        self.accepted += int(bool(info.accepted))
+        self.clipped_sum += float(info.clipped_fraction)
+        self.clipped_count += 1
+
+    def started(self, clipped_fraction: float, preconditioner: Optional[tuple]) -> None:
+        """After the chain's private start: done, its clipped fraction, and the chain's coordinates
+        (a ``DPAutoTune(whiten=True)`` sets them: post-processing)."""
+        self.init_done = True
+        self.init_clipped_fraction = clipped_fraction
+        self.preconditioner = preconditioner
+
+    def nonprivate(self, with_init: bool) -> dict:
+        """The raw-data statistics ``diagnostics()`` shows only under ``nonprivate_diagnostics``
+        (the mean clipped fraction, and the private start's with ``with_init``)."""
+        out = {"clipped fraction": self.clipped_sum / max(self.clipped_count, 1)}
+        if with_init:
+            out["init clipped fraction"] = self.init_clipped_fraction
+        return out
+
     def saved(self) -> dict:
         """The fields a checkpoint keeps (all but ``warned``)."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "warned"}

@@ -10,6 +10,11 @@ as a tagged ``dict`` of tensors, ``dict``/``list``/``tuple``/``str``/``int``/``f
 ``torch.load(path)`` with torch's default arguments works (issue #42); :func:`from_plain`
 rebuilds them.
 
+:class:`ChainCheckpoints` is the part of a :class:`~pyro_dp.kernels.base.DPKernel` that keeps
+its checkpoints (``kernel.checkpoints``): one loaded before ``setup()``, which the next set-up
+continues, and the last chain's, kept when ``cleanup()`` ended it. ``kernel.state_dict()`` and
+``kernel.load_state_dict()`` (Pyro's names) go through it.
+
 Rebuilding is limited to what a checkpoint can hold: privacy events and ledgers (rebuilt
 through their validating constructors, so a tampered ``noise_multiplier=-1`` is refused),
 ``NamedTuple`` states and plain-attribute objects of ``pyro_dp``'s own modules, and the
@@ -28,6 +33,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import importlib
+import multiprocessing
 from typing import Optional
 
 import numpy as np
@@ -38,7 +44,7 @@ from ..mechanisms import PrivacyEvent, PrivacyLedger
 from .privacy_engine import ChainLedger
 from .runner import mcmc_run_length
 
-__all__ = ["save", "load", "restore", "resume_pending", "FORMAT", "to_plain", "from_plain", "is_plain"]
+__all__ = ["ChainCheckpoints", "save", "load", "restore", "FORMAT", "to_plain", "from_plain", "is_plain"]
 
 #: the checkpoint format (3: the chain's record, the privacy engine's stop flags and the chain
 #: state by name; 1 and 2, the attributes of the kernel before issue 63, are refused)
@@ -197,11 +203,11 @@ def _refuse_resumed(state: dict) -> None:
                          "once (a second continuation would spend its budget again)")
 
 
-def save(kernel, values: dict, rng: torch.Generator, noise) -> dict:
+def save(kernel, values: dict) -> dict:
     r"""The checkpoint of ``kernel``'s chain in progress (``kernel.state_dict()``): its state and
     the kernel's chain attributes (``values``, by name), the chain's
-    :class:`~pyro_dp.kernels.chain_record.ChainRecord`, the algorithm generator's state (``rng``),
-    the stop flags and the ledgers of its privacy engine.
+    :class:`~pyro_dp.kernels.chain_record.ChainRecord`, the state of its data-free generator
+    (``kernel.randomness``), the stop flags and the ledgers of its privacy engine.
 
     **A checkpoint is private data**: the chain state caches per-example log-likelihoods.
     Store it like the raw data; never publish it. It holds no rows of data (the data are
@@ -216,7 +222,7 @@ def save(kernel, values: dict, rng: torch.Generator, noise) -> dict:
     ``int``, ``float``, ``bool``, ``None``; states and ledgers as tagged dicts): ``torch.save(
     kernel.state_dict(), path)`` and ``kernel.load_state_dict(torch.load(path))`` with torch's
     default ``weights_only=True``, which unpickles no arbitrary object."""
-    engine, lik = kernel.privacy, kernel.lik
+    engine, lik, noise = kernel.privacy, kernel.lik, kernel.randomness.noise
     return {  # tensors and plain values only: torch.load's default weights_only=True reads it (#42)
         "format": FORMAT,
         "kernel": type(kernel).__name__,
@@ -226,7 +232,7 @@ def save(kernel, values: dict, rng: torch.Generator, noise) -> dict:
         "chain": {a: to_plain(v) for a, v in values.items()},
         "record": to_plain(kernel.chain.saved()),
         "stop": to_plain({"stopped": engine.stopped, "cause": engine.stop_cause, "incomplete": engine.incomplete}),
-        "rng": rng.get_state(),
+        "rng": kernel.randomness.rng.get_state(),
         # the secret stream's state only under the test option noise_seed: anyone holding it could
         # replay the noise of every later release of this chain (and a resumed chain draws fresh noise)
         "noise": noise.get_state() if kernel.noise_seed is not None else None,
@@ -278,15 +284,15 @@ def load(kernel, state: dict) -> None:
             kernel.num_chains = planned["num_chains"]
 
 
-def restore(kernel, state: dict, rng: torch.Generator, noise) -> dict:
+def restore(kernel, state: dict) -> dict:
     """Continue checkpoint ``state`` on ``kernel`` after its ``setup()``: the rows are checked,
-    the chain's record, its coordinates, the data-free stream (``rng``), the engine's stop flags
-    and ledgers restored; returns the kernel's chain attributes by name (the kernel sets them).
-    The secret stream (``noise``) stays the fresh one ``setup()`` drew from the OS, except under
-    the test option ``noise_seed``: restoring its state would replay the checkpoint's noise on
-    whatever data this run reads (the difference of two resumed runs on neighbouring data would
-    be one row's noise-free term)."""
-    lik, engine = kernel.lik, kernel.privacy
+    the chain's record, its coordinates, the data-free stream (``kernel.randomness.rng``), the
+    engine's stop flags and ledgers restored; returns the kernel's chain attributes by name (the
+    kernel sets them). The secret stream (``kernel.randomness.noise``) stays the fresh one
+    ``setup()`` drew from the OS, except under the test option ``noise_seed``: restoring its
+    state would replay the checkpoint's noise on whatever data this run reads (the difference of
+    two resumed runs on neighbouring data would be one row's noise-free term)."""
+    lik, engine, rng, noise = kernel.lik, kernel.privacy, kernel.randomness.rng, kernel.randomness.noise
     if (state["num_rows"], state["data_plate"]) != (lik.num_rows, lik.data_plate):
         raise ValueError(
             f"checkpoint of a run on {state['num_rows']} rows of plate {state['data_plate']!r}; "
@@ -309,14 +315,63 @@ def restore(kernel, state: dict, rng: torch.Generator, noise) -> dict:
     return {a: copy.deepcopy(from_plain(v)) for a, v in state["chain"].items()}
 
 
-def resume_pending(kernel) -> Optional[dict]:
-    """At the end of ``setup()``: the checkpoint a :func:`load` before it left pending
-    (``kernel.pending_checkpoint``), to be restored now (one chain only: more would each continue
-    it and spend its budget again), or ``None``."""
-    state, kernel.pending_checkpoint = kernel.pending_checkpoint, None
-    if state is not None:
-        chains = (mcmc_run_length() or {}).get("num_chains", 1)
-        if kernel.processes.chain_id() is not None or chains > 1:
-            raise ValueError(f"a checkpoint continues one chain: resume it with num_chains=1 (this run has "
-                             f"{chains}); more chains would each continue it and spend its budget again")
-    return state
+class ChainCheckpoints:
+    """The part of a kernel that keeps its checkpoints (``kernel.checkpoints``, module doc): a
+    checkpoint loaded before ``setup()``, which the next set-up continues (:attr:`pending`), and
+    the last chain's, kept when ``cleanup()`` ended it (:attr:`last`), which ``state_dict()``
+    returns between runs. A new worker process gets neither (private data stays where it is).
+
+    >>> c = ChainCheckpoints(); c.pending is None and c.last is None
+    True
+    >>> c.save(None, None)
+    Traceback (most recent call last):
+    ...
+    RuntimeError: call setup() before state_dict(): there is no chain to save
+    """
+
+    def __init__(self):
+        #: a checkpoint :meth:`load` took before ``setup()``, continued by the next set-up
+        self.pending: Optional[dict] = None
+        #: the checkpoint of the last chain ``cleanup()`` ended (to resume it after ``mcmc.run``)
+        self.last: Optional[dict] = None
+
+    def save(self, kernel, values: Optional[dict]) -> dict:
+        """``kernel.state_dict()``: the chain in progress (:func:`save`; ``values``: the kernel's
+        chain attributes by name, ``None`` when no chain is in progress), else the last chain's."""
+        if values is None and self.last is not None:
+            return self.last  # the chain MCMC just finished (cleanup() ended it)
+        if values is None or kernel.lik is None:
+            raise RuntimeError("call setup() before state_dict(): there is no chain to save")
+        return save(kernel, values)
+
+    def load(self, kernel, state: dict) -> bool:
+        """``kernel.load_state_dict(state)``: checked (:func:`load`), then pending until the next
+        ``setup()``; ``True`` when the kernel is set up already and restores it at once."""
+        load(kernel, state)
+        if kernel.lik is not None:
+            return True
+        self.pending = state
+        return False
+
+    def take_pending(self, kernel) -> Optional[dict]:
+        """At the end of ``setup()``: the checkpoint a :meth:`load` before it left pending, to be
+        restored now (one chain only: more would each continue it and spend its budget again),
+        or ``None``."""
+        state, self.pending = self.pending, None
+        if state is not None:
+            chains = (mcmc_run_length() or {}).get("num_chains", 1)
+            if kernel.processes.chain_id() is not None or chains > 1:
+                raise ValueError(f"a checkpoint continues one chain: resume it with num_chains=1 (this run has "
+                                 f"{chains}); more chains would each continue it and spend its budget again")
+        return state
+
+    @staticmethod
+    def restore(kernel, state: dict) -> dict:
+        """:func:`restore`: the kernel's chain attributes by name, to set."""
+        return restore(kernel, state)
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        if multiprocessing.context.get_spawning_popen() is not None:  # into a new worker: the chain stays here
+            state["last"] = None
+        return state

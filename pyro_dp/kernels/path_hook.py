@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-__all__ = ["DefaultPath", "default_path", "register_default_path"]
+__all__ = ["DefaultPath", "default_path", "register_default_path", "check_initialiser"]
 
 
 class DefaultPath:
@@ -92,3 +92,23 @@ def register_default_path(path: DefaultPath) -> DefaultPath:
         raise TypeError(f"the default path must be a DefaultPath, got {type(path).__name__}")
     previous, _REGISTERED[0] = _REGISTERED[0], path
     return previous
+
+
+def check_initialiser(init, non_private: bool):
+    """A kernel's ``init=`` (its private start, e.g. a
+    :class:`~pyro_dp.default_path.private_init.DPGradientInit` or the default path's tuner),
+    checked when the kernel is built: ``None``, or an object with ``run`` and ``events``, whose
+    ``noise_multiplier`` is not 0 outside the ``non_private`` test mode.
+
+    >>> check_initialiser(None, non_private=False) is None
+    True
+    >>> check_initialiser(object(), non_private=False)
+    Traceback (most recent call last):
+    ...
+    TypeError: init must be a private initialiser such as DPGradientInit, got <object object at ...>
+    """
+    if init is not None and not (callable(getattr(init, "run", None)) and callable(getattr(init, "events", None))):
+        raise TypeError(f"init must be a private initialiser such as DPGradientInit, got {init!r}")
+    if init is not None and getattr(init, "noise_multiplier", None) == 0 and not non_private:
+        raise ValueError("init with noise_multiplier=0 is only allowed with non_private=True")
+    return init

@@ -200,6 +200,8 @@ class PrivacyEngine:
     :param bool non_private: the noise-free test mode (refused with a budget).
     :param str relation: the ledgers' neighbouring relation.
     :param str kernel_id: the owning kernel object's id (tags its :class:`ChainLedger`).
+    :param tuple supported_relations: the relations the owner's privacy analysis covers (any
+        other ``relation`` is refused first; default: any). ``owner``: its name, for that error.
 
     It never sees a kernel, a state or data: it receives events (:meth:`declare`, what the
     mechanisms drew in its :meth:`recording` scope, :meth:`commit`, :meth:`claim`) and public counts (the iteration, the number of rows), as
@@ -221,7 +223,10 @@ class PrivacyEngine:
     def __init__(self, *, epsilon: Optional[float] = None, delta: Optional[float] = None,
                  num_chains: Optional[int] = None, accountant: str = DEFAULT_ACCOUNTANT,
                  reference_delta: Optional[float] = None, non_private: bool = False, relation: str = "substitute",
-                 kernel_id: str = ""):
+                 kernel_id: str = "", supported_relations: Optional[tuple] = None, owner: str = "this kernel"):
+        if supported_relations is not None and relation not in supported_relations:
+            raise ValueError(f"{owner}'s privacy analysis covers relation(s) {supported_relations}, "
+                             f"not relation={relation!r}")
         self.relation = relation
         self.non_private = bool(non_private)
         if epsilon is not None or delta is not None:
@@ -513,6 +518,33 @@ class PrivacyEngine:
         finished chains as they were filed (this process and worker processes), then the chain
         in progress (empty between runs)."""
         return list(self.chains.values()) + [self.live]
+
+    #: the kernel's worker bookkeeping (:class:`~pyro_dp.kernels.workers.ChainProcesses`): it counts
+    #: the releases of chains run in worker processes and knows which never came back (``None``:
+    #: chains in this process only)
+    workers = None
+
+    def count_release(self) -> None:
+        """After each release of the live chain (``on_release``): counted in shared memory by
+        :attr:`workers` when the chain runs in a worker process."""
+        if self.workers is not None:
+            self.workers.count_release(self)
+
+    def require_complete(self) -> None:
+        """Raise ``RuntimeError`` when the ledgers may miss releases (:attr:`incomplete`, or
+        releases of worker processes whose ledgers never came back, :attr:`workers`): an ε from
+        them would be a lower bound of what was spent.
+
+        >>> engine = PrivacyEngine(); engine.require_complete()  # nothing missing
+        >>> engine.incomplete = "a worker's ledger did not come back"; engine.require_complete()
+        Traceback (most recent call last):
+        ...
+        RuntimeError: a worker's ledger did not come back
+        """
+        if self.workers is not None:
+            self.workers.require_complete(self)
+        elif self.incomplete:
+            raise RuntimeError(self.incomplete)
 
     def get_epsilon(self, delta: Optional[float] = None, accountant: Optional[str] = None) -> float:
         """Total ε of :attr:`ledger` at ``delta`` (default :attr:`reference_delta`) under

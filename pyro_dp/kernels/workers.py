@@ -23,6 +23,7 @@ Everything here reads counts and process ids only: no data.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import ctypes
 import multiprocessing
@@ -272,6 +273,19 @@ class ChainProcesses:
             shared.stale[slot] = max(shared.made[slot] - self.returned(engine)[slot], 0)
             shared.run[slot] = self.run() or 0
 
+    @contextlib.contextmanager
+    def failing_chain(self, engine):
+        """Around a chain's ``sample()``: in an ``MCMC`` worker process an exception comes back
+        as a :class:`ChainFailedError` carrying the chain's ledger (the engine's live one), so
+        its releases are counted in the owner process; elsewhere it passes unchanged."""
+        if self.chain_id() is None:
+            yield
+            return
+        try:
+            yield
+        except Exception as e:  # in an MCMC worker: the chain's releases must come back
+            raise ChainFailedError(f"{type(e).__name__}: {e}", engine.live.copy()) from e
+
     def require_complete(self, engine) -> None:
         """Raise ``RuntimeError`` when the engine's ledger may miss releases (an ε from it would
         be a lower bound of what was spent)."""
@@ -378,7 +392,9 @@ class Ranks:
 
     def join(self, seed: int, worker_chain: Optional[int]) -> int:
         """At every set-up: join the ranks' process group and agree on the data-free seed
-        (rank 0's, returned), before any draw."""
+        (rank 0's, returned), before any draw; ``seed`` itself when not distributed."""
+        if not self.distributed:
+            return seed
         if worker_chain is not None and worker_chain >= 0:  # a Pyro MCMC worker: outside the process group
             raise RuntimeError(
                 f"distributed=True: MCMC runs chain {worker_chain} in a worker process, outside the process group "
@@ -389,13 +405,18 @@ class Ranks:
 
     def share(self, noise, lik) -> None:
         """The global number of rows (public) on every rank, and rank 0's noise inside every
-        release (the all-reduce of :class:`~pyro_dp.distributed.Shards`)."""
+        release (the all-reduce of :class:`~pyro_dp.distributed.Shards`); nothing when not sharded."""
+        if self.shards is None:
+            return
         noise.shards = self.shards
         n = torch.tensor([lik.num_rows], dtype=torch.int64)
         lik.global_num_rows = int(self.shards.all_reduce_sum(n)[0])
 
     def check_agree(self, z0: torch.Tensor, lik) -> None:
-        """Every rank starts at the same point and clips and restricts alike (data-free)."""
+        """Every rank starts at the same point and clips and restricts alike (data-free); nothing
+        when not sharded."""
+        if self.shards is None:
+            return
         self.shards.check_same(z0.detach().cpu(), "the initial point")
         mask = lik.likelihood_mask
         self.shards.check_same(torch.ones(lik.dim, dtype=torch.float64) if mask is None

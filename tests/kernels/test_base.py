@@ -1,6 +1,7 @@
 """The kernel base stays small (issues 39 and 63): ``DPKernel`` is one class — Pyro's lifecycle,
 the subclass API and the budget's names — that holds its parts (the privacy engine, the chain's
-record, the processes, the ranks) as objects, and ``__init__`` calls no hook a subclass
+record, the processes, the ranks, the randomness, the likelihood settings, the start, the
+checkpoints) as objects, and ``__init__`` calls no hook a subclass
 overrides (no hook runs on a half-built object)."""
 import inspect
 import warnings
@@ -8,7 +9,7 @@ import warnings
 import pytest
 
 import pyro_dp
-from pyro_dp.kernels import chain_record, privacy_engine, workers
+from pyro_dp.kernels import chain_record, chain_start, checkpoint, likelihood_settings, privacy_engine, seeds, workers
 from pyro_dp.kernels.base import DPKernel
 
 from .helpers import gauss_model, make_data
@@ -21,11 +22,18 @@ def test_the_kernel_base_is_one_class_holding_its_parts():
         k = pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=2.0, noise_multiplier=3.0, seed=0)
         k.setup(0, make_data(20))
     for name, part in (("privacy", privacy_engine.PrivacyEngine), ("chain", chain_record.ChainRecord),
-                       ("processes", workers.ChainProcesses), ("ranks", workers.Ranks)):
+                       ("processes", workers.ChainProcesses), ("ranks", workers.Ranks),
+                       ("randomness", seeds.ChainRandomness), ("likelihood_settings", likelihood_settings.LikelihoodSettings),
+                       ("start", chain_start.ChainStart), ("checkpoints", checkpoint.ChainCheckpoints)):
         assert isinstance(getattr(k, name), part)
     # each part keeps its own state: none of it is on the kernel
     assert not {"_iteration", "_num_accepted", "_draws", "_owner_pid", "_worker_releases", "_budget_exhausted",
-                "_shards"} & set(vars(k))
+                "_shards", "seed", "noise_seed", "secure_mode", "_rng", "_noise", "_chain_index", "model", "temperature",
+                "data_plate", "jit_compile", "jit_options", "public", "_initial_params", "_user_initial_params",
+                "pending_checkpoint", "last_checkpoint"} & set(vars(k))
+    # ... and the kernel's names for them read and write the part (one copy)
+    assert k._noise is k.randomness.noise and k._rng is k.randomness.rng and k.seed == k.randomness.seed == 0
+    assert k.model is k.likelihood_settings.model is gauss_model and k.initial_params is k.start.chain
     k.sample(k.initial_params)
     assert k.chain.iteration == 1 and k.processes.slot() == -1
 
@@ -43,7 +51,7 @@ def test_the_privacy_engine_is_an_object_the_kernel_reports_to():
     # the engine's state is not duplicated on the kernel
     assert not {"_ledger", "_chains", "_filed_counts", "_plan", "epsilon", "delta", "_budget_exhausted"} & set(vars(k))
     k.sample(k.initial_params)
-    assert engine.live.num_releases == 1 and k.ledger == engine.ledger and k.chain_ledgers() == engine.chain_ledgers()
+    assert engine.live.num_releases == 1 and k.ledger == engine.ledger and k.privacy.chain_ledgers() == engine.chain_ledgers()
     assert k.get_epsilon(1e-5) == engine.get_epsilon(1e-5) and k.epsilon == engine.epsilon == 5.0
     k.epsilon = 4.0  # written through
     assert engine.epsilon == 4.0 and engine.plan.steps_allowed == engine.steps_allowed

@@ -113,7 +113,7 @@ def test_kernels_that_read_every_row_refuse_a_declared_subsample_size_before_rea
     k = REFUSERS[name](_svi)
     with pytest.raises(ValueError, match=r"subsample_size=40 .*Remove subsample_size .*DPMinibatchPenalty"):
         _run(k, _svi)
-    assert not k.ledger.entries and not any(l.entries for l in k.chain_ledgers())
+    assert not k.ledger.entries and not any(l.entries for l in k.privacy.chain_ledgers())
 
 
 @pytest.mark.parametrize("name", ["DPPenalty", "DPFastMH full batch"])
