@@ -79,13 +79,17 @@ def redraw(results=SHIPPED, out=SHIPPED, log=print) -> list:
     heikkila._fig3(_rows("heikkila_fig23", results), str(out / "heikkila_fig23.png"), plt)
     heikkila._fig3(_rows("heikkila_fig23_sgld_check", results), str(out / "heikkila_fig23_sgld_check.png"), plt)
     done += ["heikkila_fig23.png", "heikkila_fig23_sgld_check.png"]
+    nonprivate = _rows("fastmh_fig1_nonprivate", results)  # §6.1's MH and TunaMH references
     fastmh._plot(_rows("fastmh_fig1", results), str(out / "fastmh_fig1.png"), plt, final=10000, curve_eps=0.05,
-                 n=50000)
+                 n=50000, nonprivate=nonprivate)
     done.append("fastmh_fig1.png")
-    fastmh.plot_fig4(_rows("fastmh_fig1", results), str(out / "fastmh_fig4.png"), plt, eps=0.05, n=50000)
+    fastmh.plot_fig4(_rows("fastmh_fig1", results), str(out / "fastmh_fig4.png"), plt, eps=0.05, n=50000,
+                     nonprivate=nonprivate)
     done.append("fastmh_fig4.png")
-    from experiments import heikkila_privacy
+    from experiments import heikkila_clipping, heikkila_privacy
 
+    heikkila_clipping.plot_fig1c(_rows("heikkila_fig1c", results), str(out / "heikkila_fig1c.png"), plt)
+    done.append("heikkila_fig1c.png")
     heikkila_privacy.plot_fig1(_rows("heikkila_fig1", results), str(out / "heikkila_fig1.png"), plt)
     heikkila_privacy.plot_fig3_substitution(_rows("heikkila_fig23", results), _rows("heikkila_fig23_relations", results),
                                             str(out / "heikkila_fig23_substitution.png"), plt)
