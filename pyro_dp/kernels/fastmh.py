@@ -47,6 +47,7 @@ from ..mechanisms import (ApproxDPEvent, GaussianEvent, NonPrivateEvent, Privacy
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease, mh_init, mh_step, random_walk_proposal, release_then_accept
 from .proposals import penalty_accept
+from .releases import ReleasePlan
 
 __all__ = [
     "DPFastMH",
@@ -372,7 +373,7 @@ class DPFastMH(RandomWalkKernel):
     # ------------------------------------------------------------------ DPKernel hooks
     _chain_attrs = RandomWalkKernel._chain_attrs + ("_stats",)
 
-    def _rows_per_iteration(self):
+    def _cost(self):
         """auto_compile: the expected rows one iteration reads (public: N, the settings and the
         proposal's law). Alg. 2 reads B ~ Poisson(λ + C·M) rows when B < K and all N otherwise,
         with M = proposal_scale·‖ξ‖ over the likelihood's d coordinates; without a proposal scale
@@ -447,10 +448,11 @@ class DPFastMH(RandomWalkKernel):
             self.privacy_for_free, self.full_batch, sp.event,
         )
 
-    def _per_iteration_events(self):
+    def releases(self, state=None):
+        # Zhang & Zhang 2023 Thm 2: one (epsilon, delta) step per iteration (or the certified one)
         if self.step_privacy is None:
             raise RuntimeError("the per-iteration event depends on N: call setup() first")
-        return [self.step_privacy.event]
+        return ReleasePlan((self.step_privacy.event,), cost=self._cost)
 
     draws_directions = False  # the full random walk only: no guided-walk directions (Alg. 1)
 

@@ -109,17 +109,18 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from ..mechanisms import GaussianEvent, clip_and_sum, clipped_fraction, gaussian_event, gaussian_release_spec
+from ..mechanisms import clip_and_sum, clipped_fraction, gaussian_event, gaussian_release_spec
 from .base import check_positive
 from .mh import MHInfo, MHState, mh_step, random_walk_proposal
 from .penalty import DPPenalty
+from .releases import Budget, ReleasePlan, calibrated_scale, init_events
 from .prior_sweeps import PRIOR_SWEEPS, prior_only_step  # noqa: F401 (their home until 2026-11-28)
 from .proposals import accept_uniform, penalty_log_accept_threshold, random_walk
 from .scales import penalty_jump_length, private_norm_quantiles
 
 __all__ = ["DPGroupedPenalty", "GroupedInfo", "GROUP_TARGET_ACCEPT_PROB", "group_coordinates", "group_moves",
            "grouped_accept", "grouped_ratio_release", "grouped_step",
-           "private_group_clip", "GROUP_CLIP_NOISE_RATIO"]
+           "private_group_clip", "GROUP_CLIP_NOISE_RATIO", "grouped_releases", "group_clip_noise"]
 
 
 class GroupedInfo(NamedTuple):
@@ -298,6 +299,20 @@ def private_group_clip(lik, z: torch.Tensor, coords: torch.Tensor, quantile: flo
 GROUP_CLIP_NOISE_RATIO = 4.0
 
 
+def group_clip_noise(noise_multiplier: float) -> float:
+    """The private group clip's noise multiplier for a chain's ``noise_multiplier``."""
+    return float(noise_multiplier) / GROUP_CLIP_NOISE_RATIO
+
+
+def grouped_releases(noise_multiplier: float, *, others: bool, group_clip: bool) -> ReleasePlan:
+    """DPGroupedPenalty's releases: per iteration the penalty step on the other likelihood
+    coordinates (``others``: if there are any) and the grouped release; once per chain, on the
+    default path (``group_clip``), the private group clip's histogram (:func:`private_group_clip`)."""
+    once = (gaussian_event(group_clip_noise(noise_multiplier)),) if group_clip else ()
+    return ReleasePlan((gaussian_event(float(noise_multiplier)),) * (2 if others else 1), once,
+                       ratio_noise_multiplier=noise_multiplier)
+
+
 def _prior_factorises(lik, z: torch.Tensor, coords: torch.Tensor) -> bool:
     """Data-free check at set-up: the prior's change under a joint move of the group coordinates
     equals the sum of its changes under each one-coordinate move (at ``z``, a fixed public draw)."""
@@ -436,25 +451,15 @@ class DPGroupedPenalty(DPPenalty):
         return out
 
     def _calibrate(self):
-        coords, _, has_others, _ = self.groups()  # refusals first, before any planning or data access
+        others = self.groups()[2]  # refusals first, before any planning or data access
         if self.noise_multiplier is None:
-            k, f = (2 if has_others else 1), (1 if self.auto_group_clip else 0)
-            self.noise_multiplier = self._calibrate_scale(
-                lambda s: ([GaussianEvent(s / GROUP_CLIP_NOISE_RATIO)] * f, [GaussianEvent(s)] * k))
+            self.noise_multiplier = calibrated_scale(
+                lambda s: grouped_releases(s, others=others, group_clip=self.auto_group_clip), Budget.of(self),
+                self.num_iterations, init_events=init_events(self), closed_form=False)
 
-    def _per_iteration_events(self):
-        k = 2 if self.groups()[2] else 1  # the penalty step on the others (if any) and the grouped release
-        return [gaussian_event(float(self.noise_multiplier))] * k
-
-    def _fixed_events(self):  # the private group clip's histogram, once per chain (default path)
-        return [gaussian_event(self._group_clip_noise())] if self.auto_group_clip else []
-
-    def _group_clip_noise(self) -> float:
-        return float(self.noise_multiplier) / GROUP_CLIP_NOISE_RATIO
-
-    def _step_events(self, state):
-        pending = self.auto_group_clip and self._group_clip_value is None
-        return (self._fixed_events() if pending else []) + list(self._per_iteration_events())
+    def releases(self, state=None):
+        plan = grouped_releases(self.noise_multiplier, others=self.groups()[2], group_clip=self.auto_group_clip)
+        return plan if state is None else plan.first_step(self.auto_group_clip and self._group_clip_value is None)
 
     def _check_data(self) -> None:
         super()._check_data()
@@ -508,8 +513,8 @@ class DPGroupedPenalty(DPPenalty):
         warmup = self.adapt_proposal and self.chain.iteration < self.chain.warmup_steps
         if self.auto_group_clip and self._group_clip_value is None:  # the chain's first step (declared)
             q = self.init.llr_quantile  # not the raised ratio_quantile: see GROUP_CLIP_NOISE_RATIO
-            clip, event = private_group_clip(self.lik, state.z, coords, q, self._group_clip_noise(), self._noise,
-                                             self.relation)
+            clip, event = private_group_clip(self.lik, state.z, coords, q, group_clip_noise(self.noise_multiplier),
+                                             self._noise, self.relation)
             events.append(event)
             # the group block's norms are at most the full norms: a noisy quantile above the tuner's
             # llr_clip is noise (post-processing)

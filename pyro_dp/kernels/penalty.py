@@ -20,18 +20,20 @@ noise multiplier ``nm`` (thesis Thm 6: tight; Thm 5: zCDP).
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import torch
 
 from ..compiled import cached_zeros
-from ..mechanisms import (NOT_COUNTED, GaussianReleaseSpec, clip_and_sum, clipped_fraction, gaussian_event,
+from ..mechanisms import (NOT_COUNTED, GaussianReleaseSpec, clip_and_sum, clipped_fraction,
                           gaussian_release_spec)
 from . import control_variate as cv_mod
 from .base import check_positive
 from .path_hook import default_path
 from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse, valid_move
 from .prior_sweeps import PriorSweeps
+from .releases import Budget, init_events, noise_setting, penalty_noise, penalty_releases
 from .proposals import accept_uniform, penalty_log_accept_threshold, pop_target_accept_prob
 from .scales import init_to_center
 
@@ -274,12 +276,12 @@ class DPPenalty(RandomWalkKernel):
                          adapt_proposal=adapt_proposal,
                          target_accept_prob=target_accept_prob)
         self.llr_clip = None if llr_clip is None else check_positive("llr_clip", llr_clip)
-        self.noise_multiplier = self._check_noise_multiplier("noise_multiplier", noise_multiplier)
+        self.noise_multiplier = noise_setting(self, "noise_multiplier", noise_multiplier)
         (self.control_variate, self.curvature_clip, self.curvature_clip_given, self.reference_share,
          self.reference_noise_multiplier) = cv_mod.check_settings(
             control_variate, curvature_clip, reference_share, reference_noise_multiplier, owner=type(self).__name__,
             auto_tuned=bool(self.auto_tuned), runs_control_variate=self.runs_control_variate,
-            explicit_noise=self.noise_multiplier is not None, check_noise_multiplier=self._check_noise_multiplier)
+            explicit_noise=self.noise_multiplier is not None, check_noise_multiplier=functools.partial(noise_setting, self))
         self.reference = cv_mod.ChainReference()  # this chain's reference release (control_variate)
         if self.auto_tuned:
             self.init = default_path().tuner(self)
@@ -288,24 +290,18 @@ class DPPenalty(RandomWalkKernel):
     runs_control_variate = True
 
     def _calibrate(self):
-        if not self.control_variate:
-            if self.noise_multiplier is None:
-                self.noise_multiplier = self._calibrated_gaussian_noise_multiplier()
-            return
-        if self.noise_multiplier is None:  # one reference release per chain + one residual release per iteration
-            k = cv_mod.reference_noise_multiplier(1.0, int(self.num_iterations), self.reference_share)
-            self.noise_multiplier = self._calibrate_scale(lambda s: ([gaussian_event(s * k)], [gaussian_event(s)]))
-            self.reference_noise_multiplier = self.noise_multiplier * k
+        if self.noise_multiplier is None:  # control_variate: one reference release per chain + the residual releases
+            self.noise_multiplier, ref = penalty_noise(Budget.of(self), self.num_iterations, init_events(self),
+                                                       control_variate=self.control_variate,
+                                                       reference_share=self.reference_share)
+            if self.control_variate:
+                self.reference_noise_multiplier = ref
 
-    def _per_iteration_events(self):
-        return self._gaussian_events(self.noise_multiplier)  # thesis Thm 6: one Gaussian mechanism
-
-    def _fixed_events(self):
-        return cv_mod.reference_events(self.control_variate, self.reference_noise_multiplier)  # once per chain
-
-    def _step_events(self, state):
-        return self.reference.events(self.control_variate, self.reference_noise_multiplier) + \
-            list(self._per_iteration_events())
+    def releases(self, state=None):
+        # thesis Thm 6: one Gaussian mechanism per iteration; control_variate: the reference once per chain,
+        # released by the chain's first step
+        plan = penalty_releases(self.noise_multiplier, self.reference_noise_multiplier if self.control_variate else None)
+        return plan if state is None else plan.first_step(self.reference.released is None)
 
     _chain_attrs = RandomWalkKernel._chain_attrs + ("llr_clip", "proposal_scale") + \
         ("curvature_clip", "reference", "prior_sweeps")
@@ -316,9 +312,6 @@ class DPPenalty(RandomWalkKernel):
         sweeps and held fixed by the walk (:mod:`~pyro_dp.kernels.prior_sweeps`): the default
         path's, not with a given ``proposal_scale`` or one-component walks."""
         return PriorSweeps.mask(self.lik, "proposal_scale" in self.auto_tuned and self.mode == "full")
-
-    def _ratio_noise_multiplier(self):
-        return self.noise_multiplier
 
     # mh_step's release_accept (moves 2-3) as one function, eager or compiled: never None, so
     # RandomWalkKernel's _release/_accept hooks are not used
@@ -336,7 +329,7 @@ class DPPenalty(RandomWalkKernel):
         return super()._init_state(z)
 
     def _step(self, state):
-        # control_variate: the reference once per chain (declared by _step_events), then the walk,
+        # control_variate: the reference once per chain (declared by releases), then the walk,
         # whose release_accept is the residual test (_release_accept)
         events = self.reference.ensure(self.lik, self._noise, state.z, cv_mod.reference_clip(self.llr_clip),
                                        self.reference_noise_multiplier) if self.control_variate else ()
