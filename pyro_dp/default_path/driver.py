@@ -17,7 +17,6 @@ tuning's releases (recorded in the ledger).
 from __future__ import annotations
 
 import math
-import warnings
 from typing import NamedTuple, Optional, Tuple
 
 import torch

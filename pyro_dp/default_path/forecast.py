@@ -6,7 +6,7 @@ budget. It follows the default path step by step (``docs/tuning.md``), with the 
 where the default path has code:
 
 1. **noise multiplier** :math:`\mathrm{nm}` of the ratio release: the kernel's own calibration
-   (:meth:`~pyro_dp.kernels.base.DPKernel._calibrate_scale`, the same accountant
+   (:mod:`pyro_dp.kernels.releases`' pure calibration, which the kernel runs at set-up; the same accountant
    and the same :class:`~pyro_dp.default_path.tuning.DPAutoTune` share of the budget) for the run
    length, chains, :math:`(\varepsilon,\delta)`;
 2. **ratio clip** :math:`b`: the quantile of the per-row gradient norms that the default path

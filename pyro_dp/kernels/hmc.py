@@ -58,7 +58,7 @@ from .path_hook import default_path
 from .hmc_graphs import flat_gradient as _flat_gradient, one_graph_or_eager as _one_graph_or_eager, xi_like as _xi_like
 from .mh import RatioRelease, can_fuse, propose_release_accept, valid_move
 from .prior_sweeps import PriorSweeps
-from .releases import Budget, hmc_noise, hmc_releases, init_events, noise_setting
+from .releases import Budget, hmc_noise, hmc_releases, init_events
 from .proposals import DEFAULT_TARGET_ACCEPT_PROB as WALK_TARGET_ACCEPT
 from .proposals import (accept_uniform, gradient_release_fn, jitter_factor,
                         penalty_log_accept_threshold, release_gradient, sample_momentum)
@@ -367,13 +367,10 @@ class DPHMC(DPKernel):
         adapt_step_size: Optional[bool] = None,
         target_accept_prob: Optional[float] = None,
         noise_ratio: Optional[float] = None,
-        control_variate: Optional[bool] = None,
-        curvature_clip: Optional[float] = None,
-        reference_share: float = cv_mod.DEFAULT_REFERENCE_SHARE,
-        reference_noise_multiplier: Optional[float] = None,
         gradients: Optional[bool] = None,
         **kwargs,
     ):
+        cv = cv_mod.pop_settings(kwargs)  # control_variate, curvature_clip, reference_share, reference_noise_multiplier
         auto = tuple(n for n, v in (("step_size", step_size), ("grad_clip", grad_clip), ("llr_clip", llr_clip))
                      if v is None)
         if auto and kwargs.get("init_strategy") is None:
@@ -425,12 +422,7 @@ class DPHMC(DPKernel):
         self.grad_noise_multiplier = grad_noise_multiplier
         self.llr_noise_multiplier = llr_noise_multiplier
         self.llr_noise_multiplier_given = given == (True, True)
-        (self.control_variate, self.curvature_clip, self.curvature_clip_given, self.reference_share,
-         self.reference_noise_multiplier) = cv_mod.check_settings(
-            control_variate, curvature_clip, reference_share, reference_noise_multiplier, owner=type(self).__name__,
-            auto_tuned=bool(self.auto_tuned), runs_control_variate=True, explicit_noise=given == (True, True),
-            check_noise_multiplier=functools.partial(noise_setting, self))
-        self.reference = cv_mod.ChainReference()  # this chain's reference release (control_variate)
+        cv_mod.set_settings(self, cv, runs_control_variate=True, explicit_noise=given == (True, True))
         if gradients is False and not self.control_variate:
             raise ValueError("gradients=False (a random walk of num_steps steps under the penalty test) runs on the "
                              "control variate: leave control_variate out (or True), or use DPPenalty")

@@ -20,7 +20,6 @@ noise multiplier ``nm`` (thesis Thm 6: tight; Thm 5: zCDP).
 """
 from __future__ import annotations
 
-import functools
 from typing import Optional
 
 import torch
@@ -256,13 +255,10 @@ class DPPenalty(RandomWalkKernel):
         guided_walk: bool = False,
         adapt_proposal: Optional[bool] = None,
         target_accept_prob: Optional[float] = None,
-        control_variate: Optional[bool] = None,
-        curvature_clip: Optional[float] = None,
-        reference_share: float = cv_mod.DEFAULT_REFERENCE_SHARE,
-        reference_noise_multiplier: Optional[float] = None,
         **kwargs,
     ):
         target_accept_prob = pop_target_accept_prob(kwargs, target_accept_prob)  # before DPKernel sees kwargs
+        cv = cv_mod.pop_settings(kwargs)  # control_variate, curvature_clip, reference_share, reference_noise_multiplier
         if kwargs.get("init_strategy") is None and (proposal_scale is None or llr_clip is None):
             kwargs["init_strategy"] = init_to_center  # the tuner's data-free start: the prior centre
         super().__init__(model, **kwargs)
@@ -277,12 +273,8 @@ class DPPenalty(RandomWalkKernel):
                          target_accept_prob=target_accept_prob)
         self.llr_clip = None if llr_clip is None else check_positive("llr_clip", llr_clip)
         self.noise_multiplier = noise_setting(self, "noise_multiplier", noise_multiplier)
-        (self.control_variate, self.curvature_clip, self.curvature_clip_given, self.reference_share,
-         self.reference_noise_multiplier) = cv_mod.check_settings(
-            control_variate, curvature_clip, reference_share, reference_noise_multiplier, owner=type(self).__name__,
-            auto_tuned=bool(self.auto_tuned), runs_control_variate=self.runs_control_variate,
-            explicit_noise=self.noise_multiplier is not None, check_noise_multiplier=functools.partial(noise_setting, self))
-        self.reference = cv_mod.ChainReference()  # this chain's reference release (control_variate)
+        cv_mod.set_settings(self, cv, runs_control_variate=self.runs_control_variate,
+                            explicit_noise=self.noise_multiplier is not None)
         if self.auto_tuned:
             self.init = default_path().tuner(self)
 

@@ -39,8 +39,8 @@ accountant's history (what was released).
 >>> plan = penalty_releases(10.0)
 >>> plan.per_iteration, plan.once, plan.ratio_noise_multiplier
 ((GaussianEvent(noise_multiplier=10.0),), (), 10.0)
->>> hmc_releases(3, 2.0, 4.0).step_events  # before the first step: no gradient released yet
-((GaussianEvent(noise_multiplier=2.0), 1), (GaussianEvent(noise_multiplier=4.0), 3))
+>>> hmc_releases(3, 2.0, 4.0).step_events  # a first step releases G(θ_0) too (thesis Alg. 3)
+(GaussianEvent(noise_multiplier=4.0), (GaussianEvent(noise_multiplier=2.0), 1), (GaussianEvent(noise_multiplier=4.0), 3))
 >>> nm, ref = penalty_noise(Budget(1.0, 1e-5), 100)
 >>> round(nm, 4), ref
 (37.3063, None)
@@ -48,16 +48,17 @@ accountant's history (what was released).
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Callable, NamedTuple, Optional, Tuple
 
 from ..accounting import DEFAULT_ACCOUNTANT, calibrate, calibrate_noise_multiplier
 from ..accounting.algorithms import dphmc_events
 from ..mechanisms import GaussianEvent, SubsampledGaussianEvent, gaussian_event
-from .control_variate import DEFAULT_REFERENCE_SHARE, hmc_reference_noise_multiplier, reference_noise_multiplier
 from .privacy_engine import check_positive
 
-__all__ = ["ReleasePlan", "Budget", "calibrated_scale", "init_events", "noise_setting", "penalty_releases", "penalty_noise", "gradient_mh_releases",
-           "hmc_releases", "hmc_noise", "sgld_releases", "sgld_noise"]
+__all__ = ["ReleasePlan", "Budget", "calibrated_scale", "init_events", "noise_setting", "penalty_releases", "penalty_noise",
+           "hmc_releases", "hmc_noise", "sgld_releases", "sgld_noise", "gradient_mh_releases",
+           "reference_noise_multiplier", "hmc_reference_noise_multiplier", "DEFAULT_REFERENCE_SHARE"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,6 +164,39 @@ def noise_setting(kernel, name: str, value) -> Optional[float]:
     return value
 
 
+#: the share of a chain's budget (Gaussian-DP :math:`\mu^2`, after the tuner's) spent on the one
+#: reference release: its noise tilts the target for the whole chain, while the residual releases
+#: are small and need little
+DEFAULT_REFERENCE_SHARE = 0.9
+
+
+def reference_noise_multiplier(noise_multiplier: float, num_iterations: float, share: float) -> float:
+    r""":math:`\mathrm{nm}_G` that gives the reference release the share ``share`` of a chain's
+    Gaussian-DP :math:`\mu^2` against ``num_iterations`` releases of multiplier ``noise_multiplier``:
+    :math:`1/\mathrm{nm}_G^2 = \frac{s}{1-s}\,I/\mathrm{nm}^2`.
+
+    >>> round(reference_noise_multiplier(100.0, 1000, 0.9), 4)
+    1.0541
+    """
+    return float(noise_multiplier) * math.sqrt((1.0 - share) / (share * num_iterations))
+
+
+def hmc_reference_noise_multiplier(num_iterations: int, num_steps: int, noise_ratio: float, share: float) -> float:
+    r"""DP-HMC's :math:`\mathrm{nm}_G` per unit ratio multiplier :math:`s`: the reference takes the
+    share ``share`` of :math:`\mu^2` against ``num_iterations`` iterations of one ratio release
+    (:math:`s`) and :math:`L` gradient releases (:math:`rs`):
+    :math:`1/\mathrm{nm}_G^2 = \frac{\text{share}}{1-\text{share}}\,I(1 + L/r^2)/s^2`.
+
+    >>> round(hmc_reference_noise_multiplier(1000, 5, 5 ** 0.5, 0.9), 6)
+    0.007454
+    """
+    # reference_noise_multiplier's formula, with each iteration's releases counted in ratio units
+    return reference_noise_multiplier(1.0, num_iterations * (1.0 + num_steps / noise_ratio ** 2), share)
+
+
+# --------------------------------------------------------------------------- the kernels' side
+
+
 # ---------------------------------------------------------------------- DP penalty (and its family)
 def penalty_releases(noise_multiplier: float, reference_noise_multiplier: Optional[float] = None) -> ReleasePlan:
     r"""DP penalty's releases (thesis Thm 6): one Gaussian ratio release per iteration, and with a
@@ -176,7 +210,7 @@ def penalty_noise(budget: Budget, num_iterations: int, init_events=(), *, contro
                   reference_share: float = DEFAULT_REFERENCE_SHARE) -> Tuple[float, Optional[float]]:
     r"""``(noise multiplier, reference noise multiplier or None)`` of DP penalty for ``budget``:
     with a control variate the reference takes ``reference_share`` of a chain's :math:`\mu^2`
-    against the iterations' releases (:func:`~.control_variate.reference_noise_multiplier`)."""
+    against the iterations' releases (:func:`reference_noise_multiplier`)."""
     if not control_variate:
         return calibrated_scale(penalty_releases, budget, num_iterations, init_events=init_events), None
     k = reference_noise_multiplier(1.0, int(num_iterations), reference_share)
@@ -214,7 +248,7 @@ def hmc_noise(budget: Budget, num_iterations: int, init_events=(), *, num_steps:
               reference_share: float = DEFAULT_REFERENCE_SHARE) -> Tuple[float, Optional[float], Optional[float]]:
     r"""``(ratio, gradient or None, reference or None)`` noise multipliers of DP-HMC for ``budget``:
     the gradients at ``noise_ratio`` times the ratio's, the reference at its share of :math:`\mu^2`
-    (:func:`~.control_variate.hmc_reference_noise_multiplier`)."""
+    (:func:`hmc_reference_noise_multiplier`)."""
     r = noise_ratio
     k = hmc_reference_noise_multiplier(int(num_iterations), num_steps if gradients else 0, r,
                                        reference_share) if control_variate else None
