@@ -233,9 +233,9 @@ def check_budget_stops(make_kernel, data=None, *, args=(), kwargs=None, name=Non
 def check_planned_equals_recorded(make_kernel, data=None, *, args=(), kwargs=None, name=None, steps=7,
                                   fewer_releases_ok: bool = False) -> str:
     r"""The releases recorded in ``steps`` iterations are exactly the planned ones
-    (:meth:`~pyro_dp.kernels.base.DPKernel.planned_events`: once per chain plus
-    ``steps`` times per iteration) — the plan is what the budget and the noise calibration
-    trust. ``fewer_releases_ok``: a kernel that may skip a planned release (DP-HMC's data-free
+    (:meth:`~pyro_dp.kernels.base.DPKernel.planned_events`, read from the kernel's one declaration
+    :meth:`~pyro_dp.kernels.base.DPKernel.releases`: once per chain plus ``steps`` times per
+    iteration) — the plan is what the budget and the noise calibration trust. ``fewer_releases_ok``: a kernel that may skip a planned release (DP-HMC's data-free
     rejection of a trajectory that left the support) may record fewer, never others or more."""
     case, check = _case(make_kernel, data, args, kwargs, name, steps), "planned = recorded"
     with _quiet():

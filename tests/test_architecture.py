@@ -560,6 +560,61 @@ def test_a_kernel_is_built_from_parts():
     assert all(n <= MAX_KERNEL_CLASSES for n, _, _ in sizes.values()), sizes
 
 
+
+def _kernels_built_by(fn) -> list:
+    """The class names of the DPKernel objects ``fn()`` builds (``DPKernel.__init__`` counted)."""
+    from pyro_dp.kernels.base import DPKernel
+
+    built, original = [], DPKernel.__init__
+
+    def counting(self, *args, **kwargs):
+        built.append(type(self).__name__)
+        original(self, *args, **kwargs)
+    DPKernel.__init__ = counting
+    try:
+        fn()
+    finally:
+        DPKernel.__init__ = original
+    return built
+
+
+def _forecasts():
+    """What the default path forecasts before any kernel runs: each kernel's default-path noise and
+    tuner (caches cleared), and feasibility() of each kernel with a default path."""
+    from pyro_dp.default_path import driver, forecast
+
+    forecast.kernel_noise.cache_clear()
+    forecast.hmc_gradient_gain.cache_clear()
+    for cls in driver.PATH_NOISES:
+        driver.default_path_noise(cls, epsilon=2.0, delta=1e-5, num_iterations=500)
+    for name in forecast.KERNELS:
+        forecast.feasibility("linear", num_rows=5_000, epsilon=2.0, kernel=name, num_samples=200, warmup_steps=100)
+
+
+def test_the_forecast_builds_no_kernel(monkeypatch):
+    """Issue 63: the forecast calls the pure per-algorithm functions of pyro_dp.kernels.releases,
+    never a throwaway kernel (the default path's driver once built one on a dummy model and asked
+    it): no module under pyro_dp/default_path keeps that dummy model, and the forecasts build no
+    DPKernel. Mutant: a default_path_noise that builds the kernel first is caught."""
+    folder = os.path.join(ROOT, "default_path")
+    for path in sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".py")):
+        with open(path) as f:
+            text = f.read()
+        assert "_no_model" not in text and "default_path_noises" not in text and "getattr(K," not in text, path
+    assert _kernels_built_by(_forecasts) == []
+    from pyro_dp.default_path import driver, forecast
+
+    pure = driver.default_path_noise
+
+    def throwaway(cls, **kw):  # the mutant: the old way, a kernel on a model that never runs
+        cls(lambda *args, **kwargs: None, epsilon=kw["epsilon"], delta=kw["delta"], seed=0)
+        return pure(cls, **kw)
+    monkeypatch.setattr(forecast, "default_path_noise", throwaway)
+    monkeypatch.setattr(driver, "default_path_noise", throwaway)
+    assert "DPPenalty" in _kernels_built_by(_forecasts)
+    forecast.kernel_noise.cache_clear()
+    forecast.hmc_gradient_gain.cache_clear()
+
 if __name__ == "__main__":
     m = measure()
     print(f"import cycles: {len(m['cycles'])}, sizes {[len(c) for c in m['cycles']]}")

@@ -344,3 +344,32 @@ def test_hmc_gradient_gain_refuses_bad_input_and_grows_with_n_and_epsilon():
     gains = [hmc_gradient_gain(num_rows=n, epsilon=e, **kw) for n, e in ((10_000, 2.0), (50_000, 2.0), (50_000, 8.0),
                                                                           (200_000, 8.0))]
     assert gains[0] < gains[1] < gains[2] < gains[3] and gains[0] < 1.0 < gains[3]
+
+
+@pytest.mark.parametrize("kernel, settings", [
+    ("DPPenalty", dict(control_variate=True)), ("DPPenalty", dict(control_variate=False)),
+    ("DPHMC", dict(control_variate=True, gradients=True)), ("DPHMC", dict(control_variate=True, gradients=False)),
+    ("DPHMC", dict(control_variate=False, gradients=True)), ("DPSGLD", {}),
+])
+def test_the_forecasts_noise_is_the_noise_a_built_kernel_calibrates(kernel, settings):
+    """Issue 63: the forecast calibrates with the pure functions of pyro_dp.kernels.releases and
+    builds no kernel (kernel_noise); the oracle is the kernel itself, built on its default path
+    (settings left out, the budget given) and set up (data-free): the same noise multiplier (the
+    ratio's; DPSGLD: its gradient's, every row), bit for bit, and a tuner with the same releases
+    and ratio clip quantile, at several budgets, run lengths and chain counts."""
+    from pyro_dp.default_path.forecast import kernel_noise
+    from pyro_dp.models.default_suite import logistic_model, make_logistic_data
+
+    X, y = make_logistic_data(500)  # 4 latents, all in the likelihood: the default path whitens
+    attr = "llr_noise_multiplier" if kernel == "DPHMC" else "noise_multiplier"
+    for eps, iterations, chains in ((0.5, 300, 1), (2.0, 500, 2), (8.0, 1000, 1)):
+        nm, tuner = kernel_noise(kernel, eps, 1e-5, iterations, chains, 1.0, 3, settings.get("control_variate", True),
+                                 settings.get("gradients", True))
+        kw = dict(settings, num_steps=3) if kernel == "DPHMC" else settings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            k = getattr(pyro_dp, kernel)(logistic_model, epsilon=eps, delta=1e-5, num_iterations=iterations,
+                                         num_chains=chains, seed=0, jit_compile=False, **kw)
+            k.setup(0, X, y)
+        assert nm == getattr(k, attr), (eps, iterations, chains)
+        assert tuner.events() == k.init.events() and tuner.ratio_quantile(500) == k.init.ratio_quantile(500)

@@ -96,6 +96,7 @@ from collections import Counter  # noqa: E402
 
 from pyro_dp.examples.dp_mala import DPMALA  # noqa: E402
 from pyro_dp.mechanisms import gaussian_event  # noqa: E402
+from pyro_dp.kernels.releases import ReleasePlan  # noqa: E402
 from pyro_dp.models.examples import normal_mean_model  # noqa: E402
 from pyro_dp.testing import KERNEL_CHECKS, check_kernel  # noqa: E402
 
@@ -117,14 +118,14 @@ class IgnoresTheBudget(pyro_dp.DPPenalty):
     """Declares its releases but never checks them against the plan."""
 
     def _declare(self, pending_init):
-        return Counter(self._step_events(self._state))
+        return Counter(self.releases(self._state).step_events)
 
 
 class PlansTwoReleases(pyro_dp.DPPenalty):
     """Plans (and declares) two releases an iteration, makes one."""
 
-    def _per_iteration_events(self):
-        return [gaussian_event(self.noise_multiplier)] * 2
+    def releases(self, state=None):
+        return ReleasePlan((gaussian_event(self.noise_multiplier),) * 2)
 
 
 class _LeakyNoiseSource(NoiseSource):
@@ -224,8 +225,8 @@ def test_kit_refuses_bad_input():
 class DeclaresNothing(pyro_dp.DPPenalty):
     """A contributor's mistake: its step releases one ratio but declares none."""
 
-    def _step_events(self, state):
-        return []
+    def releases(self, state=None):
+        return super().releases() if state is None else ReleasePlan(super().releases().per_iteration, step=())
 
 
 def test_a_release_beyond_the_declared_ones_names_the_contributors_mistake():

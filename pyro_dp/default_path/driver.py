@@ -17,7 +17,6 @@ tuning's releases (recorded in the ledger).
 from __future__ import annotations
 
 import math
-import warnings
 from typing import NamedTuple, Optional, Tuple
 
 import torch
@@ -25,7 +24,12 @@ import torch
 from ..warn import warn_user
 from ..checks import SamplingWarning
 from .prediction import mh_predicted_move
+from ..accounting.algorithms import default_noise_ratio
+from ..kernels.hmc import DEFAULT_NUM_STEPS, DPHMC
+from ..kernels.penalty import DPPenalty
+from ..kernels.releases import Budget, hmc_noise, penalty_noise, sgld_noise
 from ..kernels.runner import DEFAULT_ITERATIONS
+from ..kernels.sgmcmc import DPSGLD
 from .tuning import DPAutoTune, penalty_jump_length, posterior_scale_guess
 from .whitening import reshapes, whitens
 
@@ -55,10 +59,6 @@ LANGEVIN_STEP_CAP = 0.3
 #: itself left sigma 0.8–1.4 sd off; 1.5× of it, every mean within 0.75 sd (the step, ∝ 1/C²,
 #: shrinks 2.25×).
 LANGEVIN_CLIP_HEADROOM = 1.5
-
-
-def _no_model(*args, **kwargs):  # default_path_noise's kernel needs a callable; it never runs it
-    return None
 
 
 class LangevinSettings(NamedTuple):
@@ -128,22 +128,50 @@ def langevin_ess(step_size: float, sd: float, num_samples: int) -> float:
     return num_samples * min(1.0, a / (2.0 - a))
 
 
+def _penalty_path(budget, iterations, init, *, num_steps, control_variate, gradients):
+    nm = penalty_noise(budget, iterations, init, control_variate=control_variate)[0]
+    return nm, nm
+
+
+def _hmc_path(budget, iterations, init, *, num_steps, control_variate, gradients):
+    nm = hmc_noise(budget, iterations, init, num_steps=num_steps, noise_ratio=default_noise_ratio(num_steps),
+                   gradients=gradients, control_variate=control_variate)[0]
+    return nm, nm
+
+
+def _sgld_path(budget, iterations, init, *, num_steps, control_variate, gradients):
+    return sgld_noise(budget, iterations, init, sample_rate=1.0), 0.0  # every row (q = 1); no ratio release
+
+
+#: The kernels with a default path, and the pure calibration of their default path's noise
+#: (:mod:`pyro_dp.kernels.releases`): ``(release's noise multiplier, ratio noise the tuner balances)``.
+PATH_NOISES = {DPPenalty: _penalty_path, DPHMC: _hmc_path, DPSGLD: _sgld_path}
+
+
 def default_path_noise(cls, *, epsilon: float, delta: float, num_iterations: int, num_chains: int = 1,
-                       temperature: float = 1.0, **settings) -> Tuple[float, DPAutoTune]:
+                       temperature: float = 1.0, num_steps: int = DEFAULT_NUM_STEPS, control_variate: bool = True,
+                       gradients: bool = True) -> Tuple[float, DPAutoTune]:
     """``(noise multiplier, tuner)``: the noise of the release the default path of kernel class
-    ``cls`` calibrates for this budget and run (the ratio's; DPSGLD: its gradient's, every row)
-    and its tuner, set as the kernel sets them before it reads any data — the kernel's own
-    calibration, on an instance whose model is never called (``settings``: the kernel's other
-    arguments). Data-free; what :func:`pyro_dp.feasibility` and DP-HMC's gradient choice
-    (:func:`~pyro_dp.default_path.prediction.gradient_gain`) calibrate with."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        k = cls(_no_model, epsilon=epsilon, delta=delta, num_iterations=num_iterations, num_chains=num_chains,
-                temperature=temperature, seed=0, **settings)
-        k.init.configure(epsilon=k.epsilon, delta=k.delta, num_chains=k.num_chains, non_private=False)
-        nm, ratio_nm = k.default_path_noises()
-        k.init.set_ratio_noise(ratio_nm)
-    return nm, k.init
+    ``cls`` (DPPenalty, DPHMC or DPSGLD) calibrates for this budget and run (the ratio's; DPSGLD:
+    its gradient's, every row) and its tuner, as the kernel sets them before it reads any data:
+    the tuner the kernel's default path builds (:func:`auto_tuner`, from the class's settings),
+    configured with the budget, and the same pure calibration the kernel runs at set-up
+    (:mod:`pyro_dp.kernels.releases`; no kernel is built). ``num_steps``, ``gradients``: DPHMC's;
+    ``control_variate``: DPPenalty's and DPHMC's. Data-free; what :func:`pyro_dp.feasibility` and
+    DP-HMC's gradient choice (:func:`~pyro_dp.default_path.prediction.gradient_gain`) calibrate with.
+
+    >>> import pyro_dp
+    >>> nm, tuner = default_path_noise(pyro_dp.DPPenalty, epsilon=2.0, delta=1e-5, num_iterations=1000)
+    >>> round(nm, 3), tuner.whiten
+    (216.259, True)
+    """
+    tuner = DPAutoTune(whiten=cls.whiten_by_default, scale=cls.whiten_by_default or cls.scale_by_default,
+                       centre=cls.centre_by_default)  # auto_tuner's, under substitution
+    tuner.configure(epsilon=epsilon, delta=delta, num_chains=num_chains, non_private=False)
+    nm, ratio_nm = PATH_NOISES[cls](Budget(epsilon, delta, num_chains), num_iterations, list(tuner.events()),
+                                    num_steps=num_steps, control_variate=control_variate, gradients=gradients)
+    tuner.set_ratio_noise(ratio_nm)
+    return nm, tuner
 
 
 def grad_to_ratio_noise(kernel) -> Optional[float]:

@@ -6,7 +6,7 @@ budget. It follows the default path step by step (``docs/tuning.md``), with the 
 where the default path has code:
 
 1. **noise multiplier** :math:`\mathrm{nm}` of the ratio release: the kernel's own calibration
-   (:meth:`~pyro_dp.kernels.base.DPKernel._calibrate_scale`, the same accountant
+   (:mod:`pyro_dp.kernels.releases`' pure calibration, which the kernel runs at set-up; the same accountant
    and the same :class:`~pyro_dp.default_path.tuning.DPAutoTune` share of the budget) for the run
    length, chains, :math:`(\varepsilon,\delta)`;
 2. **ratio clip** :math:`b`: the quantile of the per-row gradient norms that the default path
@@ -166,20 +166,20 @@ class Feasibility:
     gradients: Optional[bool] = None
 
 
-KERNELS = ("DPPenalty", "DPHMC", "DPSGLD")
+#: the kernels with a default path, by the names :func:`feasibility` takes
+KERNELS = {"DPPenalty": K.DPPenalty, "DPHMC": K.DPHMC, "DPSGLD": K.DPSGLD}
 
 
 @functools.lru_cache(maxsize=256)
 def kernel_noise(kernel: str, epsilon: float, delta: float, iterations: int, chains: int, temperature: float,
            num_steps: int, control_variate: bool = True, gradients: bool = True):
     """``(ratio noise multiplier, the tuner)`` exactly as the kernel's default path sets them
-    (:func:`~pyro_dp.default_path.driver.default_path_noise`, the kernel's own
-    calibration; DPHMC: with ``gradients`` releases or without, :func:`hmc_gradient_gain`).
+    (:func:`~pyro_dp.default_path.driver.default_path_noise`: the pure calibration the kernel
+    runs, no kernel built; DPHMC: with ``gradients`` releases or without, :func:`hmc_gradient_gain`).
     Cached: the tuner is only read."""
-    settings = {"DPHMC": dict(num_steps=num_steps, control_variate=bool(control_variate), gradients=gradients),
-                "DPPenalty": dict(control_variate=bool(control_variate)), "DPSGLD": {}}[kernel]
-    return default_path_noise(getattr(K, kernel), epsilon=epsilon, delta=delta, num_iterations=iterations,
-                              num_chains=chains, temperature=temperature, **settings)
+    return default_path_noise(KERNELS[kernel], epsilon=epsilon, delta=delta, num_iterations=iterations,
+                              num_chains=chains, temperature=temperature, num_steps=num_steps,
+                              control_variate=bool(control_variate), gradients=gradients)
 
 
 def _chain_coordinates(profile: ModelProfile, kernel: str, whiten: Optional[bool]) -> Tuple[ModelProfile, bool]:
@@ -187,7 +187,7 @@ def _chain_coordinates(profile: ModelProfile, kernel: str, whiten: Optional[bool
     if whiten is not None and not isinstance(whiten, bool):
         raise TypeError(f"whiten must be True, False or None, got {whiten!r}")
     if whiten is None:
-        default = getattr(K, kernel).whiten_by_default and profile.num_latents >= 2
+        default = KERNELS[kernel].whiten_by_default and profile.num_latents >= 2
         if default and profile.whitened_norms is None:
             warnings.warn(f"feasibility: profile {profile.name!r} has no whitened_norms, so the prediction is for "
                           f"a chain in the model's coordinates, but {kernel}'s default path whitens this model "
@@ -345,7 +345,7 @@ def feasibility(model: Union[str, ModelProfile], *, num_rows: int, epsilon: floa
     ('DPPenalty', False, True)
     """
     if kernel not in KERNELS:
-        raise ValueError(f"kernel must be one of {KERNELS} (the kernels with a default path), got {kernel!r}")
+        raise ValueError(f"kernel must be one of {tuple(KERNELS)} (the kernels with a default path), got {kernel!r}")
     if control_variate is not None and (not isinstance(control_variate, bool) or kernel == "DPSGLD"):
         raise ValueError(f"control_variate is DPPenalty's and DPHMC's (True, False or None), got {control_variate!r} "
                          f"for {kernel}")

@@ -108,6 +108,7 @@ makes its own releases from its share of the budget (prefer one chain: NUTS mixe
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from typing import NamedTuple, Optional, Tuple
@@ -123,6 +124,7 @@ from ..likelihood import forked_rng
 from ..mechanisms import clip_and_sum, clipped_sum_with_noise, gaussian_event, sum_clipped
 from ..warn import warn_user
 from ..kernels.base import DPKernel, check_positive
+from ..kernels.releases import Budget, ReleasePlan, calibrated_scale, init_events, noise_setting
 from .hook import apply_tuning
 from .tuning import DPAutoTune
 
@@ -349,6 +351,13 @@ def mixture_sites(lik, seed: int = 0) -> list:
     return out
 
 
+def noise_aware_releases(noise_multiplier: float, curvature_noise_multiplier: float) -> ReleasePlan:
+    """DPNoiseAware's releases: the score and the curvature, once (its one releasing iteration);
+    the tuner's ratio clip balances the score's noise."""
+    return ReleasePlan((gaussian_event(noise_multiplier), gaussian_event(curvature_noise_multiplier)),
+                       ratio_noise_multiplier=noise_multiplier)
+
+
 class _Potential:
     """Pyro's NUTS potential :math:`-\\log p(\\theta) - T\\log L(\\theta)` on ``{"z": flat
     unconstrained}`` (post-processing of the release; the prior is data-free). A class, not a
@@ -422,9 +431,9 @@ class DPNoiseAware(DPKernel):
         self.score_share = float(score_share)
         if not 0.0 < self.score_share < 1.0:
             raise ValueError(f"score_share must be in (0, 1), got {score_share!r}")
-        self.noise_multiplier = self._check_noise_multiplier("noise_multiplier", noise_multiplier)
-        self.curvature_noise_multiplier = self._check_noise_multiplier("curvature_noise_multiplier",
-                                                                       curvature_noise_multiplier)
+        self.noise_multiplier = noise_setting(self, "noise_multiplier", noise_multiplier)
+        self.curvature_noise_multiplier = noise_setting(self, "curvature_noise_multiplier",
+                                                        curvature_noise_multiplier)
         if (self.noise_multiplier is None) != (self.curvature_noise_multiplier is None):
             raise ValueError("give both noise_multiplier and curvature_noise_multiplier, or neither (both from the budget)")
         self._given_clips = (self.grad_clip, self.curvature_clip)
@@ -442,21 +451,17 @@ class DPNoiseAware(DPKernel):
     def _calibrate(self):  # data-free: the budget the tuner leaves, split between the two releases
         if self.noise_multiplier is None:
             ratio = math.sqrt(self.score_share / (1.0 - self.score_share))  # nm_H / nm_s for shares of mu^2
-            self.noise_multiplier = self._calibrate_scale(
-                lambda s: ([], [gaussian_event(s), gaussian_event(s * ratio)]))
+            self.noise_multiplier = calibrated_scale(lambda s: noise_aware_releases(s, s * ratio), Budget.of(self),
+                                                     self.num_iterations, init_events=init_events(self),
+                                                     closed_form=False)
             self.curvature_noise_multiplier = self.noise_multiplier * ratio
 
-    def _per_iteration_events(self):  # the plan: one iteration of the two releases
-        return [gaussian_event(self.noise_multiplier), gaussian_event(self.curvature_noise_multiplier)]
-
-    def _step_events(self, state):  # the releases at the chain's first step; nothing after
-        return list(self._per_iteration_events()) if self._nuts is None else []
-
-    def _ratio_noise_multiplier(self):  # the tuner's ratio clip balances the score release's noise
-        return self.noise_multiplier
-
-    def _rows_per_iteration(self):
-        return "penalty", float(self.lik.num_rows), float(self.lik.num_rows)
+    def releases(self, state=None):
+        plan = noise_aware_releases(self.noise_multiplier, self.curvature_noise_multiplier)
+        n = float(self.lik.num_rows)
+        plan = dataclasses.replace(plan, cost=("penalty", n, n))
+        # the releases at the chain's first step; nothing after
+        return plan if state is None or self._nuts is None else dataclasses.replace(plan, step=())
 
     def setup(self, warmup_steps, *args, **kwargs):
         super().setup(warmup_steps, *args, **kwargs)

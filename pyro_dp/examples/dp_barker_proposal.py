@@ -17,7 +17,7 @@ from pyro_dp.kernels.base import DPKernel, check_positive
 from pyro_dp.kernels.gradient_proposals import barker_proposal
 from pyro_dp.kernels.mh import mh_init, mh_step
 from pyro_dp.kernels.penalty import penalty_release_accept
-from pyro_dp.mechanisms import gaussian_event
+from pyro_dp.kernels.releases import Budget, calibrated_scale, gradient_mh_releases, init_events, noise_setting
 
 
 class DPBarkerProposal(DPKernel):
@@ -37,20 +37,15 @@ class DPBarkerProposal(DPKernel):
         super().__init__(model, **kwargs)
         self.scale, self.grad_clip, self.llr_clip = (check_positive(n, v) for n, v in zip(
             ("scale", "grad_clip", "llr_clip"), (scale, grad_clip, llr_clip)))
-        self.nm = self._check_noise_multiplier("noise_multiplier", noise_multiplier)  # of both releases
+        self.nm = noise_setting(self, "noise_multiplier", noise_multiplier)  # of both releases
 
     def _calibrate(self):  # no noise multiplier given: from the budget (data-free)
         if self.nm is None:
-            self.nm = self._calibrate_scale(lambda s: ([gaussian_event(s)], [gaussian_event(s)] * 2))
+            self.nm = calibrated_scale(gradient_mh_releases, Budget.of(self), self.num_iterations,
+                                       init_events=init_events(self))
 
-    def _fixed_events(self):  # G(θ_0), released lazily by the first iteration
-        return [gaussian_event(self.nm)]
-
-    def _per_iteration_events(self):  # G(θ') and the ratio
-        return [gaussian_event(self.nm)] * 2
-
-    def _step_events(self, state):
-        return (self._fixed_events() if state.grad is None else []) + self._per_iteration_events()
+    def releases(self, state=None):  # G(θ_0) once, by the first iteration; then G(θ') and the ratio
+        return gradient_mh_releases(self.nm).first_step(state is not None and state.grad is None)
 
     def _init_state(self, z):  # data-free: the first gradient is released by the first proposal
         return mh_init(self.lik, z)

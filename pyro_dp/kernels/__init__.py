@@ -19,6 +19,7 @@ from .multiparty import DPMultiPartyPenalty
 from .penalty import DPPenalty
 from .grouped import DPGroupedPenalty
 from .sgmcmc import DPSGLD, DPSGNHT
+from .releases import ReleasePlan
 
 __all__ = [
     "DPKernel",
@@ -38,6 +39,7 @@ __all__ = [
     "DPSGNHT",
     "BudgetExhaustedWarning",
     "PrivacyNotice",
+    "ReleasePlan",
     "default_accountants",
 ]
 

@@ -6,7 +6,7 @@ With ``jit_compile`` left unset, the kernel predicts both wall times at its firs
 public quantities only — the number of rows :math:`N` (a shape), the iterations the run will
 make (``warmup_steps + num_samples`` of the ``MCMC`` that runs it, else ``num_iterations``,
 else :data:`~pyro_dp.kernels.runner.DEFAULT_ITERATIONS`), the kernel's kind and settings
-(the rows and gradient passes one iteration reads, :meth:`DPKernel._rows_per_iteration`) and
+(the rows and gradient passes one iteration reads: the ``cost`` of its :meth:`DPKernel.releases`) and
 the private start's steps — and compiles when
 
 .. math:: C + I\,(o_c + r_\ell a_c + r_g g_c) + S N g_c \;<\; I\,(o_e + r_\ell a_e + r_g g_e) + S N g_e,

@@ -53,6 +53,7 @@ from ..compiled import cached_zeros
 from ..mechanisms import GaussianStdReleaseSpec, RDPCurveEvent, batch_without_replacement, clip_scalars
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse, check_batch_size, valid_move
+from .releases import ReleasePlan
 from .proposals import GaussianMixtureCorrection, correction_tensors, correction_draws, correction_from_draws
 
 __all__ = [
@@ -278,9 +279,6 @@ class DPBarker(RandomWalkKernel):
 
     takes_plate_batch = True
 
-    def _rows_per_iteration(self):
-        return "penalty", float(self.batch_size), 0.0  # auto_compile: one batch of ratios
-
     def check_plate_batch_size(self, batch_size) -> int:
         b = check_batch_size(batch_size)
         barker_orders(b, self.max_order)  # raises if b/5 leaves no RDP order
@@ -301,8 +299,9 @@ class DPBarker(RandomWalkKernel):
                 f"accountant {self.accountant!r} cannot compose DP Barker's RDP curve; use 'rdp'"
             )
 
-    def _per_iteration_events(self):
-        return [self._rdp_event()]
+    def releases(self, state=None):
+        # Heikkilä et al. 2019 Thm 2: one RDP curve per iteration; auto_compile: one batch of ratios
+        return ReleasePlan((self._rdp_event(),), cost=("penalty", float(self.batch_size), 0.0))
 
     # mh_step's release_accept (moves 2-3) as one function, eager or compiled: never None, so
     # RandomWalkKernel's _release/_accept hooks are not used

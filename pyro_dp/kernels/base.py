@@ -46,8 +46,10 @@ the default path's per-kernel choices (``whiten_by_default``, ...) stay plain at
 because the kernels and :mod:`pyro_dp.default_path` read and set them by those names.
 
 Algorithms live in pure-ish ``init``/``step`` functions (one file each); a subclass of
-:class:`DPKernel` says which events one iteration releases (``_per_iteration_events``,
-``_step_events``), builds its state (``_init_state``) and calls its step (``_step``).
+:class:`DPKernel` declares its releases once (:meth:`DPKernel.releases`, a
+:class:`~pyro_dp.kernels.releases.ReleasePlan`), sets the noise a budget funds (``_calibrate``,
+with the pure functions of :mod:`~pyro_dp.kernels.releases`), builds its state (``_init_state``)
+and calls its step (``_step``).
 
 How this fits :class:`pyro.infer.MCMC` (see ``shared/FACTS.md``):
 
@@ -72,7 +74,7 @@ from __future__ import annotations
 
 import multiprocessing
 from collections import Counter
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Tuple
 
 import torch
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
@@ -81,7 +83,7 @@ from ..accounting import DEFAULT_ACCOUNTANT
 from ..checks import SamplingWarning  # noqa: F401 (re-exported)
 from ..heap import HEAP_TRIM_EVERY, release_free_heap
 from ..likelihood import PrivateLikelihood
-from ..mechanisms import PrivacyEvent, PrivacyLedger
+from ..mechanisms import PrivacyLedger
 from . import auto_compile, diagnostics
 from .checkpoint import ChainCheckpoints
 from .chain_record import ChainRecord, RunForecast
@@ -329,71 +331,21 @@ class DPKernel(MCMCKernel):
         return state.z
 
     # ------------------------------------------------------------------ what a kernel declares (subclass API)
-    def _per_iteration_events(self) -> Sequence[PrivacyEvent]:
-        """Events one iteration releases (data-free; used for the budget)."""
+    def releases(self, state=None):
+        """The one declaration of this kernel's releases (data-free): a
+        :class:`~pyro_dp.kernels.releases.ReleasePlan` at its noise, from which the plan, the budget
+        check before each step, the default path's ratio noise and ``jit_compile=None``'s cost are
+        derived (:mod:`pyro_dp.kernels.releases`). With ``state``: its ``step`` is the most the next
+        step from ``state`` may release."""
         raise NotImplementedError
 
-    def _fixed_events(self) -> Sequence[PrivacyEvent]:
-        """Events released once per chain in addition to the iterations (default none)."""
-        return ()
-
     def _calibrate(self) -> None:
-        """Set noise from (epsilon, delta, num_iterations) when the user gave none."""
-
-    def _step_events(self, state) -> list:
-        """The most one ``_step(state)`` can release, as events or ``(event, count)`` pairs
-        (data-free). The engine enforces the budget against it *before* the step and checks
-        afterwards that the step released no more. Default: :meth:`_per_iteration_events`."""
-        return list(self._per_iteration_events())
-
-    def _rows_per_iteration(self) -> Tuple[Optional[str], float, float]:
-        """``(cost kind, rows whose log-likelihood, rows whose gradient one iteration evaluates)``
-        for :mod:`~pyro_dp.kernels.auto_compile` (public: from :math:`N` and settings). Default: a
-        penalty-type test over every row; kernels that read otherwise override it."""
-        return "penalty", float(self.lik.num_rows), 0.0
-
-    def _ratio_noise_multiplier(self) -> Optional[float]:
-        """The noise multiplier of the kernel's ratio release, for the default path's ratio
-        clip (:meth:`~pyro_dp.default_path.tuning.DPAutoTune.ratio_quantile`); ``None``: no ratio
-        release whose clip is tuned (kernels with a default path override it)."""
-        return None
-
-    def default_path_noises(self) -> Tuple[float, float]:
-        """For :func:`~pyro_dp.default_path.driver.default_path_noise`, after the tuner is
-        configured: ``(the release's noise multiplier, the ratio noise the tuner's clip quantile
-        balances)``, both the ratio's (DPSGLD: its gradient's)."""
-        self._calibrate()
-        nm = float(self._ratio_noise_multiplier())
-        return nm, nm
+        """At set-up, after the default path's tuner learnt the budget: set the noise the user
+        left to the budget, with the pure calibration of :mod:`pyro_dp.kernels.releases` (data-free)."""
 
     def _nonprivate(self) -> dict:
         """Statistics of the raw data for ``diagnostics()`` (keys get :data:`NONPRIVATE_PREFIX`)."""
         return self.chain.nonprivate(with_init=self.init is not None)
-
-    # ------------------------------------------------------------------ helpers for subclasses
-    def _check_noise_multiplier(self, name: str, value) -> Optional[float]:
-        """Validate a noise multiplier; ``None`` means: calibrate it to the budget (the
-        default budget when there is none), and 0 is allowed only in the ``non_private``
-        test mode."""
-        if value is None:
-            if self.non_private:
-                raise ValueError(f"non_private=True is the noise-free test mode: set {name}=0")
-            self.privacy.adopt_default_budget()
-            return None
-        value = check_positive(name, value, allow_zero=self.non_private)
-        if self.non_private and value != 0:
-            raise ValueError(f"non_private=True is the noise-free test mode: set {name}=0")
-        return value
-
-    def _calibrate_scale(self, events_for_scale, **kwargs) -> float:
-        """:func:`~pyro_dp.accounting.calibrate` for this kernel's budget and run length, with the
-        private initialisation's releases added to the fixed (once per chain) events."""
-        return self.privacy.calibrate(events_for_scale, num_iterations=self.num_iterations,
-                                      fixed=self._init_events(), **kwargs)
-
-    def _init_events(self) -> list:
-        """Releases of the private initialisation (once per chain; ``[]`` without one)."""
-        return [] if self.init is None else list(self.init.events())
 
     # ------------------------------------------------------------------ the privacy surface
     def planned_events(self) -> Tuple[list, list]:
@@ -414,7 +366,8 @@ class DPKernel(MCMCKernel):
         """
         if self.lik is None:
             raise RuntimeError("call setup() first: the plan may depend on the number of rows")
-        return self._init_events() + list(self._fixed_events()), list(self._per_iteration_events())
+        plan = self.releases()
+        return ([] if self.init is None else list(self.init.events())) + list(plan.once), list(plan.per_iteration)
 
     @property
     def ledger(self) -> PrivacyLedger:
@@ -457,16 +410,18 @@ class DPKernel(MCMCKernel):
         take_declared_subsample(self, first_setup=self.num_setups == 1)  # the plate's subsample_size: used or refused
         self.lik.likelihood_mask  # the likelihood's coordinates, determined now (data-free; cached per kernel object)
         resolve_run_length(self)  # the run length a budget funds
-        auto_compile.auto_compile(self, self._rows_per_iteration, self._jit_cache)  # jit_compile=None: eager or compiled from the run's predicted cost
         default_path().configure(self)  # the default path's tuner learns the budget first ...
         self._calibrate()  # noise from the budget when none was given (data-free)
-        default_path().calibrated(self, self._ratio_noise_multiplier())  # ... and the ratio noise after
+        fixed, per_iteration = self.planned_events()  # the declaration (self.releases()), data-free
+        plan = self.releases()
+        auto_compile.auto_compile(self, lambda: plan.cost_of(self.lik.num_rows),
+                                  self._jit_cache)  # jit_compile=None: eager or compiled from the run's predicted cost
+        default_path().calibrated(self, plan.ratio_noise_multiplier)  # ... and the ratio noise after
         if self.epsilon is None:  # the plan (data-free)
             self.privacy.plan = None
         else:
-            fixed, per_iteration = self.planned_events()
             self.privacy.make_plan(fixed, per_iteration, num_iterations=self.num_iterations)
-        self.privacy.check_supports(sum(self.planned_events(), []), type(self).__name__)  # before any data access
+        self.privacy.check_supports(fixed + per_iteration, type(self).__name__)  # before any data access
         self.processes.register_chain(self.privacy)
         refusal = self.processes.refusal(self.privacy)  # stops the chain below, before any data is read
         self.randomness.start_chain(self.lik.device)  # the chain's data-free and secret streams
@@ -522,11 +477,11 @@ class DPKernel(MCMCKernel):
 
     def _declare(self, pending_init: bool) -> Optional[Counter]:
         """Before an iteration: the releases it may make (the private init's when it is
-        pending, and :meth:`_step_events`), checked against the plan by the engine; ``None``
+        pending, and :meth:`releases` at the state), checked against the plan by the engine; ``None``
         when the chain has stopped reading data (now, with the budget warning, or earlier)."""
         if self.privacy.stopped:
             return None
-        events = (self._init_events() if pending_init else []) + self._step_events(self._state)
+        events = (list(self.init.events()) if pending_init else []) + list(self.releases(self._state).step_events)
         return self.privacy.declare(events, iteration=self.chain.iteration)
 
     def _run_private_start(self) -> None:
@@ -544,7 +499,7 @@ class DPKernel(MCMCKernel):
                                             record=record)
         self.chain.started(frac, self.lik.preconditioner)  # a DPAutoTune(whiten=True) sets the coordinates
         default_path().take_tuning(self, first_chain=self._chain_index == 0,  # a DPAutoTune's settings (path_hook)
-                                   ratio_noise_multiplier=self._ratio_noise_multiplier())
+                                   ratio_noise_multiplier=self.releases().ratio_noise_multiplier)
         self._state = self._init_state(z_init)
 
     def cleanup(self):

@@ -52,7 +52,6 @@ are public (the private start's and tuner's releases, or the user's settings).
 """
 from __future__ import annotations
 
-import math
 from typing import NamedTuple, Optional
 
 import torch
@@ -61,13 +60,15 @@ from ..mechanisms import ClippedSum, clip_and_sum, clipped_fraction, gaussian_ev
 from ..mechanisms.clipping import clip_rows
 from .base import check_positive
 from .mh import MHState, RatioRelease, valid_move
+from .releases import (DEFAULT_REFERENCE_SHARE, hmc_reference_noise_multiplier,  # noqa: F401 (re-exported)
+                       noise_setting, reference_noise_multiplier)
 from .proposals import accept_uniform, penalty_log_accept_threshold, sample_momentum
 from .trajectory import HMCInfo, HMCState, trajectory_proposal
 
-__all__ = ["ChainReference", "check_settings", "reference_clip", "reference_events", "tilt_sd", "ControlVariate", "release_reference", "reference_rows", "release_residual", "cv_penalty_release_accept",
-           "default_curvature_clip", "reference_noise_multiplier", "cv_gradient_release_fn", "cv_dphmc_step_fn",
-           "cv_walk_step", "hmc_release_fns", "hmc_reference_noise_multiplier", "ChainReference", "check_settings", "reference_clip", "reference_events", "tilt_sd",
-           "DEFAULT_CURVATURE_FACTOR", "DEFAULT_REFERENCE_SHARE", "REFERENCE_CLIP_HEADROOM", "TILT_WARNING_SD"]
+__all__ = ["ChainReference", "Settings", "pop_settings", "set_settings", "reference_clip", "reference_events", "tilt_sd", "ControlVariate", "release_reference", "reference_rows", "release_residual", "cv_penalty_release_accept",
+           "default_curvature_clip", "cv_gradient_release_fn", "cv_dphmc_step_fn",
+           "cv_walk_step", "hmc_release_fns",
+           "DEFAULT_CURVATURE_FACTOR", "REFERENCE_CLIP_HEADROOM", "TILT_WARNING_SD"]
 
 #: :math:`\kappa` of :func:`default_curvature_clip`: a row's curvature bound in units of the mean
 #: row's (measured on logistic regression in whitened coordinates: the rows' 0.99 quantile was
@@ -101,10 +102,6 @@ def default_curvature_clip(dim: int, num_rows: int, scale: float, temperature: f
 #: warns before the chain runs (issue 40's bar for a right run is 0.5 sd)
 TILT_WARNING_SD = 0.25
 
-#: the share of a chain's budget (Gaussian-DP :math:`\mu^2`, after the tuner's) spent on the one
-#: reference release: its noise tilts the target for the whole chain, while the residual releases
-#: are small and need little
-DEFAULT_REFERENCE_SHARE = 0.9
 
 
 class ControlVariate(NamedTuple):
@@ -224,17 +221,6 @@ def _cv_penalty_test(lik, noise, rng, state: MHState, z_new, log_q_ratio, cv, cu
     return (RatioRelease(log_ratio, noise_var, lp_new, (spec.event,), clipped_fraction(rel.num_clipped, rel.num_rows),
                          float(rel.noise_std), cache_new=ll_new, cache_old=loglik), accepted,
             float(torch.exp(log_prob)) if ok else 0.0)
-
-
-def reference_noise_multiplier(noise_multiplier: float, num_iterations: float, share: float) -> float:
-    r""":math:`\mathrm{nm}_G` that gives the reference release the share ``share`` of a chain's
-    Gaussian-DP :math:`\mu^2` against ``num_iterations`` releases of multiplier ``noise_multiplier``:
-    :math:`1/\mathrm{nm}_G^2 = \frac{s}{1-s}\,I/\mathrm{nm}^2`.
-
-    >>> round(reference_noise_multiplier(100.0, 1000, 0.9), 4)
-    1.0541
-    """
-    return float(noise_multiplier) * math.sqrt((1.0 - share) / (share * num_iterations))
 
 
 def check_share(share: Optional[float]) -> float:
@@ -363,45 +349,50 @@ def cv_walk_step(rng, noise, state, lik, *, step_size: float, num_steps: int, in
     return new, info
 
 
-def hmc_reference_noise_multiplier(num_iterations: int, num_steps: int, noise_ratio: float, share: float) -> float:
-    r"""DP-HMC's :math:`\mathrm{nm}_G` per unit ratio multiplier :math:`s`: the reference takes the
-    share ``share`` of :math:`\mu^2` against ``num_iterations`` iterations of one ratio release
-    (:math:`s`) and :math:`L` gradient releases (:math:`rs`):
-    :math:`1/\mathrm{nm}_G^2 = \frac{\text{share}}{1-\text{share}}\,I(1 + L/r^2)/s^2`.
+class Settings(NamedTuple):
+    """The control-variate keywords of :class:`~pyro_dp.kernels.penalty.DPPenalty` and
+    :class:`~pyro_dp.kernels.hmc.DPHMC` (documented there), with their defaults."""
 
-    >>> round(hmc_reference_noise_multiplier(1000, 5, 5 ** 0.5, 0.9), 6)
-    0.007454
-    """
-    # reference_noise_multiplier's formula, with each iteration's releases counted in ratio units
-    return reference_noise_multiplier(1.0, num_iterations * (1.0 + num_steps / noise_ratio ** 2), share)
+    control_variate: Optional[bool] = None
+    curvature_clip: Optional[float] = None
+    reference_share: float = DEFAULT_REFERENCE_SHARE
+    reference_noise_multiplier: Optional[float] = None
 
 
-# --------------------------------------------------------------------------- the kernels' side
-def check_settings(control_variate, curvature_clip, reference_share, reference_noise_multiplier, *, owner: str,
-                   auto_tuned: bool, runs_control_variate: bool, explicit_noise: bool, check_noise_multiplier):
-    """A kernel's control-variate arguments, checked when it is built: ``(control_variate,
-    curvature_clip, curvature_clip_given, reference_share, reference_noise_multiplier)`` as the
-    kernel keeps them. ``control_variate=None`` is the default path's choice: on where settings
-    are left to it (``auto_tuned``) and the kernel's step runs it (``runs_control_variate``);
-    ``explicit_noise``: the kernel's noise multipliers were given (then the reference's must be
-    too); ``check_noise_multiplier``: the kernel's check of a noise multiplier."""
+def pop_settings(kwargs: dict) -> Settings:
+    """The control-variate keywords, taken out of a kernel's ``kwargs`` before
+    :class:`~pyro_dp.kernels.base.DPKernel` sees them (checked by :func:`set_settings`)."""
+    return Settings(**{name: kwargs.pop(name) for name in Settings._fields if name in kwargs})
+
+
+def set_settings(kernel, settings: Settings, *, runs_control_variate: bool, explicit_noise: bool) -> None:
+    """A kernel's control-variate arguments, checked when it is built and kept on it
+    (``control_variate``, ``curvature_clip``, ``curvature_clip_given``, ``reference_share``,
+    ``reference_noise_multiplier``; ``kernel.reference``: its :class:`ChainReference`).
+    ``control_variate=None`` is the default path's choice: on where settings are left to it
+    (``kernel.auto_tuned``) and the kernel's step runs it (``runs_control_variate``);
+    ``explicit_noise``: the kernel's noise multipliers were given (then the reference's must be too)."""
+    control_variate, curvature_clip, reference_share, reference_noise_multiplier = settings
+    owner, auto_tuned = type(kernel).__name__, bool(kernel.auto_tuned)
     if control_variate is None:  # the default path (measured: docs/tuning.md, "Control variates")
         control_variate = auto_tuned and runs_control_variate
     if not isinstance(control_variate, bool):
         raise TypeError(f"control_variate must be a bool or None, got {control_variate!r}")
     if control_variate and not runs_control_variate:
         raise ValueError(f"{owner} has its own step: it cannot run control_variate=True")
-    clip = None if curvature_clip is None else check_positive("curvature_clip", curvature_clip)
-    share = check_share(reference_share)
+    kernel.curvature_clip = None if curvature_clip is None else check_positive("curvature_clip", curvature_clip)
+    kernel.reference_share = check_share(reference_share)
     if control_variate and curvature_clip is None and not auto_tuned:
         raise ValueError(f"control_variate=True with every clip and step of {owner} given needs "
                          "curvature_clip (the per-row curvature bound h): nothing tunes it privately on this path")
     nm = None if reference_noise_multiplier is None else \
-        check_noise_multiplier("reference_noise_multiplier", reference_noise_multiplier)
+        noise_setting(kernel, "reference_noise_multiplier", reference_noise_multiplier)
     if control_variate and explicit_noise != (nm is not None):
         raise ValueError("control_variate=True: give the noise multipliers and reference_noise_multiplier "
                          "together (or none, to calibrate them to the budget with reference_share)")
-    return control_variate, clip, curvature_clip is not None, share, nm
+    kernel.control_variate, kernel.curvature_clip_given, kernel.reference_noise_multiplier = \
+        control_variate, curvature_clip is not None, nm
+    kernel.reference = ChainReference()  # this chain's reference release
 
 
 def reference_clip(base_clip: Optional[float]) -> Optional[float]:

@@ -41,11 +41,12 @@ from torch.utils._pytree import tree_map
 
 from ..arguments import model_arguments as _model_arguments
 from ..likelihood import forked_rng
-from ..mechanisms import NoisyRelease, add_gaussian_noise, clip_rows
+from ..mechanisms import NoisyRelease, add_gaussian_noise, clip_rows, gaussian_event
 from ..warn import warn_user
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease
 from .proposals import penalty_accept, pop_target_accept_prob
+from .releases import Budget, ReleasePlan, calibrated_scale, init_events, noise_setting, penalty_releases
 
 __all__ = [
     "ExpFamily",
@@ -347,12 +348,10 @@ class DPExpFamPenalty(RandomWalkKernel):
     >>> fam = gaussian_known_variance("mu", scale=1.0, low=-4.0, high=4.0)
     >>> kernel = DPExpFamPenalty(model, fam, proposal_scale=0.01, noise_multiplier=50.0,
     ...                          init_strategy=init_to_mean, seed=0)
-    >>> mcmc = MCMC(kernel, num_samples=300, warmup_steps=200, disable_progbar=True)
-    >>> mcmc.run(y)
-    >>> abs(float(mcmc.get_samples()["mu"].mean()) - float(y.mean())) < 0.05
-    True
-    >>> round(kernel.get_epsilon(1e-5), 3)  # 500 Gaussian releases with noise multiplier 50
-    1.76
+    >>> mcmc = MCMC(kernel, num_samples=300, warmup_steps=200, disable_progbar=True); mcmc.run(y)
+    >>> mu = mcmc.get_samples()["mu"]
+    >>> bool(abs(mu.mean() - y.mean()) < 0.05), round(kernel.get_epsilon(1e-5), 3)  # 500 releases, nm 50
+    (True, 1.76)
     """
 
     def __init__(
@@ -382,20 +381,19 @@ class DPExpFamPenalty(RandomWalkKernel):
         self._setup_walk(proposal_scale, one_component=one_component, guided_walk=guided_walk,
                          adapt_proposal=adapt_proposal,
                          target_accept_prob=target_accept_prob)
-        self.noise_multiplier = self._check_noise_multiplier("noise_multiplier", noise_multiplier)
+        self.noise_multiplier = noise_setting(self, "noise_multiplier", noise_multiplier)
         self.check_family = bool(check_family)
         self._checked_lik = None
 
-    def _rows_per_iteration(self):
-        return None, 0.0, 0.0  # auto_compile: iterations read no rows (the cached sum): never compiled
-
     def _calibrate(self):
         if self.noise_multiplier is None:
-            self.noise_multiplier = self._calibrated_gaussian_noise_multiplier()
+            self.noise_multiplier = calibrated_scale(penalty_releases, Budget.of(self), self.num_iterations,
+                                                     init_events=init_events(self))
 
-    def _per_iteration_events(self):
-        # One Gaussian mechanism on S_n per iteration (Alg. 3, step 1; Corollary 1).
-        return self._gaussian_events(self.noise_multiplier)
+    def releases(self, state=None):
+        # One Gaussian mechanism on S_n per iteration (Alg. 3, step 1; Corollary 1); auto_compile:
+        # iterations read no rows (the cached sum): never compiled
+        return ReleasePlan((gaussian_event(float(self.noise_multiplier)),), cost=(None, 0.0, 0.0))
 
     def _validate(self, z: torch.Tensor) -> None:
         """Data-free checks of ``family`` against the model (dimension, and eq. (7))."""

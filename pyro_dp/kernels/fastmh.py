@@ -47,6 +47,7 @@ from ..mechanisms import (ApproxDPEvent, GaussianEvent, NonPrivateEvent, Privacy
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease, mh_init, mh_step, random_walk_proposal, release_then_accept
 from .proposals import penalty_accept
+from .releases import ReleasePlan
 
 __all__ = [
     "DPFastMH",
@@ -232,6 +233,91 @@ def fastmh_step(rng: torch.Generator, noise, state: MHState, lik, *, proposal_sc
 # --------------------------------------------------------------------------- Pyro kernel
 
 
+def default_accountant(full_batch: bool, privacy_for_free: bool, kwargs: dict) -> str:
+    """DPFastMH's accountant when none is given: ``"gdp"`` for the full-batch Gaussian variant,
+    ``"pld"`` with a private initialisation (its Gaussian sums, which the (ε, δ) compositions cannot
+    take: dp_accounting's PLD composes both kinds), else ``"optimal"``."""
+    non_private = kwargs.get("non_private", False)
+    if full_batch and not privacy_for_free and not non_private:
+        return "gdp"
+    return "pld" if kwargs.get("init") is not None and not non_private else "optimal"
+
+
+def check_lipschitz(lipschitz) -> float:
+    """One public bound :math:`c` for every row (Zhang & Zhang 2023, Alg. 2), checked."""
+    per_row = lipschitz.numel() > 1 if torch.is_tensor(lipschitz) else (
+        hasattr(lipschitz, "__len__") and not isinstance(lipschitz, (str, bytes)))
+    if per_row:
+        raise ValueError(
+            "lipschitz must be ONE public bound c for every row (or a callable of public "
+            "quantities): per-row bounds c_i computed from the data would make the batch-size "
+            "law and the sampling probabilities data-dependent, which the privacy proof of "
+            "DP-Fast MH does not cover. Use c = max_i c_i over the data domain."
+        )
+    return check_positive("lipschitz", lipschitz)
+
+
+def check_batch_settings(full_batch: bool, lam, max_batch_size) -> Tuple[Optional[float], Optional[int]]:
+    """``(lam, max_batch_size)`` checked: required by the minibatch algorithm, optional with ``full_batch``."""
+    if full_batch:
+        return (None if lam is None else check_positive("lam", lam),
+                None if max_batch_size is None else check_positive("max_batch_size", max_batch_size, integer=True))
+    if lam is None or max_batch_size is None:
+        raise ValueError("the minibatch algorithm needs lam and max_batch_size (or full_batch=True)")
+    lam = check_positive("lam", lam)
+    if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, (int, float)) or max_batch_size != int(max_batch_size):
+        raise TypeError(f"max_batch_size (K) must be an integer, got {max_batch_size!r}")
+    if max_batch_size < 1:
+        raise ValueError(f"max_batch_size (K) must be >= 1, got {max_batch_size!r}")
+    return lam, int(max_batch_size)
+
+
+def check_step_privacy(non_private: bool, step_epsilon, step_delta) -> Tuple[Optional[float], Optional[float]]:
+    """``(step_epsilon, step_delta)``, the per-iteration privacy of Thm 2, checked (unset in the test mode)."""
+    if non_private:
+        if step_epsilon is not None or step_delta is not None:
+            raise ValueError("non_private=True is the noise-free test mode: leave step_epsilon/step_delta unset")
+        return step_epsilon, step_delta
+    if step_epsilon is None or step_delta is None:
+        raise ValueError("give step_epsilon and step_delta (the per-iteration privacy of Thm 2; DP-Fast MH sets "
+                         "its noise per iteration, and epsilon/delta, if given, only cap the total)")
+    se, sd = check_positive("step_epsilon", step_epsilon), float(step_delta)
+    if not se < 1.0:
+        raise ValueError(f"step_epsilon must be in (0, 1) (Gaussian mechanism, Dwork & Roth Thm A.1), got {step_epsilon!r}")
+    if not (0.0 < sd < 1.0):
+        raise ValueError(f"step_delta must be in (0, 1), got {step_delta!r}")
+    return se, sd
+
+
+def expected_cost(lik, proposal_scale, lam: Optional[float], max_batch_size: Optional[int], bound: float,
+                  full_batch: bool) -> Tuple[str, float, float]:
+    """auto_compile's cost of one DP-Fast MH iteration: the expected rows it reads (public: N, the settings and the
+    proposal's law). Alg. 2 reads B ~ Poisson(λ + C·M) rows when B < K and all N otherwise,
+    with M = proposal_scale·‖ξ‖ over the likelihood's d coordinates; without a proposal scale
+    yet (private tuning), K rows."""
+    n = lik.num_rows
+    if full_batch or max_batch_size is None:
+        return "penalty", float(n), 0.0
+    if proposal_scale is None:
+        return "fastmh", float(min(n, max_batch_size)), 0.0
+    d = max(lik.likelihood_dim, 1)
+    # the proposal's sd over the likelihood's coordinates (scalar or per coordinate): its root
+    # mean square, exact for one scale for all
+    sd = torch.as_tensor(proposal_scale, dtype=torch.float64).detach().cpu().expand(lik.dim)
+    mask = lik.likelihood_mask
+    sq = sd.square() if mask is None else sd.square() * mask.detach().cpu().double()
+    rms = math.sqrt(float(sq.sum()) / d)
+    # M = rms * ||xi|| varies from move to move (chi with d degrees of freedom), which spreads B
+    # far beyond a Poisson's: average over 256 quantiles of ||xi|| (Wilson-Hilferty:
+    # (chi2_d / d)^(1/3) ~ N(1 - 2/(9d), 2/(9d)); deterministic, no draw)
+    v = 2.0 / (9.0 * d)
+    z = torch.special.ndtri((torch.arange(256, dtype=torch.float64) + 0.5) / 256)
+    radii = (d * (1.0 - v + z * math.sqrt(v)).clamp(min=0.0) ** 3).sqrt()
+    scale = n * lik.temperature * bound * rms
+    rows = [expected_rows_read(lam + scale * float(r), max_batch_size, n) for r in radii]
+    return "fastmh", sum(rows) / len(rows), 0.0
+
+
 class DPFastMH(RandomWalkKernel):
     r"""DP-Fast MH (Zhang & Zhang 2023, Alg. 2) as a Pyro ``MCMCKernel``.
 
@@ -313,91 +399,18 @@ class DPFastMH(RandomWalkKernel):
         accountant=None,
         **kwargs,
     ):
-        self.full_batch = bool(full_batch)
-        self.privacy_for_free = bool(privacy_for_free)
+        self.full_batch, self.privacy_for_free = bool(full_batch), bool(privacy_for_free)
         if accountant is None:
-            non_private = kwargs.get("non_private", False)
-            if self.full_batch and not self.privacy_for_free and not non_private:
-                accountant = "gdp"
-            elif kwargs.get("init") is not None and not non_private:
-                # a private initialisation releases Gaussian sums, which the (epsilon, delta)
-                # compositions cannot take: dp_accounting's PLD composes both kinds
-                accountant = "pld"
-            else:
-                accountant = "optimal"
+            accountant = default_accountant(self.full_batch, self.privacy_for_free, kwargs)
         super().__init__(model, accountant=accountant, **kwargs)
         self._setup_walk(proposal_scale)
-        if callable(lipschitz):
-            self.lipschitz = lipschitz
-        else:
-            per_row = lipschitz.numel() > 1 if torch.is_tensor(lipschitz) else (
-                hasattr(lipschitz, "__len__") and not isinstance(lipschitz, (str, bytes))
-            )
-            if per_row:
-                raise ValueError(
-                    "lipschitz must be ONE public bound c for every row (or a callable of public "
-                    "quantities): per-row bounds c_i computed from the data would make the batch-size "
-                    "law and the sampling probabilities data-dependent, which the privacy proof of "
-                    "DP-Fast MH does not cover. Use c = max_i c_i over the data domain."
-                )
-            self.lipschitz = check_positive("lipschitz", lipschitz)
-        if self.full_batch:
-            self.lam = None if lam is None else check_positive("lam", lam)
-            self.max_batch_size = None if max_batch_size is None else check_positive("max_batch_size", max_batch_size, integer=True)
-        else:
-            if lam is None or max_batch_size is None:
-                raise ValueError("the minibatch algorithm needs lam and max_batch_size (or full_batch=True)")
-            self.lam = check_positive("lam", lam)
-            if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, (int, float)) or max_batch_size != int(max_batch_size):
-                raise TypeError(f"max_batch_size (K) must be an integer, got {max_batch_size!r}")
-            if max_batch_size < 1:
-                raise ValueError(f"max_batch_size (K) must be >= 1, got {max_batch_size!r}")
-            self.max_batch_size = int(max_batch_size)
-        if self.non_private:
-            if step_epsilon is not None or step_delta is not None:
-                raise ValueError("non_private=True is the noise-free test mode: leave step_epsilon/step_delta unset")
-        else:
-            if step_epsilon is None or step_delta is None:
-                raise ValueError("give step_epsilon and step_delta (the per-iteration privacy of Thm 2; DP-Fast MH sets "
-                                 "its noise per iteration, and epsilon/delta, if given, only cap the total)")
-            se, sd = check_positive("step_epsilon", step_epsilon), float(step_delta)
-            if not se < 1.0:
-                raise ValueError(f"step_epsilon must be in (0, 1) (Gaussian mechanism, Dwork & Roth Thm A.1), got {step_epsilon!r}")
-            if not (0.0 < sd < 1.0):
-                raise ValueError(f"step_delta must be in (0, 1), got {step_delta!r}")
-            step_epsilon, step_delta = se, sd
-        self.step_epsilon, self.step_delta = step_epsilon, step_delta
+        self.lipschitz = lipschitz if callable(lipschitz) else check_lipschitz(lipschitz)
+        self.lam, self.max_batch_size = check_batch_settings(self.full_batch, lam, max_batch_size)
+        self.step_epsilon, self.step_delta = check_step_privacy(self.non_private, step_epsilon, step_delta)
         self.step_privacy: Optional[StepPrivacy] = None
 
     # ------------------------------------------------------------------ DPKernel hooks
     _chain_attrs = RandomWalkKernel._chain_attrs + ("_stats",)
-
-    def _rows_per_iteration(self):
-        """auto_compile: the expected rows one iteration reads (public: N, the settings and the
-        proposal's law). Alg. 2 reads B ~ Poisson(λ + C·M) rows when B < K and all N otherwise,
-        with M = proposal_scale·‖ξ‖ over the likelihood's d coordinates; without a proposal scale
-        yet (private tuning), K rows."""
-        n = self.lik.num_rows
-        if self.full_batch or self.max_batch_size is None:
-            return "penalty", float(n), 0.0
-        if self.proposal_scale is None:
-            return "fastmh", float(min(n, self.max_batch_size)), 0.0
-        d = max(self.lik.likelihood_dim, 1)
-        # the proposal's sd over the likelihood's coordinates (scalar or per coordinate): its root
-        # mean square, exact for one scale for all
-        sd = torch.as_tensor(self.proposal_scale, dtype=torch.float64).detach().cpu().expand(self.lik.dim)
-        mask = self.lik.likelihood_mask
-        sq = sd.square() if mask is None else sd.square() * mask.detach().cpu().double()
-        rms = math.sqrt(float(sq.sum()) / d)
-        # M = rms * ||xi|| varies from move to move (chi with d degrees of freedom), which spreads B
-        # far beyond a Poisson's: average over 256 quantiles of ||xi|| (Wilson-Hilferty:
-        # (chi2_d / d)^(1/3) ~ N(1 - 2/(9d), 2/(9d)); deterministic, no draw)
-        v = 2.0 / (9.0 * d)
-        z = torch.special.ndtri((torch.arange(256, dtype=torch.float64) + 0.5) / 256)
-        radii = (d * (1.0 - v + z * math.sqrt(v)).clamp(min=0.0) ** 3).sqrt()
-        scale = n * self.lik.temperature * self._bound() * rms
-        rows = [expected_rows_read(self.lam + scale * float(r), self.max_batch_size, n) for r in radii]
-        return "fastmh", sum(rows) / len(rows), 0.0
 
     #: why the data plate's ``subsample_size`` is refused (:mod:`~pyro_dp.kernels.declared_batch`)
     plate_batch_refusal = ("DPFastMH draws a random batch whose size the algorithm sets (expected lam + C*E[M], "
@@ -447,10 +460,12 @@ class DPFastMH(RandomWalkKernel):
             self.privacy_for_free, self.full_batch, sp.event,
         )
 
-    def _per_iteration_events(self):
+    def releases(self, state=None):
+        # Zhang & Zhang 2023 Thm 2: one (epsilon, delta) step per iteration (or the certified one)
         if self.step_privacy is None:
             raise RuntimeError("the per-iteration event depends on N: call setup() first")
-        return [self.step_privacy.event]
+        return ReleasePlan((self.step_privacy.event,), cost=lambda: expected_cost(
+            self.lik, self.proposal_scale, self.lam, self.max_batch_size, self._bound(), self.full_batch))
 
     draws_directions = False  # the full random walk only: no guided-walk directions (Alg. 1)
 

@@ -109,17 +109,18 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from ..mechanisms import GaussianEvent, clip_and_sum, clipped_fraction, gaussian_event, gaussian_release_spec
+from ..mechanisms import clip_and_sum, clipped_fraction, gaussian_event, gaussian_release_spec
 from .base import check_positive
 from .mh import MHInfo, MHState, mh_step, random_walk_proposal
 from .penalty import DPPenalty
+from .releases import Budget, ReleasePlan, calibrated_scale, init_events
 from .prior_sweeps import PRIOR_SWEEPS, prior_only_step  # noqa: F401 (their home until 2026-11-28)
 from .proposals import accept_uniform, penalty_log_accept_threshold, random_walk
 from .scales import penalty_jump_length, private_norm_quantiles
 
 __all__ = ["DPGroupedPenalty", "GroupedInfo", "GROUP_TARGET_ACCEPT_PROB", "group_coordinates", "group_moves",
            "grouped_accept", "grouped_ratio_release", "grouped_step",
-           "private_group_clip", "GROUP_CLIP_NOISE_RATIO"]
+           "private_group_clip", "GROUP_CLIP_NOISE_RATIO", "grouped_releases", "group_structure", "group_clip_noise"]
 
 
 class GroupedInfo(NamedTuple):
@@ -298,6 +299,71 @@ def private_group_clip(lik, z: torch.Tensor, coords: torch.Tensor, quantile: flo
 GROUP_CLIP_NOISE_RATIO = 4.0
 
 
+def group_clip_noise(noise_multiplier: float) -> float:
+    """The private group clip's noise multiplier for a chain's ``noise_multiplier``."""
+    return float(noise_multiplier) / GROUP_CLIP_NOISE_RATIO
+
+
+def grouped_releases(noise_multiplier: float, *, others: bool, group_clip: bool) -> ReleasePlan:
+    """DPGroupedPenalty's releases: per iteration the penalty step on the other likelihood
+    coordinates (``others``: if there are any) and the grouped release; once per chain, on the
+    default path (``group_clip``), the private group clip's histogram (:func:`private_group_clip`)."""
+    once = (gaussian_event(group_clip_noise(noise_multiplier)),) if group_clip else ()
+    return ReleasePlan((gaussian_event(float(noise_multiplier)),) * (2 if others else 1), once,
+                       ratio_noise_multiplier=noise_multiplier)
+
+
+def group_structure(lik, site: str):
+    """``(coords [G], the other likelihood coordinates [D] 0/1, whether there are any, the coordinates
+    that enter only the prior [D] 0/1)`` of ``lik`` for the group site ``site``, checked (data-free)."""
+    coords = group_coordinates(lik, site)
+    others = torch.ones(lik.dim, dtype=lik.dtype, device=lik.device)
+    others[coords] = 0.0
+    mask = lik.likelihood_mask
+    lik_others = others if mask is None else others * mask  # step 1 moves these
+    return coords, lik_others, bool(lik_others.sum() > 0), others - lik_others  # ..., prior-only coordinates
+
+
+def _refuse_arguments(kwargs: dict, group_site) -> None:
+    """DPGroupedPenalty's refusals in ``__init__``: the walk modes it does not offer, a group site
+    that is not a name, a whitening tuner."""
+    for name in ("one_component", "guided_walk"):
+        if kwargs.pop(name, False):
+            raise ValueError(f"DPGroupedPenalty does not offer {name}: its first move is a joint random walk on "
+                             "the other coordinates, its second the grouped update")
+    if not isinstance(group_site, str):
+        raise TypeError(f"group_site must be the name of a latent site, got {group_site!r}")
+    if getattr(kwargs.get("init"), "whiten", False):  # a DPAutoTune(whiten=True)
+        raise ValueError("DPGroupedPenalty cannot whiten (DPAutoTune(whiten=True)): the whitening preconditioner "
+                         "mixes the group coordinates with the others; use DPAutoTune(whiten=False)")
+
+
+def _checked_group_scale(group_scale) -> Optional[float]:
+    scale = None if group_scale is None else float(group_scale)
+    if scale is not None and not (scale > 0 and math.isfinite(scale)):
+        raise ValueError(f"group_scale must be positive and finite, got {group_scale!r}")
+    return scale
+
+
+def _start_log_scales(dim: int, proposal_scale, group_scale: Optional[float], coords, prior_only):
+    """A chain's starting ``(log group scale, log scale of the prior-only sweeps)``: the group scale
+    as given or tuned, else the proposal scale's mean over the group coordinates; the sweeps' the
+    proposal scale's mean over the prior-only coordinates (log 1 without a proposal scale)."""
+    given = torch.as_tensor(proposal_scale if proposal_scale is not None else 1.0, dtype=torch.float64).expand(dim)
+    s = float(given[coords.cpu()].mean()) if group_scale is None else group_scale
+    p = given[prior_only.cpu() > 0]
+    return math.log(s), (math.log(float(p.mean())) if p.numel() else 0.0)
+
+
+def _refuse_mixing(preconditioner) -> None:
+    """The grouped update needs diagonal coordinates: refuse a preconditioner that mixes them (whitening)."""
+    if preconditioner is not None and preconditioner[1] is not None:
+        L = preconditioner[1]
+        if L.dim() == 2 and bool((L - torch.diag(torch.diagonal(L))).abs().sum() > 0):
+            raise ValueError("DPGroupedPenalty needs diagonal coordinates: a preconditioner mixes the group "
+                             "coordinates with the others (whitening); use DPAutoTune(whiten=False)")
+
+
 def _prior_factorises(lik, z: torch.Tensor, coords: torch.Tensor) -> bool:
     """Data-free check at set-up: the prior's change under a joint move of the group coordinates
     equals the sum of its changes under each one-coordinate move (at ``z``, a fixed public draw)."""
@@ -392,23 +458,10 @@ class DPGroupedPenalty(DPPenalty):
     def __init__(self, model, proposal_scale=None, llr_clip: Optional[float] = None,
                  noise_multiplier: Optional[float] = None, *, group_site: str, group_scale=None,
                  group_llr_clip: Optional[float] = None, **kwargs):
-        for name in ("one_component", "guided_walk"):
-            if kwargs.pop(name, False):
-                raise ValueError(f"DPGroupedPenalty does not offer {name}: its first move is a joint random walk on "
-                                 "the other coordinates, its second the grouped update")
-        if not isinstance(group_site, str):
-            raise TypeError(f"group_site must be the name of a latent site, got {group_site!r}")
-        init = kwargs.get("init")
-        if getattr(init, "whiten", False):  # a DPAutoTune(whiten=True)
-            raise ValueError("DPGroupedPenalty cannot whiten (DPAutoTune(whiten=True)): the whitening preconditioner "
-                             "mixes the group coordinates with the others; use DPAutoTune(whiten=False)")
+        _refuse_arguments(kwargs, group_site)
         super().__init__(model, proposal_scale, llr_clip, noise_multiplier, **kwargs)
         self.group_site = group_site
-        self._given_group_scale = None if group_scale is None else float(group_scale)
-        if self._given_group_scale is not None and not (self._given_group_scale > 0 and
-                                                       math.isfinite(self._given_group_scale)):
-            raise ValueError(f"group_scale must be positive and finite, got {group_scale!r}")
-        self.group_scale = self._given_group_scale
+        self.group_scale = self._given_group_scale = _checked_group_scale(group_scale)
         #: the grouped release's clip per unit move as given (``None``: :meth:`_group_clip` decides)
         self.group_llr_clip = None if group_llr_clip is None else check_positive("group_llr_clip", group_llr_clip)
         #: the default path releases a private group clip at each chain's first step (private_group_clip)
@@ -424,47 +477,25 @@ class DPGroupedPenalty(DPPenalty):
         """``(coords [G], the other likelihood coordinates [D] 0/1, whether there are any, the coordinates
         that enter only the prior [D] 0/1)`` of the current likelihood, checked (data-free)."""
         cached = self.__dict__.get("_groups_of")
-        if cached is not None and cached[0] is self.lik:
-            return cached[1]
-        coords = group_coordinates(self.lik, self.group_site)
-        others = torch.ones(self.lik.dim, dtype=self.lik.dtype, device=self.lik.device)
-        others[coords] = 0.0
-        mask = self.lik.likelihood_mask
-        lik_others = others if mask is None else others * mask  # step 1 moves these
-        out = (coords, lik_others, bool(lik_others.sum() > 0), others - lik_others)  # ..., prior-only coordinates
-        self._groups_of = (self.lik, out)
-        return out
+        if cached is None or cached[0] is not self.lik:
+            self._groups_of = cached = (self.lik, group_structure(self.lik, self.group_site))
+        return cached[1]
 
     def _calibrate(self):
-        coords, _, has_others, _ = self.groups()  # refusals first, before any planning or data access
+        others = self.groups()[2]  # refusals first, before any planning or data access
         if self.noise_multiplier is None:
-            k, f = (2 if has_others else 1), (1 if self.auto_group_clip else 0)
-            self.noise_multiplier = self._calibrate_scale(
-                lambda s: ([GaussianEvent(s / GROUP_CLIP_NOISE_RATIO)] * f, [GaussianEvent(s)] * k))
+            self.noise_multiplier = calibrated_scale(
+                lambda s: grouped_releases(s, others=others, group_clip=self.auto_group_clip), Budget.of(self),
+                self.num_iterations, init_events=init_events(self), closed_form=False)
 
-    def _per_iteration_events(self):
-        k = 2 if self.groups()[2] else 1  # the penalty step on the others (if any) and the grouped release
-        return [gaussian_event(float(self.noise_multiplier))] * k
-
-    def _fixed_events(self):  # the private group clip's histogram, once per chain (default path)
-        return [gaussian_event(self._group_clip_noise())] if self.auto_group_clip else []
-
-    def _group_clip_noise(self) -> float:
-        return float(self.noise_multiplier) / GROUP_CLIP_NOISE_RATIO
-
-    def _step_events(self, state):
-        pending = self.auto_group_clip and self._group_clip_value is None
-        return (self._fixed_events() if pending else []) + list(self._per_iteration_events())
+    def releases(self, state=None):
+        plan = grouped_releases(self.noise_multiplier, others=self.groups()[2], group_clip=self.auto_group_clip)
+        return plan if state is None else plan.first_step(self.auto_group_clip and self._group_clip_value is None)
 
     def _check_data(self) -> None:
         super()._check_data()
         self.groups()
-        pre = self.lik.preconditioner
-        if pre is not None and pre[1] is not None:
-            L = pre[1]
-            if L.dim() == 2 and bool((L - torch.diag(torch.diagonal(L))).abs().sum() > 0):
-                raise ValueError("DPGroupedPenalty needs diagonal coordinates: a preconditioner mixes the group "
-                                 "coordinates with the others (whitening); use DPAutoTune(whiten=False)")
+        _refuse_mixing(self.lik.preconditioner)
 
     def _init_state(self, z):
         state = super()._init_state(z)
@@ -474,16 +505,10 @@ class DPGroupedPenalty(DPPenalty):
                              "given the other latents: the grouped update assumes independent group effects "
                              "(a plate of independent draws)")
         if self.chain.iteration == 0 or self._group_log_scale is None:  # a new chain: the given or tuned scale
-            s = self.group_scale
-            if s is None:
-                s = float(torch.as_tensor(self.proposal_scale if self.proposal_scale is not None else 1.0,
-                                          dtype=torch.float64).expand(self.lik.dim)[coords.cpu()].mean())
-            self._group_log_scale = math.log(s)
+            self._group_log_scale, self.prior_sweeps.log_scale = _start_log_scales(
+                self.lik.dim, self.proposal_scale, self.group_scale, coords, prior_only)
             self._group_accepts = [0.0, 0]
             self._group_clip_value = None  # released again at this chain's first step (default path)
-            given = self.proposal_scale if self.proposal_scale is not None else 1.0
-            p = torch.as_tensor(given, dtype=torch.float64).expand(self.lik.dim)[prior_only.cpu() > 0]
-            self.prior_sweeps.log_scale = math.log(float(p.mean())) if p.numel() else 0.0
         return state
 
     def guess_group_scale(self, sd_g: float) -> None:
@@ -508,8 +533,8 @@ class DPGroupedPenalty(DPPenalty):
         warmup = self.adapt_proposal and self.chain.iteration < self.chain.warmup_steps
         if self.auto_group_clip and self._group_clip_value is None:  # the chain's first step (declared)
             q = self.init.llr_quantile  # not the raised ratio_quantile: see GROUP_CLIP_NOISE_RATIO
-            clip, event = private_group_clip(self.lik, state.z, coords, q, self._group_clip_noise(), self._noise,
-                                             self.relation)
+            clip, event = private_group_clip(self.lik, state.z, coords, q, group_clip_noise(self.noise_multiplier),
+                                             self._noise, self.relation)
             events.append(event)
             # the group block's norms are at most the full norms: a noisy quantile above the tuner's
             # llr_clip is noise (post-processing)

@@ -26,7 +26,7 @@ log-likelihood sums are released. Sensitivities are for the substitute relation:
 **Gradient reuse** (thesis Alg. 3): the noisy gradient at the accepted (or kept) point is
 reused by the next iteration, so ``k`` iterations release ``kL + 1`` gradients and ``k``
 ratios. The first gradient is released lazily in the first iteration (set-up stays
-data-free) and declared as a once-per-chain ``_fixed_events`` release for planning.
+data-free) and declared as a once-per-chain release for planning (:func:`~.releases.hmc_releases`).
 
 **Accounting** (thesis Thm 11, Sommer et al. 2019 Lemma 12): the privacy-loss distribution
 is :math:`\mathcal N(\mu_S, 2\mu_S)` with
@@ -39,6 +39,7 @@ ledger. :func:`dphmc_max_iterations_zcdp` gives the looser zCDP count of thesis 
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import numbers
@@ -50,13 +51,14 @@ from pyro.ops.dual_averaging import DualAveraging
 from ..accounting.algorithms import (default_noise_ratio, dphmc_events, dphmc_max_iterations,
                                     dphmc_max_iterations_zcdp, dphmc_mu)
 from ..compiled import cached_zeros
-from ..mechanisms import NOT_COUNTED, GaussianReleaseSpec, clipped_fraction, gaussian_event, gaussian_release_spec
+from ..mechanisms import NOT_COUNTED, GaussianReleaseSpec, clipped_fraction, gaussian_release_spec
 from . import control_variate as cv_mod
 from .base import DPKernel, check_positive
 from .path_hook import default_path
 from .hmc_graphs import flat_gradient as _flat_gradient, one_graph_or_eager as _one_graph_or_eager, xi_like as _xi_like
 from .mh import RatioRelease, can_fuse, propose_release_accept, valid_move
 from .prior_sweeps import PriorSweeps
+from .releases import Budget, hmc_noise, hmc_releases, init_events
 from .proposals import DEFAULT_TARGET_ACCEPT_PROB as WALK_TARGET_ACCEPT
 from .proposals import (accept_uniform, gradient_release_fn, jitter_factor,
                         penalty_log_accept_threshold, release_gradient, sample_momentum)
@@ -365,13 +367,10 @@ class DPHMC(DPKernel):
         adapt_step_size: Optional[bool] = None,
         target_accept_prob: Optional[float] = None,
         noise_ratio: Optional[float] = None,
-        control_variate: Optional[bool] = None,
-        curvature_clip: Optional[float] = None,
-        reference_share: float = cv_mod.DEFAULT_REFERENCE_SHARE,
-        reference_noise_multiplier: Optional[float] = None,
         gradients: Optional[bool] = None,
         **kwargs,
     ):
+        cv = cv_mod.pop_settings(kwargs)  # control_variate, curvature_clip, reference_share, reference_noise_multiplier
         auto = tuple(n for n, v in (("step_size", step_size), ("grad_clip", grad_clip), ("llr_clip", llr_clip))
                      if v is None)
         if auto and kwargs.get("init_strategy") is None:
@@ -423,12 +422,7 @@ class DPHMC(DPKernel):
         self.grad_noise_multiplier = grad_noise_multiplier
         self.llr_noise_multiplier = llr_noise_multiplier
         self.llr_noise_multiplier_given = given == (True, True)
-        (self.control_variate, self.curvature_clip, self.curvature_clip_given, self.reference_share,
-         self.reference_noise_multiplier) = cv_mod.check_settings(
-            control_variate, curvature_clip, reference_share, reference_noise_multiplier, owner=type(self).__name__,
-            auto_tuned=bool(self.auto_tuned), runs_control_variate=True, explicit_noise=given == (True, True),
-            check_noise_multiplier=self._check_noise_multiplier)
-        self.reference = cv_mod.ChainReference()  # this chain's reference release (control_variate)
+        cv_mod.set_settings(self, cv, runs_control_variate=True, explicit_noise=given == (True, True))
         if gradients is False and not self.control_variate:
             raise ValueError("gradients=False (a random walk of num_steps steps under the penalty test) runs on the "
                              "control variate: leave control_variate out (or True), or use DPPenalty")
@@ -438,11 +432,6 @@ class DPHMC(DPKernel):
         self._step_floor = 0.0
         if self.auto_tuned:
             self.init = default_path().tuner(self)
-
-    def _rows_per_iteration(self):
-        # auto_compile: num_steps gradient sums and one ratio over every row (the released gradient is reused)
-        n = float(self.lik.num_rows)
-        return ("hmc", n, self.num_steps * n) if self.uses_gradients else ("penalty", n, 0.0)
 
     @property
     def uses_gradients(self) -> bool:
@@ -469,39 +458,33 @@ class DPHMC(DPKernel):
         return "DPHMC" if self.uses_gradients else "DPPenalty"
 
     # ------------------------------------------------------------------ privacy plan
-    def _events_for(self, nm_l: float, nm_g: float):
-        # thesis Alg. 3 / Thm 11: G_{1,0} once per chain; per iteration L gradients + 1 ratio (without gradients: the ratio)
-        fixed, per = dphmc_events(self.num_steps, nm_l, nm_g or 0.0)
-        return (fixed, per) if self.uses_gradients else ([], per[:1])
-
-    def _per_iteration_events(self):
-        return self._events_for(self.llr_noise_multiplier, self.grad_noise_multiplier)[1]
-
-    def _fixed_events(self):
-        g10 = self._events_for(self.llr_noise_multiplier, self.grad_noise_multiplier)[0]
-        return cv_mod.reference_events(self.control_variate, self.reference_noise_multiplier) + list(g10)
-
-    def _step_events(self, state):
-        # a state without a released gradient (a new chain, or params changed from outside)
-        # releases G(z) first: thesis Alg. 3's G_{1,0}, on top of the iteration's releases
-        extra = self._events_for(self.llr_noise_multiplier, self.grad_noise_multiplier)[0] if state.grad is None else []
-        return self.reference.events(self.control_variate, self.reference_noise_multiplier) + list(extra) + \
-            list(self._per_iteration_events())
+    def releases(self, state=None):
+        # thesis Alg. 3 / Thm 11: G_{1,0} once per chain; per iteration L gradients + 1 ratio (without gradients:
+        # the ratio); auto_compile: num_steps gradient sums and one ratio over every row (the gradient is reused)
+        grads, n = self.uses_gradients, float(self.lik.num_rows)
+        plan = dataclasses.replace(hmc_releases(self.num_steps, self.llr_noise_multiplier, self.grad_noise_multiplier,
+                                                gradients=grads, reference_noise_multiplier=self.reference_noise_multiplier
+                                                if self.control_variate else None),
+                                   cost=("hmc", n, self.num_steps * n) if grads else ("penalty", n, 0.0))
+        if state is None:
+            return plan
+        # a state without a released gradient (a new chain, or params changed from outside) releases G(z)
+        # first: thesis Alg. 3's G_{1,0}, after the chain's reference (once) and before the iteration's releases
+        g10 = plan.once[1:] if self.control_variate else plan.once
+        return dataclasses.replace(plan, step=tuple(self.reference.events(self.control_variate,
+                                                                          self.reference_noise_multiplier))
+                                   + (g10 if state.grad is None else ()) + plan.per_iteration)
 
     def _calibrate(self):
         if self.llr_noise_multiplier is None:
-            r, grads = self.noise_ratio, self.uses_gradients
+            grads = self.uses_gradients
             self._gradients_decided = grads  # the noise below is calibrated for this choice: it stays
-            k = cv_mod.hmc_reference_noise_multiplier(int(self.num_iterations), self.num_steps if grads else 0, r,
-                                                      self.reference_share) if self.control_variate else None
-
-            def events(s):  # control_variate: one reference release per chain, at nm = k s
-                fixed, per = self._events_for(s, r * s)
-                return ([gaussian_event(k * s)] if k else []) + list(fixed), per
-            s = self._calibrate_scale(events)
-            self.llr_noise_multiplier, self.grad_noise_multiplier = s, (r * s if grads else None)
-            if k:
-                self.reference_noise_multiplier = k * s
+            s, g, ref = hmc_noise(Budget.of(self), self.num_iterations, init_events(self), num_steps=self.num_steps,
+                                  noise_ratio=self.noise_ratio, gradients=grads, control_variate=self.control_variate,
+                                  reference_share=self.reference_share)
+            self.llr_noise_multiplier, self.grad_noise_multiplier = s, g
+            if ref is not None:  # control_variate: one reference release per chain
+                self.reference_noise_multiplier = ref
             if not self._target_given:  # the walk's target is the random walk's (proposals.DEFAULT_TARGET_ACCEPT_PROB)
                 self.target_accept_prob = DEFAULT_TARGET_ACCEPT_PROB if grads else WALK_TARGET_ACCEPT
 
@@ -509,9 +492,6 @@ class DPHMC(DPKernel):
     _chain_attrs = DPKernel._chain_attrs + ("_grad_clip_sum", "_llr_clip_sum", "_llr_count", "_adapted_step_size",
                                             "_adapter", "_inv_mass", "_mass_sqrt", "step_size", "grad_clip",
                                             "llr_clip", "_step_floor", "curvature_clip", "reference", "prior_sweeps")
-
-    def _ratio_noise_multiplier(self):
-        return self.llr_noise_multiplier
 
     def start_step_size(self, eta: float) -> None:
         """Start the step size's warmup adaptation at ``eta`` (the default path's tuned step,

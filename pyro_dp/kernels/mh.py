@@ -41,8 +41,6 @@ from typing import Callable, NamedTuple, Optional, Tuple
 
 import torch
 
-from ..accounting import calibrate_noise_multiplier
-from ..mechanisms import GaussianEvent, gaussian_event
 from .base import DPKernel, check_positive
 from .proposals import (DEFAULT_TARGET_ACCEPT_PROB, ProposalScaleAdaptation, flip_direction, initial_directions,
                         random_walk, release_gradient, sample_momentum)
@@ -296,7 +294,7 @@ class RandomWalkKernel(DPKernel):
     privacy), and the lifecycle runs :func:`mh_step` with :func:`random_walk_proposal`. A
     subclass defines ``_release_accept`` (its step written once) or ``_release(noise, state,
     z_new) -> RatioRelease`` and ``_accept``,
-    the privacy plan (``_per_iteration_events``, ``_calibrate``), and optionally
+    its releases (``releases``; ``_calibrate`` where a budget sets its noise), and optionally
     :meth:`_initial_cache` and :meth:`_check_data` (run at set-up, data-free).
 
     :cvar accept: the accept rule (``penalty_accept`` by default), looked up when each step
@@ -320,20 +318,6 @@ class RandomWalkKernel(DPKernel):
         if not (0.0 < self.target_accept_prob < 1.0):
             raise ValueError(f"target_accept_prob must be in (0, 1), got {target_accept_prob!r}")
         self.walk_scale = ProposalScaleAdaptation()
-
-    # ------------------------------------------------------------------ Gaussian-per-iteration plans
-    @staticmethod
-    def _gaussian_events(noise_multiplier) -> list:
-        """One Gaussian mechanism per iteration (``NonPrivateEvent`` in the noise-free test mode)."""
-        return [gaussian_event(float(noise_multiplier))]
-
-    def _calibrated_gaussian_noise_multiplier(self) -> float:
-        """The smallest noise multiplier of one Gaussian release per iteration that fits the
-        budget over ``num_iterations`` x ``num_chains`` (the private init's releases included)."""
-        if self.init is not None:  # room for the init's releases
-            return self._calibrate_scale(lambda s: ((), [GaussianEvent(s)]))
-        return calibrate_noise_multiplier(self.epsilon, self.delta, self.num_iterations,
-                                          accountant=self.accountant, num_chains=self.num_chains)
 
     # ------------------------------------------------------------------ subclass API
     def _release(self, noise, state: MHState, z_new: torch.Tensor) -> RatioRelease:

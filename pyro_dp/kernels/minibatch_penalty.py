@@ -72,9 +72,11 @@ from .barker import traced_log_ratios, batch_log_ratios
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse, check_batch_size, valid_move
 from .proposals import accept_uniform, penalty_log_accept_threshold
+from .releases import Budget, ReleasePlan, calibrated_scale, init_events, noise_setting
 
 __all__ = [
     "DPMinibatchPenalty",
+    "minibatch_releases",
     "minibatch_penalty_step_fn",
     "minibatch_penalty_release_accept",
     "thesis_sensitivity",
@@ -234,6 +236,14 @@ def minibatch_penalty_release_accept(lik, noise, rng, state: MHState, z_new: tor
     return RatioRelease(value, std * std, lp_new, (event,), n_clipped / k if k else 0.0, std), accepted == 1.0
 
 
+def minibatch_releases(noise_multiplier: float, batch_size: int, num_rows: int, subsampling: str) -> ReleasePlan:
+    """The minibatch penalty's releases: one subsampled Gaussian per iteration at rate :math:`b/N`
+    (thesis Thm 8 for ``"without_replacement"``); its cost, one batch of ratios."""
+    event = NonPrivateEvent() if noise_multiplier == 0 else SubsampledGaussianEvent(batch_size / num_rows,
+                                                                                   noise_multiplier, subsampling)
+    return ReleasePlan((event,), cost=("penalty", float(batch_size), 0.0))
+
+
 class DPMinibatchPenalty(RandomWalkKernel):
     r"""Minibatch DP penalty MH (Räisä 2021 thesis §3.3) as a Pyro ``MCMCKernel``.
 
@@ -290,38 +300,32 @@ class DPMinibatchPenalty(RandomWalkKernel):
         self.batch_size = None if batch_size is None else check_batch_size(batch_size)
         self._setup_walk(proposal_scale, one_component=one_component, guided_walk=guided_walk)
         self.llr_clip = check_positive("llr_clip", llr_clip)
-        self.noise_multiplier = self._check_noise_multiplier("noise_multiplier", noise_multiplier)
+        self.noise_multiplier = noise_setting(self, "noise_multiplier", noise_multiplier)
 
     takes_plate_batch = True
     check_plate_batch_size = staticmethod(check_batch_size)
 
-    def _rows_per_iteration(self):
-        return "penalty", float(self.batch_size), 0.0  # auto_compile: one batch of ratios
+    def _calibrate(self):
+        self._check_data()
 
-    def _event_for(self, nm: float):
-        if nm == 0:
-            return NonPrivateEvent()
-        return SubsampledGaussianEvent(self.batch_size / self.lik.num_rows, nm, self.subsampling)
-
-    def _check_accountant(self, nm):
-        """The accountant must analyse this scheme under this relation: checked before any data
-        is read (Poisson -> 'pld'; without replacement -> 'dp_rdp'; see the module doc)."""
-        acc, event = get_accountant(self.accountant), self._event_for(nm)
+        def plan(nm):
+            return minibatch_releases(nm, self.batch_size, self.lik.num_rows, self.subsampling)
+        # the accountant must analyse this scheme under this relation: checked before any data is read
+        # (Poisson -> 'pld'; without replacement -> 'dp_rdp'; see the module doc)
+        acc, (event,) = get_accountant(self.accountant), plan(1.0 if self.noise_multiplier is None else
+                                                           self.noise_multiplier).per_iteration
         if not isinstance(event, NonPrivateEvent) and not acc.supports(event):
             raise UnsupportedEventError(
                 f"accountant {self.accountant!r} cannot analyse {event!r} (relation {acc.relation!r}): "
                 f"{acc.unsupported_reason(event)}; use 'pld' for subsampling='poisson' "
                 "and 'dp_rdp' for 'without_replacement'"
             )
-
-    def _calibrate(self):
-        self._check_data()
-        self._check_accountant(1.0 if self.noise_multiplier is None else self.noise_multiplier)
         if self.noise_multiplier is None:
-            self.noise_multiplier = self._calibrate_scale(lambda s: ((), [self._event_for(s)]), rtol=1e-4)
+            self.noise_multiplier = calibrated_scale(plan, Budget.of(self), self.num_iterations,
+                                                     init_events=init_events(self), rtol=1e-4, closed_form=False)
 
-    def _per_iteration_events(self):
-        return [self._event_for(self.noise_multiplier)]
+    def releases(self, state=None):
+        return minibatch_releases(self.noise_multiplier, self.batch_size, self.lik.num_rows, self.subsampling)
 
     # mh_step's release_accept (moves 2-3) as one function, eager or compiled: never None, so
     # RandomWalkKernel's _release/_accept hooks are not used

@@ -37,10 +37,11 @@ from typing import NamedTuple, Optional, Sequence, Tuple
 import torch
 
 from ..accounting import DEFAULT_ACCOUNTANT, get_accountant
-from ..mechanisms import NonPrivateEvent, PrivacyLedger, clipped_sum_with_noise, parallel
+from ..mechanisms import NonPrivateEvent, PrivacyLedger, clipped_sum_with_noise, gaussian_event, parallel
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease
 from .proposals import penalty_accept, pop_target_accept_prob
+from .releases import Budget, ReleasePlan, calibrated_scale, noise_setting, penalty_releases
 from .workers import owned_kernel
 
 __all__ = ["PartyReleases", "PartyLedgers", "multiparty_release", "DPMultiPartyPenalty", "party_ledger",
@@ -212,13 +213,13 @@ class DPMultiPartyPenalty(RandomWalkKernel):
                          target_accept_prob=target_accept_prob)
         self.llr_clip = check_positive("llr_clip", llr_clip)
         if noise_multiplier is None or _is_scalar(noise_multiplier):
-            nm = self._check_noise_multiplier("noise_multiplier", noise_multiplier)
+            nm = noise_setting(self, "noise_multiplier", noise_multiplier)
             self.noise_multipliers = None if nm is None else (nm,) * num_parties
         else:
             nms = list(noise_multiplier)
             if len(nms) != num_parties:
                 raise ValueError(f"noise_multiplier has {len(nms)} entries for {num_parties} parties")
-            self.noise_multipliers = tuple(self._check_noise_multiplier("noise_multiplier", v) for v in nms)
+            self.noise_multipliers = tuple(noise_setting(self, "noise_multiplier", v) for v in nms)
         self._party_ledgers = [PrivacyLedger() for _ in range(num_parties)]
         #: finished chains' party ledgers by chain id (this process's and worker processes')
         self._party_chains = {}
@@ -232,12 +233,13 @@ class DPMultiPartyPenalty(RandomWalkKernel):
 
     def _calibrate(self):
         if self.noise_multipliers is None:  # no private init here (refused in __init__)
-            self.noise_multipliers = (self._calibrated_gaussian_noise_multiplier(),) * self.num_parties
+            self.noise_multipliers = (calibrated_scale(penalty_releases, Budget.of(self), self.num_iterations),
+                                      ) * self.num_parties
 
-    def _per_iteration_events(self):
+    def releases(self, state=None):
         # Parallel composition: per row and iteration, one Gaussian mechanism (its party's);
         # the worst case over rows is the smallest noise multiplier.
-        return self._gaussian_events(min(self.noise_multipliers))
+        return ReleasePlan((gaussian_event(float(min(self.noise_multipliers))),))
 
     def _check_data(self):
         super()._check_data()

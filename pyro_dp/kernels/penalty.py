@@ -25,13 +25,14 @@ from typing import Optional
 import torch
 
 from ..compiled import cached_zeros
-from ..mechanisms import (NOT_COUNTED, GaussianReleaseSpec, clip_and_sum, clipped_fraction, gaussian_event,
+from ..mechanisms import (NOT_COUNTED, GaussianReleaseSpec, clip_and_sum, clipped_fraction,
                           gaussian_release_spec)
 from . import control_variate as cv_mod
 from .base import check_positive
 from .path_hook import default_path
 from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse, valid_move
 from .prior_sweeps import PriorSweeps
+from .releases import Budget, init_events, noise_setting, penalty_noise, penalty_releases
 from .proposals import accept_uniform, penalty_log_accept_threshold, pop_target_accept_prob
 from .scales import init_to_center
 
@@ -254,13 +255,10 @@ class DPPenalty(RandomWalkKernel):
         guided_walk: bool = False,
         adapt_proposal: Optional[bool] = None,
         target_accept_prob: Optional[float] = None,
-        control_variate: Optional[bool] = None,
-        curvature_clip: Optional[float] = None,
-        reference_share: float = cv_mod.DEFAULT_REFERENCE_SHARE,
-        reference_noise_multiplier: Optional[float] = None,
         **kwargs,
     ):
         target_accept_prob = pop_target_accept_prob(kwargs, target_accept_prob)  # before DPKernel sees kwargs
+        cv = cv_mod.pop_settings(kwargs)  # control_variate, curvature_clip, reference_share, reference_noise_multiplier
         if kwargs.get("init_strategy") is None and (proposal_scale is None or llr_clip is None):
             kwargs["init_strategy"] = init_to_center  # the tuner's data-free start: the prior centre
         super().__init__(model, **kwargs)
@@ -274,13 +272,9 @@ class DPPenalty(RandomWalkKernel):
                          adapt_proposal=adapt_proposal,
                          target_accept_prob=target_accept_prob)
         self.llr_clip = None if llr_clip is None else check_positive("llr_clip", llr_clip)
-        self.noise_multiplier = self._check_noise_multiplier("noise_multiplier", noise_multiplier)
-        (self.control_variate, self.curvature_clip, self.curvature_clip_given, self.reference_share,
-         self.reference_noise_multiplier) = cv_mod.check_settings(
-            control_variate, curvature_clip, reference_share, reference_noise_multiplier, owner=type(self).__name__,
-            auto_tuned=bool(self.auto_tuned), runs_control_variate=self.runs_control_variate,
-            explicit_noise=self.noise_multiplier is not None, check_noise_multiplier=self._check_noise_multiplier)
-        self.reference = cv_mod.ChainReference()  # this chain's reference release (control_variate)
+        self.noise_multiplier = noise_setting(self, "noise_multiplier", noise_multiplier)
+        cv_mod.set_settings(self, cv, runs_control_variate=self.runs_control_variate,
+                            explicit_noise=self.noise_multiplier is not None)
         if self.auto_tuned:
             self.init = default_path().tuner(self)
 
@@ -288,24 +282,18 @@ class DPPenalty(RandomWalkKernel):
     runs_control_variate = True
 
     def _calibrate(self):
-        if not self.control_variate:
-            if self.noise_multiplier is None:
-                self.noise_multiplier = self._calibrated_gaussian_noise_multiplier()
-            return
-        if self.noise_multiplier is None:  # one reference release per chain + one residual release per iteration
-            k = cv_mod.reference_noise_multiplier(1.0, int(self.num_iterations), self.reference_share)
-            self.noise_multiplier = self._calibrate_scale(lambda s: ([gaussian_event(s * k)], [gaussian_event(s)]))
-            self.reference_noise_multiplier = self.noise_multiplier * k
+        if self.noise_multiplier is None:  # control_variate: one reference release per chain + the residual releases
+            self.noise_multiplier, ref = penalty_noise(Budget.of(self), self.num_iterations, init_events(self),
+                                                       control_variate=self.control_variate,
+                                                       reference_share=self.reference_share)
+            if self.control_variate:
+                self.reference_noise_multiplier = ref
 
-    def _per_iteration_events(self):
-        return self._gaussian_events(self.noise_multiplier)  # thesis Thm 6: one Gaussian mechanism
-
-    def _fixed_events(self):
-        return cv_mod.reference_events(self.control_variate, self.reference_noise_multiplier)  # once per chain
-
-    def _step_events(self, state):
-        return self.reference.events(self.control_variate, self.reference_noise_multiplier) + \
-            list(self._per_iteration_events())
+    def releases(self, state=None):
+        # thesis Thm 6: one Gaussian mechanism per iteration; control_variate: the reference once per chain,
+        # released by the chain's first step
+        plan = penalty_releases(self.noise_multiplier, self.reference_noise_multiplier if self.control_variate else None)
+        return plan if state is None else plan.first_step(self.reference.released is None)
 
     _chain_attrs = RandomWalkKernel._chain_attrs + ("llr_clip", "proposal_scale") + \
         ("curvature_clip", "reference", "prior_sweeps")
@@ -316,9 +304,6 @@ class DPPenalty(RandomWalkKernel):
         sweeps and held fixed by the walk (:mod:`~pyro_dp.kernels.prior_sweeps`): the default
         path's, not with a given ``proposal_scale`` or one-component walks."""
         return PriorSweeps.mask(self.lik, "proposal_scale" in self.auto_tuned and self.mode == "full")
-
-    def _ratio_noise_multiplier(self):
-        return self.noise_multiplier
 
     # mh_step's release_accept (moves 2-3) as one function, eager or compiled: never None, so
     # RandomWalkKernel's _release/_accept hooks are not used
@@ -336,7 +321,7 @@ class DPPenalty(RandomWalkKernel):
         return super()._init_state(z)
 
     def _step(self, state):
-        # control_variate: the reference once per chain (declared by _step_events), then the walk,
+        # control_variate: the reference once per chain (declared by releases), then the walk,
         # whose release_accept is the residual test (_release_accept)
         events = self.reference.ensure(self.lik, self._noise, state.z, cv_mod.reference_clip(self.llr_clip),
                                        self.reference_noise_multiplier) if self.control_variate else ()

@@ -86,6 +86,7 @@ subsampling noise adds more (see ``tests/kernels/test_sgmcmc.py`` for the exact 
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from typing import NamedTuple, Optional, Tuple
@@ -96,6 +97,7 @@ from ..accounting import get_accountant
 from ..mechanisms import SubsampledGaussianEvent
 from .base import DPKernel, check_positive
 from .path_hook import default_path
+from .releases import Budget, init_events, sgld_noise, sgld_releases
 from .runner import LANGEVIN_BURN_IN
 from .scales import init_to_center
 from .sg_gradient import GradientRelease, private_gradient, private_gradient_fn  # noqa: F401 (re-exported)
@@ -339,9 +341,6 @@ class _SGMCMC(DPKernel):
 
     takes_plate_batch = True
 
-    def _rows_per_iteration(self):
-        return "penalty", 0.0, float(self.batch_size)  # auto_compile: one (expected) batch of gradients
-
     @staticmethod
     def check_plate_batch_size(batch_size) -> int:
         return check_positive("batch_size", batch_size, integer=True)
@@ -368,7 +367,8 @@ class _SGMCMC(DPKernel):
         if self.auto_tuned:  # the default path: the budget's noise now, the step from the tuned clip (the default path's recipe)
             if q < 1.0 and self._accountant_chosen and self.accountant == "gdp":
                 self.privacy.accountant = "pld"  # the plate's subsample_size: subsampled, "gdp" cannot compose it
-            self.sample_rate, self.noise_multiplier = q, self._budget_noise(q)
+            self.sample_rate, self.noise_multiplier = q, sgld_noise(Budget.of(self), self.num_iterations,
+                                                                   init_events(self), sample_rate=q)
             self._calibration_key = key
             return
         nm_l = langevin_noise_multiplier(
@@ -380,7 +380,8 @@ class _SGMCMC(DPKernel):
             # smallest nm with num_iterations x num_chains Poisson-subsampled Gaussians (plus a
             # private init's releases) within (epsilon, delta) (as Opacus's
             # make_private_with_epsilon), verified, rounded up
-            required = self._budget_noise(q, at_least=nm_l)  # no search when nm_l already fits
+            required = sgld_noise(Budget.of(self), self.num_iterations, init_events(self), sample_rate=q,
+                                  at_least=nm_l)  # no search when nm_l already fits
         self.sample_rate, self.langevin_noise_multiplier = q, nm_l
         self.noise_multiplier = nm_l if required is None else max(nm_l, required)
         if self.noise_multiplier > nm_l:
@@ -394,17 +395,19 @@ class _SGMCMC(DPKernel):
             )
         self._calibration_key = key
 
-    def _budget_noise(self, q: float, at_least=None) -> float:
-        """The smallest noise multiplier with which ``num_iterations`` × ``num_chains`` Poisson-subsampled
-        Gaussians at rate ``q`` (plus a private init's releases) fit the budget (as Opacus's
-        ``make_private_with_epsilon``), verified, rounded up; or ``at_least`` if larger (no search then)."""
-        return self._calibrate_scale(lambda s: ((), [SubsampledGaussianEvent(q, s)]), rtol=1e-6, at_least=at_least)
-
     def _extra_noise_note(self, kappa2: float) -> str:
         return ""
 
-    def _per_iteration_events(self):
-        return [SubsampledGaussianEvent(self.sample_rate, self.noise_multiplier, "poisson")]
+    def releases(self, state=None):
+        # The default path's clip (DPSGLD's, with no ratio release: ratio noise 0): as few rows above it as the
+        # tuner's count noise resolves (DPAutoTune.ratio_quantile with no ratio noise). Amin et al.'s balance
+        # (about 2 nm rows above) weighs clipping bias against release noise; here the release noise is part of
+        # Langevin's diffusion, and a larger clip costs only a smaller step, while no accept test corrects the
+        # bias (measured: 168 rows above put a linear model's sigma 1.4 sd off). auto_compile: one (expected)
+        # batch of gradients.
+        return dataclasses.replace(sgld_releases(self.sample_rate, self.noise_multiplier,
+                                                 0.0 if self.auto_tuned else None),
+                                   cost=("penalty", 0.0, float(self.batch_size)))
 
     def _step_kwargs(self):
         return dict(step_size=self.step_size, sample_rate=self.sample_rate, grad_clip=self.grad_clip,
@@ -516,19 +519,6 @@ class DPSGLD(_SGMCMC):
     burn_in_share, centre_by_default = LANGEVIN_BURN_IN, True  # its burn-in; a centred clip ball (DPKernel's default-path settings)
     _chain_attrs = _SGMCMC._chain_attrs + ("step_size", "grad_clip", "diffusion", "langevin_noise_multiplier", "centre")
     centre = None  # the clip ball's centre: the default path's tuner releases it (pyro_dp.default_path.centring)
-
-    def _ratio_noise_multiplier(self):
-        # The default path's clip: as few rows above it as the tuner's count noise resolves
-        # (DPAutoTune.ratio_quantile with no ratio noise). Amin et al.'s balance (about 2 nm rows
-        # above) weighs clipping bias against release noise; here the release noise is part of
-        # Langevin's diffusion, and a larger clip costs only a smaller step, while no accept test
-        # corrects the bias (measured: 168 rows above put a linear model's sigma 1.4 sd off).
-        return 0.0 if self.auto_tuned else None
-
-    def default_path_noises(self):
-        # pyro_dp.default_path.driver.default_path_noise: its default path's gradient release, every
-        # row (q = 1, as _calibrate without the data), and no ratio noise for the tuner (_ratio_noise_multiplier)
-        return float(self._budget_noise(1.0)), 0.0
 
     noise_limited_alternative = ""  # (diagnostics' advice) it is the kernel the others point to
 

@@ -408,11 +408,11 @@ def test_the_gradient_choice_stays_with_the_noise_it_was_calibrated_for():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         k.setup(500, X, yy)
-        first, events = k.uses_gradients, k._per_iteration_events()
+        first, events = k.uses_gradients, k.releases().per_iteration
         assert k.lik.likelihood_dim == 5 and first == pays(eps, 500)
         k.cleanup()
         k.setup(1, X, yy)
-    assert k.uses_gradients == first and k._per_iteration_events() == events
+    assert k.uses_gradients == first and k.releases().per_iteration == events
     assert (k.grad_noise_multiplier is None) == (not first)
 
 

@@ -339,7 +339,7 @@ def test_uncertified_configuration_records_the_certified_event():
         kernel = DPFastMH(gauss_model, 0.02, lipschitz=4.0, lam=5.0, max_batch_size=100, step_epsilon=0.9,
                           step_delta=1e-6, seed=0)
         kernel.setup(0, make_data(2000))
-    ev = kernel._per_iteration_events()[0]
+    ev = kernel.releases().per_iteration[0]
     assert ev == ApproxDPEvent(kernel.step_privacy.certified_epsilon, 1e-6) and ev.epsilon > 0.9
     with pytest.raises(ValueError, match="no per-iteration guarantee"):  # eps0 = 15: vacuous
         DPFastMH(gauss_model, 0.02, **dict(KW, max_batch_size=10, step_delta=1e-6)).setup(0, make_data(2000))
@@ -433,7 +433,7 @@ def test_bad_inputs_known_at_setup():
         DPFastMH(gauss_model, 0.0, **KW)
     kernel = DPFastMH(gauss_model, 0.02, **dict(KW, lipschitz=lambda num_rows, dim: 4.0))
     with pytest.raises(RuntimeError, match="setup"):
-        kernel._per_iteration_events()
+        kernel.releases()
     kernel.setup(0, y)
     assert kernel._c == 4.0
 

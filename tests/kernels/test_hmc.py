@@ -363,7 +363,7 @@ def test_calibration_and_budget_stop():
         mcmc.run(y)
     nm_l, nm_g = kernel.llr_noise_multiplier, kernel.grad_noise_multiplier
     assert nm_g == 3.0 * nm_l
-    fixed, per = kernel._fixed_events(), kernel._per_iteration_events()
+    fixed, per = kernel.planned_events()
     planned = planned_epsilon(delta, n_it, per, fixed=fixed)
     assert eps * (1 - 1e-6) <= planned <= eps
     assert kernel.ledger.aggregate() == {GaussianEvent(nm_l): n_it, GaussianEvent(nm_g): 3 * n_it + 1}
@@ -387,10 +387,10 @@ def test_the_default_noise_ratio_is_sqrt_L_where_the_accept_tests_noise_is_least
     y = make_data(50)
     eps, delta, n_it = 20.0, 1e-5, 20
     kernel = DPHMC(gauss_model, 0.05, 5, 2.0, 4.0, epsilon=eps, delta=delta, num_iterations=n_it, seed=0)
-    kernel._calibrate()
+    kernel.setup(0, y)  # calibrates (data-free)
     assert kernel.noise_ratio == math.sqrt(5)
     assert kernel.grad_noise_multiplier == pytest.approx(math.sqrt(5) * kernel.llr_noise_multiplier, rel=1e-12)
-    planned = planned_epsilon(delta, n_it, kernel._per_iteration_events(), fixed=kernel._fixed_events())
+    planned = planned_epsilon(delta, n_it, kernel.planned_events()[1], fixed=kernel.planned_events()[0])
     assert eps * (1 - 1e-6) <= planned <= eps
     assert DPHMC(gauss_model, 0.05, 5, 2.0, 4.0, epsilon=eps, noise_ratio=1.0).noise_ratio == 1.0
 

@@ -101,8 +101,7 @@ def test_calibration_leaves_room_for_the_init(make):
         without = DPHMC(gauss_model, **hmc, **budget)
     for k in (with_init, without):
         k.setup(0, y)
-    events = list(with_init._per_iteration_events())
-    fixed = with_init._init_events() + list(with_init._fixed_events())
+    fixed, events = with_init.planned_events()  # the init's releases, then the kernel's once per chain
     eps = planned_epsilon(1e-5, 200, events, fixed=fixed)
     assert eps <= 2.0 and eps == pytest.approx(2.0, rel=1e-3)
     assert with_init.privacy.steps_allowed >= 200  # the planned run fits, init included

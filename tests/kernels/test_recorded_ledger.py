@@ -13,6 +13,7 @@ import pyro_dp
 import pyro_dp.testing
 from pyro_dp.kernels import privacy_engine
 from pyro_dp.kernels.privacy_engine import PrivacyEngine, ReleaseMismatchError
+from pyro_dp.kernels.releases import ReleasePlan
 from pyro_dp.mechanisms import (ClippedSum, GaussianEvent, GaussianStdReleaseSpec, NoiseSource, Recorder,
                                 UnrecordedReleaseError, add_gaussian_noise, clipped_sum_with_noise,
                                 draw_gaussian_noise, gaussian_release, gaussian_release_spec, noisy_count,
@@ -30,8 +31,8 @@ class MisreportingPenalty(pyro_dp.DPPenalty):
     a contributor's bookkeeping error that, with the ledger written from the report, would have
     claimed ten times the noise."""
 
-    def _per_iteration_events(self):
-        return [GaussianEvent(3.0), GaussianEvent(30.0)]
+    def releases(self, state=None):
+        return ReleasePlan((GaussianEvent(3.0), GaussianEvent(30.0)))
 
     def _step(self, state):
         new, info = super()._step(state)
@@ -88,8 +89,8 @@ class RawNoisePenalty(pyro_dp.DPPenalty):
     """Releases a second value with normals drawn from the secret stream itself (no mechanism)
     and reports it as a Gaussian release."""
 
-    def _per_iteration_events(self):
-        return [GaussianEvent(3.0), GaussianEvent(3.0)]
+    def releases(self, state=None):
+        return ReleasePlan((GaussianEvent(3.0), GaussianEvent(3.0)))
 
     def _step(self, state):
         new, info = super()._step(state)
