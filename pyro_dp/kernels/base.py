@@ -222,7 +222,6 @@ class DPKernel(MCMCKernel):
     relation = EngineSetting()
     non_private = EngineSetting()
     default_budget = EngineSetting()
-    require_complete = EngineSetting()  # kernel.privacy.require_complete
 
     #: The chains' seeds and streams: the randomness part's (``kernel.randomness``, a
     #: :class:`~pyro_dp.kernels.seeds.ChainRandomness`), read and written through the kernel: the
@@ -233,7 +232,6 @@ class DPKernel(MCMCKernel):
     _rng = PartAttribute("randomness", "rng")
     _noise = PartAttribute("randomness", "noise")
     _chain_index = PartAttribute("randomness", "chain")
-    _chain_seed = PartAttribute("randomness", "chain_seed")
 
     #: The model and its likelihood's settings: the likelihood settings' (``kernel.likelihood_settings``,
     #: a :class:`~pyro_dp.kernels.likelihood_settings.LikelihoodSettings`), read and written through the kernel.

@@ -412,7 +412,7 @@ class DPExpFamPenalty(RandomWalkKernel):
         # entering the likelihood, against the family's contract, could otherwise decide it).
         m = min(lik.num_rows, 16)
         idx = torch.arange(m, device=lik.device)
-        with forked_rng(self._chain_seed(7)), torch.no_grad():
+        with forked_rng(self.randomness.chain_seed(7)), torch.no_grad():
             z1 = z + 0.1 * torch.randn(z.shape, dtype=z.dtype, device=z.device)
             try:
                 with _zeroed_arguments(lik):

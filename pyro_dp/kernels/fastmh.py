@@ -512,7 +512,7 @@ class DPFastMH(RandomWalkKernel):
         was a Fast MH step (not with a private initialisation: :meth:`_paper_ledger`)."""
 
         delta = self.reference_delta if delta is None else float(delta)
-        self.require_complete()
+        self.privacy.require_complete()
         if self.non_private:
             return {"advanced": math.inf, "optimal": math.inf}
         paper = self._paper_ledger()

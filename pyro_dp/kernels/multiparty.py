@@ -296,7 +296,7 @@ class DPMultiPartyPenalty(RandomWalkKernel):
         the whole run, i.e. the worst party (parallel composition, module docstring)."""
         if party is None:
             return super().get_epsilon(delta, accountant)
-        self.require_complete()
+        self.privacy.require_complete()
         ledger = self.party_ledger(party)
         if not ledger and self.num_setups > 0:
             raise RuntimeError(
@@ -330,7 +330,7 @@ def party_ledger(mcmc, party: int) -> PrivacyLedger:
         main = None if d is None else d.get("privacy ledger")
         if ledgers is not None and main is not None:
             kernel._file_party_chain(getattr(ledgers, "chain_id", "") or main.chain_id, ledgers)
-    kernel.require_complete()
+    kernel.privacy.require_complete()
     ledger = kernel.party_ledger(party)
     if not ledger:
         raise ValueError("this MCMC object's kernel has released nothing yet")

@@ -3,7 +3,7 @@ r"""The privacy engine of a kernel: its ledgers, budget, plan, stop and ε, in o
 A kernel owns one :class:`PrivacyEngine` (``kernel.privacy``, built in ``__init__``) and only
 *reports* to it what it is about to release and what it released, as Opacus's optimiser reports
 its steps to its accountant (``opacus/privacy_engine.py``); the kernel's side of that contract,
-what it declares (``_per_iteration_events``, ``_step_events``, ``_fixed_events``) and the
+what it declares (one :class:`~pyro_dp.kernels.releases.ReleasePlan`, ``kernel.releases(state)``) and the
 budget's names forwarded to the engine, is :class:`pyro_dp.kernels.base.DPKernel`.
 The engine receives events and public counts only — never the kernel, its state or data — so it
 knows nothing of MCMC:
@@ -482,10 +482,10 @@ class PrivacyEngine:
         if not _within(_counts(events), declared):
             raise RuntimeError(
                 f"{owner}'s step released {list(events)} but declared {dict(declared)} before it ran: a kernel "
-                "must declare every release of a step before making it (its _step_events / _per_iteration_events, "
-                "pyro_dp.kernels.base.DPKernel), so that the budget check sees it first. The releases were "
+                "must declare every release of a step before making it (its releases(state): ReleasePlan.step, "
+                "pyro_dp.kernels.releases), so that the budget check sees it first. The releases were "
                 "recorded in the ledger (the epsilon reported includes them). If you wrote this kernel, add the "
-                "missing events to what its step declares (docs/new_kernel.md); if it is one of pyro_dp's, please "
+                "missing events to what its releases(state) declares (docs/new_kernel.md); if it is one of pyro_dp's, please "
                 "report it"
             )
 

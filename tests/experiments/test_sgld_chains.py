@@ -260,9 +260,9 @@ def test_kernel_chain_seed_is_the_kernel_s_and_refuses_an_unknown_stream():
     k = DPSGLD(gmm_model, batch_size=B, step_size=ETA, grad_clip=CLIP, num_iterations=ITERS, seed=5, noise_seed=9)
     for chain in (0, 3):
         k._chain_index = chain
-        assert kernel_chain_seed(5, chain, "algorithm") == k._chain_seed(2)
-        assert kernel_chain_seed(5, chain, "init") == k._chain_seed(1)
-        assert kernel_chain_seed(9, chain, "noise") == k._chain_seed(3, base=9)
+        assert kernel_chain_seed(5, chain, "algorithm") == k.randomness.chain_seed(2)
+        assert kernel_chain_seed(5, chain, "init") == k.randomness.chain_seed(1)
+        assert kernel_chain_seed(9, chain, "noise") == k.randomness.chain_seed(3, base=9)
     assert len({kernel_chain_seed(5, 0, s) for s in ("init", "algorithm", "noise")}) == 3
     with pytest.raises(ValueError, match="stream"):
         kernel_chain_seed(5, 0, "momentum")
