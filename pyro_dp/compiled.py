@@ -63,6 +63,7 @@ from .arguments import model_arguments as _model_arguments, tensor_arguments as 
 from .compile_check import check_graph, inductor_compile, warm_checker
 from .graphs import TraceFailed, hoist_broadcasts, in_fresh_thread, strip_extra_outputs
 from .mechanisms.clipping import ClippedSum, clip_and_sum, clip_and_sum_columns  # the pure clip rule only
+from .private import reveal
 
 __all__ = ["CompileFallbackWarning", "CompiledLikelihood", "bucket_size", "hoist_broadcasts", "CHUNK_ELEMENTS", "FORWARD_MAX_DIM",
            "COLUMNS_MAX_DIM",
@@ -462,6 +463,7 @@ class CompiledLikelihood:
 
     def _run(self, key: tuple, run: Callable, inputs: tuple):
         """``run(*inputs)``; the first call of a freshly compiled graph counts as compile time."""
+        inputs = reveal(inputs, reason="a graph's inputs: plain tensors inside the graph (pyro_dp.private)")
         pending = getattr(self, "_first_call_pending", None)
         if pending and key in pending:
             t0 = time.perf_counter()

@@ -66,6 +66,7 @@ from ..checks import SamplingWarning  # noqa: F401 (re-exported)
 from ..heap import HEAP_TRIM_EVERY, release_free_heap
 from ..likelihood import PrivateLikelihood
 from ..mechanisms import NoiseSource
+from ..private import check_public
 from ..mechanisms import PrivacyEvent, PrivacyLedger, ReproducibleNoiseWarning
 from ..warn import warn_user
 from . import auto_compile, checkpoint, diagnostics
@@ -573,6 +574,7 @@ class DPKernel(MCMCKernel):
         chain.clipped_count += 1
         z = self._state_z(self._state)
         out = self.lik.unravel(z)
+        check_public(out, "the parameters DPKernel.sample returns")  # issue 58: no private state leaves a step
         self._returned = (out, tuple(out.values()), z)
         return out
 

@@ -56,6 +56,7 @@ import torch
 
 from ..accounting import UnsupportedEventError, get_accountant
 from ..compiled import cached_zeros
+from ..private import diagnostic  # the clipped-row count (issue 58)
 from ..mechanisms import (
     ClippedSum,
     GaussianStdReleaseSpec,
@@ -179,7 +180,7 @@ def minibatch_penalty_step_fn(lik, n: int, b: int, temperature: float, subsampli
         lambda_hat = value + (lp_new - lp_old) + log_q
         accepted = torch.log(u) < penalty_log_accept_threshold(lambda_hat, noise_var)  # thesis §3.3
         ok = valid_move(lp_new, lambda_hat, noise_var)  # data-free
-        flags = torch.stack([(accepted & ok).to(f64), clipped.sum().to(f64), torch.as_tensor(std).to(f64)])
+        flags = torch.stack([(accepted & ok).to(f64), diagnostic(clipped.sum()).to(f64), torch.as_tensor(std).to(f64)])
         return lp_new, value, flags
 
     return step
