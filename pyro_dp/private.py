@@ -90,7 +90,7 @@ __all__ = ["Private", "PrivateReadError", "private", "reveal", "diagnostic", "is
 #: package modules allowed to call :func:`reveal` (paths relative to ``pyro_dp/``): the
 #: likelihood (unwraps its own inputs to compute on plain tensors), the mechanisms (the release
 #: functions), and this module. ``tests/test_private.py`` checks every other module.
-REVEAL_ALLOWED = ("private.py", "likelihood.py", "compiled.py", "mechanisms/release.py", "mechanisms/clipping.py",
+REVEAL_ALLOWED = ("private.py", "likelihood.py", "compiled.py", "testing.py", "audit.py", "release_audit.py", "mechanisms/release.py", "mechanisms/clipping.py",
                   "mechanisms/tap.py")
 
 #: kernel modules that read a non-private diagnostic through :func:`diagnostic` (the clipped-row
@@ -149,7 +149,7 @@ _READS = {
     _Tensor.__index__: "an index (__index__)", _Tensor.item: ".item()", _Tensor.tolist: ".tolist()",
     _Tensor.numpy: ".numpy()", _Tensor.__array__: "numpy.asarray()", _Tensor.__complex__: "complex()",
     torch.equal: "torch.equal", torch.allclose: "torch.allclose", torch.is_nonzero: "torch.is_nonzero",
-    _Tensor.__format__: "format()", _Tensor.__reduce_ex__: "pickling",
+    _Tensor.__format__: "format()",
 }
 for _name in ("__long__", "__array_wrap__", "data_ptr", "untyped_storage", "storage", "_typed_storage"):
     if hasattr(_Tensor, _name):
@@ -228,6 +228,13 @@ class Private(torch.Tensor):
 
     def __deepcopy__(self, memo):
         return _plain(self).clone().as_subclass(Private)
+
+    def __reduce_ex__(self, protocol):  # pickled private, unpickled private (checkpoints, chain workers)
+        return _unpickle, (_plain(self),)
+
+
+def _unpickle(t: torch.Tensor) -> "Private":
+    return t.as_subclass(Private)
 
 
 def private(x):
