@@ -173,9 +173,8 @@ def minibatch_penalty_step_fn(lik, n: int, b: int, temperature: float, subsampli
             var_b = s * s * (sum_sq - big_r * big_r / b)  # thesis §3.3, sigma_b^2
             std = noise_multiplier * thesis_sensitivity(n, b, temperature, llr_clip, dist)  # sigma = sqrt(tau) c, Thm 8
             value = lam - var_b / 2
-            if nm > 0:
-                value = GaussianStdReleaseSpec.release(value, torch.as_tensor(std, dtype=value.dtype,
-                                                                              device=value.device), xi)
+            # released also at nm = 0 (xi is then 0: the value as it is, recorded as NonPrivateEvent)
+            value = GaussianStdReleaseSpec.release(value, torch.as_tensor(std, dtype=value.dtype, device=value.device), xi)
         noise_var = std * std
         lambda_hat = value + (lp_new - lp_old) + log_q
         accepted = torch.log(u) < penalty_log_accept_threshold(lambda_hat, noise_var)  # thesis §3.3
