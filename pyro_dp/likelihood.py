@@ -146,8 +146,10 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
     compiled layer (:mod:`pyro_dp.compiled`) and the kernels' fused graphs can trace it: no
     compiled path, no check of ``idx``, and raw per-row terms (``eager_rows``: the data's rows)
     that no mechanism has seen. Kernel code calls the public methods below (or traces an
-    ``eager_*`` method inside a graph whose output goes through a mechanism); issue 58 means to
-    make the raw per-row terms unreachable from kernels.
+    ``eager_*`` method inside a graph whose output goes through a mechanism). The public methods
+    return what they compute from the data as :class:`~pyro_dp.private.Private` tensors (issue 58:
+    no kernel code reads them into Python; the mechanisms' releases return public values); the
+    ``eager_*`` methods, which the graphs trace, return plain tensors.
     
     Example
     -------
@@ -157,7 +159,11 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
     ...     with pyro.plate("data", len(y)) as idx:
     ...         pyro.sample("obs", dist.Normal(mu, 1.), obs=y[idx])
     >>> lik = PrivateLikelihood(model, (torch.tensor([0.0, 2.0]),), seed=0)
-    >>> lik.per_example_loglik(torch.tensor([1.0]))  # log N(y_i; mu=1, 1), one per row
+    >>> ll = lik.per_example_loglik(torch.tensor([1.0]))  # log N(y_i; mu=1, 1), one per row
+    >>> ll  # private (pyro_dp.private): no kernel can read it without a release
+    Private(shape=(2,), dtype=torch.float32)
+    >>> from pyro_dp.private import reveal
+    >>> reveal(ll, reason="a doctest")
     tensor([-1.4189, -1.4189])
     """
 
@@ -586,8 +592,9 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
         >>> import torch
         >>> from pyro_dp.models.examples import normal_mean_model as model
         >>> lik = PrivateLikelihood(model, (torch.tensor([0.0, 3.0]),), seed=0)
+        >>> from pyro_dp.private import reveal
         >>> r, lp = lik.log_ratios(torch.tensor([0.0]), torch.tensor([1.0]))
-        >>> r
+        >>> reveal(r, reason="a doctest")
         tensor([-0.5000,  2.5000])
         """
         idx = self._check_idx(idx)
@@ -630,8 +637,10 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
         >>> import torch
         >>> from pyro_dp.models.examples import normal_mean_model as model
         >>> lik = PrivateLikelihood(model, (torch.tensor([0.0, 3.0]),), seed=0)
+        >>> from pyro_dp.private import reveal
         >>> ll, cs = lik.clipped_grad_sum(torch.tensor([1.0]), clip=1.0)
-        >>> cs.total, int(cs.num_clipped)  # gradients -1 and 2, the second clipped to 1
+        >>> total, num_clipped = reveal((cs.total, cs.num_clipped), reason="a doctest")
+        >>> total, int(num_clipped)  # gradients -1 and 2, the second clipped to 1
         (tensor([0.]), 1)
         """
         idx = self._check_idx(idx)
@@ -654,7 +663,9 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
         >>> lik = PrivateLikelihood(model, (torch.tensor([0.0, 3.0]),), seed=0)
         >>> old = lik.per_example_loglik(torch.tensor([0.0]))
         >>> ll, lp, cs = lik.clipped_ratio_sum(torch.tensor([1.0]), old, clip=2.0)
-        >>> cs.total, int(cs.num_clipped)  # ratios -0.5 and 2.5, the second clipped to 2
+        >>> from pyro_dp.private import reveal
+        >>> total, num_clipped = reveal((cs.total, cs.num_clipped), reason="a doctest")
+        >>> total, int(num_clipped)  # ratios -0.5 and 2.5, the second clipped to 2
         (tensor(1.5000), 1)
         """
         idx = self._check_idx(idx)
@@ -677,8 +688,10 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
         >>> import torch
         >>> from pyro_dp.models.examples import normal_mean_model as model
         >>> lik = PrivateLikelihood(model, (torch.tensor([0.0, 3.0]),), seed=0)
+        >>> from pyro_dp.private import reveal
         >>> cs = lik.clipped_difference_sum(torch.tensor([-0.5, 2.5]), torch.zeros(2), clip=2.0)
-        >>> cs.total, int(cs.num_clipped)  # ratios -0.5 and 2.5, the second clipped to 2
+        >>> total, num_clipped = reveal((cs.total, cs.num_clipped), reason="a doctest")
+        >>> total, int(num_clipped)  # ratios -0.5 and 2.5, the second clipped to 2
         (tensor(1.5000), 1)
         """
         ll_new, ll_old = reveal((ll_new, ll_old), reason=_OWN_INPUT)

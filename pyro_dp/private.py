@@ -71,7 +71,7 @@ Example
 ...     bool(s > -10)
 ... except PrivateReadError as e:
 ...     print(str(e).splitlines()[0])
-bool() of a private value (computed from the data): a kernel may not read it
+bool() of a private value (computed from the data): a kernel may not read it without a release.
 >>> float(reveal(s, reason="doctest"))
 -6.0
 """

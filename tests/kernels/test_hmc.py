@@ -18,6 +18,8 @@ import pyro
 import pyro.distributions as dist
 import pytest
 import torch
+
+from pyro_dp.private import reveal
 from pyro.infer import MCMC, NUTS
 from pyro.ops.stats import effective_sample_size
 
@@ -134,7 +136,7 @@ def test_closed_form_terms_match_pyro():
     lik = PrivateLikelihood(mvn_model, (y, cov), seed=0)
     terms = GaussTerms(y, cov)
     z = torch.tensor([0.3, -0.7], dtype=torch.float64)
-    ll, g = lik.per_example_grad(z)
+    ll, g = reveal(lik.per_example_grad(z), reason="a test compares the likelihood's values")
     ll2, g2 = terms.per_example_grad(z)
     assert torch.allclose(ll, ll2, atol=1e-10) and torch.allclose(g, g2, atol=1e-10)
     assert torch.allclose(lik.log_prior(z), terms.log_prior(z), atol=1e-10)
