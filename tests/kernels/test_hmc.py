@@ -18,12 +18,11 @@ import pyro
 import pyro.distributions as dist
 import pytest
 import torch
-
-from pyro_dp.private import reveal
 from pyro.infer import MCMC, NUTS
 from pyro.ops.stats import effective_sample_size
 
 import pyro_dp
+from pyro_dp.private import reveal
 from pyro_dp.kernels.base import NONPRIVATE_PREFIX
 import pyro_dp.kernels.hmc as hmc_mod
 from pyro_dp import BudgetExhaustedWarning
