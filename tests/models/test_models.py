@@ -11,6 +11,8 @@ import torch
 
 import pyro_dp
 from pyro_dp.models import (
+
+pytestmark = pytest.mark.usefixtures("raw_values")  # checks the likelihood's values (conftest)
     TABLE_6_1,
     Banana,
     banana_model,
