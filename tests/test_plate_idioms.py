@@ -9,6 +9,7 @@ from pyro_dp import PrivateLikelihood
 
 pytestmark = pytest.mark.usefixtures("raw_values")  # checks the likelihood's values (conftest)
 
+
 F64 = torch.float64
 
 

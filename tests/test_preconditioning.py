@@ -22,6 +22,7 @@ from pyro_dp.testing import check_kernel
 
 pytestmark = pytest.mark.usefixtures("raw_values")  # checks the likelihood's values (conftest)
 
+
 D = 3
 
 

@@ -11,8 +11,6 @@ import torch
 
 import pyro_dp
 from pyro_dp.models import (
-
-pytestmark = pytest.mark.usefixtures("raw_values")  # checks the likelihood's values (conftest)
     TABLE_6_1,
     Banana,
     banana_model,
@@ -31,6 +29,8 @@ pytestmark = pytest.mark.usefixtures("raw_values")  # checks the likelihood's va
     make_circle_data,
     make_gaussian_data,
 )
+
+pytestmark = pytest.mark.usefixtures("raw_values")  # checks the likelihood's values (conftest)
 
 Z = 4.5  # MCSE multiplier
 K = 20000  # reference draws
