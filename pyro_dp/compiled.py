@@ -63,6 +63,11 @@ from .arguments import model_arguments as _model_arguments, tensor_arguments as 
 from .compile_check import check_graph, inductor_compile, warm_checker
 from .graphs import TraceFailed, hoist_broadcasts, in_fresh_thread, strip_extra_outputs
 from .mechanisms.clipping import ClippedSum, clip_and_sum, clip_and_sum_columns  # the pure clip rule only
+from .private import reveal
+
+#: why the compiled layer reveals (pyro_dp.private): a graph computes on plain tensors; the likelihood's
+#: public methods wrap what its graphs return (a fused step's outputs are the kernel's, module docstring there)
+_GRAPH_INPUTS = "a graph's inputs: plain tensors inside the graph, its outputs wrapped by the likelihood"
 
 __all__ = ["CompileFallbackWarning", "CompiledLikelihood", "bucket_size", "hoist_broadcasts", "CHUNK_ELEMENTS", "FORWARD_MAX_DIM",
            "COLUMNS_MAX_DIM",
@@ -381,6 +386,7 @@ class CompiledLikelihood:
     def _compile(self, name: str, fn: Callable, inputs: tuple, key: tuple) -> Optional[Callable]:
         """Trace ``fn`` (data inputs first) and compile it into :attr:`cache` (``None``: it
         cannot be traced, eager then)."""
+        inputs = reveal(inputs, reason=_GRAPH_INPUTS)  # example inputs: only their shapes are traced
         t0 = time.perf_counter()
         front = self._data + self._public()  # the data, then the public inputs (_with_data)
         inputs = _distinct(front, inputs)
@@ -462,6 +468,7 @@ class CompiledLikelihood:
 
     def _run(self, key: tuple, run: Callable, inputs: tuple):
         """``run(*inputs)``; the first call of a freshly compiled graph counts as compile time."""
+        inputs = reveal(inputs, reason=_GRAPH_INPUTS)
         pending = getattr(self, "_first_call_pending", None)
         if pending and key in pending:
             t0 = time.perf_counter()

@@ -77,12 +77,27 @@ from .isolation import (describe_row_failure, is_value_dependent, kernel_chooses
 from .mechanisms.clipping import ClippedSum, clip_and_sum  # the pure clip rule only (docs/architecture.md)
 from .coordinates import LikelihoodCoordinates
 from .preconditioning import Preconditioned
+from .private import private, reveal
 from .diagnose import explain_failure
 from .reach import CallGuard, describe_outside, outside_data
 from .structure import batch_shape, find_data_plate as _find_data_plate, parse_trace
 from .setup_checks import SetUpChecks, on_stand_in, stand_in  # noqa: F401 - on_stand_in re-exported for tests
 
 __all__ = ["PrivateLikelihood"]
+
+#: why the likelihood reveals a private input (:func:`pyro_dp.private.reveal`): its own per-row
+#: terms handed back by a kernel, computed on as plain tensors (torch.func, the compiled graphs)
+#: and wrapped again on the way out
+_OWN_INPUT = "the likelihood's own private terms, computed on inside it and returned private"
+
+
+def _private_sum(out):
+    """``out`` (a :class:`~pyro_dp.mechanisms.ClippedSum`, or a tuple ending in one) with the per-row
+    terms, the clipped total and the clipped count :class:`~pyro_dp.private.Private` (the row count is
+    public: the batch's size)."""
+    if isinstance(out, ClippedSum):
+        return out._replace(total=private(out.total), num_clipped=private(out.num_clipped))
+    return tuple(private(o) for o in out[:-1]) + (_private_sum(out[-1]),)
 
 
 
@@ -131,8 +146,10 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
     compiled layer (:mod:`pyro_dp.compiled`) and the kernels' fused graphs can trace it: no
     compiled path, no check of ``idx``, and raw per-row terms (``eager_rows``: the data's rows)
     that no mechanism has seen. Kernel code calls the public methods below (or traces an
-    ``eager_*`` method inside a graph whose output goes through a mechanism); issue 58 means to
-    make the raw per-row terms unreachable from kernels.
+    ``eager_*`` method inside a graph whose output goes through a mechanism). The public methods
+    return what they compute from the data as :class:`~pyro_dp.private.Private` tensors (issue 58:
+    no kernel code reads them into Python; the mechanisms' releases return public values); the
+    ``eager_*`` methods, which the graphs trace, return plain tensors.
     
     Example
     -------
@@ -142,7 +159,11 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
     ...     with pyro.plate("data", len(y)) as idx:
     ...         pyro.sample("obs", dist.Normal(mu, 1.), obs=y[idx])
     >>> lik = PrivateLikelihood(model, (torch.tensor([0.0, 2.0]),), seed=0)
-    >>> lik.per_example_loglik(torch.tensor([1.0]))  # log N(y_i; mu=1, 1), one per row
+    >>> ll = lik.per_example_loglik(torch.tensor([1.0]))  # log N(y_i; mu=1, 1), one per row
+    >>> ll  # private (pyro_dp.private): no kernel can read it without a release
+    Private(shape=(2,), dtype=torch.float32)
+    >>> from pyro_dp.private import reveal
+    >>> reveal(ll, reason="a doctest")
     tensor([-1.4189, -1.4189])
     """
 
@@ -500,7 +521,7 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
 
         with torch.no_grad():
             out = vmap(one, chunk_size=self.vmap_chunk_size)(*self.eager_rows(idx))
-        return out
+        return private(out)
 
     def _stand_in_row(self):
         """``(args, kwargs)`` of a one-row stand-in (zeros in the data's row shapes, a row count
@@ -558,8 +579,9 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
         if self.compiled is not None:
             out = self.compiled.loglik_and_prior(z, idx)
             if out is not None:
-                return out
-        return self.eager_loglik_and_prior(z, idx)
+                return private(out[0]), out[1]
+        ll, lp = self.eager_loglik_and_prior(z, idx)
+        return private(ll), lp  # the log prior reads no data (a stand-in row): public
 
     def log_ratios(self, z: torch.Tensor, z_new: torch.Tensor, idx=None) -> Tuple[torch.Tensor, torch.Tensor]:
         r"""``(r, log prior at z_new)`` with :math:`r_i = \ell_i(z') - \ell_i(z)` (untempered) for
@@ -570,18 +592,19 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
         >>> import torch
         >>> from pyro_dp.models.examples import normal_mean_model as model
         >>> lik = PrivateLikelihood(model, (torch.tensor([0.0, 3.0]),), seed=0)
+        >>> from pyro_dp.private import reveal
         >>> r, lp = lik.log_ratios(torch.tensor([0.0]), torch.tensor([1.0]))
-        >>> r
+        >>> reveal(r, reason="a doctest")
         tensor([-0.5000,  2.5000])
         """
         idx = self._check_idx(idx)
         if self.compiled is not None:
             out = self.compiled.log_ratios(z, z_new, idx)
             if out is not None:
-                return out
+                return private(out[0]), out[1]
         ll_old, _ = self.eager_loglik_and_prior(z, idx)
         ll_new, lp_new = self.eager_loglik_and_prior(z_new, idx)
-        return ll_new - ll_old, lp_new
+        return private(ll_new - ll_old), lp_new
 
     def eager_loglik_and_prior(self, z, idx):
         """:meth:`loglik_and_prior` without the compiled path or the check of ``idx`` (internal:
@@ -600,8 +623,8 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
         if self.compiled is not None:
             out = self.compiled.per_example_grad(z, idx)
             if out is not None:
-                return out
-        return self.eager_per_example_grad(z, idx)
+                return private(out)
+        return private(self.eager_per_example_grad(z, idx))
 
     def clipped_grad_sum(self, z: torch.Tensor, clip, idx=None):
         r"""``(ℓ_i(θ) [B], ClippedSum)``: the per-example gradients passed through
@@ -614,17 +637,19 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
         >>> import torch
         >>> from pyro_dp.models.examples import normal_mean_model as model
         >>> lik = PrivateLikelihood(model, (torch.tensor([0.0, 3.0]),), seed=0)
+        >>> from pyro_dp.private import reveal
         >>> ll, cs = lik.clipped_grad_sum(torch.tensor([1.0]), clip=1.0)
-        >>> cs.total, int(cs.num_clipped)  # gradients -1 and 2, the second clipped to 1
+        >>> total, num_clipped = reveal((cs.total, cs.num_clipped), reason="a doctest")
+        >>> total, int(num_clipped)  # gradients -1 and 2, the second clipped to 1
         (tensor([0.]), 1)
         """
         idx = self._check_idx(idx)
         if self.compiled is not None:
             out = self.compiled.clipped_grad_sum(z, clip, idx)
             if out is not None:
-                return out
+                return _private_sum(out)
         ll, g = self.eager_per_example_grad(z, idx)
-        return ll, clip_and_sum(g, clip)
+        return _private_sum((ll, clip_and_sum(g, clip)))
 
     def clipped_ratio_sum(self, z_new: torch.Tensor, ll_old: torch.Tensor, clip, idx=None):
         r"""``(ℓ_i(θ') [B], log prior at θ', ClippedSum)``: the per-example log-likelihood ratios
@@ -638,16 +663,19 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
         >>> lik = PrivateLikelihood(model, (torch.tensor([0.0, 3.0]),), seed=0)
         >>> old = lik.per_example_loglik(torch.tensor([0.0]))
         >>> ll, lp, cs = lik.clipped_ratio_sum(torch.tensor([1.0]), old, clip=2.0)
-        >>> cs.total, int(cs.num_clipped)  # ratios -0.5 and 2.5, the second clipped to 2
+        >>> from pyro_dp.private import reveal
+        >>> total, num_clipped = reveal((cs.total, cs.num_clipped), reason="a doctest")
+        >>> total, int(num_clipped)  # ratios -0.5 and 2.5, the second clipped to 2
         (tensor(1.5000), 1)
         """
         idx = self._check_idx(idx)
+        ll_old = reveal(ll_old, reason=_OWN_INPUT)
         if self.compiled is not None:
             out = self.compiled.clipped_ratio_sum(z_new, ll_old, clip, idx)
             if out is not None:
-                return out
+                return private(out[0]), out[1], _private_sum(out[2])
         ll_new, lp_new = self.eager_loglik_and_prior(z_new, idx)
-        return ll_new, lp_new, clip_and_sum(ll_new - ll_old, clip)
+        return private(ll_new), lp_new, _private_sum(clip_and_sum(ll_new - ll_old, clip))
 
     def clipped_difference_sum(self, ll_new: torch.Tensor, ll_old: torch.Tensor, clip) -> ClippedSum:
         r"""The per-example log-likelihood ratios ``ll_new - ll_old`` (both computed by this
@@ -660,15 +688,18 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
         >>> import torch
         >>> from pyro_dp.models.examples import normal_mean_model as model
         >>> lik = PrivateLikelihood(model, (torch.tensor([0.0, 3.0]),), seed=0)
+        >>> from pyro_dp.private import reveal
         >>> cs = lik.clipped_difference_sum(torch.tensor([-0.5, 2.5]), torch.zeros(2), clip=2.0)
-        >>> cs.total, int(cs.num_clipped)  # ratios -0.5 and 2.5, the second clipped to 2
+        >>> total, num_clipped = reveal((cs.total, cs.num_clipped), reason="a doctest")
+        >>> total, int(num_clipped)  # ratios -0.5 and 2.5, the second clipped to 2
         (tensor(1.5000), 1)
         """
+        ll_new, ll_old = reveal((ll_new, ll_old), reason=_OWN_INPUT)
         if self.compiled is not None:
             out = self.compiled.clipped_difference_sum(ll_new, ll_old, clip)
             if out is not None:
-                return out
-        return clip_and_sum(ll_new - ll_old, clip)
+                return _private_sum(out)
+        return _private_sum(clip_and_sum(ll_new - ll_old, clip))
 
     def eager_per_example_grad(self, z, idx):
         """``(ℓ_i [B], ∇ℓ_i [B, D])``: ``vmap(grad)`` of each row's term (:meth:`eager_row_term`);

@@ -51,7 +51,9 @@ class Preconditioned:
         >>> lik = PrivateLikelihood(model, (torch.tensor([0.0, 2.0]),), seed=0)
         >>> before = lik.per_example_loglik(torch.tensor([1.5]))
         >>> lik.set_preconditioner(torch.tensor([1.0]), torch.tensor([[0.5]]))
-        >>> torch.equal(lik.per_example_loglik(torch.tensor([1.0])), before)  # u = (1.5 - 1) / 0.5
+        >>> from pyro_dp.private import reveal  # the terms are private (a doctest reads them)
+        >>> after = lik.per_example_loglik(torch.tensor([1.0]))  # u = (1.5 - 1) / 0.5
+        >>> torch.equal(*reveal((after, before), reason="a doctest"))
         True
         >>> lik.flatten({"mu": torch.tensor(1.5)})
         tensor([1.])

@@ -55,3 +55,15 @@ def release_recorder():
 
     with recording() as rec:
         yield rec
+
+
+@pytest.fixture
+def raw_values():
+    """The likelihood's outputs as plain tensors (pyro_dp.private's wrapping off) for a test module
+    that checks the likelihood's *values* (plate idioms, row isolation, models): the private type
+    itself, and every kernel's path through it, are tested with it on (tests/test_private.py, the
+    kernel tests). Use as ``pytestmark = pytest.mark.usefixtures("raw_values")``."""
+    from pyro_dp.private import tainting
+
+    with tainting(False):
+        yield

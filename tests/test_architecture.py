@@ -70,7 +70,7 @@ LAYERS_ABOVE = (("pyro_dp.kernels", "pyro_dp.default_path"),)
 # import its own layer, the utilities, and the layers listed before its own, except where
 # LAYER_ONLY narrows that.
 LAYERS = (
-    ("utilities", ("pyro_dp.warn", "pyro_dp.checks", "pyro_dp.heap", "pyro_dp.graphs", "pyro_dp.distributed",
+    ("utilities", ("pyro_dp.warn", "pyro_dp.checks", "pyro_dp.heap", "pyro_dp.graphs", "pyro_dp.distributed", "pyro_dp.private",
                    "pyro_dp.version")),
     ("model", ("pyro_dp.models",)),
     ("mechanisms", ("pyro_dp.mechanisms", "pyro_dp.accounting")),

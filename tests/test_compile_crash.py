@@ -21,7 +21,10 @@ from pyro_dp.compile_check import Checker, _checker, check_graph, stand_in
 from pyro_dp.compiled import CompileFallbackWarning
 from pyro_dp.likelihood import PrivateLikelihood
 
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+pytestmark = pytest.mark.usefixtures("raw_values")  # checks the likelihood's values (conftest)
 
 
 def categorical(X, y):

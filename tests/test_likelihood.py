@@ -8,6 +8,12 @@ import pytest
 import torch
 
 from pyro_dp.likelihood import PrivateLikelihood
+from pyro_dp.private import Private, reveal
+
+
+def raw(x):
+    """The likelihood's private values (pyro_dp.private), read by a test."""
+    return reveal(x, reason="a test reads the likelihood's values")
 
 
 def gauss_model(y):
@@ -52,12 +58,13 @@ def test_loglik_matches_closed_form(y64):
     z = torch.tensor([0.3, 0.2], dtype=torch.float64)
     s = torch.exp(torch.tensor(0.2, dtype=torch.float64))
     expected = dist.Normal(0.3, s).log_prob(y64)
-    assert torch.allclose(lik.per_example_loglik(z), expected)
+    assert isinstance(lik.per_example_loglik(z), Private)  # issue 58: per-row terms leave private
+    assert torch.allclose(raw(lik.per_example_loglik(z)), expected)
     # prior + log-Jacobian of s = exp(u): log HalfNormal(s) + u
     lp = dist.Normal(0.0, 10.0).log_prob(torch.tensor(0.3)) + dist.HalfNormal(2.0).log_prob(s) + 0.2
     assert torch.allclose(lik.log_prior(z), lp.double())
     idx = torch.tensor([3, 7])
-    assert torch.allclose(lik.per_example_loglik(z, idx), expected[idx])
+    assert torch.allclose(raw(lik.per_example_loglik(z, idx)), expected[idx])
 
 
 def gauss_model_fixed_size(y, n):
@@ -78,7 +85,7 @@ def test_usual_idiom_is_evaluated_by_slicing_its_arguments(y64):
     z = torch.tensor([0.3, 0.2], dtype=torch.float64)
     for idx in (None, torch.tensor([4, 0, 9])):
         for f in ("loglik_and_prior", "per_example_grad"):
-            for u, v in zip(getattr(a, f)(z, idx), getattr(b, f)(z, idx)):
+            for u, v in zip(raw(getattr(a, f)(z, idx)), raw(getattr(b, f)(z, idx))):
                 assert torch.equal(u, v)
 
 
@@ -89,15 +96,15 @@ def test_per_example_grad_matches_autograd_and_fallback(y64):
     lik2 = PrivateLikelihood(gauss_model_fixed_size, (y64, len(y64)), seed=0)
     assert lik2.arguments.describe()["row count"] == ["argument 1"]
     z = torch.tensor([0.3, 0.2], dtype=torch.float64)
-    ll, g = lik.per_example_grad(z)
-    ll2, g2 = lik2.per_example_grad(z)
+    ll, g = raw(lik.per_example_grad(z))
+    ll2, g2 = raw(lik2.per_example_grad(z))
     assert torch.allclose(ll, ll2) and torch.allclose(g, g2)
     for i in (0, 17):
         zz = z.clone().requires_grad_()
         s = torch.exp(zz[1])
         dist.Normal(zz[0], s).log_prob(y64[i]).backward()
         assert torch.allclose(g[i], zz.grad)
-    assert torch.allclose(lik2.per_example_loglik(z, torch.tensor([17])), ll[17:18])
+    assert torch.allclose(raw(lik2.per_example_loglik(z, torch.tensor([17]))), ll[17:18])
 
 
 def test_float32_logistic_subset():
@@ -106,7 +113,7 @@ def test_float32_logistic_subset():
     lik = PrivateLikelihood(logistic_model, (X, y), seed=0)
     assert lik.dtype == torch.float32 and lik.dim == 3
     z = torch.tensor([0.5, -1.0, 2.0])
-    ll, g = lik.per_example_grad(z, torch.arange(10, 20))
+    ll, g = raw(lik.per_example_grad(z, torch.arange(10, 20)))
     assert ll.shape == (10,) and g.shape == (10, 3) and g.dtype == torch.float32
     # d/dw log sigmoid((2y-1) x.w) = (y - sigmoid(x.w)) x
     expected = (y[10:20] - torch.sigmoid(X[10:20] @ z)).unsqueeze(-1) * X[10:20]
@@ -204,7 +211,7 @@ def test_explicit_plate_and_nonfinite_data_raise_nothing(y64):
         PrivateLikelihood(gauss_model, (y64,), data_plate="nope", seed=0)
     bad = y64.clone()
     bad[4] = float("nan")  # no exception that depends on one row (docs/privacy.md, "One per-row rule")
-    ll = PrivateLikelihood(gauss_model, (bad,), seed=0).per_example_loglik(torch.zeros(2, dtype=y64.dtype))
+    ll = raw(PrivateLikelihood(gauss_model, (bad,), seed=0).per_example_loglik(torch.zeros(2, dtype=y64.dtype)))
     assert math.isnan(ll[4]) and bool(torch.isfinite(ll[:4]).all())
     with pytest.raises(ValueError, match="temperature"):
         PrivateLikelihood(gauss_model, (y64,), temperature=0.0)
@@ -227,10 +234,10 @@ def test_forward_mode_gradients_keep_a_float32_models_dtype():
 
     y = 1 + 2 * torch.randn(50, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     z = torch.tensor([0.5, 0.3], dtype=torch.float64)
-    want = PrivateLikelihood(model, (y, 50), seed=0).per_example_grad(z)[1]
+    want = raw(PrivateLikelihood(model, (y, 50), seed=0).per_example_grad(z)[1])
     for extra in ({}, dict(jit_compile=True, jit_options={"backend": "graph"})):
         lik = PrivateLikelihood(model, (y.float(), 50), seed=0, **extra)
-        g = lik.per_example_grad(z.float())[1]
+        g = raw(lik.per_example_grad(z.float())[1])
         assert g.dtype == torch.float32
         torch.testing.assert_close(g.double(), want, rtol=1e-5, atol=1e-5)
         k = pyro_dp.DPHMC(model, 0.01, 3, 2.0, 2.0, 3.0, 2.0, seed=1, init_strategy=init_to_median, **extra)

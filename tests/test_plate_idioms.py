@@ -7,6 +7,9 @@ import torch
 
 from pyro_dp import PrivateLikelihood
 
+pytestmark = pytest.mark.usefixtures("raw_values")  # checks the likelihood's values (conftest)
+
+
 F64 = torch.float64
 
 

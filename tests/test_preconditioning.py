@@ -20,6 +20,9 @@ from pyro_dp.likelihood import PrivateLikelihood
 from pyro_dp.mechanisms import GaussianEvent, NoiseSource
 from pyro_dp.testing import check_kernel
 
+pytestmark = pytest.mark.usefixtures("raw_values")  # checks the likelihood's values (conftest)
+
+
 D = 3
 
 

@@ -22,8 +22,11 @@ from pyro_dp.likelihood import PrivateLikelihood
 
 from .refusals import assert_kernels_refuse_before_any_release
 
+
 N = 40
 ADVERSARIAL = (float("nan"), float("inf"), -float("inf"), 1e300, -7.0, 200.0)
+
+pytestmark = pytest.mark.usefixtures("raw_values")  # checks the likelihood's values (conftest)
 
 
 def data(seed=0):

@@ -8,6 +8,7 @@ from pyro.infer.autoguide.initialization import init_to_mean
 
 import pyro_dp
 from pyro_dp.mechanisms import NoiseSource
+from pyro_dp.private import PrivateReadError, reveal
 from pyro_dp.testing import ScaledNoiseSource, noise_free_scores, separating_seed, weak_noise
 
 from .audit_cases import FAMILIES, model, neighbours
@@ -140,11 +141,12 @@ class CopiesItsSecretStream(pyro_dp.DPPenalty):
 
 
 class RefusesBadRows(pyro_dp.DPPenalty):
-    """Raises on a non-finite per-example term: the exception reveals the row."""
+    """Raises on a non-finite per-example term: the exception reveals the row. (The terms are
+    private, pyro_dp.private: the read needs the escape hatch, which only a mutant uses here.)"""
 
     def _release_accept(self, noise, rng, state, z_new, log_q_ratio):
         rel, accepted = super()._release_accept(noise, rng, state, z_new, log_q_ratio)
-        if not bool(torch.isfinite(rel.cache_new).all()):
+        if not bool(torch.isfinite(reveal(rel.cache_new, reason="a mutant")).all()):
             raise ValueError("the data have non-finite values")
         return rel, accepted
 
@@ -158,11 +160,24 @@ class GlobalNoise(pyro_dp.DPPenalty):
 
 class SilentRead(pyro_dp.DPPenalty):
     """Issue 58's silent-read kernel: rejects whenever the raw log-likelihood sum at the current
-    point exceeds a threshold, a data-dependent decision with no release."""
+    point exceeds a threshold, a data-dependent decision with no release. The terms are private
+    (pyro_dp.private): the read raises by construction (tests/test_private.py)."""
 
     def sample(self, params):
         if self.lik is not None and bool(self.lik.per_example_loglik(self.lik.flatten(params)).sum() > -100.0):
             return params
+        return super().sample(params)
+
+
+class SilentReveal(pyro_dp.DPPenalty):
+    """The silent-read kernel through the escape hatch (pyro_dp.private.reveal, which only the
+    non-private diagnostics and audits may call): what the kit's check still catches."""
+
+    def sample(self, params):
+        if self.lik is not None:
+            ll = reveal(self.lik.per_example_loglik(self.lik.flatten(params)), reason="a mutant")
+            if bool(ll.sum() > -100.0):
+                return params
         return super().sample(params)
 
 
@@ -189,7 +204,7 @@ MUTANTS = {
     "planned_equals_recorded": (_penalty(PlansTwoReleases), "planned"),
     "copies": (_penalty(CopiesItsSecretStream), "copy continues the secret noise stream"),
     "per_row_rule": (_penalty(RefusesBadRows), "raised ValueError"),
-    "reads_only_through_releases": (_penalty(SilentRead), "reads the data other than through a release"),
+    "reads_only_through_releases": (_penalty(SilentReveal), "reads the data other than through a release"),
     "audit_hooks": (_penalty(GlobalNoise), "global generator"),
     "eager_equals_compiled": (lambda: CompiledDiffers(normal_mean_model, 0.01, 6.0, 6.0, 0.5,
                                                       init_strategy=init_to_mean), "compiled chain differs"),
@@ -238,3 +253,11 @@ def test_a_release_beyond_the_declared_ones_names_the_contributors_mistake():
                                            r"ran: a kernel must declare every release"):
         k.sample(k.initial_params)
     assert k.ledger  # recorded: the epsilon reported includes it
+
+
+def test_the_silent_read_kernel_raises_at_the_read_by_construction():
+    """Issue 58: the silent-read kernel fails at its read (the per-row terms are private,
+    pyro_dp.private), before the kit's reads_only_through_releases check runs a single chain
+    comparison; the error names the fix."""
+    with pytest.raises(PrivateReadError, match="bool\\(\\) of a private value.*\\n.*pyro_dp.mechanisms"):
+        check_kernel(_penalty(SilentRead), Y, checks=["reads_only_through_releases"], name="the mutant")

@@ -50,6 +50,7 @@ import torch
 from ..accounting import UnsupportedEventError, get_accountant
 from ..accounting.subsampled import barker_orders, dp_barker_event
 from ..compiled import cached_zeros
+from ..private import diagnostic  # the clipped-row count (issue 58)
 from ..mechanisms import GaussianStdReleaseSpec, RDPCurveEvent, batch_without_replacement, clip_scalars
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse, check_batch_size, valid_move
@@ -172,7 +173,7 @@ def barker_step_fn(lik, n: int, b: int, temperature: float, C: float, spec: Gaus
         lambda_hat = log_ratio + (lp_new - lp_old) + log_q
         valid = valid_move(lp_new, lambda_hat)  # data-free (the noise variance is C)
         accepted = (lambda_hat + correction_from_draws(expo, u, xc, means, sds, weights) > 0) & valid  # eq. (9)
-        return lp_new, log_ratio, torch.stack([accepted.to(torch.float64), clipped.sum().to(torch.float64)])
+        return lp_new, log_ratio, torch.stack([accepted.to(torch.float64), diagnostic(clipped.sum()).to(torch.float64)])
 
     return step
 

@@ -84,6 +84,7 @@ from ..checks import SamplingWarning  # noqa: F401 (re-exported)
 from ..heap import HEAP_TRIM_EVERY, release_free_heap
 from ..likelihood import PrivateLikelihood
 from ..mechanisms import PrivacyLedger
+from ..private import check_public
 from . import auto_compile, diagnostics
 from .checkpoint import ChainCheckpoints
 from .chain_record import ChainRecord, RunForecast
@@ -470,6 +471,7 @@ class DPKernel(MCMCKernel):
             if chain.iteration % HEAP_TRIM_EVERY == 0:  # bounded memory over long runs (pyro_dp.heap): a fixed,
                 release_free_heap()  # data-free schedule
             out = self.lik.unravel(z)
+            check_public(out, "the parameters DPKernel.sample returns")  # issue 58: no private state leaves a step
             self._returned = (out, tuple(out.values()), z)
             return out
 

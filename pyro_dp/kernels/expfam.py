@@ -43,6 +43,7 @@ from ..arguments import model_arguments as _model_arguments
 from ..likelihood import forked_rng
 from ..mechanisms import NoisyRelease, add_gaussian_noise, clip_rows, gaussian_event
 from ..warn import warn_user
+from ..private import diagnostic  # the clipped fraction (issue 58)
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease
 from .proposals import penalty_accept, pop_target_accept_prob
@@ -265,7 +266,7 @@ class SufficientStatistic:
         # Yıldırım & Ermiş 2019 §3.3: ∇₂S = sup ||S(x) - S(y)|| <= 2b).
         clipped, mask = clip_rows(rows - center, fam.bound)
         self._sum = clipped.sum(0)
-        self._frac = float(mask.float().mean())
+        self._frac = float(diagnostic(mask).float().mean())
         self._center_total = lik.num_rows * center.expand(self._sum.shape)  # n c: public
 
     def release(self, noise_multiplier: float, noise) -> NoisyRelease:

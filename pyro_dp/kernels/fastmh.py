@@ -42,6 +42,7 @@ from ..accounting import get_accountant
 from ..accounting.composition import AdvancedCompositionAccountant, OptimalCompositionAccountant
 from ..accounting.algorithms import StepPrivacy, fastmh_step_privacy
 from ..warn import warn_user
+from ..private import diagnostic  # the clipped fraction (issue 58)
 from ..mechanisms import (ApproxDPEvent, GaussianEvent, NonPrivateEvent, PrivacyLedger, batch_with_replacement, clip_scalars,
                           clipped_sum_with_noise, poisson_count, thinning_uniforms)
 from .base import check_positive
@@ -152,7 +153,7 @@ def _energy_diffs(lik, ll_new, ll_old, bound):
     """Tempered, clipped :math:`U_i(\\theta)-U_i(\\theta')`; NaN (e.g. inf - inf) maps to 0 and
     ±inf to ±bound (the per-row rule of :func:`~pyro_dp.mechanisms.clip_scalars`)."""
     clipped, mask = clip_scalars(ll_new - ll_old, bound)
-    frac = float(mask.double().mean()) if mask.numel() else 0.0
+    frac = float(diagnostic(mask).double().mean()) if mask.numel() else 0.0
     return lik.temperature * clipped, frac
 
 

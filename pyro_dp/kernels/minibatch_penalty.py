@@ -56,6 +56,7 @@ import torch
 
 from ..accounting import UnsupportedEventError, get_accountant
 from ..compiled import cached_zeros
+from ..private import diagnostic  # the clipped-row count (issue 58)
 from ..mechanisms import (
     ClippedSum,
     GaussianStdReleaseSpec,
@@ -174,14 +175,13 @@ def minibatch_penalty_step_fn(lik, n: int, b: int, temperature: float, subsampli
             var_b = s * s * (sum_sq - big_r * big_r / b)  # thesis §3.3, sigma_b^2
             std = noise_multiplier * thesis_sensitivity(n, b, temperature, llr_clip, dist)  # sigma = sqrt(tau) c, Thm 8
             value = lam - var_b / 2
-            if nm > 0:
-                value = GaussianStdReleaseSpec.release(value, torch.as_tensor(std, dtype=value.dtype,
-                                                                              device=value.device), xi)
+            # released also at nm = 0 (xi is then 0: the value as it is, recorded as NonPrivateEvent)
+            value = GaussianStdReleaseSpec.release(value, torch.as_tensor(std, dtype=value.dtype, device=value.device), xi)
         noise_var = std * std
         lambda_hat = value + (lp_new - lp_old) + log_q
         accepted = torch.log(u) < penalty_log_accept_threshold(lambda_hat, noise_var)  # thesis §3.3
         ok = valid_move(lp_new, lambda_hat, noise_var)  # data-free
-        flags = torch.stack([(accepted & ok).to(f64), clipped.sum().to(f64), torch.as_tensor(std).to(f64)])
+        flags = torch.stack([(accepted & ok).to(f64), diagnostic(clipped.sum()).to(f64), torch.as_tensor(std).to(f64)])
         return lp_new, value, flags
 
     return step

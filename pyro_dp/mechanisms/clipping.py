@@ -7,6 +7,8 @@ from typing import Iterable, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
+from ..private import reveal
+
 __all__ = [
     "finite_row_mask",
     "finite_rows",
@@ -163,6 +165,7 @@ def clipped_fraction(num_clipped, num_rows) -> float:
     >>> clipped_fraction(1, 4), clipped_fraction(0, 0), clipped_fraction(NOT_COUNTED, 4)
     (0.25, 0.0, nan)
     """
+    num_clipped, num_rows = reveal((num_clipped, num_rows), reason="non-private diagnostic: the clipped fraction")
     num_clipped, num_rows = float(num_clipped), float(num_rows)
     if num_clipped < 0:
         return float("nan")

@@ -15,6 +15,15 @@ from .events import RELATIONS, NonPrivateEvent, PrivacyEvent, gaussian_event  # 
 from . import tap as _tap
 from .recorder import record_release, withdraw_release
 from .noise import NoiseSource
+from ..private import reveal
+
+#: why a release reveals (:func:`pyro_dp.private.reveal`): the value is released with the noise this
+#: function adds (its draw recorded), so what it returns is public
+_RELEASED = "released: the noise drawn and recorded for this release is added here"
+#: the clipped-row counts of a release: the documented non-private diagnostic of every release
+_DIAGNOSTIC = "non-private diagnostic: the clipped-row count of a release (shown as such, never fed back)"
+#: a release's noise scale: data-free or bounded as its event's analysis assumes (gaussian_release)
+_STD = "the noise scale of a release, data-free or bounded as its event's analysis states"
 
 __all__ = [
     "NoisyRelease",
@@ -98,7 +107,7 @@ def clipped_sum_with_noise(
     if relation not in RELATIONS:
         raise ValueError(f"relation must be one of {RELATIONS}, got {relation!r}")
     cs = values if isinstance(values, ClippedSum) else clip_and_sum(values, clip)
-    counts = (cs.num_clipped, cs.num_rows)
+    counts = reveal((cs.num_clipped, cs.num_rows), reason=_DIAGNOSTIC)
     shards = getattr(noise, "shards", None)
     if shards is not None:  # sharded rows: the counts of all ranks (a non-private diagnostic)
         counts = shards.all_reduce_sum(torch.stack([torch.as_tensor(c, dtype=torch.float64) for c in counts]))
@@ -121,7 +130,7 @@ def gaussian_release(value: torch.Tensor, std, event: PrivacyEvent, noise: Noise
     >>> float(out.value), out.event
     (1.0, NonPrivateEvent())
     """
-    std_t = torch.as_tensor(std, dtype=value.dtype, device=value.device)
+    std_t = reveal(torch.as_tensor(std, dtype=value.dtype, device=value.device), reason=_STD)
     spec = GaussianStdReleaseSpec(event)
     return NoisyRelease(spec.release(value, std_t, spec.draw(noise, value.shape)), event, std_t, 0.0)
 
@@ -178,6 +187,7 @@ class GaussianStdReleaseSpec:
     def release(self, value: torch.Tensor, std: torch.Tensor, xi: torch.Tensor) -> torch.Tensor:
         """``value`` plus ``std`` (a tensor of ``value``'s dtype) times ``xi`` (pure). Callable on
         the class as well (``GaussianStdReleaseSpec.release(value, std, xi)``: no event stated)."""
+        value, std = reveal((value, std), reason=_RELEASED)
         out = _plus_scaled(value, std, xi)
         if _tap.ACTIVE is not None:  # pyro_dp.mechanisms.tap (eager only)
             out = _tap.seen(out, std, None if self is None else self.event, _redraw(value, std, xi))
@@ -209,6 +219,7 @@ def add_gaussian_noise(
     1.0
     """
     shards = getattr(noise, "shards", None)
+    total = reveal(total, reason=_RELEASED)
     draw = _gaussian_event(total, clip, noise_multiplier, relation)
     record_release(draw.event if event is None else event)  # every rank records; first: no recorder, no draw
     if shards is None or shards.rank == 0:
@@ -394,6 +405,7 @@ class GaussianReleaseSpec:
         code when ``shards`` is ``None``. With ``shards`` (the rows of sharded ranks) the local
         sums and counts are summed over the ranks, rank 0's noise inside the sum, as
         :func:`add_gaussian_noise` does."""
+        cs = cs._replace(total=reveal(cs.total, reason=_RELEASED), num_clipped=reveal(cs.num_clipped, reason=_DIAGNOSTIC))
         std = self.std(clip, cs.total)
         counts = (cs.num_clipped, cs.num_rows)
         if shards is None:
@@ -457,6 +469,7 @@ def draw_gaussian_noise(
     >>> tuple(out.value.shape), out.event, float(out.noise_std), drawn.events  # sigma = nm * 2 * clip
     ((2,), GaussianEvent(noise_multiplier=2.0), 2.0, [GaussianEvent(noise_multiplier=2.0)])
     """
+    like = reveal(like, reason="only the shape, dtype and device of the sum are read")
     out = _gaussian_event(like, clip, noise_multiplier, relation)
     record_release(out.event if event is None else event, 1 if count is None else int(count))
     return _draw_noise(out, like, noise_multiplier, noise, count)
@@ -515,7 +528,7 @@ def noisy_histogram(
         raise ValueError(f"relation must be one of {RELATIONS}, got {relation!r}")
     num_bins = int(num_bins)
     k = bin_index.shape[1] if bin_index.dim() == 2 else 1  # histograms: one count per row in each
-    idx = bin_index.to(torch.long)
+    idx = reveal(bin_index, reason=_RELEASED).to(torch.long)
     if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= num_bins):
         raise ValueError(f"bin indices must lie in [0, {num_bins})")
     if k > 1:
@@ -548,4 +561,5 @@ def noisy_count(count: torch.Tensor, noise_multiplier: float, noise: NoiseSource
         raise ValueError(f"relation must be one of {RELATIONS}, got {relation!r}")
     # add_gaussian_noise's std is nm * s * clip with s = 2 (substitute) or 1 (add/remove): Δ = 1
     clip = 0.5 if relation == "substitute" else 1.0
-    return add_gaussian_noise(torch.as_tensor(count).to(torch.float64), clip, noise_multiplier, noise, relation)
+    return add_gaussian_noise(torch.as_tensor(reveal(count, reason=_RELEASED)).to(torch.float64), clip,
+                              noise_multiplier, noise, relation)

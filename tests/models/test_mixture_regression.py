@@ -26,6 +26,8 @@ from pyro_dp.models import (
     truncated_gmm_reference,
 )
 
+pytestmark = pytest.mark.usefixtures("raw_values")  # checks the likelihood's values (conftest)
+
 Z = 4.5
 
 

@@ -30,6 +30,8 @@ from pyro_dp.models import (
     make_gaussian_data,
 )
 
+pytestmark = pytest.mark.usefixtures("raw_values")  # checks the likelihood's values (conftest)
+
 Z = 4.5  # MCSE multiplier
 K = 20000  # reference draws
 
