@@ -61,12 +61,11 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from .arguments import model_arguments as _model_arguments, tensor_arguments as _tensor_arguments, with_tensors as _with_tensors
 from .compile_check import check_graph, inductor_compile, warm_checker
-from .graphs import TraceFailed, hoist_broadcasts, in_fresh_thread, strip_extra_outputs
+from .graphs import TraceFailed, bucket_size, hoist_broadcasts, in_fresh_thread, strip_extra_outputs
 from .mechanisms.clipping import ClippedSum, clip_and_sum, clip_and_sum_columns  # the pure clip rule only
 from .private import reveal
 
-#: why the compiled layer reveals (pyro_dp.private): a graph computes on plain tensors; the likelihood's
-#: public methods wrap what its graphs return (a fused step's outputs are the kernel's, module docstring there)
+#: why the compiled layer reveals (pyro_dp.private): the likelihood's public methods wrap what its graphs return
 _GRAPH_INPUTS = "a graph's inputs: plain tensors inside the graph, its outputs wrapped by the likelihood"
 
 __all__ = ["CompileFallbackWarning", "CompiledLikelihood", "bucket_size", "hoist_broadcasts", "CHUNK_ELEMENTS", "FORWARD_MAX_DIM",
@@ -105,25 +104,6 @@ CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
 class CompileFallbackWarning(UserWarning):
     """A function of the model could not be traced into a graph; the eager path is used for it."""
-
-
-def bucket_size(n: int) -> int:
-    r"""Padded length of a batch of ``n`` rows: the smallest of 8 and :math:`2^k\cdot\{1, 1.25,
-    1.5, 1.75\}` that is at least ``n`` (at most 25% padding, four buckets per doubling).
-
-    >>> [bucket_size(n) for n in (1, 9, 100, 1000, 1024, 1025)]
-    [8, 10, 112, 1024, 1024, 1280]
-    """
-    n = int(n)
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
-    if n <= 8:
-        return 8
-    k = 1 << (n.bit_length() - 1)  # 2^floor(log2 n)
-    for m in (4, 5, 6, 7, 8):
-        if k * m // 4 >= n:
-            return k * m // 4
-    return 2 * k  # unreachable
 
 
 _MISSING = object()

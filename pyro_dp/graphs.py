@@ -283,3 +283,22 @@ def ancestors(nodes) -> set:
             seen.add(node)
             stack.extend(node.all_input_nodes)
     return seen
+
+
+def bucket_size(n: int) -> int:  # documented (and exported) as pyro_dp.compiled.bucket_size
+    r"""Padded length of a batch of ``n`` rows: the smallest of 8 and :math:`2^k\cdot\{1, 1.25,
+    1.5, 1.75\}` that is at least ``n`` (at most 25% padding, four buckets per doubling).
+
+    >>> [bucket_size(n) for n in (1, 9, 100, 1000, 1024, 1025)]
+    [8, 10, 112, 1024, 1024, 1280]
+    """
+    n = int(n)
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if n <= 8:
+        return 8
+    k = 1 << (n.bit_length() - 1)  # 2^floor(log2 n)
+    for m in (4, 5, 6, 7, 8):
+        if k * m // 4 >= n:
+            return k * m // 4
+    return 2 * k  # unreachable

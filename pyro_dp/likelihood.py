@@ -77,7 +77,7 @@ from .isolation import (describe_row_failure, is_value_dependent, kernel_chooses
 from .mechanisms.clipping import ClippedSum, clip_and_sum  # the pure clip rule only (docs/architecture.md)
 from .coordinates import LikelihoodCoordinates
 from .preconditioning import Preconditioned
-from .private import private, reveal
+from .private import private, private_sum, reveal
 from .diagnose import explain_failure
 from .reach import CallGuard, describe_outside, outside_data
 from .structure import batch_shape, find_data_plate as _find_data_plate, parse_trace
@@ -85,19 +85,8 @@ from .setup_checks import SetUpChecks, on_stand_in, stand_in  # noqa: F401 - on_
 
 __all__ = ["PrivateLikelihood"]
 
-#: why the likelihood reveals a private input (:func:`pyro_dp.private.reveal`): its own per-row
-#: terms handed back by a kernel, computed on as plain tensors (torch.func, the compiled graphs)
-#: and wrapped again on the way out
+#: why the likelihood reveals its own private terms a kernel hands back: computed on plain, returned private
 _OWN_INPUT = "the likelihood's own private terms, computed on inside it and returned private"
-
-
-def _private_sum(out):
-    """``out`` (a :class:`~pyro_dp.mechanisms.ClippedSum`, or a tuple ending in one) with the per-row
-    terms, the clipped total and the clipped count :class:`~pyro_dp.private.Private` (the row count is
-    public: the batch's size)."""
-    if isinstance(out, ClippedSum):
-        return out._replace(total=private(out.total), num_clipped=private(out.num_clipped))
-    return tuple(private(o) for o in out[:-1]) + (_private_sum(out[-1]),)
 
 
 
@@ -647,9 +636,9 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
         if self.compiled is not None:
             out = self.compiled.clipped_grad_sum(z, clip, idx)
             if out is not None:
-                return _private_sum(out)
+                return private_sum(out)
         ll, g = self.eager_per_example_grad(z, idx)
-        return _private_sum((ll, clip_and_sum(g, clip)))
+        return private_sum((ll, clip_and_sum(g, clip)))
 
     def clipped_ratio_sum(self, z_new: torch.Tensor, ll_old: torch.Tensor, clip, idx=None):
         r"""``(ℓ_i(θ') [B], log prior at θ', ClippedSum)``: the per-example log-likelihood ratios
@@ -673,9 +662,9 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
         if self.compiled is not None:
             out = self.compiled.clipped_ratio_sum(z_new, ll_old, clip, idx)
             if out is not None:
-                return private(out[0]), out[1], _private_sum(out[2])
+                return private(out[0]), out[1], private_sum(out[2])
         ll_new, lp_new = self.eager_loglik_and_prior(z_new, idx)
-        return private(ll_new), lp_new, _private_sum(clip_and_sum(ll_new - ll_old, clip))
+        return private(ll_new), lp_new, private_sum(clip_and_sum(ll_new - ll_old, clip))
 
     def clipped_difference_sum(self, ll_new: torch.Tensor, ll_old: torch.Tensor, clip) -> ClippedSum:
         r"""The per-example log-likelihood ratios ``ll_new - ll_old`` (both computed by this
@@ -698,8 +687,8 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
         if self.compiled is not None:
             out = self.compiled.clipped_difference_sum(ll_new, ll_old, clip)
             if out is not None:
-                return _private_sum(out)
-        return _private_sum(clip_and_sum(ll_new - ll_old, clip))
+                return private_sum(out)
+        return private_sum(clip_and_sum(ll_new - ll_old, clip))
 
     def eager_per_example_grad(self, z, idx):
         """``(ℓ_i [B], ∇ℓ_i [B, D])``: ``vmap(grad)`` of each row's term (:meth:`eager_row_term`);

@@ -90,7 +90,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Private", "PrivateReadError", "private", "reveal", "diagnostic", "is_private", "check_public",
+__all__ = ["Private", "PrivateReadError", "private", "private_sum", "reveal", "diagnostic", "is_private", "check_public",
            "tainting", "enabled", "REVEAL_ALLOWED", "DIAGNOSTIC_READS"]
 
 #: package modules allowed to call :func:`reveal` (paths relative to ``pyro_dp/``): the
@@ -253,6 +253,22 @@ def private(x):
     if not enabled():
         return x
     return _wrap_tree(x)
+
+
+def private_sum(out):
+    """A clipped sum (a ``ClippedSum``: ``total``, ``num_clipped``, ``num_rows``), or a tuple ending in
+    one, with its per-row terms, clipped total and clipped count private; the row count stays public
+    (the batch's size).
+
+    >>> from collections import namedtuple
+    >>> S = namedtuple("S", "total num_clipped num_rows")
+    >>> out = private_sum((torch.ones(2), S(torch.tensor(2.0), torch.tensor(0), 2)))
+    >>> is_private(out[0]), is_private(out[1].total), out[1].num_rows
+    (True, True, 2)
+    """
+    if not hasattr(out, "_replace"):  # a plain tuple ending in a clipped sum
+        return tuple(private(o) for o in out[:-1]) + (private_sum(out[-1]),)
+    return out._replace(total=private(out.total), num_clipped=private(out.num_clipped))
 
 
 def is_private(x) -> bool:

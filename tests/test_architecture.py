@@ -561,6 +561,16 @@ def kernel_sizes():
     return out
 
 
+MAX_FILE_LINES = 700
+
+
+def test_no_file_over_700_lines():
+    """Issue 63: no module of the package over ``MAX_FILE_LINES`` lines (docstrings included)."""
+    long = {os.path.relpath(os.path.join(d, f), ROOT): n for d, _, fs in os.walk(ROOT) for f in fs if f.endswith(".py")
+            for n in [sum(1 for _ in open(os.path.join(d, f), encoding="utf-8"))] if n > MAX_FILE_LINES}
+    assert not long, f"modules over {MAX_FILE_LINES} lines: {long}"
+
+
 def test_a_kernel_is_built_from_parts():
     sizes = kernel_sizes()
     assert {"DPPenalty", "DPHMC", "DPGroupedPenalty", "DPSGLD"} <= set(sizes)

@@ -469,7 +469,6 @@ class DPGroupedPenalty(DPPenalty):
         self._group_clip_value = None
         self._sd_g = None
         self._group_log_scale = None
-        self.prior_sweeps.log_scale = 0.0
         self._group_accepts = [0.0, 0]
 
     # ------------------------------------------------------------------ structure (data-free)
