@@ -223,7 +223,9 @@ class CompiledLikelihood:
     >>> from pyro_dp.models.examples import normal_mean_model as model
     >>> y = torch.tensor([0.0, 2.0])
     >>> lik = PrivateLikelihood(model, (y,), seed=0, jit_compile=True, jit_options={"backend": "graph"})
-    >>> lik.per_example_loglik(torch.tensor([1.0]))  # the traced graph: same values as eager
+    >>> from pyro_dp.private import reveal
+    >>> ll = lik.per_example_loglik(torch.tensor([1.0]))  # private: no kernel reads it without a release
+    >>> reveal(ll, reason="a doctest")  # the traced graph: same values as eager
     tensor([-1.4189, -1.4189])
     >>> lik.compiled.num_compiled
     1
