@@ -166,7 +166,8 @@ class ChainSummary:
 class PlanSummary:
     """The budget a kernel was given and its plan (data-free).
 
-    :ivar epsilon, delta: the budget, over all ``num_chains`` chains.
+    :ivar epsilon: the budget's ε, over all ``num_chains`` chains.
+    :ivar delta: the budget's δ.
     :ivar num_chains: chains the budget was planned for.
     :ivar num_iterations: iterations per chain the kernel was asked for (warmup included).
     :ivar iterations_allowed: iterations per chain that fit the budget.

@@ -193,7 +193,7 @@ def test_every_number_on_the_page_is_sorted_and_the_exempt_rules_are_the_table()
     assert claims.prose_quote_problems(text) == []
     by_line = {(p.line, p.number) for p in nums}
     at = text[:text.index("65 cell-hours**")].count("\n") + 1
-    assert (at, "64") in by_line and any(p.line == at and p.kind.startswith("checked: a sentence") for p in nums)
+    assert (at, "65") in by_line and any(p.line == at and p.kind.startswith("checked: a sentence") for p in nums)
 
 
 def test_an_edited_prose_number_is_caught(tmp_path):

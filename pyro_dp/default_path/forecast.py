@@ -116,7 +116,8 @@ class Feasibility:
 
     :ivar kernel: ``"DPPenalty"``, ``"DPHMC"`` or ``"DPSGLD"``.
     :ivar num_rows: :math:`N`.
-    :ivar epsilon, delta: the budget (all chains).
+    :ivar epsilon: the budget's ε (all chains).
+    :ivar delta: the budget's δ.
     :ivar noise_multiplier: of the ratio release, as the kernel calibrates it.
     :ivar clip: :math:`b`, the ratio clip per unit jump the default path would aim at.
     :ivar start_move_ratio: the default path's first move over its posterior-scale guess — the
@@ -321,7 +322,8 @@ def feasibility(model: Union[str, ModelProfile], *, num_rows: int, epsilon: floa
     :param model: ``"logistic"``, ``"linear"`` or ``"poisson"`` (:func:`model_profile`, with
         ``dim`` features in the unit ball), or a :class:`ModelProfile` of your own.
     :param int num_rows: :math:`N` (public).
-    :param float epsilon, delta: the budget of all chains together.
+    :param float epsilon: the budget's ε, all chains together.
+    :param float delta: the budget's δ.
     :param int dim: number of features (built-in profiles; default 5 for logistic, 3 otherwise).
     :param str kernel: ``"DPPenalty"``, ``"DPHMC"`` or ``"DPSGLD"`` (its default path).
     :param int num_samples, warmup_steps, num_chains: the run (``MCMC``'s arguments).

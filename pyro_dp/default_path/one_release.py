@@ -239,7 +239,8 @@ def one_release_forecast(model: Union[str, ModelProfile], *, num_rows: int, epsi
     :param model: ``"logistic"``, ``"linear"`` or ``"poisson"`` (built-in profiles, ``dim``
         features in the unit ball), or a :class:`~pyro_dp.default_path.prediction.ModelProfile`.
     :param int num_rows: :math:`N` (public).
-    :param float epsilon, delta: the budget of all chains together.
+    :param float epsilon: the budget's ε, all chains together.
+    :param float delta: the budget's δ.
     :param int dim: features of a built-in profile (default 5 for logistic, 3 otherwise).
     :param int num_chains: chains (each makes its own releases).
     :param int num_samples, warmup_steps: the run, for the iterative path's forecast.
