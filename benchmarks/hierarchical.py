@@ -89,6 +89,6 @@ print(f"{kern} eps={eps} {mode} seed={seed}: worst mean err {worst:.2f} sd ratio
 for w in ws_[:4]:
     print("   ", w)
 if mode == "grouped":
-    print(f"    group scale {float(math.exp(K._group_log_scale)):.3g}, group clip {K._group_clip():.3g}, "
+    print(f"    group scale {float(math.exp(K.group_walk.log_scale)):.3g}, group clip {K._group_clip():.3g}, "
           f"group acceptance {K.group_acceptance_rate}, "
           f"noise multiplier {K.noise_multiplier:.3g}, llr_clip {K.llr_clip:.3g}")

@@ -112,13 +112,14 @@ import torch
 from ..mechanisms import clip_and_sum, clipped_fraction, gaussian_event, gaussian_release_spec
 from .base import check_positive
 from .mh import MHInfo, MHState, mh_step, random_walk_proposal
+from .parts import PartAttribute
 from .penalty import DPPenalty
 from .releases import Budget, ReleasePlan, calibrated_scale, init_events
 from .prior_sweeps import PRIOR_SWEEPS, prior_only_step  # noqa: F401 (their home until 2026-11-28)
 from .proposals import accept_uniform, penalty_log_accept_threshold, random_walk
 from .scales import penalty_jump_length, private_norm_quantiles
 
-__all__ = ["DPGroupedPenalty", "GroupedInfo", "GROUP_TARGET_ACCEPT_PROB", "group_coordinates", "group_moves",
+__all__ = ["DPGroupedPenalty", "GroupScaleAdaptation", "GroupedInfo", "GROUP_TARGET_ACCEPT_PROB", "group_coordinates", "group_moves",
            "grouped_accept", "grouped_ratio_release", "grouped_step",
            "private_group_clip", "GROUP_CLIP_NOISE_RATIO", "grouped_releases", "group_structure", "group_clip_noise"]
 
@@ -384,6 +385,56 @@ def _prior_factorises(lik, z: torch.Tensor, coords: torch.Tensor) -> bool:
     return abs(float(joint) - float(parts)) <= 1e-6 * (1.0 + abs(float(joint)))
 
 
+class GroupScaleAdaptation:
+    r"""The grouped step's move length :math:`s` and its private group clip: a part the kernel
+    holds (``kernel.group_walk``, checkpointed with the chain), as
+    :class:`~.proposals.ProposalScaleAdaptation` is the random walk's.
+
+    :math:`s` is the given ``group_scale``, else :math:`\min\{2.4\,j,\ 2.38\,\mathrm{sd}_g\}` once
+    the default path guessed :math:`\mathrm{sd}_g` (:meth:`tune`, again when the group clip
+    changes :math:`j`); during warmup Robbins–Monro on :math:`\log s` from the groups' mean
+    acceptance towards :data:`GROUP_TARGET_ACCEPT_PROB` (gain :math:`t^{-0.6}`). Its inputs are
+    accept decisions and released clips: post-processing, no privacy.
+
+    >>> a = GroupScaleAdaptation(None); _ = a.start(None, 2, torch.tensor([1]), torch.zeros(2))
+    >>> a.tune(lambda: 0.1, sd_g=1.0); round(a.scale, 6)
+    0.24
+    """
+
+    def __init__(self, given: Optional[float]):
+        self.given = self.scale = given  # None: tuned (tune) or the proposal scale's mean over the groups
+        self.sd_g = self.log_scale = self.clip = None  # clip: the default path's private group clip, once released
+        self.accepts = [0.0, 0]
+
+    def start(self, proposal_scale, dim: int, coords, prior_only) -> float:
+        """A new chain (:func:`_start_log_scales`): returns the prior-only sweeps' starting log scale."""
+        self.log_scale, sweeps = _start_log_scales(dim, proposal_scale, self.scale, coords, prior_only)
+        self.accepts, self.clip = [0.0, 0], None
+        return sweeps
+
+    def tune(self, jump, sd_g: Optional[float] = None) -> None:
+        r""":math:`s = \min\{2.4\,j, 2.38\,\mathrm{sd}_g\}` (``jump()`` gives :math:`j`), unless
+        ``group_scale`` was given; ``sd_g``: the default path's new guess (else the last one)."""
+        if self.given is None:
+            self.sd_g = self.sd_g if sd_g is None else sd_g
+            if self.sd_g is not None:
+                self.scale = min(2.4 * jump(), 2.38 * self.sd_g)
+                self.log_scale = math.log(self.scale)
+
+    def update(self, rate: float, iteration: int, warmup_steps: int, warmup: bool) -> None:
+        """The groups' mean acceptance ``rate`` at ``iteration``: adapts during warmup, counted after."""
+        if warmup:
+            self.log_scale += (iteration + 1.0) ** -0.6 * (rate - GROUP_TARGET_ACCEPT_PROB)
+        elif iteration >= warmup_steps:
+            self.accepts = [self.accepts[0] + rate, self.accepts[1] + 1]
+
+    @property
+    def acceptance_rate(self) -> Optional[float]:
+        """The mean of the rates counted after warmup (``None`` before any)."""
+        total, count = self.accepts
+        return total / count if count else None
+
+
 class DPGroupedPenalty(DPPenalty):
     r"""DP penalty MH with parallel per-group updates of ``group_site`` (module docstring): each
     iteration data-free Metropolis steps on the sites that enter only the prior, an ordinary
@@ -452,8 +503,9 @@ class DPGroupedPenalty(DPPenalty):
     whiten_by_default = False  # whitening would mix the group coordinates with the others
     scale_by_default = True  # per-coordinate scales are diagonal: the groups stay separate
     supports_distributed = False  # the grouped release is not written for sharded rows yet
-    _chain_attrs = DPPenalty._chain_attrs + ("group_scale", "_group_log_scale", "_group_accepts",
-                                               "_group_clip_value", "_sd_g")
+    _chain_attrs = DPPenalty._chain_attrs + ("group_walk",)
+    #: the length :math:`s` of each group's move in use (given, or tuned: :class:`GroupScaleAdaptation`)
+    group_scale = PartAttribute("group_walk", "scale")
 
     def __init__(self, model, proposal_scale=None, llr_clip: Optional[float] = None,
                  noise_multiplier: Optional[float] = None, *, group_site: str, group_scale=None,
@@ -461,15 +513,11 @@ class DPGroupedPenalty(DPPenalty):
         _refuse_arguments(kwargs, group_site)
         super().__init__(model, proposal_scale, llr_clip, noise_multiplier, **kwargs)
         self.group_site = group_site
-        self.group_scale = self._given_group_scale = _checked_group_scale(group_scale)
+        self.group_walk = GroupScaleAdaptation(_checked_group_scale(group_scale))
         #: the grouped release's clip per unit move as given (``None``: :meth:`_group_clip` decides)
         self.group_llr_clip = None if group_llr_clip is None else check_positive("group_llr_clip", group_llr_clip)
         #: the default path releases a private group clip at each chain's first step (private_group_clip)
         self.auto_group_clip = self.group_llr_clip is None and "llr_clip" in self.auto_tuned
-        self._group_clip_value = None
-        self._sd_g = None
-        self._group_log_scale = None
-        self._group_accepts = [0.0, 0]
 
     # ------------------------------------------------------------------ structure (data-free)
     def groups(self):
@@ -489,7 +537,7 @@ class DPGroupedPenalty(DPPenalty):
 
     def releases(self, state=None):
         plan = grouped_releases(self.noise_multiplier, others=self.groups()[2], group_clip=self.auto_group_clip)
-        return plan if state is None else plan.first_step(self.auto_group_clip and self._group_clip_value is None)
+        return plan if state is None else plan.first_step(self.auto_group_clip and self.group_walk.clip is None)
 
     def _check_data(self) -> None:
         super()._check_data()
@@ -503,42 +551,35 @@ class DPGroupedPenalty(DPPenalty):
             raise ValueError(f"the prior of group_site={self.group_site!r} does not factorise over its coordinates "
                              "given the other latents: the grouped update assumes independent group effects "
                              "(a plate of independent draws)")
-        if self.chain.iteration == 0 or self._group_log_scale is None:  # a new chain: the given or tuned scale
-            self._group_log_scale, self.prior_sweeps.log_scale = _start_log_scales(
-                self.lik.dim, self.proposal_scale, self.group_scale, coords, prior_only)
-            self._group_accepts = [0.0, 0]
-            self._group_clip_value = None  # released again at this chain's first step (default path)
+        if self.chain.iteration == 0 or self.group_walk.log_scale is None:  # a new chain: the given or tuned scale
+            # (the group clip is released again at this chain's first step on the default path)
+            self.prior_sweeps.log_scale = self.group_walk.start(self.proposal_scale, self.lik.dim, coords, prior_only)
         return state
 
     def guess_group_scale(self, sd_g: float) -> None:
         r"""The default path's guess of the group effects' posterior sd (``sd_g``, from the
-        private tuning: post-processing): the group scale is tuned from it (:meth:`_set_group_scale`,
-        again once the group clip is released), unless ``group_scale`` was given."""
-        if self._given_group_scale is None:
-            self._sd_g = sd_g
-            self._set_group_scale()
+        private tuning: post-processing): the group scale is tuned from it
+        (:meth:`GroupScaleAdaptation.tune`, again once the group clip is released), unless
+        ``group_scale`` was given."""
+        self.group_walk.tune(self._group_jump, sd_g)
 
-    def _set_group_scale(self) -> None:
-        r"""The tuned group scale :math:`\min\{2.4\,j, 2.38\,\mathrm{sd}_g\}` from the group clip in use."""
-        if self._given_group_scale is None and self._sd_g is not None:
-            j = penalty_jump_length(self.noise_multiplier, self._group_clip(), self.lik.temperature)
-            self.group_scale = min(2.4 * j, 2.38 * self._sd_g)
-            self._group_log_scale = math.log(self.group_scale)
+    def _group_jump(self) -> float:
+        return penalty_jump_length(self.noise_multiplier, self._group_clip(), self.lik.temperature)
 
     # ------------------------------------------------------------------ the iteration
     def _step(self, state):
         coords, lik_others, has_others, prior_only = self.groups()
         events, fracs, moved = [], [], False
         warmup = self.adapt_proposal and self.chain.iteration < self.chain.warmup_steps
-        if self.auto_group_clip and self._group_clip_value is None:  # the chain's first step (declared)
+        if self.auto_group_clip and self.group_walk.clip is None:  # the chain's first step (declared)
             q = self.init.llr_quantile  # not the raised ratio_quantile: see GROUP_CLIP_NOISE_RATIO
             clip, event = private_group_clip(self.lik, state.z, coords, q, group_clip_noise(self.noise_multiplier),
                                              self._noise, self.relation)
             events.append(event)
             # the group block's norms are at most the full norms: a noisy quantile above the tuner's
             # llr_clip is noise (post-processing)
-            self._group_clip_value = min(clip, float(self.llr_clip))
-            self._set_group_scale()
+            self.group_walk.clip = min(clip, float(self.llr_clip))
+            self.group_walk.tune(self._group_jump)
         if bool(prior_only.any()):  # step 0: data-free MH on the coordinates that enter only the prior
             state, moved = self.prior_sweeps.run(self.lik, self._rng, state, prior_only, iteration=self.chain.iteration,
                                                  target_accept_prob=self.target_accept_prob, warmup=warmup)
@@ -551,15 +592,12 @@ class DPGroupedPenalty(DPPenalty):
             fracs.append(info.clipped_fraction)
             moved = moved or bool(info.accepted)
         state, g = grouped_step(self.lik, self._noise, self._rng, state, coords=coords,
-                                scale=math.exp(self._group_log_scale), llr_clip=self._group_clip(),
+                                scale=math.exp(self.group_walk.log_scale), llr_clip=self._group_clip(),
                                 noise_multiplier=self.noise_multiplier)
         events.append(g.event)
         fracs.append(g.clipped_fraction)
-        rate = float(g.accepted.to(torch.float64).mean())
-        if warmup:  # post-processing, as _adapt
-            self._group_log_scale += (self.chain.iteration + 1.0) ** -0.6 * (rate - GROUP_TARGET_ACCEPT_PROB)
-        elif self.chain.iteration >= self.chain.warmup_steps:
-            self._group_accepts = [self._group_accepts[0] + rate, self._group_accepts[1] + 1]
+        rate = float(g.accepted.to(torch.float64).mean())  # post-processing, as _adapt
+        self.group_walk.update(rate, self.chain.iteration, self.chain.warmup_steps, warmup)
         moved = moved or bool(g.accepted.any())
         # accepted: the state moved (either step); the groups' own rate is group_acceptance_rate
         return state, MHInfo(moved, tuple(events), sum(fracs) / len(fracs), g.noise_std, -1, g)
@@ -569,16 +607,15 @@ class DPGroupedPenalty(DPPenalty):
         group clip on the default path (once released), else ``llr_clip``."""
         if self.group_llr_clip is not None:
             return self.group_llr_clip
-        if self.auto_group_clip and self._group_clip_value is not None:
-            return self._group_clip_value
+        if self.auto_group_clip and self.group_walk.clip is not None:
+            return self.group_walk.clip
         return self.llr_clip
 
     @property
     def group_acceptance_rate(self) -> Optional[float]:
         """The groups' mean acceptance rate after warmup in the current chain (post-processing of
         the releases), or ``None`` before any sampling iteration."""
-        total, count = self._group_accepts
-        return total / count if count else None
+        return self.group_walk.acceptance_rate
 
     def diagnostics(self):
         out = super().diagnostics()

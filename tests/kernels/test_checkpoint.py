@@ -240,3 +240,25 @@ def test_a_checkpoint_builds_nothing_but_its_own_types():
         from_plain({"__pyro_dp__": "event", "type": "NoiseSource", "fields": {}})
     with pytest.raises(TypeError, match="cannot hold"):
         to_plain(object())
+
+
+def test_grouped_default_path_resumes_mid_warmup_with_its_group_scale_and_clip(tmp_path):
+    """DPGroupedPenalty's group-scale adaptation and private group clip (its part
+    ``group_walk``) travel in the checkpoint: a chain resumed mid-warmup on the default path is
+    the uninterrupted chain, ledger included (the noise stream is seeded: ``noise_seed``)."""
+    from .golden_default_path import cases as default_path_cases
+    factory, data = default_path_cases()["grouped"]
+    whole = factory()
+    whole.setup(8, *data)
+    _, expected = _chain(whole, whole.initial_params, 14)
+    first = factory()
+    first.setup(8, *data)
+    params, head = _chain(first, first.initial_params, 5)
+    assert first.group_walk.clip is not None and is_plain(first.state_dict())
+    torch.save(first.state_dict(), tmp_path / "ckpt.pt")
+    resumed = factory()
+    resumed.load_state_dict(torch.load(tmp_path / "ckpt.pt"))
+    resumed.setup(0, *data)
+    _, tail = _chain(resumed, resumed.initial_params, 9)
+    assert torch.equal(torch.cat([head, tail]), expected)
+    assert resumed.ledger == whole.ledger and resumed.group_scale == whole.group_scale

@@ -86,7 +86,7 @@ def test_default_path_plans_the_private_group_clip():
     params = k.initial_params
     for _ in range(3):
         params = k.sample(params)
-    assert k._group_clip_value is not None and k._group_clip() == k._group_clip_value <= k.llr_clip
+    assert k.group_walk.clip is not None and k._group_clip() == k.group_walk.clip <= k.llr_clip
     assert k.get_epsilon(1e-4) <= 4.0 + 1e-9
 
 
