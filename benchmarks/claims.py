@@ -2230,15 +2230,26 @@ def _phrase_spans(phrase: str, sec: str) -> List[Tuple[int, int]]:
     return [(m.start(), m.end()) for m in _re.finditer(rx, sec)]
 
 
+def quote_phrases(results_dir: pathlib.Path = SHIPPED) -> Tuple[str, ...]:
+    """Each :data:`PROSE_QUOTES` sentence as the CSVs of ``results_dir`` give it (computed once per
+    folder and process, as :func:`all_tables`: the CSVs are read-only inputs; about 1 s, which
+    :func:`check` spent twice per call before)."""
+    return _quote_phrases(str(results_dir))
+
+
+@functools.lru_cache(maxsize=4)
+def _quote_phrases(results_dir: str) -> Tuple[str, ...]:
+    return tuple(fn(pathlib.Path(results_dir)) for _, fn, _ in PROSE_QUOTES)
+
+
 def prose_quote_problems(text: str, results_dir: pathlib.Path = SHIPPED) -> List[str]:
     """``"section: phrase"`` for each :data:`PROSE_QUOTES` phrase, as the CSVs give it, that its
     section does not print."""
     secs = dict(_sections(text))
     secs["(top of the page)"] = text.split("\n## ", 1)[0]
     bad = []
-    for prefix, fn, _ in PROSE_QUOTES:
+    for (prefix, _, _), phrase in zip(PROSE_QUOTES, quote_phrases(results_dir)):
         sec = next((v for k, v in secs.items() if k.startswith(prefix)), "")
-        phrase = fn(results_dir)
         if not _phrase_spans(phrase, sec):
             bad.append(f"{prefix[:40]}: not printed as the CSVs give it: {phrase}")
     return bad
@@ -2532,8 +2543,8 @@ def prose_numbers(text: str, tables: Dict[str, str], results_dir: pathlib.Path =
         p_vals = _with_roundings(keys, min_sig=1)  # a quoted p may keep one significant digit
         quoted = [q for sec_prefix, q, _ in PAPER_QUOTES if title.startswith(sec_prefix)]
         code_spans = [sp for prefix, ph, _, _ in CODE_SETTINGS if title.startswith(prefix) for sp in _phrase_spans(ph, sec)]
-        spans = [sp for prefix, fn, _ in PROSE_QUOTES if title.startswith(prefix)
-                 for sp in _phrase_spans(fn(results_dir), sec)]
+        spans = [sp for (prefix, _, _), phrase in zip(PROSE_QUOTES, quote_phrases(results_dir))
+                 if title.startswith(prefix) for sp in _phrase_spans(phrase, sec)]
         line_at = [0]
         for line in lines:
             line_at.append(line_at[-1] + len(line) + 1)

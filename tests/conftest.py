@@ -67,3 +67,53 @@ def raw_values():
 
     with tainting(False):
         yield
+
+
+# ------------------------------------------------------------------ tutorials and the Sphinx build
+# The tutorials run once per test session: tests/test_tutorials.py checks each run and the Sphinx
+# build (tests/test_docs.py) renders the same runs (``-D tutorial_outputs_reuse=1``) instead of
+# running them again. Both modules are in the xdist group "sphinx_build" (one worker): the runs
+# and the build write docs/_generated in the source tree, and the session cache is per worker.
+_DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
+
+
+@pytest.fixture(scope="session")
+def tutorial_run():
+    """``tutorial_run(name)``: tutorials/NAME.py run in quick mode, once per session, through
+    docs/_ext/tutorial_outputs.run (figures and ``stdout.txt`` in docs/_generated/NAME/);
+    returns the finished process."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_tutorial_outputs", os.path.join(_DOCS, "_ext", "tutorial_outputs.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    done = {}
+
+    def run(name):
+        if name not in done:
+            done[name] = module.run(name)
+        return done[name]
+
+    run.generated = module.GENERATED
+    run.names = sorted(p.stem for p in module.TUTORIALS.glob("*.py"))
+    return run
+
+
+@pytest.fixture(scope="session")
+def built_docs(tmp_path_factory, tutorial_run):
+    """The Sphinx site built once (-W: warnings are errors; -E: fresh environment) from this
+    session's tutorial runs; returns the HTML folder."""
+    import warnings
+
+    sphinx_cmd = pytest.importorskip("sphinx.cmd.build", reason='sphinx is not installed (pip install -e ".[docs]")')
+    for name in tutorial_run.names:
+        tutorial_run(name)
+    out = tmp_path_factory.mktemp("html")
+    doctrees = tmp_path_factory.mktemp("doctrees")
+    with warnings.catch_warnings():  # Python deprecation warnings of sphinx/myst internals, not ours
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", PendingDeprecationWarning)
+        status = sphinx_cmd.build_main(["-W", "-E", "-q", "-b", "html", "-d", str(doctrees),
+                                        "-D", "tutorial_outputs_reuse=1", _DOCS, str(out)])
+    assert status == 0, "sphinx-build -W failed: run `sphinx-build -W -b html docs docs/_build/html` to see why"
+    return out

@@ -6,7 +6,6 @@ otherwise. The build is offline (no intersphinx inventories) and takes ~15 s on 
 import html
 import pathlib
 import re
-import warnings
 
 import pytest
 
@@ -30,24 +29,12 @@ import experiments  # noqa: E402  (the repository's reproductions, documented on
 
 DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
 
-# One build per test run: the build writes the tutorials' rendered output into the source tree
-# (docs/_ext/tutorial_outputs.py, docs/_generated), so two pytest-xdist workers building at once
-# delete each other's files (seen: both builds failed with -n 2). ``--dist loadgroup``
-# (pyproject's addopts) keeps this module's tests on one worker.
+# One build per test run (tests/conftest.py's ``built_docs``, from the tutorial runs that
+# tests/test_tutorials.py checks): the build writes the tutorials' rendered output into the source
+# tree (docs/_ext/tutorial_outputs.py, docs/_generated), so two pytest-xdist workers building at
+# once delete each other's files (seen: both builds failed with -n 2). ``--dist loadgroup``
+# (pyproject's addopts) keeps this module's tests, and test_tutorials', on one worker.
 pytestmark = pytest.mark.xdist_group("sphinx_build")
-
-
-@pytest.fixture(scope="module")
-def built_docs(tmp_path_factory):
-    out = tmp_path_factory.mktemp("html")
-    doctrees = tmp_path_factory.mktemp("doctrees")
-    # -W: warnings are errors; -E: fresh environment; -q: only warnings on stderr.
-    with warnings.catch_warnings():  # Python deprecation warnings of sphinx/myst internals, not ours
-        warnings.simplefilter("ignore", DeprecationWarning)
-        warnings.simplefilter("ignore", PendingDeprecationWarning)
-        status = sphinx_cmd.build_main(["-W", "-E", "-q", "-b", "html", "-d", str(doctrees), str(DOCS), str(out)])
-    assert status == 0, "sphinx-build -W failed: run `sphinx-build -W -b html docs docs/_build/html` to see why"
-    return out
 
 
 def _text(path):

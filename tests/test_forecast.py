@@ -210,18 +210,30 @@ def test_dphmc_s_advice_names_dppenalty_where_its_forecast_is_twice_as_large():
     and clips) is forecast to give at least ALTERNATIVE_GAIN = 2 times the effective samples: at
     eps = 2 on 5000 rows (3.5 against 1.3), not at eps = 100 (11 against 200). Fails for advice
     that always or never names it. (At eps = 2 the default path itself leaves the gradients out,
-    hmc_gradient_gain, and is then the random walk DPPenalty would run: no advice.)"""
+    hmc_gradient_gain, and is then the random walk DPPenalty would run: no advice.)
+
+    The advice is fixed before the chain runs (the default path's forecasts, post-processing of
+    the tuning at the first iteration): each run stops after that iteration (the MCMC's run
+    length, 300 iterations, is what the forecasts read): the same advice, to the letter, as after
+    the whole runs, for all three (checked 2026-12-08; 2 s of CPU instead of 23)."""
     from pyro.infer import MCMC
 
     from pyro_dp.models.default_suite import linear_model, make_linear_data
 
     X, y = make_linear_data(5000, 0)
 
+    class Tuned(Exception):
+        pass
+
+    def stop(*_):
+        raise Tuned
+
     def advice(eps, gradients=True):
         k = pyro_dp.DPHMC(linear_model, epsilon=eps, seed=0, gradients=gradients)
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), pytest.raises(Tuned):
             warnings.simplefilter("ignore")
-            MCMC(k, num_samples=200, warmup_steps=100, disable_progbar=True).run(X, y)
+            MCMC(k, num_samples=200, warmup_steps=100, disable_progbar=True, hook_fn=stop).run(X, y)
+        assert k.chain.iteration == 1
         return ess_advice(k)
 
     assert "DPPenalty(model, epsilon=...) is forecast" in advice(2.0)

@@ -99,8 +99,8 @@ from .. import kernels as K
 from ..kernels.runner import langevin_burn_in
 from ..kernels.sgmcmc import langevin_noise_multiplier
 from .driver import LANGEVIN_CLIP_HEADROOM, default_path_noise, langevin_default, langevin_ess
-from .prediction import (CV_REACH, HMC_GRADIENT_GAIN, PROFILES, ModelProfile, check_int, check_positive_number,
-                         gradient_gain, mh_predicted_move, model_profile)
+from .prediction import (CV_REACH, HMC_GRADIENT_GAIN, PROFILES, ModelProfile, check_delta, check_int,
+                         check_positive_number, gradient_gain, mh_predicted_move, model_profile, resolve_profile)
 
 __all__ = ["feasibility", "Feasibility", "ModelProfile", "model_profile", "PROFILES", "predicted_move", "CV_REACH",
            "smallest_estimate_factor", "ESS_ESTIMATE_CV", "hmc_gradient_gain", "HMC_GRADIENT_GAIN", "kernel_noise"]
@@ -354,24 +354,14 @@ def feasibility(model: Union[str, ModelProfile], *, num_rows: int, epsilon: floa
     cv = kernel != "DPSGLD" and control_variate is not False
     n = check_int("num_rows", num_rows, 2)
     eps = check_positive_number("epsilon", epsilon)
-    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0.0 < delta < 1.0:
-        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+    check_delta(delta)
     samples = check_int("num_samples", num_samples, 1)
     warmup = check_int("warmup_steps", warmup_steps, 0)
     chains = check_int("num_chains", num_chains, 1)
     L = check_int("num_steps", num_steps, 1)
     T = check_positive_number("temperature", temperature)
     target = check_positive_number("target_ess", target_ess)
-    if isinstance(model, ModelProfile):
-        profile = model
-        if dim is not None:
-            raise ValueError("dim is for the built-in profiles; a ModelProfile has its own num_latents")
-    elif isinstance(model, str):
-        profile = model_profile(model, 5 if dim is None and model == "logistic" else (3 if dim is None else dim),
-                                noise_sd, rate)
-    else:
-        raise TypeError(f"model must be one of {PROFILES} or a ModelProfile, got {type(model).__name__}")
-    profile, whitened = _chain_coordinates(profile, kernel, whiten)
+    profile, whitened = _chain_coordinates(resolve_profile(model, dim, noise_sd, rate), kernel, whiten)
     # DPSGLD's default path releases in its burn-in and its draws only (the rest of warmup idles)
     iterations = samples + (langevin_burn_in(warmup, samples) if kernel == "DPSGLD" else warmup)
 

@@ -76,8 +76,8 @@ from ..kernels.scales import private_norm_quantiles
 from ..mechanisms import GaussianEvent, NoiseSource, recording
 from .forecast import feasibility
 from .noise_aware import CLIP_HEADROOM, DEFAULT_SCORE_SHARE, DEFAULT_TUNING_SHARE
-from .prediction import PROFILES, ModelProfile, check_int, check_positive_number, model_profile
-from .tuning import DPAutoTune, adapt_clip
+from .prediction import ModelProfile, check_delta, check_int, check_positive_number, resolve_profile
+from .tuning import ClipSchedule, DPAutoTune
 
 __all__ = ["one_release_forecast", "OneReleaseForecast", "one_release_noise", "simulated_ratio_clip",
            "CLIP_SIMULATIONS"]
@@ -173,8 +173,7 @@ def one_release_noise(*, epsilon: float, delta: float, num_chains: int = 1, scor
     (5.329, 1.5275)
     """
     eps = check_positive_number("epsilon", epsilon)
-    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0.0 < delta < 1.0:
-        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+    check_delta(delta)
     chains = check_int("num_chains", num_chains, 1)
     if not 0.0 < float(score_share) < 1.0:
         raise ValueError(f"score_share must be in (0, 1), got {score_share!r}")
@@ -211,20 +210,15 @@ def simulated_ratio_clip(profile: ModelProfile, num_rows: int, tuner: DPAutoTune
     rows = SimpleNamespace(device=norms.device, num_rows=n, global_num_rows=n)
     nm_hist, _, nm_count = tuner.noise_multipliers
     q = tuner.ratio_quantile(n)
-    raised = q > tuner.llr_quantile
-    tail_from = tuner.num_steps - max(1, tuner.num_steps // 3)
     out = []
     for seed in range(int(runs)):
         noise = NoiseSource(seed=seed, warn=False)
         with recording():  # the simulation's own scope: nothing here is a release of a chain
             (c0, c0_q), _ = private_norm_quantiles(rows, norms, (tuner.grad_quantile, q), nm_hist, noise)
-            clip, logs = (max(c0, c0_q) if raised else c0), []
-            for t in range(tuner.num_steps):  # the tuner's loop, its ratio clip only (tuning.DPAutoTune.run)
-                clip = adapt_clip(norms, clip, q, n, nm_count, noise, "substitute", lambda ev: None,
-                                   tail_scaled=raised)
-                if t >= tail_from:
-                    logs.append(math.log(clip))
-        out.append(math.exp(sum(logs) / len(logs)))
+            sched = ClipSchedule(tuner, n, c0, c0_q)  # the tuner's schedule (DPAutoTune.run), its ratio clip only
+            for t in range(tuner.num_steps):
+                sched.step(t, norms, nm_count, noise, "substitute", lambda ev: None, which=(1,))
+        out.append(sched.means()[1])
     return float(statistics.median(out))
 
 
@@ -252,15 +246,7 @@ def one_release_forecast(model: Union[str, ModelProfile], *, num_rows: int, epsi
     True
     """
     n = check_int("num_rows", num_rows, 2)
-    if isinstance(model, ModelProfile):
-        if dim is not None:
-            raise ValueError("dim is for the built-in profiles; a ModelProfile has its own num_latents")
-        profile = model
-    elif isinstance(model, str):
-        profile = model_profile(model, 5 if dim is None and model == "logistic" else (3 if dim is None else dim),
-                                noise_sd, rate)
-    else:
-        raise TypeError(f"model must be one of {PROFILES} or a ModelProfile, got {type(model).__name__}")
+    profile = resolve_profile(model, dim, noise_sd, rate)
     nm_s, nm_h, tuner = one_release_noise(epsilon=epsilon, delta=delta, num_chains=num_chains)
     b = simulated_ratio_clip(profile, n, tuner)
     sigma_s = nm_s * 2.0 * CLIP_HEADROOM * b

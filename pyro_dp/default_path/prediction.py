@@ -144,6 +144,27 @@ def check_positive_number(name, value) -> float:
         raise ValueError(f"{name} must be a positive number, got {value!r}")
     return float(value)
 
+
+def check_delta(delta) -> float:
+    """``delta`` as a float, refused unless it is a number in (0, 1)."""
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0.0 < delta < 1.0:
+        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+    return float(delta)
+
+
+def resolve_profile(model, dim: Optional[int] = None, noise_sd: float = 1.0, rate: float = 3.0) -> ModelProfile:
+    """The forecasts' ``model`` argument as a :class:`ModelProfile`: a built-in name
+    (:func:`model_profile` with ``dim`` features, default 5 for logistic and 3 otherwise) or a
+    ModelProfile as it is (then ``dim`` is refused: it has its own ``num_latents``)."""
+    if isinstance(model, ModelProfile):
+        if dim is not None:
+            raise ValueError("dim is for the built-in profiles; a ModelProfile has its own num_latents")
+        return model
+    if isinstance(model, str):
+        return model_profile(model, 5 if dim is None and model == "logistic" else (3 if dim is None else dim),
+                             noise_sd, rate)
+    raise TypeError(f"model must be one of {PROFILES} or a ModelProfile, got {type(model).__name__}")
+
 #: :math:`R/(\sqrt D\,\mathrm{sd})` of the control-variate forecast: a chain's distance from its
 #: reference point in posterior sds per root dimension (:func:`mh_predicted_move`). Chosen over 1,
 #: 1.2, 1.7 and 2 on 42 runs of DPPenalty and DPHMC (N = 5·10⁴, ε = 2 and 8): the most forecasts

@@ -96,6 +96,7 @@ __all__ = [
     "DEFAULT_TUNING_SHARE",
     "private_quantiles",
     "adapt_clip",
+    "ClipSchedule",
 ]
 
 #: Share of each chain's budget (as Gaussian-DP :math:`\mu^2`) that :class:`DPAutoTune` spends.
@@ -453,26 +454,17 @@ class DPAutoTune:
         m, v = torch.zeros_like(z), torch.zeros_like(z)
         b1, b2 = self.betas  # Kingma & Ba 2015, Alg. 1
         lr0, lr1 = self.learning_rate
-        tail_from = self.num_steps - max(1, self.num_steps // 3)
-        z_sum, tail = torch.zeros_like(z), 0
         # two adaptive clips, for the two quantiles: [grad_quantile, llr_quantile]; the steps use
         # the higher one (a clip below most rows' norms moves the fixed point of clipped ascent)
-        # A raised ratio quantile starts from its own histogram quantile: the adaptive clip
-        # approaches a high quantile fast from above, but from below only at a rate of about
-        # (q - fraction below) per step, too slow for 1 - q of a few rows in 10^5 (measured).
-        # At the default quantile both start at c0, as before.
-        raised = q_ratio > self.llr_quantile
-        c_ratio = max(c0, c0_ratio) if raised else c0
-        clips, quantiles, clip_sums = [c0, c_ratio], (self.grad_quantile, q_ratio), [0.0, 0.0]
+        sched = ClipSchedule(self, n, c0, c0_ratio)
+        z_sum, tail = torch.zeros_like(z), 0
         for t in range(self.num_steps):
             lr = _learning_rate(t, self.num_steps, lr0, lr1)  # data-free schedule
             # reads the data (private: the norms are released only as counts, the sum as below)
-            norms, cs = _norms_and_clipped_sum(lik, z, clips[1])
-            rel = clipped_sum_with_noise(cs, clips[1], nm_step, noise, relation)  # released here
+            norms, cs = _norms_and_clipped_sum(lik, z, sched.clips[1])
+            rel = clipped_sum_with_noise(cs, sched.clips[1], nm_step, noise, relation)  # released here
             rec("tune:start")(rel.event)
-            for j in range(2):
-                clips[j] = adapt_clip(norms, clips[j], quantiles[j], n, nm_count, noise, relation,
-                                       rec("tune:clip"), tail_scaled=(j == 1 and raised))
+            sched.step(t, norms, nm_count, noise, relation, rec("tune:clip"))
             # ascent direction of the tempered log posterior per row (post-processing; prior data-free)
             g = (lik.temperature * lik.project(rel.value) + lik.grad_log_prior(z)) / n
             m = b1 * m + (1 - b1) * g
@@ -481,11 +473,10 @@ class DPAutoTune:
             z_new = (z + step).detach()
             if bool(torch.isfinite(z_new).all()):  # post-processing of released values
                 z = z_new
-            if t >= tail_from:  # Polyak-Ruppert averaging of the last third (Polyak & Juditsky 1992)
+            if t >= sched.tail_from:  # Polyak-Ruppert averaging of the last third (Polyak & Juditsky 1992)
                 z_sum, tail = z_sum + z, tail + 1
-                clip_sums = [clip_sums[j] + math.log(clips[j]) for j in range(2)]
         z = z_sum / tail
-        clip_g, clip_l = (math.exp(c / tail) for c in clip_sums)  # geometric means over the last third
+        clip_g, clip_l = sched.means()  # geometric means over the last third
         # phase 3: posterior-shaped coordinates (pyro_dp.default_path.whitening), where it applies (data-free:
         # >= 2 coordinates, all in the likelihood; a kernel's set-up turns `whiten` off before planning
         # elsewhere, so only a tuner configured by hand can plan a share that is then not spent)
@@ -585,3 +576,41 @@ def adapt_clip(norms, clip, quantile, n, noise_multiplier, noise, relation, reco
     if tail_scaled:
         return clip * math.exp(-_CLIP_RATE * min(max(gap / (1.0 - quantile), -1.0), 1.0))
     return clip * math.exp(-_CLIP_RATE * gap / ((1.0 - quantile) if gap > 0 else quantile))
+
+
+class ClipSchedule:
+    r"""The adaptive clips of :meth:`DPAutoTune.run`, one :func:`adapt_clip` step per DP-Adam
+    step, for the two quantiles ``(grad_quantile, ratio_quantile(n))``, and their geometric means
+    over the last third of the steps (Polyak-Ruppert averaging, Polyak & Juditsky 1992). The
+    tuner and :func:`~pyro_dp.default_path.one_release.simulated_ratio_clip` (which forecasts the
+    ratio clip, ``which=(1,)``) both run this schedule, so the forecast follows the tuner.
+
+    Starts: both clips at the histogram's ``grad_quantile`` ``c0``; a raised ratio quantile
+    (:meth:`DPAutoTune.ratio_quantile` above ``llr_quantile``) from its own histogram quantile
+    ``c0_ratio`` when higher (the adaptive clip approaches a high quantile fast from above, but
+    from below only at about (q - fraction below) per step, too slow for 1 - q of a few rows in
+    :math:`10^5`, measured), stepped with ``tail_scaled``.
+    """
+
+    def __init__(self, tuner, n: int, c0: float, c0_ratio: float):
+        q_ratio = tuner.ratio_quantile(n)
+        self.n, self.raised = n, q_ratio > tuner.llr_quantile
+        self.quantiles = (tuner.grad_quantile, q_ratio)
+        self.clips = [c0, max(c0, c0_ratio) if self.raised else c0]
+        self.tail_from = tuner.num_steps - max(1, tuner.num_steps // 3)
+        self.log_sums, self.tail = [0.0, 0.0], 0
+
+    def step(self, t: int, norms, noise_multiplier, noise, relation, record, which=(0, 1)) -> None:
+        """Step ``t``: one :func:`adapt_clip` release per clip in ``which`` (0: gradient, 1: ratio),
+        in that order, then, in the last third, add their logs to the tail's sums."""
+        for j in which:
+            self.clips[j] = adapt_clip(norms, self.clips[j], self.quantiles[j], self.n, noise_multiplier, noise,
+                                       relation, record, tail_scaled=(j == 1 and self.raised))
+        if t >= self.tail_from:
+            self.tail += 1
+            for j in which:
+                self.log_sums[j] += math.log(self.clips[j])
+
+    def means(self):
+        """The clips' geometric means over the last third: ``(gradient, ratio)``."""
+        return tuple(math.exp(c / self.tail) for c in self.log_sums)

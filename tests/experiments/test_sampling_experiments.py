@@ -22,6 +22,11 @@ def _read(path):
         return list(csv.DictReader(f))
 
 
+# One worker runs this module (pytest-xdist's loadgroup): each quick run below is a module fixture,
+# set up once per worker that gets one of its tests (twice in CI before, once per worker).
+pytestmark = pytest.mark.xdist_group("sampling_experiments")
+
+
 @pytest.fixture(scope="module", params=["fig63", "fig64", "fig65", "dphmc_fig1"])
 def quick_run(request, tmp_path_factory):
     out = tmp_path_factory.mktemp(request.param)
