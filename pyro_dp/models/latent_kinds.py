@@ -37,10 +37,15 @@ import pyro
 import pyro.distributions as dist
 import torch
 
-from .default_suite import DTYPE, GAMMA_TRUTH, SuiteModel, _zeros, gamma_model, make_gamma_data, unit_ball
+from .default_suite import DTYPE, GAMMA_TRUTH, SuiteModel, gamma_model, make_gamma_data, unit_ball
 
 __all__ = ["LATENT_SUITE", "STUDENT_T_TRUTH", "MIXTURE_TRUTH", "student_t_model", "make_student_t_data",
            "mixture_model", "make_mixture_data"]
+
+def _zeros(ref: torch.Tensor, *shape) -> torch.Tensor:
+    """Zeros of the data's dtype and device (the latents float64 like the data)."""
+    return torch.zeros(shape, dtype=ref.dtype, device=ref.device)
+
 
 #: generating parameters of :func:`make_student_t_data` (issue 59's NUTS: ν ≈ 3.8)
 STUDENT_T_TRUTH = {"b0": 0.5, "beta": (1.0, -1.0), "sigma": 1.0, "nu": 4.0}
