@@ -213,7 +213,7 @@ class CompiledLikelihood:
 
     :param lik: the likelihood whose eager functions are traced.
     :param dict options: ``{"backend": "inductor" | "graph", "check": True | False,
-        **torch_compile_kwargs}`` (``check``: :mod:`pyro_dp.compile_check`).
+        **torch_compile_kwargs}`` (``check``, default ``True``: :mod:`pyro_dp.compile_check`).
     :param dict cache: graphs shared across likelihoods of one kernel object (one per chain):
         keyed by the function, the bucket and the shapes and dtypes of every input, so a new
         chain on data of the same shape reuses the compiled graph.
@@ -245,9 +245,10 @@ class CompiledLikelihood:
                 "graph's outputs are overwritten by its next replay, while a kernel keeps the previous iteration's "
                 "per-example log-likelihoods in its state. Use the default mode or 'max-autotune-no-cudagraphs'.")
         self.backend = backend
-        #: compile and run each inductor graph in a checking subprocess first (pyro_dp.compile_check);
-        #: opt-in: the crash it guards against did not reproduce here, and it compiles each graph twice
-        self.check = bool(options.pop("check", False))
+        #: compile and run each inductor graph in a checking subprocess first (pyro_dp.compile_check):
+        #: on by default where a user asks for ``jit_compile=True`` (a segfault must not take the process;
+        #: issue 59), off on the ``jit_compile=None`` path unless asked (pyro_dp.kernels.auto_compile)
+        self.check = bool(options.pop("check", True))
         if self.check and backend == "inductor":
             warm_checker()
         self.compile_kwargs = options

@@ -124,8 +124,8 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
     :param int vmap_chunk_size: optional chunk size for the per-row ``vmap``.
     :param bool jit_compile: trace the per-example functions once into graphs and compile
         them (:mod:`pyro_dp.compiled`); the same values, much faster after a one-time compile.
-    :param dict jit_options: ``{"backend": "inductor" | "graph", **torch.compile kwargs}``;
-        the CUDA-graph modes (``mode="reduce-overhead"``, ``"max-autotune"``) are refused.
+    :param dict jit_options: ``{"backend": "inductor" | "graph", "check": True (default: :mod:`pyro_dp.compile_check`)
+        | False, **torch.compile kwargs}``; the CUDA-graph modes (``mode="reduce-overhead"``, ``"max-autotune"``) are refused.
     :param dict jit_cache: graphs shared with other likelihoods of the same kernel object.
 
     **Internals with public names.** The ``eager_*`` methods (:meth:`eager_loglik_and_prior`,

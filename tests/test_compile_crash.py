@@ -5,6 +5,7 @@ end-to-end run of the categorical model with ``jit_compile=True`` is itself a su
 """
 import faulthandler
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -17,7 +18,7 @@ import pytest
 import torch
 
 import pyro_dp.compiled as compiled_mod
-from pyro_dp.compile_check import Checker, _checker, check_graph, stand_in
+from pyro_dp.compile_check import SIMULATE_CRASH, Checker, _checker, check_graph, stand_in
 from pyro_dp.compiled import CompileFallbackWarning
 from pyro_dp.likelihood import PrivateLikelihood
 
@@ -89,17 +90,42 @@ def test_a_graph_that_crashes_the_checker_runs_eagerly_with_a_warning(monkeypatc
     assert lik.compiled.num_compiled == 0 and set(lik.compiled.cache.values()) == {None}
 
 
-def test_the_check_is_opt_in(monkeypatch):
-    """Without ``jit_options={"check": True}`` no graph goes to the checker (the default)."""
-    def never(*a):
-        raise AssertionError("checked")
+def test_the_check_is_on_by_default_with_jit_compile_true(monkeypatch):
+    """``jit_compile=True`` without ``jit_options`` sends every inductor graph to the checker."""
+    sent = []
 
-    monkeypatch.setattr(compiled_mod, "check_graph", never)
+    def ok(graph, example_inputs, options):
+        sent.append(len(example_inputs))
+        return ("ok", "")
+
+    monkeypatch.setattr(compiled_mod, "check_graph", ok)
     X, y = torch.randn(50, 2, dtype=torch.float64), torch.arange(50) % 3
     lik = PrivateLikelihood(categorical, (X, y), seed=0, jit_compile=True)
-    assert lik.compiled.check is False
+    assert lik.compiled.check is True
     lik.log_prior(torch.zeros(lik.dim, dtype=torch.float64))
-    assert lik.compiled.num_compiled == 1
+    assert lik.compiled.num_compiled == 1 and len(sent) == 1
+
+
+def test_the_auto_path_does_not_check_unless_asked(monkeypatch):
+    """``jit_compile=None`` (its cost model was measured without the check) compiles unchecked;
+    ``jit_options={"check": True}`` turns the check on there too."""
+    from pyro_dp.kernels.auto_compile import auto_compile
+
+    class Decision:
+        compiled = True
+
+    class Kernel:
+        jit_compile, compile_decision = None, Decision()
+
+        def __init__(self, options):
+            self.lik = PrivateLikelihood(categorical, (torch.randn(20, 2, dtype=torch.float64), torch.arange(20) % 3),
+                                         seed=0)
+            self.likelihood_settings = type("S", (), {"jit_options": options})()
+
+    for options, expected in (({}, False), ({"check": True}, True)):
+        k = Kernel(options)
+        auto_compile(k, None, {})
+        assert k.lik.compiled.check is expected, options
 
 
 def test_check_false_skips_the_checker(monkeypatch):
@@ -126,7 +152,7 @@ def model(X, y):
     with pyro.plate("data", X.shape[0]) as idx:
         pyro.sample("obs", dist.Categorical(logits=X[idx] @ W), obs=y[idx])
 for Kernel in (pyro_dp.DPPenalty, pyro_dp.DPHMC):
-    k = Kernel(model, epsilon=10.0, jit_compile=True, jit_options={"check": True})
+    k = Kernel(model, epsilon=10.0, jit_compile=True)  # the check is on by default
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         pyro.infer.MCMC(k, num_samples=5, warmup_steps=5, disable_progbar=True).run(X, y)
@@ -146,3 +172,58 @@ def test_the_categorical_model_with_jit_compile_runs_or_falls_back_in_a_subproce
                           text=True, timeout=540)
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-3000:]}"
     assert "DPPenalty compiled" in proc.stdout and "DPHMC compiled" in proc.stdout
+
+
+CRASH_SCRIPT = """
+import sys, warnings, torch, pyro, pyro.distributions as dist
+from pyro_dp.compiled import CompileFallbackWarning
+from pyro_dp.likelihood import PrivateLikelihood
+from pyro_dp.private import reveal
+def categorical(X, y):
+    W = pyro.sample("W", dist.Normal(torch.zeros(X.shape[-1], 3, dtype=X.dtype), 1.0).to_event(2))
+    with pyro.plate("data", X.shape[0]) as idx:
+        pyro.sample("obs", dist.Categorical(logits=X[idx] @ W), obs=y[idx])
+torch.manual_seed(0)
+X, y = torch.randn(200, 2, dtype=torch.float64), torch.arange(200) % 3
+options = {} if sys.argv[1] == "default" else {"jit_options": {"check": False}}
+lik = PrivateLikelihood(categorical, (X, y), seed=0, jit_compile=True, **options)
+z = torch.linspace(-1, 1, lik.dim, dtype=torch.float64)
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    ll, g = lik.per_example_grad(z)
+ll0, g0 = PrivateLikelihood(categorical, (X, y), seed=0).per_example_grad(z)
+for x in w:
+    if issubclass(x.category, CompileFallbackWarning):
+        print("FALLBACK", x.message)
+print("EAGER VALUES", torch.equal(reveal(ll, reason="test"), reveal(ll0, reason="test"))
+      and torch.equal(reveal(g, reason="test"), reveal(g0, reason="test")))
+"""
+
+
+def _run_with_a_crashing_compile(mode: str) -> subprocess.CompletedProcess:
+    """The categorical model's likelihood with ``jit_compile=True``, in a child process where every
+    inductor-compiled function kills its process with SIGSEGV (compile_check.SIMULATE_CRASH: in
+    the child and, inherited, in its checker). pytest's own process never runs compiled code."""
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env[SIMULATE_CRASH] = "1"
+    return subprocess.run([sys.executable, "-c", CRASH_SCRIPT, mode], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_a_crashing_compiled_graph_falls_back_to_eager_by_default():
+    """Acceptance 5 of issue 59: with the check on (the default for ``jit_compile=True``), a
+    compiled graph that segfaults kills only the checker; the likelihood runs eagerly (the
+    eager values) and says so with a CompileFallbackWarning naming the signal."""
+    proc = _run_with_a_crashing_compile("default")
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-2000:]}"
+    assert "crashed a checking subprocess" in proc.stdout and "SIGSEGV" in proc.stdout, proc.stdout
+    assert "EAGER VALUES True" in proc.stdout, proc.stdout
+
+
+def test_the_mutant_without_the_check_dies_of_the_crash():
+    """The mutant of the test above (``jit_options={"check": False}``): the same crashing graph
+    now runs in the child itself and kills it with SIGSEGV -- what the check prevents. (If this
+    exited normally the simulated crash would not be a crash, and the test above could not fail.)"""
+    proc = _run_with_a_crashing_compile("unchecked")
+    assert proc.returncode == -signal.SIGSEGV, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-2000:]}"
+    assert "EAGER VALUES" not in proc.stdout

@@ -73,8 +73,8 @@ from ..kernels.scales import (NORM_BIN_EDGES, init_to_center, penalty_jump_lengt
                               posterior_scale_guess, private_norm_quantiles)
 from .centring import CENTRE_SHARE, Centre, centre_noise_multipliers, private_centre
 from .whitening import (METRIC_SHARE, SCALE_SHARE, likelihood_coordinates, metric_is_resolved, metric_sd,
-                        private_log_scales, private_metric, reshapes, scaling_from_release, whitening_from_metric,
-                        whitens)
+                        prior_capped, private_log_scales, private_metric, reshapes, scaling_from_release,
+                        whitening_from_metric, whitens)
 from ..mechanisms import (
     ClippedSum,
     GaussianEvent,
@@ -443,6 +443,7 @@ class DPAutoTune:
             sums, counts, c_std = private_log_scales(lik, z, self.scale_noise_multiplier, noise, relation,
                                                      rec("tune:scale"), rows=_row_gradients(lik, z), coords=coords)
             l = scaling_from_release(sums, counts, c_std, n)  # the likelihood's coordinates; the others keep theirs
+            l = prior_capped(lik, z, l, coords)  # no unit wider than the prior's spread (issue 59)
             if not bool((l == 1).all()):  # else the columns share a scale: the model's own coordinates
                 lik.compose_preconditioner(z, torch.diag(l if coords is None else torch.ones_like(z).index_copy(0, coords, l)))
                 z = torch.zeros_like(z)
