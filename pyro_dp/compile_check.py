@@ -45,12 +45,29 @@ from typing import Callable, NamedTuple, Optional
 
 import torch
 
-__all__ = ["CHECK_TIMEOUT", "CheckResult", "Checker", "SIMULATE_CRASH", "check_graph", "compile_and_run",
-           "inductor_compile", "stand_in", "warm_checker"]
+__all__ = ["CHECK_TIMEOUT", "CHECK_DEFAULT", "CheckResult", "Checker", "SIMULATE_CRASH", "check_graph",
+           "compile_and_run", "default_check", "inductor_compile", "stand_in", "warm_checker"]
 
 #: The environment variable that makes :func:`inductor_compile` return a function that crashes
 #: (SIGSEGV): a crashing compiled graph for tests, in the calling process and in the checker alike.
 SIMULATE_CRASH = "PYRO_DP_SIMULATE_COMPILED_CRASH"
+
+#: The environment variable that sets the check's default where ``jit_options`` does not say
+#: (:func:`default_check`): ``0`` turns it off. The project's test suite sets it (tests/conftest.py):
+#: its many inductor compiles would each be compiled twice, and under pytest-xdist a crash kills
+#: only the worker running that test (reported as a failure; xdist starts a new worker), never the
+#: pytest process; tests/test_compile_crash.py checks the default with the variable unset.
+CHECK_DEFAULT = "PYRO_DP_COMPILE_CHECK"
+
+
+def default_check() -> bool:
+    """Whether ``jit_compile=True`` checks each inductor graph in a subprocess when
+    ``jit_options`` does not say: yes, unless :data:`CHECK_DEFAULT` is ``0``.
+
+    >>> import os; os.environ.get(CHECK_DEFAULT, "1") != "0" or not default_check()
+    True
+    """
+    return os.environ.get(CHECK_DEFAULT, "1").strip() != "0"
 
 #: Seconds the checker may take to compile and run one graph before it counts as hung (killed;
 #: the function then runs eagerly). Generous: a first inductor compile on a loaded 2-core

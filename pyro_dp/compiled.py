@@ -60,7 +60,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from .arguments import model_arguments as _model_arguments, tensor_arguments as _tensor_arguments, with_tensors as _with_tensors
-from .compile_check import check_graph, inductor_compile, warm_checker
+from .compile_check import check_graph, default_check, inductor_compile, warm_checker
 from .graphs import TraceFailed, bucket_size, hoist_broadcasts, in_fresh_thread, strip_extra_outputs
 from .mechanisms.clipping import ClippedSum, clip_and_sum, clip_and_sum_columns  # the pure clip rule only
 from .private import reveal
@@ -213,7 +213,7 @@ class CompiledLikelihood:
 
     :param lik: the likelihood whose eager functions are traced.
     :param dict options: ``{"backend": "inductor" | "graph", "check": True | False,
-        **torch_compile_kwargs}`` (``check``, default ``True``: :mod:`pyro_dp.compile_check`).
+        **torch_compile_kwargs}`` (``check``, default ``True`` unless ``PYRO_DP_COMPILE_CHECK=0``: :mod:`pyro_dp.compile_check`).
     :param dict cache: graphs shared across likelihoods of one kernel object (one per chain):
         keyed by the function, the bucket and the shapes and dtypes of every input, so a new
         chain on data of the same shape reuses the compiled graph.
@@ -248,7 +248,7 @@ class CompiledLikelihood:
         #: compile and run each inductor graph in a checking subprocess first (pyro_dp.compile_check):
         #: on by default where a user asks for ``jit_compile=True`` (a segfault must not take the process;
         #: issue 59), off on the ``jit_compile=None`` path unless asked (pyro_dp.kernels.auto_compile)
-        self.check = bool(options.pop("check", True))
+        self.check = bool(options.pop("check", default_check()))
         if self.check and backend == "inductor":
             warm_checker()
         self.compile_kwargs = options

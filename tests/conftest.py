@@ -19,6 +19,13 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # addopts), and two workers with two threads each would oversubscribe a 2-core machine
     torch.set_num_threads(1)
 
+# jit_compile=True checks each inductor graph in a subprocess by default (issue 59,
+# pyro_dp.compile_check); the suite turns the default off: its many compiles would each run twice
+# (measured 1.7-4x a compile), and under pytest-xdist a crash kills only that test's worker (the
+# test fails and xdist starts a new worker), never pytest. tests/test_compile_crash.py checks the
+# default with the variable unset, and every check path explicitly.
+os.environ.setdefault("PYRO_DP_COMPILE_CHECK", "0")
+
 
 @pytest.fixture(autouse=True)
 def _reproducible_noise(request, monkeypatch):

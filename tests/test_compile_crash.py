@@ -99,6 +99,7 @@ def test_the_check_is_on_by_default_with_jit_compile_true(monkeypatch):
         return ("ok", "")
 
     monkeypatch.setattr(compiled_mod, "check_graph", ok)
+    monkeypatch.delenv("PYRO_DP_COMPILE_CHECK", raising=False)  # the suite's conftest turns the default off
     X, y = torch.randn(50, 2, dtype=torch.float64), torch.arange(50) % 3
     lik = PrivateLikelihood(categorical, (X, y), seed=0, jit_compile=True)
     assert lik.compiled.check is True
@@ -168,6 +169,7 @@ def test_the_categorical_model_with_jit_compile_runs_or_falls_back_in_a_subproce
     ``jit_compile=True`` exit normally (compiled, or eager with a CompileFallbackWarning); run in
     a subprocess, so a crash would fail this test instead of killing pytest (about 1-2 min cold)."""
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("PYRO_DP_COMPILE_CHECK", None)  # the user's default (the suite's conftest turns it off)
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(SCRIPT)], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=540)
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-3000:]}"
@@ -205,6 +207,7 @@ def _run_with_a_crashing_compile(mode: str) -> subprocess.CompletedProcess:
     inductor-compiled function kills its process with SIGSEGV (compile_check.SIMULATE_CRASH: in
     the child and, inherited, in its checker). pytest's own process never runs compiled code."""
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("PYRO_DP_COMPILE_CHECK", None)  # the user's default (the suite's conftest turns it off)
     env[SIMULATE_CRASH] = "1"
     return subprocess.run([sys.executable, "-c", CRASH_SCRIPT, mode], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=300)
@@ -227,3 +230,18 @@ def test_the_mutant_without_the_check_dies_of_the_crash():
     proc = _run_with_a_crashing_compile("unchecked")
     assert proc.returncode == -signal.SIGSEGV, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-2000:]}"
     assert "EAGER VALUES" not in proc.stdout
+
+
+def test_the_environment_variable_sets_the_default_and_jit_options_wins(monkeypatch):
+    """``PYRO_DP_COMPILE_CHECK=0`` turns the default off (the suite's setting); ``jit_options``
+    says otherwise per kernel."""
+    from pyro_dp.compile_check import default_check
+    monkeypatch.setattr(compiled_mod, "check_graph", lambda graph, example_inputs, options: ("ok", ""))
+    X, y = torch.randn(20, 2, dtype=torch.float64), torch.arange(20) % 3
+    for value, expected in (("0", False), ("1", True)):
+        monkeypatch.setenv("PYRO_DP_COMPILE_CHECK", value)
+        assert default_check() is expected
+        assert PrivateLikelihood(categorical, (X, y), seed=0, jit_compile=True).compiled.check is expected
+    monkeypatch.setenv("PYRO_DP_COMPILE_CHECK", "0")
+    lik = PrivateLikelihood(categorical, (X, y), seed=0, jit_compile=True, jit_options={"check": True})
+    assert lik.compiled.check is True
