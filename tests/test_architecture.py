@@ -46,7 +46,9 @@ MAX_KERNEL_CODE_LINES = 450
 MAX_KERNEL_METHODS = 45
 # kernels over issue 63's size target, each with the code lines it may not exceed (docs/architecture.md,
 # "Not yet"): DPGroupedPenalty's MRO is DPKernel + RandomWalkKernel + DPPenalty + its own class
-OVER_SIZE = {"DPGroupedPenalty": 460}
+# (462 since issue 62's inference= on DPKernel: 2 lines, within the round's 3-line allowance for DPKernel,
+# RandomWalkKernel and DPPenalty; the shrink of DPGroupedPenalty in progress elsewhere takes the entry away)
+OVER_SIZE = {"DPGroupedPenalty": 462}
 PRIVATE_MARK = "architecture: private-read"
 
 # optional or heavy dependencies a function may import when (and only when) it needs them

@@ -125,7 +125,7 @@ def choose_inference(kernel) -> None:
     warn_user(f"{type(kernel).__name__}: the default path runs the ONE-RELEASE MODE, an approximation "
               f"({mode.approximation}): a private centre and clip, one clipped score and one clipped curvature "
               "release per chain, then NUTS on the posterior given those releases and their noise (DPNoiseAware's "
-              f"computation). Why: {reason}. Its intervals are wider and honest, not exact; the run says so in "
+              f"computation; only each chain's first iteration releases, whatever the run length). Why: {reason}. Its intervals are wider and honest, not exact; the run says so in "
               "diagnostics()['approximation'], pyro_dp.privacy_report and to_arviz. For the iterative chain anyway, "
               "pass inference='iterative' (docs/choosing.md, 'One release')", PrivacyNotice)
 

@@ -396,7 +396,7 @@ class OneReleaseMode:
     its calibration, its declaration of releases, its state, its step (the releases at a chain's
     first iteration, then Pyro's NUTS on the noise-aware likelihood) and its diagnostics, each a
     method called with the kernel (:func:`~pyro_dp.kernels.path_hook.route_through` routes the
-    kernel's ``_calibrate``, ``releases``, ``_init_state``, ``_step`` and ``diagnostics`` here).
+    kernel's ``_calibrate``, ``releases``, ``_init_state``, ``_step``, ``diagnostics`` and ``logging`` here).
     :class:`DPNoiseAware` is a kernel with this part and nothing else; the default path attaches
     it to ``DPPenalty`` and ``DPHMC`` where their iterative chain cannot be right
     (:func:`pyro_dp.default_path.inference.choose_inference`, issue 62).
@@ -522,13 +522,19 @@ class OneReleaseMode:
         return NoiseAwareState(z), NoiseAwareInfo(not torch.equal(z, state.z), tuple(events), frac)
 
     def diagnostics(self, kernel) -> dict:
-        """The kernel's class's diagnostics, with what the draws are (``"approximation"``), what the
-        releases and the model showed against it, and why it ran (``"inference"``)."""
-        out = type(kernel).diagnostics(kernel)
+        """The base's diagnostics (:meth:`DPKernel.diagnostics`: not the kernel class's, whose additions
+        describe its own chain, which did not run), with what the draws are (``"approximation"``),
+        what the releases and the model showed against it, and why it ran (``"inference"``)."""
+        out = DPKernel.diagnostics(kernel)
         out["approximation"] = self.approximation
         out["approximation problems"] = list(self.structure_problems) + list(self.problems)
         out["inference"] = "one_release" if self.reason is None else f"one_release: {self.reason}"
         return out
+
+    def logging(self, kernel) -> dict:
+        """The kernel's progress-bar postfix (the base's: the share of NUTS transitions that moved, ε so far)."""
+        return {"acc. rate": f"{kernel.chain.acceptance_rate:.3f}",
+                "eps": kernel.privacy.logged_epsilon(kernel.chain.iteration)}
 
 
 def _public_seed(kernel) -> int:

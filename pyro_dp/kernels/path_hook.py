@@ -58,7 +58,7 @@ INFERENCE = ("auto", "iterative", "one_release")
 #: What a part attached by :func:`route_through` takes over from the kernel: the kernel's name
 #: and the part's method (called with the kernel first).
 ROUTED = (("_calibrate", "calibrate"), ("releases", "releases"), ("_init_state", "init_state"), ("_step", "step"),
-          ("diagnostics", "diagnostics"))
+          ("diagnostics", "diagnostics"), ("logging", "logging"))
 
 
 class DefaultPath:
