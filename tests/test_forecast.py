@@ -128,7 +128,7 @@ def test_predicted_ess_is_within_a_factor_2_of_a_measured_run():
         g = torch.Generator().manual_seed(100 + c)
         X = unit_ball(n, 1, g)
         y = (torch.rand(n, generator=g, dtype=torch.float64) < torch.sigmoid(0.3 - X[:, 0])).double()
-        mcmc = MCMC(pyro_dp.DPPenalty(logistic_model, epsilon=eps, seed=c, noise_seed=c), num_samples=1000,
+        mcmc = MCMC(pyro_dp.DPPenalty(logistic_model, epsilon=eps, seed=c, noise_seed=c, inference="iterative"), num_samples=1000,
                     warmup_steps=500, disable_progbar=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -150,7 +150,7 @@ def test_the_default_paths_pre_run_warning_quotes_the_prediction():
 
     X, y = make_logistic_data(2000)
     with pytest.warns(pyro_dp.SamplingWarning, match=r"limits each move .*predicted: about [0-9.e+-]+ in this chain"):
-        MCMC(pyro_dp.DPPenalty(logistic_model, epsilon=0.5, num_iterations=2000, seed=0, control_variate=False),
+        MCMC(pyro_dp.DPPenalty(logistic_model, epsilon=0.5, num_iterations=2000, seed=0, control_variate=False, inference="iterative"),
              num_samples=3, warmup_steps=2, disable_progbar=True).run(X, y)
 
 
@@ -218,7 +218,7 @@ def test_dphmc_s_advice_names_dppenalty_where_its_forecast_is_twice_as_large():
     X, y = make_linear_data(5000, 0)
 
     def advice(eps, gradients=True):
-        k = pyro_dp.DPHMC(linear_model, epsilon=eps, seed=0, gradients=gradients)
+        k = pyro_dp.DPHMC(linear_model, epsilon=eps, seed=0, gradients=gradients, inference="iterative")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             MCMC(k, num_samples=200, warmup_steps=100, disable_progbar=True).run(X, y)
