@@ -44,7 +44,9 @@ def _run(kernel, samples=40, warmup=20, chains=1, data=Y):
 
 @pytest.mark.parametrize("K", KERNELS, ids=lambda k: k.__name__)
 def test_usage_line_runs_with_the_default_budget_and_says_what_it_spent(K):
-    kernel = K(gauss_model, seed=0)  # no argument at all
+    # no setting at all; the iterative chain asked for (at this N the default path would take the
+    # one-release mode: tests/test_one_release_mode.py runs the line as written)
+    kernel = K(gauss_model, seed=0, inference="iterative")
     assert kernel.auto_tuned and isinstance(kernel.init, DPAutoTune)
     with pytest.warns(PrivacyNotice) as rec:
         _run(kernel)
@@ -62,7 +64,7 @@ def test_usage_line_runs_with_the_default_budget_and_says_what_it_spent(K):
 
 @pytest.mark.parametrize("K", KERNELS, ids=lambda k: k.__name__)
 def test_epsilon_alone_is_the_users_budget_over_every_chain(K):
-    kernel = K(gauss_model, epsilon=2.0, seed=1)
+    kernel = K(gauss_model, epsilon=2.0, seed=1, inference="iterative")
     assert kernel.delta == DEFAULT_DELTA and not kernel.default_budget
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -122,7 +124,7 @@ def test_an_overflowing_row_changes_neither_the_ledger_nor_the_control_flow(K):
     bad[0] = 1e300  # finite, but its log-likelihood terms overflow: the per-row rule must hold
     ledgers = []
     for data in (Y, bad):
-        kernel = K(gauss_model, epsilon=1.0, seed=2)
+        kernel = K(gauss_model, epsilon=1.0, seed=2, inference="iterative")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             _run(kernel, samples=20, warmup=10, data=data)
