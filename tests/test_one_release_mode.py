@@ -140,8 +140,8 @@ def _logistic_data(seed, n=2000):
     return x, y
 
 
-def _exact_mean(x, y, half=1.2, n=161):
-    """The non-private posterior mean by quadrature on a grid around the MLE (2-d)."""
+def _exact_moments(x, y, half=1.2, n=161):
+    """The non-private posterior mean and sd by quadrature on a grid around the MAP (2-d)."""
     w = torch.zeros(2, dtype=torch.float64, requires_grad=True)
     opt = torch.optim.LBFGS([w], max_iter=100)
 
@@ -157,11 +157,14 @@ def _exact_mean(x, y, half=1.2, n=161):
     lp = -torch.nn.functional.binary_cross_entropy_with_logits(
         (g @ x.T), y.expand(len(g), -1), reduction="none").sum(1) - (g ** 2).sum(1) / 18
     p = torch.softmax(lp, 0)
-    return (p[:, None] * g).sum(0)
+    mean = (p[:, None] * g).sum(0)
+    return mean, ((p[:, None] * (g - mean) ** 2).sum(0)).sqrt()
 
 
-def _covered(seeds, inference="auto"):
-    hits = []
+def _runs(seeds, inference="auto"):
+    """Per coordinate of each seeded run: whether the non-private mean lies in the run's central
+    90 % interval, and the run's sd over the non-private sd."""
+    hits, ratios = [], []
     for seed in seeds:
         x, y = _logistic_data(seed)
         k = pyro_dp.DPPenalty(logistic_model, epsilon=0.5, seed=seed, noise_seed=50 + seed, inference=inference)
@@ -171,9 +174,10 @@ def _covered(seeds, inference="auto"):
             mcmc.run(x, y)
         d = mcmc.get_samples()["w"]
         lo, hi = torch.quantile(d, 0.05, dim=0), torch.quantile(d, 0.95, dim=0)
-        m = _exact_mean(x, y)
+        m, sd = _exact_moments(x, y)
         hits += [bool(a <= v <= b) for a, v, b in zip(lo, m, hi)]
-    return hits
+        ratios += (d.std(0) / sd).tolist()
+    return hits, ratios
 
 
 SEEDS = (0, 1, 2)
@@ -183,22 +187,28 @@ SEEDS = (0, 1, 2)
 def test_the_default_path_is_calibrated_at_a_small_budget():
     """Logistic regression (2 features in the unit ball), N = 2000, eps = 0.5, ``DPPenalty(model,
     epsilon=0.5)`` as written: the default path runs the one-release mode, whose 90 % intervals hold
-    the non-private posterior mean in every coordinate of 3 seeded runs."""
-    assert all(_covered(SEEDS))
+    the non-private posterior mean in every coordinate of 3 seeded runs, and are wider than the
+    non-private posterior's by the release noise (sd ratio at least 1.1; forecast 1.3-1.7 here)."""
+    hits, ratios = _runs(SEEDS)
+    assert all(hits) and min(ratios) >= 1.1, (hits, ratios)
 
 
 @pytest.mark.slow
 def test_mutant_iterative_chain_is_not_calibrated():
     """The mutant: the iterative chain forced at the same budget misses in most coordinate-runs."""
-    assert sum(_covered(SEEDS, inference="iterative")) <= 2
+    assert sum(_runs(SEEDS, inference="iterative")[0]) <= 2
 
 
 @pytest.mark.slow
 def test_mutant_noise_blind_mode_is_not_calibrated(monkeypatch):
-    """The mutant: the mode without the release noise in its likelihood (the releases read as exact)."""
+    """The mutant: the mode without the release noise in its likelihood (the releases read as
+    exact) is as narrow as the non-private posterior while its mean is shifted by the noise: it
+    fails the width the calibrated run has (its coverage alone, 2 coordinates a run, has little
+    power at this budget: measured 2 of 2 covered on seed 0, 1.2 sd off)."""
     original = na.noise_aware_loglik
 
     def blind(release, z, curvature_psd=None):
         return original(release._replace(score_std=0.0, curvature_std=0.0), z, curvature_psd)
     monkeypatch.setattr(na, "noise_aware_loglik", blind)
-    assert sum(_covered(SEEDS)) <= 3
+    hits, ratios = _runs(SEEDS[:1])
+    assert not (all(hits) and min(ratios) >= 1.1), (hits, ratios)
