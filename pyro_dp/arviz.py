@@ -58,7 +58,8 @@ def to_arviz(mcmc, *, delta: Optional[float] = None):
     draws). ``attrs``: ``epsilon`` (every release of the kernel object, all chains and runs),
     ``delta``, ``accountant``, ``relation``, ``kernel``, ``private_iterations`` per chain and
     ``num_releases``, and ``privacy_report``: the whole :func:`~pyro_dp.privacy_report` as
-    JSON (``pyro_dp.PrivacyReport.from_json(idata.attrs["privacy_report"])`` reads it back).
+    JSON (``pyro_dp.PrivacyReport.from_json(idata.attrs["privacy_report"])`` reads it back); and
+    ``approximation`` where the run was the one-release mode (what its draws approximate).
     **No** ``observed_data``, ``constant_data`` or ``log_likelihood`` group: they are
     functions of the raw data. Keys computed from raw data (``"non-private ..."``) are never
     included. This, not ``az.from_pyro``, is the way to export a pyro_dp run (module docstring).
@@ -97,6 +98,8 @@ def to_arviz(mcmc, *, delta: Optional[float] = None):
         "privacy": "posterior draws and sample_stats are post-processing of the DP releases; no data included",
         "privacy_report": report.to_json(),
     }
+    if report.approximation:  # the one-release mode (issue 62): the draws approximate the posterior
+        attrs["approximation"] = report.approximation
     return az.from_dict(posterior=samples, sample_stats=stats or None, attrs=attrs)
 
 

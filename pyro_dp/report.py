@@ -217,6 +217,8 @@ class PrivacyReport:
         (``llr_clip``, ``grad_clip``, ...): public settings, or released by the private tuning
         of its last chain (each chain of the default path tunes its own; a chain run in a worker
         process leaves its tuned clips there, and then only the settings given are reported).
+    :ivar approximation: what the draws approximate where the run was the one-release mode (issue 62:
+        ``kernel.one_release``, an approximation of the posterior, and why it ran), else ``""``.
     """
 
     kernel: str
@@ -238,6 +240,7 @@ class PrivacyReport:
     version: str = ""
     num_rows: Optional[int] = None
     clips: Tuple[Tuple[str, float], ...] = ()
+    approximation: str = ""
 
     # ------------------------------------------------------------------ reading
     def ledger(self) -> PrivacyLedger:
@@ -495,8 +498,13 @@ def privacy_report(run, *, delta: Optional[float] = None, epsilon: Optional[floa
         num_releases=ledger.num_releases, num_chains=len(chains), mechanisms=tuple(mechanisms),
         chains=tuple(summaries), curve_iterations=grid, curve_epsilon=curve, plan=plan, at_epsilon=at_eps,
         delta_at_epsilon=delta_at, within_budget=within, non_private=bool(getattr(kernel, "non_private", False)),
-        version=__version__,
+        version=__version__, approximation=_approximation(kernel),
     )
+
+
+def _approximation(kernel) -> str:
+    mode = getattr(kernel, "one_release", None)  # the one-release mode (pyro_dp.default_path.noise_aware)
+    return "" if mode is None else f"one-release mode: {mode.approximation}" + (f" ({mode.reason})" if mode.reason else "")
 
 
 # ----------------------------------------------------------------------------- text
@@ -596,6 +604,8 @@ def _paragraph(r: PrivacyReport) -> str:
     if r.at_epsilon is not None and r.delta_at_epsilon is not None:
         text += f" Equivalently, it is (ε = {r.at_epsilon:g}, δ = {_up(r.delta_at_epsilon)})-differentially private."
     text += " " + _per_chain(r)
+    if r.approximation:
+        text += f" The draws are an APPROXIMATION of the posterior, not exact samples: {r.approximation}."
     rows = _rows_and_clips(r)
     if rows:
         text += " " + rows

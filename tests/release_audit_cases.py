@@ -86,7 +86,7 @@ def pair(kind="sum", num_rows=20, row=0):
 
 
 def _default_penalty():
-    return pyro_dp.DPPenalty(model, epsilon=DEFAULT_EPSILON, **KW)
+    return pyro_dp.DPPenalty(model, epsilon=DEFAULT_EPSILON, **KW, inference="iterative")
 
 
 def model_2d(y):
@@ -137,7 +137,7 @@ CASES = {
     "default:sum": (_default_penalty, pair("far"), ("tune:start",), 1),
     "default:count": (_default_penalty, pair("count"), ("tune:clip",), 2),
     "default:rule": (_default_penalty, pair("rule"), ("tune:rows",), 1),
-    "default2d:scale": (lambda: pyro_dp.DPPenalty(model_2d, epsilon=DEFAULT_EPSILON, **KW), scale_neighbours(),
+    "default2d:scale": (lambda: pyro_dp.DPPenalty(model_2d, epsilon=DEFAULT_EPSILON, **KW, inference="iterative"), scale_neighbours(),
                         ("tune:scale",), 1),
 }
 
@@ -245,7 +245,7 @@ def _sgld_default():
 
 
 def _penalty_2d():
-    return pyro_dp.DPPenalty(model_2d, epsilon=DEFAULT_EPSILON, **KW)
+    return pyro_dp.DPPenalty(model_2d, epsilon=DEFAULT_EPSILON, **KW, inference="iterative")
 
 
 def _families():
@@ -287,7 +287,7 @@ REPLAY_CASES = {
     "default:start-last": ReplayCase(_default_penalty, pair("far"), ("tune:start",), -1, 1, 0, 1, "tuning"),
     "default:clip-last": ReplayCase(_default_penalty, pair("count"), ("tune:clip",), -1, 1, 0, 2, "tuning"),
     "default:own": ReplayCase(_default_penalty, pair("far"), ("",), "all", 2, 0, 3),
-    "defaultHMC:own": ReplayCase(lambda: pyro_dp.DPHMC(model, epsilon=DEFAULT_EPSILON, **KW), pair("far"), ("",),
+    "defaultHMC:own": ReplayCase(lambda: pyro_dp.DPHMC(model, epsilon=DEFAULT_EPSILON, **KW, inference="iterative"), pair("far"), ("",),
                                  "all", 2, 0, 3),
     "default2d:scale": ReplayCase(_penalty_2d, scale_neighbours(), ("tune:scale",), 0, 1, 0, 1, "tuning",
                                   ratio=SQRT_HALF),

@@ -157,7 +157,7 @@ def test_the_ess_warning_says_running_longer_will_not_help_when_the_noise_limits
     X = torch.randn(3000, 2, generator=g, dtype=torch.float64) / 2
     y = torch.bernoulli(torch.sigmoid(X @ torch.tensor([1.0, -1.0], dtype=torch.float64)), generator=g)
     # the plain test (the default's control variate is not limited by the move's length)
-    k = pyro_dp.DPPenalty(logistic, epsilon=0.3, seed=0, noise_seed=0, control_variate=False)  # noise seeded: a test option
+    k = pyro_dp.DPPenalty(logistic, epsilon=0.3, seed=0, noise_seed=0, control_variate=False, inference="iterative")  # noise seeded: a test option
     with _w.catch_warnings(record=True) as ws:
         _w.simplefilter("always")
         MCMC(k, num_samples=150, warmup_steps=100, disable_progbar=True).run(X, y)

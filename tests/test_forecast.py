@@ -26,7 +26,8 @@ def test_noise_multiplier_is_the_kernels_own_calibration():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             k = getattr(pyro_dp, kernel)(logistic_model, epsilon=2.0, seed=0,
-                                         num_iterations=345 if kernel == "DPSGLD" else 500)
+                                         num_iterations=345 if kernel == "DPSGLD" else 500,
+                                         **({} if kernel == "DPSGLD" else {"inference": "iterative"}))
             k.setup(0, X, y)
         assert f.noise_multiplier == getattr(k, attr)
 
@@ -128,7 +129,7 @@ def test_predicted_ess_is_within_a_factor_2_of_a_measured_run():
         g = torch.Generator().manual_seed(100 + c)
         X = unit_ball(n, 1, g)
         y = (torch.rand(n, generator=g, dtype=torch.float64) < torch.sigmoid(0.3 - X[:, 0])).double()
-        mcmc = MCMC(pyro_dp.DPPenalty(logistic_model, epsilon=eps, seed=c, noise_seed=c), num_samples=1000,
+        mcmc = MCMC(pyro_dp.DPPenalty(logistic_model, epsilon=eps, seed=c, noise_seed=c, inference="iterative"), num_samples=1000,
                     warmup_steps=500, disable_progbar=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -150,7 +151,7 @@ def test_the_default_paths_pre_run_warning_quotes_the_prediction():
 
     X, y = make_logistic_data(2000)
     with pytest.warns(pyro_dp.SamplingWarning, match=r"limits each move .*predicted: about [0-9.e+-]+ in this chain"):
-        MCMC(pyro_dp.DPPenalty(logistic_model, epsilon=0.5, num_iterations=2000, seed=0, control_variate=False),
+        MCMC(pyro_dp.DPPenalty(logistic_model, epsilon=0.5, num_iterations=2000, seed=0, control_variate=False, inference="iterative"),
              num_samples=3, warmup_steps=2, disable_progbar=True).run(X, y)
 
 
@@ -168,7 +169,7 @@ def test_the_ess_advice_says_run_longer_only_where_the_forecast_says_it_helps(mo
     X, y = make_linear_data(5000, 0)
 
     def advice(kernel, eps):
-        k = kernel(linear_model, epsilon=eps, seed=0)
+        k = kernel(linear_model, epsilon=eps, seed=0, inference="iterative")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             MCMC(k, num_samples=20, warmup_steps=10, disable_progbar=True).run(X, y)
@@ -197,7 +198,7 @@ def test_the_control_variate_paths_warn_before_the_chain_when_the_forecast_is_sh
     def forecast_warnings(kernel, eps):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            MCMC(kernel(linear_model, epsilon=eps, seed=0), num_samples=200, warmup_steps=100,
+            MCMC(kernel(linear_model, epsilon=eps, seed=0, inference="iterative"), num_samples=200, warmup_steps=100,
                  disable_progbar=True).run(X, y)
         return [str(w.message) for w in caught if "the forecast for this chain" in str(w.message)]
 
@@ -229,7 +230,7 @@ def test_dphmc_s_advice_names_dppenalty_where_its_forecast_is_twice_as_large():
         raise Tuned
 
     def advice(eps, gradients=True):
-        k = pyro_dp.DPHMC(linear_model, epsilon=eps, seed=0, gradients=gradients)
+        k = pyro_dp.DPHMC(linear_model, epsilon=eps, seed=0, gradients=gradients, inference="iterative")
         with warnings.catch_warnings(), pytest.raises(Tuned):
             warnings.simplefilter("ignore")
             MCMC(k, num_samples=200, warmup_steps=100, disable_progbar=True, hook_fn=stop).run(X, y)
@@ -381,6 +382,7 @@ def test_the_forecasts_noise_is_the_noise_a_built_kernel_calibrates(kernel, sett
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             k = getattr(pyro_dp, kernel)(logistic_model, epsilon=eps, delta=1e-5, num_iterations=iterations,
+                                         inference="iterative",
                                          num_chains=chains, seed=0, jit_compile=False, **kw)
             k.setup(0, X, y)
         assert nm == getattr(k, attr), (eps, iterations, chains)

@@ -179,7 +179,7 @@ def test_the_default_penalty_walk_holds_prior_only_sites_and_sweeps_them_data_fr
     keeps one scalar scale and no sweeps; a given proposal_scale keeps the joint walk."""
     import math
 
-    k = pyro_dp.DPPenalty(two_level, epsilon=2.0, num_iterations=500, seed=0, control_variate=False)
+    k = pyro_dp.DPPenalty(two_level, epsilon=2.0, num_iterations=500, seed=0, control_variate=False, inference="iterative")
     k.setup(0, *data(n=5000))
     z0 = k.initial_params
     k.sample(z0)
@@ -194,11 +194,11 @@ def test_the_default_penalty_walk_holds_prior_only_sites_and_sweeps_them_data_fr
     for _ in range(5):
         z = k.sample(z)
     assert not torch.equal(z["mu"], z0["mu"])  # the sweeps moved it (5 steps per iteration)
-    k = pyro_dp.DPPenalty(flat, epsilon=2.0, num_iterations=500, seed=0, control_variate=False)
+    k = pyro_dp.DPPenalty(flat, epsilon=2.0, num_iterations=500, seed=0, control_variate=False, inference="iterative")
     k.setup(0, data(n=5000)[1])
     k.sample(k.initial_params)
     assert isinstance(k.proposal_scale, float) and k.sweep_mask is None
-    k = pyro_dp.DPPenalty(two_level, epsilon=2.0, num_iterations=500, seed=0)  # the default: control variate
+    k = pyro_dp.DPPenalty(two_level, epsilon=2.0, num_iterations=500, seed=0, inference="iterative")  # the default: control variate
     k.setup(0, *data(n=5000))
     k.sample(k.initial_params)
     free = 2.38 / math.sqrt(3) * k.reference.scale_guess
@@ -220,19 +220,19 @@ def test_the_default_dphmc_trajectory_holds_prior_only_sites_and_sweeps_them_dat
     noise-free step sd/d_lik^(1/4), or, where the gradients do not pay, L eta = 2.38 sd/sqrt(d_lik).)"""
     import math
 
-    k = pyro_dp.DPHMC(two_level, epsilon=2.0, num_iterations=500, seed=0, control_variate=False)
+    k = pyro_dp.DPHMC(two_level, epsilon=2.0, num_iterations=500, seed=0, control_variate=False, inference="iterative")
     k.setup(0, *data(n=5000))
     k.sample(k.initial_params)
     jump, sd = move_scales(k, k.init.result, k.llr_noise_multiplier)
     eta = min(jump / (k.num_steps * math.sqrt(3)), sd)
     assert k.step_size == pytest.approx(eta, rel=1e-12) and eta * k.num_steps < sd
     torch.testing.assert_close(k._inv_mass, torch.tensor([0.0, 0.0, 1.0, 1.0, 1.0], dtype=torch.float64))
-    k = pyro_dp.DPHMC(flat, epsilon=2.0, num_iterations=500, seed=0, control_variate=False)
+    k = pyro_dp.DPHMC(flat, epsilon=2.0, num_iterations=500, seed=0, control_variate=False, inference="iterative")
     k.setup(0, data(n=5000)[1])
     k.sample(k.initial_params)
     assert torch.equal(k._inv_mass, torch.ones(1, dtype=torch.float64))
     for gradients in (True, None):  # the default: control variate (gradients where they pay: not here, a walk)
-        k = pyro_dp.DPHMC(two_level, epsilon=2.0, num_iterations=500, seed=0, gradients=gradients)
+        k = pyro_dp.DPHMC(two_level, epsilon=2.0, num_iterations=500, seed=0, gradients=gradients, inference="iterative")
         k.setup(0, *data(n=5000))
         k.sample(k.initial_params)
         step = (k.reference.scale_guess / 3 ** 0.25 if k.uses_gradients
@@ -246,7 +246,7 @@ def test_the_prior_sweeps_carry_a_released_gradient_to_the_new_point():
     gradient is the same release's at the new point: its prior part taken there (data-free)."""
     from pyro_dp.kernels.hmc import hmc_init
 
-    k = pyro_dp.DPHMC(two_level, epsilon=2.0, num_iterations=500, seed=0)
+    k = pyro_dp.DPHMC(two_level, epsilon=2.0, num_iterations=500, seed=0, inference="iterative")
     k.setup(0, *data(n=5000))
     k.sample(k.initial_params)
     state = hmc_init(k.lik, torch.zeros(5, dtype=torch.float64))

@@ -138,7 +138,7 @@ def test_the_tuning_plans_and_spends_the_metric_share():
 
 
 def _whitened_penalty():
-    return pyro_dp.DPPenalty(logistic, epsilon=50.0, init=DPAutoTune(num_steps=10, whiten=True))
+    return pyro_dp.DPPenalty(logistic, epsilon=50.0, init=DPAutoTune(num_steps=10, whiten=True), inference="iterative")
 
 
 def test_a_whitened_default_path_passes_the_kernel_contract():
@@ -150,7 +150,7 @@ def test_a_whitened_default_path_passes_the_kernel_contract():
 
 def test_a_whitened_chain_runs_in_posterior_shaped_coordinates_and_reports_the_model_s():
     X, y = data(4000)
-    k = pyro_dp.DPPenalty(logistic, epsilon=50.0, init=DPAutoTune(num_steps=30, whiten=True), seed=0)
+    k = pyro_dp.DPPenalty(logistic, epsilon=50.0, init=DPAutoTune(num_steps=30, whiten=True), seed=0, inference="iterative")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         mcmc = MCMC(k, num_samples=300, warmup_steps=200, disable_progbar=True)
@@ -163,7 +163,7 @@ def test_a_whitened_chain_runs_in_posterior_shaped_coordinates_and_reports_the_m
     assert float(((w.mean(0) - shift).abs() / w.std(0)).max()) < 4
     # the state checkpoint carries the coordinates: a resumed kernel continues in them
     state = k.state_dict()
-    k2 = pyro_dp.DPPenalty(logistic, epsilon=50.0, init=DPAutoTune(num_steps=30, whiten=True), seed=0)
+    k2 = pyro_dp.DPPenalty(logistic, epsilon=50.0, init=DPAutoTune(num_steps=30, whiten=True), seed=0, inference="iterative")
     k2.load_state_dict(state)
     k2.setup(0, X, y)
     torch.testing.assert_close(k2.lik.preconditioner[1], Lw)
@@ -175,7 +175,7 @@ def _spread_sentences(monkeypatch=None, factor=1.0):
         from pyro_dp.default_path import tuning
         orig = tuning.metric_sd
         monkeypatch.setattr(tuning, "metric_sd", lambda lik, L: factor * orig(lik, L))
-    k = pyro_dp.DPPenalty(logistic, epsilon=50.0, init=DPAutoTune(num_steps=30, whiten=True), seed=0)
+    k = pyro_dp.DPPenalty(logistic, epsilon=50.0, init=DPAutoTune(num_steps=30, whiten=True), seed=0, inference="iterative")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         mcmc = MCMC(k, num_samples=300, warmup_steps=200, disable_progbar=True)
@@ -201,19 +201,19 @@ def test_the_default_paths_whiten_where_it_applies_and_plan_nothing_elsewhere():
     X, y = data(4000)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        k = pyro_dp.DPPenalty(logistic, epsilon=20.0, num_iterations=20)
+        k = pyro_dp.DPPenalty(logistic, epsilon=20.0, num_iterations=20, inference="iterative")
         MCMC(k, num_samples=10, warmup_steps=10, disable_progbar=True).run(X, y)
         assert k.init.whiten and k.ledger.by_label()["tune:metric"] == 1 and k.ledger.by_label()["tune:scale"] == 1
         assert k.lik.preconditioner is not None  # the released matrix stands above its noise here
-        one = pyro_dp.DPPenalty(normal_mean_model, epsilon=20.0, num_iterations=20)  # one latent coordinate
+        one = pyro_dp.DPPenalty(normal_mean_model, epsilon=20.0, num_iterations=20, inference="iterative")  # one latent coordinate
         MCMC(one, num_samples=10, warmup_steps=10, disable_progbar=True).run(y)
         assert not one.init.whiten and not {"tune:metric", "tune:scale"} & set(one.ledger.by_label())
         assert len(one.init.events()) == 3  # nothing planned for it either
-        hmc = pyro_dp.DPHMC(logistic, epsilon=20.0, num_iterations=20)  # DPHMC's default whitens too (2026-11-27)
+        hmc = pyro_dp.DPHMC(logistic, epsilon=20.0, num_iterations=20, inference="iterative")  # DPHMC's default whitens too (2026-11-27)
         MCMC(hmc, num_samples=10, warmup_steps=10, disable_progbar=True).run(X, y)
         assert hmc.init.whiten and hmc.init.scale and hmc.ledger.by_label()["tune:metric"] == 1
         assert hmc.ledger.by_label()["tune:scale"] == 1 and hmc.lik.preconditioner is not None
-        scaled = pyro_dp.DPHMC(logistic, epsilon=20.0, num_iterations=20, init=DPAutoTune(scale=True))
+        scaled = pyro_dp.DPHMC(logistic, epsilon=20.0, num_iterations=20, init=DPAutoTune(scale=True), inference="iterative")
         MCMC(scaled, num_samples=10, warmup_steps=10, disable_progbar=True).run(X, y)
         # columns on one scale (the unit ball): the released sizes spread less than MIN_SCALE_SPREAD,
         # so without the metric the coordinates stay the model's own (post-processing)
@@ -315,7 +315,7 @@ def test_the_default_path_is_right_on_unscaled_covariates(mutant, monkeypatch):
         H = torch.autograd.functional.hessian(nlp, w)
         w = w - torch.linalg.solve(H, torch.autograd.functional.jacobian(nlp, w))
     sd = torch.linalg.inv(torch.autograd.functional.hessian(nlp, w)).diagonal().sqrt()
-    k = pyro_dp.DPPenalty(logistic, epsilon=8.0, seed=0, noise_seed=1)
+    k = pyro_dp.DPPenalty(logistic, epsilon=8.0, seed=0, noise_seed=1, inference="iterative")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         mcmc = MCMC(k, num_samples=600, warmup_steps=300, disable_progbar=True)

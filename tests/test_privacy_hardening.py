@@ -514,7 +514,7 @@ _NONFINITE_KERNELS = {
                                                 step_delta=1e-6, jit_compile=jit, seed=0, noise_seed=1,
                                                 init_strategy=init_to_mean),
     "default DPHMC": lambda m, jit: pyro_dp.DPHMC(m, epsilon=3.0, delta=1e-5, num_iterations=40, jit_compile=jit,
-                                                  seed=0, noise_seed=1),
+                                                  seed=0, noise_seed=1, inference="iterative"),
 }
 
 

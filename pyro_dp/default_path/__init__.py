@@ -17,7 +17,10 @@ module                                         what it holds
                                                clip ball
 :mod:`~pyro_dp.default_path.private_init`      :class:`DPGradientInit`, a private start
 :mod:`~pyro_dp.default_path.noise_aware`       :class:`DPNoiseAware`: one release of a quadratic
-                                               expansion at the tuner's centre, then NUTS
+                                               expansion at the tuner's centre, then NUTS;
+                                               the same as a part, ``OneReleaseMode``
+:mod:`~pyro_dp.default_path.inference`         the choice of that one-release mode for a
+                                               default-path kernel (``inference=``, issue 62)
 :mod:`~pyro_dp.default_path.driver`            the functions behind the hook: the tuner's
                                                configuration, move scales, forecasts of the
                                                chain, a kernel class's default-path noise

@@ -33,6 +33,7 @@ from ..kernels.scales import posterior_scale_guess
 from ..kernels.sgmcmc import DPSGLD, langevin_noise_multiplier
 from ..warn import warn_user
 from . import driver
+from .inference import choose_inference
 from .forecast import HMC_GRADIENT_GAIN, hmc_gradient_gain, kernel_noise
 from .prediction import default_curvature_clip
 from .tuning import DPAutoTune
@@ -50,6 +51,7 @@ class KernelDefaultPath(DefaultPath):
         return driver.auto_tuner(kernel)
 
     def configure(self, kernel) -> None:
+        choose_inference(kernel)  # the one-release mode where the iterative chain cannot be right (data-free)
         driver.configure_tuner(kernel)
 
     def calibrated(self, kernel, ratio_noise_multiplier: Optional[float]) -> None:
@@ -58,8 +60,12 @@ class KernelDefaultPath(DefaultPath):
     def take_tuning(self, kernel, *, first_chain: bool, ratio_noise_multiplier: Optional[float]) -> None:
         if isinstance(kernel.init, DPAutoTune):
             kernel.chain.metric_sd = kernel.init.result.metric_sd  # the end-of-chain spread check (kernels.diagnostics)
-            apply_tuning(kernel, kernel.init.result, first_chain=first_chain,
-                         ratio_noise_multiplier=ratio_noise_multiplier)
+            mode = getattr(kernel, "one_release", None)
+            if mode is not None:  # the one-release mode's recipe, whatever the kernel's class (issue 62)
+                mode.take_tuning(kernel, kernel.init.result)
+            else:
+                apply_tuning(kernel, kernel.init.result, first_chain=first_chain,
+                             ratio_noise_multiplier=ratio_noise_multiplier)
 
     def gradients_pay(self, kernel) -> bool:
         """:func:`~pyro_dp.default_path.forecast.hmc_gradient_gain` for this :math:`N`, budget and

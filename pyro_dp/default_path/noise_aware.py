@@ -124,11 +124,12 @@ from ..likelihood import forked_rng
 from ..mechanisms import clip_and_sum, clipped_sum_with_noise, gaussian_event, sum_clipped
 from ..warn import warn_user
 from ..kernels.base import DPKernel, check_positive
+from ..kernels.parts import PartAttribute
+from ..kernels.path_hook import route_through
 from ..kernels.releases import Budget, ReleasePlan, calibrated_scale, init_events, noise_setting
-from .hook import apply_tuning
 from .tuning import DPAutoTune
 
-__all__ = ["DPNoiseAware", "QuadraticRelease", "release_quadratic", "noise_aware_loglik", "approximation_problems",
+__all__ = ["DPNoiseAware", "OneReleaseMode", "QuadraticRelease", "release_quadratic", "noise_aware_loglik", "approximation_problems",
            "symmetric_to_vector", "vector_to_symmetric", "psd_part", "PoorApproximationWarning", "APPROXIMATION",
            "DEFAULT_TUNING_SHARE", "DEFAULT_SCORE_SHARE", "CLIP_HEADROOM", "MAX_STEP_SDS", "mixture_sites", "MIXTURES"]
 
@@ -390,11 +391,163 @@ class NoiseAwareInfo(NamedTuple):
     label: str = APPROXIMATION
 
 
+class OneReleaseMode:
+    r"""The one-release computation (module docstring) as a **part** of a kernel: its settings,
+    its calibration, its declaration of releases, its state, its step (the releases at a chain's
+    first iteration, then Pyro's NUTS on the noise-aware likelihood) and its diagnostics, each a
+    method called with the kernel (:func:`~pyro_dp.kernels.path_hook.route_through` routes the
+    kernel's ``_calibrate``, ``releases``, ``_init_state``, ``_step``, ``diagnostics`` and ``logging`` here).
+    :class:`DPNoiseAware` is a kernel with this part and nothing else; the default path attaches
+    it to ``DPPenalty`` and ``DPHMC`` where their iterative chain cannot be right
+    (:func:`pyro_dp.default_path.inference.choose_inference`, issue 62).
+
+    Decision (issue 62): a part, not a kernel the default path swaps in, because ``MCMC`` holds the
+    kernel object the user built, and the budget, the seeds, the ledger and the worker processes
+    are that object's; attaching a part keeps every one of them and changes only the algorithm.
+
+    :param reason: why it runs, in words (``None``: it was asked for by its kernel, ``DPNoiseAware``);
+        the default path's choice says what it decided from (shown by the diagnostics, the report).
+
+    The other parameters are :class:`DPNoiseAware`'s (checked here).
+    """
+
+    def __init__(self, *, grad_clip: Optional[float] = None, curvature_clip: Optional[float] = None,
+                 noise_multiplier: Optional[float] = None, curvature_noise_multiplier: Optional[float] = None,
+                 score_share: float = DEFAULT_SCORE_SHARE, nuts_options: Optional[dict] = None,
+                 reason: Optional[str] = None):
+        self.grad_clip = None if grad_clip is None else check_positive("grad_clip", grad_clip)
+        self.curvature_clip = None if curvature_clip is None else check_positive("curvature_clip", curvature_clip)
+        self.score_share = float(score_share)
+        if not 0.0 < self.score_share < 1.0:
+            raise ValueError(f"score_share must be in (0, 1), got {score_share!r}")
+        self.noise_multiplier, self.curvature_noise_multiplier = noise_multiplier, curvature_noise_multiplier
+        if (noise_multiplier is None) != (curvature_noise_multiplier is None):
+            raise ValueError("give both noise_multiplier and curvature_noise_multiplier, or neither (both from the budget)")
+        self.given_clips = (self.grad_clip, self.curvature_clip)
+        self.nuts_options = {"full_mass": True, "max_tree_depth": 8, **(nuts_options or {})}
+        self.reason = reason
+        #: what the kernel's draws are, in words (with the model's name: :meth:`attach`)
+        self.approximation = APPROXIMATION
+        #: the last chain's release (:class:`QuadraticRelease`) and the problems it showed
+        self.release: Optional[QuadraticRelease] = None
+        self.problems: list = []
+        #: what the model's structure says against the quadratic (data-free, at the first set-up)
+        self.structure_problems: list = []
+        self.nuts = None  # the chain's NUTS kernel, once its releases are made
+        self.nuts_chain = None  # the kernel's ChainRecord it was made for (a new chain releases anew)
+
+    def attach(self, kernel) -> "OneReleaseMode":
+        """Check the noise settings on ``kernel`` (the default budget adopted when none is given),
+        name the model in :attr:`approximation`, and route the kernel through this part."""
+        self.noise_multiplier = noise_setting(kernel, "noise_multiplier", self.noise_multiplier)
+        self.curvature_noise_multiplier = noise_setting(kernel, "curvature_noise_multiplier",
+                                                        self.curvature_noise_multiplier)
+        model = kernel.model
+        self.approximation = f"{APPROXIMATION} of the posterior of {getattr(model, '__name__', type(model).__name__)}"
+        route_through(kernel, self)
+        return self
+
+    def owner(self, kernel) -> str:
+        """How warnings name the run: the kernel, and this approximation."""
+        return f"{type(kernel).__name__} ({self.approximation})"
+
+    # ------------------------------------------------------------------ the plan (data-free)
+    def calibrate(self, kernel) -> None:
+        """The kernel's ``_calibrate``: the budget the tuner leaves, split between the two releases;
+        at the first set-up, the model's structure checked (:func:`mixture_sites`, data-free)."""
+        if self.noise_multiplier is None:
+            ratio = math.sqrt(self.score_share / (1.0 - self.score_share))  # nm_H / nm_s for shares of mu^2
+            self.noise_multiplier = calibrated_scale(lambda s: noise_aware_releases(s, s * ratio), Budget.of(kernel),
+                                                     kernel.num_iterations, init_events=init_events(kernel),
+                                                     closed_form=False)
+            self.curvature_noise_multiplier = self.noise_multiplier * ratio
+        if kernel.num_setups == 1:  # data-free: the model's code on a stand-in row
+            sites = mixture_sites(kernel.lik)
+            if sites and not self.structure_problems:
+                self.structure_problems = [f"mixture likelihood at {sites}: its components can swap and its posterior "
+                                           "then has several modes; a quadratic at one centre represents one of them"]
+                warn_user(f"{self.owner(kernel)}: {self.structure_problems[0]}. Its posterior is likely wrong (too "
+                          "narrow, one mode): use an iterative kernel (docs/choosing.md)", PoorApproximationWarning)
+
+    def released(self, kernel) -> bool:
+        """Whether the chain in progress has made its releases."""
+        return self.nuts is not None and self.nuts_chain is kernel.chain
+
+    def releases(self, kernel, state=None) -> ReleasePlan:
+        """The kernel's ``releases``: the score and the curvature at the chain's first step; nothing after."""
+        plan = noise_aware_releases(self.noise_multiplier, self.curvature_noise_multiplier)
+        n = float(kernel.lik.num_rows)
+        plan = dataclasses.replace(plan, cost=("penalty", n, n))
+        return plan if state is None or not self.released(kernel) else dataclasses.replace(plan, step=())
+
+    def take_tuning(self, kernel, result) -> None:
+        r"""The default path's recipe (post-processing of the tuning releases): the clips left out
+        follow the tuner's ratio clip :math:`b`, the score's at :data:`CLIP_HEADROOM` :math:`\cdot b`,
+        the curvature's at :math:`b^2`."""
+        grad_clip, curvature_clip = self.given_clips
+        b = float(result.llr_clip)
+        self.grad_clip = CLIP_HEADROOM * b if grad_clip is None else grad_clip
+        self.curvature_clip = b * b if curvature_clip is None else curvature_clip
+
+    # ------------------------------------------------------------------ the chain
+    def init_state(self, kernel, z):
+        return NoiseAwareState(z.detach())
+
+    def release_and_start(self, kernel, z) -> float:
+        """The chain's two releases at ``z`` (the mechanisms record them), their checks, and the
+        NUTS kernel on the noise-aware posterior; returns the score's clipped fraction (not private)."""
+        release, frac = release_quadratic(kernel.lik, z, self.grad_clip, self.curvature_clip, self.noise_multiplier,
+                                          self.curvature_noise_multiplier, kernel.randomness.noise, kernel.relation)
+        self.release = release
+        self.problems = approximation_problems(release)
+        for p in self.problems:
+            warn_user(f"{self.owner(kernel)}: {p}. Its posterior may be wrong: check it against what you know, spend "
+                      "more epsilon, or use an iterative kernel (docs/choosing.md)", PoorApproximationWarning)
+        nuts = NUTS(potential_fn=_Potential(kernel.lik, release, kernel.temperature), **self.nuts_options)
+        nuts.initial_params = {"z": z.detach()}
+        with forked_rng(_public_seed(kernel)):
+            nuts.setup(kernel.chain.warmup_steps)
+        self.nuts, self.nuts_chain = nuts, kernel.chain
+        return frac
+
+    def step(self, kernel, state):
+        """The kernel's ``_step``: the releases at the chain's first iteration, then one NUTS transition."""
+        events, frac = (), 0.0
+        if not self.released(kernel):
+            frac = self.release_and_start(kernel, state.z)
+            events = self.release.events
+        with forked_rng(_public_seed(kernel)):  # Pyro's NUTS draws from the global generator: seeded, restored
+            out = self.nuts.sample({"z": state.z})
+        z = out["z"].detach()
+        return NoiseAwareState(z), NoiseAwareInfo(not torch.equal(z, state.z), tuple(events), frac)
+
+    def diagnostics(self, kernel) -> dict:
+        """The base's diagnostics (:meth:`DPKernel.diagnostics`: not the kernel class's, whose additions
+        describe its own chain, which did not run), with what the draws are (``"approximation"``),
+        what the releases and the model showed against it, and why it ran (``"inference"``)."""
+        out = DPKernel.diagnostics(kernel)
+        out["approximation"] = self.approximation
+        out["approximation problems"] = list(self.structure_problems) + list(self.problems)
+        out["inference"] = "one_release" if self.reason is None else f"one_release: {self.reason}"
+        return out
+
+    def logging(self, kernel) -> dict:
+        """The kernel's progress-bar postfix (the base's: the share of NUTS transitions that moved, ε so far)."""
+        return {"acc. rate": f"{kernel.chain.acceptance_rate:.3f}",
+                "eps": kernel.privacy.logged_epsilon(kernel.chain.iteration)}
+
+
+def _public_seed(kernel) -> int:
+    """A seed for Pyro's NUTS from the kernel's data-free stream."""
+    return int(torch.randint(0, 2 ** 62, (1,), generator=kernel.randomness.rng))
+
+
 class DPNoiseAware(DPKernel):
     r"""One-release noise-aware posterior (module docstring): a private centre and clip (the
     tuner), one clipped score release and one clipped curvature release there, then Pyro's NUTS
     on the prior times the noise-aware likelihood of those releases. **An approximation**
-    (:attr:`approximation`); the releases are the whole privacy cost.
+    (:attr:`approximation`); the releases are the whole privacy cost. The kernel is the part
+    :class:`OneReleaseMode` and nothing else (its settings are the part's, read and written here).
 
     :param model: Pyro model (as every kernel's).
     :param float grad_clip: :math:`C_g` (default: :data:`CLIP_HEADROOM` times the tuner's ratio
@@ -413,6 +566,17 @@ class DPNoiseAware(DPKernel):
         ``num_iterations`` is 1: one releasing iteration per chain.
     """
 
+    grad_clip = PartAttribute("one_release")
+    curvature_clip = PartAttribute("one_release")
+    noise_multiplier = PartAttribute("one_release")
+    curvature_noise_multiplier = PartAttribute("one_release")
+    score_share = PartAttribute("one_release")
+    nuts_options = PartAttribute("one_release")
+    approximation = PartAttribute("one_release")
+    release = PartAttribute("one_release")
+    problems = PartAttribute("one_release")
+    structure_problems = PartAttribute("one_release")
+
     def __init__(self, model, *, grad_clip: Optional[float] = None, curvature_clip: Optional[float] = None,
                  noise_multiplier: Optional[float] = None, curvature_noise_multiplier: Optional[float] = None,
                  score_share: float = DEFAULT_SCORE_SHARE, init=None, nuts_options: Optional[dict] = None,
@@ -420,112 +584,16 @@ class DPNoiseAware(DPKernel):
         if "num_iterations" in kwargs:
             raise ValueError("DPNoiseAware releases once per chain: its plan is one releasing iteration "
                              "(num_iterations=1); the NUTS draws after it are free. Leave num_iterations out")
+        if kwargs.get("inference", "one_release") != "one_release":
+            raise ValueError(f"DPNoiseAware is the one-release mode: inference={kwargs['inference']!r} is for "
+                             "DPPenalty and DPHMC (leave it out)")
         if init is None:
             init = DPAutoTune(share=DEFAULT_TUNING_SHARE)
         if not isinstance(init, DPAutoTune) or init.whiten or init.scale or init.centre:
             raise ValueError("DPNoiseAware takes its private centre from an unwhitened DPAutoTune "
                              f"(whiten=False, scale=False, centre=False), got {init!r}")
+        kwargs["inference"] = "one_release"
         super().__init__(model, init=init, num_iterations=1, jit_compile=jit_compile, **kwargs)
-        self.grad_clip = None if grad_clip is None else check_positive("grad_clip", grad_clip)
-        self.curvature_clip = None if curvature_clip is None else check_positive("curvature_clip", curvature_clip)
-        self.score_share = float(score_share)
-        if not 0.0 < self.score_share < 1.0:
-            raise ValueError(f"score_share must be in (0, 1), got {score_share!r}")
-        self.noise_multiplier = noise_setting(self, "noise_multiplier", noise_multiplier)
-        self.curvature_noise_multiplier = noise_setting(self, "curvature_noise_multiplier",
-                                                        curvature_noise_multiplier)
-        if (self.noise_multiplier is None) != (self.curvature_noise_multiplier is None):
-            raise ValueError("give both noise_multiplier and curvature_noise_multiplier, or neither (both from the budget)")
-        self._given_clips = (self.grad_clip, self.curvature_clip)
-        self.nuts_options = {"full_mass": True, "max_tree_depth": 8, **(nuts_options or {})}
-        #: what this kernel's draws are, in words (set at set-up with the model's name)
-        self.approximation = f"{APPROXIMATION} of the posterior of {getattr(model, '__name__', type(model).__name__)}"
-        #: the last chain's release (:class:`QuadraticRelease`) and the problems it showed
-        self.release: Optional[QuadraticRelease] = None
-        self.problems: list = []
-        #: what the model's structure says against the quadratic (data-free, at the first set-up)
-        self.structure_problems: list = []
-        self._nuts = None
-
-    # ------------------------------------------------------------------ the plan
-    def _calibrate(self):  # data-free: the budget the tuner leaves, split between the two releases
-        if self.noise_multiplier is None:
-            ratio = math.sqrt(self.score_share / (1.0 - self.score_share))  # nm_H / nm_s for shares of mu^2
-            self.noise_multiplier = calibrated_scale(lambda s: noise_aware_releases(s, s * ratio), Budget.of(self),
-                                                     self.num_iterations, init_events=init_events(self),
-                                                     closed_form=False)
-            self.curvature_noise_multiplier = self.noise_multiplier * ratio
-
-    def releases(self, state=None):
-        plan = noise_aware_releases(self.noise_multiplier, self.curvature_noise_multiplier)
-        n = float(self.lik.num_rows)
-        plan = dataclasses.replace(plan, cost=("penalty", n, n))
-        # the releases at the chain's first step; nothing after
-        return plan if state is None or self._nuts is None else dataclasses.replace(plan, step=())
-
-    def setup(self, warmup_steps, *args, **kwargs):
-        super().setup(warmup_steps, *args, **kwargs)
-        if self.num_setups == 1:  # data-free: the model's code on a stand-in row
-            sites = mixture_sites(self.lik)
-            if sites:
-                self.structure_problems = [f"mixture likelihood at {sites}: its components can swap and its posterior "
-                                           "then has several modes; a quadratic at one centre represents one of them"]
-                warn_user(f"DPNoiseAware ({self.approximation}): {self.structure_problems[0]}. Its posterior is "
-                          "likely wrong (too narrow, one mode): use an iterative kernel (docs/choosing.md)",
-                          PoorApproximationWarning)
-
-    def _reset_chain_stats(self):
-        super()._reset_chain_stats()
-        self._nuts = None  # a new chain releases anew
-
-    # ------------------------------------------------------------------ the chain
-    def _init_state(self, z):
-        return NoiseAwareState(z.detach())
-
-    def _public_seed(self) -> int:
-        return int(torch.randint(0, 2 ** 62, (1,), generator=self._rng))
-
-    def _release(self, z):
-        release, frac = release_quadratic(self.lik, z, self.grad_clip, self.curvature_clip, self.noise_multiplier,
-                                          self.curvature_noise_multiplier, self._noise, self.relation)
-        self.release = release
-        self.problems = approximation_problems(release)
-        for p in self.problems:
-            warn_user(f"DPNoiseAware ({self.approximation}): {p}. Its posterior may be wrong: check it against "
-                      "what you know, spend more epsilon, or use an iterative kernel (docs/choosing.md)",
-                      PoorApproximationWarning)
-        nuts = NUTS(potential_fn=_Potential(self.lik, release, self.temperature), **self.nuts_options)
-        nuts.initial_params = {"z": z.detach()}
-        with forked_rng(self._public_seed()):
-            nuts.setup(self.chain.warmup_steps)
-        self._nuts = nuts
-        return frac
-
-    def _step(self, state):
-        events = ()
-        if self._nuts is None:  # the chain's first iteration: the two releases (the mechanisms record them)
-            frac = self._release(state.z)
-            events = self.release.events
-        else:
-            frac = 0.0
-        with forked_rng(self._public_seed()):  # Pyro's NUTS draws from the global generator: seeded, restored
-            out = self._nuts.sample({"z": state.z})
-        z = out["z"].detach()
-        return NoiseAwareState(z), NoiseAwareInfo(not torch.equal(z, state.z), tuple(events), frac)
-
-    def diagnostics(self) -> dict:
-        out = super().diagnostics()
-        out["approximation"] = self.approximation
-        out["approximation problems"] = list(self.structure_problems) + list(self.problems)
-        return out
-
-
-@apply_tuning.register
-def _noise_aware(kernel: DPNoiseAware, result, *, first_chain: bool, ratio_noise_multiplier: Optional[float]) -> None:
-    r"""The default path's recipe for :class:`DPNoiseAware` (post-processing of the tuning
-    releases): the clips left out follow the tuner's ratio clip :math:`b`, the score's at
-    :data:`CLIP_HEADROOM` :math:`\cdot b`, the curvature's at :math:`b^2`."""
-    grad_clip, curvature_clip = kernel._given_clips
-    b = float(result.llr_clip)
-    kernel.grad_clip = CLIP_HEADROOM * b if grad_clip is None else grad_clip
-    kernel.curvature_clip = b * b if curvature_clip is None else curvature_clip
+        OneReleaseMode(grad_clip=grad_clip, curvature_clip=curvature_clip, noise_multiplier=noise_multiplier,
+                       curvature_noise_multiplier=curvature_noise_multiplier, score_share=score_share,
+                       nuts_options=nuts_options).attach(self)

@@ -95,7 +95,7 @@ from .likelihood_settings import LikelihoodSettings
 from .parts import PartAttribute
 from .seeds import PURPOSE_INIT, ChainRandomness, kernel_chain_seed  # noqa: F401 (re-exported)
 from .plan import counts as _counts  # noqa: F401  (re-exported: tests import it from here)
-from .path_hook import check_initialiser, default_path
+from .path_hook import check_inference, check_initialiser, default_path
 from .runner import DEFAULT_ITERATIONS, resolve_run_length
 from .privacy_engine import (DEFAULT_DELTA, DEFAULT_EPSILON, BudgetExhaustedWarning, ChainLedger, EngineSetting,
                              PrivacyEngine, PrivacyNotice, check_positive)
@@ -164,6 +164,13 @@ class DPKernel(MCMCKernel):
     :param public: positions and keywords of ``MCMC.run`` arguments that are public although they
         look like data (a tensor whose first dimension has ``N`` entries): they are passed whole to
         every row's evaluation, without noise (:mod:`pyro_dp.arguments`).
+    :param str inference: ``"auto"`` (default): on the default path of ``DPPenalty`` and ``DPHMC``
+        (every clip, step and noise left out), the default path chooses, data-free, before any
+        release, between the kernel's own chain and the **one-release mode** (an approximation:
+        :class:`~pyro_dp.default_path.noise_aware.OneReleaseMode`, docs/choosing.md) from the
+        budget and the number of rows; ``"iterative"``: always the kernel's own chain;
+        ``"one_release"``: always the one-release mode (refused where the default path does not
+        own the settings). ``kernel.one_release`` is the attached part (``None``: none).
     :param init: optional private initialisation run at the first iteration of every chain,
         e.g. :class:`~pyro_dp.default_path.private_init.DPGradientInit`; its releases are recorded
         in the chain's ledger and counted by the budget and by noise calibration.
@@ -270,6 +277,7 @@ class DPKernel(MCMCKernel):
         distributed: bool = False,
         process_group=None,
         public=(),
+        inference: str = "auto",
     ):
         #: the model and how each chain's likelihood is built from it (checked here, data-free)
         self.likelihood_settings = LikelihoodSettings(model, temperature=temperature, data_plate=data_plate,
@@ -302,6 +310,7 @@ class DPKernel(MCMCKernel):
         self.randomness = ChainRandomness(seed, noise_seed, secure_mode)
         #: the optional private initialisation: its releases are in the chain's ledger, the plan and calibration
         self.init = check_initialiser(init, self.non_private)
+        self.inference = check_inference(inference)  # the default path's choice of mode (issue 62), at set-up
         self.nonprivate_diagnostics = bool(nonprivate_diagnostics)
         self.transforms = None  # set by setup(); MCMC reads it after the run
         self.lik: Optional[PrivateLikelihood] = None  # set by setup()

@@ -43,9 +43,22 @@ True
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
-__all__ = ["DefaultPath", "default_path", "register_default_path", "check_initialiser"]
+__all__ = ["DefaultPath", "default_path", "register_default_path", "check_initialiser", "check_inference", "INFERENCE",
+           "route_through", "ROUTED"]
+
+#: The values of every kernel's ``inference=`` (:func:`check_inference`): ``"auto"`` (the default
+#: path decides, data-free, before any release: :func:`pyro_dp.default_path.inference.choose_inference`),
+#: ``"iterative"`` (the kernel's own chain, always) and ``"one_release"`` (the default path's
+#: one-release mode, :class:`~pyro_dp.default_path.noise_aware.OneReleaseMode`).
+INFERENCE = ("auto", "iterative", "one_release")
+
+#: What a part attached by :func:`route_through` takes over from the kernel: the kernel's name
+#: and the part's method (called with the kernel first).
+ROUTED = (("_calibrate", "calibrate"), ("releases", "releases"), ("_init_state", "init_state"), ("_step", "step"),
+          ("diagnostics", "diagnostics"), ("logging", "logging"))
 
 
 class DefaultPath:
@@ -112,3 +125,33 @@ def check_initialiser(init, non_private: bool):
     if init is not None and getattr(init, "noise_multiplier", None) == 0 and not non_private:
         raise ValueError("init with noise_multiplier=0 is only allowed with non_private=True")
     return init
+
+
+def check_inference(inference) -> str:
+    """A kernel's ``inference=`` (:data:`INFERENCE`), checked when the kernel is built.
+
+    >>> check_inference("auto")
+    'auto'
+    >>> check_inference("one-release")
+    Traceback (most recent call last):
+    ...
+    ValueError: inference must be one of 'auto', 'iterative', 'one_release', got 'one-release'
+    """
+    if not isinstance(inference, str) or inference not in INFERENCE:
+        raise ValueError(f"inference must be one of {', '.join(map(repr, INFERENCE))}, got {inference!r}")
+    return inference
+
+
+def route_through(kernel, part) -> None:
+    """Attach ``part`` to ``kernel`` as ``kernel.one_release`` and route the kernel's
+    :data:`ROUTED` calls through it: ``kernel._step(state)`` becomes ``part.step(kernel, state)``,
+    and so on (instance attributes, which the kernel's lifecycle reads before its class's
+    methods). Decision (issue 62): the one-release computation is a *part* that any kernel of the
+    default path can run instead of its own chain, and :class:`~pyro_dp.default_path.noise_aware.DPNoiseAware`
+    is a kernel that runs nothing else; routing here, outside the kernel classes, keeps their
+    code as it is (issue 63's size budget) and their chains unchanged where no part is attached.
+    The part must pickle (it travels with the kernel into ``MCMC`` workers); its methods are
+    called with the kernel, so it holds no reference to it."""
+    kernel.one_release = part
+    for name, method in ROUTED:
+        setattr(kernel, name, functools.partial(getattr(part, method), kernel))

@@ -35,14 +35,14 @@ def cases():
     y, y2 = make_data(400, seed=7), make_data(400, d=2, seed=8)
     g = torch.arange(400) % 4
     return {
-        "penalty": (lambda: pyro_dp.DPPenalty(gauss_model, **KW), (y,)),
-        "penalty_2d": (lambda: pyro_dp.DPPenalty(gauss_model_2d, **KW), (y2,)),
-        "hmc": (lambda: pyro_dp.DPHMC(gauss_model, **KW), (y,)),
-        "hmc_2d": (lambda: pyro_dp.DPHMC(gauss_model_2d, **KW), (y2,)),
+        "penalty": (lambda: pyro_dp.DPPenalty(gauss_model, **KW, inference="iterative"), (y,)),
+        "penalty_2d": (lambda: pyro_dp.DPPenalty(gauss_model_2d, **KW, inference="iterative"), (y2,)),
+        "hmc": (lambda: pyro_dp.DPHMC(gauss_model, **KW, inference="iterative"), (y,)),
+        "hmc_2d": (lambda: pyro_dp.DPHMC(gauss_model_2d, **KW, inference="iterative"), (y2,)),
         "sgld": (lambda: pyro_dp.DPSGLD(gauss_model, **KW), (y,)),
         "grouped": (lambda: pyro_dp.DPGroupedPenalty(grouped_model, group_site="a", **KW), (y, g)),
-        "penalty_grouped_model": (lambda: pyro_dp.DPPenalty(grouped_model, **KW), (y, g)),
-        "hmc_grouped_model": (lambda: pyro_dp.DPHMC(grouped_model, init_strategy=init_to_mean, **KW), (y, g)),
+        "penalty_grouped_model": (lambda: pyro_dp.DPPenalty(grouped_model, **KW, inference="iterative"), (y, g)),
+        "hmc_grouped_model": (lambda: pyro_dp.DPHMC(grouped_model, init_strategy=init_to_mean, **KW, inference="iterative"), (y, g)),
     }
 
 

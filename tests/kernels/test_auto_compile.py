@@ -25,7 +25,7 @@ def _setup(kernel, X, y):
 
 def test_the_default_is_auto_and_a_short_run_on_small_data_stays_eager():
     X, y = make_logistic_data(500)
-    k = pyro_dp.DPPenalty(logistic_model, epsilon=2.0, seed=0)
+    k = pyro_dp.DPPenalty(logistic_model, epsilon=2.0, seed=0, inference="iterative")
     assert k.jit_compile is None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -61,14 +61,14 @@ def test_a_long_run_on_large_data_is_compiled_and_gives_the_eager_chain():
 
 def test_explicit_settings_are_honoured():
     X, y = make_logistic_data(300)
-    off = _setup(pyro_dp.DPPenalty(logistic_model, epsilon=2.0, num_iterations=10**9, jit_compile=False), X, y)
+    off = _setup(pyro_dp.DPPenalty(logistic_model, epsilon=2.0, num_iterations=10**9, jit_compile=False, inference="iterative"), X, y)
     assert off.lik.compiled is None and off.compile_decision is None
     on = _setup(pyro_dp.DPPenalty(logistic_model, epsilon=2.0, num_iterations=10, jit_compile=True,
-                                  jit_options={"backend": "graph"}), X, y)
+                                  jit_options={"backend": "graph"}, inference="iterative"), X, y)
     assert on.lik.compiled is not None and on.compile_decision is None
     with pytest.raises(ValueError, match="jit_options needs jit_compile=True"):
-        pyro_dp.DPPenalty(logistic_model, epsilon=2.0, jit_compile=False, jit_options={"backend": "graph"})
-    pyro_dp.DPPenalty(logistic_model, epsilon=2.0, jit_options={"backend": "graph"})  # auto: used if it compiles
+        pyro_dp.DPPenalty(logistic_model, epsilon=2.0, jit_compile=False, jit_options={"backend": "graph"}, inference="iterative")
+    pyro_dp.DPPenalty(logistic_model, epsilon=2.0, jit_options={"backend": "graph"}, inference="iterative")  # auto: used if it compiles
 
 
 def test_the_decision_reads_no_data():
@@ -76,9 +76,9 @@ def test_the_decision_reads_no_data():
     values (here: NaN everywhere) get the same decision."""
     X, y = make_logistic_data(20_000)
     a = _setup(pyro_dp.DPPenalty(logistic_model, epsilon=2.0, num_iterations=10**6, seed=0,
-                                 jit_options={"backend": "graph"}), X, y).compile_decision
+                                 jit_options={"backend": "graph"}, inference="iterative"), X, y).compile_decision
     b = _setup(pyro_dp.DPPenalty(logistic_model, epsilon=2.0, num_iterations=10**6, seed=0,
-                                 jit_options={"backend": "graph"}), torch.full_like(X, float("nan")),
+                                 jit_options={"backend": "graph"}, inference="iterative"), torch.full_like(X, float("nan")),
                torch.full_like(y, float("nan"))).compile_decision
     assert a == b and a.compiled
 
@@ -169,5 +169,5 @@ def test_a_rows_cost_grows_with_the_models_dimension():
     assert not decide_compile("hmc", dim=6, **kw).compiled
     assert not decide_compile("hmc", dim=CALIBRATION_DIM, **kw).compiled  # the mutant: dimension ignored
     X, y = make_logistic_data(300)
-    k = _setup(pyro_dp.DPPenalty(logistic_model, epsilon=2.0, num_iterations=10, seed=0), X, y)
+    k = _setup(pyro_dp.DPPenalty(logistic_model, epsilon=2.0, num_iterations=10, seed=0, inference="iterative"), X, y)
     assert k.compile_decision.dim == k.lik.likelihood_dim == 4  # b0 and three coefficients

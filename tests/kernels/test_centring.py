@@ -154,7 +154,7 @@ def test_a_centre_is_refused_where_its_sensitivity_fails_and_where_no_kernel_use
         private_centre(lambda: [torch.zeros(3, 2)], 1.0, (1.0, 1.0), NoiseSource(), relation="add_remove")
     with pytest.raises(TypeError, match="centre"):
         DPAutoTune(centre="yes")
-    k = pyro_dp.DPPenalty(_scale_model, epsilon=2.0, init=DPAutoTune(centre=True))
+    k = pyro_dp.DPPenalty(_scale_model, epsilon=2.0, init=DPAutoTune(centre=True), inference="iterative")
     with pytest.raises(ValueError, match="no centred clip ball"):
         k.setup(0, y)
     # DPSGLD's default path under add/remove (a batch size given) plans no centre

@@ -102,7 +102,9 @@ def test_resume_on_the_default_path_keeps_the_planned_run_length(name, planned):
             saved["state"] = kernel.state_dict()
 
     def kernel():
-        return getattr(pyro_dp, name)(gauss_model, epsilon=2.0, seed=0, noise_seed=1)
+        # the iterative default path (at N = 200 the default path would take the one-release mode, one
+        # releasing iteration per chain: tests/test_one_release_mode.py)
+        return getattr(pyro_dp, name)(gauss_model, epsilon=2.0, seed=0, noise_seed=1, inference="iterative")
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

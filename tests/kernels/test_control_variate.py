@@ -372,7 +372,7 @@ def test_the_default_path_releases_gradients_only_where_the_forecast_says_they_p
     X, yy = make_linear_data(5000, 0)
 
     def run(eps, **kw):
-        k = DPHMC(linear_model, epsilon=eps, seed=0, **kw)
+        k = DPHMC(linear_model, epsilon=eps, seed=0, **kw, inference="iterative")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             MCMC(k, num_samples=20, warmup_steps=10, disable_progbar=True).run(X, yy)
@@ -407,7 +407,7 @@ def test_the_gradient_choice_stays_with_the_noise_it_was_calibrated_for():
                                  warmup_steps=warmup) >= HMC_GRADIENT_GAIN
 
     eps = next(e for e in range(60, 400, 5) if pays(e, 500) != pays(e, 1))  # where the warmup flips the forecast
-    k = DPHMC(linear_model, epsilon=float(eps), num_iterations=1500, seed=0, jit_compile=False)
+    k = DPHMC(linear_model, epsilon=float(eps), num_iterations=1500, seed=0, jit_compile=False, inference="iterative")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         k.setup(500, X, yy)
@@ -423,9 +423,9 @@ def test_bad_gradients_settings_are_refused():
     from pyro_dp import DPHMC
 
     with pytest.raises(TypeError, match="gradients must be"):
-        DPHMC(gauss_model, epsilon=1.0, gradients="yes")
+        DPHMC(gauss_model, epsilon=1.0, gradients="yes", inference="iterative")
     with pytest.raises(ValueError, match="leave grad_noise_multiplier out"):
         DPHMC(gauss_model, 0.1, 3, 1.0, 1.0, 2.0, 2.0, gradients=False, control_variate=True, curvature_clip=1.0,
               reference_noise_multiplier=1.0)
     with pytest.raises(ValueError, match="use DPPenalty"):
-        DPHMC(gauss_model, epsilon=1.0, gradients=False, control_variate=False)
+        DPHMC(gauss_model, epsilon=1.0, gradients=False, control_variate=False, inference="iterative")

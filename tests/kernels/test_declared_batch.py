@@ -50,7 +50,7 @@ TAKERS = {
 # every other kernel: reads every row per release (or, DP-Fast MH, a batch the algorithm sizes)
 REFUSERS = {
     "DPPenalty": lambda m: pyro_dp.DPPenalty(m, 0.1, 1.0, noise_multiplier=1.0, seed=0),
-    "DPPenalty default path": lambda m: pyro_dp.DPPenalty(m, epsilon=2.0, seed=0),
+    "DPPenalty default path": lambda m: pyro_dp.DPPenalty(m, epsilon=2.0, seed=0, inference="iterative"),
     "DPHMC": lambda m: pyro_dp.DPHMC(m, 0.01, 3, 1.0, 1.0, 1.0, 1.0, seed=0),
     "DPFastMH": lambda m: pyro_dp.DPFastMH(m, 0.1, 5.0, 10.0, 40, 0.5, 1e-9, seed=0),
     "DPFastMH full batch": lambda m: pyro_dp.DPFastMH(m, 0.1, 5.0, step_epsilon=0.5, step_delta=1e-9,

@@ -471,15 +471,15 @@ GOOD = dict(step_size=0.1, num_steps=3, grad_clip=1.0, llr_clip=1.0, grad_noise_
 )
 def test_bad_hyperparameters(change, exc, match):
     with pytest.raises(exc, match=match):
-        DPHMC(gauss_model, **dict(GOOD, **change))
+        DPHMC(gauss_model, **dict(GOOD, **change), inference="iterative")
 
 
 def test_bad_models_and_mass_shape_raise_before_data_is_read():
-    kernel = DPHMC(_discrete, **GOOD)
+    kernel = DPHMC(_discrete, **GOOD, inference="iterative")
     with pytest.raises(TypeError, match="discrete"):
         MCMC(kernel, num_samples=3, warmup_steps=0, disable_progbar=True).run(make_data(10))
     assert not kernel.ledger
-    kernel = DPHMC(gauss_model, **dict(GOOD, mass=torch.ones(3)))
+    kernel = DPHMC(gauss_model, **dict(GOOD, mass=torch.ones(3)), inference="iterative")
     with pytest.raises(ValueError, match="mass"):
         kernel.setup(0, make_data(10))
     assert not kernel.ledger

@@ -59,7 +59,7 @@ def test_a_default_path_kernel_asks_the_hook_in_order(registered):
     y = make_data(200, seed=3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        k = pyro_dp.DPPenalty(gauss_model, epsilon=4.0, num_iterations=5, seed=0, noise_seed=1)
+        k = pyro_dp.DPPenalty(gauss_model, epsilon=4.0, num_iterations=5, seed=0, noise_seed=1, inference="iterative")
         assert rec.calls == ["tuner"] and isinstance(k.init, pyro_dp.DPAutoTune)
         k.setup(0, y)
         assert rec.calls == ["tuner", "configure", ("calibrated", True)]
@@ -72,7 +72,7 @@ def test_without_a_default_path_given_settings_run_and_left_out_ones_are_refused
     registered(DefaultPath())  # the kernels' own answers: none registered
     y = make_data(200, seed=3)
     with pytest.raises(ValueError, match="tuned privately by the default path, which is not loaded"):
-        pyro_dp.DPPenalty(gauss_model, epsilon=4.0)
+        pyro_dp.DPPenalty(gauss_model, epsilon=4.0, inference="iterative")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         k = pyro_dp.DPPenalty(gauss_model, 0.1, llr_clip=2.0, noise_multiplier=5.0, seed=0, noise_seed=1)

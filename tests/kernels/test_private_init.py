@@ -97,8 +97,8 @@ def test_calibration_leaves_room_for_the_init(make):
         without = DPPenalty(gauss_model, 0.2, llr_clip=4.0, seed=0, **budget)
     else:
         hmc = dict(step_size=0.01, num_steps=3, grad_clip=4.0, llr_clip=4.0, seed=0)
-        with_init = DPHMC(gauss_model, init=init, **hmc, **budget)
-        without = DPHMC(gauss_model, **hmc, **budget)
+        with_init = DPHMC(gauss_model, init=init, **hmc, **budget, inference="iterative")
+        without = DPHMC(gauss_model, **hmc, **budget, inference="iterative")
     for k in (with_init, without):
         k.setup(0, y)
     fixed, events = with_init.planned_events()  # the init's releases, then the kernel's once per chain

@@ -44,7 +44,9 @@ def _run(kernel, samples=40, warmup=20, chains=1, data=Y):
 
 @pytest.mark.parametrize("K", KERNELS, ids=lambda k: k.__name__)
 def test_usage_line_runs_with_the_default_budget_and_says_what_it_spent(K):
-    kernel = K(gauss_model, seed=0)  # no argument at all
+    # no setting at all; the iterative chain asked for (at this N the default path would take the
+    # one-release mode: tests/test_one_release_mode.py runs the line as written)
+    kernel = K(gauss_model, seed=0, inference="iterative")
     assert kernel.auto_tuned and isinstance(kernel.init, DPAutoTune)
     with pytest.warns(PrivacyNotice) as rec:
         _run(kernel)
@@ -62,7 +64,7 @@ def test_usage_line_runs_with_the_default_budget_and_says_what_it_spent(K):
 
 @pytest.mark.parametrize("K", KERNELS, ids=lambda k: k.__name__)
 def test_epsilon_alone_is_the_users_budget_over_every_chain(K):
-    kernel = K(gauss_model, epsilon=2.0, seed=1)
+    kernel = K(gauss_model, epsilon=2.0, seed=1, inference="iterative")
     assert kernel.delta == DEFAULT_DELTA and not kernel.default_budget
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -86,7 +88,7 @@ def test_epsilon_alone_is_the_users_budget_over_every_chain(K):
 
 
 def test_outside_mcmc_the_run_length_is_assumed_and_said():
-    kernel = pyro_dp.DPPenalty(gauss_model, epsilon=1.0, seed=0)
+    kernel = pyro_dp.DPPenalty(gauss_model, epsilon=1.0, seed=0, inference="iterative")
     with pytest.warns(PrivacyNotice, match="ASSUMED"):
         kernel.setup(0, Y)
     assert kernel.num_iterations == DEFAULT_ITERATIONS and kernel.run_length_source == "assumed"
@@ -122,7 +124,7 @@ def test_an_overflowing_row_changes_neither_the_ledger_nor_the_control_flow(K):
     bad[0] = 1e300  # finite, but its log-likelihood terms overflow: the per-row rule must hold
     ledgers = []
     for data in (Y, bad):
-        kernel = K(gauss_model, epsilon=1.0, seed=2)
+        kernel = K(gauss_model, epsilon=1.0, seed=2, inference="iterative")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             _run(kernel, samples=20, warmup=10, data=data)
@@ -198,7 +200,7 @@ def test_with_noise_the_tuner_lands_near_the_mode():
 
 
 def test_dphmc_step_size_cannot_collapse_during_warmup():
-    kernel = pyro_dp.DPHMC(gauss_model, epsilon=0.5, seed=4)
+    kernel = pyro_dp.DPHMC(gauss_model, epsilon=0.5, seed=4, inference="iterative")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         _run(kernel, samples=30, warmup=60)
@@ -263,7 +265,7 @@ def test_the_tuner_needs_a_budget_or_its_noise():
 def test_a_different_initialiser_with_tuned_settings_is_refused():
     init = pyro_dp.DPGradientInit(num_steps=2, step_size=1.0, grad_clip=1.0, noise_multiplier=3.0)
     with pytest.raises(ValueError, match="DPAutoTune"):
-        pyro_dp.DPPenalty(gauss_model, epsilon=1.0, init=init)
+        pyro_dp.DPPenalty(gauss_model, epsilon=1.0, init=init, inference="iterative")
 
 
 def test_delta_alone_is_not_a_budget():
@@ -280,7 +282,7 @@ def test_an_unreliable_tuning_is_said_before_the_chain_runs(n, warned):
     y = make_data(n, seed=1)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        pyro_dp.DPHMC(gauss_model).setup(0, y)
+        pyro_dp.DPHMC(gauss_model, inference="iterative").setup(0, y)
     said = [w for w in caught if issubclass(w.category, pyro_dp.SamplingWarning) and "tuning's counts" in str(w.message)]
     assert bool(said) == warned
 
@@ -304,7 +306,7 @@ def test_dphmc_default_gradient_clip_keeps_its_proposals_acceptable():
     threshold 0.3, > 9 binomial standard errors (sd <= 0.05) from both."""
     torch.manual_seed(0)
     y = (1.5 + 2.0 * torch.randn(5000, dtype=torch.float64))
-    kernel = pyro_dp.DPHMC(_normal_scale_model, epsilon=1e4, adapt_step_size=False, seed=0)
+    kernel = pyro_dp.DPHMC(_normal_scale_model, epsilon=1e4, adapt_step_size=False, seed=0, inference="iterative")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         mcmc = MCMC(kernel, num_samples=100, warmup_steps=0, disable_progbar=True)
@@ -313,9 +315,9 @@ def test_dphmc_default_gradient_clip_keeps_its_proposals_acceptable():
 
 
 def test_dphmc_default_path_targets_acceptance_one_half():
-    assert pyro_dp.DPHMC(gauss_model, epsilon=1.0).target_accept_prob == 0.5  # step size tuned privately
+    assert pyro_dp.DPHMC(gauss_model, epsilon=1.0, inference="iterative").target_accept_prob == 0.5  # step size tuned privately
     assert pyro_dp.DPHMC(gauss_model, 0.01, epsilon=1.0).target_accept_prob == 0.8  # given: Pyro's HMC default
-    assert pyro_dp.DPHMC(gauss_model, epsilon=1.0, target_accept_prob=0.7).target_accept_prob == 0.7
+    assert pyro_dp.DPHMC(gauss_model, epsilon=1.0, target_accept_prob=0.7, inference="iterative").target_accept_prob == 0.7
     kernel = pyro_dp.DPHMC(gauss_model, 0.01, 3, epsilon=1.0, seed=0)  # both clips tuned
     seen = []
     with warnings.catch_warnings():
@@ -347,7 +349,7 @@ def test_rows_the_rule_maps_are_counted_privately_and_warn(labels, warns):
                                                                                                dtype=torch.float64))).double()
     if labels == "pm1":
         y = 2 * y - 1
-    k = pyro_dp.DPPenalty(_logistic, epsilon=2.0, num_iterations=40, seed=0)
+    k = pyro_dp.DPPenalty(_logistic, epsilon=2.0, num_iterations=40, seed=0, inference="iterative")
     with _w.catch_warnings(record=True) as caught:
         _w.simplefilter("always")
         MCMC(k, num_samples=20, warmup_steps=20, disable_progbar=True).run(X, y)
