@@ -84,6 +84,7 @@ bool() of a private value (computed from the data): a kernel may not read it wit
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 from typing import Any
@@ -91,7 +92,7 @@ from typing import Any
 import torch
 
 __all__ = ["Private", "PrivateReadError", "private", "private_sum", "reveal", "diagnostic", "is_private", "check_public",
-           "tainting", "enabled", "REVEAL_ALLOWED", "DIAGNOSTIC_READS"]
+           "tainting", "enabled", "boundary", "REVEAL_ALLOWED", "DIAGNOSTIC_READS"]
 
 #: package modules allowed to call :func:`reveal` (paths relative to ``pyro_dp/``): the
 #: likelihood (unwraps its own inputs to compute on plain tensors), the compiled layer (a graph's
@@ -312,3 +313,38 @@ def check_public(params, where: str = "a kernel's output state") -> None:
             f"{where} holds a private value{' (' + ', '.join(map(str, names)) + ')' if names else ''}: it was "
             f"computed from the data without a release (e.g. an accept decision torch.where(ll.sum() > t, z_new, z) "
             f"on raw per-row terms).\n{_FIX}")
+
+
+_inside = threading.local()
+
+
+def _traced(out) -> bool:
+    """Whether ``out`` was computed under a trace or a ``torch.func`` transform (fake, proxied or
+    functorch-wrapped tensors: no value of the data exists there; the graph's outputs are what
+    leave, and the compiled layer wraps those)."""
+    from torch._subclasses.fake_tensor import is_fake
+    from torch.fx.experimental.proxy_tensor import get_proxy_mode
+    t = next((o for o in (out if isinstance(out, (tuple, list)) else (out,)) if torch.is_tensor(o)), None)
+    return t is None or get_proxy_mode() is not None or is_fake(t) or torch._C._functorch.is_functorch_wrapped_tensor(t)
+
+
+def boundary(wrap=None):
+    """Decorator of :class:`~pyro_dp.likelihood.PrivateLikelihood`'s methods (issue 58): called
+    from outside the likelihood (not from one of its own decorated methods) and not under a trace,
+    the method's result goes through ``wrap`` (e.g. :func:`private`: the raw rows and the terms of
+    its ``eager_*`` methods come out :class:`Private` to kernel code); called from inside, it is
+    returned as computed (plain tensors, so the likelihood's own evaluation pays no private
+    operation). ``wrap=None``: only marks the method as inside (the public methods, which wrap
+    their results themselves)."""
+    def deco(method):
+        @functools.wraps(method)
+        def inside(*args, **kwargs):
+            depth = getattr(_inside, "depth", 0)
+            _inside.depth = depth + 1
+            try:
+                out = method(*args, **kwargs)
+            finally:
+                _inside.depth = depth
+            return out if wrap is None or depth or not enabled() or _traced(out) else wrap(out)
+        return inside
+    return deco
