@@ -616,16 +616,15 @@ class CompiledLikelihood:
         the data or a private input comes out :class:`~pyro_dp.private.Private` (the per-row cache)."""
         if full_data and not self._one_chunk():
             return None
-        key = self._key(name, inputs, bucket)
+        key = self._key(name, reveal(inputs, reason=_GRAPH_INPUTS), bucket)  # shapes: one reveal, not 3 getters
         run = self._get(name, fn, inputs, bucket, key)
         if run is None:
             return None
-        taint = self.cache.get(("output taint", key))
-        if taint is None:  # the graph's sources (its trace) and the caller's word, once per graph
-            taint = self.cache[("output taint", key)] = OutputTaint(
-                name, self.cache[("output sources", key)], len(self._data), len(self._data) + len(self._public()),
-                released, diagnostic, noise, release)
-        return lambda *xs: taint.apply(self._run(key, run, _checked(name, key[2][:-1], xs)), xs)
+        taint = getattr(run, "taint", None)  # bound to this likelihood's data, once per graph
+        if taint is None:  # the graph's sources (its trace) and the caller's word
+            taint = run.taint = OutputTaint(name, self.cache[("output sources", key)], len(self._data),
+                                            len(self._data) + len(self._public()), released, diagnostic, noise, release)
+        return lambda *xs: taint.apply(self._run(key, run, _checked(name, key[2][:-1], reveal(xs, reason=_GRAPH_INPUTS))), xs)
 
     def clipped_grad_sum(self, z, clip, idx=None):
         lik = self.lik
