@@ -45,6 +45,8 @@ import numpy as np
 import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
+from .private import private
+
 __all__ = ["ModelArguments", "as_tensor_argument", "model_arguments", "tensor_arguments", "with_tensors"]
 
 
@@ -199,6 +201,13 @@ class ModelArguments:
         count = [self.labels[i] for i in self.count_pos]
         public = [lab for lab in dict.fromkeys(self.labels) if lab not in data and lab not in count]
         return {"data": list(dict.fromkeys(data)), "row count": list(dict.fromkeys(count)), "public": public}
+
+    def private_view(self) -> Tuple[tuple, dict]:
+        """``(args, kwargs)`` with every data leaf :class:`~pyro_dp.private.Private` and the
+        public ones as they are: what :attr:`PrivateLikelihood.model_args
+        <pyro_dp.likelihood.PrivateLikelihood.model_args>` shows to code outside the likelihood."""
+        data = set(self.data_pos)
+        return tree_unflatten([private(x) if i in data else x for i, x in enumerate(self.leaves)], self.spec)
 
     @property
     def data(self) -> List[torch.Tensor]:

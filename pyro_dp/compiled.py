@@ -61,7 +61,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from .arguments import model_arguments as _model_arguments, tensor_arguments as _tensor_arguments, with_tensors as _with_tensors
 from .compile_check import check_graph, default_check, inductor_compile, warm_checker
-from .graphs import TraceFailed, bucket_size, hoist_broadcasts, in_fresh_thread, strip_extra_outputs
+from .graphs import OutputTaint, TraceFailed, bucket_size, hoist_broadcasts, in_fresh_thread, output_sources, strip_extra_outputs
 from .mechanisms.clipping import ClippedSum, clip_and_sum, clip_and_sum_columns  # the pure clip rule only
 from .private import reveal
 
@@ -269,7 +269,7 @@ class CompiledLikelihood:
 
     def _flatten_args(self):
         """The model's arguments as pytree leaves: the tensors become the graphs' data inputs."""
-        leaves, self._spec, self._tensor_pos = _tensor_arguments(self.lik.model_args, self.lik.model_kwargs)
+        leaves, self._spec, self._tensor_pos = _tensor_arguments(self.lik.arguments.args, self.lik.arguments.kwargs)
         self._leaves = leaves
         self._data = tuple(leaves[i] for i in self._tensor_pos)
         # the graphs bound to THIS likelihood's data (the shared cache holds graphs only: a graph
@@ -404,6 +404,7 @@ class CompiledLikelihood:
             self.cache[key] = None
             return None
         compiled = graph
+        self.cache[("output sources", key)] = output_sources(graph)  # before the rewrites: fused_graph's taint
         if self.backend == "inductor":
             crashed = False
             try:  # compile_fx compiles here, from shapes and dtypes only (no value is read)
@@ -593,8 +594,8 @@ class CompiledLikelihood:
         :meth:`_chunk_rows` rows)."""
         return self.lik.num_rows <= self._chunk_rows()
 
-    def fused_graph(self, name: str, fn: Callable, inputs: tuple, full_data: bool = True,
-                    bucket: Optional[int] = None) -> Optional[Callable]:
+    def fused_graph(self, name: str, fn: Callable, inputs: tuple, full_data: bool = True, bucket: Optional[int] = None,
+                    released=(), diagnostic=(), noise=(), release: Optional[Callable] = None) -> Optional[Callable]:
         r"""``fn`` — a pure tensor function of full-data passes written with
         :meth:`clipped_grad_terms`, :meth:`log_prior_terms` and :mod:`pyro_dp.mechanisms`'
         clip-and-sum functions — traced into **one** graph and compiled (once, from the shapes
@@ -609,14 +610,22 @@ class CompiledLikelihood:
         ``full_data=False`` ``fn`` reads only rows it indexes itself (a batch step, DP Barker's
         :func:`~pyro_dp.kernels.barker.barker_step_fn`): no chunking applies;
         ``bucket`` then names the padded batch size the graph was built for (chosen with
-        :meth:`bucket_for`)."""
+        :meth:`bucket_for`). **Outputs** (:class:`~pyro_dp.graphs.OutputTaint`): those at the
+        positions ``released`` and ``diagnostic`` come out public through ``release`` (the mechanisms'
+        :func:`~pyro_dp.mechanisms.release.graph_release`; a released one computed from the data must be
+        computed from one of the ``noise`` inputs, checked at the trace); every other output computed from
+        the data or a private input comes out :class:`~pyro_dp.private.Private` (the per-row cache)."""
         if full_data and not self._one_chunk():
             return None
-        key = self._key(name, inputs, bucket)
+        key = self._key(name, reveal(inputs, reason=_GRAPH_INPUTS), bucket)  # shapes: one reveal, not 3 getters
         run = self._get(name, fn, inputs, bucket, key)
         if run is None:
             return None
-        return lambda *xs: self._run(key, run, _checked(name, key[2][:-1], xs))
+        taint = getattr(run, "taint", None)  # bound to this likelihood's data, once per graph
+        if taint is None:  # the graph's sources (its trace) and the caller's word
+            taint = run.taint = OutputTaint(name, self.cache[("output sources", key)], len(self._data),
+                                            len(self._data) + len(self._public()), released, diagnostic, noise, release)
+        return lambda *xs: taint.apply(self._run(key, run, _checked(name, key[2][:-1], reveal(xs, reason=_GRAPH_INPUTS))), xs)
 
     def clipped_grad_sum(self, z, clip, idx=None):
         lik = self.lik

@@ -87,7 +87,7 @@ class LikelihoodCoordinates:
         from torch._subclasses.fake_tensor import is_fake
         from torch.fx.experimental.proxy_tensor import make_fx
 
-        leaves, spec, pos = tensor_arguments(self.model_args, self.model_kwargs)
+        leaves, spec, pos = tensor_arguments(self.arguments.args, self.arguments.kwargs)
         data, names = [leaves[i] for i in pos], self.latent_names
 
         def loglik(*inputs):

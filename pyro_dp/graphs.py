@@ -2,7 +2,8 @@ r"""Graph helpers of the compiled path (:mod:`pyro_dp.compiled`): the rewrites o
 per-example graph before inductor compiles it (:func:`hoist_broadcasts`, whose extra outputs
 :func:`strip_extra_outputs` drops), the trace's own thread (:func:`in_fresh_thread`), and an fx
 graph's walk back from its outputs (:func:`ancestors`, also the set-up checks' and
-:mod:`pyro_dp.coordinates`').
+:mod:`pyro_dp.coordinates`'), and which inputs each output is computed from (:func:`output_sources`,
+the fused graphs' taint, :mod:`pyro_dp.private`).
 
 Split out of :mod:`pyro_dp.compiled` (issue 39: no file over 700 lines).
 """
@@ -16,7 +17,10 @@ from typing import Callable, Optional
 import torch
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["hoist_broadcasts", "SMALL_NUMEL", "TraceFailed", "in_fresh_thread", "strip_extra_outputs", "ancestors"]
+from .private import Private, enabled, private
+
+__all__ = ["hoist_broadcasts", "SMALL_NUMEL", "TraceFailed", "in_fresh_thread", "strip_extra_outputs", "ancestors",
+           "output_sources", "OutputTaint"]
 
 _aten = torch.ops.aten
 #: element-wise operations of one tensor (optionally with Python scalars) that commute with
@@ -283,6 +287,140 @@ def ancestors(nodes) -> set:
             seen.add(node)
             stack.extend(node.all_input_nodes)
     return seen
+
+
+#: operations whose result depends on their tensor inputs' shapes, dtypes and devices only
+_SHAPE_ONLY = {_aten.zeros_like.default, _aten.ones_like.default, _aten.empty_like.default, _aten.full_like.default,
+               _aten.new_zeros.default, _aten.new_ones.default, _aten.new_empty.default, _aten.new_full.default,
+               _aten.sym_size.int, _aten.sym_numel.default, _aten.sym_stride.int}
+
+
+def output_sources(gm: torch.fx.GraphModule) -> tuple:
+    r"""For each flat output of a traced (``make_fx``) graph, the bit mask of the placeholders
+    (inputs, in order: bit ``j`` for input ``j``) its value is computed from: a walk of the graph
+    in order, each node's sources the union of its inputs' (an operation of
+    :data:`_SHAPE_ONLY`, which reads shapes alone, has none). Writes are followed: an in-place
+    operation adds its sources to the tensor it writes into and to every view of it (views and
+    the tensors they view share one set of sources, both ways), so a value read after the write
+    carries them. Conservative (a source too many, never one too few, for the operations of an
+    ATen graph); decided from the graph's code alone (its inputs are fake tensors: no value).
+
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> def f(data, z, xi):
+    ...     v = z.view(-1); v.add_(data.sum())   # writes the data into z through a view
+    ...     return z * 2, torch.zeros_like(data) + xi, xi
+    >>> output_sources(make_fx(f)(torch.ones(3), torch.ones(1), torch.ones(())))
+    (3, 4, 4)
+    """
+    root, sources = {}, {}
+
+    def find(n):
+        while root.get(n, n) is not n:
+            n = root[n]
+        return n
+
+    def union(a, b):
+        a, b = find(a), find(b)
+        if a is not b:
+            root[b] = a
+            sources[a] = sources.get(a, 0) | sources.get(b, 0)
+
+    placeholders = 0
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            sources[node] = 1 << placeholders
+            placeholders += 1
+            continue
+        if node.op != "call_function":
+            sources[node] = 0  # constants (get_attr), the output
+            continue
+        inputs = node.all_input_nodes
+        src = 0
+        if node.target not in _SHAPE_ONLY:
+            for a in inputs:
+                src |= sources.get(find(a), 0)
+        sources[node] = src
+        schema = getattr(node.target, "_schema", None)
+        if schema is None:  # operator.getitem and other Python functions: may alias their input
+            for a in inputs:
+                union(a, node)
+            continue
+        aliased = [a for a, arg in zip(_schema_args(node, schema), schema.arguments) if arg.alias_info is not None]
+        for a in aliased:  # a view of, or a write into, an input: one set of sources for both
+            if isinstance(a, torch.fx.Node):
+                union(a, node)
+        if any(arg.alias_info is not None and arg.alias_info.is_write for arg in schema.arguments):
+            sources[find(node)] |= src
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    leaves, _ = tree_flatten(output.args[0])
+    return tuple(sources.get(find(n), 0) if isinstance(n, torch.fx.Node) else 0 for n in leaves)
+
+
+def _schema_args(node, schema) -> list:
+    """``node``'s arguments in the order of ``schema``'s (keywords placed), ``None`` where absent."""
+    out = list(node.args) + [None] * max(0, len(schema.arguments) - len(node.args))
+    for j, arg in enumerate(schema.arguments):
+        if arg.name in node.kwargs:
+            out[j] = node.kwargs[arg.name]
+    return out[:len(schema.arguments)]
+
+
+class OutputTaint:
+    r"""What each output of one fused graph is (:meth:`~pyro_dp.compiled.CompiledLikelihood.fused_graph`,
+    issue 58), from its :func:`output_sources` and the caller's word, applied to every call's outputs:
+
+    * an output the caller names **released** (a release's value after its noise, or what is
+      computed from released values) or **diagnostic** (a release's clipped-row count) comes out
+      public, through the caller's ``release(x, diagnostic)`` (the mechanisms'
+      :func:`pyro_dp.mechanisms.release.graph_release`, which reveals it with the mechanism's reason). Where the caller names the graph's ``noise``
+      inputs (the standard normals its release specs drew), a released output computed from the
+      data must be computed from one of them too: checked here, at the trace, else a
+      ``RuntimeError`` (a contributor's error: raw terms named released);
+    * every other output computed from the data (the graph's first ``n_data`` inputs), or from an
+      input that is :class:`~pyro_dp.private.Private` at the call, comes out
+      :class:`~pyro_dp.private.Private` (one wrap per call, as the eager path wraps), whatever the
+      caller says: the default is private;
+    * the rest (computed from public inputs alone: the log prior, a batch's row count) as it is.
+
+    >>> t = OutputTaint("g", (0b001, 0b110, 0b1010, 0b100), n_data=1, n_front=1, released=(2,), noise=(2,),
+    ...                 release=lambda x, diagnostic: x)
+    >>> out = t.apply((torch.ones(1), torch.ones(1), torch.ones(1), torch.ones(1)), (private(torch.ones(1)), 0, 0))
+    >>> [type(o).__name__ for o in out]  # data; the private input 0; released (noise input 2); public input 1
+    ['Private', 'Private', 'Tensor', 'Tensor']
+    >>> OutputTaint("g", (0b011,), n_data=1, n_front=1, released=(0,), noise=(1,), release=lambda x, d: x)
+    Traceback (most recent call last):
+    ...
+    RuntimeError: internal error: output 0 of fused graph g is named released but is computed from the data and none of its noise inputs (1,) (please report)
+    """
+
+    __slots__ = ("kinds", "any_via", "release")
+
+    def __init__(self, name: str, sources: tuple, n_data: int, n_front: int, released=(), diagnostic=(), noise=(),
+                 release: Optional[Callable] = None):
+        if (released or diagnostic) and release is None:
+            raise ValueError(f"fused graph {name}: outputs named released or diagnostic need the mechanisms' release "
+                             "(release=pyro_dp.mechanisms.release.graph_release)")
+        self.release = release
+        data, noise_mask = (1 << n_data) - 1, sum(1 << (n_front + k) for k in noise)
+        self.kinds = []
+        for j, src in enumerate(sources):
+            if j in released and noise_mask and src & data and not src & noise_mask:
+                raise RuntimeError(f"internal error: output {j} of fused graph {name} is named released but is computed "
+                                   f"from the data and none of its noise inputs {tuple(noise)} (please report)")
+            if j in released or j in diagnostic:
+                self.kinds.append((j in diagnostic, None, 0))
+            else:  # (diagnostic, always private, the inputs that make it private when they are)
+                self.kinds.append((False, bool(src & data), src >> n_front))
+        self.any_via = any(k[2] for k in self.kinds)
+
+    def apply(self, out, xs: tuple):
+        if not enabled():
+            return out
+        single = torch.is_tensor(out)
+        via = sum(1 << k for k, x in enumerate(xs) if isinstance(x, Private)) if self.any_via else 0
+        res = tuple(self.release(o, diagnostic) if always is None else private(o) if always or mask & via else o
+                    for o, (diagnostic, always, mask) in zip((out,) if single else out, self.kinds))
+        return res[0] if single else res
 
 
 def bucket_size(n: int) -> int:  # documented (and exported) as pyro_dp.compiled.bucket_size

@@ -10,8 +10,7 @@ r"""A Pyro model seen as private per-example terms: **the only module that touch
   data :class:`pyro.plate`, for all rows or an index subset, and
 * per-example gradients :math:`\nabla_\theta \ell_i(\theta)` through :mod:`torch.func`.
 
-Nothing in this module adds noise or releases anything: kernels pass what it returns
-through :func:`pyro_dp.mechanisms.clipped_sum_with_noise`.
+Nothing here adds noise or releases: what it returns is private (:mod:`pyro_dp.private`) until a mechanism releases it.
 
 The guarantees, by construction (``docs/privacy.md``, "What the construction guarantees"):
 
@@ -26,9 +25,7 @@ The guarantees, by construction (``docs/privacy.md``, "What the construction gua
   placeholder and a NaN term (the per-row rule of every release maps it); a model that raises
   on some rows is bisected to them (:func:`~pyro_dp.isolation.robust_rows`).
 
-The set-up checks (:mod:`pyro_dp.setup_checks`) then refuse what isolation would silently
-change (a model whose joint terms differ from its isolated ones on stand-in data, a prior that
-reads a data argument): those are correctness checks; privacy does not rest on them.
+The set-up checks (:mod:`pyro_dp.setup_checks`: correctness, not privacy) refuse what isolation would change.
 
 Conventions
 -----------
@@ -77,7 +74,7 @@ from .isolation import (describe_row_failure, is_value_dependent, kernel_chooses
 from .mechanisms.clipping import ClippedSum, clip_and_sum  # the pure clip rule only (docs/architecture.md)
 from .coordinates import LikelihoodCoordinates
 from .preconditioning import Preconditioned
-from .private import private, private_sum, reveal
+from .private import boundary, private, private_sum, reveal
 from .diagnose import explain_failure
 from .reach import CallGuard, describe_outside, outside_data
 from .structure import batch_shape, find_data_plate as _find_data_plate, parse_trace
@@ -87,7 +84,6 @@ __all__ = ["PrivateLikelihood"]
 
 #: why the likelihood reveals its own private terms a kernel hands back: computed on plain, returned private
 _OWN_INPUT = "the likelihood's own private terms, computed on inside it and returned private"
-
 
 
 @contextlib.contextmanager
@@ -128,17 +124,14 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
         | False, **torch.compile kwargs}``; the CUDA-graph modes (``mode="reduce-overhead"``, ``"max-autotune"``) are refused.
     :param dict jit_cache: graphs shared with other likelihoods of the same kernel object.
 
-    **Internals with public names.** The ``eager_*`` methods (:meth:`eager_loglik_and_prior`,
-    :meth:`eager_per_example_grad`, :meth:`eager_log_prior`, :meth:`eager_terms`,
-    :meth:`eager_isolated_loglik`, :meth:`eager_row_term`, :meth:`eager_rows`) and
-    :meth:`joint_trace` are this class's own evaluation, named publicly only so that the
-    compiled layer (:mod:`pyro_dp.compiled`) and the kernels' fused graphs can trace it: no
-    compiled path, no check of ``idx``, and raw per-row terms (``eager_rows``: the data's rows)
-    that no mechanism has seen. Kernel code calls the public methods below (or traces an
-    ``eager_*`` method inside a graph whose output goes through a mechanism). The public methods
-    return what they compute from the data as :class:`~pyro_dp.private.Private` tensors (issue 58:
-    no kernel code reads them into Python; the mechanisms' releases return public values); the
-    ``eager_*`` methods, which the graphs trace, return plain tensors.
+    **Internals with public names.** The ``eager_*`` methods and :meth:`joint_trace` are this
+    class's own evaluation (no compiled path, no check of ``idx``), named publicly so that the
+    compiled layer and the kernels' fused graphs can trace them. Every method returns what it
+    computes from the data as :class:`~pyro_dp.private.Private` (issue 58: no kernel code reads it
+    into Python; the mechanisms' releases return public values): the ``eager_*`` methods and
+    :attr:`model_args`/:attr:`model_kwargs` too (their data leaves), except under a trace (fake
+    tensors: no value exists; the compiled layer wraps a graph's outputs) and inside the class
+    (:func:`~pyro_dp.private.boundary`: its own evaluation runs on plain tensors).
     
     Example
     -------
@@ -240,14 +233,14 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
         if jit_compile:
             self.compiled = CompiledLikelihood(self, jit_options, jit_cache)
 
-    # the model's arguments, for code that reads them (the compiled path, stand-in contexts)
+    # the model's arguments, their data leaves private (the likelihood layer reads self.arguments)
     @property
     def model_args(self) -> tuple:
-        return self.arguments.args
+        return self.arguments.private_view()[0]
 
     @property
     def model_kwargs(self) -> dict:
-        return self.arguments.kwargs
+        return self.arguments.private_view()[1]
 
     # the model's structure (data-free: from the prototype trace on stand-ins), read-only
     @property
@@ -368,7 +361,7 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
                 with guard:
                     tr = poutine.trace(poutine.condition(self.model, data=values)).get_trace(*args, **kwargs)
             finally:
-                guard.refuse_reads(self.model, self.model_args, self.model_kwargs)
+                guard.refuse_reads(self.model, self.arguments.args, self.arguments.kwargs)
         return tr
 
     def _guard(self, args, kwargs, values) -> CallGuard:
@@ -383,7 +376,7 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
         gathered, with a row-count argument of their number): for the set-up checks, which run
         it on stand-ins only. Terms are never computed from it (:meth:`eager_terms` is per row)."""
         values, logdet = self._latents(z)
-        args, kwargs = self.model_args, self.model_kwargs
+        args, kwargs = self.arguments.args, self.arguments.kwargs
         if idx is not None:
             rows = [x.index_select(0, idx) for x in self.arguments.data]
             args, kwargs = self.arguments.build(rows, count=int(idx.numel()))
@@ -441,31 +434,32 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
             tr = self._run(values, args, kwargs)
         return self._observed_terms(tr).sum()
 
+    @boundary(private)
     def eager_rows(self, idx):
-        """The rows to evaluate, each data argument as ``[B, 1, ...]``: **the data** (internal:
-        the compiled layer's graphs take them as inputs)."""
-        rows = self.arguments.rows(idx)
-        if not rows:  # refused at set-up (_check_isolation); kept for a clear error
-            raise ValueError("the model has no data argument to evaluate rows on")
-        return rows
+        """The rows to evaluate, each data argument as ``[B, 1, ...]``: **the data** (private;
+        plain inside the likelihood and in the compiled layer's traces)."""
+        return self.arguments.rows(idx)
 
+    @boundary(private)
+    def per_row(self, fn: Callable, z, idx=None, fill: Optional[Callable] = None):
+        """``fn(z, *rows)`` (a ``vmap`` over the rows of a function of :meth:`eager_row_term`,
+        e.g. its Hessian) on every row or rows ``idx``, each from that row alone; rows whose code
+        raises bisected to ``fill(b)`` (``None``: the exception raised). **Private**."""
+        if fill is None:
+            return fn(z, *self.eager_rows(idx))
+        return robust_rows(lambda r: fn(z, *r), self.eager_rows(idx), fill)
+
+    @boundary(private)
     def eager_isolated_loglik(self, z, idx=None, robust: bool = True) -> torch.Tensor:
         """``[B]``: every row's (or rows ``idx``') term, each from that row alone (rows whose
         code raises bisected to NaN terms, or, with ``robust=False``, the exception raised)."""
-        fn = vmap(self.eager_row_term, in_dims=(None,) + (0,) * len(self.arguments.data_pos),
-                  chunk_size=self.vmap_chunk_size)
-        if not robust:
-            return fn(z, *self.eager_rows(idx))
-        return robust_rows(lambda r: fn(z, *r), self.eager_rows(idx),
-                           lambda b: nan_like_rows(b, None, z.dtype, z.device))
+        fn = vmap(self.eager_row_term, in_dims=(None,) + (0,) * len(self.arguments.data_pos), chunk_size=self.vmap_chunk_size)
+        return self.per_row(fn, z, idx, (lambda b: nan_like_rows(b, None, z.dtype, z.device)) if robust else None)
 
+    @boundary(lambda out: (private(out[0]), out[1]))
     def eager_terms(self, z, idx=None, loglik: bool = True) -> Tuple[Optional[torch.Tensor], torch.Tensor]:
-        """``(per-row log-likelihoods [B] or None, log prior)``: the terms from isolated rows,
-        the prior from a stand-in row (:meth:`eager_log_prior`)."""
-        lp = self.eager_log_prior(z)
-        if not loglik:
-            return None, lp
-        return self.eager_isolated_loglik(z, idx), lp
+        """``(per-row terms [B] from isolated rows, or None; the log prior from a stand-in row)``."""
+        return (self.eager_isolated_loglik(z, idx) if loglik else None), self.eager_log_prior(z)
 
     def __getstate__(self):
         state = self.__dict__.copy()
@@ -473,10 +467,8 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
         return state
 
     def _check_idx(self, idx):
-        if idx is None:
-            return None
-        idx = torch.as_tensor(idx, device=self.device)
-        if idx.dim() != 1 or idx.dtype in (torch.float16, torch.float32, torch.float64, torch.bool):
+        idx = idx if idx is None else torch.as_tensor(idx, device=self.device)
+        if idx is not None and (idx.dim() != 1 or idx.dtype in (torch.float16, torch.float32, torch.float64, torch.bool)):
             raise ValueError("idx must be a 1-d integer tensor of row indices")
         return idx
 
@@ -486,6 +478,7 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
         :mod:`pyro_dp.isolation`); kept for the kernels that ask."""
         return True
 
+    @boundary()
     def per_example_statistic(self, statistic: Callable, idx=None) -> torch.Tensor:
         r"""``[B, d]``: ``statistic`` applied to each observed row of the (single) observed site,
         for kernels that release sufficient statistics (Yıldırım & Ermiş 2019 §3.3). Each row's
@@ -562,6 +555,7 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
         r"""Untempered :math:`\ell_i(\theta)` for every row (``idx=None``) or rows ``idx``."""
         return self.loglik_and_prior(z, idx)[0]
 
+    @boundary()
     def loglik_and_prior(self, z: torch.Tensor, idx=None) -> Tuple[torch.Tensor, torch.Tensor]:
         """``(per-example log-likelihoods, log prior)`` from one model evaluation."""
         idx = self._check_idx(idx)
@@ -572,6 +566,7 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
         ll, lp = self.eager_loglik_and_prior(z, idx)
         return private(ll), lp  # the log prior reads no data (a stand-in row): public
 
+    @boundary()
     def log_ratios(self, z: torch.Tensor, z_new: torch.Tensor, idx=None) -> Tuple[torch.Tensor, torch.Tensor]:
         r"""``(r, log prior at z_new)`` with :math:`r_i = \ell_i(z') - \ell_i(z)` (untempered) for
         every row or rows ``idx``: the minibatch kernels' per-row ratios. One graph (and one
@@ -595,12 +590,14 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
         ll_new, lp_new = self.eager_loglik_and_prior(z_new, idx)
         return private(ll_new - ll_old), lp_new
 
+    @boundary(lambda out: (private(out[0]), out[1]))
     def eager_loglik_and_prior(self, z, idx):
         """:meth:`loglik_and_prior` without the compiled path or the check of ``idx`` (internal:
         what the compiled layer and the kernels' fused graphs trace). **Reads the data**."""
         with torch.no_grad():
             return self.eager_terms(z, idx)
 
+    @boundary()
     def per_example_grad(self, z: torch.Tensor, idx=None) -> Tuple[torch.Tensor, torch.Tensor]:
         r"""``(ℓ_i(θ) [B], ∇_θ ℓ_i(θ) [B, D])`` for every row or rows ``idx``.
 
@@ -615,6 +612,7 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
                 return private(out)
         return private(self.eager_per_example_grad(z, idx))
 
+    @boundary()
     def clipped_grad_sum(self, z: torch.Tensor, clip, idx=None):
         r"""``(ℓ_i(θ) [B], ClippedSum)``: the per-example gradients passed through
         :func:`~pyro_dp.mechanisms.clip_and_sum` (the per-row rule, the clip to L2 norm ``clip``
@@ -640,6 +638,7 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
         ll, g = self.eager_per_example_grad(z, idx)
         return private_sum((ll, clip_and_sum(g, clip)))
 
+    @boundary()
     def clipped_ratio_sum(self, z_new: torch.Tensor, ll_old: torch.Tensor, clip, idx=None):
         r"""``(ℓ_i(θ') [B], log prior at θ', ClippedSum)``: the per-example log-likelihood ratios
         :math:`\ell_i(\theta') - \ell_i(\theta)` (``ll_old`` holds :math:`\ell_i(\theta)` for the same
@@ -690,11 +689,11 @@ class PrivateLikelihood(SetUpChecks, LikelihoodCoordinates, Preconditioned):
                 return private_sum(out)
         return private_sum(clip_and_sum(ll_new - ll_old, clip))
 
+    @boundary(private)
     def eager_per_example_grad(self, z, idx):
         """``(ℓ_i [B], ∇ℓ_i [B, D])``: ``vmap(grad)`` of each row's term (:meth:`eager_row_term`);
         :meth:`per_example_grad` without the compiled path (internal). **Reads the data**."""
         fn = vmap(grad_and_value(self.eager_row_term), in_dims=(None,) + (0,) * len(self.arguments.data_pos),
                   chunk_size=self.vmap_chunk_size)
-        g, v = robust_rows(lambda r: fn(z, *r), self.eager_rows(idx),
-                           lambda b: nan_like_rows(b, self.dim, z.dtype, z.device))
+        g, v = self.per_row(fn, z, idx, lambda b: nan_like_rows(b, self.dim, z.dtype, z.device))
         return v.detach(), g.detach()

@@ -48,18 +48,25 @@ Decisions (and why)
   :class:`Private` value among the returned parameters (:func:`check_public`), so a step whose
   accept decision is a private tensor (``torch.where(ll.sum() > t, z_new, z)``) fails.
 * **Fused graphs** (a kernel's whole step traced into one graph,
-  :meth:`~pyro_dp.compiled.CompiledLikelihood.fused_graph`) are not tainted inside; they
-  contain the release (the mechanism) and their outputs are as the kernel's step writes them.
-  The taint holds on the eager path and on every per-example function of the compiled path;
-  the fused steps are checked by the kit (``eager_equals_compiled`` equates them with the eager,
-  tainted step).
+  :meth:`~pyro_dp.compiled.CompiledLikelihood.fused_graph`) are not tainted inside (plain
+  tensors, no Python call per operation), but their outputs are marked at the boundary, once per
+  call, from the graph's traced code (:class:`~pyro_dp.graphs.OutputTaint`): an output computed
+  from the data or from a private input is :class:`Private` (the state's per-row cache stays
+  private after a compiled step), an output the kernel names released or diagnostic comes out
+  public through :func:`pyro_dp.mechanisms.release.graph_release` (the mechanism's reason), and a
+  released output computed from the data must come from the graph's noise inputs (checked at
+  the trace).
+* **The internals with public names** (the likelihood's ``eager_*`` methods, ``eager_rows``,
+  ``per_row``, the data leaves of ``model_args``) are private to code outside the likelihood
+  (:func:`boundary`) and plain inside it and under a trace (fake tensors: no value exists).
 * **Not a sandbox.** The type catches every ordinary read; a determined author can still
   bypass it through torch internals (``torch._C.DisableTorchFunctionSubclass``, storages,
   ``_make_subclass``). ``tests/test_private.py`` greps the kernels for those names.
 * **Cost** (``docs/performance.md``, "Private values"): with the wrapping at the boundary, a
   DPPenalty or DPHMC iteration makes 1 private operation eager and 0 compiled (about 14 µs each,
-  against 3 µs plain); the rest is a few µs of wrapping, revealing a graph's inputs and checking
-  the returned state: within the noise of ``benchmarks/private_overhead.py`` on a shared machine.
+  against 3 µs plain); the rest is a few µs of wrapping (a fused step's cache: one wrap per
+  call), revealing a graph's inputs and checking the returned state: within the noise of
+  ``benchmarks/private_overhead.py`` on a shared machine.
   A design that tainted inside the graphs would pay the Python call per operation of every
   per-row evaluation; it was not pursued.
 * **Off switch** for measurement only: :func:`tainting` (``PYRO_DP_TAINT=0`` in the
@@ -84,6 +91,7 @@ bool() of a private value (computed from the data): a kernel may not read it wit
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 from typing import Any
@@ -91,7 +99,7 @@ from typing import Any
 import torch
 
 __all__ = ["Private", "PrivateReadError", "private", "private_sum", "reveal", "diagnostic", "is_private", "check_public",
-           "tainting", "enabled", "REVEAL_ALLOWED", "DIAGNOSTIC_READS"]
+           "tainting", "enabled", "boundary", "REVEAL_ALLOWED", "DIAGNOSTIC_READS"]
 
 #: package modules allowed to call :func:`reveal` (paths relative to ``pyro_dp/``): the
 #: likelihood (unwraps its own inputs to compute on plain tensors), the compiled layer (a graph's
@@ -177,8 +185,11 @@ def _is_getter_public(func) -> bool:
 def _has_private(obj) -> bool:
     if isinstance(obj, Private):
         return True
-    if isinstance(obj, (list, tuple)):
-        return any(_has_private(o) for o in obj)
+    if isinstance(obj, (list, tuple)):  # a loop, not any(generator): a graph's inputs are scanned every call
+        for o in obj:
+            if isinstance(o, Private) or isinstance(o, (list, tuple, dict)) and _has_private(o):
+                return True
+        return False
     if isinstance(obj, dict):
         return any(_has_private(o) for o in obj.values())
     return False
@@ -201,16 +212,24 @@ def _in_place(func) -> bool:
                                                                         "__iand__", "set_", "copy_")
 
 
+_PUBLIC_SEEN = set()  # the public getters and shape-only functions met so far: the fast path
+_disabled = torch._C._disabled_torch_function_impl
+
+
 class Private(torch.Tensor):
     """A tensor computed from the data and not released: every operation on it stays private,
     every read into Python raises :class:`PrivateReadError` (module docstring)."""
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func in _PUBLIC_SEEN:  # .dtype, .shape, .device, ...: public, no wrapping (a few µs less)
+            return _disabled(func, types, args, kwargs or {})
         kwargs = kwargs or {}
         if func in _READS:
             raise _error(_READS[func])
         if func in _SHAPE_ONLY or _is_getter_public(func):
+            if len(_PUBLIC_SEEN) < 256:
+                _PUBLIC_SEEN.add(func)
             with torch._C.DisableTorchFunctionSubclass():
                 return func(*args, **kwargs)
         out_arg = kwargs.get("out")
@@ -290,7 +309,8 @@ def reveal(x, *, reason: str):
     if isinstance(x, tuple) and hasattr(x, "_fields"):
         return type(x)(*(reveal(o, reason=reason) for o in x))
     if isinstance(x, (list, tuple)):
-        return type(x)(reveal(o, reason=reason) for o in x)
+        return type(x)(_plain(o) if isinstance(o, Private) else reveal(o, reason=reason) if isinstance(o, (list, tuple))
+                       else o for o in x)
     return x
 
 
@@ -312,3 +332,38 @@ def check_public(params, where: str = "a kernel's output state") -> None:
             f"{where} holds a private value{' (' + ', '.join(map(str, names)) + ')' if names else ''}: it was "
             f"computed from the data without a release (e.g. an accept decision torch.where(ll.sum() > t, z_new, z) "
             f"on raw per-row terms).\n{_FIX}")
+
+
+_inside = threading.local()
+
+
+def _traced(out) -> bool:
+    """Whether ``out`` was computed under a trace or a ``torch.func`` transform (fake, proxied or
+    functorch-wrapped tensors: no value of the data exists there; the graph's outputs are what
+    leave, and the compiled layer wraps those)."""
+    from torch._subclasses.fake_tensor import is_fake
+    from torch.fx.experimental.proxy_tensor import get_proxy_mode
+    t = next((o for o in (out if isinstance(out, (tuple, list)) else (out,)) if torch.is_tensor(o)), None)
+    return t is None or get_proxy_mode() is not None or is_fake(t) or torch._C._functorch.is_functorch_wrapped_tensor(t)
+
+
+def boundary(wrap=None):
+    """Decorator of :class:`~pyro_dp.likelihood.PrivateLikelihood`'s methods (issue 58): called
+    from outside the likelihood (not from one of its own decorated methods) and not under a trace,
+    the method's result goes through ``wrap`` (e.g. :func:`private`: the raw rows and the terms of
+    its ``eager_*`` methods come out :class:`Private` to kernel code); called from inside, it is
+    returned as computed (plain tensors, so the likelihood's own evaluation pays no private
+    operation). ``wrap=None``: only marks the method as inside (the public methods, which wrap
+    their results themselves)."""
+    def deco(method):
+        @functools.wraps(method)
+        def inside(*args, **kwargs):
+            depth = getattr(_inside, "depth", 0)
+            _inside.depth = depth + 1
+            try:
+                out = method(*args, **kwargs)
+            finally:
+                _inside.depth = depth
+            return out if wrap is None or depth or not enabled() or _traced(out) else wrap(out)
+        return inside
+    return deco

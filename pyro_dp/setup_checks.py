@@ -116,7 +116,7 @@ class SetUpChecks:
         ``names[j]`` the label of tensor ``j`` when it is **data** (:mod:`pyro_dp.arguments`),
         ``None`` for the public ones."""
         a = self.arguments
-        leaves, spec, pos = tensor_arguments(self.model_args, self.model_kwargs)
+        leaves, spec, pos = tensor_arguments(self.arguments.args, self.arguments.kwargs)
         data = set(a.data_pos)
         names = [f"model {a.labels[i]}" if i in data else None for i in pos]
         return leaves, spec, pos, names
@@ -136,7 +136,7 @@ class SetUpChecks:
             with poutine.block(), pyro.validation_enabled(False), kernel_chooses_rows():
                 with guard:
                     tr = poutine.trace(poutine.condition(self.model, data=values)).get_trace(*args, **kwargs)
-                guard.refuse_reads(self.model, self.model_args, self.model_kwargs)
+                guard.refuse_reads(self.model, self.arguments.args, self.arguments.kwargs)
                 if check_observed and not all(is_fake(tr.nodes[n]["value"]) for n in self.observed_names):
                     raise ValueError("an observed value is not a model argument")  # closure data: undetermined
                 out = []
@@ -234,7 +234,7 @@ class SetUpChecks:
         """The cache key of a set-up check: the model, its latents, and its arguments — every
         tensor's shape, dtype and device, every other argument's ``repr`` (a flag such as
         ``centre=True`` changes the model's code path, so a cached answer must not cover it)."""
-        leaves, spec, _ = tensor_arguments(self.model_args, self.model_kwargs)
+        leaves, spec, _ = tensor_arguments(self.arguments.args, self.arguments.kwargs)
         return (what, id(self.model), self.latent_names, repr(spec),
                 tuple((tuple(x.shape), x.dtype, str(x.device)) if torch.is_tensor(x) else repr(x) for x in leaves))
 

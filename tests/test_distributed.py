@@ -24,6 +24,7 @@ import torch.multiprocessing as mp
 from pyro.infer.autoguide.initialization import init_to_mean
 
 import pyro_dp
+from pyro_dp.private import reveal
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent.parent))
 from tests.kernels.helpers import gauss_model, gauss_model_2d, make_data  # noqa: E402
@@ -111,7 +112,7 @@ def _worker(rank, world, port, out_dir, name, fail_rank):
             result["warnings"] = [str(w.message) for w in caught]
             result.update(chain=chain, ledger=[[repr(e.event), e.count] for e in k.ledger.entries],
                           eps=k.get_epsilon(1e-5), rows=k.lik.num_rows, global_rows=k.lik.global_num_rows,
-                          data=k.lik.model_args[0], dim=k.lik.dim,
+                          data=reveal(k.lik.model_args[0], reason="a test: the rank's rows"), dim=k.lik.dim,
                           traced=None if k.lik.compiled is None else (k.lik.compiled.num_compiled,
                                                                       None in k.lik.compiled.cache.values()))
         except Exception as e:  # noqa: BLE001

@@ -1,7 +1,9 @@
 """pyro_dp.private (issue 58, the kernel boundary by construction): private values propagate
 through torch operations, every read into Python raises with the fix, the likelihood returns its
-per-row values private, the mechanisms' releases return public values, a kernel that returns a
-private state fails, and only an allow-list of modules calls the escape hatch."""
+per-row values private (its ``eager_*`` methods and ``model_args`` too), a fused graph's outputs
+are private unless released, every data-derived tensor of every kernel family's state is private
+on the eager and the compiled path, the mechanisms' releases return public values, a kernel that
+returns a private state fails, and only an allow-list of modules calls the escape hatch."""
 import ast
 import pathlib
 
@@ -16,6 +18,7 @@ from pyro_dp.likelihood import PrivateLikelihood
 from pyro_dp.mechanisms import (GaussianReleaseSpec, GaussianStdReleaseSpec, GaussianEvent, NoiseSource, add_gaussian_noise,
                                 clip_and_sum, clipped_sum_with_noise, gaussian_release, noisy_count, noisy_histogram,
                                 recording)
+from pyro_dp.mechanisms.release import graph_release
 from pyro_dp.models.examples import normal_mean_model
 from pyro_dp.private import (DIAGNOSTIC_READS, REVEAL_ALLOWED, Private, PrivateReadError, check_public, private,
                              reveal, tainting)
@@ -109,8 +112,8 @@ def test_the_likelihood_returns_private_values_and_a_public_prior():
         assert isinstance(ll1, Private) and isinstance(cs1.total, Private) and not isinstance(lp1, Private)
         assert isinstance(lik.clipped_difference_sum(ll1, ll, 1.0).total, Private)
         assert not isinstance(lik.log_prior(z), Private) and not isinstance(lik.grad_log_prior(z), Private)
-        # the values are those of the eager functions the compiled layer traces
-        assert torch.equal(reveal(ll, reason="a test"), lik.eager_loglik_and_prior(z, None)[0])
+        # the values are those of the eager functions the compiled layer traces (private too)
+        assert torch.equal(reveal(ll, reason="a test"), reveal(lik.eager_loglik_and_prior(z, None)[0], reason="a test"))
 
 
 def test_the_switch_turns_the_wrapping_off():
@@ -213,3 +216,180 @@ def test_no_kernel_code_uses_torch_internals_around_the_type():
         for path in sorted((PACKAGE / sub).rglob("*.py")):
             text = path.read_text()
             assert not [n for n in names if n in text], path
+
+
+def test_the_eager_methods_and_the_arguments_are_private_outside_the_likelihood():
+    """The likelihood's internals with public names (``eager_*``, ``per_row``) and its arguments'
+    data leaves come out private; the log prior and the public arguments stay plain; the switch
+    turns it off."""
+    y = torch.tensor([0.0, 3.0, 1.0], dtype=torch.float64)
+
+    def model(y, scale, prior=None):
+        return normal_mean_model(y)
+
+    lik = PrivateLikelihood(model, (y, 2.0), {"prior": torch.ones(2)}, seed=0)
+    z, idx = torch.tensor([0.5], dtype=torch.float64), torch.tensor([0, 2])
+    assert all(isinstance(r, Private) for r in lik.eager_rows(idx))
+    ll, lp = lik.eager_loglik_and_prior(z, None)
+    assert isinstance(ll, Private) and not isinstance(lp, Private)
+    assert isinstance(lik.eager_terms(z)[0], Private) and not isinstance(lik.eager_terms(z)[1], Private)
+    assert isinstance(lik.eager_isolated_loglik(z), Private)
+    assert all(isinstance(t, Private) for t in lik.eager_per_example_grad(z, None))
+    assert isinstance(lik.per_row(torch.func.vmap(lik.eager_row_term, in_dims=(None, 0)), z), Private)
+    assert not isinstance(lik.eager_log_prior(z), Private)
+    args, kwargs = lik.model_args, lik.model_kwargs
+    assert isinstance(args[0], Private) and args[1] == 2.0 and not isinstance(kwargs["prior"], Private)
+    with pytest.raises(PrivateReadError):
+        float(args[0].sum())
+    # the values are the data's; inside the likelihood (its own evaluation) nothing is wrapped
+    assert torch.equal(reveal(args[0], reason="a test"), y)
+    assert torch.equal(reveal(ll, reason="a test"), reveal(lik.per_example_loglik(z), reason="a test"))
+    with tainting(False):
+        assert type(lik.eager_rows(None)[0]) is torch.Tensor and type(lik.model_args[0]) is torch.Tensor
+
+
+# every kernel family, small settings; each on the eager and the compiled path (jit_compile=True;
+# the traced graph run as it is: the same fused graphs inductor would compile, their outputs marked
+# by the same code)
+_Y = torch.randn(40, generator=torch.Generator().manual_seed(0), dtype=torch.float64) + 1.0
+_COMMON = dict(init_strategy=init_to_mean, seed=0)
+FAMILIES = {
+    "penalty": lambda **j: pyro_dp.DPPenalty(normal_mean_model, 0.2, llr_clip=4.0, noise_multiplier=2.0, **_COMMON, **j),
+    "hmc": lambda **j: pyro_dp.DPHMC(normal_mean_model, step_size=0.05, num_steps=3, grad_clip=3.0, llr_clip=4.0,
+                                     grad_noise_multiplier=2.0, llr_noise_multiplier=1.0, **_COMMON, **j),
+    "barker": lambda **j: pyro_dp.DPBarker(normal_mean_model, batch_size=20, proposal_scale=0.1, temperature=0.5,
+                                           **_COMMON, **j),
+    "minibatch": lambda **j: pyro_dp.DPMinibatchPenalty(normal_mean_model, batch_size=20, proposal_scale=0.1,
+                                                        llr_clip=4.0, noise_multiplier=2.0, **_COMMON, **j),
+    "sgld": lambda **j: pyro_dp.DPSGLD(normal_mean_model, step_size=1e-3, batch_size=20, grad_clip=3.0,
+                                       noise_multiplier=1.0, **_COMMON, **j),
+    "fastmh": lambda **j: pyro_dp.DPFastMH(normal_mean_model, 0.1, lipschitz=4.0, full_batch=True, step_epsilon=0.9,
+                                           step_delta=1e-6, **_COMMON, **j),
+}
+#: state fields computed from the data (the per-row caches): private by construction
+PRIVATE_FIELDS = {"cache", "loglik"}
+PATHS = {"eager": dict(jit_compile=False), "compiled": dict(jit_compile=True, jit_options={"backend": "graph"})}
+
+
+def _tensors(obj, path="state"):
+    if torch.is_tensor(obj):
+        yield path, obj
+    elif isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        for f in obj._fields:
+            yield from _tensors(getattr(obj, f), f"{path}.{f}")
+    elif isinstance(obj, (list, tuple)):
+        for i, o in enumerate(obj):
+            yield from _tensors(o, f"{path}[{i}]")
+    elif isinstance(obj, dict):
+        for k, o in obj.items():
+            yield from _tensors(o, f"{path}[{k!r}]")
+
+
+def _state_violations(kernel) -> list:
+    """The tensors of the kernel's state that derive from the data but are not private (a per-row
+    tensor, ``N`` entries first, or a field of :data:`PRIVATE_FIELDS`), and the public fields that
+    came out private (the point, its prior, a released gradient)."""
+    n, out = kernel.lik.num_rows, []
+    for path, t in _tensors(kernel._state):
+        from_data = path.split(".")[-1].split("[")[0] in PRIVATE_FIELDS or (t.dim() >= 1 and t.shape[0] == n)
+        if from_data != isinstance(t, Private):
+            out.append(f"{path}: {'plain' if from_data else 'private'}")
+    return out
+
+
+def _run_family(family, path, steps=4):
+    k = FAMILIES[family](**PATHS[path])
+    k.setup(0, _Y)
+    p = k.initial_params
+    for _ in range(steps):
+        p = k.sample(p)
+    return k
+
+
+def _fused(kernel) -> list:
+    return [key[0] for key, g in kernel.lik.compiled.cache.items() if isinstance(key[0], str) and g is not None
+            and callable(g) and any(w in key[0] for w in ("step", "gradient", "private_gradient"))]
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_every_data_derived_tensor_of_a_kernels_state_is_private(family, path):
+    """Walks the state after some steps: every per-row tensor and cache is private, on both paths
+    (the compiled path's fused graphs included), and the public fields are plain."""
+    k = _run_family(family, path)
+    assert _state_violations(k) == []
+    if path == "compiled" and family in ("penalty", "hmc", "barker", "minibatch", "sgld"):
+        assert _fused(k), "the compiled run did not use a fused step graph: the test would not test it"
+    if family in ("penalty", "hmc", "fastmh"):
+        assert any(isinstance(t, Private) for _, t in _tensors(k._state))  # there is a cache to check
+
+
+@pytest.mark.parametrize("family", ["penalty", "hmc"])
+def test_the_state_walk_fails_its_mutants(family, monkeypatch):
+    """Mutants: a fused graph's outputs left as they come out of the graph (the compiled path), and
+    the likelihood's wrapping switched off (the eager path): the per-row cache is plain, caught."""
+    import pyro_dp.graphs
+    with monkeypatch.context() as m:
+        m.setattr(pyro_dp.graphs.OutputTaint, "apply", lambda self, out, xs: out)
+        assert _state_violations(_run_family(family, "compiled")), "the fused-graph mutant was not caught"
+    with monkeypatch.context() as m:
+        m.setattr("pyro_dp.likelihood.private", lambda x: x)
+        m.setattr("pyro_dp.likelihood.private_sum", lambda x: x)
+        assert _state_violations(_run_family(family, "eager")), "the eager mutant was not caught"
+
+
+def test_a_fused_graph_marks_its_outputs_from_their_sources():
+    """``fused_graph``: an output computed from the data is private, a released one (computed
+    from the noise input) public, a data-free one plain; naming raw terms released is refused at
+    the trace."""
+    lik = PrivateLikelihood(normal_mean_model, (_Y,), seed=0, jit_compile=True, jit_options={"backend": "graph"})
+    cl = lik.compiled
+    z, xi = torch.tensor([0.5], dtype=torch.float64), torch.zeros((), dtype=torch.float64)
+
+    def fn(zz, x):
+        ll, lp = lik.eager_loglik_and_prior(zz, None)
+        return ll, lp, ll.sum() + x, zz * 2
+
+    g = cl.fused_graph("test_marks", fn, (z, xi), released=(2,), noise=(1,), release=graph_release)
+    ll, lp, released, doubled = g(z, xi)
+    assert isinstance(ll, Private) and not isinstance(lp, Private)
+    assert not isinstance(released, Private) and not isinstance(doubled, Private)
+    with pytest.raises(RuntimeError, match="named released but is computed from the data and none of its noise"):
+        cl.fused_graph("test_marks_raw", lambda zz, x: (lik.eager_loglik_and_prior(zz, None)[0].sum(), x),
+                       (z, xi), released=(0,), noise=(1,), release=graph_release)
+    # a private input makes an output computed from it private
+    h = cl.fused_graph("test_marks_input", lambda zz, old: (old * 2, zz + 1), (z, ll))
+    out = h(z, ll)
+    assert isinstance(out[0], Private) and not isinstance(out[1], Private)
+
+
+#: what kernel and default-path code may not touch: the raw data behind the likelihood
+_RAW = {"args", "kwargs", "leaves", "data", "rows", "leaves_with"}
+
+
+def _raw_reads(root) -> list:
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.value.attr == "arguments":
+                if node.attr in _RAW:
+                    found.append(f"{path.name}: .arguments.{node.attr}")
+            if isinstance(node, ast.Attribute) and node.attr in ("_data", "_leaves", "_runs", "eager_rows"):
+                found.append(f"{path.name}: .{node.attr}")
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "build"
+                    and isinstance(node.func.value, ast.Attribute) and node.func.value.attr == "arguments"
+                    and not (node.args and isinstance(node.args[0], ast.Call)
+                             and getattr(node.args[0].func, "attr", None) == "stand_in")):
+                found.append(f"{path.name}: .arguments.build without stand-ins")
+    return found
+
+
+def test_no_kernel_or_default_path_code_reaches_the_raw_data(tmp_path):
+    """The data arguments are reachable only inside the likelihood layer: kernel and default-path
+    code reads no ``lik.arguments`` data (``args``, ``kwargs``, ``leaves``, ``data``, ``rows``; a
+    ``build`` only of stand-ins), no compiled layer's bound data (``_data``), no ``eager_rows``
+    (what it needs comes through ``per_row``, private). The mutant (a module reading them) is found."""
+    for sub in ("kernels", "default_path"):
+        assert _raw_reads(PACKAGE / sub) == [], sub
+    (tmp_path / "mutant.py").write_text("def peek(lik):\n    return lik.arguments.data[0], lik.arguments.build([])\n")
+    assert sorted(_raw_reads(tmp_path)) == ["mutant.py: .arguments.build without stand-ins", "mutant.py: .arguments.data"]

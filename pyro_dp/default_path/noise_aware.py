@@ -119,7 +119,7 @@ from pyro import poutine
 from pyro.infer.mcmc import NUTS
 from torch.func import hessian, vmap
 
-from ..isolation import nan_like_rows, robust_rows
+from ..isolation import nan_like_rows
 from ..likelihood import forked_rng
 from ..mechanisms import clip_and_sum, clipped_sum_with_noise, gaussian_event, sum_clipped
 from ..warn import warn_user
@@ -228,8 +228,7 @@ def _clipped_curvature_sum(lik, z: torch.Tensor, clip: float):
     parts = []
     for start in range(0, n, _CHUNK_ROWS):
         idx = torch.arange(start, min(start + _CHUNK_ROWS, n), device=lik.device)
-        h = robust_rows(lambda r: fn(z, *r), lik.eager_rows(idx),
-                        lambda b: nan_like_rows(b, d * d, z.dtype, z.device).reshape(b, d, d))
+        h = lik.per_row(fn, z, idx, lambda b: nan_like_rows(b, d * d, z.dtype, z.device).reshape(b, d, d))  # private
         parts.append(clip_and_sum(symmetric_to_vector(-h.detach()), clip))
     return sum_clipped(parts)
 

@@ -51,6 +51,7 @@ from ..accounting import UnsupportedEventError, get_accountant
 from ..accounting.subsampled import barker_orders, dp_barker_event
 from ..compiled import cached_zeros
 from ..private import diagnostic  # the clipped-row count (issue 58)
+from ..mechanisms.release import graph_release
 from ..mechanisms import GaussianStdReleaseSpec, RDPCurveEvent, batch_without_replacement, clip_scalars
 from .base import check_positive
 from .mh import MHState, RandomWalkKernel, RatioRelease, can_fuse, check_batch_size, valid_move
@@ -200,7 +201,7 @@ def barker_release_accept(lik, noise, rng, state: MHState, z_new: torch.Tensor, 
                    sds, weights)
         step = lik.compiled.fused_graph(f"barker_step[n={n},b={b},T={T!r},C={C!r}]",
                                         barker_step_fn(lik, n, b, T, C, spec, traced_log_ratios(lik)), example,
-                                        full_data=False)
+                                        full_data=False, released=(1, 2), noise=(3,), release=graph_release)  # (log p(θ'), λ*, flags)
     if step is None:  # the same function, run as it is
         step = barker_step_fn(lik, n, b, T, C, spec, lambda z0, z1, idx: batch_log_ratios(lik, z0, z1, idx))
     idx = batch_without_replacement(noise, n, b, device=dev)  # the secret batch

@@ -71,7 +71,7 @@ def _zeroed_arguments(lik):
 
     def zero(t):
         if torch.is_tensor(t):
-            return torch.zeros_like(t)
+            return torch.zeros(t.shape, dtype=t.dtype, device=t.device)  # its shape only (model_args: private)
         if isinstance(t, np.ndarray):
             return np.zeros_like(t)
         return t

@@ -51,6 +51,7 @@ from pyro.ops.dual_averaging import DualAveraging
 from ..accounting.algorithms import (default_noise_ratio, dphmc_events, dphmc_max_iterations,
                                     dphmc_max_iterations_zcdp, dphmc_mu)
 from ..compiled import cached_zeros
+from ..mechanisms.release import graph_release
 from ..mechanisms import NOT_COUNTED, GaussianReleaseSpec, clipped_fraction, gaussian_release_spec
 from . import control_variate as cv_mod
 from .base import DPKernel, check_positive
@@ -209,7 +210,8 @@ def hmc_step(
         gradient, (clip,) = _one_graph_or_eager(
             lik, cl, f"dphmc_gradient[{names}]",
             lambda terms: _flat_gradient(gradient_fn(terms)),
-            lambda c: (z, c, _xi_like(z)), (grad_clip,), z, count_clipped)
+            lambda c: (z, c, _xi_like(z)), (grad_clip,), z, count_clipped,
+            dict(released=(0,), diagnostic=(3,), noise=(2,) * g_spec.adds_noise, release=graph_release))  # (G, ℓ private, log p, clipped, rows)
         g0, ll0, _, n_clipped, n_rows = gradient(z, clip, g_spec.draw(noise, z.shape, device=z.device))
         events.append(g_spec.event)
         grad_rows.append((float(n_clipped), float(n_rows)))
@@ -220,7 +222,9 @@ def hmc_step(
         step_fn,
         lambda e, g, c: (z, p0, state.grad, state.loglik, state.log_prior, e, inv_mass, g, c, _xi_like(z, L),
                          cached_zeros((), torch.float64, z.device), cached_zeros((), u_dtype, z.device)),
-        (step_size, grad_clip, llr_clip), z, count_clipped)
+        (step_size, grad_clip, llr_clip), z, count_clipped,  # (θ_L, p_L, G_L, ℓ(θ_L) private, log p(θ_L), flags)
+        dict(released=(0, 1, 2, 4, 5), noise=(9,) * g_spec.adds_noise + (10,) * l_spec.adds_noise,
+             release=graph_release))
     # the L gradient normals, one release after another (draw_each: as L draws would make them)
     xis = g_spec.draw_each(noise, L, z.shape, device=z.device)
     xi_l = l_spec.draw_tentative(noise, (), device=z.device)  # withdrawn below if the ratio is not released

@@ -57,6 +57,7 @@ import torch
 from ..accounting import UnsupportedEventError, get_accountant
 from ..compiled import cached_zeros
 from ..private import diagnostic  # the clipped-row count (issue 58)
+from ..mechanisms.release import graph_release
 from ..mechanisms import (
     ClippedSum,
     GaussianStdReleaseSpec,
@@ -224,7 +225,8 @@ def minibatch_penalty_release_accept(lik, noise, rng, state: MHState, z_new: tor
                    cached_zeros((), z.dtype, dev))
         step = lik.compiled.fused_graph(name, minibatch_penalty_step_fn(lik, n, b, T, subsampling, L, nm,
                                                                         traced_log_ratios(lik), padded=True),
-                                        example, full_data=False, bucket=size)
+                                        example, full_data=False, bucket=size, released=(1, 2),
+                                        noise=(4,) * (nm > 0), release=graph_release)  # (log p(θ'), the released λ̂ part, flags)
         if step is not None and size > k:  # padded with row 0 (masked inside)
             idx = torch.cat([idx, torch.zeros(size - k, dtype=idx.dtype, device=dev)])
     if step is None:  # the same function, run as it is

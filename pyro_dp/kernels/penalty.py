@@ -25,6 +25,7 @@ from typing import Optional
 import torch
 
 from ..compiled import cached_zeros
+from ..mechanisms.release import graph_release
 from ..mechanisms import (NOT_COUNTED, GaussianReleaseSpec, clip_and_sum, clipped_fraction,
                           gaussian_release_spec)
 from . import control_variate as cv_mod
@@ -145,7 +146,8 @@ def penalty_release_accept(lik, noise, rng, state: MHState, z_new: torch.Tensor,
                    state.log_prior)
         step = lik.compiled.fused_graph(
             f"penalty_step[T={T!r},L={clip!r},nm={spec.noise_multiplier!r}]{'' if count_clipped else '[uncounted]'}",
-            penalty_step_fn(lik, T, clip, spec, _traced_ratio_sum(lik, count_clipped)), example)
+            penalty_step_fn(lik, T, clip, spec, _traced_ratio_sum(lik, count_clipped)), example,
+            released=(2, 3), noise=(4,) * spec.adds_noise, release=graph_release)  # (ℓ(θ') private, log p(θ'), T ŝ, flags)
     if step is None:  # the same function, run as it is
         step = penalty_step_fn(lik, T, clip, spec, lik.clipped_ratio_sum, getattr(noise, "shards", None))
     xi = spec.draw(noise, (), device=z.device)  # the secret stream, first

@@ -9,6 +9,7 @@ from typing import NamedTuple
 import torch
 
 from ..compiled import cached_zeros
+from ..mechanisms.release import graph_release
 from ..mechanisms import (GaussianReleaseSpec, SubsampledGaussianEvent, clip_and_sum, clipped_fraction,
                           gaussian_release_spec, poisson_batch, subsampled_gaussian_event)
 from .mh import can_fuse
@@ -114,7 +115,8 @@ def private_gradient(noise, lik, z, *, sample_rate, grad_clip, noise_multiplier,
                    cached_zeros(z.shape, torch.float64, dev)) + extra
         terms = (lambda zz, c, i, v, *m: cl.clipped_grad_terms(zz, c, i, v, minus=m[0] if m else None)[1])
         step = cl.fused_graph(name, private_gradient_fn(lik, T, q, spec, terms, lambda zz: cl.log_prior_terms(zz)[1],
-                                                        padded=True), example, full_data=False, bucket=size)
+                                                        padded=True), example, full_data=False, bucket=size,
+                              released=(0,), diagnostic=(1,), noise=(4,) * spec.adds_noise, release=graph_release)  # (gradient, counts)
         if step is not None:
             clip = clip_t
             if size > k:  # padded with row 0 (masked inside)

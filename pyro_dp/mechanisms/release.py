@@ -22,6 +22,9 @@ from ..private import reveal
 _RELEASED = "released: the noise drawn and recorded for this release is added here"
 #: the clipped-row counts of a release: the documented non-private diagnostic of every release
 _DIAGNOSTIC = "non-private diagnostic: the clipped-row count of a release (shown as such, never fed back)"
+#: a fused graph's released outputs (pyro_dp.compiled.CompiledLikelihood.fused_graph, graphs.OutputTaint)
+_GRAPH_RELEASED = ("released inside a fused graph: the standard normals a release spec drew and recorded are graph "
+                   "inputs, added in the graph by the spec's own release (the output's sources checked at the trace)")
 #: a release's noise scale: data-free or bounded as its event's analysis assumes (gaussian_release)
 _STD = "the noise scale of a release, data-free or bounded as its event's analysis states"
 
@@ -40,6 +43,15 @@ __all__ = [
 ]
 
 # --------------------------------------------------------------------------- release
+
+
+def graph_release(x, diagnostic: bool = False):
+    """A fused graph's output named released (a release spec's value after its noise, or what is
+    computed from released values) or ``diagnostic`` (a release's clipped-row count), made public
+    here, with the mechanism's reason: the boundary of the compiled path's releases, as
+    :meth:`GaussianReleaseSpec.release` is the eager path's (:class:`pyro_dp.graphs.OutputTaint`
+    checks, at the trace, that a released output is computed from the graph's noise inputs)."""
+    return reveal(x, reason=_DIAGNOSTIC if diagnostic else _GRAPH_RELEASED)
 
 
 class NoisyRelease(NamedTuple):
