@@ -87,7 +87,8 @@ def test_a_graph_that_crashes_the_checker_runs_eagerly_with_a_warning(monkeypatc
         ll, g = lik.per_example_grad(z)
     ll0, g0 = eager.per_example_grad(z)
     assert torch.equal(ll, ll0) and torch.equal(g, g0)
-    assert lik.compiled.num_compiled == 0 and set(lik.compiled.cache.values()) == {None}
+    graphs = {k: v for k, v in lik.compiled.cache.items() if k[0] != "output sources"}  # (taint's source maps)
+    assert lik.compiled.num_compiled == 0 and set(graphs.values()) == {None}
 
 
 def test_the_check_is_on_by_default_with_jit_compile_true(monkeypatch):
