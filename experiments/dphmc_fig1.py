@@ -77,6 +77,7 @@ substitute relation too, ``get_delta_S``), with the kernels' PLD accountant.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from functools import partial
@@ -88,15 +89,18 @@ import torch
 
 from .grid import pick_device, plot_metric_vs_epsilon, quick_mode, run_grid
 
-__all__ = ["PROBLEMS", "ALGORITHMS", "SG", "PARAMS", "COLUMNS", "PAPER_EPSILONS", "GAUSS_EIGENVALUES",
+__all__ = ["PROBLEMS", "ALGORITHMS", "SG", "AUTHORS", "PARAMS", "COLUMNS", "PAPER_EPSILONS", "GAUSS_EIGENVALUES",
            "GAUSS_EIGENVECTORS", "settings", "paper_iterations", "sg_event", "sg_iterations", "banana_problem",
            "gauss_cov", "gauss10d_problem",
-           "whitened_gaussian_model", "run_dphmc_fig1"]
+           "whitened_gaussian_model", "squared_problem", "sgnht_update_authors", "run_dphmc_fig1"]
 
 PROBLEMS = ("dphmc-banana-2d", "dphmc-gauss-10d")
-ALGORITHMS = ("dp_hmc", "dp_penalty", "dp_sgld", "dp_sgnht")
+ALGORITHMS = ("dp_hmc", "dp_penalty", "dp_sgld", "dp_sgnht", "dp_sgld_authors", "dp_sgnht_authors")
 #: the SG-MCMC baselines (run vectorised at the paper's lengths, :func:`run_dphmc_fig1`)
-SG = ("dp_sgld", "dp_sgnht")
+SG = ("dp_sgld", "dp_sgnht", "dp_sgld_authors", "dp_sgnht_authors")
+#: the authors' updates (``sgld.py``) -> the textbook line whose settings (:data:`PARAMS`),
+#: starts and seeds they share (common random numbers: the same batches, normals and momenta)
+AUTHORS = {"dp_sgld_authors": "dp_sgld", "dp_sgnht_authors": "dp_sgnht"}
 COLUMNS = ["n", "delta", "chains", "iterations", "mmd", "mean_error", "var_error", "acceptance", "clipped_fraction",
            "grad_clipped_fraction", "noise_multiplier", "epsilon_ledger", "epsilon_ok", "budget_exhausted"]
 
@@ -204,14 +208,16 @@ def sg_event(algorithm: str, params: dict, *, n: int, temperature: float = 1.0):
     Gaussian :math:`(q = b/n, \mathrm{nm}_L)` at the Langevin noise multiplier of ``params``
     (:func:`_kernel_params`' terms: the step already divided by ``n``) under substitution
     (:func:`~pyro_dp.kernels.sgmcmc.langevin_noise_multiplier`), the event the kernels and
-    :func:`~experiments.sgld_chains.run_sgld_chains` record."""
+    :func:`~experiments.sgld_chains.run_sgld_chains` record. ``temperature`` is the problem's;
+    ``"dp_sgld_authors"`` runs at twice it (on :func:`squared_problem`)."""
     from pyro_dp.kernels.sgmcmc import langevin_noise_multiplier
     from pyro_dp.mechanisms import subsampled_gaussian_event
 
     q = params["batch"] / n
-    nm = langevin_noise_multiplier("sgld" if algorithm == "dp_sgld" else "sgnht", step_size=params["eta"],
-                                   sample_rate=q, grad_clip=params["grad_clip"], temperature=temperature,
-                                   thermostat=float(params.get("A", 1.0)), relation="substitute")
+    kind = "sgld" if AUTHORS.get(algorithm, algorithm) == "dp_sgld" else "sgnht"
+    temp = 2.0 * temperature if algorithm == "dp_sgld_authors" else temperature  # p²: :func:`squared_problem`
+    nm = langevin_noise_multiplier(kind, step_size=params["eta"], sample_rate=q, grad_clip=params["grad_clip"],
+                                   temperature=temp, thermostat=float(params.get("A", 1.0)), relation="substitute")
     return subsampled_gaussian_event(q, nm, "poisson")
 
 
@@ -301,12 +307,78 @@ def gauss10d_problem(n: int, seed: int = 0):
 
 def _kernel_params(algorithm: str, prm: dict, n: int) -> dict:
     """The authors' settings in :func:`~experiments._sampling.make_kernel`'s terms: SG steps
-    ``2 eta / n`` (SGLD: the code's drift, Welling & Teh's update) and ``eta / n`` (SGNHT)."""
+    ``2 eta / n`` (SGLD: the code's drift, Welling & Teh's update) and ``eta / n`` (SGNHT, and
+    both authors' updates: ``sgld.py`` l. 173, 283)."""
     if algorithm == "dp_sgld":
         return dict(prm, eta=2.0 * prm["eta"] / n, noise="langevin")
-    if algorithm == "dp_sgnht":
+    if algorithm in ("dp_sgnht",) + tuple(AUTHORS):
         return dict(prm, eta=prm["eta"] / n, noise="langevin")
     return prm
+
+
+def _params(problem: str, algorithm: str) -> dict:
+    """:data:`PARAMS` of ``algorithm`` (an authors' line: its textbook line's, the same ``params/`` file)."""
+    return PARAMS[problem][AUTHORS.get(algorithm, algorithm)]
+
+
+def squared_problem(problem):
+    r"""The problem whose log posterior is twice ``problem``'s: prior variance halved
+    (:math:`2\log\mathcal N(\theta; 0, v) = \log\mathcal N(\theta; 0, v/2) + c`; the banana's
+    prior is a Gaussian of :math:`g^{-1}(\theta)`, a shear of unit Jacobian, so the same holds)
+    and temperature doubled: the target :math:`p^2` of the authors' DP-SGLD.
+
+    The authors' update (``sgld.py`` l. 173–179) is
+    :math:`\theta' = \theta + \eta'\big(\nabla\log p_0 + \frac nb\sum_{i\in B}\mathrm{clip}_C
+    (\nabla\ell_i)\big) + \mathcal N(0, \eta' I)`, :math:`\eta' = \eta/n`: drift :math:`\eta'\tilde g`
+    against noise variance :math:`\eta'`, half of Welling & Teh's (eq. 4: drift :math:`\frac s2\tilde g`,
+    variance :math:`s`) at the same drift (our ``dp_sgld``, :math:`s = 2\eta'`). It is eq. 4 with step
+    :math:`\eta'` on :math:`p^2`: :math:`\frac{\eta'}2\nabla\log p^2 = \eta'\nabla\log p`, so
+    ``DPSGLD`` with step :math:`\eta'` on this problem runs it. The release is the same clipped sum
+    of the same per-row gradients :math:`\nabla\ell_i` (the clip acts before the temperature) plus
+    Gaussian noise; its noise multiplier (:func:`sg_event`) is
+    :math:`2q/(2T\sqrt{\eta'})/(2C) = b/(2C\sqrt{\eta n})` at :math:`T = 1`, the code's ``sigma``
+    (``sgld.py`` l. 54, ``sigma_mul = 1``; substitution, ``get_delta_S``), :math:`1/\sqrt2` of the
+    textbook line's at step :math:`2\eta'`, and equal to eq. 4's at step :math:`4\eta'` on :math:`p`
+    (the same release: ``tests/experiments/test_dphmc_fig1.py``).
+
+    >>> p = squared_problem(gauss10d_problem(50))
+    >>> p.model.keywords["prior_var"], p.temperature
+    (5000.0, 2.0)
+    """
+    kw = dict(problem.model.keywords)
+    key = "prior_var" if "prior_var" in kw else "sigma0_sq"  # whitened_gaussian_model / banana_model
+    kw[key] = kw[key] / 2.0
+    return dataclasses.replace(problem, model=partial(problem.model.func, *problem.model.args, **kw),
+                               temperature=2.0 * problem.temperature)
+
+
+def sgnht_update_authors(state, grad: torch.Tensor, step_size):
+    r"""The authors' DP-SGNHT step (``sgld.py`` l. 283–294), given the private gradient
+    :math:`\tilde g` at :math:`\theta` (its :math:`\sqrt{2Ah}\,\mathcal N(0, I)` inside
+    :math:`h\tilde g`, l. 284, as in :func:`~pyro_dp.kernels.sgmcmc.sgnht_update`):
+
+    .. math:: p' = p - h\xi p + h\tilde g(\theta), \quad \theta' = \theta + h\,p, \quad
+       \xi' = \xi + h(p^\top p/D - 1),
+
+    explicit Euler: the point and the thermostat move with the **old** momentum :math:`p`
+    (l. 291–292), where Ding et al.'s Alg. 1 (our ``DPSGNHT``) uses the new :math:`p'`. No change of
+    variables makes one the other: here :math:`\theta'` does not depend on the gradient released at
+    :math:`\theta` (it enters the point one step later), in Alg. 1 it does, and ``DPSGNHT`` releases its
+    gradient at its own point only. The release is the same (the private gradient at the chain's
+    point, the same event), so the ledger is ``DPSGNHT``'s; only this post-processing differs.
+    Pure in its arguments, run per chain under ``vmap`` by
+    :func:`~experiments.sgld_chains.run_sgnht_chains` (``update=``).
+
+    >>> from pyro_dp.kernels.sgmcmc import SGNHTState
+    >>> s = sgnht_update_authors(SGNHTState(torch.zeros(2), torch.ones(2), torch.tensor(1.0)), 3 * torch.ones(2), 0.5)
+    >>> s.momentum, s.z, s.thermostat  # Alg. 1 (sgnht_update) would give z = 1 and xi = 2.5 (the new p)
+    (tensor([2., 2.]), tensor([0.5000, 0.5000]), tensor(1.))
+    """
+    from pyro_dp.kernels.sgmcmc import SGNHTState
+
+    h, p = step_size, state.momentum
+    p_next = p - h * state.thermostat * p + h * grad  # sgld.py l. 290
+    return SGNHTState(state.z + h * p, p_next, state.thermostat + h * (p.dot(p) / p.numel() - 1.0))  # l. 291-292
 
 
 def run_dphmc_fig1(out_dir: str, quick: Optional[bool] = None, log=print, device: Optional[str] = None,
@@ -358,13 +430,13 @@ def run_dphmc_fig1(out_dir: str, quick: Optional[bool] = None, log=print, device
     delta = 0.1 / n
 
     def iterations(cell):
-        a, prm = cell["algorithm"], PARAMS[cell["problem"]][cell["algorithm"]]
+        a, prm = cell["algorithm"], _params(cell["problem"], cell["algorithm"])
         if s["iterations"] is not None:
             return s["iterations"]
         return paper_iterations(a, prm, epsilon=cell["epsilon"], delta=delta, n=n, chains=chains)
 
     def sg_length(pn, a, eps):
-        t = sg_iterations(a, _kernel_params(a, PARAMS[pn][a], n), epsilon=eps, delta=delta, n=n, chains=chains,
+        t = sg_iterations(a, _kernel_params(a, _params(pn, a), n), epsilon=eps, delta=delta, n=n, chains=chains,
                           temperature=problem(pn)[0].temperature)
         return t if s["sg_max_iterations"] is None else min(t, int(s["sg_max_iterations"]))
 
@@ -379,12 +451,12 @@ def run_dphmc_fig1(out_dir: str, quick: Optional[bool] = None, log=print, device
             if group.get("key") != key:  # one group's draws in memory at a time
                 group.clear()
                 t_max = max(sg_length(*key, e) for e in s["epsilons"])
-                prm = _kernel_params(cell["algorithm"], PARAMS[cell["problem"]][cell["algorithm"]], n)
+                prm = _kernel_params(cell["algorithm"], _params(cell["problem"], cell["algorithm"]), n)
                 group.update(key=key, run=_sg_runs(cell["algorithm"], p, prm, num_iterations=t_max,
                                                    repeats=s["repeats"], chains=chains, log=log), eps={})
             return _sg_row(group, p, ref, cell, num_iterations=sg_length(*key, cell["epsilon"]), n=n,
                            chains=chains, max_draws=s["max_draws"])
-        prm = _kernel_params(cell["algorithm"], PARAMS[cell["problem"]][cell["algorithm"]], n)
+        prm = _kernel_params(cell["algorithm"], _params(cell["problem"], cell["algorithm"]), n)
         out = run_chain(cell["algorithm"], p, ref, epsilon=cell["epsilon"], n=n, num_iterations=iterations(cell),
                         repeat=cell["repeat"], params=prm, adapt=False, num_chains=chains, max_draws=s["max_draws"],
                         jit_compile=s["jit_compile"] and cell["algorithm"] in ("dp_hmc", "dp_penalty"),
@@ -408,23 +480,28 @@ def _sg_runs(algorithm: str, problem, params: dict, *, num_iterations: int, repe
     ``DPSGLD``/``DPSGNHT(seed=noise_seed=1000 r + Σ ord(algorithm))``'s chain ``c``; each draws
     its batches and normals ``block`` iterations at a time (the same laws as the kernel's one at a
     time, other values; ``block=1``: the kernel's chains, ``tests/experiments/test_dphmc_fig1.py``).
-    Returns the runner's output."""
+    The authors' lines (:data:`AUTHORS`) take their textbook line's starts and seeds (common random
+    numbers) and run ``DPSGLD``'s step on :func:`squared_problem` (DP-SGLD) or DP-SGNHT's
+    release with :func:`sgnht_update_authors` (DP-SGNHT). Returns the runner's output."""
     from pyro_dp.kernels.base import kernel_chain_seed
     from ._sampling import start_point, width_scale
     from .sgld_chains import run_sgld_chains, run_sgnht_chains
 
-    seeds = [1000 * r + sum(map(ord, algorithm)) for r in range(int(repeats))]  # run_chain's, per repeat
+    base = AUTHORS.get(algorithm, algorithm)
+    seeds = [1000 * r + sum(map(ord, base)) for r in range(int(repeats))]  # run_chain's, per repeat
     starts = torch.stack([start_point(problem, chains * r + c) for r in range(int(repeats)) for c in range(chains)])
     noise = [kernel_chain_seed(sd, c, "noise") for sd in seeds for c in range(chains)]
     w = width_scale(problem.name, int(problem.args[0].shape[0]), problem.temperature)  # 1 here (make_kernel's)
+    target = squared_problem(problem) if algorithm == "dp_sgld_authors" else problem
     common = dict(num_iterations=int(num_iterations), batch_size=params["batch"], step_size=params["eta"] * w * w,
-                  grad_clip=params["grad_clip"], noise_seeds=noise, temperature=problem.temperature,
+                  grad_clip=params["grad_clip"], noise_seeds=noise, temperature=target.temperature,
                   relation="substitute", log=log, block=int(block))
-    if algorithm == "dp_sgld":
-        return run_sgld_chains(problem.model, problem.args, starts.to(problem.start), **common)
+    if base == "dp_sgld":
+        return run_sgld_chains(target.model, target.args, starts.to(problem.start), **common)
     algo = [kernel_chain_seed(sd, c, "algorithm") for sd in seeds for c in range(chains)]
+    update = {"update": sgnht_update_authors} if algorithm == "dp_sgnht_authors" else {}
     return run_sgnht_chains(problem.model, problem.args, starts.to(problem.start), thermostat=float(params["A"]),
-                            algo_seeds=algo, **common)
+                            algo_seeds=algo, **common, **update)
 
 
 def _sg_row(group: dict, problem, ref: torch.Tensor, cell: dict, *, num_iterations: int, n: int, chains: int,

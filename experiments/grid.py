@@ -310,6 +310,7 @@ LABELS = {
     "dp_fast_mh_pff": "DP-Fast MH, K = εN, privacy for free (opt-in)",
     "dp_fast_mh_pff_k60": "DP-Fast MH, K = 60, privacy for free (opt-in)",
     "dp_fast_mh_full": "DP-Fast MH, full batch", "dp_sgld_authors": "DP-SGLD, the authors' update",
+    "dp_sgnht_authors": "DP-SGNHT, the authors' update",
 }
 
 #: Axis labels, with units, of the metric columns.

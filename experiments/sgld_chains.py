@@ -119,7 +119,8 @@ def run_sgnht_chains(model: Callable, args: tuple, starts: torch.Tensor, *, num_
                      noise_seeds: Optional[Sequence[int]] = None,
                      thermostat: float = 1.0, temperature: float = 1.0, noise_multiplier: Optional[float] = None,
                      relation: str = "substitute", public_num_rows: Optional[int] = None, block: int = 1000,
-                     log: Optional[Callable[[str], None]] = None, log_every: int = 500_000) -> SGLDChains:
+                     log: Optional[Callable[[str], None]] = None, log_every: int = 500_000,
+                     update: Optional[Callable] = None) -> SGLDChains:
     r"""Run ``len(starts)`` DP-SGNHT chains (Ding et al. 2014, Alg. 1), vectorised as
     :func:`run_sgld_chains` (the same loop, draws and ledgers; module doc), with
     :class:`~pyro_dp.kernels.sgmcmc.DPSGNHT`'s parameters (``step_size`` :math:`h`,
@@ -128,7 +129,10 @@ def run_sgnht_chains(model: Callable, args: tuple, starts: torch.Tensor, *, num_
     is drawn from the chain's *algorithm* generator seeded by ``algo_seeds[r]`` (data-free, not a
     release; the kernel's ``"algorithm"`` stream, :func:`~pyro_dp.kernels.base.kernel_chain_seed`), its thermostat starts at :math:`A`; each
     iteration applies :func:`~pyro_dp.kernels.sgmcmc.sgnht_update` to the private gradient.
-    ``draws`` holds the points :math:`\theta`.
+    ``draws`` holds the points :math:`\theta`. ``update(state, g̃, h)`` (default ``None``: Alg. 1) replaces
+    :func:`~pyro_dp.kernels.sgmcmc.sgnht_update` for an experiment that post-processes the same
+    release otherwise (the DP-HMC paper's code: :func:`experiments.dphmc_fig1.sgnht_update_authors`);
+    the release, its event and the ledgers are unchanged.
 
     >>> import torch
     >>> from pyro_dp.models import gmm_model, make_gmm_data
@@ -149,14 +153,15 @@ def run_sgnht_chains(model: Callable, args: tuple, starts: torch.Tensor, *, num_
             states.append(sgnht_init(None, z[r], rng, thermostat))
         return tuple(torch.stack(x) for x in zip(*states))
 
-    def update(state, grad):
-        return tuple(sgnht_update(SGNHTState(*state), grad, step_size))
+    def update_chain(state, grad):  # sgnht_update read at call time (the test's mutant patches it)
+        return tuple((update or sgnht_update)(SGNHTState(*state), grad, step_size))
 
-    return _run_chains("sgnht", init, update, model, args, starts, num_iterations=num_iterations,
+    return _run_chains("sgnht", init, update_chain, model, args, starts, num_iterations=num_iterations,
                        batch_size=batch_size, step_size=step_size, grad_clip=grad_clip, noise_seeds=noise_seeds,
                        temperature=temperature, noise_multiplier=noise_multiplier, relation=relation,
                        public_num_rows=public_num_rows, block=block, log=log, log_every=log_every,
-                       thermostat=thermostat)
+                       thermostat=thermostat,
+                       tag="" if update is None else f",update={update.__module__}.{update.__qualname__}")
 
 
 def ledger_prefix(ledger: PrivacyLedger, num_iterations: int) -> PrivacyLedger:
@@ -187,10 +192,11 @@ def _run_chains(kind: str, init: Callable, update: Callable, model: Callable, ar
                 noise_seeds: Optional[Sequence[int]],
                 temperature: float, noise_multiplier: Optional[float], relation: str, public_num_rows: Optional[int],
                 block: int, log: Optional[Callable[[str], None]], log_every: int,
-                thermostat: float = 1.0) -> SGLDChains:
+                thermostat: float = 1.0, tag: str = "") -> SGLDChains:
     """The one loop of :func:`run_sgld_chains` and :func:`run_sgnht_chains`: ``init(z [R, d])``
     gives the chains' state (a tuple of tensors with a leading chain dimension, the point first)
-    and ``update(state, g̃)`` one chain's next state from its private gradient (under ``vmap``)."""
+    and ``update(state, g̃)`` one chain's next state from its private gradient (under ``vmap``);
+    ``tag`` names a non-default update in the compiled graph's cache key."""
     t_start = time.perf_counter()
     starts = torch.as_tensor(starts)
     if starts.dim() != 2:
@@ -227,7 +233,7 @@ def _run_chains(kind: str, init: Callable, update: Callable, model: Callable, ar
     # every chain's step, from draws made before it: (*state, clip, idx, k, xi) -> (*state', flags), flat
     step = torch.func.vmap(one_chain, in_dims=(0,) * width_of_state + (None, 0, 0, 0))
 
-    extra = f",A={float(thermostat)!r}" if kind == "sgnht" else ""
+    extra = (f",A={float(thermostat)!r}" if kind == "sgnht" else "") + tag
     name = (f"{kind}_chains[R={num_chains},n={n},q={q!r},T={float(temperature)!r},nm={nm!r},rel={relation},"
             f"eta={float(step_size)!r}{extra}]")
     graphs = {}

@@ -176,7 +176,7 @@ def test_sg_iterations_are_the_one_chain_count_over_four_chains():
 
     n, delta = 100_000, 1e-6
     counts = {}
-    for alg in F.SG:
+    for alg in ("dp_sgld", "dp_sgnht"):
         prm = F._kernel_params(alg, F.PARAMS["dphmc-gauss-10d"][alg], n)
         k = F.sg_iterations(alg, prm, epsilon=2.0, delta=delta, n=n)
         ev = F.sg_event(alg, prm, n=n)
@@ -190,7 +190,7 @@ def test_sg_iterations_are_the_one_chain_count_over_four_chains():
                       n=n).noise_multiplier == pytest.approx(5 / 3)  # b / (2 N C sqrt(2 eta / N)), substitute
 
 
-@pytest.mark.parametrize("algorithm", F.SG)
+@pytest.mark.parametrize("algorithm", ("dp_sgld", "dp_sgnht"))  # the authors' lines are not kernels (below)
 def test_sg_rows_are_the_kernels_runs(algorithm):
     """With block=1 the vectorised group run (_sg_runs) is, chain by chain, the kernels' run that
     run_chain makes for the same cell (same starts, seeds, privacy and algorithm streams), so a
@@ -213,3 +213,100 @@ def test_sg_rows_are_the_kernels_runs(algorithm):
     other = run_chain(algorithm, p, ref, epsilon=6.0, n=n, num_iterations=t, repeat=0, params=prm, adapt=False,
                       num_chains=chains, max_draws=20)
     assert row["mean_error"] != pytest.approx(other["mean_error"], rel=1e-6)
+
+
+def _one_step(algorithm, p, params, iterations=1):
+    """Two chains of ``algorithm`` (``_sg_runs``, kernel draws: block=1): the increments of their
+    first ``iterations`` points from the starts, ``[chains, iterations, d]``, and the run."""
+    from experiments._sampling import start_point
+
+    out = F._sg_runs(algorithm, p, params, num_iterations=iterations, repeats=1, chains=2, block=1)
+    starts = torch.stack([start_point(p, c) for c in range(2)])
+    pts = torch.cat([starts[:, None], out.draws], 1)
+    return pts[:, 1:] - pts[:, :-1], out
+
+
+def test_authors_sgld_has_the_textbook_drift_and_half_its_noise_variance():
+    """The DP-HMC paper's code (``sgld.py`` l. 173-179): θ' = θ + η'ĝ + N(0, η'), η' = eta/n; our
+    textbook line (Welling & Teh eq. 4 at step 2η') has the same drift η'ĝ and noise variance 2η'.
+    With common random numbers (the same batch and normals ξ) eq. 4 at steps 2η' and 4η' give
+    Δ₂ = D + √2·cξ and Δ₄ = 2D + 2cξ (c = √η'), which fix the drift D and the noise cξ; the
+    authors' line (``dp_sgld_authors``: eq. 4 at step η' on p²) must be D + cξ, i.e. the same drift
+    and half the noise variance, and exactly Δ₄/2 (the same release: eq. 4 at 4η' has the
+    authors' noise multiplier). Mutants that must fail: the textbook line itself, and the authors'
+    step on p (without doubling the log posterior: drift D/2)."""
+    n = 2000
+    p = F.gauss10d_problem(n)
+    prm_a = F._kernel_params("dp_sgld_authors", F._params(p.name, "dp_sgld_authors"), n)
+    prm_t = F._kernel_params("dp_sgld", F.PARAMS[p.name]["dp_sgld"], n)
+    assert prm_t["eta"] == pytest.approx(2 * prm_a["eta"]) and prm_a["eta"] == F.PARAMS[p.name]["dp_sgld"]["eta"] / n
+    d_a, out_a = _one_step("dp_sgld_authors", p, prm_a)
+    d_t, out_t = _one_step("dp_sgld", p, prm_t)
+    d_4, out_4 = _one_step("dp_sgld", p, dict(prm_t, eta=4 * prm_a["eta"]))
+    noise = (d_4 - 2 * d_t) / (2 * (1 - math.sqrt(2)))  # cξ
+    drift = d_t - math.sqrt(2) * noise
+    scale = float(d_t.abs().max())
+    assert float(noise.abs().max()) > 0.03 * scale and float(drift.abs().max()) > 0.1 * scale  # both matter here
+    assert torch.allclose(d_a, drift + noise, rtol=0, atol=1e-9 * scale)  # same drift, variance η' = half of 2η'
+    assert torch.allclose(d_a, d_4 / 2, rtol=0, atol=1e-9 * scale)  # eq. 4 at 4η' on p, halved
+    assert out_a.noise_multiplier == pytest.approx(out_4.noise_multiplier, rel=1e-12)  # ... the same release
+    assert out_t.noise_multiplier == pytest.approx(math.sqrt(2) * out_a.noise_multiplier, rel=1e-12)
+    assert not torch.allclose(d_t, drift + noise, rtol=0, atol=1e-3 * scale)  # mutant: the textbook update
+    d_m, _ = _one_step("dp_sgld", p, prm_a)  # mutant: the authors' step on p, not p²
+    assert not torch.allclose(d_m, drift + noise, rtol=0, atol=1e-3 * scale)
+
+
+@pytest.mark.parametrize("problem", F.PROBLEMS)
+def test_authors_sgld_ledger_is_the_codes_sigma(problem):
+    """The authors' DP-SGLD is accounted as their code accounts it (``sgld.py`` l. 54, 148:
+    σ = b/(2C√(eta·n)), q = b/n, substitution via ``get_delta_S``): its event's noise multiplier is
+    that σ, the textbook line's at step 4η/n (the same release), and 1/√2 of the textbook line's at
+    its step 2η/n, so it runs fewer iterations at the same ε (the paper's counts; ledger = plan is
+    checked per row by ``_sg_row``). Its counts at ε = 2 and 15 are quoted in docs/results.md.
+    Mutant: the authors' step accounted on p (temperature not doubled) gives twice the σ."""
+    from pyro_dp.accounting import max_iterations
+
+    n, delta = 100_000, 1e-6
+    raw = F.PARAMS[problem]["dp_sgld"]
+    prm_a = F._kernel_params("dp_sgld_authors", raw, n)
+    sigma = raw["batch"] / (2 * raw["grad_clip"] * math.sqrt(raw["eta"] * n))  # sgld.py l. 54, sigma_mul = 1
+    ev = F.sg_event("dp_sgld_authors", prm_a, n=n)
+    assert ev.noise_multiplier == pytest.approx(sigma, rel=1e-12) and ev.sample_rate == raw["batch"] / n
+    assert F.sg_event("dp_sgld", dict(prm_a, eta=4 * prm_a["eta"]), n=n) == ev  # the same release
+    tb = F.sg_event("dp_sgld", F._kernel_params("dp_sgld", raw, n), n=n)
+    assert tb.noise_multiplier == pytest.approx(math.sqrt(2) * sigma, rel=1e-12)
+    assert F.sg_event("dp_sgld", prm_a, n=n).noise_multiplier != pytest.approx(sigma)  # the mutant
+    k = F.sg_iterations("dp_sgld_authors", prm_a, epsilon=2.0, delta=delta, n=n)
+    assert k == max_iterations(2.0, delta, ev, accountant="pld") // 4
+    assert k < F.sg_iterations("dp_sgld", F._kernel_params("dp_sgld", raw, n), epsilon=2.0, delta=delta, n=n)
+    # the authors' DP-SGNHT releases what ours does (sgld.py l. 253-254, 284: sigma_mul = 2A)
+    raw_h = F.PARAMS[problem]["dp_sgnht"]
+    sig_h = raw_h["batch"] / (2 * raw_h["grad_clip"] * math.sqrt(raw_h["eta"] * n)) * math.sqrt(2 * raw_h["A"])
+    ev_h = F.sg_event("dp_sgnht_authors", F._kernel_params("dp_sgnht_authors", raw_h, n), n=n)
+    assert ev_h == F.sg_event("dp_sgnht", F._kernel_params("dp_sgnht", raw_h, n), n=n)
+    assert ev_h.noise_multiplier == pytest.approx(sig_h, rel=1e-12)
+
+
+def test_authors_sgnht_moves_with_the_old_momentum():
+    """The authors' DP-SGNHT (``sgld.py`` l. 290-292) moves θ by h·p with the momentum *before*
+    its update, so with common random numbers (the same start, momentum p₀ and first release)
+    its first move is h·p₀ and its second is our DPSGNHT's first (h·p₁, Ding et al. Alg. 1); the
+    release and ledger are ours. Mutant: our update in its place (first move h·p₁) fails."""
+    from pyro_dp.kernels.base import kernel_chain_seed
+    from pyro_dp.kernels.sgmcmc import sgnht_init
+    from experiments._sampling import start_point
+
+    n = 2000
+    p = F.gauss10d_problem(n)
+    prm = F._kernel_params("dp_sgnht", F.PARAMS[p.name]["dp_sgnht"], n)
+    d_a, out_a = _one_step("dp_sgnht_authors", p, prm, iterations=2)
+    d_o, out_o = _one_step("dp_sgnht", p, prm, iterations=2)
+    seed = sum(map(ord, "dp_sgnht"))  # repeat 0's run_chain seed (common to both lines)
+    p0 = torch.stack([sgnht_init(None, start_point(p, c), torch.Generator().manual_seed(
+        kernel_chain_seed(seed, c, "algorithm")), prm["A"]).momentum for c in range(2)])
+    h, scale = prm["eta"], float(d_o.abs().max())
+    assert torch.allclose(d_a[:, 0], h * p0, rtol=0, atol=1e-9 * scale)  # θ₁ = θ₀ + h p₀
+    assert torch.allclose(d_a[:, 1], d_o[:, 0], rtol=0, atol=1e-9 * scale)  # θ₂ − θ₁ = h p₁
+    assert not torch.allclose(d_o[:, 0], h * p0, rtol=0, atol=1e-3 * scale)  # mutant: Alg. 1's first move
+    assert out_a.noise_multiplier == out_o.noise_multiplier
+    assert [led.entries for led in out_a.ledgers] == [led.entries for led in out_o.ledgers]
