@@ -53,6 +53,7 @@ from pyro_dp.compiled import bucket_size
 from pyro_dp.kernels.sgmcmc import (SGNHTState, langevin_noise_multiplier, private_gradient_fn, sgld_update, sgnht_init,
                               sgnht_update)
 from pyro_dp.likelihood import PrivateLikelihood
+from pyro_dp.mechanisms.release import graph_release
 from pyro_dp.mechanisms import (NoiseSource, PrivacyLedger, gaussian_release_spec, poisson_batches, recording,
                           subsampled_gaussian_event)
 
@@ -245,7 +246,11 @@ def _run_chains(kind: str, init: Callable, update: Callable, model: Callable, ar
                 torch.zeros((num_chains, width), dtype=torch.long, device=dev),
                 torch.zeros((num_chains,), dtype=torch.long, device=dev),
                 torch.zeros((num_chains, d), dtype=torch.float64, device=dev))
-            graphs[width] = cl.fused_graph(name, step, example, full_data=False, bucket=width) or step
+            # outputs: the chains' states (post-processing of the released gradient: public), the clipped-row
+            # counts (a diagnostic); the released gradient depends on the noise input xi (issue 58's taint)
+            graphs[width] = cl.fused_graph(name, step, example, full_data=False, bucket=width,
+                                           released=tuple(range(width_of_state)), diagnostic=(width_of_state,),
+                                           noise=(width_of_state + 3,) * spec.adds_noise, release=graph_release) or step
         return graphs[width]
 
     seeds = [None] * num_chains if noise_seeds is None else [int(s) for s in noise_seeds]
