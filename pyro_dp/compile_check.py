@@ -74,14 +74,24 @@ def stand_in(signatures) -> list:
 def inductor_compile(graph, example_inputs, options: dict):
     """Compile a traced aten graph with inductor. ``compile_fx`` takes the graph as it is;
     ``torch.compile`` would re-trace it with Dynamo, which refuses the ``prims`` operations that
-    forward-mode AD leaves in a graph (and adds guard checks to every call)."""
+    forward-mode AD leaves in a graph (and adds guard checks to every call). The call runs in a
+    tracing context with a shape environment, as Dynamo's would: inductor's FX graph cache
+    (``torch._inductor.config.fx_graph_cache``, on disk) then serves an identical graph compiled
+    before, in this process or another, instead of generating and compiling its code again."""
     try:
         from torch._inductor.compile_fx import compile_fx
     except ImportError:  # pragma: no cover - a torch without the internal entry point
         return torch.compile(graph, fullgraph=True, dynamic=False, **options)
     if options:
         return torch.compile(graph, fullgraph=True, dynamic=False, **options)
-    return compile_fx(graph, list(example_inputs))
+    try:  # inductor's FX graph cache needs a shape environment; without one every compile bypasses it
+        from torch._guards import TracingContext, tracing
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    except ImportError:  # pragma: no cover - a torch without them: compiled, not cached
+        return compile_fx(graph, list(example_inputs))
+    with tracing(TracingContext(FakeTensorMode(shape_env=ShapeEnv()))):
+        return compile_fx(graph, list(example_inputs))
 
 
 def compile_and_run(graph: bytes, signatures, options, settings: Optional[dict] = None) -> None:
