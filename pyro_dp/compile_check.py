@@ -45,6 +45,13 @@ from typing import Callable, NamedTuple, Optional
 
 import torch
 
+try:  # what a tracing context with a shape environment needs (inductor_compile: its FX graph cache)
+    from torch._guards import TracingContext as _TracingContext, tracing as _tracing
+    from torch._subclasses.fake_tensor import FakeTensorMode as _FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv as _ShapeEnv
+except ImportError:  # pragma: no cover - a torch without them: compiled, not cached
+    _TracingContext = _tracing = _FakeTensorMode = _ShapeEnv = None
+
 __all__ = ["CHECK_TIMEOUT", "CHECK_DEFAULT", "CheckResult", "Checker", "SIMULATE_CRASH", "check_graph",
            "compile_and_run", "default_check", "inductor_compile", "stand_in", "warm_checker"]
 
@@ -101,7 +108,10 @@ def stand_in(signatures) -> list:
 def inductor_compile(graph, example_inputs, options: dict):
     """Compile a traced aten graph with inductor. ``compile_fx`` takes the graph as it is;
     ``torch.compile`` would re-trace it with Dynamo, which refuses the ``prims`` operations that
-    forward-mode AD leaves in a graph (and adds guard checks to every call).
+    forward-mode AD leaves in a graph (and adds guard checks to every call). The call runs in a
+    tracing context with a shape environment, as Dynamo's would: inductor's FX graph cache
+    (``torch._inductor.config.fx_graph_cache``, on disk) then serves an identical graph compiled
+    before, in this process or another, instead of generating and compiling its code again.
 
     For tests only: with the environment variable :data:`SIMULATE_CRASH` set to ``"1"`` (read at
     each call, so the checker inherits it) nothing is compiled and the returned function kills
@@ -115,7 +125,11 @@ def inductor_compile(graph, example_inputs, options: dict):
         return torch.compile(graph, fullgraph=True, dynamic=False, **options)
     if options:
         return torch.compile(graph, fullgraph=True, dynamic=False, **options)
-    return compile_fx(graph, list(example_inputs))
+    if _ShapeEnv is None:  # pragma: no cover - a torch without them: compiled, not cached
+        return compile_fx(graph, list(example_inputs))
+    # inductor's FX graph cache needs a shape environment; without one every compile bypasses it
+    with _tracing(_TracingContext(_FakeTensorMode(shape_env=_ShapeEnv()))):
+        return compile_fx(graph, list(example_inputs))
 
 
 def compile_and_run(graph: bytes, signatures, options, settings: Optional[dict] = None) -> None:
