@@ -31,6 +31,7 @@ from pyro.infer import MCMC, NUTS
 from pyro.infer.autoguide.initialization import init_to_median
 
 import pyro_dp
+from noise_aware import parse_seeds  # benchmarks/noise_aware.py (the script's folder is on the path)
 from pyro_dp.models.default_suite import (correlated_logistic_model, linear_model, make_correlated_logistic_data,
                                           make_linear_data, make_poisson_data, poisson_model, unit_ball)
 
@@ -104,13 +105,6 @@ def dp_run(make, model, args, seed):
     mode = getattr(kernel, "one_release", None)
     draws, names = flat(mcmc.get_samples())
     return draws, names, ("one_release" if mode is not None else "iterative"), pyro_dp.get_epsilon(mcmc, DELTA)
-
-
-def parse_seeds(text):
-    if "-" in text:
-        a, b = text.split("-")
-        return list(range(int(a), int(b) + 1))
-    return [int(x) for x in text.split(",")]
 
 
 def main(argv=None):
