@@ -27,11 +27,10 @@ import numpy as np
 import pyro
 import pyro.distributions as dist
 import torch
-from pyro.infer import MCMC, NUTS
-from pyro.infer.autoguide.initialization import init_to_median
+from pyro.infer import MCMC
 
 import pyro_dp
-from noise_aware import parse_seeds  # benchmarks/noise_aware.py (the script's folder is on the path)
+from noise_aware import flat as flat_draws, parse_seeds, reference as nuts_reference  # benchmarks/noise_aware.py
 from pyro_dp.models.default_suite import (correlated_logistic_model, linear_model, make_correlated_logistic_data,
                                           make_linear_data, make_poisson_data, poisson_model, unit_ball)
 
@@ -79,17 +78,7 @@ def flat(samples):
     names = []
     for k in sorted(samples):
         names += [k] if samples[k][0].numel() == 1 else [f"{k}[{i}]" for i in range(samples[k][0].numel())]
-    return torch.cat([samples[k].reshape(samples[k].shape[0], -1) for k in sorted(samples)], 1).numpy(), names
-
-
-def reference(model, args, seed):
-    pyro.set_rng_seed(seed)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        mcmc = MCMC(NUTS(model, init_strategy=init_to_median), num_samples=1000, warmup_steps=500,
-                    disable_progbar=True)
-        mcmc.run(*args)
-    return flat(mcmc.get_samples())[0]
+    return flat_draws(samples), names
 
 
 KERNELS = {"DPPenalty(model, epsilon=1)": lambda m, s: pyro_dp.DPPenalty(m, epsilon=1.0, seed=s),
@@ -121,7 +110,7 @@ def main(argv=None):
         for seed in parse_seeds(a.seeds):
             model, args = data(name, seed)
             t0 = time.time()
-            ref = reference(model, args, seed)
+            ref = nuts_reference(name, model, args, seed)  # noise_aware.py's NUTS (500 + 1 000)
             m, s = ref.mean(0), ref.std(0)
             for kname, make in KERNELS.items():
                 dp, names, inference, eps = dp_run(make, model, args, seed)
