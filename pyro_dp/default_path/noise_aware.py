@@ -531,9 +531,9 @@ class OneReleaseMode:
         return out
 
     def logging(self, kernel) -> dict:
-        """The kernel's progress-bar postfix (the base's: the share of NUTS transitions that moved, ε so far)."""
-        return {"acc. rate": f"{kernel.chain.acceptance_rate:.3f}",
-                "eps": kernel.privacy.logged_epsilon(kernel.chain.iteration)}
+        """The kernel's progress-bar postfix: the base's (:meth:`DPKernel.logging`: the share of NUTS
+        transitions that moved, ε so far), not the kernel class's, which describes its own chain."""
+        return DPKernel.logging(kernel)
 
 
 def _public_seed(kernel) -> int:
