@@ -66,7 +66,9 @@ Decisions (and why)
   DPPenalty or DPHMC iteration makes 1 private operation eager and 0 compiled (about 14 µs each,
   against 3 µs plain); the rest is a few µs of wrapping (a fused step's cache: one wrap per
   call), revealing a graph's inputs and checking the returned state: within the noise of
-  ``benchmarks/private_overhead.py`` on a shared machine.
+  ``benchmarks/private_overhead.py`` for the eager steps and DP-HMC's compiled one, but 20–30 %
+  of a cheap compiled step (DP penalty, DP Barker: about 0.25–0.3 ms an iteration) on an idle
+  machine — the fused outputs' wrapping; not yet within issue 58's 10 %.
   A design that tainted inside the graphs would pay the Python call per operation of every
   per-row evaluation; it was not pursued.
 * **Off switch** for measurement only: :func:`tainting` (``PYRO_DP_TAINT=0`` in the
